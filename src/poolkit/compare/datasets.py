@@ -1,0 +1,522 @@
+"""Task files for `poolkit compare`: read, validate, and hold them in memory.
+
+Four tasks, four containers:
+
+- ``sts``: :class:`PairData` (sentence pairs with a gold similarity score);
+- ``classification``: :class:`TextData` (texts with a label);
+- ``ner``: :class:`TaggedData` (pre-split words with BIO/IOB tags);
+- ``relation``: :class:`SpanPairData` (texts with two character spans and a label).
+
+Generic tables (``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``) are read with configurable
+column names; the native formats (STS-B tsv, SST-2 ``LABEL sentence`` lines, CoNLL,
+SemEval-2010 Task 8) are detected from the file itself. Every problem raises
+:class:`DataError` with one line naming the file and the row.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "TASKS",
+    "Columns",
+    "DataError",
+    "PairData",
+    "SpanPairData",
+    "TaggedData",
+    "TextData",
+    "read_task",
+]
+
+TASKS = ("sts", "classification", "ner", "relation")
+TABLE_SUFFIXES = (".jsonl", ".csv", ".tsv", ".parquet")
+
+
+class DataError(ValueError):
+    """A task file that cannot be used as given; the message names the file and row."""
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Column names for generic tables (``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``)."""
+
+    text: str = "text"
+    label: str = "label"
+    sentence1: str = "sentence1"
+    sentence2: str = "sentence2"
+    score: str = "score"
+    spans: str = "spans"
+
+
+@dataclass(frozen=True)
+class PairData:
+    """Sentence pairs for ``sts``: ``scores`` is float64 ``(N,)``."""
+
+    sentence1: list[str]
+    sentence2: list[str]
+    scores: np.ndarray
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.sentence1)
+
+    def subset(self, idx: np.ndarray) -> PairData:
+        return PairData(
+            [self.sentence1[i] for i in idx],
+            [self.sentence2[i] for i in idx],
+            self.scores[idx],
+            self.source,
+        )
+
+
+@dataclass(frozen=True)
+class TextData:
+    """Labelled texts for ``classification``; ``rows[i]`` names example i in messages."""
+
+    texts: list[str]
+    labels: list[str]
+    source: str = ""
+    rows: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subset(self, idx: np.ndarray) -> TextData:
+        return TextData(
+            [self.texts[i] for i in idx],
+            [self.labels[i] for i in idx],
+            self.source,
+            [self.rows[i] for i in idx] if self.rows else [],
+        )
+
+
+@dataclass(frozen=True)
+class TaggedData:
+    """Pre-split sentences for ``ner``: ``words[i][j]`` has tag ``tags[i][j]``."""
+
+    words: list[list[str]]
+    tags: list[list[str]]
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def subset(self, idx: np.ndarray) -> TaggedData:
+        return TaggedData([self.words[i] for i in idx], [self.tags[i] for i in idx], self.source)
+
+
+@dataclass(frozen=True)
+class SpanPairData:
+    """Texts with two entity spans for ``relation``.
+
+    ``spans`` is int64 ``(N, 2, 2)``: ``spans[i, k] = [start, end)`` character offsets of
+    entity ``k`` in ``texts[i]``, half-open like Python slices.
+    """
+
+    texts: list[str]
+    spans: np.ndarray
+    labels: list[str]
+    source: str = ""
+    rows: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subset(self, idx: np.ndarray) -> SpanPairData:
+        return SpanPairData(
+            [self.texts[i] for i in idx],
+            self.spans[idx],
+            [self.labels[i] for i in idx],
+            self.source,
+            [self.rows[i] for i in idx] if self.rows else [],
+        )
+
+
+TaskData = PairData | TextData | TaggedData | SpanPairData
+
+
+def read_task(task: str, path: str | Path, columns: Columns | None = None) -> TaskData:
+    """Read ``path`` as a data file of ``task`` (one of :data:`TASKS`).
+
+    Tables (``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``) use ``columns``; native formats
+    are recognised: STS-B tsv (any suffix, tab-separated, score in field 5, sentences in
+    fields 6-7), SST-2 ``LABEL sentence`` lines (classification, any other suffix), CoNLL
+    (ner, always), SemEval-2010 Task 8 (relation, any suffix but ``.jsonl``/tables).
+    Raises :class:`DataError` naming the file and row on any problem.
+    """
+    if task not in TASKS:
+        raise DataError(f"Expected `--task` to be one of {', '.join(TASKS)}, but got {task!r}.")
+    columns = columns or Columns()
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file.")
+    suffix = path.suffix.lower()
+    if task == "ner":
+        return _read_conll(path)
+    if task == "sts":
+        if suffix in (".jsonl", ".parquet") or not _looks_like_stsb(path):
+            return _pairs_from_table(path, columns)
+        return _read_stsb(path)
+    if task == "classification":
+        if suffix in TABLE_SUFFIXES:
+            return _texts_from_table(path, columns)
+        return _read_sst2(path)
+    if suffix in TABLE_SUFFIXES:
+        return _spans_from_table(path, columns)
+    return _read_semeval(path)
+
+
+# ---------------------------------------------------------------------------- text files
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its end) for a UTF-8 text file."""
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            for number, line in enumerate(f, 1):
+                yield number, line.rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}).") from None
+
+
+def _looks_like_stsb(path: Path) -> bool:
+    for _, line in _lines(path):
+        if line.strip():
+            fields = line.split("\t")
+            return len(fields) >= 7 and _is_float(fields[4])
+    return False
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_stsb(path: Path) -> PairData:
+    # Quotes are literal text in STS-B, and some lines carry two extra source fields.
+    s1: list[str] = []
+    s2: list[str] = []
+    scores: list[float] = []
+    with path.open(encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        for fields in reader:
+            where = f"{path}:{reader.line_num}"
+            if not fields or not "".join(fields).strip():
+                continue
+            if len(fields) < 7:
+                raise DataError(
+                    f"{where}: expected 7 tab-separated STS-B fields (genre, file, year, id, "
+                    f"score, sentence1, sentence2), but got {len(fields)}."
+                )
+            if not _is_float(fields[4]):
+                raise DataError(f"{where}: expected a numeric score in field 5, got {fields[4]!r}.")
+            s1.append(_nonempty(fields[5], where, "sentence1"))
+            s2.append(_nonempty(fields[6], where, "sentence2"))
+            scores.append(float(fields[4]))
+    return _finish_pairs(path, s1, s2, scores)
+
+
+def _read_sst2(path: Path) -> TextData:
+    texts: list[str] = []
+    labels: list[str] = []
+    rows: list[str] = []
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        label, _, text = line.strip().partition(" ")
+        where = f"{path}:{number}"
+        if not text.strip():
+            raise DataError(
+                f"{where}: expected `LABEL sentence` (SST-2 format) or a table with "
+                f"columns; got {line[:60]!r}. Use a .jsonl/.csv/.tsv/.parquet file for tables."
+            )
+        texts.append(text.strip())
+        labels.append(label)
+        rows.append(where)
+    return _finish_texts(path, texts, labels, rows)
+
+
+def _read_conll(path: Path) -> TaggedData:
+    words: list[list[str]] = []
+    tags: list[list[str]] = []
+    cur_w: list[str] = []
+    cur_t: list[str] = []
+    for number, line in _lines(path):
+        if not line.strip() or line.startswith("-DOCSTART-"):
+            if cur_w:
+                words.append(cur_w)
+                tags.append(cur_t)
+                cur_w, cur_t = [], []
+            continue
+        fields = line.split("\t") if "\t" in line else line.split()
+        where = f"{path}:{number}"
+        if len(fields) < 2 or not fields[0]:
+            raise DataError(f"{where}: expected `token<TAB>tag` (CoNLL), but got {line[:60]!r}.")
+        tag = fields[-1].strip()
+        _check_tag(tag, where)
+        cur_w.append(fields[0])
+        cur_t.append(tag)
+    if cur_w:
+        words.append(cur_w)
+        tags.append(cur_t)
+    if not words:
+        raise DataError(f"{path}: no sentences found (expected CoNLL `token<TAB>tag` lines).")
+    return TaggedData(words, tags, str(path))
+
+
+_TAG = re.compile(r"^(O|[BI]-\S+)$")
+
+
+def _check_tag(tag: str, where: str) -> None:
+    if not _TAG.match(tag):
+        raise DataError(f"{where}: expected a BIO/IOB tag (O, B-TYPE, I-TYPE), but got {tag!r}.")
+
+
+_SEMEVAL = re.compile(r'^\s*\S+\t"(.*)"\s*$')
+_MARKER = re.compile(r"</?e[12]>")
+
+
+def _read_semeval(path: Path) -> SpanPairData:
+    texts: list[str] = []
+    spans: list[list[list[int]]] = []
+    labels: list[str] = []
+    rows: list[str] = []
+    pending: tuple[str, list[list[int]], str] | None = None
+    for number, line in _lines(path):
+        where = f"{path}:{number}"
+        if pending is not None:
+            label = line.strip()
+            if not label:
+                raise DataError(f"{where}: expected the relation label after line {number - 1}.")
+            texts.append(pending[0])
+            spans.append(pending[1])
+            labels.append(label)
+            rows.append(pending[2])
+            pending = None
+            continue
+        if not line.strip() or line.startswith("Comment:"):
+            continue
+        match = _SEMEVAL.match(line)
+        if not match:
+            raise DataError(
+                f'{where}: expected `ID<TAB>"sentence with <e1>..</e1> and <e2>..</e2>"` '
+                f"(SemEval-2010 Task 8) or a .jsonl file; got {line[:60]!r}."
+            )
+        text, pair = strip_markers(match.group(1), where)
+        pending = (text, pair, where)
+    if pending is not None:
+        raise DataError(f"{pending[2]}: the sentence has no relation label line after it.")
+    return _finish_spans(path, texts, spans, labels, rows)
+
+
+def strip_markers(marked: str, where: str = "text") -> tuple[str, list[list[int]]]:
+    """Remove ``<e1>..</e1>`` and ``<e2>..</e2>`` from ``marked``.
+
+    Returns the plain text and ``[[s1, e1], [s2, e2]]``: half-open character spans of the
+    two entities in the plain text. Raises :class:`DataError` naming ``where`` unless each
+    marker occurs exactly once, opening before closing, around a non-empty entity.
+    """
+    found: dict[str, int] = {}
+    pieces: list[str] = []
+    pos = 0
+    length = 0
+    for m in _MARKER.finditer(marked):
+        pieces.append(marked[pos : m.start()])
+        length += m.start() - pos
+        pos = m.end()
+        if m.group() in found:
+            raise DataError(f"{where}: marker {m.group()} occurs twice.")
+        found[m.group()] = length
+    pieces.append(marked[pos:])
+    out: list[list[int]] = []
+    for k in ("1", "2"):
+        start, end = found.get(f"<e{k}>"), found.get(f"</e{k}>")
+        if start is None or end is None or end <= start:
+            raise DataError(
+                f"{where}: expected one non-empty <e{k}>..</e{k}> entity in the sentence."
+            )
+        out.append([start, end])
+    return "".join(pieces), out
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def _read_table(path: Path) -> tuple[list[str], list[tuple[str, dict]]]:
+    """Column names and (row name, record) pairs of a .jsonl/.csv/.tsv/.parquet file."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+        except Exception as e:  # pyarrow raises several types for a bad file
+            raise DataError(f"{path}: not a readable parquet file ({e}).") from None
+        return table.column_names, [
+            (f"{path}: row {i + 1}", rec) for i, rec in enumerate(table.to_pylist())
+        ]
+    if suffix == ".jsonl":
+        records: list[tuple[str, dict]] = []
+        names: list[str] = []
+        for number, line in _lines(path):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: not valid JSON ({e.msg}).") from None
+            if not isinstance(rec, dict):
+                raise DataError(f"{where}: expected a JSON object per line.")
+            names.extend(k for k in rec if k not in names)
+            records.append((where, rec))
+        return names, records
+    delimiter = "\t" if suffix == ".tsv" else ","
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f, delimiter=delimiter)
+            names = list(reader.fieldnames or [])
+            records = [(f"{path}:{reader.line_num}", dict(r)) for r in reader]
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}).") from None
+    except csv.Error as e:
+        raise DataError(f"{path}: not a readable {suffix[1:]} file ({e}).") from None
+    return names, records
+
+
+def _require(path: Path, names: list[str], wanted: dict[str, str]) -> None:
+    for option, name in wanted.items():
+        if name not in names:
+            have = ", ".join(names) if names else "none"
+            raise DataError(
+                f"{path}: missing column {name!r} (columns: {have}); "
+                f"pass --{option}-column to use another."
+            )
+
+
+def _field(rec: dict, name: str, where: str) -> object:
+    value = rec.get(name)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise DataError(f"{where}: empty {name!r}.")
+    return value
+
+
+def _nonempty(text: object, where: str, name: str) -> str:
+    if not isinstance(text, str):
+        raise DataError(f"{where}: expected text in {name!r}, but got {type(text).__name__}.")
+    if not text.strip():
+        raise DataError(f"{where}: empty {name!r}.")
+    return text
+
+
+def _pairs_from_table(path: Path, c: Columns) -> PairData:
+    if path.suffix.lower() not in TABLE_SUFFIXES:
+        raise DataError(
+            f"{path}: not an STS-B tsv file; for other formats use .jsonl/.csv/.tsv/.parquet "
+            f"with columns {c.sentence1}, {c.sentence2}, {c.score}."
+        )
+    names, records = _read_table(path)
+    _require(path, names, {"sentence1": c.sentence1, "sentence2": c.sentence2, "score": c.score})
+    s1, s2, scores = [], [], []
+    for where, rec in records:
+        s1.append(_nonempty(_field(rec, c.sentence1, where), where, c.sentence1))
+        s2.append(_nonempty(_field(rec, c.sentence2, where), where, c.sentence2))
+        score = _field(rec, c.score, where)
+        if isinstance(score, bool) or not _is_float(str(score)):
+            raise DataError(f"{where}: expected a numeric {c.score!r}, but got {score!r}.")
+        scores.append(float(score))
+    return _finish_pairs(path, s1, s2, scores)
+
+
+def _texts_from_table(path: Path, c: Columns) -> TextData:
+    names, records = _read_table(path)
+    _require(path, names, {"text": c.text, "label": c.label})
+    texts, labels, rows = [], [], []
+    for where, rec in records:
+        texts.append(_nonempty(_field(rec, c.text, where), where, c.text))
+        labels.append(str(_field(rec, c.label, where)))
+        rows.append(where)
+    return _finish_texts(path, texts, labels, rows)
+
+
+def _spans_from_table(path: Path, c: Columns) -> SpanPairData:
+    names, records = _read_table(path)
+    _require(path, names, {"text": c.text, "spans": c.spans, "label": c.label})
+    texts, spans, labels, rows = [], [], [], []
+    for where, rec in records:
+        texts.append(_nonempty(_field(rec, c.text, where), where, c.text))
+        raw = _field(rec, c.spans, where)
+        if isinstance(raw, str):  # csv/tsv cells hold the spans as JSON
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError:
+                raise DataError(f"{where}: {c.spans!r} is not JSON: {raw!r}.") from None
+        spans.append(_span_pair(raw, c.spans, where))
+        labels.append(str(_field(rec, c.label, where)))
+        rows.append(where)
+    return _finish_spans(path, texts, spans, labels, rows)
+
+
+def _span_pair(raw: object, name: str, where: str) -> list[list[int]]:
+    ok = (
+        isinstance(raw, list | tuple)
+        and len(raw) == 2
+        and all(
+            isinstance(s, list | tuple)
+            and len(s) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in s)
+            for s in raw
+        )
+    )
+    if not ok:
+        raise DataError(
+            f"{where}: expected {name!r} to be two [start, end] character offsets, "
+            f"like [[0, 4], [15, 21]], but got {raw!r}."
+        )
+    return [list(s) for s in raw]  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def _finish_pairs(path: Path, s1: list[str], s2: list[str], scores: list[float]) -> PairData:
+    if not s1:
+        raise DataError(f"{path}: no sentence pairs found.")
+    return PairData(s1, s2, np.asarray(scores, dtype=np.float64), str(path))
+
+
+def _finish_texts(path: Path, texts: list[str], labels: list[str], rows: list[str]) -> TextData:
+    if not texts:
+        raise DataError(f"{path}: no examples found.")
+    return TextData(texts, labels, str(path), rows)
+
+
+def _finish_spans(
+    path: Path,
+    texts: list[str],
+    spans: list[list[list[int]]],
+    labels: list[str],
+    rows: list[str],
+) -> SpanPairData:
+    if not texts:
+        raise DataError(f"{path}: no examples found.")
+    for text, pair, where in zip(texts, spans, rows, strict=True):
+        for k, (start, end) in enumerate(pair, 1):
+            if not 0 <= start < end <= len(text):
+                raise DataError(
+                    f"{where}: span {k} [{start}, {end}) is outside the text of length "
+                    f"{len(text)}; spans are half-open character offsets [start, end)."
+                )
+            if not text[start:end].strip():
+                raise DataError(f"{where}: span {k} [{start}, {end}) covers only whitespace.")
+    return SpanPairData(texts, np.asarray(spans, dtype=np.int64), labels, str(path), rows)

@@ -1,0 +1,157 @@
+"""Results of `poolkit compare`: the ranked table, the JSON file and the bar chart."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "MAIN_METRIC",
+    "METRICS",
+    "Result",
+    "rank",
+    "table",
+    "to_json",
+    "write_json",
+    "write_plot",
+]
+
+# Every metric per task, the main one (ranking key) first. All are fractions.
+METRICS: dict[str, tuple[str, ...]] = {
+    "sts": ("spearman", "pearson"),
+    "classification": ("accuracy", "macro_f1"),
+    "ner": ("entity_f1", "token_accuracy"),
+    "relation": ("macro_f1", "accuracy"),
+}
+MAIN_METRIC = {task: names[0] for task, names in METRICS.items()}
+
+
+@dataclass(frozen=True)
+class Result:
+    """One candidate's scores: ``metrics`` maps each name of ``METRICS[task]`` to a fraction."""
+
+    strategy: str
+    layers: str
+    metrics: dict[str, float]
+    intended: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.strategy if self.layers == "last" else f"{self.strategy} [{self.layers}]"
+
+
+def rank(results: Sequence[Result], metric: str) -> list[Result]:
+    """Best first by ``metric``; ties keep the candidates' given order (deterministic)."""
+    return sorted(results, key=lambda r: -r.metrics[metric])
+
+
+def table(task: str, results: Sequence[Result], intended_note: str = "") -> str:
+    """The terminal table: one row per candidate, best first, ``*`` on the intended pooling."""
+    names = METRICS[task]
+    ranked = rank(results, names[0])
+    show_layers = any(r.layers != "last" for r in ranked)
+    head = ["#", "strategy", *(["layers"] if show_layers else []), *names]
+    rows = [
+        [
+            str(i),
+            r.strategy + (" *" if r.intended else ""),
+            *([r.layers] if show_layers else []),
+            *(f"{r.metrics[n]:.4f}" for n in names),
+        ]
+        for i, r in enumerate(ranked, 1)
+    ]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    numeric = [False] * (len(head) - len(names)) + [True] * len(names)
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if num or j == 0 else c.ljust(w)
+            for j, (c, w, num) in enumerate(zip(cells, widths, numeric, strict=True))
+        ).rstrip()
+
+    out = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    if intended_note:
+        out.append(intended_note)
+    return "\n".join(out)
+
+
+def to_json(task: str, model: str, results: Sequence[Result]) -> dict:
+    """``{"task", "model", "metric", "results": [{"strategy", "layers", <metrics>, "intended"}]}``,
+    results best first."""
+    metric = MAIN_METRIC[task]
+    return {
+        "task": task,
+        "model": model,
+        "metric": metric,
+        "results": [
+            {
+                "strategy": r.strategy,
+                "layers": r.layers,
+                **{n: r.metrics[n] for n in METRICS[task]},
+                "intended": r.intended,
+            }
+            for r in rank(results, metric)
+        ],
+    }
+
+
+def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    """Write through a temporary file in the same folder, then rename: never half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent or ".")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, document: dict) -> None:
+    """Write ``document`` as indented JSON to ``path`` atomically."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=2)
+            f.write("\n")
+
+    _atomic_write(path, write)
+
+
+def write_plot(path: Path, task: str, model: str, results: Sequence[Result]) -> None:
+    """A horizontal bar chart (PNG) of the main metric per candidate, best on top.
+
+    The intended pooling is drawn in another colour; each bar carries its value.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+
+    metric = MAIN_METRIC[task]
+    ranked = rank(results, metric)[::-1]  # barh draws bottom-up; best ends on top
+    values = [r.metrics[metric] for r in ranked]
+    labels = [r.label + ("  (intended)" if r.intended else "") for r in ranked]
+    colors = ["#d95f02" if r.intended else "#1b9e77" for r in ranked]
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.32 * len(ranked)), dpi=120)
+    try:
+        bars = ax.barh(range(len(ranked)), values, color=colors)
+        ax.set_yticks(range(len(ranked)), labels)
+        ax.bar_label(bars, labels=[f"{v:.4f}" for v in values], padding=3, fontsize=8)
+        low = min(0.0, *values)
+        high = max(values)
+        # Start the axis near the worst score so small differences stay visible.
+        start = max(low, min(values) - 0.15 * (high - min(values) + 1e-9) - 0.02)
+        ax.set_xlim(start, high + 0.12 * (high - start + 1e-9))
+        ax.set_xlabel(f"{metric} (fraction)")
+        ax.set_title(f"poolkit compare --task {task}\n{model}", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        fig.tight_layout()
+        _atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png"))
+    finally:
+        plt.close(fig)
