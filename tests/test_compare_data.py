@@ -1,0 +1,135 @@
+"""Task readers of `poolkit compare`: the native formats, generic tables, and every error."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from poolkit.compare.datasets import Columns, DataError, read_task, strip_markers
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def test_stsb_native_keeps_first_seven_fields_and_literal_quotes():
+    data = read_task("sts", DATA / "stsb/sts-dev.csv")
+    assert len(data) == 1500
+    # Independent read: split on tabs by hand.
+    lines = (DATA / "stsb/sts-dev.csv").read_text(encoding="utf-8").splitlines()
+    fields = [line.split("\t") for line in lines]
+    assert data.sentence1 == [f[5] for f in fields]
+    assert data.sentence2 == [f[6] for f in fields]
+    np.testing.assert_array_equal(data.scores, [float(f[4]) for f in fields])
+    assert any('"' in s for s in data.sentence1 + data.sentence2)
+
+
+def test_sst2_native():
+    data = read_task("classification", DATA / "sst2/stsa.binary.dev")
+    assert len(data) == 872 and set(data.labels) == {"0", "1"}
+    assert data.texts[0] == "one long string of cliches ."
+
+
+def test_conll_sentences_and_tags():
+    data = read_task("ner", DATA / "wnut17/emerging.dev.conll")
+    assert len(data) == 1009
+    assert sum(map(len, data.words)) == 15733
+    assert data.words[0][:3] == ["Stabilized", "approach", "or"]
+    assert all(len(w) == len(t) for w, t in zip(data.words, data.tags))
+
+
+def test_semeval_markers_stripped_and_spans_recorded():
+    data = read_task("relation", DATA / "semeval2010_task8/TRAIN_FILE.TXT")
+    assert len(data) == 8000
+    assert data.texts[0] == (
+        "The system as described above has its greatest application in an arrayed "
+        "configuration of antenna elements."
+    )
+    assert [data.texts[0][s:e] for s, e in data.spans[0]] == ["configuration", "elements"]
+    assert data.labels[0] == "Component-Whole(e2,e1)"
+    assert not any("<e1>" in t or "</e2>" in t for t in data.texts)
+
+
+def test_strip_markers_e2_before_e1():
+    text, spans = strip_markers("a <e2>b c</e2> d <e1>e</e1>")
+    assert text == "a b c d e"
+    assert [text[s:e] for s, e in spans] == ["e", "b c"]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".tsv", ".parquet"])
+def test_tables_with_configured_columns(tmp_path, suffix):
+    rows = [
+        {"a": "first text", "b": "x", "s": json.dumps([[0, 5], [6, 10]])},
+        {"a": "second one", "b": "y", "s": json.dumps([[0, 6], [7, 10]])},
+    ]
+    path = tmp_path / f"t{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("\n".join(json.dumps({**r, "s": json.loads(r["s"])}) for r in rows))
+    elif suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist([{**r, "s": json.loads(r["s"])} for r in rows]), path)
+    else:
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, ["a", "b", "s"], delimiter="," if suffix == ".csv" else "\t")
+            w.writeheader()
+            w.writerows(rows)
+    cols = Columns(text="a", label="b", spans="s")
+    texts = read_task("classification", path, cols)
+    assert texts.texts == ["first text", "second one"] and texts.labels == ["x", "y"]
+    spans = read_task("relation", path, cols)
+    assert [[t[s:e] for s, e in p] for t, p in zip(spans.texts, spans.spans)] == [
+        ["first", "text"],
+        ["second", "one"],
+    ]
+
+
+def test_sts_table(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"sentence1": "a b", "sentence2": "c", "score": 3}\n')
+    data = read_task("sts", path)
+    assert data.sentence1 == ["a b"] and data.scores.tolist() == [3.0]
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("task", "name", "text", "message"),
+    [
+        ("sts", "p.jsonl", '{"sentence1": "a", "score": 1}\n', r"missing column 'sentence2' \(columns: sentence1, score\); pass --sentence2-column"),
+        ("sts", "p.jsonl", '{"sentence1": "a", "sentence2": "b", "score": "high"}\n', r"p.jsonl:1: expected a numeric 'score', but got 'high'"),
+        ("sts", "p.txt", "just some text\n", r"p.txt: not an STS-B tsv file"),
+        ("sts", "p.tsv", "g\tf\ty\ti\t1.0\tonly one sentence\n", r"missing column 'sentence1'"),
+        ("sts", "p.jsonl", '{"sentence1": "a",\n', r"p.jsonl:1: not valid JSON"),
+        ("classification", "c.txt", "1 good\nnolabel\n", r"c.txt:2: expected `LABEL sentence` \(SST-2 format\)"),
+        ("classification", "c.csv", "text,label\nhello,\n", r"c.csv:2: empty 'label'"),
+        ("classification", "c.csv", "words,label\nhello,1\n", r"missing column 'text' \(columns: words, label\); pass --text-column"),
+        ("ner", "n.conll", "John\tB-PER\nworks\n", r"n.conll:2: expected `token<TAB>tag` \(CoNLL\)"),
+        ("ner", "n.conll", "John\tPERSON\n", r"n.conll:1: expected a BIO/IOB tag \(O, B-TYPE, I-TYPE\), but got 'PERSON'"),
+        ("ner", "n.conll", "\n\n", r"n.conll: no sentences found"),
+        ("relation", "r.txt", '1\t"no markers here"\nOther\n', r"r.txt:1: expected one non-empty <e1>..</e1> entity"),
+        ("relation", "r.txt", "1\tnot quoted\n", r"r.txt:1: expected `ID<TAB>\"sentence with <e1>"),
+        ("relation", "r.txt", '1\t"<e1>a</e1> <e2>b</e2>"\n', r"r.txt:1: the sentence has no relation label"),
+        ("relation", "r.jsonl", '{"text": "abc", "spans": [[0, 1], [2, 9]], "label": "x"}\n', r"r.jsonl:1: span 2 \[2, 9\) is outside the text of length 3"),
+        ("relation", "r.jsonl", '{"text": "abc", "spans": [[0, 1]], "label": "x"}\n', r"r.jsonl:1: expected 'spans' to be two \[start, end\] character offsets"),
+        ("relation", "r.jsonl", '{"text": "a c", "spans": [[0, 1], [1, 2]], "label": "x"}\n', r"r.jsonl:1: span 2 \[1, 2\) covers only whitespace"),
+    ],
+)  # fmt: skip
+def test_errors_name_the_row(tmp_path, task, name, text, message):
+    with pytest.raises(DataError, match=message):
+        read_task(task, _write(tmp_path, name, text))
+
+
+def test_missing_file_and_bad_encoding(tmp_path):
+    with pytest.raises(DataError, match=r"nope.csv: no such file"):
+        read_task("sts", tmp_path / "nope.csv")
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"1 caf\xe9\n")
+    with pytest.raises(DataError, match=r"bad.txt: not UTF-8 text"):
+        read_task("classification", path)
