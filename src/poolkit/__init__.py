@@ -1,0 +1,34 @@
+"""poolkit: sequence, token, word and span representations from transformer encoders."""
+
+from poolkit.layers import LAYER_PRESETS, layer_mix
+from poolkit.sequence import SEQUENCE_STRATEGIES, parse_sequence_strategy, sequence_embedding
+from poolkit.spans import (
+    LOG_WIDTH_BUCKETS,
+    SPAN_STRATEGIES,
+    bucket_widths,
+    parse_span_strategy,
+    span_embeddings,
+    span_output_dim,
+)
+from poolkit.tokens import flat_token_embeddings, token_embeddings
+from poolkit.words import WORD_STRATEGIES, word_embeddings, word_spans
+
+__all__ = [
+    "LAYER_PRESETS",
+    "LOG_WIDTH_BUCKETS",
+    "SEQUENCE_STRATEGIES",
+    "SPAN_STRATEGIES",
+    "WORD_STRATEGIES",
+    "bucket_widths",
+    "flat_token_embeddings",
+    "layer_mix",
+    "parse_sequence_strategy",
+    "parse_span_strategy",
+    "sequence_embedding",
+    "span_embeddings",
+    "span_output_dim",
+    "token_embeddings",
+    "word_embeddings",
+    "word_spans",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,122 @@
+"""Array helpers shared by the NumPy and PyTorch paths.
+
+Every pooling rule is written once against the array-API namespace ``xp`` of its input
+(``array_api_compat``), so NumPy users never import torch. Index planning (masks, spans,
+word ids: small integer arrays) happens on the host in NumPy; only the reductions over
+hidden states run in the input's own namespace and on its device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+from poolkit._errors import type_error, value_error
+
+Array = Any  # a NumPy array or a torch tensor
+
+
+def namespace(x: Array, arg: str = "hidden") -> Any:
+    """The array-API namespace of ``x``; TypeError naming ``arg`` for anything else."""
+    if array_api_compat.is_numpy_array(x) or array_api_compat.is_torch_array(x):
+        return array_api_compat.array_namespace(x)
+    type_error(
+        arg,
+        "a NumPy array or a torch tensor",
+        type(x).__name__,
+        "Convert it with numpy.asarray(...) or torch.as_tensor(...).",
+    )
+
+
+def dtype_name(x: Array) -> str:
+    return str(x.dtype).removeprefix("torch.")
+
+
+def float_hidden(x: Array, arg: str = "hidden") -> tuple[Any, Any]:
+    """Check that ``x`` holds floating point values; return ``(xp, output_dtype)``.
+
+    The output dtype is float32 for float16, bfloat16 and float32 inputs, float64 for
+    float64: half-precision inputs are reduced in float32 so sums never overflow.
+    """
+    xp = namespace(x, arg)
+    if not xp.isdtype(x.dtype, "real floating"):
+        type_error(
+            arg,
+            "a floating point array (float16, bfloat16, float32 or float64)",
+            f"dtype {dtype_name(x)}",
+            "Cast it first, e.g. hidden.astype('float32') or hidden.float().",
+        )
+    out = xp.float64 if x.dtype == xp.float64 else xp.float32
+    return xp, out
+
+
+def device_of(x: Array) -> Any:
+    return array_api_compat.device(x)
+
+
+def to_host(x: Any, arg: str) -> np.ndarray:
+    """A NumPy copy of a small index-like input (mask, spans, word ids) for planning."""
+    if array_api_compat.is_torch_array(x):
+        return x.detach().cpu().numpy()
+    if isinstance(x, np.ndarray):
+        return x
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as err:
+        type_error(
+            arg, "an array, a tensor or a nested list of integers", type(x).__name__, str(err)
+        )
+
+
+def host_mask(mask: Any, shape: tuple[int, ...], arg: str = "mask") -> np.ndarray:
+    """Validate a 0/1 mask of ``shape`` and return it as a NumPy bool array."""
+    m = to_host(mask, arg)
+    if m.dtype != np.bool_:
+        if not np.issubdtype(m.dtype, np.integer):
+            type_error(
+                arg,
+                "a bool or integer 0/1 array",
+                f"dtype {m.dtype}",
+                "Pass the tokenizer's mask as it is (int64) or as bool.",
+            )
+        bad = (m != 0) & (m != 1)
+        if bad.any():
+            value_error(
+                arg,
+                "0/1 values",
+                f"value {m[bad].flat[0]} at index {tuple(int(i) for i in np.argwhere(bad)[0])}",
+                "Use 1 for real tokens and 0 for padding.",
+            )
+        m = m.astype(bool)
+    if m.shape != shape:
+        value_error(
+            arg,
+            f"of shape {shape} (the leading dimensions of `hidden`)",
+            f"shape {m.shape}",
+        )
+    return m
+
+
+def to_device(xp: Any, values: np.ndarray, like: Array) -> Array:
+    """Move a host NumPy array to the namespace and device of ``like``."""
+    if array_api_compat.is_numpy_array(like):
+        return values
+    return xp.asarray(values, device=device_of(like))
+
+
+def check_finite(xp: Any, out: Array, arg: str = "hidden") -> None:
+    """Raise when a result holds NaN or inf: the input had them in real positions."""
+    if bool(xp.all(xp.isfinite(out))):
+        return
+    bad = ~xp.isfinite(out)
+    while bad.ndim > 1:
+        bad = xp.any(bad, axis=-1)
+    rows = np.flatnonzero(to_host(bad, arg)).tolist() if bad.ndim else [0]
+    value_error(
+        arg,
+        "finite in its real (unmasked) positions",
+        f"NaN or inf reaching the result in row(s) {rows[:8]}",
+        "Check the encoder's output (fp16 overflow is a common cause) or mask those tokens.",
+    )

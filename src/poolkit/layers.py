@@ -1,0 +1,92 @@
+"""Layer choice: which encoder layers feed the pooling, and how they combine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from poolkit._arrays import Array, float_hidden
+from poolkit._errors import type_error, value_error
+
+LAYER_PRESETS: dict[str, tuple[int, ...]] = {
+    "last": (-1,),
+    "last4": (-4, -3, -2, -1),
+    "first_last": (1, -1),
+    "second_last": (-2,),
+}
+"""Named layer sets. Indices follow ``output_hidden_states``: 0 is the embedding
+layer's output, 1 the first transformer layer, -1 the last. ``first_last`` is the
+average of the first and the last transformer layer."""
+
+LAYER_COMBINATIONS = ("mean", "sum", "concat")
+
+
+def resolve_layers(layers: str | int | Sequence[int], n_layers: int) -> tuple[int, ...]:
+    """Absolute indices into a stack of ``n_layers`` hidden states (0 = embeddings)."""
+    if isinstance(layers, str):
+        if layers not in LAYER_PRESETS:
+            value_error(
+                "layers", f"one of {', '.join(LAYER_PRESETS)} or layer indices", repr(layers)
+            )
+        chosen: Sequence[int] = LAYER_PRESETS[layers]
+    elif isinstance(layers, int):
+        chosen = (layers,)
+    elif isinstance(layers, Sequence) and layers and all(isinstance(i, int) for i in layers):
+        chosen = layers
+    else:
+        type_error("layers", "a preset name, an int or a non-empty list of ints", repr(layers))
+    out = []
+    for i in chosen:
+        if not -n_layers <= i < n_layers:
+            value_error(
+                "layers",
+                f"indices in {-n_layers}..{n_layers - 1} ({n_layers} hidden states, 0 = embeddings)",
+                repr(i),
+            )
+        out.append(i % n_layers)
+    return tuple(out)
+
+
+def layer_mix(
+    hidden_states: Sequence[Array] | Array,
+    layers: str | int | Sequence[int] = "last",
+    how: str = "mean",
+) -> Array:
+    """Choose encoder layers and combine them into one ``hidden`` for pooling.
+
+    Args:
+        hidden_states: a sequence of ``(B, L, H)`` (or ``(L, H)``) arrays, as a model's
+            ``output_hidden_states=True`` gives them (index 0 = embedding output), or
+            one stacked array ``(N, B, L, H)``.
+        layers: a preset from ``LAYER_PRESETS`` (``last``, ``last4``, ``first_last``,
+            ``second_last``), one index or a list of indices (negative from the end).
+        how: ``mean`` (accumulated in float32 or wider), ``sum`` or ``concat`` (along H).
+
+    Returns:
+        ``(B, L, H)`` (``(B, L, k*H)`` for ``concat`` of k layers), float32 (float64 for
+        float64 input), the input's kind and device. Padding positions are combined
+        like any other; the pooling functions ignore them.
+    """
+    if how not in LAYER_COMBINATIONS:
+        value_error("how", f"one of {', '.join(LAYER_COMBINATIONS)}", repr(how))
+    states = list(hidden_states) if isinstance(hidden_states, list | tuple) else None
+    if states is None:
+        xp, _ = float_hidden(hidden_states, "hidden_states")
+        states = [hidden_states[i] for i in range(hidden_states.shape[0])]
+    if not states:
+        value_error("hidden_states", "a non-empty sequence of layers", "an empty one")
+    xp, dtype = float_hidden(states[0], "hidden_states")
+    shape = tuple(states[0].shape)
+    for i, s in enumerate(states):
+        if tuple(s.shape) != shape:
+            value_error(
+                "hidden_states",
+                f"layers of one shape {shape}",
+                f"layer {i} of shape {tuple(s.shape)}",
+            )
+    chosen = [xp.astype(states[i], dtype) for i in resolve_layers(layers, len(states))]
+    if how == "concat":
+        return xp.concat(chosen, axis=-1)
+    total = chosen[0]
+    for s in chosen[1:]:
+        total = total + s
+    return total / len(chosen) if how == "mean" else total

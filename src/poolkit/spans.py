@@ -1,0 +1,356 @@
+"""Span level: one vector per ``[start, end]`` token span (ends **inclusive**).
+
+Strategies, combined with commas (``"endpoints,mean"``) or given as a list:
+
+==============  ==================================================================
+``endpoints``   ``[h_start; h_end]`` (2H), as in the seed document
+``mean``        average of the span's tokens
+``max``         element-wise maximum over the span's tokens
+``attention``   softmax over per-token ``scores`` inside the span, weighted sum.
+                Without ``scores``: each token is scored by its scaled dot product
+                with the span's mean vector, ``h_t . mean / sqrt(H)`` (parameter-free)
+``diff_sum``    ``[h_end - h_start; h_end + h_start]`` (2H)
+``x``, ``y``    the start / end token vector (H each)
+``x-y`` ...     element-wise ``-``, ``+``, ``*``, ``/`` of the two endpoint vectors
+==============  ==================================================================
+
+Spans are reduced offset by offset (token ``start + k`` for every span at once, the
+widest spans first), so memory stays ``O(S x H)`` whatever the widths: there is never a
+``(B, S, L, H)`` intermediate.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from poolkit._arrays import (
+    Array,
+    check_finite,
+    device_of,
+    float_hidden,
+    host_mask,
+    to_device,
+    to_host,
+)
+from poolkit._errors import type_error, value_error
+
+SPAN_STRATEGIES: tuple[str, ...] = ("endpoints", "mean", "max", "attention", "diff_sum")
+_ALIASES = {"endpoints": ("x", "y"), "diff_sum": ("y-x", "y+x")}
+_OPS = "-+*/"
+LOG_WIDTH_BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 9, 17, 33, 65)
+"""Lower bounds of the log-spaced width buckets: widths 1, 2, 3, 4, 5, 6-8, 9-16, 17-32,
+33-64 and 65+ (the (width - 1) buckets 0..4, 5-7, 8-15, ... of Lee et al. 2017)."""
+
+
+def parse_span_strategy(strategy: str | Sequence[str]) -> tuple[str, ...]:
+    """Split a span strategy into validated terms (``"x,y,x*y"`` -> ``("x", "y", "x*y")``)."""
+    if isinstance(strategy, str):
+        return _parse(strategy)
+    if isinstance(strategy, Sequence) and strategy and all(isinstance(s, str) for s in strategy):
+        return tuple(t for s in strategy for t in _parse(s))
+    value_error("strategy", "a span strategy name or a non-empty list of them", repr(strategy))
+
+
+@lru_cache(maxsize=256)
+def _parse(text: str) -> tuple[str, ...]:
+    terms: list[str] = []
+    for raw in text.split(","):
+        term = raw.strip().lower().replace(" ", "")
+        if term in _ALIASES:
+            terms.extend(_ALIASES[term])
+        elif term in SPAN_STRATEGIES or term in ("x", "y"):
+            terms.append(term)
+        elif len(term) == 3 and term[0] in "xy" and term[1] in _OPS and term[2] in "xy":
+            terms.append(term)
+        else:
+            value_error(
+                "strategy",
+                f"comma-joined terms from {', '.join(SPAN_STRATEGIES)}, x, y, or 'a?b' with a, b "
+                f"in x/y and ? in {' '.join(_OPS)} (x = start token, y = end token)",
+                repr(text),
+                f"Unknown term {raw.strip()!r}.",
+            )
+    return tuple(terms)
+
+
+def span_output_dim(
+    hidden_size: int, strategy: str | Sequence[str], width_buckets: Any = None
+) -> int:
+    """Size of the last axis ``span_embeddings`` returns for these settings."""
+    width = 0 if width_buckets is None else len(_bucket_bounds(width_buckets))
+    return hidden_size * len(parse_span_strategy(strategy)) + width
+
+
+@dataclass(frozen=True)
+class SpanPlan:
+    """Valid spans in flattened form, sorted widest first. Host arrays, shape ``(V,)``.
+
+    ``slot`` is each valid span's index in the flat ``(B * S)`` output, ``base`` the
+    flat index of its start token in ``(B * L, H)``, ``width`` its token count.
+    """
+
+    slot: np.ndarray
+    base: np.ndarray
+    width: np.ndarray
+    active: np.ndarray  # active[k] = number of spans wider than k
+
+
+def span_embeddings(
+    hidden: Array,
+    spans: Any,
+    strategy: str | Sequence[str] = "endpoints",
+    *,
+    mask: Any = None,
+    span_mask: Any = None,
+    scores: Array | None = None,
+    width_buckets: Any = None,
+) -> Array:
+    """Represent token spans ``[start, end]`` (both ends **inclusive**).
+
+    Args:
+        hidden: ``(L, H)`` or ``(B, L, H)`` float token vectors (NumPy or torch).
+        spans: ``(S, 2)`` for unbatched ``hidden`` or ``(B, S, 2)``, integer token indices,
+            inclusive ``[start, end]``. A row of ``-1`` marks a padded span.
+        strategy: see the module docstring; comma-joined terms are concatenated.
+        mask: attention mask ``(L,)`` / ``(B, L)``; a span that touches padding raises.
+        span_mask: ``(S,)`` / ``(B, S)``, 1/True for real spans, 0/False for padded ones.
+        scores: ``(L,)`` / ``(B, L)`` per-token attention logits for ``attention`` (for
+            example from a learned ``Linear(H, 1)``); gradients flow through them.
+        width_buckets: ``None`` (no width feature), ``"log"`` (``LOG_WIDTH_BUCKETS``) or
+            ascending lower bounds of width buckets; appends a one-hot bucket vector.
+
+    Returns:
+        ``(S, D)`` or ``(B, S, D)``, ``D = span_output_dim(H, strategy, width_buckets)``,
+        float32 (float64 for float64 input), the input's kind and device. Padded spans
+        give zero vectors; they are never gathered.
+
+    Raises:
+        ValueError: start > end, an index outside ``0..L-1``, a span over padding, or
+            mismatched shapes; the message names the span as ``(row, span)``.
+
+    Example:
+        >>> import numpy as np
+        >>> h = np.random.rand(8, 256).astype(np.float32)
+        >>> span_embeddings(h, np.array([[3, 4]]), "endpoints").shape
+        (1, 512)
+    """
+    terms = parse_span_strategy(strategy)
+    xp, out_dtype = float_hidden(hidden)
+    if hidden.ndim not in (2, 3):
+        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
+    batched = hidden.ndim == 3
+    h = hidden if batched else hidden[None, ...]
+    b, length, hid = h.shape
+    sp = _host_spans(spans, batched, b)
+    n_spans = sp.shape[1]
+    padded = (sp == -1).all(axis=-1)
+    if span_mask is not None:
+        lead = (b, n_spans) if batched else (n_spans,)
+        padded |= ~host_mask(span_mask, lead, "span_mask").reshape(b, n_spans)
+    real = None if mask is None else host_mask(mask, (b, length) if batched else (length,))
+    _check_spans(sp, padded, length, None if real is None else real.reshape(b, length), batched)
+    score_flat = None
+    if scores is not None:
+        score_flat = _flat_scores(xp, scores, h, batched)
+    plan = _plan(sp, padded, length)
+    flat = xp.reshape(h, (b * length, hid))
+    parts = [_term(xp, term, flat, plan, out_dtype, score_flat) for term in terms]
+    if width_buckets is not None:
+        parts.append(_width_one_hot(xp, plan, width_buckets, out_dtype, flat))
+    out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)
+    check_finite(xp, out)
+    full = _scatter(xp, out, plan, b * n_spans, flat)
+    full = xp.reshape(full, (b, n_spans, full.shape[-1]))
+    return full if batched else full[0]
+
+
+def _host_spans(spans: Any, batched: bool, b: int) -> np.ndarray:
+    sp = to_host(spans, "spans")
+    if sp.size == 0:
+        sp = sp.reshape((b, 0, 2) if batched else (0, 2))
+    if not (np.issubdtype(sp.dtype, np.integer) or sp.dtype == np.bool_) or sp.dtype == np.bool_:
+        type_error("spans", "an integer array of inclusive [start, end] pairs", f"dtype {sp.dtype}")
+    want = "(B, S, 2)" if batched else "(S, 2)"
+    ok = (
+        sp.ndim == (3 if batched else 2) and sp.shape[-1] == 2 and (not batched or sp.shape[0] == b)
+    )
+    if not ok:
+        value_error(
+            "spans",
+            f"of shape {want} to match `hidden`" + (f" with B={b}" if batched else ""),
+            f"shape {sp.shape}",
+            "Each span is one [start, end] pair of token indices, ends inclusive.",
+        )
+    return sp.astype(np.int64).reshape(b, -1, 2)
+
+
+def _check_spans(
+    sp: np.ndarray, padded: np.ndarray, length: int, real: np.ndarray | None, batched: bool
+) -> None:
+    start, end = sp[..., 0], sp[..., 1]
+    live = ~padded
+
+    def fail(cond: np.ndarray, problem: str, fix: str) -> None:
+        bad = np.argwhere(live & cond)
+        if len(bad):
+            r, s = (int(i) for i in bad[0])
+            where = f"span ({r}, {s})" if batched else f"span {s}"
+            raise ValueError(
+                f"Invalid `spans`: {where} = [{int(start[r, s])}, {int(end[r, s])}] {problem} "
+                f"({len(bad)} span(s) affected). {fix}"
+            )
+
+    fail(
+        (start < 0) | (end < 0),
+        "has a negative index",
+        "Mark padded spans with [-1, -1] or `span_mask`.",
+    )
+    fail(start > end, "has start > end", "Ends are inclusive: a one-token span is [i, i].")
+    fail(end >= length, f"reaches past the last token (L = {length})", "Indices run 0..L-1.")
+    if real is not None:
+        prefix = np.concatenate([np.zeros((real.shape[0], 1), np.int64), np.cumsum(real, 1)], 1)
+        s_c, e_c = np.clip(start, 0, length - 1), np.clip(end, 0, length - 1)
+        inside = np.take_along_axis(prefix, e_c + 1, 1) - np.take_along_axis(prefix, s_c, 1)
+        fail(inside != e_c - s_c + 1, "covers padding", "Spans must lie on real tokens of `mask`.")
+
+
+def _plan(sp: np.ndarray, padded: np.ndarray, length: int) -> SpanPlan:
+    _b, n, _ = sp.shape
+    slot = np.flatnonzero(~padded.reshape(-1))
+    rows = slot // max(n, 1)
+    flat_sp = sp.reshape(-1, 2)[slot]
+    width = flat_sp[:, 1] - flat_sp[:, 0] + 1
+    order = np.argsort(-width, kind="stable")
+    slot, rows, flat_sp, width = slot[order], rows[order], flat_sp[order], width[order]
+    max_w = int(width[0]) if len(width) else 0
+    active = (width[None, :] > np.arange(max_w)[:, None]).sum(axis=1)
+    return SpanPlan(slot=slot, base=rows * length + flat_sp[:, 0], width=width, active=active)
+
+
+def _gather(xp: Any, flat: Array, plan: SpanPlan, k: int) -> Array:
+    """Token ``start + k`` of every span still active at offset ``k``: ``(active[k], H)``."""
+    n = int(plan.active[k])
+    return xp.take(flat, to_device(xp, plan.base[:n] + k, flat), axis=0)
+
+
+def _reduce(xp: Any, flat: Array, plan: SpanPlan, dtype: Any, how: str) -> Array:
+    """Sum, max or count-normalised mean over each span's tokens: ``(V, H)``."""
+    acc = xp.astype(_gather(xp, flat, plan, 0), dtype)
+    for k in range(1, len(plan.active)):
+        n = int(plan.active[k])
+        tok = xp.astype(_gather(xp, flat, plan, k), dtype)
+        head = xp.maximum(acc[:n], tok) if how == "max" else acc[:n] + tok
+        acc = xp.concat([head, acc[n:]], axis=0)
+    if how == "mean":
+        acc = acc / xp.astype(to_device(xp, plan.width[:, None], acc), dtype)
+    return acc
+
+
+def _attention(xp: Any, flat: Array, plan: SpanPlan, dtype: Any, scores: Array | None) -> Array:
+    n_valid, steps = len(plan.width), len(plan.active)
+    if scores is None:
+        query = _reduce(xp, flat, plan, dtype, "mean")
+        scale = float(flat.shape[-1]) ** -0.5
+
+        def logit(k: int) -> Array:
+            n = int(plan.active[k])
+            return xp.sum(xp.astype(_gather(xp, flat, plan, k), dtype) * query[:n], axis=-1) * scale
+    else:
+
+        def logit(k: int) -> Array:
+            n = int(plan.active[k])
+            return xp.astype(xp.take(scores, to_device(xp, plan.base[:n] + k, scores)), dtype)
+
+    logits = [logit(k) for k in range(steps)]
+    # softmax inside each span only: shift by the span's own maximum for stability
+    top = logits[0]
+    for k in range(1, steps):
+        n = logits[k].shape[0]
+        top = xp.concat([xp.maximum(top[:n], logits[k]), top[n:]], axis=0)
+    total = xp.zeros(n_valid, dtype=dtype, device=device_of(flat))
+    acc = xp.zeros((n_valid, flat.shape[-1]), dtype=dtype, device=device_of(flat))
+    for k in range(steps):
+        n = logits[k].shape[0]
+        w = xp.exp(logits[k] - top[:n])
+        tok = xp.astype(_gather(xp, flat, plan, k), dtype)
+        acc = xp.concat([acc[:n] + w[:, None] * tok, acc[n:]], axis=0)
+        total = xp.concat([total[:n] + w, total[n:]], axis=0)
+    return acc / total[:, None]
+
+
+def _term(
+    xp: Any, term: str, flat: Array, plan: SpanPlan, dtype: Any, scores: Array | None
+) -> Array:
+    if term in ("mean", "max"):
+        return _reduce(xp, flat, plan, dtype, term)
+    if term == "attention":
+        return _attention(xp, flat, plan, dtype, scores)
+    start = xp.astype(_gather(xp, flat, plan, 0), dtype)
+    end_index = to_device(xp, plan.base + plan.width - 1, flat)
+    end = xp.astype(xp.take(flat, end_index, axis=0), dtype)
+    if term == "x":
+        return start
+    if term == "y":
+        return end
+    a, op, c = (start if term[0] == "x" else end), term[1], (start if term[2] == "x" else end)
+    if op == "-":
+        return a - c
+    if op == "+":
+        return a + c
+    return a * c if op == "*" else a / c
+
+
+def _flat_scores(xp: Any, scores: Array, h: Array, batched: bool) -> Array:
+    b, length, _ = h.shape
+    want = (b, length) if batched else (length,)
+    if tuple(scores.shape) != want:
+        value_error(
+            "scores", f"of shape {want} (one logit per token)", f"shape {tuple(scores.shape)}"
+        )
+    if not xp.isdtype(scores.dtype, "real floating"):
+        type_error("scores", "a floating point array", f"dtype {scores.dtype}")
+    return xp.reshape(scores, (b * length,))
+
+
+def _bucket_bounds(width_buckets: Any) -> tuple[int, ...]:
+    if isinstance(width_buckets, str):
+        if width_buckets != "log":
+            value_error(
+                "width_buckets", "None, 'log' or ascending lower bounds", repr(width_buckets)
+            )
+        return LOG_WIDTH_BUCKETS
+    bounds = tuple(int(x) for x in width_buckets)
+    if not bounds or bounds[0] != 1 or any(b >= c for b, c in itertools.pairwise(bounds)):
+        value_error(
+            "width_buckets",
+            "strictly ascending lower bounds starting at 1 (e.g. (1, 2, 4, 8))",
+            repr(width_buckets),
+        )
+    return bounds
+
+
+def bucket_widths(widths: Any, width_buckets: Any = "log") -> np.ndarray:
+    """Bucket index of each span width (token count, ``end - start + 1``); int64, same shape."""
+    bounds = np.asarray(_bucket_bounds(width_buckets))
+    return (np.searchsorted(bounds, to_host(widths, "widths"), side="right") - 1).astype(np.int64)
+
+
+def _width_one_hot(xp: Any, plan: SpanPlan, width_buckets: Any, dtype: Any, like: Array) -> Array:
+    n_buckets = len(_bucket_bounds(width_buckets))
+    one_hot = np.eye(n_buckets)[bucket_widths(plan.width, width_buckets)]
+    return xp.astype(to_device(xp, one_hot, like), dtype)
+
+
+def _scatter(xp: Any, values: Array, plan: SpanPlan, n_slots: int, like: Array) -> Array:
+    """Place the ``(V, D)`` valid-span rows into ``(n_slots, D)``, zeros for padded spans."""
+    # valid row for each slot, or V (pointing at an appended zero row) for padded slots
+    source = np.full(n_slots, len(plan.slot), np.int64)
+    source[plan.slot] = np.arange(len(plan.slot))
+    zero = xp.zeros((1, values.shape[-1]), dtype=values.dtype, device=device_of(like))
+    return xp.take(xp.concat([values, zero], axis=0), to_device(xp, source, like), axis=0)
