@@ -39,7 +39,7 @@ def test_conll_sentences_and_tags():
     assert len(data) == 1009
     assert sum(map(len, data.words)) == 15733
     assert data.words[0][:3] == ["Stabilized", "approach", "or"]
-    assert all(len(w) == len(t) for w, t in zip(data.words, data.tags))
+    assert all(len(w) == len(t) for w, t in zip(data.words, data.tags, strict=True))
 
 
 def test_semeval_markers_stripped_and_spans_recorded():
@@ -80,7 +80,7 @@ def test_tables_with_configured_columns(tmp_path, suffix):
     texts = read_task("classification", path, cols)
     assert texts.texts == ["first text", "second one"] and texts.labels == ["x", "y"]
     spans = read_task("relation", path, cols)
-    assert [[t[s:e] for s, e in p] for t, p in zip(spans.texts, spans.spans)] == [
+    assert [[t[s:e] for s, e in p] for t, p in zip(spans.texts, spans.spans, strict=True)] == [
         ["first", "text"],
         ["second", "one"],
     ]

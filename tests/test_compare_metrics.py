@@ -82,7 +82,7 @@ def _chunks_by_scanning(tags: list[str]) -> set[tuple[int, int, str]]:
     found, start = set(), None
     prev_tag, prev_type = "O", ""
     for i, full in enumerate([*tags, "O"]):
-        tag, typ = (full.split("-", 1) + [""])[:2] if full != "O" else ("O", "")
+        tag, typ = [*full.split("-", 1), ""][:2] if full != "O" else ("O", "")
         end_chunk = prev_tag in ("B", "I") and (tag in ("O", "B") or typ != prev_type)
         start_chunk = tag == "B" or (tag == "I" and (prev_tag == "O" or typ != prev_type))
         if end_chunk:
@@ -114,5 +114,11 @@ def test_entity_f1_matches_independent_reference_on_wnut_dev_with_noise():
     pred = [[t if rng.random() < 0.8 else rng.choice(tags) for t in s] for s in data.tags]
     assert entity_f1(data.tags, pred) == pytest.approx(_f1_reference(data.tags, pred), abs=1e-12)
     assert token_accuracy(data.tags, pred) == pytest.approx(
-        np.mean([a == b for s, q in zip(data.tags, pred) for a, b in zip(s, q)])
+        np.mean(
+            [
+                a == b
+                for s, q in zip(data.tags, pred, strict=True)
+                for a, b in zip(s, q, strict=True)
+            ]
+        )
     )
