@@ -39,7 +39,9 @@ def sequence_reference(
     out = []
     for b in range(hidden.shape[0]):
         real = [i for i in range(hidden.shape[1]) if mask[b, i]]
-        chosen = real if special is None or strategy == "cls" else [i for i in real if not special[b, i]]
+        chosen = (
+            real if special is None or strategy == "cls" else [i for i in real if not special[b, i]]
+        )
         out.append(pool_row(hidden[b, chosen].astype(np.float64), strategy))
     return np.stack(out)
 
