@@ -160,6 +160,10 @@ def span_embeddings(
         score_flat = _flat_scores(xp, scores, h, batched)
     plan = _plan(sp, padded, length)
     flat = xp.reshape(h, (b * length, hid))
+    if len(plan.slot) == 0:
+        dim = span_output_dim(hid, terms, width_buckets)
+        full = xp.zeros((b, n_spans, dim), dtype=out_dtype, device=device_of(h))
+        return full if batched else full[0]
     parts = [_term(xp, term, flat, plan, out_dtype, score_flat) for term in terms]
     if width_buckets is not None:
         parts.append(_width_one_hot(xp, plan, width_buckets, out_dtype, flat))
