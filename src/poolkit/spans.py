@@ -339,6 +339,11 @@ def _bucket_bounds(width_buckets: Any) -> tuple[int, ...]:
     return bounds
 
 
+def num_width_buckets(width_buckets: Any = "log") -> int:
+    """How many buckets ``width_buckets`` defines (the width one-hot's size)."""
+    return len(_bucket_bounds(width_buckets))
+
+
 def bucket_widths(widths: Any, width_buckets: Any = "log") -> np.ndarray:
     """Bucket index of each span width (token count, ``end - start + 1``); int64, same shape."""
     bounds = np.asarray(_bucket_bounds(width_buckets))

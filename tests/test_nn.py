@@ -1,0 +1,84 @@
+"""poolkit.nn modules: the functional rules plus learned parts, also under torch.compile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from reference import softmax_pool
+
+from poolkit import sequence_embedding, span_embeddings, word_embeddings
+from poolkit.nn import AttentionPooler, Pooler, SpanExtractor, WordPooler
+
+
+@pytest.fixture
+def batch():
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 6, 8)
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1], [1] * 6])
+    return hidden, mask
+
+
+def test_pooler_is_the_functional_rule(batch):
+    hidden, mask = batch
+    pooler = Pooler("cls+mean")
+    torch.testing.assert_close(pooler(hidden, mask), sequence_embedding(hidden, mask, "cls+mean"))
+    assert pooler.output_dim(8) == 16
+    assert "cls+mean" in repr(pooler)
+
+
+def test_attention_pooler_softmax_over_real_tokens(batch):
+    hidden, mask = batch
+    pooler = AttentionPooler(8)
+    out = pooler(hidden, mask)
+    logits = pooler.scorer(hidden).squeeze(-1).detach().double().numpy()
+    for b in range(3):
+        real = mask[b].bool().numpy()
+        want = softmax_pool(hidden[b].double().numpy()[real], logits[b][real])
+        np.testing.assert_allclose(out[b].detach().numpy(), want, rtol=1e-5, atol=1e-6)
+    out.sum().backward()
+    assert pooler.scorer.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="Row 0 of `mask` has no real token"):
+        pooler(hidden[:1], torch.zeros(1, 6))
+
+
+def test_word_pooler(batch):
+    hidden, _ = batch
+    ids = [[None, 0, 0, 1, 2, None]] * 3
+    torch.testing.assert_close(
+        WordPooler("mean")(hidden, ids), word_embeddings(hidden, ids, "mean")
+    )
+    assert WordPooler("first_last").output_dim(8) == 16
+    with pytest.raises(ValueError, match="Expected `strategy` to be one of first"):
+        WordPooler("avg")
+
+
+def test_span_extractor_output_dim_contract_and_gradients(batch):
+    hidden, mask = batch
+    hidden = hidden.clone().requires_grad_(True)
+    spans = torch.tensor([[[0, 1], [2, 3]], [[2, 5], [-1, -1]], [[0, 0], [1, 5]]])
+    ext = SpanExtractor(8, "endpoints,attention", width_embedding_dim=5)
+    out = ext(hidden, spans, mask)
+    assert ext.output_dim == 2 * 8 + 8 + 5
+    assert out.shape == (3, 2, ext.output_dim)
+    torch.testing.assert_close(out[..., :16], span_embeddings(hidden, spans, "endpoints"))
+    np.testing.assert_array_equal(out[1, 1].detach().numpy(), 0)  # padded span
+    # width 5 (span [1, 5]) falls in bucket 4; the embedding row is used as is
+    torch.testing.assert_close(out[2, 1, -5:], ext.width_embedding.weight[4])
+    out.sum().backward()
+    assert ext.scorer.weight.grad.abs().sum() > 0
+    assert ext.width_embedding.weight.grad.abs().sum() > 0
+    assert hidden.grad.abs().sum() > 0
+
+
+def test_modules_work_under_torch_compile(batch):
+    hidden, mask = batch
+    spans = torch.tensor([[[0, 1]], [[2, 5]], [[1, 4]]])
+    for module, args in [
+        (Pooler("mean+max"), (hidden, mask)),
+        (AttentionPooler(8), (hidden, mask)),
+        (SpanExtractor(8, "x,y,attention", width_embedding_dim=3), (hidden, spans)),
+    ]:
+        eager = module(*args)
+        compiled = torch.compile(module, backend="aot_eager")(*args)
+        torch.testing.assert_close(compiled, eager)
