@@ -148,6 +148,7 @@ def write_plot(path: Path, task: str, model: str, results: Sequence[Result]) -> 
         # Start the axis near the worst score so small differences stay visible.
         start = max(low, min(values) - 0.15 * (high - min(values) + 1e-9) - 0.02)
         ax.set_xlim(start, high + 0.12 * (high - start + 1e-9))
+        ax.set_ylim(-0.6, len(ranked) - 0.4)
         ax.set_xlabel(f"{metric} (fraction)")
         ax.set_title(f"poolkit compare --task {task}\n{model}", fontsize=10)
         ax.grid(axis="x", alpha=0.3)

@@ -1,0 +1,185 @@
+"""`poolkit compare DATA --task T`: rank every pooling candidate on the user's data."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+DESCRIPTION = """\
+Embed DATA once and score every pooling candidate on it, best first.
+  sts             rows sentence1, sentence2, score (or the STS-B tsv); cosine similarity,
+                  Spearman (main) and Pearson
+  classification  rows text, label (or SST-2 `LABEL sentence` lines); logistic regression,
+                  stratified 5-fold CV or --train FILE; accuracy (main) and macro-F1
+  ner             CoNLL `token<TAB>tag` (BIO/IOB); word vectors per sub-token strategy, a
+                  probe trained on --train FILE; entity-level micro F1 (main), token accuracy
+  relation        SemEval-2010 Task 8 file, or JSONL {"text", "spans": [[s, e], [s, e]]
+                  (character offsets, end exclusive), "label"}; two span vectors per example,
+                  probe on --train FILE or CV; macro-F1 (main) and accuracy
+All scores are fractions. Tables: .jsonl/.csv/.tsv/.parquet with the --*-column names."""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``compare`` on an ``argparse`` subparsers object; returns its parser."""
+    p = subparsers.add_parser(
+        "compare",
+        help="score every pooling strategy on your own data",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("data", metavar="DATA", help="the file to score on")
+    p.add_argument("--task", required=True, choices=["sts", "classification", "ner", "relation"])
+    p.add_argument("--train", metavar="FILE", help="train the probes on FILE, score on DATA")
+    p.add_argument(
+        "--model", default=None, help="model directory or hub id (default all-MiniLM-L6-v2)"
+    )
+    p.add_argument(
+        "--strategies", nargs="+", action="extend", metavar="S",
+        help="compare only these (e.g. cls mean cls+mean mean_no_special; word: first last "
+        "mean max first_last; span: endpoints mean max diff_sum attention x,y,x*y)",
+    )  # fmt: skip
+    p.add_argument(
+        "--layers", nargs="*", metavar="L", default=None,
+        help="add layer variants (last, last4 = mean of the last four, first_last = mean of "
+        "the first and last); alone: all three",
+    )  # fmt: skip
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the main metric")
+    p.add_argument("--overwrite", action="store_true", help="replace existing --json/--plot files")
+    p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    p.add_argument(
+        "--max-length", type=int, default=None, help="tokens per text (default: the model's)"
+    )
+    p.add_argument("--batch-tokens", type=int, default=16384, help="token budget per batch")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps ...")
+    for name, default in (("text", "text"), ("label", "label"), ("sentence1", "sentence1"),
+                          ("sentence2", "sentence2"), ("score", "score"), ("spans", "spans")):  # fmt: skip
+        p.add_argument(f"--{name}-column", default=default, metavar="C", help=f"default {default}")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(run=run)
+    return p
+
+
+class _UsageError(ValueError):
+    """Bad command-line input: exit status 2."""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``compare`` for parsed ``args``; returns the exit status (0, 1 runtime, 2 input)."""
+    from poolkit.compare.datasets import DataError
+
+    try:
+        return _run(args)
+    except (DataError, _UsageError) as e:
+        return _fail(args, e, 2)
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted", 130)
+    except Exception as e:  # one line for the user; the traceback with --debug
+        from poolkit.model_info import ModelNotFoundError
+
+        if isinstance(e, ModelNotFoundError | ValueError | TypeError):
+            return _fail(args, e, 2)
+        return _fail(args, e, 1)
+
+
+def _fail(args: argparse.Namespace, error: object, status: int) -> int:
+    if getattr(args, "debug", False) and isinstance(error, BaseException):
+        raise error
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    print(f"poolkit compare: error: {message}", file=sys.stderr)
+    return status
+
+
+def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) -> Path | None:
+    if path is None:
+        return None
+    out = Path(path)
+    if suffix and out.suffix.lower() != suffix:
+        raise _UsageError(f"{option} {path}: expected a {suffix} file name.")
+    if out.exists() and not overwrite:
+        raise _UsageError(f"{option} {path}: file exists; pass --overwrite to replace it.")
+    if not out.parent.is_dir():
+        raise _UsageError(f"{option} {path}: folder {out.parent} does not exist.")
+    return out
+
+
+def _needs(module: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise _UsageError(
+            f"`poolkit compare` needs {module}; install it with: pip install 'poolkit[compare]'"
+        )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from poolkit.compare.datasets import Columns, read_task
+
+    json_path = _output(args.json, "--json", ".json", args.overwrite)
+    plot_path = _output(args.plot, "--plot", ".png", args.overwrite)
+    if args.folds < 2:
+        raise _UsageError(f"--folds {args.folds}: expected at least 2.")
+    if plot_path:
+        _needs("matplotlib")
+    if args.task != "sts":
+        _needs("sklearn")
+    layers = args.layers
+    if layers is not None and not layers:
+        layers = ["last", "last4", "first_last"]
+    elif layers:
+        layers = ["last", *layers]
+    columns = Columns(
+        text=args.text_column, label=args.label_column, sentence1=args.sentence1_column,
+        sentence2=args.sentence2_column, score=args.score_column, spans=args.spans_column,
+    )  # fmt: skip
+    # Read (and so validate) every file before the model loads.
+    data = read_task(args.task, args.data, columns)
+    train = read_task(args.task, args.train, columns) if args.train else None
+    if args.task == "ner" and train is None:
+        raise _UsageError("--task ner needs --train FILE (CoNLL) to train the tagging probe.")
+
+    from poolkit.compare import report
+    from poolkit.compare.candidates import candidates
+    from poolkit.compare.runner import LEVELS, Settings, compare
+
+    # Unknown strategies and layers fail here, before the model loads.
+    if LEVELS[args.task] != "span":
+        candidates(LEVELS[args.task], args.strategies, layers)
+    from poolkit.encoder import Encoder
+
+    start = time.perf_counter()
+    encoder = Encoder(
+        args.model, device=args.device, max_length=args.max_length,
+        max_batch_tokens=args.batch_tokens,
+    )  # fmt: skip
+    settings = Settings(args.task, args.strategies, layers, args.folds, quiet=args.quiet)
+    results = compare(encoder, data, settings, train)
+    seconds = time.perf_counter() - start
+    model = encoder.info.reference
+    doc = report.to_json(args.task, model, results)
+    if json_path:
+        report.write_json(json_path, doc)
+    if plot_path:
+        report.write_plot(plot_path, args.task, model, results)
+    print(report.table(args.task, results, _intended_note(encoder.info, results)), flush=True)
+    for note in settings.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(
+        f"{args.task}: {len(data)} examples, {len(results)} candidates, {model}, "
+        f"{seconds:.1f} s" + "".join(f"; wrote {p}" for p in (json_path, plot_path) if p),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _intended_note(info: Any, results: list) -> str:
+    source = f"{info.pooling}, from {info.pooling_source}"
+    if any(r.intended for r in results):
+        return f"* the model's intended pooling ({source})"
+    return f"the model's intended pooling ({source}) is not among these candidates"

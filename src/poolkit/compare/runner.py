@@ -1,0 +1,364 @@
+"""`poolkit compare`: one forward pass per data file, every candidate derived per batch.
+
+Hidden states never outlive their batch: each batch is pooled into every candidate at
+once (:mod:`poolkit.compare.candidates`), and only the pooled vectors are kept. The
+vectors are then scored by the task's protocol (cosine + correlation for ``sts``,
+logistic-regression probes for the others).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from poolkit.compare import metrics, probes
+from poolkit.compare.candidates import Candidate, candidates, layer_views, sequence_vectors
+from poolkit.compare.datasets import (
+    DataError,
+    PairData,
+    SpanPairData,
+    TaggedData,
+    TaskData,
+    TextData,
+)
+from poolkit.compare.report import METRICS, Result
+
+__all__ = ["LEVELS", "Settings", "compare"]
+
+LEVELS = {"sts": "sequence", "classification": "sequence", "ner": "word", "relation": "span"}
+
+
+@dataclass
+class Settings:
+    """What to compare: ``strategies``/``layers`` None mean the defaults of the level."""
+
+    task: str
+    strategies: Sequence[str] | None = None
+    layers: Sequence[str] | None = None
+    folds: int = 5
+    quiet: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def compare(
+    encoder: Any, data: TaskData, settings: Settings, train: TaskData | None = None
+) -> list[Result]:
+    """Score every candidate of ``settings`` on ``data`` (probes trained on ``train`` if
+    given, else stratified cross-validation where the task allows it).
+
+    ``encoder`` is a :class:`poolkit.encoder.Encoder`. Returns one :class:`Result` per
+    candidate in candidate order, the model's intended pooling flagged. Raises
+    :class:`DataError` for data the protocol cannot use; ValueError for unknown strategies.
+    """
+    level = LEVELS[settings.task]
+    strategies = settings.strategies
+    intended = encoder.info.pooling if level == "sequence" else None
+    if level == "sequence" and strategies is None and intended:
+        # The model's own pooling always takes part unless the user narrowed the set.
+        from poolkit.compare.candidates import default_strategies
+
+        base = default_strategies("sequence")
+        strategies = base if intended in base else (*base, intended)
+    cands = candidates(level, strategies, settings.layers)
+    if level == "span":
+        _check_span_strategies(cands)
+    if settings.task == "ner" and train is None:
+        raise DataError("--task ner needs --train FILE (CoNLL) to train the tagging probe.")
+    score = _SCORERS[settings.task]
+    values = score(encoder, data, train, cands, settings)
+    return [
+        Result(
+            c.strategy,
+            c.layers,
+            dict(zip(METRICS[settings.task], values[c], strict=True)),
+            intended=c.strategy == intended and c.layers == "last",
+        )
+        for c in cands
+    ]
+
+
+# ---------------------------------------------------------------------------- embedding
+
+
+def _layers_needed(cands: Sequence[Candidate]) -> list[str]:
+    return list(dict.fromkeys(c.layers for c in cands))
+
+
+def _fill(out: dict[Candidate, np.ndarray], c: Candidate, rows: Any, vectors: np.ndarray, n: int):
+    if c not in out:
+        out[c] = np.zeros((n, vectors.shape[-1]), dtype=np.float32)
+    out[c][rows] = vectors
+
+
+def embed_sequences(
+    encoder: Any, texts: Sequence[str], cands: Sequence[Candidate], settings: Settings, desc: str
+) -> dict[Candidate, np.ndarray]:
+    """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order.
+
+    Truncates at the encoder's max length (the model's intended use); the count of
+    truncated texts goes to ``settings.notes``.
+    """
+    layers = _layers_needed(cands)
+    all_layers = layers != ["last"]
+    by_layer = {lay: [c.strategy for c in cands if c.layers == lay] for lay in layers}
+    out: dict[Candidate, np.ndarray] = {}
+    truncated = 0
+    batches = encoder.iter_batches(list(texts), all_layers=all_layers)
+    for batch in _batches(batches, settings, desc, len(texts)):
+        truncated += int(batch.truncated.sum())
+        views = layer_views(batch.hidden_states, batch.hidden, layers)
+        for lay, strategies in by_layer.items():
+            pooled = sequence_vectors(
+                views[lay], batch.attention_mask, batch.special_tokens_mask, strategies
+            )
+            for s, vectors in pooled.items():
+                _fill(out, Candidate(s, lay), batch.indices, vectors, len(texts))
+    if truncated:
+        settings.notes.append(
+            f"{desc}: {truncated} of {len(texts)} texts truncated at {encoder.max_length} tokens."
+        )
+    return out
+
+
+def embed_words(
+    encoder: Any, data: TaggedData, cands: Sequence[Candidate], settings: Settings, desc: str
+) -> dict[Candidate, np.ndarray]:
+    """Every word candidate for every word of ``data``: float32 ``(total words, D_c)``,
+    sentences in order, words in order. Long sentences run in overlapping windows, so
+    every word has sub-tokens unless the tokenizer gives it none (then zeros)."""
+    from poolkit.words import word_embeddings
+
+    layers = _layers_needed(cands)
+    lengths = np.fromiter((len(w) for w in data.words), np.int64, count=len(data))
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    total = int(lengths.sum())
+    out: dict[Candidate, np.ndarray] = {}
+    batches = encoder.iter_batches(
+        data.words, is_split_into_words=True, all_layers=layers != ["last"], long_text="chunk"
+    )
+    for batch in _batches(batches, settings, desc, len(data)):
+        n_words = int(lengths[batch.indices].max())
+        # Flat destination rows for (row j, word w < lengths[j]) pairs, in that order.
+        row_len = lengths[batch.indices]
+        keep = np.arange(n_words)[None, :] < row_len[:, None]
+        dest = (starts[batch.indices][:, None] + np.arange(n_words)[None, :])[keep]
+        views = layer_views(batch.hidden_states, batch.hidden, layers)
+        for c in cands:
+            vec = _host(
+                word_embeddings(views[c.layers], batch.word_ids, c.strategy, num_words=n_words)
+            )
+            _fill(out, c, dest, vec[keep], total)
+    return out
+
+
+def char_to_token_spans(
+    offsets: np.ndarray, special: np.ndarray, char_spans: np.ndarray, where: Sequence[str]
+) -> np.ndarray:
+    """Token spans for character spans, batch-wise.
+
+    ``offsets`` ``(B, L, 2)`` half-open character offsets per token; ``special`` ``(B, L)``
+    True for special tokens and padding to skip; ``char_spans`` ``(B, S, 2)`` half-open
+    ``[start, end)``. Returns int64 ``(B, S, 2)`` **inclusive** token spans: the first and
+    last non-special token overlapping the characters. A span with no token raises
+    :class:`DataError` naming ``where[b]``.
+    """
+    b, s_count, _ = char_spans.shape
+    out = np.empty((b, s_count, 2), dtype=np.int64)
+    tok_start, tok_end = offsets[..., 0], offsets[..., 1]
+    usable = ~special & (tok_end > tok_start)
+    for i in range(b):
+        for k in range(s_count):
+            cs, ce = char_spans[i, k]
+            hit = np.flatnonzero(usable[i] & (tok_end[i] > cs) & (tok_start[i] < ce))
+            if hit.size == 0:
+                raise DataError(
+                    f"{where[i]}: span {k + 1} [{cs}, {ce}) covers no token of the text."
+                )
+            out[i, k] = hit[0], hit[-1]
+    return out
+
+
+def embed_span_pairs(
+    encoder: Any, data: SpanPairData, cands: Sequence[Candidate], settings: Settings, desc: str
+) -> dict[Candidate, np.ndarray]:
+    """Every span candidate for ``data``: float32 ``(N, 2 * D_c)``, the two entity vectors
+    concatenated (entity 1 first). Long texts run in overlapping windows."""
+    from poolkit.spans import span_embeddings
+
+    layers = _layers_needed(cands)
+    rows = data.rows or [f"{data.source}: example {i + 1}" for i in range(len(data))]
+    out: dict[Candidate, np.ndarray] = {}
+    batches = encoder.iter_batches(data.texts, all_layers=layers != ["last"], long_text="chunk")
+    for batch in _batches(batches, settings, desc, len(data)):
+        skip = batch.special_tokens_mask | (batch.attention_mask == 0)
+        spans = char_to_token_spans(
+            batch.offsets, skip, data.spans[batch.indices], [rows[i] for i in batch.indices]
+        )
+        views = layer_views(batch.hidden_states, batch.hidden, layers)
+        for c in cands:
+            vec = _host(
+                span_embeddings(views[c.layers], spans, c.strategy, mask=batch.attention_mask)
+            )
+            _fill(out, c, batch.indices, vec.reshape(len(batch.indices), -1), len(data))
+    return out
+
+
+def _check_span_strategies(cands: Sequence[Candidate]) -> None:
+    from poolkit.spans import parse_span_strategy
+
+    for c in cands:
+        try:
+            parse_span_strategy(c.strategy)
+        except ValueError as e:
+            raise ValueError(f"--strategies: {c.strategy!r} is not a span strategy. {e}") from None
+
+
+def _bar(settings: Settings, desc: str, total: int, unit: str) -> Any:
+    """A tqdm bar on stderr; hidden with ``quiet`` or when stderr is not a terminal."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
+        disable=True if settings.quiet else None, dynamic_ncols=True,
+    )  # fmt: skip
+
+
+def _batches(batches: Iterable[Any], settings: Settings, desc: str, total: int) -> Iterator[Any]:
+    with _bar(settings, desc, total, "text") as bar:
+        for batch in batches:
+            yield batch
+            bar.update(len(batch.indices))
+
+
+def _each(cands: Sequence[Candidate], settings: Settings) -> Iterator[Candidate]:
+    with _bar(settings, "probes", len(cands), "probe") as bar:
+        for c in cands:
+            yield c
+            bar.update(1)
+
+
+def _host(x: Any) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x.astype(np.float32, copy=False)
+    return x.detach().float().cpu().numpy()
+
+
+# ---------------------------------------------------------------------------- scoring
+
+Scores = dict[Candidate, tuple[float, ...]]
+
+
+def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Scores:
+    # Each distinct sentence goes through the model once.
+    unique = list(dict.fromkeys(data.sentence1 + data.sentence2))
+    where = {t: i for i, t in enumerate(unique)}
+    a = np.fromiter((where[t] for t in data.sentence1), np.int64, count=len(data))
+    b = np.fromiter((where[t] for t in data.sentence2), np.int64, count=len(data))
+    vectors = embed_sequences(encoder, unique, cands, settings, f"embedding {data.source}")
+    out: Scores = {}
+    for c in cands:
+        cos = metrics.cosine_rows(vectors[c][a], vectors[c][b])
+        out[c] = (metrics.spearman(cos, data.scores), metrics.pearson(cos, data.scores))
+    return out
+
+
+def _labels_for_cv(labels: Sequence[str], rows: Sequence[str], source: str, wanted: int) -> int:
+    values, first, counts = np.unique(np.asarray(labels), return_index=True, return_counts=True)
+    if len(values) < 2:
+        raise DataError(f"{source}: only one label ({values[0]!r}); a probe needs at least two.")
+    single = np.flatnonzero(counts == 1)
+    if single.size:
+        i = int(first[single[0]])
+        raise DataError(
+            f"{rows[i] if rows else source}: label {labels[i]!r} has only this one example; "
+            f"cross-validation needs at least 2 per label. Remove it, or pass --train FILE."
+        )
+    return probes.folds_for(labels, wanted)
+
+
+def _probe_all(
+    train_x: dict[Candidate, np.ndarray] | None,
+    train_y: Sequence[str] | None,
+    test_x: dict[Candidate, np.ndarray],
+    test_y: Sequence[str],
+    cands: Sequence[Candidate],
+    settings: Settings,
+    rows: Sequence[str],
+    source: str,
+) -> dict[Candidate, np.ndarray]:
+    """Predictions on the test vectors for each candidate: trained on ``train_x`` or, when it
+    is None, out-of-fold from stratified CV (one split shared by all candidates)."""
+    if train_x is None:
+        folds = _labels_for_cv(test_y, rows, source, settings.folds)
+        if folds < settings.folds:
+            settings.notes.append(f"{source}: {folds}-fold CV (the rarest label has {folds}).")
+        splits = probes.stratified_splits(test_y, folds)
+        return {
+            c: probes.cv_predict(test_x[c], test_y, folds, splits) for c in _each(cands, settings)
+        }
+    if len(set(train_y)) < 2:
+        raise DataError("--train: only one label; a probe needs at least two.")
+    return {c: probes.fit_predict(train_x[c], train_y, test_x[c]) for c in _each(cands, settings)}
+
+
+def _score_classification(
+    encoder, data: TextData, train: TextData | None, cands, settings: Settings
+) -> Scores:
+    test_x = embed_sequences(encoder, data.texts, cands, settings, f"embedding {data.source}")
+    train_x = None
+    if train is not None:
+        train_x = embed_sequences(
+            encoder, train.texts, cands, settings, f"embedding {train.source}"
+        )
+    preds = _probe_all(
+        train_x, train.labels if train else None, test_x, data.labels, cands, settings,
+        data.rows, data.source,
+    )  # fmt: skip
+    return {
+        c: (metrics.accuracy(data.labels, p), metrics.macro_f1(data.labels, p))
+        for c, p in preds.items()
+    }
+
+
+def _score_relation(
+    encoder, data: SpanPairData, train: SpanPairData | None, cands, settings: Settings
+) -> Scores:
+    test_x = embed_span_pairs(encoder, data, cands, settings, f"embedding {data.source}")
+    train_x = None
+    if train is not None:
+        train_x = embed_span_pairs(encoder, train, cands, settings, f"embedding {train.source}")
+    preds = _probe_all(
+        train_x, train.labels if train else None, test_x, data.labels, cands, settings,
+        data.rows, data.source,
+    )  # fmt: skip
+    return {
+        c: (metrics.macro_f1(data.labels, p), metrics.accuracy(data.labels, p))
+        for c, p in preds.items()
+    }
+
+
+def _score_ner(encoder, data: TaggedData, train: TaggedData, cands, settings: Settings) -> Scores:
+    train_x = embed_words(encoder, train, cands, settings, f"embedding {train.source}")
+    test_x = embed_words(encoder, data, cands, settings, f"embedding {data.source}")
+    train_y = [t for s in train.tags for t in s]
+    if len(set(train_y)) < 2:
+        raise DataError(f"{train.source}: only one tag; a probe needs at least two.")
+    lengths = np.cumsum([len(s) for s in data.tags])[:-1]
+    out: Scores = {}
+    for c in _each(cands, settings):
+        flat = probes.fit_predict(train_x[c], train_y, test_x[c])
+        pred = [list(p) for p in np.split(flat, lengths)]
+        out[c] = (metrics.entity_f1(data.tags, pred), metrics.token_accuracy(data.tags, pred))
+    return out
+
+
+_SCORERS = {
+    "sts": _score_sts,
+    "classification": _score_classification,
+    "ner": _score_ner,
+    "relation": _score_relation,
+}
