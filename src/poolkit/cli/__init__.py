@@ -1,0 +1,64 @@
+"""The ``poolkit`` console script.
+
+Subcommands live in modules of this package, each exposing ``add_parser(subparsers)``
+(which sets ``func=run`` on its parser) and ``run(args) -> int``. :data:`COMMANDS` lists
+them; a module that is not installed (e.g. ``compare``) is skipped.
+
+Exit status: 0 success, 2 usage or input error (one line on stderr), 1 runtime error
+(one line on stderr); ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from poolkit.cli._common import report_error
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+COMMANDS = ("embed", "inspect_model", "tokens", "spans", "compare")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="poolkit",
+        description="Sequence, token, word and span embeddings from transformer encoders.",
+    )
+    from poolkit import __version__
+
+    parser.add_argument("--version", action="version", version=f"poolkit {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"poolkit.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"poolkit.cli.{name}":
+                continue
+            raise
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (also used as the console script)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("poolkit: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if getattr(args, "debug", False):
+            raise
+        return report_error(e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from poolkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,109 @@
+"""Options, progress and error reporting shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["add_common", "progress_bar", "report_error", "text_chunks"]
+
+# Errors the user can fix by changing the command line or the input: exit status 2.
+_USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, IsADirectoryError, NotADirectoryError)
+
+
+def report_error(error: BaseException) -> int:
+    """Print one line on stderr and return the exit status (2 usage/input, 1 runtime)."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, _USAGE_ERRORS):
+        print(f"poolkit: error: {message}", file=sys.stderr)
+        return 2
+    print(
+        f"poolkit: error: {type(error).__name__}: {message} (rerun with --debug for details)",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _add(parser: argparse.ArgumentParser, *flags: str, **kwargs: Any) -> None:
+    # A subcommand may define its own variant of a shared option first; keep that one.
+    if any(flag in parser._option_string_actions for flag in flags):
+        return
+    parser.add_argument(*flags, **kwargs)
+
+
+def add_common(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
+    """--model, --max-length, --device, --dtype, --batch-tokens, --long-text, --quiet,
+    --debug; options the parser already has are left as they are."""
+    if model:
+        _add(
+            parser,
+            "--model",
+            "-m",
+            default=None,
+            help="model directory or hub id (default: sentence-transformers/all-MiniLM-L6-v2)",
+        )
+        _add(
+            parser,
+            "--max-length",
+            type=int,
+            default=None,
+            metavar="N",
+            help="tokens per text, special tokens included (default: the model's)",
+        )
+        _add(parser, "--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+        _add(parser, "--dtype", default=None, choices=["float32", "float16", "bfloat16"])
+        _add(
+            parser,
+            "--batch-tokens",
+            type=int,
+            default=16384,
+            metavar="N",
+            help="token budget per forward batch (default: 16384)",
+        )
+        _add(
+            parser,
+            "--long-text",
+            choices=["truncate", "chunk"],
+            default="truncate",
+            help="texts over the max length: cut (counted) or embed in windows",
+        )
+    _add(parser, "--quiet", "-q", action="store_true", help="no progress bar or summary")
+    _add(parser, "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+
+
+def positive(value: int | None, flag: str) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"Expected {flag} to be a positive integer, but got {value}.")
+
+
+@contextmanager
+def progress_bar(args: Any, unit: str = "texts") -> Iterator[Any]:
+    """A tqdm bar on stderr, disabled when stderr is not a terminal or with --quiet."""
+    from tqdm.auto import tqdm
+
+    disable = bool(getattr(args, "quiet", False)) or not sys.stderr.isatty()
+    bar = tqdm(total=None, unit=unit, file=sys.stderr, disable=disable, dynamic_ncols=True)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def text_chunks(args: Any, chunk_size: int = 4096) -> Iterator[list[str]]:
+    """Texts from ``args.input`` (or ``--text``), in chunks."""
+    from poolkit.io.readers import read_texts
+
+    if getattr(args, "text", None):
+        yield list(args.text)
+        return
+    if args.input is None:
+        raise ValueError("Expected an INPUT file (or '-' for stdin) or --text, but got neither.")
+    yield from read_texts(
+        args.input,
+        text_column=getattr(args, "text_column", None),
+        fmt=getattr(args, "input_format", None),
+        chunk_size=chunk_size,
+    )

@@ -1,0 +1,50 @@
+"""JSON-lines output to stdout or to a file published atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from poolkit.io.readers import InputError
+
+__all__ = ["json_lines", "rounded"]
+
+
+def rounded(vectors: np.ndarray, decimals: int | None) -> list[Any]:
+    """``vectors`` as nested lists, rounded to ``decimals`` when given."""
+    arr = np.asarray(vectors, dtype=np.float32)
+    if decimals is not None:
+        arr = np.round(arr.astype(np.float64), decimals)
+    return arr.tolist()
+
+
+@contextmanager
+def json_lines(output: str | None, overwrite: bool) -> Iterator[Any]:
+    """Yields ``write(obj)``; to stdout, or to ``output`` via temp file + rename."""
+    if output in (None, "-"):
+        yield lambda obj: sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        return
+    target = Path(output)
+    if target.exists() and not overwrite:
+        raise InputError(f"{target}: already exists; pass --overwrite to replace it.")
+    if not target.parent.is_dir():
+        raise InputError(f"{target}: directory {str(target.parent)!r} does not exist.")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    stream: IO[str] = os.fdopen(fd, "w", encoding="utf-8")
+    try:
+        yield lambda obj: stream.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        stream.close()
+        os.replace(tmp, target)
+    except BaseException:
+        stream.close()
+        Path(tmp).unlink(missing_ok=True)
+        raise

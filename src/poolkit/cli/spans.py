@@ -1,0 +1,117 @@
+"""``poolkit spans``: vectors of character spans in texts, as JSON lines.
+
+Input: ``--text T --span START:END ...`` (half-open character offsets, like
+``text[START:END]``), or a JSON-lines file with ``{"text": ..., "spans": [[s, e], ...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from poolkit.cli._common import add_common
+from poolkit.cli._jsonout import json_lines, rounded
+from poolkit.io.readers import InputError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "spans",
+        help="span vectors from character spans, as JSON lines",
+        description="Print one JSON object per text with, for each character span, its "
+        "inclusive token span, its tokens and its vector.",
+    )
+    parser.add_argument("input", nargs="?", default=None, metavar="INPUT",
+                        help='JSON lines: {"text": ..., "spans": [[start, end], ...]}')  # fmt: skip
+    parser.add_argument("--text", "-t", default=None, help="one text, instead of INPUT")
+    parser.add_argument("--span", action="append", default=None, metavar="START:END",
+                        help="half-open character span of --text (repeatable)")  # fmt: skip
+    parser.add_argument("--strategy", "-s", default="endpoints",
+                        help="endpoints (2H), mean, max, attention, diff_sum, or e.g. x,y,x*y")  # fmt: skip
+    parser.add_argument("-o", "--output", default=None, help="JSON-lines file (default: stdout)")
+    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--no-vectors", action="store_true")
+    parser.add_argument("--decimals", type=int, default=None, metavar="N")
+    add_common(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _parse_span(value: str) -> tuple[int, int]:
+    try:
+        start, end = (int(x) for x in value.split(":"))
+    except ValueError:
+        raise ValueError(
+            f"Expected --span as START:END (character offsets, e.g. 11:20), but got {value!r}."
+        ) from None
+    return start, end
+
+
+def _records(args: argparse.Namespace) -> Iterator[tuple[str, list[tuple[int, int]]]]:
+    if args.text is not None:
+        if not args.span:
+            raise ValueError("Expected at least one --span START:END with --text, but got none.")
+        yield args.text, [_parse_span(s) for s in args.span]
+        return
+    if args.input is None:
+        raise ValueError("Expected an INPUT file or --text with --span, but got neither.")
+    if not os.path.isfile(args.input):
+        raise InputError(f"{args.input}: no such file.")
+    with open(args.input, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+                obj = json.loads(line) if line.strip() else None
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise InputError(f"{args.input}: line {number} is not valid JSON ({e}).") from None
+            if obj is None:
+                continue
+            if (
+                not isinstance(obj, dict)
+                or not isinstance(obj.get("text"), str)
+                or not isinstance(obj.get("spans"), list)
+            ):
+                raise InputError(
+                    f'{args.input}: line {number}: expected {{"text": str, "spans": [[start, '
+                    "end], ...]}."
+                )
+            try:
+                spans = [(int(a), int(b)) for a, b in obj["spans"]]
+            except (TypeError, ValueError):
+                raise InputError(
+                    f"{args.input}: line {number}: spans must be [start, end] integer pairs."
+                ) from None
+            yield obj["text"], spans
+
+
+def run(args: argparse.Namespace) -> int:
+    from poolkit.embed import embed_spans, get_encoder
+
+    records = list(_records(args))
+    if not records:
+        raise InputError(f"{args.input}: no texts found (the input is empty).")
+    texts = [t for t, _ in records]
+    char_spans = [s for _, s in records]
+    encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
+                          max_length=args.max_length)  # fmt: skip
+    vectors, token_spans = embed_spans(texts, char_spans, encoder, args.strategy,
+                                       long_text=args.long_text, return_token_spans=True)  # fmt: skip
+    with json_lines(args.output, args.overwrite) as write:
+        for row, (text, spans) in enumerate(records):
+            tokens = encoder.tokenizer.convert_ids_to_tokens(encoder.tokenizer(text)["input_ids"])
+            items = []
+            for k, (start, end) in enumerate(spans):
+                first, last = (int(x) for x in token_spans[row][k])
+                item: dict[str, Any] = {"start": start, "end": end, "text": text[start:end],
+                                        "token_start": first, "token_end": last,
+                                        "tokens": tokens[first : last + 1]}  # fmt: skip
+                if not args.no_vectors:
+                    item["vector"] = rounded(vectors[row][k], args.decimals)
+                items.append(item)
+            write({"id": row, "text": text, "spans": items})
+    return 0

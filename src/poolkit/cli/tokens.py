@@ -1,0 +1,55 @@
+"""``poolkit tokens``: each text's tokens, character offsets and vectors as JSON lines."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from poolkit.cli._common import add_common, positive, text_chunks
+from poolkit.cli._jsonout import json_lines, rounded
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "tokens",
+        help="token vectors of texts, as JSON lines",
+        description="Print one JSON object per text: its tokens (special tokens removed), "
+        "their half-open character offsets [start, end) and their vectors.",
+    )
+    parser.add_argument("input", nargs="?", default=None, metavar="INPUT",
+                        help="file of texts (as for `poolkit embed`), or - for stdin")  # fmt: skip
+    parser.add_argument("--text", "-t", action="append", default=None,
+                        help="a text to tokenize (repeatable), instead of INPUT")  # fmt: skip
+    parser.add_argument("--text-column", default=None, metavar="C")
+    parser.add_argument("--input-format", default=None,
+                        choices=["txt", "jsonl", "csv", "tsv", "parquet"])  # fmt: skip
+    parser.add_argument("-o", "--output", default=None, help="JSON-lines file (default: stdout)")
+    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--no-vectors", action="store_true", help="tokens and offsets only")
+    parser.add_argument("--decimals", type=int, default=None, metavar="N",
+                        help="round vector values to N decimals")  # fmt: skip
+    add_common(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from poolkit.embed import embed_tokens, get_encoder
+
+    positive(args.max_length, "--max-length")
+    encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
+                          max_length=args.max_length)  # fmt: skip
+    row = 0
+    with json_lines(args.output, args.overwrite) as write:
+        for chunk in text_chunks(args, 1024):
+            for text, tv in zip(chunk, embed_tokens(chunk, encoder, long_text=args.long_text),
+                                strict=True):  # fmt: skip
+                obj: dict[str, Any] = {"id": row, "text": text, "tokens": tv.tokens,
+                                       "offsets": tv.offsets.tolist()}  # fmt: skip
+                if not args.no_vectors:
+                    obj["vectors"] = rounded(tv.vectors, args.decimals)
+                write(obj)
+                row += 1
+    return 0

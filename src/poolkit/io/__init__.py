@@ -1,0 +1,18 @@
+"""Reading texts from files and writing embeddings to files, in chunks.
+
+Readers yield chunks of texts (``list[str]``) so memory stays bounded and the embed
+loop can restart per chunk; writers accept chunks and publish the output file only
+when complete (temporary file + atomic rename).
+"""
+
+from poolkit.io.readers import INPUT_FORMATS, InputError, read_texts
+from poolkit.io.writers import OUTPUT_FORMATS, EmbeddingWriter, open_writer
+
+__all__ = [
+    "INPUT_FORMATS",
+    "OUTPUT_FORMATS",
+    "EmbeddingWriter",
+    "InputError",
+    "open_writer",
+    "read_texts",
+]

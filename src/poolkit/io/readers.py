@@ -1,0 +1,254 @@
+"""Texts from files, in chunks: ``.txt``, ``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``, stdin.
+
+:func:`read_texts` yields ``list[str]`` chunks in file order. Problems raise
+:class:`InputError` with the file, the line (or row) number and the fix.
+
+- ``.txt``: one text per line (line ends stripped; empty lines are empty texts).
+- ``.jsonl``: one JSON object per line, text in ``text_column`` (default ``"text"``);
+  a line may also be a bare JSON string. Blank lines are skipped.
+- ``.csv`` / ``.tsv``: a header row, then records; text in ``text_column`` (default
+  ``"text"``, or the only column).
+- ``.parquet``: a string column ``text_column`` (default ``"text"``, or the only column).
+- ``-``: standard input, read as ``fmt`` (default ``txt``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["INPUT_FORMATS", "InputError", "input_format", "read_all", "read_texts"]
+
+INPUT_FORMATS = ("txt", "jsonl", "csv", "tsv", "parquet")
+_ALIASES = {"text": "txt", "json": "jsonl", "ndjson": "jsonl", "pq": "parquet"}
+
+
+class InputError(ValueError):
+    """The input file cannot be read as texts; the message says where and how to fix it."""
+
+
+def input_format(path: str | os.PathLike[str], fmt: str | None = None) -> str:
+    """The input format: ``fmt`` if given, else from the extension (stdin: ``txt``)."""
+    if fmt is not None:
+        name = _ALIASES.get(fmt.lower(), fmt.lower())
+        if name not in INPUT_FORMATS:
+            raise InputError(
+                f"Expected the input format to be one of {', '.join(INPUT_FORMATS)}, but got "
+                f"{fmt!r}."
+            )
+        return name
+    if os.fspath(path) == "-":
+        return "txt"
+    ext = Path(path).suffix.lower().lstrip(".")
+    name = _ALIASES.get(ext, ext)
+    if name not in INPUT_FORMATS:
+        raise InputError(
+            f"Cannot tell the format of {os.fspath(path)!r} from its extension {ext or '(none)'!r}: "
+            f"use one of .{', .'.join(INPUT_FORMATS)}, or name the format (--input-format)."
+        )
+    return name
+
+
+def _lines(stream: IO[bytes], where: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, decoded line without its line end)."""
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(
+                f"{where}: line {number} is not valid UTF-8 ({e.reason} at byte {e.start}). "
+                "Convert the file to UTF-8."
+            ) from None
+        if number == 1 and line.startswith("\ufeff"):
+            line = line[1:]
+        yield number, line.rstrip("\r\n")
+
+
+def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _txt(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
+    if column is not None:
+        raise InputError(f"{where}: a .txt input has no columns; drop --text-column.")
+    for _, line in _lines(stream, where):
+        yield line
+
+
+def _jsonl(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
+    key = column or "text"
+    for number, line in _lines(stream, where):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{where}: line {number} is not valid JSON ({e.msg}).") from None
+        if isinstance(value, str) and column is None:
+            yield value
+            continue
+        if not isinstance(value, dict):
+            raise InputError(
+                f"{where}: line {number} is a JSON {type(value).__name__}; expected an object "
+                f'with a "{key}" field.'
+            )
+        if key not in value:
+            keys = ", ".join(map(str, value)) or "(none)"
+            raise InputError(
+                f'{where}: line {number} has no "{key}" field; its fields are: {keys}. '
+                "Choose one with --text-column."
+            )
+        text = value[key]
+        if not isinstance(text, str):
+            raise InputError(
+                f'{where}: line {number}: "{key}" is {type(text).__name__}, not a string.'
+            )
+        yield text
+
+
+def _pick_column(columns: list[str], column: str | None, where: str) -> str:
+    if column is not None:
+        if column not in columns:
+            raise InputError(
+                f"{where}: no column {column!r}; available columns: {', '.join(columns)}."
+            )
+        return column
+    if "text" in columns:
+        return "text"
+    if len(columns) == 1:
+        return columns[0]
+    raise InputError(
+        f"{where}: no 'text' column; available columns: {', '.join(columns)}. "
+        "Choose one with --text-column."
+    )
+
+
+def _delimited(stream: IO[bytes], where: str, column: str | None, delimiter: str) -> Iterator[str]:
+    numbered = _lines(stream, where)
+    current = [0]
+
+    def lines() -> Iterator[str]:
+        for number, line in numbered:
+            current[0] = number
+            yield line
+
+    reader = csv.reader(lines(), delimiter=delimiter)
+    try:
+        header = next(reader)
+    except StopIteration:
+        return
+    name = _pick_column(header, column, where)
+    index = header.index(name)
+    for record in reader:
+        if not record:
+            continue
+        if index >= len(record):
+            raise InputError(
+                f"{where}: line {current[0]} has {len(record)} fields, fewer than the header's "
+                f"{len(header)}; column {name!r} is missing."
+            )
+        yield record[index]
+
+
+def _parquet(path: str, where: str, column: str | None, size: int) -> Iterator[list[str]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pfile = pq.ParquetFile(path)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise InputError(f"{where}: not a readable Parquet file ({e}).") from None
+    name = _pick_column(pfile.schema_arrow.names, column, where)
+    kind = pfile.schema_arrow.field(name).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise InputError(f"{where}: column {name!r} has type {kind}, not string.")
+    row = 0
+    for batch in pfile.iter_batches(batch_size=size, columns=[name]):
+        values = batch.column(0).to_pylist()
+        for k, v in enumerate(values):
+            if v is None:
+                raise InputError(f"{where}: row {row + k} of column {name!r} is null.")
+        row += len(values)
+        yield values
+
+
+def read_texts(
+    path: str | os.PathLike[str],
+    *,
+    text_column: str | None = None,
+    fmt: str | None = None,
+    chunk_size: int = 4096,
+    stdin: IO[bytes] | None = None,
+) -> Iterator[list[str]]:
+    """Yield the texts of ``path`` in file order, ``chunk_size`` at a time.
+
+    Args:
+        path: a file, or ``"-"`` for standard input.
+        text_column: the field/column holding the text (jsonl, csv, tsv, parquet).
+        fmt: the format, overriding the extension (one of :data:`INPUT_FORMATS`).
+        chunk_size: texts per yielded list.
+        stdin: the byte stream to read for ``"-"`` (default ``sys.stdin.buffer``).
+
+    Raises:
+        InputError: missing file, undecodable or malformed line (with its number),
+            missing column (with the available ones), or no texts at all.
+    """
+    kind = input_format(path, fmt)
+    where = "<stdin>" if os.fspath(path) == "-" else os.fspath(path)
+    total = 0
+    if kind == "parquet":
+        if where == "<stdin>":
+            raise InputError("Parquet cannot be read from stdin; pass a file path.")
+        _exists(where)
+        chunks: Iterable[list[str]] = _parquet(where, where, text_column, chunk_size)
+        for chunk in chunks:
+            total += len(chunk)
+            yield chunk
+    else:
+        stream: IO[bytes]
+        if where == "<stdin>":
+            stream = stdin if stdin is not None else sys.stdin.buffer
+            owned = False
+        else:
+            _exists(where)
+            stream = open(where, "rb")
+            owned = True
+        try:
+            if kind == "txt":
+                texts = _txt(stream, where, text_column)
+            elif kind == "jsonl":
+                texts = _jsonl(stream, where, text_column)
+            else:
+                texts = _delimited(stream, where, text_column, "," if kind == "csv" else "\t")
+            for chunk in _chunks(texts, chunk_size):
+                total += len(chunk)
+                yield chunk
+        finally:
+            if owned:
+                stream.close()
+    if total == 0:
+        raise InputError(f"{where}: no texts found (the input is empty).")
+
+
+def _exists(where: str) -> None:
+    if not os.path.exists(where):
+        raise InputError(f"{where}: no such file.")
+    if os.path.isdir(where):
+        raise InputError(f"{where}: is a directory, not a file.")
+
+
+def read_all(path: str | os.PathLike[str], **kwargs: Any) -> list[str]:
+    """All texts of ``path`` as one list (see :func:`read_texts`)."""
+    return [t for chunk in read_texts(path, **kwargs) for t in chunk]

@@ -1,0 +1,188 @@
+"""Embeddings to files, chunk by chunk, published atomically.
+
+:func:`open_writer` returns an :class:`EmbeddingWriter`; call :meth:`~EmbeddingWriter.write`
+per chunk (row ids + one float32 ``(n, D)`` array per strategy), then
+:meth:`~EmbeddingWriter.close`. Data goes to a temporary file beside the output and is
+renamed into place only on ``close``; an error (or :meth:`~EmbeddingWriter.abort`) removes
+it, so a half-written output never exists under the output's name.
+
+- ``.npy``: one float32 ``(N, D)`` matrix in input order (one strategy only).
+- ``.parquet``: ``id`` (int64) plus one ``fixed_size_list<float32>[D]`` column per strategy.
+- ``.jsonl``: one object per row: ``{"id": i, "<strategy>": [...], ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from poolkit.io.readers import InputError
+
+__all__ = ["OUTPUT_FORMATS", "EmbeddingWriter", "open_writer", "output_format"]
+
+OUTPUT_FORMATS = ("npy", "parquet", "jsonl")
+_NPY_HEADER = 128  # bytes reserved for the .npy header, written once the row count is known
+
+
+def output_format(path: str | os.PathLike[str]) -> str:
+    ext = Path(path).suffix.lower().lstrip(".")
+    ext = {"pq": "parquet", "ndjson": "jsonl"}.get(ext, ext)
+    if ext not in OUTPUT_FORMATS:
+        raise InputError(
+            f"Cannot write {os.fspath(path)!r}: use an output ending in "
+            f".{', .'.join(OUTPUT_FORMATS)}."
+        )
+    return ext
+
+
+class EmbeddingWriter:
+    """Streams chunks into a temporary file; :meth:`close` renames it to ``path``."""
+
+    def __init__(self, path: Path, fmt: str, strategies: list[str], overwrite: bool) -> None:
+        self.path = path
+        self.fmt = fmt
+        self.strategies = strategies
+        self.overwrite = overwrite
+        self.rows = 0
+        self._dims: dict[str, int] = {}
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        self._tmp = Path(tmp)
+        self._file: IO[bytes] | None = os.fdopen(fd, "wb")
+        self._parquet: Any = None
+        if fmt == "npy":
+            self._file.write(b"\0" * _NPY_HEADER)
+
+    def __enter__(self) -> EmbeddingWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def write(self, ids: np.ndarray, arrays: Mapping[str, np.ndarray]) -> None:
+        """Append a chunk: ``ids`` ``(n,)`` int64 row ids, ``arrays`` name -> ``(n, D)``."""
+        if self._file is None:
+            raise ValueError("Expected an open writer, but it was already closed.")
+        ids = np.asarray(ids, dtype=np.int64)
+        for name in self.strategies:
+            arr = np.ascontiguousarray(arrays[name], dtype=np.float32)
+            dim = self._dims.setdefault(name, arr.shape[1])
+            if arr.shape != (len(ids), dim):
+                raise ValueError(
+                    f"Expected `arrays[{name!r}]` of shape ({len(ids)}, {dim}), but got "
+                    f"{arr.shape}."
+                )
+        if self.fmt == "npy":
+            self._file.write(np.ascontiguousarray(arrays[self.strategies[0]], np.float32).data)
+        elif self.fmt == "jsonl":
+            lists = {
+                name: np.asarray(arrays[name], np.float32).tolist() for name in self.strategies
+            }
+            lines = []
+            for k, i in enumerate(ids.tolist()):
+                row: dict[str, Any] = {"id": i}
+                for name in self.strategies:
+                    row[name] = lists[name][k]
+                lines.append(json.dumps(row, separators=(",", ":")))
+            self._file.write(("\n".join(lines) + "\n").encode("utf-8"))
+        else:
+            self._write_parquet(ids, arrays)
+        self.rows += len(ids)
+
+    def _write_parquet(self, ids: np.ndarray, arrays: Mapping[str, np.ndarray]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        columns = [pa.array(ids, pa.int64())]
+        for name in self.strategies:
+            arr = np.ascontiguousarray(arrays[name], np.float32)
+            flat = pa.array(arr.reshape(-1), pa.float32())
+            columns.append(pa.FixedSizeListArray.from_arrays(flat, arr.shape[1]))
+        table = pa.Table.from_arrays(columns, names=["id", *self.strategies])
+        if self._parquet is None:
+            self._parquet = pq.ParquetWriter(self._file, table.schema)
+        self._parquet.write_table(table)
+
+    def close(self) -> Path:
+        """Finish the file and rename it to ``path``; returns ``path``."""
+        if self._file is None:
+            return self.path
+        try:
+            if self.fmt == "npy":
+                self._npy_header()
+            elif self.fmt == "parquet" and self._parquet is not None:
+                self._parquet.close()
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+            if self.path.exists() and not self.overwrite:
+                raise InputError(f"{self.path}: already exists; pass --overwrite to replace it.")
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        return self.path
+
+    def _npy_header(self) -> None:
+        assert self._file is not None
+        dim = self._dims.get(self.strategies[0], 0)
+        header = repr({"descr": "<f4", "fortran_order": False, "shape": (self.rows, dim)})
+        body_len = _NPY_HEADER - 10
+        text = (header + " " * (body_len - len(header) - 1) + "\n").encode("latin1")
+        if len(text) != body_len:
+            raise ValueError(f"Expected a .npy header under {body_len} bytes, got {len(text)}.")
+        self._file.seek(0)
+        self._file.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", body_len) + text)
+        self._file.seek(0, os.SEEK_END)
+
+    def abort(self) -> None:
+        """Drop the temporary file; ``path`` is left as it was."""
+        if self._parquet is not None:
+            try:
+                self._parquet.close()
+            except Exception:
+                pass
+            self._parquet = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._tmp.unlink(missing_ok=True)
+
+
+def check_output(path: str | os.PathLike[str], strategies: list[str], overwrite: bool) -> str:
+    """Validate an output path before any work; returns its format."""
+    target = Path(path)
+    fmt = output_format(target)
+    if fmt == "npy" and len(strategies) > 1:
+        raise InputError(
+            f"{target}: a .npy file holds one matrix, but {len(strategies)} strategies were "
+            "asked for; write .parquet or .jsonl instead."
+        )
+    if target.exists() and not overwrite:
+        raise InputError(f"{target}: already exists; pass --overwrite to replace it.")
+    if not target.parent.is_dir():
+        raise InputError(f"{target}: directory {str(target.parent)!r} does not exist.")
+    return fmt
+
+
+def open_writer(
+    path: str | os.PathLike[str], strategies: list[str], *, overwrite: bool = False
+) -> EmbeddingWriter:
+    """Start writing ``path`` (format from its extension) with one column per strategy.
+
+    Raises:
+        InputError: unknown extension, several strategies for ``.npy``, existing output
+            without ``overwrite``, or a missing directory.
+    """
+    fmt = check_output(path, strategies, overwrite)
+    return EmbeddingWriter(Path(path), fmt, list(strategies), overwrite)
