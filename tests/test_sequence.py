@@ -46,14 +46,18 @@ def as_kind(x: np.ndarray, kind: str, dtype: str):
     """The input as it reaches the library: NumPy or torch, in ``dtype``."""
     if kind == "numpy":
         return x.astype(dtype)
-    return torch.from_numpy(x).to(getattr(torch, dtype))
+    t = torch.from_numpy(x).to(getattr(torch, dtype))
+    return t.requires_grad_(True) if kind == "torch_autograd" else t
 
 
 def to_f64(x) -> np.ndarray:
-    return x.double().numpy() if isinstance(x, torch.Tensor) else x.astype(np.float64)
+    return x.detach().double().numpy() if isinstance(x, torch.Tensor) else x.astype(np.float64)
 
 
-KINDS_DTYPES = [("torch", d) for d in DTYPES] + [("numpy", d) for d in DTYPES if d != "bfloat16"]
+# "torch" CPU tensors are reduced through zero-copy NumPy views; tensors that need
+# gradients (and bfloat16) run the same rules in the torch namespace: test both paths.
+KINDS = ["numpy", "torch", "torch_autograd"]
+KINDS_DTYPES = [(k, d) for k in KINDS for d in DTYPES if not (k == "numpy" and d == "bfloat16")]
 
 
 @pytest.mark.parametrize(("kind", "dtype"), KINDS_DTYPES)
@@ -72,7 +76,7 @@ def test_matches_per_row_reference(kind, dtype, strategy, data):
     np.testing.assert_array_equal(to_f64(x), before)  # never modified in place
 
 
-@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("strategy", SEQUENCE_STRATEGIES)
 @given(data=batches())
 def test_exclude_special_matches_reference(kind, strategy, data):
@@ -105,8 +109,9 @@ def test_numpy_and_torch_agree_and_padding_values_never_matter(data):
     noisy[~mask.astype(bool)] = np.nan  # garbage in padding must not leak
     for strategy in SEQUENCE_STRATEGIES:
         a = sequence_embedding(noisy.astype(np.float32), mask, strategy)
-        t = sequence_embedding(torch.from_numpy(noisy).float(), torch.from_numpy(mask), strategy)
-        np.testing.assert_allclose(a, t.numpy(), rtol=1e-5, atol=1e-5)
+        x = torch.from_numpy(noisy).float().requires_grad_(True)  # the torch namespace path
+        t = sequence_embedding(x, torch.from_numpy(mask), strategy)
+        np.testing.assert_allclose(a, t.detach().numpy(), rtol=1e-5, atol=1e-5)
         assert np.isfinite(a).all()
 
 

@@ -34,15 +34,15 @@ def span_batches(draw: st.DrawFn):
     return hidden, mask, spans
 
 
-@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("kind", ["numpy", "torch", "torch_autograd"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @given(data=span_batches())
 def test_matches_span_by_span_reference(kind, strategy, data):
     hidden, mask, spans = data
     x = hidden.astype(np.float32)
-    arg = torch.from_numpy(x) if kind == "torch" else x
+    arg = torch.from_numpy(x).requires_grad_(kind == "torch_autograd") if kind != "numpy" else x
     out = span_embeddings(arg, spans, strategy, mask=mask)
-    out = out.numpy() if kind == "torch" else out
+    out = out.detach().numpy() if kind != "numpy" else out
     dim = span_output_dim(hidden.shape[-1], strategy)
     assert out.shape == (*spans.shape[:2], dim)
     for b in range(spans.shape[0]):

@@ -53,14 +53,18 @@ def word_reference(hidden: np.ndarray, ids: list, strategy: str, n_words: int) -
     return np.stack(out) if out else np.zeros((0, 1))
 
 
-@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("kind", ["numpy", "torch", "torch_autograd"])
 @pytest.mark.parametrize("strategy", list(WORD_STRATEGIES))
 @given(data=word_batches())
 def test_words_match_reference(kind, strategy, data):
     hidden, ids = data
-    arg = torch.from_numpy(hidden) if kind == "torch" else hidden
+    arg = (
+        torch.from_numpy(hidden).requires_grad_(kind == "torch_autograd")
+        if kind != "numpy"
+        else hidden
+    )
     out = word_embeddings(arg, ids, strategy)
-    out = out.numpy() if kind == "torch" else out
+    out = out.detach().numpy() if kind != "numpy" else out
     n_words = max([x for r in ids for x in r if x is not None], default=-1) + 1
     assert out.shape[:2] == (len(ids), n_words)
     for b, row in enumerate(ids):

@@ -120,3 +120,36 @@ def check_finite(xp: Any, out: Array, arg: str = "hidden") -> None:
         f"NaN or inf reaching the result in row(s) {rows[:8]}",
         "Check the encoder's output (fp16 overflow is a common cause) or mask those tokens.",
     )
+
+
+def cpu_fast_path(x: Array, *others: Array | None) -> tuple[list[Array | None], Any]:
+    """Zero-copy NumPy views of CPU torch tensors that need no gradient.
+
+    The rules are written once against ``xp``; this only picks NumPy as the ``xp`` for
+    CPU tensors. Per-row reductions are small operations, and torch opens an OpenMP
+    parallel region for each one: on a busy machine every region waits for a core, which
+    made a 128-row mean 100x slower than the same NumPy call. Returns the arrays to
+    compute on and a function that turns a NumPy result back into a tensor.
+    Tensors that require grad, live on an accelerator or are bfloat16 stay in torch.
+    """
+    arrays = [x, *others]
+    torch_inputs = [a for a in arrays if a is not None and array_api_compat.is_torch_array(a)]
+    if not torch_inputs:
+        return arrays, _identity
+    import torch
+
+    usable = all(
+        a.device.type == "cpu" and not a.requires_grad and a.dtype != torch.bfloat16
+        for a in torch_inputs
+    )
+    if not usable or not array_api_compat.is_torch_array(x):
+        return arrays, _identity
+    views = [
+        a.detach().numpy() if a is not None and array_api_compat.is_torch_array(a) else a
+        for a in arrays
+    ]
+    return views, torch.from_numpy
+
+
+def _identity(x: Array) -> Array:
+    return x

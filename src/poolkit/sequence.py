@@ -29,6 +29,7 @@ import numpy as np
 from poolkit._arrays import (
     Array,
     check_finite,
+    cpu_fast_path,
     device_of,
     float_hidden,
     host_mask,
@@ -118,6 +119,8 @@ def sequence_embedding(
         [[2.0, 3.0, 4.0, 5.0]]
     """
     names = parse_sequence_strategy(strategy)
+    float_hidden(hidden)
+    (hidden,), restore = cpu_fast_path(hidden)
     xp, out_dtype = float_hidden(hidden)
     if hidden.ndim not in (2, 3):
         value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
@@ -148,7 +151,7 @@ def sequence_embedding(
         parts.append(_STRATEGIES[name](xp, h, plan, out_dtype))
     out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)
     check_finite(xp, out)
-    return out if batched else out[0]
+    return restore(out if batched else out[0])
 
 
 def _check_empty(plan: RowPlan, empty: Empty, special_dropped: bool) -> None:

@@ -32,6 +32,7 @@ import numpy as np
 from poolkit._arrays import (
     Array,
     check_finite,
+    cpu_fast_path,
     device_of,
     float_hidden,
     host_mask,
@@ -141,6 +142,8 @@ def span_embeddings(
         (1, 512)
     """
     terms = parse_span_strategy(strategy)
+    float_hidden(hidden)
+    (hidden, scores), restore = cpu_fast_path(hidden, scores)
     xp, out_dtype = float_hidden(hidden)
     if hidden.ndim not in (2, 3):
         value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
@@ -163,7 +166,7 @@ def span_embeddings(
     if len(plan.slot) == 0:
         dim = span_output_dim(hid, terms, width_buckets)
         full = xp.zeros((b, n_spans, dim), dtype=out_dtype, device=device_of(h))
-        return full if batched else full[0]
+        return restore(full if batched else full[0])
     parts = [_term(xp, term, flat, plan, out_dtype, score_flat) for term in terms]
     if width_buckets is not None:
         parts.append(_width_one_hot(xp, plan, width_buckets, out_dtype, flat))
@@ -171,7 +174,7 @@ def span_embeddings(
     check_finite(xp, out)
     full = _scatter(xp, out, plan, b * n_spans, flat)
     full = xp.reshape(full, (b, n_spans, full.shape[-1]))
-    return full if batched else full[0]
+    return restore(full if batched else full[0])
 
 
 def _host_spans(spans: Any, batched: bool, b: int) -> np.ndarray:
