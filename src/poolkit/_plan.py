@@ -34,7 +34,8 @@ class RowPlan:
     def uniform(self) -> bool:
         """True when every row selects the same contiguous run: one vectorised call."""
         return (
-            not self.empty.any()
+            len(self.count) > 0
+            and not self.empty.any()
             and not self.holes.any()
             and bool((self.first == self.first[0]).all() and (self.last == self.last[0]).all())
         )
@@ -44,7 +45,10 @@ def plan_rows(keep: np.ndarray) -> RowPlan:
     """Plan the reduction of each row of a ``(B, L)`` bool mask."""
     length = keep.shape[1]
     count = keep.sum(axis=1).astype(np.int64)
-    first = np.where(count > 0, keep.argmax(axis=1), 0).astype(np.int64)
-    last = np.where(count > 0, length - 1 - keep[:, ::-1].argmax(axis=1), -1).astype(np.int64)
+    if length == 0:
+        first, last = np.zeros_like(count), np.full_like(count, -1)
+    else:
+        first = np.where(count > 0, keep.argmax(axis=1), 0).astype(np.int64)
+        last = np.where(count > 0, length - 1 - keep[:, ::-1].argmax(axis=1), -1).astype(np.int64)
     holes = (count > 0) & (last - first + 1 != count)
     return RowPlan(keep=keep, first=first, last=last, count=count, holes=holes)

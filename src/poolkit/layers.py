@@ -64,7 +64,8 @@ def layer_mix(
     Returns:
         ``(B, L, H)`` (``(B, L, k*H)`` for ``concat`` of k layers), float32 (float64 for
         float64 input), the input's kind and device. Padding positions are combined
-        like any other; the pooling functions ignore them.
+        like any other, so NaN/inf propagate here by design; the pooling functions that
+        follow ignore padding and raise on NaN/inf in real positions.
     """
     if how not in LAYER_COMBINATIONS:
         value_error("how", f"one of {', '.join(LAYER_COMBINATIONS)}", repr(how))
@@ -76,6 +77,8 @@ def layer_mix(
         value_error("hidden_states", "a non-empty sequence of layers", "an empty one")
     xp, dtype = float_hidden(states[0], "hidden_states")
     shape = tuple(states[0].shape)
+    if len(shape) not in (2, 3):
+        value_error("hidden_states", "layers of shape (L, H) or (B, L, H)", f"shape {shape}")
     for i, s in enumerate(states):
         if tuple(s.shape) != shape:
             value_error(

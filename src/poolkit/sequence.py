@@ -144,6 +144,9 @@ def sequence_embedding(
         selected = real & ~special
     plans = {"cls": plan_rows(real), "rest": plan_rows(selected) if exclude_special else None}
     plans["rest"] = plans["rest"] or plans["cls"]
+    if b == 0:
+        out = xp.zeros((0, hidden.shape[-1] * len(names)), dtype=out_dtype, device=device_of(h))
+        return restore(out)
     parts = []
     for name in names:
         plan = plans["cls" if name == "cls" else "rest"]

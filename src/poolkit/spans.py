@@ -194,7 +194,7 @@ def _host_spans(spans: Any, batched: bool, b: int) -> np.ndarray:
             f"shape {sp.shape}",
             "Each span is one [start, end] pair of token indices, ends inclusive.",
         )
-    return sp.astype(np.int64).reshape(b, -1, 2)
+    return sp.astype(np.int64).reshape(b, sp.shape[-2], 2)
 
 
 def _check_spans(

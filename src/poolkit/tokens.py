@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._arrays import Array, float_hidden, host_mask, to_device
+from poolkit._arrays import Array, float_hidden, host_mask, to_device, to_host
 from poolkit._errors import value_error
 
 
@@ -46,8 +46,18 @@ def flat_token_embeddings(
     rows, positions = np.nonzero(keep)
     length, hid = keep.shape[1], hidden.shape[-1]
     flat = xp.reshape(hidden, (-1, hid))
-    vectors = xp.take(flat, to_device(xp, rows * length + positions, hidden), axis=0)
-    return xp.astype(vectors, out_dtype), rows.astype(np.int64), positions.astype(np.int64)
+    vectors = xp.astype(
+        xp.take(flat, to_device(xp, rows * length + positions, hidden), axis=0), out_dtype
+    )
+    if not bool(xp.all(xp.isfinite(vectors))):
+        bad = int(np.flatnonzero(~to_host(xp.all(xp.isfinite(vectors), axis=-1), "hidden"))[0])
+        value_error(
+            "hidden",
+            "finite at the tokens it keeps",
+            f"NaN or inf at row {rows[bad]}, position {positions[bad]}",
+            "Check the encoder's output (fp16 overflow is a common cause) or mask that token.",
+        )
+    return vectors, rows.astype(np.int64), positions.astype(np.int64)
 
 
 def token_embeddings(

@@ -1,0 +1,143 @@
+"""Fuzz every core function with hostile inputs.
+
+Each call either returns a finite result of the documented shape, or raises a
+ValueError/TypeError whose message names the offending argument in backticks. Nothing
+else may escape (no IndexError, RuntimeError or bare torch error), and NaN/inf never
+comes back silently.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from poolkit import (
+    SEQUENCE_STRATEGIES,
+    WORD_STRATEGIES,
+    layer_mix,
+    sequence_embedding,
+    span_embeddings,
+    token_embeddings,
+    word_embeddings,
+)
+
+NAMED = re.compile(r"`\w+`")
+DTYPES = ["float32", "float16", "bfloat16", "float64", "int64", "bool"]
+
+
+def make(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, kind: str, special: str):
+    x = rng.standard_normal(shape) * 3
+    if special == "nan" and x.size:
+        x.flat[rng.integers(x.size)] = np.nan
+    if special == "inf" and x.size:
+        x.flat[rng.integers(x.size)] = -np.inf
+    if kind == "numpy":
+        return x.astype("float32" if dtype == "bfloat16" else dtype)
+    return torch.from_numpy(x).to(getattr(torch, dtype))
+
+
+@st.composite
+def hostile(draw: st.DrawFn):
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    b, length, hid = draw(st.integers(0, 3)), draw(st.integers(0, 6)), draw(st.integers(1, 4))
+    batched = draw(st.booleans())
+    shape = (b, length, hid) if batched else (length, hid)
+    if draw(st.integers(0, 9)) == 0:
+        shape = shape[1:] or (3,)  # wrong rank
+    kind = draw(st.sampled_from(["numpy", "torch"]))
+    hidden = make(
+        rng,
+        shape,
+        draw(st.sampled_from(DTYPES)),
+        kind,
+        draw(st.sampled_from(["", "", "nan", "inf"])),
+    )
+    lead = shape[:-1]
+    mask_shape = draw(
+        st.sampled_from([lead, lead, lead, (*lead[:-1], max(length + 1, 1)), (2, 2, 2)])
+    )
+    mask_dtype = draw(st.sampled_from(["int64", "bool", "bool", "float32", "int32"]))
+    mask = (rng.random(mask_shape) < draw(st.sampled_from([0.0, 0.5, 0.9, 1.0]))).astype(mask_dtype)
+    if draw(st.integers(0, 9)) == 0:
+        mask = mask * 2  # not 0/1
+    n_spans = draw(st.integers(0, 3))
+    span_shape = (b, n_spans, 2) if batched else (n_spans, 2)
+    spans = rng.integers(-2, max(length, 1) + 2, size=span_shape)
+    word_len = length + draw(st.sampled_from([0, 0, 0, 1, -1]))
+    word_ids = rng.integers(-1, 3, size=(*lead[:-1], max(word_len, 0)))
+    return {"hidden": hidden, "mask": mask, "spans": spans, "word_ids": word_ids, "kind": kind}
+
+
+def check(call) -> object | None:
+    try:
+        out = call()
+    except (ValueError, TypeError) as err:
+        assert NAMED.search(str(err)), f"message names no argument: {err}"
+        return None
+    values = out if isinstance(out, list) else [out]
+    for v in values:
+        arr = v.detach().float().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+        assert np.isfinite(arr).all(), "non-finite result returned silently"
+    return out
+
+
+@settings(max_examples=300)
+@given(
+    case=hostile(),
+    strategy=st.sampled_from(SEQUENCE_STRATEGIES),
+    empty=st.sampled_from(["raise", "zeros"]),
+)
+def test_sequence_embedding(case, strategy, empty):
+    out = check(lambda: sequence_embedding(case["hidden"], case["mask"], strategy, empty=empty))
+    if out is not None:
+        assert tuple(out.shape) == tuple(case["hidden"].shape[:-2]) + (case["hidden"].shape[-1],)
+
+
+@settings(max_examples=300)
+@given(case=hostile())
+def test_token_embeddings(case):
+    check(lambda: token_embeddings(case["hidden"], None, case["mask"]))
+
+
+@settings(max_examples=300)
+@given(case=hostile(), strategy=st.sampled_from(list(WORD_STRATEGIES)))
+def test_word_embeddings(case, strategy):
+    check(lambda: word_embeddings(case["hidden"], case["word_ids"], strategy))
+
+
+@settings(max_examples=300)
+@given(
+    case=hostile(),
+    strategy=st.sampled_from(["endpoints", "mean", "max", "attention", "diff_sum", "x/y"]),
+)
+def test_span_embeddings(case, strategy):
+    check(lambda: span_embeddings(case["hidden"], case["spans"], strategy, mask=case["mask"]))
+
+
+@settings(max_examples=300)
+@given(case=hostile(), layers=st.sampled_from(["last", "last4", "first_last", 0, [0, 5], "nope"]))
+def test_layer_mix(case, layers):
+    h = case["hidden"]
+    finite = h.dtype in (torch.int64, torch.bool) or bool(
+        np.isfinite(np.asarray(h.float() if isinstance(h, torch.Tensor) else h, dtype=float)).all()
+    )
+    if finite:
+        check(lambda: layer_mix([h] * 3, layers))
+    else:  # documented: NaN/inf propagate through layer_mix (padding included)
+        try:
+            layer_mix([h] * 3, layers)
+        except (ValueError, TypeError) as err:
+            assert NAMED.search(str(err))
+
+
+@pytest.mark.parametrize("bad", [None, "text", 3.0, [[1.0, 2.0]], {"a": 1}])
+def test_non_arrays_are_type_errors(bad):
+    with pytest.raises(TypeError, match="`hidden`"):
+        sequence_embedding(bad)
+    with pytest.raises(TypeError, match="`hidden`"):
+        span_embeddings(bad, np.zeros((0, 2), np.int64))
