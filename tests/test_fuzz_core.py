@@ -95,7 +95,7 @@ def check(call) -> object | None:
 def test_sequence_embedding(case, strategy, empty):
     out = check(lambda: sequence_embedding(case["hidden"], case["mask"], strategy, empty=empty))
     if out is not None:
-        assert tuple(out.shape) == tuple(case["hidden"].shape[:-2]) + (case["hidden"].shape[-1],)
+        assert tuple(out.shape) == (*tuple(case["hidden"].shape[:-2]), case["hidden"].shape[-1])
 
 
 @settings(max_examples=300)
