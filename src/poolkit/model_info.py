@@ -325,7 +325,9 @@ def read_model_info(
     if max_length is None and isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
         max_length, max_length_source = tok_max, "tokenizer: model_max_length"
     positions = config.get("max_position_embeddings") or config.get("n_positions")
-    if max_length is None and isinstance(positions, int):
+    # RoBERTa-like models reserve positions for padding (514 for 512 tokens), so the
+    # position table only caps the length when it is smaller than the tokenizer's limit.
+    if isinstance(positions, int) and (max_length is None or positions < max_length):
         max_length, max_length_source = positions, "config.json: max_position_embeddings"
 
     prompts: dict[str, str] = {}

@@ -1,0 +1,178 @@
+"""poolkit.embed / embed_tokens / embed_words / embed_spans against independent references."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from poolkit.embed import (
+    TruncationWarning,
+    embed,
+    embed_spans,
+    embed_tokens,
+    embed_words,
+    get_encoder,
+)
+
+TEXTS = [
+    "John works at Google",
+    "A cat sat on the mat.",
+    "hi",
+    "Pooling turns token vectors into one vector.",
+]
+
+
+@pytest.fixture(scope="module")
+def hf(minilm_dir):
+    tok = AutoTokenizer.from_pretrained(minilm_dir)
+    model = AutoModel.from_pretrained(minilm_dir).eval()
+
+    def run(text, **kw):
+        enc = tok(text, truncation=True, max_length=256, return_tensors="pt")
+        with torch.no_grad():
+            out = model(**enc, output_hidden_states=True)
+        return enc["input_ids"][0].tolist(), [h[0].numpy() for h in out.hidden_states]
+
+    return run
+
+
+def test_matches_sentence_transformers_on_stsb(minilm, minilm_st, sts_dev):
+    # Every 10th sentence plus the longest ones: the full 3000 run in bench/bench_embed.py.
+    longest = sorted(range(len(sts_dev)), key=lambda i: -len(sts_dev[i]))[:20]
+    texts = [sts_dev[i] for i in sorted(set(range(0, len(sts_dev), 10)) | set(longest))]
+    ours = embed(texts, minilm)
+    ref = minilm_st.encode(texts, convert_to_numpy=True)
+    assert ours.dtype == np.float32 and ours.shape == (len(texts), 384)
+    assert np.abs(ours - ref).max() < 1e-5
+
+
+def test_alone_equals_batched(minilm, sts_dev):
+    texts = sts_dev[:40]
+    batched = embed(texts, minilm, ["mean", "cls", "max", "last"], normalize=False)
+    for i in (0, 7, 19, 39):
+        alone = embed([texts[i]], minilm, ["mean", "cls", "max", "last"], normalize=False)
+        for name in batched:
+            np.testing.assert_allclose(alone[name][0], batched[name][i], atol=1e-5)
+
+
+def test_strategies_against_plain_reference(minilm, hf):
+    got = embed(TEXTS, minilm, ["mean", "cls", "max", "cls+mean"], normalize=False)
+    for i, text in enumerate(TEXTS):
+        _, layers = hf(text)
+        h = layers[-1]
+        np.testing.assert_allclose(got["mean"][i], h.mean(0), atol=1e-5)
+        np.testing.assert_allclose(got["cls"][i], h[0], atol=1e-5)
+        np.testing.assert_allclose(got["max"][i], h.max(0), atol=1e-5)
+        np.testing.assert_allclose(got["cls+mean"][i], np.concatenate([h[0], h.mean(0)]), atol=1e-5)
+    single = embed(TEXTS, minilm, "cls", normalize=False)
+    np.testing.assert_array_equal(single, got["cls"])
+
+
+def test_default_is_intended_pooling_and_normalisation(minilm, hf):
+    got = embed(TEXTS, minilm)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
+    _, layers = hf(TEXTS[0])
+    m = layers[-1].mean(0)
+    np.testing.assert_allclose(got[0], m / np.linalg.norm(m), atol=1e-6)
+    raw = embed(TEXTS, minilm, normalize=False)
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
+
+
+def test_layers_and_exclude_special(minilm, hf):
+    got = embed(TEXTS[:2], minilm, "mean", normalize=False, layers="last4")
+    no_special = embed(TEXTS[:2], minilm, "mean", normalize=False, exclude_special=True)
+    for i, text in enumerate(TEXTS[:2]):
+        _, layers = hf(text)
+        np.testing.assert_allclose(got[i], np.mean(layers[-4:], axis=0).mean(0), atol=1e-5)
+        np.testing.assert_allclose(no_special[i], layers[-1][1:-1].mean(0), atol=1e-5)
+    with pytest.raises(ValueError, match=r"texts 0 have none \(empty strings\?\)"):
+        embed([""], minilm, exclude_special=True)
+
+
+def test_tiny_cls_model_uses_its_intended_pooling(tiny_dirs):
+    path = tiny_dirs["bert_cls"]
+    got = embed(["John works at Google", "a cat"], path)
+    model = AutoModel.from_pretrained(path).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    with torch.no_grad():
+        h = model(**tok("a cat", return_tensors="pt")).last_hidden_state[0, 0].numpy()
+    np.testing.assert_allclose(got[1], h / np.linalg.norm(h), atol=1e-6)
+
+
+def test_truncation_is_counted_and_warned(minilm):
+    long = "word " * 400
+    with pytest.warns(TruncationWarning, match=r"1 of 2 texts were longer than 256 tokens"):
+        _, stats = embed(["short", long], minilm, return_stats=True)
+    assert stats.truncated == [1] and stats.num_texts == 2 and stats.dims == {"mean": 384}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        chunked = embed(["short", long], minilm, long_text="chunk")
+    with pytest.warns(TruncationWarning):
+        truncated = embed(["short", long], minilm)
+    np.testing.assert_allclose(chunked[0], truncated[0], atol=1e-6)
+    assert np.abs(chunked[1] - truncated[1]).max() > 1e-4
+
+
+def test_empty_input_and_cache(minilm_dir):
+    assert get_encoder(minilm_dir) is get_encoder(minilm_dir)
+    out = embed([], minilm_dir, ["mean", "cls+mean"])
+    assert out["mean"].shape == (0, 384) and out["cls+mean"].shape == (0, 768)
+
+
+def test_strategy_errors(minilm):
+    with pytest.raises(ValueError, match=r"Expected `strategy` to be one of cls, mean"):
+        embed(["a"], minilm, "avg")
+    with pytest.raises(ValueError, match=r"list each name once"):
+        embed(["a"], minilm, ["mean", "mean"])
+
+
+def test_embed_tokens(minilm, hf):
+    (tv,) = embed_tokens(["John works at Google"], minilm)
+    assert tv.tokens == ["john", "works", "at", "google"]
+    assert tv.offsets.tolist() == [[0, 4], [5, 10], [11, 13], [14, 20]]
+    _, layers = hf("John works at Google")
+    np.testing.assert_allclose(tv.vectors, layers[-1][1:-1], atol=1e-5)
+
+
+def test_embed_words(minilm, hf):
+    words = [["John", "works", "at", "Googleplex"], ["hi"]]
+    first, mean = (embed_words(words, minilm, s) for s in ("first", "mean"))
+    assert [w.shape for w in first] == [(4, 384), (1, 384)]
+    ids, layers = hf("John works at Googleplex")
+    h = layers[-1]
+    assert len(ids) == 7  # googleplex -> google ##ple ##x
+    np.testing.assert_allclose(first[0], h[[1, 2, 3, 4]], atol=1e-5)
+    np.testing.assert_allclose(mean[0][3], h[4:6].mean(0), atol=1e-5)
+    both = embed_words(words, minilm, "first_last")
+    assert both[0].shape == (4, 768)
+
+
+def test_embed_spans_seed_example(minilm, hf):
+    text = "John works at Google"
+    vecs, token_spans = embed_spans([text], [[(11, 20), (0, 4)]], minilm, return_token_spans=True)
+    assert token_spans[0].tolist() == [[3, 4], [1, 1]]  # "at Google" -> tokens 3..4
+    _, layers = hf(text)
+    h = layers[-1]
+    np.testing.assert_allclose(vecs[0][0], np.concatenate([h[3], h[4]]), atol=1e-5)
+    mean = embed_spans([text], [[(11, 20)]], minilm, "mean")
+    np.testing.assert_allclose(mean[0][0], h[3:5].mean(0), atol=1e-5)
+    partial = embed_spans([text, "a cat"], [[(15, 16)], []], minilm, "mean")  # inside "Google"
+    np.testing.assert_allclose(partial[0][0], h[4], atol=1e-5)
+    assert partial[1].shape == (0, 384)
+
+
+def test_embed_spans_errors(minilm):
+    with pytest.raises(
+        ValueError, match=r"`char_spans\[0\]\[0\]` = \(4, 5\) to cover at least one token"
+    ):
+        embed_spans(["John works"], [[(4, 5)]], minilm)
+    with pytest.raises(
+        ValueError, match=r"0 <= start < end <= len\(texts\[0\]\) = 10, but got \(3, 11\)"
+    ):
+        embed_spans(["John works"], [[(3, 11)]], minilm)
+    with pytest.raises(ValueError, match=r"one list of spans per text \(1\), but got 2"):
+        embed_spans(["John works"], [[(0, 4)], [(0, 1)]], minilm)
