@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 import warnings
@@ -74,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.output, args.strategy or ["intended"], args.overwrite)
 
     start = time.perf_counter()
+    # Read the first chunk before loading the model: input errors surface in a moment.
+    chunks = text_chunks(args, args.chunk_size)
+    first = next(chunks)
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                           max_length=args.max_length)  # fmt: skip
     names = list(args.strategy or [encoder.info.pooling])
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         progress_bar(args) as bar,
         open_writer(args.output, names, overwrite=args.overwrite) as out,
     ):
-        for chunk in text_chunks(args, args.chunk_size):
+        for chunk in itertools.chain([first], chunks):
             with warnings.catch_warnings():
                 # Truncation is reported once, in the summary line.
                 warnings.simplefilter("ignore", TruncationWarning)
