@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from poolkit.cli._common import add_common, report_error
+
 __all__ = ["add_parser", "run"]
 
 DESCRIPTION = """\
@@ -36,9 +38,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, choices=["sts", "classification", "ner", "relation"])
     p.add_argument("--train", metavar="FILE", help="train the probes on FILE, score on DATA")
     p.add_argument(
-        "--model", default=None, help="model directory or hub id (default all-MiniLM-L6-v2)"
-    )
-    p.add_argument(
         "--strategies", nargs="+", action="extend", metavar="S",
         help="compare only these (e.g. cls mean cls+mean mean_no_special; word: first last "
         "mean max first_last; span: endpoints mean max diff_sum attention x,y,x*y)",
@@ -52,17 +51,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the main metric")
     p.add_argument("--overwrite", action="store_true", help="replace existing --json/--plot files")
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
-    p.add_argument(
-        "--max-length", type=int, default=None, help="tokens per text (default: the model's)"
-    )
-    p.add_argument("--batch-tokens", type=int, default=16384, help="token budget per batch")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps ...")
-    for name, default in (("text", "text"), ("label", "label"), ("sentence1", "sentence1"),
-                          ("sentence2", "sentence2"), ("score", "score"), ("spans", "spans")):  # fmt: skip
-        p.add_argument(f"--{name}-column", default=default, metavar="C", help=f"default {default}")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    p.set_defaults(run=run)
+    for name in ("text", "label", "sentence1", "sentence2", "score", "spans"):
+        p.add_argument(f"--{name}-column", default=name, metavar="C", help=f"default {name}")
+    add_common(p)
+    p.set_defaults(func=run)
     return p
 
 
@@ -72,28 +64,12 @@ class _UsageError(ValueError):
 
 def run(args: argparse.Namespace) -> int:
     """Run ``compare`` for parsed ``args``; returns the exit status (0, 1 runtime, 2 input)."""
-    from poolkit.compare.datasets import DataError
-
     try:
         return _run(args)
-    except (DataError, _UsageError) as e:
-        return _fail(args, e, 2)
-    except KeyboardInterrupt:
-        return _fail(args, "interrupted", 130)
     except Exception as e:  # one line for the user; the traceback with --debug
-        from poolkit.model_info import ModelNotFoundError
-
-        if isinstance(e, ModelNotFoundError | ValueError | TypeError):
-            return _fail(args, e, 2)
-        return _fail(args, e, 1)
-
-
-def _fail(args: argparse.Namespace, error: object, status: int) -> int:
-    if getattr(args, "debug", False) and isinstance(error, BaseException):
-        raise error
-    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    print(f"poolkit compare: error: {message}", file=sys.stderr)
-    return status
+        if getattr(args, "debug", False):
+            raise
+        return report_error(e)
 
 
 def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) -> Path | None:
@@ -146,19 +122,21 @@ def _run(args: argparse.Namespace) -> int:
 
     from poolkit.compare import report
     from poolkit.compare.candidates import candidates
-    from poolkit.compare.runner import LEVELS, Settings, compare
+    from poolkit.compare.runner import LEVELS, Settings, check_labels, compare
 
-    # Unknown strategies and layers fail here, before the model loads.
-    if LEVELS[args.task] != "span":
-        candidates(LEVELS[args.task], args.strategies, layers)
+    settings = Settings(
+        args.task, args.strategies, layers, args.folds, quiet=args.quiet, long_text=args.long_text
+    )
+    # Unknown strategies and unusable labels fail here, before the model loads.
+    candidates(LEVELS[args.task], args.strategies, layers)
+    check_labels(data, train, settings)
     from poolkit.encoder import Encoder
 
     start = time.perf_counter()
     encoder = Encoder(
-        args.model, device=args.device, max_length=args.max_length,
+        args.model, device=args.device, dtype=args.dtype, max_length=args.max_length,
         max_batch_tokens=args.batch_tokens,
     )  # fmt: skip
-    settings = Settings(args.task, args.strategies, layers, args.folds, quiet=args.quiet)
     results = compare(encoder, data, settings, train)
     seconds = time.perf_counter() - start
     model = encoder.info.reference
@@ -167,7 +145,10 @@ def _run(args: argparse.Namespace) -> int:
         report.write_json(json_path, doc)
     if plot_path:
         report.write_plot(plot_path, args.task, model, results)
-    print(report.table(args.task, results, _intended_note(encoder.info, results)), flush=True)
+    print(
+        report.table(args.task, results, _intended_note(encoder.info, results, args.task)),
+        flush=True,
+    )
     for note in settings.notes:
         print(f"note: {note}", file=sys.stderr)
     print(
@@ -178,8 +159,10 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _intended_note(info: Any, results: list) -> str:
+def _intended_note(info: Any, results: list, task: str) -> str:
     source = f"{info.pooling}, from {info.pooling_source}"
+    if task in ("ner", "relation"):
+        return f"(the model's intended pooling, {source}, is a sequence strategy: none marked here)"
     if any(r.intended for r in results):
         return f"* the model's intended pooling ({source})"
     return f"the model's intended pooling ({source}) is not among these candidates"

@@ -88,9 +88,8 @@ def candidates(
             raise ValueError(
                 f"Expected `--layers` to be among {', '.join(LAYER_VARIANTS)}, but got {name!r}."
             )
-    if level == "sequence":
-        for s in chosen:
-            sequence_parts(s)
+    for s in chosen:
+        _check_strategy(level, s)
     out: list[Candidate] = []
     for s in chosen:
         for layer in chosen_layers:
@@ -98,6 +97,27 @@ def candidates(
             if c not in out:
                 out.append(c)
     return out
+
+
+def _check_strategy(level: str, strategy: str) -> None:
+    if level == "sequence":
+        sequence_parts(strategy)
+        return
+    if level == "word":
+        from poolkit.words import WORD_STRATEGIES
+
+        if strategy not in WORD_STRATEGIES:
+            raise ValueError(
+                f"Expected `--strategies` to name word strategies from "
+                f"{', '.join(WORD_STRATEGIES)}, but got {strategy!r}."
+            )
+        return
+    from poolkit.spans import parse_span_strategy
+
+    try:
+        parse_span_strategy(strategy)
+    except ValueError as e:
+        raise ValueError(f"`--strategies`: {strategy!r} is not a span strategy. {e}") from None
 
 
 def layer_views(hidden_states: Any, last: Any, layers: Sequence[str]) -> dict[str, Any]:

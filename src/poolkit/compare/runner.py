@@ -41,6 +41,7 @@ class Settings:
     layers: Sequence[str] | None = None
     folds: int = 5
     quiet: bool = True
+    long_text: str = "truncate"
     notes: list[str] = field(default_factory=list)
 
 
@@ -64,10 +65,9 @@ def compare(
         base = default_strategies("sequence")
         strategies = base if intended in base else (*base, intended)
     cands = candidates(level, strategies, settings.layers)
-    if level == "span":
-        _check_span_strategies(cands)
     if settings.task == "ner" and train is None:
         raise DataError("--task ner needs --train FILE (CoNLL) to train the tagging probe.")
+    check_labels(data, train, settings)
     score = _SCORERS[settings.task]
     values = score(encoder, data, train, cands, settings)
     return [
@@ -99,15 +99,16 @@ def embed_sequences(
 ) -> dict[Candidate, np.ndarray]:
     """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order.
 
-    Truncates at the encoder's max length (the model's intended use); the count of
-    truncated texts goes to ``settings.notes``.
+    Texts over the encoder's max length are truncated (the model's intended use; the
+    count goes to ``settings.notes``) or, with ``settings.long_text="chunk"``, embedded in
+    overlapping windows and pooled over all their tokens.
     """
     layers = _layers_needed(cands)
     all_layers = layers != ["last"]
     by_layer = {lay: [c.strategy for c in cands if c.layers == lay] for lay in layers}
     out: dict[Candidate, np.ndarray] = {}
     truncated = 0
-    batches = encoder.iter_batches(list(texts), all_layers=all_layers)
+    batches = encoder.iter_batches(list(texts), all_layers=all_layers, long_text=settings.long_text)
     for batch in _batches(batches, settings, desc, len(texts)):
         truncated += int(batch.truncated.sum())
         views = layer_views(batch.hidden_states, batch.hidden, layers)
@@ -207,16 +208,6 @@ def embed_span_pairs(
     return out
 
 
-def _check_span_strategies(cands: Sequence[Candidate]) -> None:
-    from poolkit.spans import parse_span_strategy
-
-    for c in cands:
-        try:
-            parse_span_strategy(c.strategy)
-        except ValueError as e:
-            raise ValueError(f"--strategies: {c.strategy!r} is not a span strategy. {e}") from None
-
-
 def _bar(settings: Settings, desc: str, total: int, unit: str) -> Any:
     """A tqdm bar on stderr; hidden with ``quiet`` or when stderr is not a terminal."""
     from tqdm.auto import tqdm
@@ -266,6 +257,18 @@ def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Sco
     return out
 
 
+def check_labels(data: TaskData, train: TaskData | None, settings: Settings) -> None:
+    """Fail early (before any embedding) on labels a probe cannot use: cross-validation
+    needs two labels and two examples of each; training needs two labels."""
+    if isinstance(data, TextData | SpanPairData):
+        if train is None:
+            _labels_for_cv(data.labels, data.rows, data.source, settings.folds)
+        elif len(set(train.labels)) < 2:
+            raise DataError(f"{train.source}: only one label; a probe needs at least two.")
+    elif isinstance(train, TaggedData) and len({t for s in train.tags for t in s}) < 2:
+        raise DataError(f"{train.source}: only one tag; a probe needs at least two.")
+
+
 def _labels_for_cv(labels: Sequence[str], rows: Sequence[str], source: str, wanted: int) -> int:
     values, first, counts = np.unique(np.asarray(labels), return_index=True, return_counts=True)
     if len(values) < 2:
@@ -300,8 +303,6 @@ def _probe_all(
         return {
             c: probes.cv_predict(test_x[c], test_y, folds, splits) for c in _each(cands, settings)
         }
-    if len(set(train_y)) < 2:
-        raise DataError("--train: only one label; a probe needs at least two.")
     return {c: probes.fit_predict(train_x[c], train_y, test_x[c]) for c in _each(cands, settings)}
 
 
@@ -345,8 +346,6 @@ def _score_ner(encoder, data: TaggedData, train: TaggedData, cands, settings: Se
     train_x = embed_words(encoder, train, cands, settings, f"embedding {train.source}")
     test_x = embed_words(encoder, data, cands, settings, f"embedding {data.source}")
     train_y = [t for s in train.tags for t in s]
-    if len(set(train_y)) < 2:
-        raise DataError(f"{train.source}: only one tag; a probe needs at least two.")
     lengths = np.cumsum([len(s) for s in data.tags])[:-1]
     out: Scores = {}
     for c in _each(cands, settings):
