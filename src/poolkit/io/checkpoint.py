@@ -1,0 +1,432 @@
+"""Checkpoints for long ``poolkit embed`` jobs: chunks committed beside the output.
+
+A job writing ``OUTPUT`` keeps its work in ``OUTPUT.poolkit-work/``:
+
+- ``manifest.json``: the settings the vectors depend on (model files, strategies,
+  normalisation, max length, batching, chunk size, library versions, ...), written once;
+- ``chunk-00000000.npz`` ...: one per committed chunk of texts: row ids, one float32
+  ``(n, D)`` array per strategy, and the SHA-256 of the chunk's texts;
+- ``lock``: held (``flock``) while a process works on the directory.
+
+Every file appears atomically (temporary file, ``fsync``, ``rename``, ``fsync`` of the
+directory), so after a crash or ``kill -9`` a chunk is either fully there or absent: a
+resumed job recomputes at most the chunk that was in flight. :meth:`Checkpoint.publish`
+streams the chunks, in order, through the same writer an uninterrupted run uses into a
+file inside the work directory, then renames it onto ``OUTPUT``: a resumed job's output is
+byte-for-byte the one an uninterrupted run writes, and ``OUTPUT`` never exists half-written.
+
+Why the input is identified by content per chunk, not by size and mtime: a resumed job
+re-reads the input anyway to reach its first missing chunk, so hashing the texts of each
+done chunk costs only that read (disk speed, against hours of model time). The check is
+exact: an edit inside the done part is refused (its vectors would be stale), while a copy,
+a ``touch`` or a fix *after* the done part (say, the one malformed line that stopped the
+job) is accepted, and the output equals a fresh run on the input as it is now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolkit.io.readers import InputError
+
+__all__ = [
+    "WORK_SUFFIX",
+    "Checkpoint",
+    "CheckpointError",
+    "model_fingerprint",
+    "texts_digest",
+    "work_dir_for",
+]
+
+WORK_SUFFIX = ".poolkit-work"
+_MANIFEST = "manifest.json"
+_PUBLISHED = "published"
+_KIND = "poolkit-checkpoint"
+_VERSION = 1
+_CHUNK = re.compile(r"^chunk-(\d{8})\.npz$")
+
+
+class CheckpointError(InputError):
+    """A work directory cannot be used as asked (exists, locked, or made with other settings)."""
+
+
+def work_dir_for(output: str | os.PathLike[str]) -> Path:
+    """The work directory of ``output``: ``OUTPUT.poolkit-work`` beside it."""
+    out = Path(output)
+    return out.with_name(out.name + WORK_SUFFIX)
+
+
+def texts_digest(texts: Sequence[str]) -> str:
+    """SHA-256 (hex) of a chunk of texts; each is length-prefixed, so boundaries count."""
+    h = hashlib.sha256()
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        h.update(struct.pack("<Q", len(data)))
+        h.update(data)
+    return h.hexdigest()
+
+
+def model_fingerprint(model_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """``relative path -> SHA-256`` of every file of a model directory (hidden files skipped).
+
+    Reading the weights once costs about what loading them does, and catches a model
+    replaced in place under the same name.
+    """
+    root = Path(model_dir)
+    out: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_file() and not any(part.startswith(".") for part in rel.parts):
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            out[rel.as_posix()] = h.hexdigest()
+    return out
+
+
+def _fsync_dir(path: Path) -> None:
+    # Makes a rename durable; not every platform can open a directory.
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Write ``path`` via a temporary file in its directory: fsync, rename, fsync the dir."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _lock(path: Path) -> Any:
+    """An exclusive, non-blocking ``flock`` on ``path``; released when the process dies."""
+    handle = open(path, "a+b")  # held for the Checkpoint's lifetime
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): run unlocked
+        return handle
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise CheckpointError(
+            f"{path.parent}: another poolkit process is working on this output; wait for "
+            "it to finish or stop it first."
+        ) from None
+    return handle
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def settings_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Human-readable differences between two settings dicts (empty when equal)."""
+    diffs = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict) and key.endswith("files"):
+            changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            diffs.append(f"{key}: {', '.join(changed[:3])} differ")
+        else:
+            diffs.append(f"{key}: {_describe(a)} then, {_describe(b)} now")
+    return diffs
+
+
+class Checkpoint:
+    """A work directory for one output, held (locked) by this process.
+
+    Use :meth:`open`, then per chunk ``k`` (in order) either :meth:`verify` (done) or
+    :meth:`commit` (new); finally :meth:`publish`, which writes ``OUTPUT`` and removes the
+    directory. :meth:`close` releases the lock and keeps the directory for ``--resume``.
+
+    Attributes:
+        output: the final output path.
+        path: the work directory.
+        settings: what the vectors depend on (JSON values), as stored in the manifest.
+        done: indices of the committed chunks.
+    """
+
+    def __init__(self, output: Path, path: Path, settings: dict[str, Any], lock: Any) -> None:
+        self.output = output
+        self.path = path
+        self.settings = settings
+        self._lock = lock
+        self.done: set[int] = set()
+        for entry in os.listdir(path):
+            match = _CHUNK.match(entry)
+            if match:
+                self.done.add(int(match.group(1)))
+            elif entry.endswith(".tmp"):
+                # Left by a killed process; we hold the lock, so nobody is writing it.
+                with contextlib.suppress(OSError):
+                    os.unlink(path / entry)
+
+    # -- opening ------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        output: str | os.PathLike[str],
+        settings: Mapping[str, Any],
+        *,
+        resume: bool,
+    ) -> Checkpoint:
+        """Create the work directory of ``output``, or with ``resume=True`` reopen it.
+
+        Args:
+            output: the final output path.
+            settings: JSON-serialisable values the vectors depend on; a resumed job must
+                present equal settings.
+            resume: continue an existing work directory (a missing one is created).
+
+        Raises:
+            CheckpointError: the directory exists and ``resume`` is False; it was made
+                with other settings; it is not a poolkit work directory; another process
+                holds it; or it cannot be created.
+        """
+        out = Path(output)
+        path = work_dir_for(out)
+        settings = json.loads(json.dumps(dict(settings)))  # normalise tuples, keys
+        cls._remove_trash(out)
+        if path.exists():
+            if not resume:
+                raise CheckpointError(
+                    f"{path}: a work directory from an earlier, unfinished run is there "
+                    f"({cls._count(path)} chunks done); add --resume to continue it, or "
+                    "delete the directory to start over."
+                )
+            return cls._reopen(out, path, settings)
+        return cls._create(out, path, settings)
+
+    @staticmethod
+    def _count(path: Path) -> int:
+        with contextlib.suppress(OSError):
+            return sum(1 for e in os.listdir(path) if _CHUNK.match(e))
+        return 0
+
+    @classmethod
+    def _create(cls, out: Path, path: Path, settings: dict[str, Any]) -> Checkpoint:
+        manifest = {"kind": _KIND, "version": _VERSION, "output": out.name, "settings": settings}
+        try:
+            # Built under a temporary name and renamed, so a work directory always has
+            # its manifest.
+            staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=out.parent))
+        except OSError as e:
+            raise CheckpointError(
+                f"{out}: cannot create the work directory {path.name} in "
+                f"{str(out.parent)!r} ({e.strerror}); choose a writable output directory."
+            ) from None
+        try:
+            _atomic_write(
+                staging / _MANIFEST,
+                lambda f: f.write(json.dumps(manifest, indent=1, sort_keys=True).encode()),
+            )
+            lock = _lock(staging / "lock")
+            try:
+                os.rename(staging, path)
+            except OSError:
+                lock.close()
+                raise CheckpointError(
+                    f"{path}: another poolkit process started this output at the same time."
+                ) from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        _fsync_dir(out.parent)
+        return cls(out, path, settings, lock)
+
+    @classmethod
+    def _reopen(cls, out: Path, path: Path, settings: dict[str, Any]) -> Checkpoint:
+        try:
+            manifest = json.loads((path / _MANIFEST).read_text(encoding="utf-8"))
+            if manifest.get("kind") != _KIND:
+                raise ValueError(manifest.get("kind"))
+        except (OSError, ValueError, AttributeError):
+            raise CheckpointError(
+                f"{path}: not a poolkit work directory (no readable {_MANIFEST}); move or "
+                "delete it."
+            ) from None
+        if manifest.get("version") != _VERSION:
+            raise CheckpointError(
+                f"{path}: made by another poolkit version (checkpoint format "
+                f"{manifest.get('version')}, this one reads {_VERSION}); delete it to start over."
+            )
+        lock = _lock(path / "lock")
+        diffs = settings_diff(manifest.get("settings", {}), settings)
+        if diffs:
+            lock.close()
+            raise CheckpointError(
+                f"{path}: cannot resume, the checkpoint was made with other settings ("
+                f"{'; '.join(diffs)}). Rerun with the original settings, or delete the "
+                "directory to start over."
+            )
+        return cls(out, path, settings, lock)
+
+    @staticmethod
+    def _remove_trash(out: Path) -> None:
+        prefix = f".{out.name}{WORK_SUFFIX}.trash-"
+        with contextlib.suppress(OSError):
+            for entry in os.listdir(out.parent):
+                if entry.startswith(prefix):
+                    shutil.rmtree(out.parent / entry, ignore_errors=True)
+
+    # -- chunks -------------------------------------------------------------------------
+
+    def _chunk_path(self, index: int) -> Path:
+        return self.path / f"chunk-{index:08d}.npz"
+
+    def commit(
+        self, index: int, first_row: int, digest: str, arrays: Mapping[str, np.ndarray]
+    ) -> None:
+        """Store chunk ``index`` atomically.
+
+        Args:
+            index: 0-based chunk number.
+            first_row: row id of the chunk's first text.
+            digest: :func:`texts_digest` of the chunk's texts.
+            arrays: strategy name -> float32 ``(n, D)``, rows in input order.
+        """
+        names = list(arrays)
+        rows = {int(np.shape(a)[0]) for a in arrays.values()}
+        if len(rows) != 1:
+            raise ValueError(f"Expected `arrays` with one row count, but got {sorted(rows)}.")
+        meta = {"index": index, "first_row": first_row, "rows": rows.pop(),
+                "texts_sha256": digest, "strategies": names}  # fmt: skip
+        payload = {
+            f"s{k}": np.ascontiguousarray(arrays[n], np.float32) for k, n in enumerate(names)
+        }
+        _atomic_write(
+            self._chunk_path(index),
+            lambda f: np.savez(f, meta=np.array(json.dumps(meta)), **payload),
+        )
+        self.done.add(index)
+
+    def _meta(self, index: int) -> dict[str, Any]:
+        try:
+            with np.load(self._chunk_path(index), allow_pickle=False) as z:
+                return json.loads(str(z["meta"]))
+        except (OSError, ValueError, KeyError) as e:
+            raise CheckpointError(
+                f"{self._chunk_path(index)}: unreadable checkpoint chunk ({e}); delete that "
+                "file and rerun with --resume to recompute it."
+            ) from None
+
+    def verify(self, index: int, first_row: int, digest: str) -> None:
+        """Check that done chunk ``index`` was made from these texts.
+
+        Raises:
+            CheckpointError: the input changed inside the part already embedded.
+        """
+        meta = self._meta(index)
+        if meta["first_row"] != first_row or meta["texts_sha256"] != digest:
+            raise CheckpointError(
+                f"{self.path}: cannot resume, the input changed inside the part already "
+                f"embedded (texts {first_row}..{first_row + meta['rows'] - 1} differ from "
+                "the checkpoint). Restore the original input, or delete the work directory "
+                "to start over."
+            )
+
+    def load(self, index: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Row ids ``(n,)`` int64 and strategy -> float32 ``(n, D)`` of chunk ``index``."""
+        meta = self._meta(index)
+        with np.load(self._chunk_path(index), allow_pickle=False) as z:
+            arrays = {n: z[f"s{k}"] for k, n in enumerate(meta["strategies"])}
+        start = int(meta["first_row"])
+        return np.arange(start, start + int(meta["rows"]), dtype=np.int64), arrays
+
+    # -- the end ------------------------------------------------------------------------
+
+    def publish(self, num_chunks: int, strategies: list[str], *, overwrite: bool) -> Path:
+        """Write chunks ``0..num_chunks-1`` into ``output`` (atomic), then remove the work
+        directory. Returns ``output``.
+
+        Raises:
+            CheckpointError: a chunk is missing, or ``output`` exists and not ``overwrite``.
+        """
+        from poolkit.io.writers import EmbeddingWriter, output_format
+
+        missing = [k for k in range(num_chunks) if k not in self.done]
+        if missing:
+            raise CheckpointError(f"{self.path}: chunks {missing[:5]} are missing.")
+        fmt = output_format(self.output)
+        # Assembled inside the work directory (same filesystem as OUTPUT, so the final
+        # rename is atomic); a kill here leaves only work-directory files behind.
+        staged = self.path / f"assembled.{fmt}"
+        writer = EmbeddingWriter(staged, fmt, list(strategies), overwrite=True)
+        with writer:
+            for k in range(num_chunks):
+                ids, arrays = self.load(k)
+                writer.write(ids, arrays)
+        if self.output.exists() and not overwrite:
+            raise CheckpointError(
+                f"{self.output}: already exists; pass --overwrite to replace it (the finished "
+                f"vectors stay in {self.path.name} for --resume)."
+            )
+        _atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
+        os.replace(staged, self.output)
+        _fsync_dir(self.output.parent)
+        self.discard()
+        return self.output
+
+    def discard(self) -> None:
+        """Remove the work directory (renamed away first, so a kill mid-removal leaves no
+        half-deleted checkpoint under the work directory's name)."""
+        trash = self.path.with_name(
+            f".{self.output.name}{WORK_SUFFIX}.trash-{os.getpid()}-{os.urandom(4).hex()}"
+        )
+        os.rename(self.path, trash)
+        _fsync_dir(self.path.parent)
+        self.close()
+        shutil.rmtree(trash, ignore_errors=True)
+
+    @staticmethod
+    def finished(output: str | os.PathLike[str]) -> bool:
+        """True when ``output``'s work directory belongs to a job whose output was already
+        published (killed after the final rename, before the directory was removed)."""
+        path = work_dir_for(output)
+        return (path / _PUBLISHED).exists() and not any(path.glob("assembled.*"))
+
+    def close(self) -> None:
+        """Release the lock; the directory stays for ``--resume``."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def chunks(self) -> Iterator[int]:
+        """Committed chunk indices, ascending."""
+        return iter(sorted(self.done))

@@ -1,0 +1,239 @@
+"""The checkpoint store on real files: atomic chunks, resume, fingerprints, publication."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from poolkit.io.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    model_fingerprint,
+    texts_digest,
+    work_dir_for,
+)
+from poolkit.io.writers import open_writer
+
+SETTINGS = {"model_files": {"config.json": "ab", "model.safetensors": "cd"},
+            "strategies": ["mean"], "normalize": True, "max_length": 256}  # fmt: skip
+TEXTS = [[f"text {i}" for i in range(k * 5, k * 5 + 5)] for k in range(4)]
+
+
+def chunk_arrays(k: int, names: list[str], dim: int = 6) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(k)
+    return {n: rng.standard_normal((len(TEXTS[k]), dim + j)).astype(np.float32)
+            for j, n in enumerate(names)}  # fmt: skip
+
+
+def direct(path, names: list[str]) -> None:
+    """The uninterrupted path: every chunk straight through the writer."""
+    with open_writer(path, names) as out:
+        for k in range(len(TEXTS)):
+            out.write(np.arange(k * 5, k * 5 + 5), chunk_arrays(k, names))
+
+
+def commit(cp: Checkpoint, k: int, names: list[str]) -> None:
+    cp.commit(k, k * 5, texts_digest(TEXTS[k]), chunk_arrays(k, names))
+
+
+@pytest.mark.parametrize(
+    ("ext", "names"), [("npy", ["mean"]), ("parquet", ["mean", "cls"]), ("jsonl", ["mean", "cls"])]
+)
+def test_interrupted_and_resumed_equals_uninterrupted_byte_for_byte(tmp_path, ext, names):
+    settings = {**SETTINGS, "strategies": names}
+    out = tmp_path / f"out.{ext}"
+    cp = Checkpoint.open(out, settings, resume=False)
+    commit(cp, 0, names)
+    commit(cp, 1, names)
+    cp.close()  # the process dies here: lock released, directory kept
+    assert not out.exists() and work_dir_for(out).is_dir()
+
+    cp = Checkpoint.open(out, settings, resume=True)
+    assert cp.done == {0, 1}
+    for k in range(len(TEXTS)):
+        if k in cp.done:
+            cp.verify(k, k * 5, texts_digest(TEXTS[k]))
+        else:
+            commit(cp, k, names)
+    cp.publish(len(TEXTS), names, overwrite=False)
+
+    direct(tmp_path / f"ref.{ext}", names)
+    assert out.read_bytes() == (tmp_path / f"ref.{ext}").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"out.{ext}", f"ref.{ext}"]
+    # And the values are the chunks', independently of the writer.
+    expected = {n: np.concatenate([chunk_arrays(k, names)[n] for k in range(4)]) for n in names}
+    if ext == "npy":
+        np.testing.assert_array_equal(np.load(out), expected["mean"])
+    elif ext == "parquet":
+        table = pq.read_table(out)
+        assert table["id"].to_pylist() == list(range(20))
+        for n in names:
+            np.testing.assert_array_equal(np.array(table[n].to_pylist(), np.float32), expected[n])
+    else:
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [r["id"] for r in rows] == list(range(20))
+        np.testing.assert_array_equal(
+            np.array([r["cls"] for r in rows], np.float32), expected["cls"]
+        )
+
+
+def test_existing_work_dir_without_resume_is_reported_and_kept(tmp_path):
+    out = tmp_path / "out.npy"
+    cp = Checkpoint.open(out, SETTINGS, resume=False)
+    commit(cp, 0, ["mean"])
+    cp.close()
+    before = sorted(os.listdir(work_dir_for(out)))
+    with pytest.raises(CheckpointError, match=r"out.npy.poolkit-work: .*1 chunks done.*--resume"):
+        Checkpoint.open(out, SETTINGS, resume=False)
+    assert sorted(os.listdir(work_dir_for(out))) == before
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"strategies": ["cls"]}, 'strategies: ["mean"] then, ["cls"] now'),
+        ({"normalize": False}, "normalize: true then, false now"),
+        ({"max_length": 128}, "max_length: 256 then, 128 now"),
+        (
+            {"model_files": {"config.json": "ab", "model.safetensors": "XX"}},
+            "model_files: model.safetensors differ",
+        ),
+    ],
+)
+def test_changed_settings_are_refused_on_resume(tmp_path, change, fragment):
+    out = tmp_path / "out.npy"
+    Checkpoint.open(out, SETTINGS, resume=False).close()
+    with pytest.raises(CheckpointError, match="cannot resume") as info:
+        Checkpoint.open(out, {**SETTINGS, **change}, resume=True)
+    assert fragment in str(info.value) and "delete the directory" in str(info.value)
+    Checkpoint.open(out, SETTINGS, resume=True).close()  # still usable with the old settings
+
+
+def test_changed_texts_in_done_part_are_refused(tmp_path):
+    out = tmp_path / "out.npy"
+    cp = Checkpoint.open(out, SETTINGS, resume=False)
+    commit(cp, 0, ["mean"])
+    cp.close()
+    cp = Checkpoint.open(out, SETTINGS, resume=True)
+    cp.verify(0, 0, texts_digest(TEXTS[0]))
+    with pytest.raises(CheckpointError, match=r"input changed .*texts 0\.\.4"):
+        cp.verify(0, 0, texts_digest([*TEXTS[0][:4], "edited"]))
+    with pytest.raises(CheckpointError, match="input changed"):
+        cp.verify(0, 1, texts_digest(TEXTS[0]))
+    cp.close()
+
+
+def test_digest_counts_text_boundaries():
+    assert texts_digest(["ab", "c"]) != texts_digest(["a", "bc"])
+    assert texts_digest(["", ""]) != texts_digest([""])
+    assert texts_digest(["\ud800 lone surrogate"]) == texts_digest(["\ud800 lone surrogate"])
+
+
+def test_a_second_process_is_locked_out(tmp_path):
+    out = tmp_path / "out.npy"
+    first = Checkpoint.open(out, SETTINGS, resume=False)
+    with pytest.raises(CheckpointError, match="another poolkit process"):
+        Checkpoint.open(out, SETTINGS, resume=True)
+    first.close()
+    Checkpoint.open(out, SETTINGS, resume=True).close()
+
+
+def test_leftover_temporary_files_are_not_chunks(tmp_path):
+    out = tmp_path / "out.npy"
+    cp = Checkpoint.open(out, SETTINGS, resume=False)
+    commit(cp, 0, ["mean"])
+    cp.close()
+    torn = work_dir_for(out) / ".chunk-00000001.npz.k2j3.tmp"
+    torn.write_bytes(b"PK\x03\x04 half a zip")  # what a kill during a commit leaves
+    cp = Checkpoint.open(out, SETTINGS, resume=True)
+    assert cp.done == {0} and not torn.exists()
+    cp.close()
+
+
+def test_failed_commit_leaves_no_chunk(tmp_path, monkeypatch):
+    out = tmp_path / "out.npy"
+    cp = Checkpoint.open(out, SETTINGS, resume=False)
+
+    def no_space(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", no_space)
+    with pytest.raises(OSError, match="No space"):
+        commit(cp, 0, ["mean"])
+    monkeypatch.undo()
+    assert cp.done == set() and os.listdir(work_dir_for(out)) == ["lock", "manifest.json"]
+    cp.close()
+
+
+def test_publish_refuses_existing_output_and_keeps_the_work(tmp_path):
+    out = tmp_path / "out.npy"
+    cp = Checkpoint.open(out, SETTINGS, resume=False)
+    for k in range(len(TEXTS)):
+        commit(cp, k, ["mean"])
+    out.write_bytes(b"someone else's file")
+    with pytest.raises(CheckpointError, match="already exists; pass --overwrite"):
+        cp.publish(len(TEXTS), ["mean"], overwrite=False)
+    assert out.read_bytes() == b"someone else's file" and len(cp.done) == 4
+    cp.publish(len(TEXTS), ["mean"], overwrite=True)
+    assert np.load(out).shape == (20, 6) and not work_dir_for(out).exists()
+
+
+def test_missing_chunk_is_not_published(tmp_path):
+    out = tmp_path / "out.npy"
+    cp = Checkpoint.open(out, SETTINGS, resume=False)
+    commit(cp, 0, ["mean"])
+    with pytest.raises(CheckpointError, match=r"chunks \[1, 2\] are missing"):
+        cp.publish(3, ["mean"], overwrite=False)
+    assert not out.exists()
+    cp.close()
+
+
+def test_kill_between_final_rename_and_cleanup_is_recognised(tmp_path, monkeypatch):
+    out = tmp_path / "out.npy"
+    cp = Checkpoint.open(out, SETTINGS, resume=False)
+    commit(cp, 0, ["mean"])
+
+    def killed(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpoint, "discard", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cp.publish(1, ["mean"], overwrite=False)
+    monkeypatch.undo()
+    cp.close()
+    assert np.load(out).shape == (5, 6) and Checkpoint.finished(out)
+    assert not Checkpoint.finished(tmp_path / "other.npy")
+
+
+def test_unwritable_output_directory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(CheckpointError, match="cannot create the work directory"):
+        Checkpoint.open(blocker / "out.npy", SETTINGS, resume=False)
+
+
+def test_foreign_directory_is_not_resumed(tmp_path):
+    out = tmp_path / "out.npy"
+    work_dir_for(out).mkdir()
+    (work_dir_for(out) / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match="not a poolkit work directory"):
+        Checkpoint.open(out, SETTINGS, resume=True)
+    assert (work_dir_for(out) / "notes.txt").read_text() == "mine"
+
+
+def test_model_fingerprint_sees_every_file(tmp_path):
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode": "mean"}')
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "x").write_text("ignored")
+    first = model_fingerprint(tmp_path)
+    assert sorted(first) == ["1_Pooling/config.json", "config.json"]
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode": "cls"}')
+    second = model_fingerprint(tmp_path)
+    assert second["config.json"] == first["config.json"]
+    assert second["1_Pooling/config.json"] != first["1_Pooling/config.json"]
