@@ -1,6 +1,17 @@
 """poolkit: sequence, token, word and span representations from transformer encoders."""
 
+from poolkit.embed import (
+    EmbedStats,
+    TokenVectors,
+    TruncationWarning,
+    embed,
+    embed_spans,
+    embed_tokens,
+    embed_words,
+)
+from poolkit.encoder import EncodedBatch, Encoder
 from poolkit.layers import LAYER_PRESETS, layer_mix
+from poolkit.model_info import ModelInfo, ModelNotFoundError, model_info
 from poolkit.sequence import SEQUENCE_STRATEGIES, parse_sequence_strategy, sequence_embedding
 from poolkit.spans import (
     LOG_WIDTH_BUCKETS,
@@ -19,9 +30,21 @@ __all__ = [
     "SEQUENCE_STRATEGIES",
     "SPAN_STRATEGIES",
     "WORD_STRATEGIES",
+    "EmbedStats",
+    "EncodedBatch",
+    "Encoder",
+    "ModelInfo",
+    "ModelNotFoundError",
+    "TokenVectors",
+    "TruncationWarning",
     "bucket_widths",
+    "embed",
+    "embed_spans",
+    "embed_tokens",
+    "embed_words",
     "flat_token_embeddings",
     "layer_mix",
+    "model_info",
     "parse_sequence_strategy",
     "parse_span_strategy",
     "sequence_embedding",
