@@ -253,7 +253,11 @@ class Encoder:
                 f"Expected `max_length` to leave room for text after the {len(self._prefix) + len(self._suffix)} "
                 f"special tokens, but got {self.max_length}."
             )
-        self._special_ids = np.asarray(sorted(self.tokenizer.all_special_ids), dtype=np.int64)
+        # [UNK] stands for real text (an emoji, a rare script): it is content, not special.
+        unk = self.tokenizer.unk_token_id
+        self._special_ids = np.asarray(
+            sorted(set(self.tokenizer.all_special_ids) - {unk}), dtype=np.int64
+        )
         pad = self.tokenizer.pad_token_id
         self._pad_id = int(pad if pad is not None else (eos if eos is not None else 0))
         self._left = self.info.is_decoder and self.tokenizer.padding_side == "left"
