@@ -1,0 +1,250 @@
+"""``Embedder``: one model per Ray actor, embeddings as new columns of each batch."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from poolkit.ray._require import require_ray
+
+__all__ = ["Embedder", "actor_cpus", "embed_dataset"]
+
+Batch = Any  # pyarrow.Table or dict[str, np.ndarray]
+
+
+def _check_strategies(strategy: str | Sequence[str] | None) -> list[str] | None:
+    from poolkit.sequence import parse_sequence_strategy
+
+    if strategy is None:
+        return None
+    names = [strategy] if isinstance(strategy, str) else list(strategy)
+    if not names or not all(isinstance(s, str) for s in names):
+        raise ValueError(
+            f"Expected `strategy` to be a name or a non-empty list of names, but got {strategy!r}."
+        )
+    for name in names:
+        parse_sequence_strategy(name)
+    if len(set(names)) != len(names):
+        raise ValueError(f"Expected `strategy` to list each name once, but got {names}.")
+    return names
+
+
+def actor_cpus() -> int | None:
+    """CPUs Ray assigned to the calling actor or task (rounded, at least 1); ``None``
+    outside Ray or where none were assigned."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    return max(1, round(cpus)) if cpus else None
+
+
+class Embedder:
+    """Callable class for ``Dataset.map_batches``: adds one embedding column per strategy.
+
+    Each actor builds one :class:`poolkit.Encoder` (the model is loaded once per actor,
+    not per batch) and embeds every batch with :func:`poolkit.embed`, so values equal
+    ``poolkit.embed`` on one machine (batch composition changes only float rounding).
+    Torch uses as many threads as the actor has CPUs (``num_cpus`` of ``map_batches``).
+
+    Args:
+        model: model directory or hub id, as for :class:`poolkit.Encoder`; it must exist
+            on every worker. ``None``: all-MiniLM-L6-v2.
+        strategy: ``None`` (the model's intended pooling), a name, or a list of names;
+            each becomes a column of that name.
+        text_column: the string column to embed.
+        normalize: L2-normalise; ``None`` follows the model.
+        keep_text: keep ``text_column`` in the output (``False`` drops it).
+        num_threads: torch threads; ``None``: the actor's CPUs (left alone outside Ray).
+        **options: passed to :func:`poolkit.embed` (``layers``, ``layer_how``,
+            ``exclude_special``, ``long_text``, ``max_batch_tokens``) or to the
+            :class:`~poolkit.Encoder` (``device``, ``dtype``, ``max_length``).
+
+    ``__call__`` takes a batch (``pyarrow.Table``, or a dict of NumPy arrays) of ``B``
+    rows and returns it with every input column unchanged (row ids included) plus one
+    column per strategy: ``fixed_size_list<float32>[D]`` for tables, float32 ``(B, D)``
+    for dicts. ``B = 0`` gives empty columns. A null or non-string text raises
+    ``ValueError`` naming the row.
+    """
+
+    _ENCODER_OPTIONS = ("device", "dtype", "max_length")
+    _EMBED_OPTIONS = ("layers", "layer_how", "exclude_special", "long_text", "max_batch_tokens")
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        strategy: str | Sequence[str] | None = None,
+        *,
+        text_column: str = "text",
+        normalize: bool | None = None,
+        keep_text: bool = True,
+        num_threads: int | None = None,
+        **options: Any,
+    ) -> None:
+        require_ray()
+        from poolkit.encoder import Encoder
+
+        unknown = sorted(set(options) - set(self._ENCODER_OPTIONS) - set(self._EMBED_OPTIONS))
+        if unknown:
+            valid = ", ".join((*self._ENCODER_OPTIONS, *self._EMBED_OPTIONS))
+            raise TypeError(
+                f"Expected options among {valid}, but got {', '.join(unknown)}. "
+                "See poolkit.embed for their meaning."
+            )
+        names = _check_strategies(strategy)
+        threads = num_threads if num_threads is not None else actor_cpus()
+        encoder_kw = {k: options[k] for k in self._ENCODER_OPTIONS if k in options}
+        self.encoder = Encoder(model, num_threads=threads, **encoder_kw)
+        self.names: list[str] = names or [self.encoder.info.pooling]
+        self.text_column = text_column
+        self.normalize = normalize
+        self.keep_text = keep_text
+        self.embed_options = {k: options[k] for k in self._EMBED_OPTIONS if k in options}
+        self.pid = os.getpid()
+
+    def __repr__(self) -> str:
+        return (
+            f"Embedder({self.encoder!r}, strategy={self.names}, text_column={self.text_column!r})"
+        )
+
+    def _texts(self, batch: Batch, columns: list[str]) -> list[str]:
+        if self.text_column not in columns:
+            raise ValueError(
+                f"Expected a column `text_column`={self.text_column!r} in the dataset, but its "
+                f"columns are: {', '.join(columns)}. Pass text_column= to choose one."
+            )
+        clash = [name for name in self.names if name in columns]
+        if clash:
+            raise ValueError(
+                f"Expected no input column named like a strategy, but {clash} already exist; "
+                "rename or drop them first (the embeddings are written under these names)."
+            )
+        values = batch[self.text_column]
+        texts = values.to_pylist() if hasattr(values, "to_pylist") else list(values)
+        for k, text in enumerate(texts):
+            if not isinstance(text, str):
+                ident = ""
+                if "id" in columns:
+                    ident = f" (id {batch['id'][k]})"
+                raise ValueError(
+                    f"Expected column {self.text_column!r} to hold strings, but row {k} of a "
+                    f"batch{ident} is {type(text).__name__} ({text!r:.60}). Drop or fill nulls first."
+                )
+        return texts
+
+    def embed(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """``name -> (len(texts), D)`` float32 for this actor's strategies."""
+        from poolkit.embed import TruncationWarning, embed
+
+        with warnings.catch_warnings():
+            # Truncation warnings from thousands of batches would flood the driver's log.
+            warnings.simplefilter("ignore", TruncationWarning)
+            return embed(texts, self.encoder, self.names, normalize=self.normalize,
+                         **self.embed_options)  # fmt: skip
+
+    def __call__(self, batch: Batch) -> Batch:
+        import pyarrow as pa
+
+        if isinstance(batch, pa.Table):
+            texts = self._texts(batch, batch.column_names)
+            vectors = self.embed(texts)
+            if not self.keep_text:
+                batch = batch.drop_columns([self.text_column])
+            for name in self.names:
+                arr = np.ascontiguousarray(vectors[name], dtype=np.float32)
+                flat = pa.array(arr.reshape(-1), pa.float32())
+                batch = batch.append_column(
+                    name, pa.FixedSizeListArray.from_arrays(flat, arr.shape[1])
+                )
+            return batch
+        if isinstance(batch, Mapping):
+            texts = self._texts(batch, list(batch))
+            vectors = self.embed(texts)
+            out = {k: v for k, v in batch.items() if self.keep_text or k != self.text_column}
+            out.update(vectors)
+            return out
+        raise TypeError(
+            f"Expected a batch as a pyarrow.Table or a dict of arrays, but got "
+            f"{type(batch).__name__}. Use map_batches(..., batch_format='pyarrow')."
+        )
+
+
+def embed_dataset(
+    ds: Any,
+    model: str | os.PathLike[str] | None = None,
+    strategy: str | Sequence[str] | None = None,
+    *,
+    text_column: str = "text",
+    normalize: bool | None = None,
+    keep_text: bool = True,
+    workers: int | None = None,
+    cpus_per_worker: float = 1,
+    gpus_per_worker: float = 0,
+    batch_size: int = 256,
+    **options: Any,
+) -> Any:
+    """Add one embedding column per strategy to every row of a Ray ``Dataset`` (lazy).
+
+    Runs :class:`Embedder` on a fixed pool of ``workers`` actors, each holding one model
+    and ``cpus_per_worker`` CPUs (torch threads) and ``gpus_per_worker`` GPUs. Actors
+    killed mid-job are restarted and their batches retried (``max_restarts=-1``,
+    ``max_task_retries=-1``): no row is lost or duplicated. Errors raised by poolkit
+    itself (bad text) are not retried and fail the job.
+
+    Args:
+        ds: a ``ray.data.Dataset`` with a string column ``text_column``.
+        model, strategy, text_column, normalize, keep_text, **options: see :class:`Embedder`.
+        workers: actors in the pool; ``None``: cluster CPUs // ``cpus_per_worker``.
+        batch_size: rows per ``Embedder`` call (poolkit batches them by token budget
+            inside it).
+
+    Returns:
+        A lazy ``ray.data.Dataset``: every input column (row ids included; row order is
+        Ray's, so carry an id column) plus ``fixed_size_list<float32>[D]`` per strategy.
+    """
+    ray = require_ray()
+    _check_strategies(strategy)
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"Expected `workers` to be a positive integer, but got {workers!r}.")
+    if not cpus_per_worker > 0:
+        raise ValueError(f"Expected `cpus_per_worker` to be positive, but got {cpus_per_worker!r}.")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"Expected `batch_size` to be a positive integer, but got {batch_size!r}.")
+    if workers is None:
+        if not ray.is_initialized():
+            ray.init()
+        cpus = ray.cluster_resources().get("CPU", 1)
+        workers = max(1, int(cpus // cpus_per_worker))
+    kwargs: dict[str, Any] = {"model": None if model is None else os.fspath(model),
+                              "strategy": strategy, "text_column": text_column,
+                              "normalize": normalize, "keep_text": keep_text, **options}  # fmt: skip
+    remote: dict[str, Any] = {"num_cpus": cpus_per_worker}
+    if gpus_per_worker:
+        remote["num_gpus"] = gpus_per_worker
+    with _named_args_only():
+        return ds.map_batches(
+            Embedder,
+            fn_constructor_kwargs=kwargs,
+            batch_format="pyarrow",
+            batch_size=batch_size,
+            compute=ray.data.ActorPoolStrategy(size=workers),
+            # A killed actor comes back and its in-flight batches run again on it.
+            max_restarts=-1,
+            max_task_retries=-1,
+            **remote,
+        )
+
+
+@contextmanager
+def _named_args_only() -> Iterator[None]:
+    """Silence Ray's notice that ``max_restarts``-style keywords will move (Ray >= 2.60);
+    they are still the documented way to set them on every Ray 2.x."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*is deprecated")
+        yield

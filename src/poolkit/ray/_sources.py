@@ -1,0 +1,323 @@
+"""Input files to a Ray ``Dataset`` of ``id``, ``text_id``, ``text``.
+
+Texts are parsed by :mod:`poolkit.io.readers`, the code ``poolkit embed`` uses, so a
+line, a JSON field or a Parquet value becomes the same text on one machine and on a
+cluster. Row ids need each file's row count first: :meth:`Corpus.scan` counts them in
+parallel Ray tasks (which also surfaces a bad line before any model is loaded), then
+:meth:`Corpus.dataset` streams each file in blocks, row ``r`` of file ``k`` getting
+``id = rows of files 0..k-1 + r``: the id ``poolkit embed`` gives the same text when
+the files are concatenated in sorted order.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolkit.io.readers import INPUT_FORMATS, InputError, input_format
+from poolkit.ray._require import require_ray
+
+__all__ = ["Corpus", "InputFile", "iter_file_texts", "list_inputs", "read_corpus"]
+
+_EXTENSIONS = {*INPUT_FORMATS, "text", "json", "ndjson", "pq"}
+# Pieces of one text file (each parses the file up to its start: cost <= pieces x file).
+MAX_TEXT_PIECES = 16
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file: ``path`` for opening it (local path or URI), ``name`` for
+    ``text_id`` (relative to the input folder, or the file name), ``fmt`` its format."""
+
+    path: str
+    name: str
+    fmt: str
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def _skipped(name: str) -> bool:
+    # Hidden files and markers such as _SUCCESS are not data.
+    return any(part.startswith((".", "_")) for part in Path(name).parts)
+
+
+def _wanted(name: str, fmt: str | None) -> bool:
+    if _skipped(name):
+        return False
+    return fmt is not None or Path(name).suffix.lower().lstrip(".") in _EXTENSIONS
+
+
+def list_inputs(source: str | os.PathLike[str], fmt: str | None = None) -> list[InputFile]:
+    """The files of ``source``, sorted by name.
+
+    Args:
+        source: a file; a folder (every file below it with a known extension, hidden and
+            ``_``-prefixed names skipped); a glob (``data/*.jsonl``, ``**`` allowed) of
+            local files; or a URI any pyarrow filesystem understands (``s3://b/dir``).
+        fmt: read every file as this format instead of going by its extension.
+
+    Raises:
+        InputError: nothing matches, or a file's format cannot be told.
+    """
+    text = os.fspath(source)
+    if text == "-":
+        raise InputError("--engine ray cannot read stdin; pass a file, a folder or a glob.")
+    files: list[InputFile]
+    if _is_uri(text):
+        files = _list_uri(text, fmt)
+    elif glob.has_magic(text):
+        base = Path(text.split("*")[0].split("?")[0].split("[")[0])
+        base = base if text.endswith(os.sep) or base.is_dir() else base.parent
+        paths = sorted(p for p in glob.glob(text, recursive=True) if os.path.isfile(p))
+        files = [InputFile(p, os.path.relpath(p, base), "") for p in paths]
+        files = [f for f in files if not _skipped(f.name)]
+    elif os.path.isdir(text):
+        paths = sorted(p for p in Path(text).rglob("*") if p.is_file())
+        files = [InputFile(str(p), str(p.relative_to(text)), "") for p in paths]
+        files = [f for f in files if _wanted(f.name, fmt)]
+    elif os.path.isfile(text):
+        files = [InputFile(text, os.path.basename(text), "")]
+    else:
+        raise InputError(f"{text}: no such file or folder.")
+    if not files:
+        raise InputError(
+            f"{text}: no input files found (looked for .{', .'.join(INPUT_FORMATS)}; "
+            "name the format with --input-format to read other files)."
+        )
+    return [InputFile(f.path, f.name, input_format(f.path, fmt)) for f in files]
+
+
+def _list_uri(uri: str, fmt: str | None) -> list[InputFile]:
+    import pyarrow.fs as pafs
+
+    if glob.has_magic(uri.split("://", 1)[1]):
+        raise InputError(f"{uri}: globs work on local paths only; pass the folder instead.")
+    try:
+        fs, root = pafs.FileSystem.from_uri(uri)
+        info = fs.get_file_info(root)
+    except Exception as e:
+        raise InputError(f"{uri}: cannot open ({e}).") from None
+    scheme = uri.split("://", 1)[0]
+    if info.type == pafs.FileType.File:
+        return [InputFile(uri, info.base_name, "")]
+    if info.type != pafs.FileType.Directory:
+        raise InputError(f"{uri}: no such file or folder.")
+    found = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    out = []
+    for entry in sorted(found, key=lambda e: e.path):
+        name = os.path.relpath(entry.path, root)
+        if entry.type == pafs.FileType.File and _wanted(name, fmt):
+            out.append(InputFile(f"{scheme}://{entry.path}", name, ""))
+    return out
+
+
+def iter_file_texts(
+    file: InputFile, *, text_column: str | None = None, chunk_size: int = 4096
+) -> Iterator[list[str]]:
+    """Texts of one file in file order, ``chunk_size`` at a time, parsed exactly as by
+    :func:`poolkit.io.readers.read_texts`. An empty file yields nothing."""
+    from poolkit.io import readers
+
+    if not _is_uri(file.path):
+        if os.path.getsize(file.path) == 0:
+            return
+        yield from readers.read_texts(
+            file.path, text_column=text_column, fmt=file.fmt, chunk_size=chunk_size
+        )
+        return
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(file.path)
+    if file.fmt == "parquet":
+        with fs.open_input_file(path) as handle:
+            yield from readers._parquet(handle, file.path, text_column, chunk_size)
+        return
+    parse = {"txt": readers._txt, "jsonl": readers._jsonl}
+    with fs.open_input_stream(path) as stream:
+        if file.fmt in parse:
+            texts = parse[file.fmt](stream, file.path, text_column)
+        else:
+            sep = "," if file.fmt == "csv" else "\t"
+            texts = readers._delimited(stream, file.path, text_column, sep)
+        yield from readers._chunks(texts, chunk_size)
+
+
+def _count(file: InputFile, text_column: str | None) -> int:
+    return sum(len(chunk) for chunk in iter_file_texts(file, text_column=text_column))
+
+
+def _piece_texts(file: InputFile, start: int, stop: int, text_column: str | None) -> list[str]:
+    """Texts ``start..stop-1`` (file rows, 0-based) of one file."""
+    if file.fmt == "parquet" and not _is_uri(file.path):
+        import pyarrow.parquet as pq
+
+        # Only the row groups that hold the piece; the values are checked by the scan.
+        pfile = pq.ParquetFile(file.path)
+        from poolkit.io.readers import _pick_column
+
+        name = _pick_column(pfile.schema_arrow.names, text_column, file.path)
+        groups, first, row = [], None, 0
+        for g in range(pfile.num_row_groups):
+            n = pfile.metadata.row_group(g).num_rows
+            if row + n > start and row < stop:
+                groups.append(g)
+                first = row if first is None else first
+            row += n
+        table = pfile.read_row_groups(groups, columns=[name])
+        return table.column(0).slice(start - (first or 0), stop - start).to_pylist()
+    out: list[str] = []
+    row = 0
+    # Text formats can only be skipped by parsing; pieces per file are capped (see
+    # Corpus.dataset) so that this stays linear in the file size.
+    for chunk in iter_file_texts(file, text_column=text_column):
+        lo, hi = max(start - row, 0), min(stop - row, len(chunk))
+        if lo < hi:
+            out.extend(chunk[lo:hi])
+        row += len(chunk)
+        if row >= stop:
+            break
+    return out
+
+
+def _read_pieces(batch: dict[str, np.ndarray], *, text_column: str | None) -> Any:
+    """Ray Data UDF: piece descriptors in, their rows (``id``, ``text_id``, ``text``) out."""
+    import pyarrow as pa
+
+    tables = []
+    for path, name, fmt, offset, start, stop in zip(
+        batch["path"], batch["name"], batch["fmt"], batch["offset"], batch["start"],
+        batch["stop"], strict=True,
+    ):  # fmt: skip
+        file = InputFile(str(path), str(name), str(fmt))
+        texts = _piece_texts(file, int(start), int(stop), text_column)
+        if len(texts) != stop - start:
+            raise RuntimeError(
+                f"{file.path}: expected rows {start}..{stop - 1}, but the file now has "
+                f"{start + len(texts)} rows; did it change during the job?"
+            )
+        local = np.arange(int(start), int(stop), dtype=np.int64)
+        tables.append(
+            pa.table(
+                {
+                    "id": pa.array(local + int(offset), pa.int64()),
+                    "text_id": pa.array([f"{name}:{r}" for r in local.tolist()], pa.string()),
+                    "text": pa.array(texts, pa.string()),
+                }
+            )
+        )
+    return pa.concat_tables(tables)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Input files with their row counts; ``offsets[k]`` is the id of file ``k``'s first row.
+
+    Attributes:
+        files: the files, sorted by name.
+        counts: texts per file.
+        text_column: the field/column read (``None``: ``text`` or the only column).
+    """
+
+    files: list[InputFile]
+    counts: list[int]
+    text_column: str | None = None
+
+    @property
+    def rows(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def offsets(self) -> list[int]:
+        return [int(x) for x in np.cumsum([0, *self.counts])[:-1]]
+
+    @classmethod
+    def scan(
+        cls,
+        source: str | os.PathLike[str],
+        *,
+        text_column: str | None = None,
+        fmt: str | None = None,
+    ) -> Corpus:
+        """List ``source`` (see :func:`list_inputs`) and count each file's texts in
+        parallel Ray tasks, which parse every file and so raise any :class:`InputError`
+        (with file and line) now, not halfway through the job.
+
+        Raises:
+            InputError: as :func:`list_inputs`, a malformed file, or no texts at all.
+        """
+        ray = require_ray()
+        files = list_inputs(source, fmt)
+        # Zero CPUs: reading must not wait for CPUs that embedding actors hold.
+        count = ray.remote(num_cpus=0, max_retries=3)(_count)
+        refs = [count.remote(f, text_column) for f in files]
+        try:
+            counts = [int(n) for n in ray.get(refs)]
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            raise (cause if isinstance(cause, Exception) else e) from None
+        corpus = cls(files, counts, text_column)
+        if corpus.rows == 0:
+            raise InputError(f"{os.fspath(source)}: no texts found (the input is empty).")
+        return corpus
+
+    def pieces(self, block_rows: int) -> list[dict[str, Any]]:
+        """Row ranges ``[start, stop)`` of at most ``block_rows`` rows per file; a text
+        file gets at most :data:`MAX_TEXT_PIECES` pieces, since reading a piece of it
+        means parsing the file up to the piece."""
+        out = []
+        for f, offset, n in zip(self.files, self.offsets, self.counts, strict=True):
+            size = block_rows
+            if f.fmt != "parquet":
+                size = max(size, math.ceil(n / MAX_TEXT_PIECES))
+            for start in range(0, n, size):
+                out.append({"path": f.path, "name": f.name, "fmt": f.fmt, "offset": offset,
+                            "start": start, "stop": min(n, start + size)})  # fmt: skip
+        return out
+
+    def dataset(self, block_rows: int = 1024) -> Any:
+        """A lazy ``ray.data.Dataset`` of ``id`` int64, ``text_id`` string
+        (``"<file name>:<row in file>"``, rows 0-based) and ``text`` string: one block
+        per piece (see :meth:`pieces`), read by a task with zero CPUs (reading must not
+        wait for CPUs the embedding actors hold) and retried if its worker dies."""
+        ray = require_ray()
+        if not isinstance(block_rows, int) or block_rows < 1:
+            raise ValueError(
+                f"Expected `block_rows` to be a positive integer, but got {block_rows!r}."
+            )
+        items = self.pieces(block_rows)
+        ds = ray.data.from_items(items, override_num_blocks=len(items))
+        from poolkit.ray._embedder import _named_args_only
+
+        with _named_args_only():
+            return ds.map_batches(
+                _read_pieces,
+                batch_size=1,
+                fn_kwargs={"text_column": self.text_column},
+                num_cpus=0,
+                max_retries=3,
+            )
+
+    def balanced_block_rows(self, workers: int, limit: int = 4096) -> int:
+        """Rows per block so that each worker gets about 4 blocks, at most ``limit``."""
+        return max(1, min(limit, math.ceil(self.rows / (4 * max(1, workers)))))
+
+
+def read_corpus(
+    source: str | os.PathLike[str],
+    *,
+    text_column: str | None = None,
+    fmt: str | None = None,
+    block_rows: int = 1024,
+) -> Any:
+    """``Corpus.scan(source, ...).dataset(block_rows)``: a ``Dataset`` of ``id``,
+    ``text_id``, ``text`` (see :class:`Corpus`)."""
+    return Corpus.scan(source, text_column=text_column, fmt=fmt).dataset(block_rows)
