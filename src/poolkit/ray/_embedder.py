@@ -187,6 +187,7 @@ def embed_dataset(
     cpus_per_worker: float = 1,
     gpus_per_worker: float = 0,
     batch_size: int = 256,
+    fn: type[Embedder] | None = None,
     **options: Any,
 ) -> Any:
     """Add one embedding column per strategy to every row of a Ray ``Dataset`` (lazy).
@@ -203,6 +204,7 @@ def embed_dataset(
         workers: actors in the pool; ``None``: cluster CPUs // ``cpus_per_worker``.
         batch_size: rows per ``Embedder`` call (poolkit batches them by token budget
             inside it).
+        fn: a subclass of :class:`Embedder` to run instead (e.g. one adding columns).
 
     Returns:
         A lazy ``ray.data.Dataset``: every input column (row ids included; row order is
@@ -216,6 +218,8 @@ def embed_dataset(
         raise ValueError(f"Expected `cpus_per_worker` to be positive, but got {cpus_per_worker!r}.")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"Expected `batch_size` to be a positive integer, but got {batch_size!r}.")
+    if fn is not None and not (isinstance(fn, type) and issubclass(fn, Embedder)):
+        raise TypeError(f"Expected `fn` to be a subclass of Embedder, but got {fn!r}.")
     if workers is None:
         if not ray.is_initialized():
             ray.init()
@@ -229,7 +233,7 @@ def embed_dataset(
         remote["num_gpus"] = gpus_per_worker
     with _named_args_only():
         return ds.map_batches(
-            Embedder,
+            fn or Embedder,
             fn_constructor_kwargs=kwargs,
             batch_format="pyarrow",
             batch_size=batch_size,
