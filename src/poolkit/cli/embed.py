@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from poolkit.cli._common import add_common, positive, progress_bar, text_chunks
+from poolkit.cli._ray_engine import add_arguments as add_engine_arguments
+from poolkit.cli._ray_engine import dispatch as dispatch_engine
 
 __all__ = ["add_parser", "run"]
 
@@ -47,6 +49,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="texts read, embedded and written at a time (default: 4096)")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     add_common(parser)
+    add_engine_arguments(parser)  # --engine ray, --address, --workers, --cpus-per-worker
     parser.set_defaults(func=run)
     return parser
 
@@ -63,6 +66,8 @@ def parse_layers(value: str | None) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if (status := dispatch_engine(args)) is not None:  # --engine ray
+        return status
     from poolkit.embed import TruncationWarning, embed, get_encoder
     from poolkit.io.writers import check_output, open_writer
     from poolkit.sequence import parse_sequence_strategy
