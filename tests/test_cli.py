@@ -122,8 +122,9 @@ def test_input_errors_are_one_line_exit_2(tmp_path):
 def test_no_half_written_output_when_a_later_chunk_fails(tmp_path):
     (tmp_path / "in.txt").write_bytes(b"one\ntwo\nthree\n\xff\n")
     r = poolkit("embed", "in.txt", "-o", "o.parquet", "--chunk-size", "1", cwd=tmp_path)
-    one_error_line(r, 2, "line 4 is not valid UTF-8")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+    one_error_line(r, 2, "line 4 is not valid UTF-8", "3 finished chunks are kept", "--resume")
+    # No OUTPUT; the finished chunks wait in the work directory (see test_resume.py).
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.parquet.poolkit-work"]
 
 
 def test_truncation_in_summary(tmp_path):

@@ -1,15 +1,23 @@
-"""``poolkit embed INPUT -o OUTPUT``: one vector per text, written atomically."""
+"""``poolkit embed INPUT -o OUTPUT``: one vector per text, written atomically.
+
+Work is committed chunk by chunk (``--chunk-size`` texts) to ``OUTPUT.poolkit-work/``
+(:mod:`poolkit.io.checkpoint`); OUTPUT appears, complete, only at the end. After a crash,
+``kill -9`` or Ctrl-C (exit status 130), the same command with ``--resume`` recomputes at
+most the chunk that was in flight and writes the same bytes an uninterrupted run would.
+Blank texts are kept as empty texts (one vector each, so row ids stay line-aligned) with a
+warning; an input made only of blank texts is refused.
+"""
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import shutil
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from poolkit.cli._common import add_common, positive, progress_bar, text_chunks
 from poolkit.cli._ray_engine import add_arguments as add_engine_arguments
@@ -48,6 +56,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--chunk-size", type=int, default=4096, metavar="N",
                         help="texts read, embedded and written at a time (default: 4096)")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted job from OUTPUT.poolkit-work (same "
+                        "command, same settings); finished chunks are not recomputed")  # fmt: skip
     add_common(parser)
     add_engine_arguments(parser)  # --engine ray, --address, --workers, --cpus-per-worker
     parser.set_defaults(func=run)
@@ -65,11 +76,53 @@ def parse_layers(value: str | None) -> Any:
     return numbers[0] if len(numbers) == 1 else numbers
 
 
+def _settings(args: argparse.Namespace, encoder: Any, names: list[str]) -> dict[str, Any]:
+    """Everything the vectors depend on: a resumed job must present the same."""
+    import numpy
+    import torch
+    import transformers
+
+    from poolkit import __version__
+    from poolkit.io.checkpoint import model_fingerprint
+    from poolkit.io.readers import input_format
+    from poolkit.io.writers import output_format
+
+    return {
+        "model": encoder.info.reference,
+        "model_files": model_fingerprint(encoder.info.path),
+        "strategies": names,
+        "normalize": encoder.info.normalize if args.normalize is None else args.normalize,
+        "layers": args.layers,
+        "exclude_special": args.exclude_special,
+        "long_text": args.long_text,
+        "max_length": encoder.max_length,
+        "batch_tokens": args.batch_tokens,
+        "chunk_size": args.chunk_size,
+        "input_format": input_format(args.input, args.input_format),
+        "text_column": args.text_column,
+        "output_format": output_format(args.output),
+        "device": encoder.device,
+        "dtype": args.dtype,
+        "versions": {"poolkit": __version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "numpy": numpy.__version__},
+    }  # fmt: skip
+
+
+def _with_note(error: Exception, note: str) -> Exception:
+    """The same kind of error with ``note`` appended (the CLI prints one line)."""
+    try:
+        return type(error)(f"{error} {note}")
+    except Exception:
+        return error
+
+
 def run(args: argparse.Namespace) -> int:
     if (status := dispatch_engine(args)) is not None:  # --engine ray
         return status
     from poolkit.embed import TruncationWarning, embed, get_encoder
-    from poolkit.io.writers import check_output, open_writer
+    from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest, work_dir_for
+    from poolkit.io.readers import InputError
+    from poolkit.io.writers import check_output
     from poolkit.sequence import parse_sequence_strategy
 
     positive(args.chunk_size, "--chunk-size")
@@ -77,7 +130,18 @@ def run(args: argparse.Namespace) -> int:
     positive(args.max_length, "--max-length")
     for name in args.strategy or []:
         parse_sequence_strategy(name)
-    check_output(args.output, args.strategy or ["intended"], args.overwrite)
+    output = Path(args.output)
+    check_output(output, args.strategy or ["intended"], True)
+    if output.exists() and not args.overwrite:
+        if args.resume and Checkpoint.finished(output):
+            # Killed after publishing OUTPUT, before removing the work directory.
+            shutil.rmtree(work_dir_for(output))
+            print(f"poolkit: {output} was already complete; removed its work directory.",
+                  file=sys.stderr)  # fmt: skip
+            return 0
+        raise InputError(f"{output}: already exists; pass --overwrite to replace it.")
+    if not args.resume:
+        check_no_work_dir(output)
 
     start = time.perf_counter()
     # Read the first chunk before loading the model: input errors surface in a moment.
@@ -87,35 +151,81 @@ def run(args: argparse.Namespace) -> int:
                           max_length=args.max_length)  # fmt: skip
     names = list(args.strategy or [encoder.info.pooling])
     layers = parse_layers(args.layers)
-    done = truncated = 0
+    checkpoint = Checkpoint.open(output, _settings(args, encoder, names), resume=args.resume)
+    done = truncated = resumed = num_chunks = 0
+    blank: list[int] = []
+    nothing = False
     dims: dict[str, int] = {}
-    with (
-        progress_bar(args) as bar,
-        open_writer(args.output, names, overwrite=args.overwrite) as out,
-    ):
-        for chunk in itertools.chain([first], chunks):
-            with warnings.catch_warnings():
-                # Truncation is reported once, in the summary line.
-                warnings.simplefilter("ignore", TruncationWarning)
-                result, stats = embed(
-                    chunk, encoder, names, normalize=args.normalize, layers=layers,
-                    exclude_special=args.exclude_special, long_text=args.long_text,
-                    max_batch_tokens=args.batch_tokens, return_stats=True, progress=bar.update,
-                )  # fmt: skip
-            out.write(np.arange(done, done + len(chunk)), result)
-            done += len(chunk)
-            truncated += stats.num_truncated
-            dims = stats.dims
+    try:
+        with progress_bar(args) as bar:
+            for k, chunk in enumerate(itertools.chain([first], chunks)):
+                digest = texts_digest(chunk)
+                blank.extend(done + i for i, text in enumerate(chunk) if not text.strip())
+                if k in checkpoint.done:
+                    checkpoint.verify(k, done, digest)
+                    resumed += len(chunk)
+                    bar.update(len(chunk))
+                else:
+                    with warnings.catch_warnings():
+                        # Truncation is reported once, in the summary line.
+                        warnings.simplefilter("ignore", TruncationWarning)
+                        result, stats = embed(
+                            chunk, encoder, names, normalize=args.normalize, layers=layers,
+                            exclude_special=args.exclude_special, long_text=args.long_text,
+                            max_batch_tokens=args.batch_tokens, return_stats=True,
+                            progress=bar.update,
+                        )  # fmt: skip
+                    checkpoint.commit(k, done, digest, result)
+                    truncated += stats.num_truncated
+                    dims = stats.dims
+                done += len(chunk)
+                num_chunks = k + 1
+        if len(blank) == done:
+            nothing = True  # the chunks hold nothing worth resuming
+            raise InputError(
+                f"{args.input}: all {done} texts are blank (empty or whitespace only); "
+                "nothing to embed."
+            )
+        if not dims:
+            dims = {n: int(a.shape[1]) for n, a in checkpoint.load(0)[1].items()}
+        checkpoint.publish(num_chunks, names, overwrite=args.overwrite)
+    except KeyboardInterrupt:
+        checkpoint.close()
+        print(
+            f"poolkit: interrupted; {len(checkpoint.done)} chunks are kept in "
+            f"{checkpoint.path}: rerun the same command with --resume to continue.",
+            file=sys.stderr,
+        )
+        return 130
+    except Exception as e:
+        if checkpoint.done and not nothing:
+            checkpoint.close()
+            raise _with_note(
+                e,
+                f"({len(checkpoint.done)} finished chunks are kept in {checkpoint.path}; "
+                "fix the problem and rerun with --resume.)",
+            ) from e
+        checkpoint.discard()
+        raise
     seconds = time.perf_counter() - start
+    if blank:
+        shown = ", ".join(str(i) for i in blank[:5]) + (", ..." if len(blank) > 5 else "")
+        print(
+            f"poolkit: warning: {len(blank)} blank texts (empty or whitespace only) were kept "
+            f"as empty texts, ids {shown}.",
+            file=sys.stderr,
+        )
     if not args.quiet:
         shape = ", ".join(f"{k}={v}" for k, v in dims.items())
         note = ""
         if truncated:
             note = (f" (longer than {encoder.max_length} tokens; --long-text chunk keeps "
                     "all tokens)")  # fmt: skip
+        if resumed:
+            note += f"; {resumed} texts resumed from the checkpoint"
         print(
             f"poolkit: {done} texts -> {args.output} [{shape}] in {seconds:.1f} s, "
-            f"{done / max(seconds, 1e-9):.1f} texts/s, {truncated} truncated{note}",
+            f"{(done - resumed) / max(seconds, 1e-9):.1f} texts/s, {truncated} truncated{note}",
             file=sys.stderr,
         )
     return 0

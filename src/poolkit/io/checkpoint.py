@@ -45,6 +45,7 @@ __all__ = [
     "WORK_SUFFIX",
     "Checkpoint",
     "CheckpointError",
+    "check_no_work_dir",
     "model_fingerprint",
     "texts_digest",
     "work_dir_for",
@@ -161,6 +162,17 @@ def settings_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return diffs
 
 
+def check_no_work_dir(output: str | os.PathLike[str]) -> None:
+    """Raise :class:`CheckpointError` if ``output`` has a work directory (not resuming)."""
+    path = work_dir_for(output)
+    if path.exists():
+        raise CheckpointError(
+            f"{path}: a work directory from an earlier, unfinished run is there "
+            f"({Checkpoint._count(path)} chunks done); add --resume to continue it, or "
+            "delete the directory to start over."
+        )
+
+
 class Checkpoint:
     """A work directory for one output, held (locked) by this process.
 
@@ -219,11 +231,7 @@ class Checkpoint:
         cls._remove_trash(out)
         if path.exists():
             if not resume:
-                raise CheckpointError(
-                    f"{path}: a work directory from an earlier, unfinished run is there "
-                    f"({cls._count(path)} chunks done); add --resume to continue it, or "
-                    "delete the directory to start over."
-                )
+                check_no_work_dir(out)
             return cls._reopen(out, path, settings)
         return cls._create(out, path, settings)
 

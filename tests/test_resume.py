@@ -1,0 +1,209 @@
+"""Long jobs survive interruption: the real CLI, killed with SIGKILL/SIGINT, then resumed.
+
+The job: 2000 real STS-B sentences, 10 chunks of 200 (``--max-length 8`` keeps the model
+time small; the checkpoint logic does not depend on it). Kill points are found by polling
+the work directory for chunk files, so no test hook exists in the production code; the
+mid-chunk delays come from a seeded RNG. Every resumed output is compared byte for byte
+(``.npy``, ``.jsonl``) with an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import read_sts_dev
+
+pytestmark = pytest.mark.slow
+
+N, CHUNK = 2000, 200
+OPTIONS = ["--chunk-size", str(CHUNK), "--max-length", "8"]
+WORK = ".poolkit-work"
+
+
+def command(input_name: str, output: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "poolkit.cli", "embed", input_name, "-o", output,
+            *OPTIONS, *extra]  # fmt: skip
+
+
+def run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command(*args), cwd=cwd, capture_output=True, timeout=300)
+
+
+def chunks_done(work: Path) -> int:
+    return len(list(work.glob("chunk-*.npz"))) if work.is_dir() else 0
+
+
+def start_and_kill(cwd: Path, args: list[str], when, sig: int = signal.SIGKILL) -> tuple[int, str]:
+    """Start the CLI, poll until ``when(work_dir)`` is true, send ``sig``; (status, stderr)."""
+    proc = subprocess.Popen(command(*args), cwd=cwd, stderr=subprocess.PIPE)
+    work = cwd / (args[1] + WORK)
+    deadline = time.monotonic() + 240
+    try:
+        while not when(work):
+            assert proc.poll() is None, f"finished before the kill point: {proc.stderr.read()}"
+            assert time.monotonic() < deadline, "kill point never reached"
+            time.sleep(0.002)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err.decode()
+
+
+def assert_intact(cwd: Path, output: str) -> int:
+    """No OUTPUT, and every committed chunk loads whole; returns the number of chunks."""
+    assert not (cwd / output).exists(), "a killed job left an OUTPUT"
+    work = cwd / (output + WORK)
+    for path in work.glob("chunk-*.npz"):
+        with np.load(path) as z:
+            assert z["s0"].shape == (CHUNK, 384) and np.isfinite(z["s0"]).all()
+    return chunks_done(work)
+
+
+def resumed_texts(stderr: str) -> int:
+    # The summary line counts what was taken from the checkpoint instead of recomputed.
+    marker = " texts resumed from the checkpoint"
+    if marker not in stderr:
+        return 0
+    return int(stderr.split(marker)[0].rsplit("; ", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The input and an uninterrupted run's outputs (.npy)."""
+    cwd = tmp_path_factory.mktemp("resume")
+    texts = read_sts_dev()[:N]
+    (cwd / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    clean = run(cwd, "in.txt", "clean.npy")
+    assert clean.returncode == 0, clean.stderr.decode()
+    assert sorted(p.name for p in cwd.iterdir()) == ["clean.npy", "in.txt"]
+    return cwd
+
+
+def test_sigkill_at_several_points_then_resume_is_byte_identical(job: Path):
+    rng = random.Random(20261130)
+    out = "killed.npy"
+    tried = []
+
+    # 1. Right after the first chunk is committed.
+    status, _ = start_and_kill(job, ["in.txt", out], lambda w: chunks_done(w) >= 1)
+    assert status == -signal.SIGKILL
+    tried.append(assert_intact(job, out))
+
+    # 2. Mid-chunk, twice: a random moment after some chunk appears.
+    for _ in range(2):
+        target, delay = tried[-1] + rng.randint(1, 3), rng.uniform(0.05, 1.0)
+        seen: dict[str, float] = {}
+
+        def mid_chunk(
+            w: Path, target: int = target, delay: float = delay, seen: dict = seen
+        ) -> bool:
+            if chunks_done(w) < target:
+                return False
+            seen.setdefault("t", time.monotonic())
+            return time.monotonic() - seen["t"] > delay
+
+        status, _ = start_and_kill(job, ["in.txt", out, "--resume"], mid_chunk)
+        assert status == -signal.SIGKILL
+        tried.append(assert_intact(job, out))
+        assert tried[-1] >= target
+
+    # 3. The moment the last chunk is committed: the final assembly and rename.
+    last = N // CHUNK
+    status, _ = start_and_kill(job, ["in.txt", out, "--resume"], lambda w: chunks_done(w) >= last)
+    assert status in (-signal.SIGKILL, 0)
+    if (job / out).exists():  # the kill came after the atomic rename: OUTPUT is complete
+        assert (job / out).read_bytes() == (job / "clean.npy").read_bytes()
+        (job / out).unlink()  # make the resume below do the final write again
+    else:
+        tried.append(assert_intact(job, out))
+
+    before = chunks_done(job / (out + WORK))
+    final = run(job, "in.txt", out, "--resume")
+    assert final.returncode == 0, final.stderr.decode()
+    # Only work that was not committed is recomputed.
+    assert resumed_texts(final.stderr.decode()) == before * CHUNK
+    assert (job / out).read_bytes() == (job / "clean.npy").read_bytes()
+    assert not (job / (out + WORK)).exists()
+    print(f"kill points (chunks done at each kill): {tried}")
+
+
+def test_sigkill_during_final_write_of_jsonl(job: Path):
+    texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()[: 3 * CHUNK]
+    (job / "small.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    out = "killed.jsonl"
+    work = job / (out + WORK)
+
+    def assembling(w: Path) -> bool:
+        # The writer's temporary file inside the work directory: the final write is running.
+        return w.is_dir() and any(p.name.startswith(".assembled.jsonl.") for p in w.glob(".*"))
+
+    status, _ = start_and_kill(job, ["small.txt", out], assembling)
+    assert status == -signal.SIGKILL
+    assert assert_intact(job, out) == 3
+    final = run(job, "small.txt", out, "--resume")
+    assert final.returncode == 0, final.stderr.decode()
+    assert resumed_texts(final.stderr.decode()) == 3 * CHUNK and not work.exists()
+    # The same chunks as the long job's first three: the same texts give the same bits.
+    clean = np.load(job / "clean.npy")[: 3 * CHUNK]
+    rows = [json.loads(line) for line in (job / out).read_text().splitlines()]
+    assert [r["id"] for r in rows] == list(range(3 * CHUNK))
+    np.testing.assert_array_equal(np.array([r["mean"] for r in rows], np.float32), clean)
+
+
+def test_sigint_exits_130_with_checkpoint_intact_and_resumes(job: Path):
+    texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()[: 3 * CHUNK]
+    (job / "small.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    out = "interrupted.npy"
+    status, err = start_and_kill(
+        job, ["small.txt", out], lambda w: chunks_done(w) >= 1, signal.SIGINT
+    )
+    assert status == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("poolkit: interrupted;") and "--resume" in lines[0]
+    kept = assert_intact(job, out)
+    assert kept >= 1
+    assert not list((job / (out + WORK)).glob("*.tmp"))
+    final = run(job, "small.txt", out, "--resume")
+    assert final.returncode == 0, final.stderr.decode()
+    assert resumed_texts(final.stderr.decode()) == kept * CHUNK
+    # The same first chunks as the long job: the same texts give the same bits.
+    np.testing.assert_array_equal(np.load(job / out), np.load(job / "clean.npy")[: 3 * CHUNK])
+
+
+def test_changed_input_or_settings_are_refused_on_resume(job: Path, tiny_dirs):
+    out = "changed.npy"
+    status, _ = start_and_kill(job, ["in.txt", out], lambda w: chunks_done(w) >= 1)
+    assert status == -signal.SIGKILL
+    texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()
+    texts[5] = texts[5] + " (edited)"
+    (job / "edited.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    cases = [
+        (["edited.txt", out, "--resume"], "input changed inside the part already embedded"),
+        (["in.txt", out, "--resume", "-s", "cls"], 'strategies: ["mean"] then, ["cls"] now'),
+        (["in.txt", out, "--resume", "--no-normalize"], "normalize: true then, false now"),
+        (["in.txt", out, "--resume", "--model", str(tiny_dirs["bert_plain"])], "model_files: "),
+        (["in.txt", out], "add --resume to continue it"),
+    ]
+    for args, fragment in cases:
+        r = run(job, *args)
+        err = r.stderr.decode()
+        assert r.returncode == 2 and fragment in err and err.count("\n") == 1, err
+        assert "Traceback" not in err
+    assert chunks_done(job / (out + WORK)) >= 1 and not (job / out).exists()
+    if os.environ.get("POOLKIT_KEEP_TEST_WORK") is None:
+        import shutil
+
+        shutil.rmtree(job / (out + WORK))
