@@ -297,3 +297,19 @@ def test_without_ray_one_line_names_the_install_command(tmp_path):
         "installed (No module named 'ray'): pip install 'poolkit[ray]'"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_ray_client_address_without_grpc(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("grpc") is not None:
+        pytest.skip("Ray Client is installed; the message is for when it is not")
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n", encoding="utf-8")
+    result = _poolkit("embed", str(src), "-o", str(tmp_path / "out"), "--engine", "ray",
+                      "--address", "ray://head:10001")  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "poolkit: error: --address ray://head:10001: ray:// addresses need Ray Client: "
+        "pip install 'ray[client]' (or run on the cluster with --address auto)."
+    )

@@ -116,6 +116,14 @@ def run(args: argparse.Namespace) -> int:
         ray = require_ray()
     except RayNotInstalledError as e:
         raise ValueError(f"--engine ray: {e}") from None
+    if args.address is not None and args.address.startswith("ray://"):
+        import importlib.util
+
+        if importlib.util.find_spec("grpc") is None:
+            raise ValueError(
+                f"--address {args.address}: ray:// addresses need Ray Client: "
+                "pip install 'ray[client]' (or run on the cluster with --address auto)."
+            )
     if args.address is None:
         # A local cluster is this machine: check the model here, before any actor loads it.
         from poolkit.model_info import DEFAULT_MODEL, resolve_model
