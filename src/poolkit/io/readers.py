@@ -64,6 +64,11 @@ def _lines(stream: IO[bytes], where: str) -> Iterator[tuple[int, str]]:
                 f"{where}: line {number} is not valid UTF-8 ({e.reason} at byte {e.start}). "
                 "Convert the file to UTF-8."
             ) from None
+        if b"\0" in raw:
+            raise InputError(
+                f"{where}: line {number} contains a NUL byte, so this is not a UTF-8 text "
+                "file (binary, or UTF-16?). Convert it to UTF-8 text."
+            )
         if number == 1 and line.startswith("\ufeff"):
             line = line[1:]
         yield number, line.rstrip("\r\n")
@@ -97,7 +102,7 @@ def _jsonl(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
         except json.JSONDecodeError as e:
             raise InputError(f"{where}: line {number} is not valid JSON ({e.msg}).") from None
         if isinstance(value, str) and column is None:
-            yield value
+            yield _unicode(value, where, number)
             continue
         if not isinstance(value, dict):
             raise InputError(
@@ -115,7 +120,20 @@ def _jsonl(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
             raise InputError(
                 f'{where}: line {number}: "{key}" is {type(text).__name__}, not a string.'
             )
-        yield text
+        yield _unicode(text, where, number)
+
+
+def _unicode(text: str, where: str, number: int) -> str:
+    # JSON can escape a lone surrogate ("\ud800"), which is not text and breaks tokenizers.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(
+            f"{where}: line {number} holds an unpaired surrogate escape "
+            f"(\\u{ord(text[e.start]):04x} at character {e.start}), which is not text. Fix "
+            "the JSON escape."
+        ) from None
+    return text
 
 
 def _pick_column(columns: list[str], column: str | None, where: str) -> str:
@@ -142,24 +160,37 @@ def _delimited(stream: IO[bytes], where: str, column: str | None, delimiter: str
     def lines() -> Iterator[str]:
         for number, line in numbered:
             current[0] = number
-            yield line
+            # The line end goes back in: inside a quoted field it is part of the text.
+            yield line + "\n"
 
-    reader = csv.reader(lines(), delimiter=delimiter)
+    # strict: a quote left open would otherwise swallow the rest of the file silently.
+    reader = csv.reader(lines(), delimiter=delimiter, strict=True)
     try:
-        header = next(reader)
-    except StopIteration:
-        return
-    name = _pick_column(header, column, where)
-    index = header.index(name)
-    for record in reader:
-        if not record:
-            continue
-        if index >= len(record):
-            raise InputError(
-                f"{where}: line {current[0]} has {len(record)} fields, fewer than the header's "
-                f"{len(header)}; column {name!r} is missing."
-            )
-        yield record[index]
+        try:
+            header = next(reader)
+        except StopIteration:
+            return
+        name = _pick_column(header, column, where)
+        index = header.index(name)
+        for record in reader:
+            if not record:
+                continue
+            if index >= len(record):
+                raise InputError(
+                    f"{where}: line {current[0]} has {len(record)} fields, fewer than the "
+                    f"header's {len(header)}; column {name!r} is missing."
+                )
+            if len(record) > len(header):
+                raise InputError(
+                    f"{where}: line {current[0]} has {len(record)} fields, more than the "
+                    f"header's {len(header)}; quote fields that contain {delimiter!r}."
+                )
+            yield record[index]
+    except csv.Error as e:
+        raise InputError(
+            f"{where}: line {current[0]} is not valid {'CSV' if delimiter == ',' else 'TSV'} "
+            f"({e}); check its quotes."
+        ) from None
 
 
 def _parquet(path: str, where: str, column: str | None, size: int) -> Iterator[list[str]]:

@@ -170,8 +170,12 @@ def check_output(path: str | os.PathLike[str], strategies: list[str], overwrite:
         )
     if target.exists() and not overwrite:
         raise InputError(f"{target}: already exists; pass --overwrite to replace it.")
-    if not target.parent.is_dir():
-        raise InputError(f"{target}: directory {str(target.parent)!r} does not exist.")
+    parent = target.parent
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise InputError(f"{target}: {str(parent)!r} {what}; choose an existing directory.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{target}: directory {str(parent)!r} is not writable.")
     return fmt
 
 
