@@ -18,13 +18,13 @@ import os
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from poolkit.encoder import EncodedBatch, Encoder, LongText
+from poolkit.encoder import EncodedBatch, Encoder, LongText, _check_texts
 from poolkit.sequence import parse_sequence_strategy, sequence_embedding
 
 __all__ = [
@@ -96,10 +96,13 @@ def get_encoder(
     device: str = "auto",
     dtype: Any = None,
     max_length: int | None = None,
+    backend: str = "torch",
+    quantize: str | None = None,
 ) -> Encoder:
     """The :class:`Encoder` for these settings, loaded once and cached (two most recent).
 
-    An :class:`Encoder` passed as ``model`` is returned as it is.
+    An :class:`Encoder` passed as ``model`` is returned as it is. ``backend`` and
+    ``quantize`` are passed to :class:`Encoder` (``"onnx"``, ``"int8"``).
     """
     if isinstance(model, Encoder):
         if max_length is not None and max_length != model.max_length:
@@ -109,11 +112,19 @@ def get_encoder(
                 "with the max_length you want."
             )
         return model
-    key = (None if model is None else os.fspath(model), device, str(dtype), max_length)
+    key = (
+        None if model is None else os.fspath(model),
+        device,
+        str(dtype),
+        max_length,
+        backend,
+        quantize,
+    )
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    encoder = Encoder(model, device=device, dtype=dtype, max_length=max_length)
+    encoder = Encoder(model, device=device, dtype=dtype, max_length=max_length, backend=backend,
+                      quantize=quantize)  # fmt: skip
     _CACHE[key] = encoder
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -127,6 +138,11 @@ def _strategies(strategy: str | Sequence[str] | None) -> tuple[list[str] | None,
     if isinstance(strategy, str):
         parse_sequence_strategy(strategy)
         return [strategy], False
+    if not isinstance(strategy, Sequence):
+        raise TypeError(
+            f"Expected `strategy` to be a name or a list of names, but got "
+            f"{type(strategy).__name__} ({strategy!r:.40})."
+        )
     names = list(strategy)
     if not names or not all(isinstance(s, str) for s in names):
         raise ValueError(
@@ -137,6 +153,34 @@ def _strategies(strategy: str | Sequence[str] | None) -> tuple[list[str] | None,
     if len(set(names)) != len(names):
         raise ValueError(f"Expected `strategy` to list each name once, but got {names}.")
     return names, True
+
+
+def _unicode(value: str, arg: str) -> None:
+    # A lone surrogate (e.g. from a JSON "\\ud800" escape) is not text; tokenizers choke on it.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"Expected `{arg}` to be text, but it holds an unpaired surrogate "
+            f"(\\u{ord(value[e.start]):04x}) at character {e.start}. Remove or replace it."
+        ) from None
+
+
+def _check_inputs(texts: Any, words: bool = False) -> list[Any]:
+    """``texts`` (or ``words``) as a list, with types and Unicode checked up front."""
+    if words and (isinstance(texts, str) or not isinstance(texts, Iterable)):
+        raise TypeError(
+            f"Expected `words` to be a list of word lists (one per text), but got "
+            f"{type(texts).__name__}."
+        )
+    items = _check_texts(texts, words)
+    for i, item in enumerate(items):
+        if words:
+            for j, word in enumerate(item):
+                _unicode(word, f"words[{i}][{j}]")
+        else:
+            _unicode(item, f"texts[{i}]")
+    return items
 
 
 def _hidden(batch: EncodedBatch, layers: Layers, how: str) -> Any:
@@ -232,6 +276,14 @@ def embed(
         ``N = 0`` gives ``(0, D)`` arrays. Padding never changes a row's value.
     """
     start = time.perf_counter()
+    texts = _check_inputs(texts)
+    if max_batch_tokens is not None and (
+        not isinstance(max_batch_tokens, int) or max_batch_tokens < 1
+    ):
+        raise ValueError(
+            f"Expected `max_batch_tokens` to be None or a positive integer, but got "
+            f"{max_batch_tokens!r}."
+        )
     names, as_dict = _strategies(strategy)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     if names is None:
@@ -302,6 +354,7 @@ def embed_tokens(
     """
     from poolkit.tokens import token_embeddings
 
+    texts = _check_inputs(texts)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     result: list[TokenVectors | None] = [None] * len(texts)
     stats = EmbedStats(max_length=encoder.max_length, num_texts=len(texts))
@@ -345,6 +398,7 @@ def embed_words(
     """
     from poolkit.words import word_embeddings
 
+    words = _check_inputs(words, words=True)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     result: list[np.ndarray | None] = [None] * len(words)
     stats = EmbedStats(max_length=encoder.max_length, num_texts=len(words))
@@ -403,7 +457,24 @@ def char_to_token_spans(
     return np.stack([first, last], axis=1).astype(np.int64)
 
 
+def _span_pair(pair: Any, arg: str) -> tuple[int, int]:
+    ok = isinstance(pair, Sequence | np.ndarray) and not isinstance(pair, str) and len(pair) == 2
+    if ok:
+        a, b = pair[0], pair[1]
+        ok = all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in (a, b))
+    if not ok:
+        raise TypeError(
+            f"Expected `{arg}` to be a (start, end) pair of ints, but got {pair!r:.60}."
+        )
+    return int(a), int(b)
+
+
 def _check_char_spans(texts: Sequence[str], char_spans: Any) -> list[np.ndarray]:
+    if not isinstance(char_spans, Sequence | np.ndarray) or isinstance(char_spans, str):
+        raise TypeError(
+            f"Expected `char_spans` to be a list with one list of (start, end) pairs per "
+            f"text, but got {type(char_spans).__name__}."
+        )
     if len(char_spans) != len(texts):
         raise ValueError(
             f"Expected `char_spans` to have one list of spans per text ({len(texts)}), but "
@@ -411,19 +482,26 @@ def _check_char_spans(texts: Sequence[str], char_spans: Any) -> list[np.ndarray]
         )
     checked = []
     for i, (text, spans) in enumerate(zip(texts, char_spans, strict=True)):
-        arr = (
-            np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-            if len(spans)
-            else np.zeros((0, 2), np.int64)
-        )
-        for k, (a, b) in enumerate(arr):
+        arg = f"char_spans[{i}]"
+        if not isinstance(spans, Sequence | np.ndarray) or isinstance(spans, str):
+            raise TypeError(
+                f"Expected `{arg}` to be a list of (start, end) pairs, but got "
+                f"{type(spans).__name__}."
+            )
+        if len(spans) and all(isinstance(x, int | np.integer) for x in spans):
+            raise TypeError(
+                f"Expected `{arg}` to be a list of (start, end) pairs, but got the bare pair "
+                f"{tuple(spans)!r:.40}; wrap it: [{tuple(spans)!r:.40}]."
+            )
+        pairs = [_span_pair(pair, f"{arg}[{k}]") for k, pair in enumerate(spans)]
+        for k, (a, b) in enumerate(pairs):
             if not 0 <= a < b <= len(text):
                 raise ValueError(
                     f"Expected `char_spans[{i}][{k}]` to be (start, end) with 0 <= start < end "
                     f"<= len(texts[{i}]) = {len(text)}, but got ({a}, {b}). Spans are "
                     "half-open character offsets, like text[start:end]."
                 )
-        checked.append(arr)
+        checked.append(np.asarray(pairs, dtype=np.int64).reshape(-1, 2))
     return checked
 
 
@@ -462,6 +540,7 @@ def embed_spans(
     """
     from poolkit.spans import span_embeddings
 
+    texts = _check_inputs(texts)
     spans_in = _check_char_spans(texts, char_spans)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     result: list[np.ndarray | None] = [None] * len(texts)
