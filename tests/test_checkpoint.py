@@ -180,6 +180,9 @@ def test_publish_refuses_existing_output_and_keeps_the_work(tmp_path):
     assert out.read_bytes() == b"someone else's file" and len(cp.done) == 4
     cp.publish(len(TEXTS), ["mean"], overwrite=True)
     assert np.load(out).shape == (20, 6) and not work_dir_for(out).exists()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0600
 
 
 def test_missing_chunk_is_not_published(tmp_path):

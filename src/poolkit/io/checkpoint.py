@@ -394,6 +394,10 @@ class Checkpoint:
             for k in range(num_chunks):
                 ids, arrays = self.load(k)
                 writer.write(ids, arrays)
+        # mkstemp files are private (0600); OUTPUT gets the mode any new file would get.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staged, 0o666 & ~umask)
         if self.output.exists() and not overwrite:
             raise CheckpointError(
                 f"{self.output}: already exists; pass --overwrite to replace it (the finished "
