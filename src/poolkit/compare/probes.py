@@ -17,9 +17,11 @@ def _probe():  # -> sklearn Pipeline; imported late so `poolkit` loads without s
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    # Scaling makes lbfgs converge in a few hundred steps for every strategy alike
-    # (max pooling and sum pooling have very different ranges).
-    return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000, random_state=SEED))
+    # Scaling puts every strategy on one footing (max and sum pooling have very different
+    # ranges). newton-cg reaches the same optimum as lbfgs in a few Newton steps and is
+    # several times faster on wide, concatenated features.
+    model = LogisticRegression(solver="newton-cg", tol=1e-6, max_iter=1000, random_state=SEED)
+    return make_pipeline(StandardScaler(), model)
 
 
 def fit_predict(x_train: np.ndarray, y_train: Sequence, x_test: np.ndarray) -> np.ndarray:

@@ -1,0 +1,280 @@
+"""End to end: `poolkit compare` as a subprocess on the real data with the real model.
+
+Every figure is checked against an independent computation: the published STS-B
+reference, or a plain `transformers` forward pass (one text at a time, no padding) with
+pooling, span lookup and entity scoring written out here, and the same probe protocol
+(scikit-learn logistic regression, stratified 5-fold CV with seed 0, or train/test).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import accuracy_score, f1_score
+from sklearn.model_selection import StratifiedKFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from test_cli import one_error_line, poolkit
+from test_compare_metrics import _f1_reference
+
+pytestmark = pytest.mark.slow
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+STS_REFERENCE = {"mean": 86.72, "max": 82.58, "cls": 79.73}  # shared/data/README.md
+
+
+@pytest.fixture(scope="module")
+def hf(minilm_dir):
+    from transformers import AutoModel, AutoTokenizer
+
+    # One text at a time is tiny work: one thread avoids the cost of syncing threads on
+    # a busy machine (measured: ~10x slower with 2 threads under load).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield AutoTokenizer.from_pretrained(minilm_dir), AutoModel.from_pretrained(minilm_dir).eval()
+    torch.set_num_threads(threads)
+
+
+def hidden_of(hf, text, **kwargs):
+    """One text alone (no padding): float64 last layer (L, H), all layers, and its encoding."""
+    tok, model = hf
+    enc = tok(text, return_tensors="pt", truncation=True, max_length=256, **kwargs)
+    with torch.inference_mode():
+        out = model(
+            input_ids=enc["input_ids"],
+            attention_mask=enc["attention_mask"],
+            token_type_ids=enc["token_type_ids"],
+            output_hidden_states=True,
+        )
+    layers = [h[0].double().numpy() for h in out.hidden_states]
+    return layers[-1], layers, enc
+
+
+def probe(x_train, y_train, x_test):
+    model = make_pipeline(
+        StandardScaler(),
+        LogisticRegression(solver="newton-cg", tol=1e-6, max_iter=1000, random_state=0),
+    )
+    return model.fit(x_train.astype(np.float32), y_train).predict(x_test.astype(np.float32))
+
+
+def run_json(tmp_path: Path, name: str, *args: str) -> dict:
+    result = poolkit("compare", *args, "--json", name, "--quiet", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads((tmp_path / name).read_text())
+
+
+def by_key(doc: dict) -> dict[tuple[str, str], dict]:
+    return {(r["strategy"], r["layers"]): r for r in doc["results"]}
+
+
+def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, str]) -> None:
+    assert set(doc) == {"task", "model", "metric", "results"}
+    assert doc["task"] == task and doc["metric"] == metric
+    assert doc["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    for row in doc["results"]:
+        assert set(row) == {"strategy", "layers", *metrics, "intended"}
+    main = [r[metric] for r in doc["results"]]
+    assert main == sorted(main, reverse=True)
+
+
+def test_sts_matches_the_published_reference(tmp_path):
+    result = poolkit(
+        "compare", str(DATA / "stsb/sts-dev.csv"), "--task", "sts",
+        "--json", "sts.json", "--plot", "sts.png", "--quiet", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    doc = json.loads((tmp_path / "sts.json").read_text())
+    check_schema(doc, "sts", "spearman", ("spearman", "pearson"))
+    rows = by_key(doc)
+    for strategy, reference in STS_REFERENCE.items():
+        assert abs(100 * rows[(strategy, "last")]["spearman"] - reference) <= 0.01, strategy
+    # Every sequence strategy is compared; sum, mean and mean_sqrt_len only rescale each
+    # vector, so their cosine similarities (and correlations) agree.
+    assert {s for s, _ in rows} == {
+        "cls", "mean", "max", "min", "sum", "mean_sqrt_len", "weighted_mean", "last",
+        "mean_no_special", "cls+mean", "mean+max",
+    }  # fmt: skip
+    for same in ("sum", "mean_sqrt_len"):
+        assert rows[(same, "last")]["spearman"] == pytest.approx(
+            rows[("mean", "last")]["spearman"], abs=1e-6
+        )
+    assert [r["strategy"] for r in doc["results"] if r["intended"]] == ["mean"]
+    table = result.stdout.decode()
+    assert (
+        "mean *" in table
+        and "* the model's intended pooling (mean, from 1_Pooling/config.json" in table
+    )
+    first_row = table.splitlines()[2].split()
+    assert first_row[1] == doc["results"][0]["strategy"]
+    png = (tmp_path / "sts.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sts.json", "sts.png"]
+
+
+def test_classification_cv_layers_and_determinism(tmp_path, hf):
+    lines = (DATA / "sst2/stsa.binary.dev").read_text(encoding="utf-8").splitlines()[4::8]
+    (tmp_path / "sst2.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = ("sst2.txt", "--task", "classification", "--strategies", "cls", "mean", "--layers")
+    doc = run_json(tmp_path, "a.json", *args)
+    check_schema(doc, "classification", "accuracy", ("accuracy", "macro_f1"))
+    assert run_json(tmp_path, "b.json", *args) == doc  # same command, same JSON
+
+    labels = np.array([line.split(" ", 1)[0] for line in lines])
+    texts = [line.split(" ", 1)[1] for line in lines]
+    vectors: dict[tuple[str, str], list[np.ndarray]] = {}
+    for text in texts:
+        _, layers, _ = hidden_of(hf, text)
+        for name, h in (("last", layers[-1]), ("last4", np.mean(layers[-4:], axis=0)),
+                        ("first_last", (layers[1] + layers[-1]) / 2)):  # fmt: skip
+            vectors.setdefault(("cls", name), []).append(h[0])
+            vectors.setdefault(("mean", name), []).append(h.mean(axis=0))
+    folds = StratifiedKFold(n_splits=5, shuffle=True, random_state=0)
+    rows = by_key(doc)
+    assert set(rows) == set(vectors)
+    for key, vecs in vectors.items():
+        x = np.stack(vecs)
+        pred = np.empty_like(labels)
+        for train, test in folds.split(x, labels):
+            pred[test] = probe(x[train], labels[train], x[test])
+        # Embeddings agree to float noise, so at most one borderline example may flip.
+        assert abs(rows[key]["accuracy"] - accuracy_score(labels, pred)) <= 1 / len(labels) + 1e-12
+        assert abs(rows[key]["macro_f1"] - f1_score(labels, pred, average="macro")) <= 0.01
+    assert [k for k, r in rows.items() if r["intended"]] == [("mean", "last")]
+
+
+def _conll_sentences(path: Path, count: int) -> list[list[tuple[str, str]]]:
+    sentences, cur = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            token, tag = line.split("\t")
+            cur.append((token, tag))
+        elif cur:
+            sentences.append(cur)
+            cur = []
+    return sentences[:count]
+
+
+def _write_conll(path: Path, sentences: list[list[tuple[str, str]]]) -> None:
+    path.write_text("\n\n".join("\n".join(f"{w}\t{t}" for w, t in s) for s in sentences) + "\n")
+
+
+def test_ner_entity_f1_matches_independent_computation(tmp_path, hf):
+    train = _conll_sentences(DATA / "wnut17/wnut17train.conll", 100)
+    dev = _conll_sentences(DATA / "wnut17/emerging.dev.conll", 40)
+    _write_conll(tmp_path / "train.conll", train)
+    _write_conll(tmp_path / "dev.conll", dev)
+    doc = run_json(
+        tmp_path, "ner.json", "dev.conll", "--task", "ner", "--train", "train.conll",
+        "--strategies", "first", "mean",
+    )  # fmt: skip
+    check_schema(doc, "ner", "entity_f1", ("entity_f1", "token_accuracy"))
+    assert not any(r["intended"] for r in doc["results"])
+
+    def word_vectors(sentences):
+        out = {"first": [], "mean": []}
+        for sentence in sentences:
+            h, _, enc = hidden_of(hf, [w for w, _ in sentence], is_split_into_words=True)
+            ids = enc.word_ids()
+            for k in range(len(sentence)):
+                rows = [i for i, w in enumerate(ids) if w == k]
+                out["first"].append(h[rows[0]] if rows else np.zeros(h.shape[1]))
+                out["mean"].append(h[rows].mean(axis=0) if rows else np.zeros(h.shape[1]))
+        return {k: np.stack(v) for k, v in out.items()}
+
+    x_train, x_dev = word_vectors(train), word_vectors(dev)
+    y_train = np.array([t for s in train for _, t in s])
+    gold = [[t for _, t in s] for s in dev]
+    cuts = np.cumsum([len(s) for s in dev])[:-1]
+    rows = by_key(doc)
+    for strategy in ("first", "mean"):
+        flat = probe(x_train[strategy], y_train, x_dev[strategy])
+        pred = [list(p) for p in np.split(flat, cuts)]
+        expected_f1 = _f1_reference(gold, pred)
+        expected_acc = np.mean(flat == np.concatenate(gold))
+        assert rows[(strategy, "last")]["entity_f1"] == pytest.approx(expected_f1, abs=0.02)
+        assert rows[(strategy, "last")]["token_accuracy"] == pytest.approx(
+            expected_acc, abs=2 / len(flat)
+        )
+    assert 0 < rows[("first", "last")]["entity_f1"] < 1
+
+
+def test_relation_semeval_matches_independent_computation(tmp_path, hf):
+    lines = (DATA / "semeval2010_task8/TRAIN_FILE.TXT").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "train.txt").write_text("\n".join(lines[:600]) + "\n", encoding="utf-8")
+    (tmp_path / "dev.txt").write_text("\n".join(lines[600:840]) + "\n", encoding="utf-8")
+    doc = run_json(
+        tmp_path, "rel.json", "dev.txt", "--task", "relation", "--train", "train.txt",
+        "--strategies", "endpoints", "mean",
+    )  # fmt: skip
+    check_schema(doc, "relation", "macro_f1", ("macro_f1", "accuracy"))
+
+    def examples(block):
+        out = {"endpoints": [], "mean": []}
+        labels = []
+        for k in range(0, len(block), 4):
+            marked = block[k].split("\t", 1)[1].strip()[1:-1]
+            # Independent marker stripping: character positions counted by hand.
+            text, spans, pos = "", {}, 0
+            while pos < len(marked):
+                for tag in ("<e1>", "</e1>", "<e2>", "</e2>"):
+                    if marked.startswith(tag, pos):
+                        spans[tag] = len(text)
+                        pos += len(tag)
+                        break
+                else:
+                    text += marked[pos]
+                    pos += 1
+            h, _, enc = hidden_of(hf, text, return_offsets_mapping=True)
+            offsets = enc["offset_mapping"][0].tolist()
+            ends = []
+            for e in ("1", "2"):
+                s, t = spans[f"<e{e}>"], spans[f"</e{e}>"]
+                toks = [i for i, (a, b) in enumerate(offsets) if b > a and b > s and a < t]
+                ends.append((toks[0], toks[-1]))
+            out["endpoints"].append(np.concatenate([np.r_[h[a], h[b]] for a, b in ends]))
+            out["mean"].append(np.concatenate([h[a : b + 1].mean(axis=0) for a, b in ends]))
+            labels.append(block[k + 1].strip())
+        return {k: np.stack(v) for k, v in out.items()}, np.array(labels)
+
+    x_train, y_train = examples(lines[:600])
+    x_dev, y_dev = examples(lines[600:840])
+    rows = by_key(doc)
+    for strategy in ("endpoints", "mean"):
+        pred = probe(x_train[strategy], y_train, x_dev[strategy])
+        row = rows[(strategy, "last")]
+        assert row["accuracy"] == pytest.approx(
+            accuracy_score(y_dev, pred), abs=1 / len(y_dev) + 1e-12
+        )
+        assert row["macro_f1"] == pytest.approx(f1_score(y_dev, pred, average="macro"), abs=0.02)
+
+
+@pytest.mark.parametrize(
+    ("args", "files", "fragments"),
+    [
+        (["all.txt", "--task", "relation"], {}, ["all.txt:12737: label 'Entity-Destination(e2,e1)' has only this one example"]),
+        (["p.jsonl", "--task", "sts"], {"p.jsonl": '{"sentence1": "a", "score": 1}\n'}, ["missing column 'sentence2' (columns: sentence1, score); pass --sentence2-column"]),
+        (["r.jsonl", "--task", "relation"], {"r.jsonl": '{"text": "abc", "spans": [[0, 1], [2, 9]], "label": "x"}\n'}, ["r.jsonl:1: span 2 [2, 9) is outside the text of length 3"]),
+        (["c.txt", "--task", "classification"], {"c.txt": "1 good film\n0\n"}, ["c.txt:2: expected `LABEL sentence` (SST-2 format)"]),
+        (["n.conll", "--task", "ner"], {"n.conll": "John\tB-PER\n"}, ["--task ner needs --train FILE"]),
+        (["n.conll", "--task", "ner", "--train", "n.conll", "--strategies", "average"], {"n.conll": "John\tB-PER\n"}, ["word strategies from first, last, first_last, mean, max, but got 'average'"]),
+        (["c.txt", "--task", "classification", "--strategies", "mode"], {"c.txt": "1 a\n0 b\n"}, ["sequence strategies from cls, mean", "but got 'mode'"]),
+        (["c.txt", "--task", "classification", "--layers", "last5"], {"c.txt": "1 a\n0 b\n"}, ["`--layers` to be among last, last4, first_last, but got 'last5'"]),
+        (["c.txt", "--task", "classification", "--plot", "x.jpg"], {"c.txt": "1 a\n0 b\n"}, ["--plot x.jpg: expected a .png file name"]),
+        (["c.txt", "--task", "classification", "--json", "c.txt"], {"c.txt": "1 a\n0 b\n"}, ["--json c.txt: expected a .json file name"]),
+        (["c.txt", "--task", "classification", "--json", "o.json"], {"c.txt": "1 a\n0 b\n", "o.json": "{}"}, ["--json o.json: file exists; pass --overwrite"]),
+    ],
+)  # fmt: skip
+def test_input_errors_are_one_line_with_status_2(tmp_path, args, files, fragments):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    if "all.txt" in args:
+        (tmp_path / "all.txt").symlink_to(DATA / "semeval2010_task8/TRAIN_FILE.TXT")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    one_error_line(poolkit("compare", *args, cwd=tmp_path), 2, *fragments)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written
