@@ -1,0 +1,225 @@
+"""ONNX Runtime backend: export correctness on padded batches, cache reuse, int8, errors.
+
+The reference for every comparison is the Hugging Face model run in torch inside the test;
+the exported graph must match it on real (non-padding) positions of padded batches of
+several shapes, padded on the right, on the left, and a single text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+from poolkit.backends.onnx import OnnxBackend, OnnxRunner, load_onnx_runner
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx_cache")
+
+
+@pytest.fixture(scope="session")
+def minilm_fp32(minilm_dir: Path, onnx_cache: Path) -> OnnxRunner:
+    return load_onnx_runner(minilm_dir, cache_dir=onnx_cache)
+
+
+@pytest.fixture(scope="session")
+def minilm_int8(minilm_dir: Path, onnx_cache: Path) -> OnnxRunner:
+    return load_onnx_runner(minilm_dir, quantize="int8", cache_dir=onnx_cache)
+
+
+@pytest.fixture(scope="session")
+def hf_minilm(minilm_dir: Path):
+    from transformers import AutoModel, AutoTokenizer
+
+    return AutoModel.from_pretrained(minilm_dir).eval(), AutoTokenizer.from_pretrained(minilm_dir)
+
+
+def _torch_hidden(model, enc: dict[str, np.ndarray]) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        feed = {k: torch.from_numpy(v) for k, v in enc.items()}
+        return model(**feed).last_hidden_state.numpy()
+
+
+def _encode(tokenizer, texts: list[str], side: str) -> dict[str, np.ndarray]:
+    tokenizer.padding_side = side
+    try:
+        enc = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="np")
+    finally:
+        tokenizer.padding_side = "right"
+    return {k: v.astype(np.int64) for k, v in enc.items()}
+
+
+# (number of texts, padding side): one text alone, small and large batches, both sides.
+SHAPES = [
+    (1, "right"),
+    (1, "left"),
+    (2, "right"),
+    (3, "left"),
+    (8, "right"),
+    (17, "left"),
+    (32, "right"),
+]
+
+
+@pytest.mark.parametrize(("n", "side"), SHAPES)
+def test_fp32_export_matches_torch_on_padded_batches(minilm_fp32, hf_minilm, sts_dev, n, side):
+    model, tokenizer = hf_minilm
+    # Mix short and long texts so that most rows of the batch are padded.
+    texts = [sts_dev[(37 * i) % len(sts_dev)] * (1 + i % 3) for i in range(n)]
+    enc = _encode(tokenizer, texts, side)
+    ref = _torch_hidden(model, enc)
+    out = minilm_fp32(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
+    assert out.dtype == np.float32 and out.shape == ref.shape
+    real = enc["attention_mask"].astype(bool)
+    if n > 1:
+        assert not real.all(), "the batch should contain padding"
+    assert np.abs(out[real] - ref[real]).max() < 1e-4
+
+
+def test_padding_does_not_change_a_row(minilm_fp32, hf_minilm):
+    _, tokenizer = hf_minilm
+    text = "A man is playing a flute."
+    alone = _encode(tokenizer, [text], "right")
+    # Right padding, as the Encoder pads BERT: BERT's absolute positions make left padding
+    # shift a row's positions (in torch too), so only right padding leaves a row unchanged.
+    long = "a much longer sentence that forces a lot of padding " * 3
+    batch = _encode(tokenizer, [long, text], "right")
+    a = minilm_fp32(alone["input_ids"], alone["attention_mask"])[0]
+    b = minilm_fp32(batch["input_ids"], batch["attention_mask"])[1]
+    b = b[batch["attention_mask"][1].astype(bool)]
+    assert np.abs(a - b).max() < 1e-4
+
+
+def test_export_record_says_it_was_checked(minilm_fp32):
+    record = json.loads((minilm_fp32.path.parent / "settings.json").read_text())
+    assert record["check"]["max_abs_diff"] < 1e-4
+    assert any(side == "left" for _, _, side in record["check"]["shapes"])
+    assert record["quantize"] is None and record["attention"] == "eager"
+
+
+def test_int8_close_to_fp32_on_real_sentences(minilm_fp32, minilm_int8, hf_minilm, sts_dev):
+    from poolkit import sequence_embedding
+
+    _, tokenizer = hf_minilm
+    enc = _encode(tokenizer, sts_dev[:64], "right")
+    a = sequence_embedding(
+        minilm_fp32(enc["input_ids"], enc["attention_mask"]), enc["attention_mask"]
+    )
+    b = sequence_embedding(
+        minilm_int8(enc["input_ids"], enc["attention_mask"]), enc["attention_mask"]
+    )
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert cos.mean() > 0.99 and cos.min() > 0.97
+    assert minilm_int8.path.stat().st_size < 0.7 * minilm_fp32.path.stat().st_size
+
+
+def test_encoder_onnx_backend_matches_torch_encoder(minilm, minilm_dir, onnx_cache, sts_dev):
+    from poolkit import embed
+    from poolkit.encoder import Encoder
+
+    backend = OnnxBackend(minilm_dir, cache_dir=onnx_cache)
+    enc = Encoder(minilm_dir, backend=backend)
+    texts = [*sts_dev[:40], ""]
+    assert np.abs(embed(texts, enc) - embed(texts, minilm)).max() < 1e-4
+    with pytest.raises(ValueError, match="backend='torch' to mix layers"):
+        embed(texts[:2], enc, layers="last4")
+
+
+def test_cache_reuse_and_invalidation(tiny_dirs, tmp_path):
+    import shutil
+
+    model = shutil.copytree(tiny_dirs["bert_plain"], tmp_path / "model")
+    cache = tmp_path / "cache"
+    first = load_onnx_runner(model, cache_dir=cache)
+    stamp = (first.path.stat().st_ino, first.path.stat().st_mtime_ns)
+    again = load_onnx_runner(model, cache_dir=cache)
+    assert again.path == first.path
+    assert (again.path.stat().st_ino, again.path.stat().st_mtime_ns) == stamp  # not re-exported
+    assert len(list((cache / "onnx").iterdir())) == 1
+
+    other = load_onnx_runner(model, cache_dir=cache, optimize=True)  # a changed setting
+    assert other.path.parent != first.path.parent
+    assert other.settings["fused"] and other.settings["check"]["max_abs_diff"] < 1e-4
+    config = json.loads((model / "config.json").read_text())
+    config["layer_norm_eps"] = 1e-5  # a changed model file
+    (model / "config.json").write_text(json.dumps(config))
+    changed = load_onnx_runner(model, cache_dir=cache)
+    assert changed.path.parent not in (first.path.parent, other.path.parent)
+    assert sorted(p.name for p in (cache / "onnx").iterdir() if p.name.startswith(".")) == []
+
+
+def test_runner_input_errors(minilm_fp32):
+    ids = np.ones((2, 5), dtype=np.int64)
+    with pytest.raises(
+        ValueError, match=r"Expected `attention_mask` to be of the shape of input_ids \(2, 5\)"
+    ):
+        minilm_fp32(ids, np.ones((2, 4), dtype=np.int64))
+    with pytest.raises(TypeError, match="Expected `input_ids` to be an integer array"):
+        minilm_fp32(ids.astype(np.float32), ids)
+    with pytest.raises(ValueError, match=r"Expected `input_ids` to be a 2-D \(B, L\) array"):
+        minilm_fp32(ids[0], ids[0])
+    with pytest.raises(ValueError, match="at most 512 tokens long"):
+        minilm_fp32(np.ones((1, 513), np.int64), np.ones((1, 513), np.int64))
+    out = minilm_fp32(ids, np.zeros_like(ids))  # padding-only rows: finite, meaningless
+    assert np.isfinite(out).all()
+
+
+def test_argument_errors(minilm_dir, tmp_path):
+    from poolkit.encoder import Encoder
+
+    with pytest.raises(ValueError, match="Expected `quantize` to be None or 'int8'"):
+        load_onnx_runner(minilm_dir, quantize="int4", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="Expected `model_dir` to be an existing model folder"):
+        load_onnx_runner(tmp_path / "nope", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="Pass backend='onnx' to quantize"):
+        Encoder(minilm_dir, quantize="int8")
+
+
+_BLOCK_ORT = """
+import importlib.abc, sys
+class _Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "onnxruntime" or name.startswith("onnxruntime."):
+            raise ModuleNotFoundError("No module named 'onnxruntime'", name=name)
+        return None
+sys.meta_path.insert(0, _Block())
+"""
+
+
+def test_clear_error_without_onnxruntime(tmp_path, minilm_dir):
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(_BLOCK_ORT))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    code = (
+        "import poolkit.backends.onnx as m\n"
+        f"m.load_onnx_runner({str(minilm_dir)!r}, cache_dir={str(tmp_path)!r})\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "ImportError: The ONNX backend needs onnxruntime, which is not installed."
+    )
+    assert "pip install 'poolkit[onnx]'" in last
+    assert not (tmp_path / "onnx").exists()
