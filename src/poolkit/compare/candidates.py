@@ -167,7 +167,7 @@ def sequence_vectors(
             exclude_special=drop,
             empty="zeros" if drop else "raise",
         )
-        pooled = _host(pooled)
+        pooled = host(pooled)
         for k, name in enumerate(names):
             pieces[(name, drop)] = pooled[:, k * width : (k + 1) * width]
     return {
@@ -178,7 +178,8 @@ def sequence_vectors(
     }
 
 
-def _host(x: Any) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        return x.astype(np.float32, copy=False)
-    return x.detach().float().cpu().numpy()
+def host(x: Any) -> np.ndarray:
+    """A pooled result (NumPy or torch, any device) as float32 NumPy."""
+    from poolkit.embed import _to_numpy
+
+    return _to_numpy(x)

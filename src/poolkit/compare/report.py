@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+# One atomic writer for the package: temporary file, fsync, rename (never half a file).
+from poolkit.io.checkpoint import _atomic_write as atomic_write
 
 __all__ = [
     "MAIN_METRIC",
@@ -99,28 +100,11 @@ def to_json(task: str, model: str, results: Sequence[Result]) -> dict:
     }
 
 
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Write through a temporary file in the same folder, then rename: never half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent or ".")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json(path: Path, document: dict) -> None:
     """Write ``document`` as indented JSON to ``path`` atomically."""
 
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(document, f, indent=2)
-            f.write("\n")
-
-    _atomic_write(path, write)
+    text = json.dumps(document, indent=2) + "\n"
+    atomic_write(Path(path), lambda f: f.write(text.encode("utf-8")))
 
 
 def write_plot(path: Path, task: str, model: str, results: Sequence[Result]) -> None:
@@ -153,6 +137,6 @@ def write_plot(path: Path, task: str, model: str, results: Sequence[Result]) -> 
         ax.set_title(f"poolkit compare --task {task}\n{model}", fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         fig.tight_layout()
-        _atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png"))
+        atomic_write(Path(path), lambda f: fig.savefig(f, format="png"))
     finally:
         plt.close(fig)

@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from poolkit.compare import metrics, probes
-from poolkit.compare.candidates import Candidate, candidates, layer_views, sequence_vectors
+from poolkit.compare.candidates import (
+    Candidate,
+    candidates,
+    host,
+    layer_views,
+    sequence_vectors,
+)
 from poolkit.compare.datasets import (
     DataError,
     PairData,
@@ -149,37 +155,10 @@ def embed_words(
         dest = (starts[batch.indices][:, None] + np.arange(n_words)[None, :])[keep]
         views = layer_views(batch.hidden_states, batch.hidden, layers)
         for c in cands:
-            vec = _host(
+            vec = host(
                 word_embeddings(views[c.layers], batch.word_ids, c.strategy, num_words=n_words)
             )
             _fill(out, c, dest, vec[keep], total)
-    return out
-
-
-def char_to_token_spans(
-    offsets: np.ndarray, special: np.ndarray, char_spans: np.ndarray, where: Sequence[str]
-) -> np.ndarray:
-    """Token spans for character spans, batch-wise.
-
-    ``offsets`` ``(B, L, 2)`` half-open character offsets per token; ``special`` ``(B, L)``
-    True for special tokens and padding to skip; ``char_spans`` ``(B, S, 2)`` half-open
-    ``[start, end)``. Returns int64 ``(B, S, 2)`` **inclusive** token spans: the first and
-    last non-special token overlapping the characters. A span with no token raises
-    :class:`DataError` naming ``where[b]``.
-    """
-    b, s_count, _ = char_spans.shape
-    out = np.empty((b, s_count, 2), dtype=np.int64)
-    tok_start, tok_end = offsets[..., 0], offsets[..., 1]
-    usable = ~special & (tok_end > tok_start)
-    for i in range(b):
-        for k in range(s_count):
-            cs, ce = char_spans[i, k]
-            hit = np.flatnonzero(usable[i] & (tok_end[i] > cs) & (tok_start[i] < ce))
-            if hit.size == 0:
-                raise DataError(
-                    f"{where[i]}: span {k + 1} [{cs}, {ce}) covers no token of the text."
-                )
-            out[i, k] = hit[0], hit[-1]
     return out
 
 
@@ -195,17 +174,37 @@ def embed_span_pairs(
     out: dict[Candidate, np.ndarray] = {}
     batches = encoder.iter_batches(data.texts, all_layers=layers != ["last"], long_text="chunk")
     for batch in _batches(batches, settings, desc, len(data)):
-        skip = batch.special_tokens_mask | (batch.attention_mask == 0)
-        spans = char_to_token_spans(
-            batch.offsets, skip, data.spans[batch.indices], [rows[i] for i in batch.indices]
-        )
+        valid = (batch.attention_mask != 0) & ~batch.special_tokens_mask
+        spans = np.stack(
+            [_token_spans(batch.offsets[j], valid[j], data.spans[i], rows[i])
+             for j, i in enumerate(batch.indices)]
+        )  # fmt: skip
         views = layer_views(batch.hidden_states, batch.hidden, layers)
         for c in cands:
-            vec = _host(
+            vec = host(
                 span_embeddings(views[c.layers], spans, c.strategy, mask=batch.attention_mask)
             )
             _fill(out, c, batch.indices, vec.reshape(len(batch.indices), -1), len(data))
     return out
+
+
+def _token_spans(offsets: np.ndarray, valid: np.ndarray, spans: np.ndarray, where: str):
+    """Inclusive token spans ``(2, 2)`` of one example's two character spans.
+
+    ``offsets`` ``(L, 2)``, ``valid`` ``(L,)`` (real, non-special tokens); raises DataError
+    naming ``where`` for a span that covers no token.
+    """
+    from poolkit.embed import char_to_token_spans
+
+    out = []
+    for k, (start, end) in enumerate(spans, 1):
+        try:
+            out.append(char_to_token_spans(offsets, valid, np.array([[start, end]]))[0])
+        except ValueError:
+            raise DataError(
+                f"{where}: span {k} [{start}, {end}) covers no token of the text."
+            ) from None
+    return np.stack(out)
 
 
 def _bar(settings: Settings, desc: str, total: int, unit: str) -> Any:
@@ -230,12 +229,6 @@ def _each(cands: Sequence[Candidate], settings: Settings) -> Iterator[Candidate]
         for c in cands:
             yield c
             bar.update(1)
-
-
-def _host(x: Any) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        return x.astype(np.float32, copy=False)
-    return x.detach().float().cpu().numpy()
 
 
 # ---------------------------------------------------------------------------- scoring
