@@ -101,8 +101,8 @@ def bio_entities(tags: Sequence[str]) -> set[tuple[int, int, str]]:
 def entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> float:
     """Entity-level micro F1 over sentences: exact span and type match (CoNLL).
 
-    ``gold[i]`` and ``pred[i]`` are the tags of sentence i (same length). 0.0 when there is
-    neither a gold nor a predicted entity's true positive.
+    ``gold[i]`` and ``pred[i]`` are the tags of sentence i (same length). F1 =
+    2 * matches / (gold entities + predicted entities); 0.0 when nothing matches.
     """
     tp = n_gold = n_pred = 0
     for g, p in zip(gold, pred, strict=True):

@@ -19,6 +19,7 @@ from poolkit.compare import metrics, probes
 from poolkit.compare.candidates import (
     Candidate,
     candidates,
+    default_strategies,
     host,
     layer_views,
     sequence_vectors,
@@ -40,7 +41,13 @@ LEVELS = {"sts": "sequence", "classification": "sequence", "ner": "word", "relat
 
 @dataclass
 class Settings:
-    """What to compare: ``strategies``/``layers`` None mean the defaults of the level."""
+    """What to compare and how.
+
+    ``strategies``/``layers``: None means the level's defaults (``layers``: last only);
+    ``folds``: stratified CV folds when there is no training file; ``quiet``: no progress
+    bars; ``long_text``: ``"truncate"`` or ``"chunk"`` for sequence tasks (word and span
+    tasks always chunk); ``notes``: filled with remarks for the user (truncation, folds).
+    """
 
     task: str
     strategies: Sequence[str] | None = None
@@ -66,8 +73,6 @@ def compare(
     intended = encoder.info.pooling if level == "sequence" else None
     if level == "sequence" and strategies is None and intended:
         # The model's own pooling always takes part unless the user narrowed the set.
-        from poolkit.compare.candidates import default_strategies
-
         base = default_strategies("sequence")
         strategies = base if intended in base else (*base, intended)
     cands = candidates(level, strategies, settings.layers)
