@@ -76,7 +76,8 @@ def _check_output(output: str, overwrite: bool) -> None:
 def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
     level = logging.WARNING if quiet else logging.INFO
     if address is None:
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=level)
+        # Ray sizes a local instance to the CPUs this process may use (cgroups included).
+        ray.init(include_dashboard=False, logging_level=level)
     else:
         ray.init(address=address, logging_level=level)
 
@@ -97,6 +98,18 @@ def _verify(tmp: str, total: int) -> tuple[int, dict[str, int]]:
         )
     dims = {f.name: f.type.list_size for f in data.schema if pa.types.is_fixed_size_list(f.type)}
     return len(data.files), dims
+
+
+def _user_error(error: BaseException) -> BaseException:
+    """The error poolkit raised inside a worker (Ray wraps it, with a remote traceback),
+    so that the CLI prints its one line; other errors as they are."""
+    seen = error
+    for _ in range(8):
+        inner = getattr(seen, "cause", None) or seen.__cause__
+        if inner is None or inner is seen:
+            break
+        seen = inner
+    return seen if isinstance(seen, (ValueError, TypeError)) else error
 
 
 def run(args: argparse.Namespace) -> int:
@@ -161,7 +174,10 @@ def run(args: argparse.Namespace) -> int:
         )
         try:
             # Zero CPUs: writing must not wait for CPUs that the embedding actors hold.
-            ds.write_parquet(target, ray_remote_args={"num_cpus": 0, "max_retries": 3})
+            try:
+                ds.write_parquet(target, ray_remote_args={"num_cpus": 0, "max_retries": 3})
+            except Exception as e:
+                raise _user_error(e) from None
             shards, dims = _verify(target, corpus.rows)
             if not remote:
                 if os.path.isdir(output):
