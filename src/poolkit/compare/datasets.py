@@ -67,14 +67,6 @@ class PairData:
     def __len__(self) -> int:
         return len(self.sentence1)
 
-    def subset(self, idx: np.ndarray) -> PairData:
-        return PairData(
-            [self.sentence1[i] for i in idx],
-            [self.sentence2[i] for i in idx],
-            self.scores[idx],
-            self.source,
-        )
-
 
 @dataclass(frozen=True)
 class TextData:
@@ -88,14 +80,6 @@ class TextData:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def subset(self, idx: np.ndarray) -> TextData:
-        return TextData(
-            [self.texts[i] for i in idx],
-            [self.labels[i] for i in idx],
-            self.source,
-            [self.rows[i] for i in idx] if self.rows else [],
-        )
-
 
 @dataclass(frozen=True)
 class TaggedData:
@@ -107,9 +91,6 @@ class TaggedData:
 
     def __len__(self) -> int:
         return len(self.words)
-
-    def subset(self, idx: np.ndarray) -> TaggedData:
-        return TaggedData([self.words[i] for i in idx], [self.tags[i] for i in idx], self.source)
 
 
 @dataclass(frozen=True)
@@ -128,15 +109,6 @@ class SpanPairData:
 
     def __len__(self) -> int:
         return len(self.texts)
-
-    def subset(self, idx: np.ndarray) -> SpanPairData:
-        return SpanPairData(
-            [self.texts[i] for i in idx],
-            self.spans[idx],
-            [self.labels[i] for i in idx],
-            self.source,
-            [self.rows[i] for i in idx] if self.rows else [],
-        )
 
 
 TaskData = PairData | TextData | TaggedData | SpanPairData

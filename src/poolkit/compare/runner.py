@@ -304,40 +304,30 @@ def _probe_all(
     return {c: probes.fit_predict(train_x[c], train_y, test_x[c]) for c in _each(cands, settings)}
 
 
-def _score_classification(
-    encoder, data: TextData, train: TextData | None, cands, settings: Settings
-) -> Scores:
-    test_x = embed_sequences(encoder, data.texts, cands, settings, f"embedding {data.source}")
-    train_x = None
-    if train is not None:
-        train_x = embed_sequences(
-            encoder, train.texts, cands, settings, f"embedding {train.source}"
-        )
-    preds = _probe_all(
-        train_x, train.labels if train else None, test_x, data.labels, cands, settings,
-        data.rows, data.source,
-    )  # fmt: skip
-    return {
-        c: (metrics.accuracy(data.labels, p), metrics.macro_f1(data.labels, p))
-        for c, p in preds.items()
-    }
+def _embed_texts(encoder, data: TextData, cands, settings: Settings, desc: str):
+    return embed_sequences(encoder, data.texts, cands, settings, desc)
 
 
-def _score_relation(
-    encoder, data: SpanPairData, train: SpanPairData | None, cands, settings: Settings
-) -> Scores:
-    test_x = embed_span_pairs(encoder, data, cands, settings, f"embedding {data.source}")
-    train_x = None
-    if train is not None:
-        train_x = embed_span_pairs(encoder, train, cands, settings, f"embedding {train.source}")
-    preds = _probe_all(
-        train_x, train.labels if train else None, test_x, data.labels, cands, settings,
-        data.rows, data.source,
-    )  # fmt: skip
-    return {
-        c: (metrics.macro_f1(data.labels, p), metrics.accuracy(data.labels, p))
-        for c, p in preds.items()
-    }
+def _labelled_scorer(embed_fn, main_first: bool):
+    """Scorer for labelled examples: embed DATA (and TRAIN), probe, score accuracy and
+    macro-F1, in the task's metric order (``main_first``: accuracy first)."""
+
+    def score(encoder, data, train, cands, settings: Settings) -> Scores:
+        test_x = embed_fn(encoder, data, cands, settings, f"embedding {data.source}")
+        train_x = None
+        if train is not None:
+            train_x = embed_fn(encoder, train, cands, settings, f"embedding {train.source}")
+        preds = _probe_all(
+            train_x, train.labels if train else None, test_x, data.labels, cands, settings,
+            data.rows, data.source,
+        )  # fmt: skip
+        out: Scores = {}
+        for c, p in preds.items():
+            acc, f1 = metrics.accuracy(data.labels, p), metrics.macro_f1(data.labels, p)
+            out[c] = (acc, f1) if main_first else (f1, acc)
+        return out
+
+    return score
 
 
 def _score_ner(encoder, data: TaggedData, train: TaggedData, cands, settings: Settings) -> Scores:
@@ -355,7 +345,7 @@ def _score_ner(encoder, data: TaggedData, train: TaggedData, cands, settings: Se
 
 _SCORERS = {
     "sts": _score_sts,
-    "classification": _score_classification,
+    "classification": _labelled_scorer(_embed_texts, main_first=True),
     "ner": _score_ner,
-    "relation": _score_relation,
+    "relation": _labelled_scorer(embed_span_pairs, main_first=False),
 }
