@@ -223,3 +223,60 @@ def test_clear_error_without_onnxruntime(tmp_path, minilm_dir):
     )
     assert "pip install 'poolkit[onnx]'" in last
     assert not (tmp_path / "onnx").exists()
+
+
+def test_cli_embed_with_onnx_backend(
+    minilm_fp32, minilm_int8, onnx_cache, minilm, sts_dev, tmp_path
+):
+    from poolkit import embed
+
+    texts = sts_dev[:30]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    env = {**os.environ, "POOLKIT_CACHE": str(onnx_cache)}  # the exports the fixtures built
+    ref = embed(texts, minilm)
+    for extra, tol in (
+        (["--backend", "onnx"], 1e-4),
+        (["--backend", "onnx", "--quantize", "int8"], None),
+    ):
+        out = tmp_path / f"out{len(extra)}.npy"
+        cmd = [
+            sys.executable,
+            "-m",
+            "poolkit.cli",
+            "embed",
+            str(src),
+            "-o",
+            str(out),
+            "--quiet",
+            *extra,
+        ]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        got = np.load(out)
+        if tol is not None:
+            assert np.abs(got - ref).max() < tol
+        else:
+            assert (got * ref).sum(1).min() > 0.95  # unit vectors: dot = cosine
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "poolkit.cli",
+            "embed",
+            str(src),
+            "-o",
+            str(tmp_path / "x.npy"),
+            "--quantize",
+            "int8",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "poolkit: error: Expected `quantize` to be None with backend='torch', but got 'int8'. "
+        "Pass backend='onnx' to quantize."
+    )

@@ -193,8 +193,10 @@ class Encoder:
         max_batch_size: optional cap on rows per batch.
         append_eos: add the EOS token to every sequence when the tokenizer does not;
             ``None``: only for decoder models whose intended pooling uses ``last``.
-        backend: ``"torch"`` or an object implementing :class:`Backend`.
-        num_threads: if given, ``torch.set_num_threads(num_threads)``.
+        backend: ``"torch"``, ``"onnx"`` (ONNX Runtime on the CPU, exported once and
+            cached; :mod:`poolkit.backends.onnx`) or an object implementing :class:`Backend`.
+        quantize: ``None`` or ``"int8"`` (dynamic int8; ``backend="onnx"`` only).
+        num_threads: if given, ``torch.set_num_threads(num_threads)`` (and ORT's threads).
 
     Attributes:
         info: the model's :class:`ModelInfo`.
@@ -213,6 +215,7 @@ class Encoder:
         max_batch_size: int | None = None,
         append_eos: bool | None = None,
         backend: str | Backend = "torch",
+        quantize: str | None = None,
         num_threads: int | None = None,
     ) -> None:
         if not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
@@ -267,10 +270,21 @@ class Encoder:
 
             torch.set_num_threads(int(num_threads))
         if isinstance(backend, str):
-            if backend != "torch":
+            if backend not in ("torch", "onnx"):
                 raise ValueError(
-                    f"Expected `backend` to be 'torch' or a Backend object, but got {backend!r}."
+                    f"Expected `backend` to be 'torch', 'onnx' or a Backend object, but got {backend!r}."
                 )
+            if quantize is not None and backend != "onnx":
+                raise ValueError(
+                    f"Expected `quantize` to be None with backend={backend!r}, but got "
+                    f"{quantize!r}. Pass backend='onnx' to quantize."
+                )
+        if backend == "onnx":
+            from poolkit.backends.onnx import OnnxBackend
+
+            self.device = "cpu"
+            self.backend = OnnxBackend(path, quantize=quantize, threads=num_threads)
+        elif isinstance(backend, str):
             self.device = _pick_device(device)
             self.backend: Backend = TorchBackend(
                 path, device=self.device, dtype=_torch_dtype(dtype)

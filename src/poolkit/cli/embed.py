@@ -56,6 +56,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--chunk-size", type=int, default=4096, metavar="N",
                         help="texts read, embedded and written at a time (default: 4096)")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    parser.add_argument("--backend", choices=["torch", "onnx"], default="torch",
+                        help="runtime: torch, or onnx (ONNX Runtime, CPU; exported once, cached)")  # fmt: skip
+    parser.add_argument("--quantize", choices=["int8"], default=None,
+                        help="int8: dynamic int8 quantisation (with --backend onnx)")  # fmt: skip
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted job from OUTPUT.poolkit-work (same "
                         "command, same settings); finished chunks are not recomputed")  # fmt: skip
@@ -177,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
     chunks = text_chunks(args, args.chunk_size)
     first = next(chunks)
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
-                          max_length=args.max_length)  # fmt: skip
+                          max_length=args.max_length, backend=args.backend,
+                          quantize=args.quantize)  # fmt: skip
     names = list(args.strategy or [encoder.info.pooling])
     layers = parse_layers(args.layers)
     checkpoint = Checkpoint.open(output, _settings(args, encoder, names), resume=args.resume)
