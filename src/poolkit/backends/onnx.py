@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -445,9 +446,15 @@ def _quantize_int8(src: Path, dst: Path) -> Path:
     onnx = _import_onnx()
     # Fused contrib ops have no ONNX shape inference; float is the type of every tensor here.
     extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
-    quantize_dynamic(
-        str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, extra_options=extra
-    )
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantiser logs advice on the root logger; not for users
+    try:
+        quantize_dynamic(
+            str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, extra_options=extra
+        )
+    finally:
+        root.setLevel(level)
     return dst
 
 
