@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # One atomic writer for the package: temporary file, fsync, rename (never half a file).
-from poolkit.io.checkpoint import _atomic_write as atomic_write
+from poolkit.io.atomic import atomic_write
 
 __all__ = [
     "MAIN_METRIC",

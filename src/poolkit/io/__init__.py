@@ -5,6 +5,7 @@ loop can restart per chunk; writers accept chunks and publish the output file on
 when complete (temporary file + atomic rename).
 """
 
+from poolkit.io.atomic import atomic_write
 from poolkit.io.readers import INPUT_FORMATS, InputError, read_texts
 from poolkit.io.writers import OUTPUT_FORMATS, EmbeddingWriter, open_writer
 
@@ -13,6 +14,7 @@ __all__ = [
     "OUTPUT_FORMATS",
     "EmbeddingWriter",
     "InputError",
+    "atomic_write",
     "open_writer",
     "read_texts",
 ]

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit.io.atomic import atomic_write, fsync_dir
 from poolkit.io.readers import InputError
 
 __all__ = [
@@ -96,32 +97,6 @@ def model_fingerprint(model_dir: str | os.PathLike[str]) -> dict[str, str]:
                     h.update(block)
             out[rel.as_posix()] = h.hexdigest()
     return out
-
-
-def _fsync_dir(path: Path) -> None:
-    # Makes a rename durable; not every platform can open a directory.
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    """Write ``path`` via a temporary file in its directory: fsync, rename, fsync the dir."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
 
 
 def _lock(path: Path) -> Any:
@@ -254,7 +229,7 @@ class Checkpoint:
                 f"{str(out.parent)!r} ({e.strerror}); choose a writable output directory."
             ) from None
         try:
-            _atomic_write(
+            atomic_write(
                 staging / _MANIFEST,
                 lambda f: f.write(json.dumps(manifest, indent=1, sort_keys=True).encode()),
             )
@@ -269,7 +244,7 @@ class Checkpoint:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
         return cls(out, path, settings, lock)
 
     @classmethod
@@ -332,7 +307,7 @@ class Checkpoint:
         payload = {
             f"s{k}": np.ascontiguousarray(arrays[n], np.float32) for k, n in enumerate(names)
         }
-        _atomic_write(
+        atomic_write(
             self._chunk_path(index),
             lambda f: np.savez(f, meta=np.array(json.dumps(meta)), **payload),
         )
@@ -403,9 +378,9 @@ class Checkpoint:
                 f"{self.output}: already exists; pass --overwrite to replace it (the finished "
                 f"vectors stay in {self.path.name} for --resume)."
             )
-        _atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
+        atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
         os.replace(staged, self.output)
-        _fsync_dir(self.output.parent)
+        fsync_dir(self.output.parent)
         self.discard()
         return self.output
 
@@ -416,7 +391,7 @@ class Checkpoint:
             f".{self.output.name}{WORK_SUFFIX}.trash-{os.getpid()}-{os.urandom(4).hex()}"
         )
         os.rename(self.path, trash)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         self.close()
         shutil.rmtree(trash, ignore_errors=True)
 
