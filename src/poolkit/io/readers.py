@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -22,7 +23,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["INPUT_FORMATS", "InputError", "input_format", "read_all", "read_texts"]
+__all__ = [
+    "INPUT_FORMATS",
+    "InputError",
+    "input_format",
+    "pick_column",
+    "read_all",
+    "read_stream",
+    "read_texts",
+]
 
 INPUT_FORMATS = ("txt", "jsonl", "csv", "tsv", "parquet")
 _ALIASES = {"text": "txt", "json": "jsonl", "ndjson": "jsonl", "pq": "parquet"}
@@ -136,7 +145,13 @@ def _unicode(text: str, where: str, number: int) -> str:
     return text
 
 
-def _pick_column(columns: list[str], column: str | None, where: str) -> str:
+def pick_column(columns: list[str], column: str | None, where: str) -> str:
+    """The column that holds the texts: ``column`` if given, else ``"text"``, else the only one.
+
+    Raises:
+        InputError: ``column`` is not among ``columns``, or it is ``None`` and there is
+            no ``"text"`` column among several; ``where`` (the file) starts the message.
+    """
     if column is not None:
         if column not in columns:
             raise InputError(
@@ -170,7 +185,7 @@ def _delimited(stream: IO[bytes], where: str, column: str | None, delimiter: str
             header = next(reader)
         except StopIteration:
             return
-        name = _pick_column(header, column, where)
+        name = pick_column(header, column, where)
         index = header.index(name)
         for record in reader:
             if not record:
@@ -193,7 +208,9 @@ def _delimited(stream: IO[bytes], where: str, column: str | None, delimiter: str
         ) from None
 
 
-def _parquet(path: str, where: str, column: str | None, size: int) -> Iterator[list[str]]:
+def _parquet(
+    path: str | IO[bytes], where: str, column: str | None, size: int
+) -> Iterator[list[str]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -201,7 +218,7 @@ def _parquet(path: str, where: str, column: str | None, size: int) -> Iterator[l
         pfile = pq.ParquetFile(path)
     except (OSError, pa.ArrowInvalid) as e:
         raise InputError(f"{where}: not a readable Parquet file ({e}).") from None
-    name = _pick_column(pfile.schema_arrow.names, column, where)
+    name = pick_column(pfile.schema_arrow.names, column, where)
     kind = pfile.schema_arrow.field(name).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise InputError(f"{where}: column {name!r} has type {kind}, not string.")
@@ -213,6 +230,50 @@ def _parquet(path: str, where: str, column: str | None, size: int) -> Iterator[l
                 raise InputError(f"{where}: row {row + k} of column {name!r} is null.")
         row += len(values)
         yield values
+
+
+def read_stream(
+    source: str | IO[bytes],
+    fmt: str,
+    *,
+    where: str,
+    text_column: str | None = None,
+    chunk_size: int = 4096,
+) -> Iterator[list[str]]:
+    """Yield the texts of one open input in order, ``chunk_size`` at a time.
+
+    This is the parser behind :func:`read_texts`, for inputs that are not local paths
+    (e.g. a ``pyarrow.fs`` stream); unlike :func:`read_texts` an input without texts
+    yields nothing instead of raising.
+
+    Args:
+        source: a binary stream (``txt``, ``jsonl``, ``csv``, ``tsv``); for ``parquet`` a
+            path or a seekable binary file. Not closed here.
+        fmt: the format, one of :data:`INPUT_FORMATS` or an alias (``json``, ``pq``, ...).
+        where: how messages name the input (a path or URI).
+        text_column: the field/column holding the text (jsonl, csv, tsv, parquet).
+        chunk_size: texts per yielded list.
+
+    Raises:
+        InputError: unknown ``fmt``, or an undecodable or malformed line (with its number),
+            or a missing column (with the available ones).
+    """
+    kind = input_format(where, fmt)
+    if kind == "parquet":
+        yield from _parquet(source, where, text_column, chunk_size)
+        return
+    if isinstance(source, str):
+        raise TypeError(
+            f"Expected `source` to be a binary stream for {kind}, but got a str; open it "
+            "with open(path, 'rb')."
+        )
+    if kind == "txt":
+        texts = _txt(source, where, text_column)
+    elif kind == "jsonl":
+        texts = _jsonl(source, where, text_column)
+    else:
+        texts = _delimited(source, where, text_column, "," if kind == "csv" else "\t")
+    yield from _chunks(texts, chunk_size)
 
 
 def read_texts(
@@ -239,36 +300,20 @@ def read_texts(
     kind = input_format(path, fmt)
     where = "<stdin>" if os.fspath(path) == "-" else os.fspath(path)
     total = 0
-    if kind == "parquet":
+    with contextlib.ExitStack() as stack:
+        source: str | IO[bytes]
         if where == "<stdin>":
-            raise InputError("Parquet cannot be read from stdin; pass a file path.")
-        _exists(where)
-        chunks: Iterable[list[str]] = _parquet(where, where, text_column, chunk_size)
-        for chunk in chunks:
-            total += len(chunk)
-            yield chunk
-    else:
-        stream: IO[bytes]
-        if where == "<stdin>":
-            stream = stdin if stdin is not None else sys.stdin.buffer
-            owned = False
+            if kind == "parquet":
+                raise InputError("Parquet cannot be read from stdin; pass a file path.")
+            source = stdin if stdin is not None else sys.stdin.buffer
         else:
             _exists(where)
-            stream = open(where, "rb")
-            owned = True
-        try:
-            if kind == "txt":
-                texts = _txt(stream, where, text_column)
-            elif kind == "jsonl":
-                texts = _jsonl(stream, where, text_column)
-            else:
-                texts = _delimited(stream, where, text_column, "," if kind == "csv" else "\t")
-            for chunk in _chunks(texts, chunk_size):
-                total += len(chunk)
-                yield chunk
-        finally:
-            if owned:
-                stream.close()
+            source = where if kind == "parquet" else stack.enter_context(open(where, "rb"))
+        for chunk in read_stream(
+            source, kind, where=where, text_column=text_column, chunk_size=chunk_size
+        ):
+            total += len(chunk)
+            yield chunk
     if total == 0:
         raise InputError(f"{where}: no texts found (the input is empty).")
 

@@ -137,18 +137,12 @@ def iter_file_texts(
     import pyarrow.fs as pafs
 
     fs, path = pafs.FileSystem.from_uri(file.path)
-    if file.fmt == "parquet":
-        with fs.open_input_file(path) as handle:
-            yield from readers._parquet(handle, file.path, text_column, chunk_size)
-        return
-    parse = {"txt": readers._txt, "jsonl": readers._jsonl}
-    with fs.open_input_stream(path) as stream:
-        if file.fmt in parse:
-            texts = parse[file.fmt](stream, file.path, text_column)
-        else:
-            sep = "," if file.fmt == "csv" else "\t"
-            texts = readers._delimited(stream, file.path, text_column, sep)
-        yield from readers._chunks(texts, chunk_size)
+    # Parquet needs random access; the text formats are read front to back.
+    opener = fs.open_input_file if file.fmt == "parquet" else fs.open_input_stream
+    with opener(path) as handle:
+        yield from readers.read_stream(
+            handle, file.fmt, where=file.path, text_column=text_column, chunk_size=chunk_size
+        )
 
 
 def _count(file: InputFile, text_column: str | None) -> int:
@@ -162,9 +156,9 @@ def _piece_texts(file: InputFile, start: int, stop: int, text_column: str | None
 
         # Only the row groups that hold the piece; the values are checked by the scan.
         pfile = pq.ParquetFile(file.path)
-        from poolkit.io.readers import _pick_column
+        from poolkit.io.readers import pick_column
 
-        name = _pick_column(pfile.schema_arrow.names, text_column, file.path)
+        name = pick_column(pfile.schema_arrow.names, text_column, file.path)
         groups, first, row = [], None, 0
         for g in range(pfile.num_row_groups):
             n = pfile.metadata.row_group(g).num_rows

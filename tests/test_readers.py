@@ -1,0 +1,59 @@
+"""read_stream (the parser behind read_texts, used by Ray for URIs) on open streams."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from poolkit.io.readers import InputError, pick_column, read_all, read_stream
+
+TEXTS = ["first, with a comma", 'a "quoted" one', "", "tab\tinside? no: plain", "last"]
+
+
+def _files(tmp_path: Path) -> dict[str, Path]:
+    texts = [t for t in TEXTS if "\t" not in t]  # a .txt/.tsv text cannot hold a tab
+    out = {"txt": tmp_path / "a.txt", "jsonl": tmp_path / "a.jsonl", "csv": tmp_path / "a.csv"}
+    out["txt"].write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    out["jsonl"].write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    quoted = ['"' + t.replace('"', '""') + '"' for t in TEXTS]
+    out["csv"].write_text("id,text\n" + "".join(f"{k},{q}\n" for k, q in enumerate(quoted)))
+    out["parquet"] = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"text": TEXTS}), out["parquet"], row_group_size=2)
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["txt", "jsonl", "csv", "parquet"])
+def test_read_stream_matches_read_texts_chunk_by_chunk(tmp_path, fmt):
+    path = _files(tmp_path)[fmt]
+    with open(path, "rb") as f:
+        chunks = list(read_stream(f, fmt, where=str(path), chunk_size=2))
+    expected = read_all(path)
+    assert [t for c in chunks for t in c] == expected
+    assert all(len(c) == 2 for c in chunks[:-1]) and 1 <= len(chunks[-1]) <= 2
+    assert expected == ([t for t in TEXTS if "\t" not in t] if fmt == "txt" else TEXTS)
+
+
+def test_read_stream_empty_input_yields_nothing():
+    assert list(read_stream(io.BytesIO(b""), "txt", where="empty.txt")) == []
+
+
+def test_read_stream_errors_name_the_input_and_the_fix():
+    with pytest.raises(TypeError, match=r"Expected `source` to be a binary stream for txt, but"):
+        list(read_stream("a.txt", "txt", where="a.txt"))
+    with pytest.raises(InputError, match=r"^s3://b/x\.jsonl: line 2 is not valid JSON"):
+        list(read_stream(io.BytesIO(b'"ok"\n{\n'), "json", where="s3://b/x.jsonl"))
+
+
+def test_pick_column():
+    assert pick_column(["id", "text"], None, "f") == "text"
+    assert pick_column(["body"], None, "f") == "body"
+    assert pick_column(["a", "b"], "b", "f") == "b"
+    with pytest.raises(InputError, match=r"^f: no 'text' column; available columns: a, b\. Cho"):
+        pick_column(["a", "b"], None, "f")
+    with pytest.raises(InputError, match=r"^f: no column 'c'; available columns: a, b\.$"):
+        pick_column(["a", "b"], "c", "f")
