@@ -191,7 +191,12 @@ def _hidden(batch: EncodedBatch, layers: Layers, how: str) -> Any:
     return layer_mix(batch.hidden_states, layers, how)
 
 
-def _to_numpy(x: Any) -> np.ndarray:
+def to_float32_numpy(x: Any) -> np.ndarray:
+    """A pooled result as a float32 NumPy array of the same shape.
+
+    ``x`` is a torch tensor (any device and float dtype; copied to the host) or anything
+    ``np.asarray`` takes (no copy when it already is float32 NumPy).
+    """
     if hasattr(x, "detach"):
         x = x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=np.float32)
@@ -312,7 +317,7 @@ def embed(
             )
             if normalize:
                 vec = _l2(vec)
-            arr = _to_numpy(vec)
+            arr = to_float32_numpy(vec)
             if name not in out:
                 out[name] = np.empty((n, arr.shape[1]), dtype=np.float32)
             out[name][batch.indices] = arr
@@ -367,7 +372,7 @@ def embed_tokens(
             result[i] = TokenVectors(
                 tokens=encoder.tokenizer.convert_ids_to_tokens(ids.tolist()),
                 offsets=batch.offsets[j][keep[j]],
-                vectors=_to_numpy(per_row[j]),
+                vectors=to_float32_numpy(per_row[j]),
             )
         stats.truncated.extend(int(i) for i in batch.indices[batch.truncated])
     _warn_truncated(stats)
@@ -407,7 +412,7 @@ def embed_words(
     ):
         hidden = _hidden(batch, layers, layer_how)
         counts = [len(words[i]) for i in batch.indices]
-        vecs = _to_numpy(
+        vecs = to_float32_numpy(
             word_embeddings(hidden, batch.word_ids, strategy, num_words=max(max(counts), 1))
         )
         for j, i in enumerate(batch.indices):
@@ -557,7 +562,7 @@ def embed_spans(
             first_real = int(np.argmax(batch.attention_mask[j] != 0))
             token_spans[i] = mapped - first_real
         hidden = _hidden(batch, layers, layer_how)
-        vecs = _to_numpy(span_embeddings(hidden, spans, strategy, mask=batch.attention_mask))
+        vecs = to_float32_numpy(span_embeddings(hidden, spans, strategy, mask=batch.attention_mask))
         for j, i in enumerate(batch.indices):
             result[i] = vecs[j, : counts[j]]
     return (result, token_spans) if return_token_spans else result

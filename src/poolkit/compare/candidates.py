@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit.embed import to_float32_numpy
 from poolkit.sequence import SEQUENCE_STRATEGIES, parse_sequence_strategy
 
 __all__ = [
@@ -167,7 +168,7 @@ def sequence_vectors(
             exclude_special=drop,
             empty="zeros" if drop else "raise",
         )
-        pooled = host(pooled)
+        pooled = to_float32_numpy(pooled)
         for k, name in enumerate(names):
             pieces[(name, drop)] = pooled[:, k * width : (k + 1) * width]
     return {
@@ -176,10 +177,3 @@ def sequence_vectors(
         else np.ascontiguousarray(pieces[sequence_parts(s)[0]])
         for s in strategies
     }
-
-
-def host(x: Any) -> np.ndarray:
-    """A pooled result (NumPy or torch, any device) as float32 NumPy."""
-    from poolkit.embed import _to_numpy
-
-    return _to_numpy(x)

@@ -20,7 +20,6 @@ from poolkit.compare.candidates import (
     Candidate,
     candidates,
     default_strategies,
-    host,
     layer_views,
     sequence_vectors,
 )
@@ -33,6 +32,7 @@ from poolkit.compare.datasets import (
     TextData,
 )
 from poolkit.compare.report import METRICS, Result
+from poolkit.embed import to_float32_numpy
 
 __all__ = ["LEVELS", "Settings", "compare"]
 
@@ -160,7 +160,7 @@ def embed_words(
         dest = (starts[batch.indices][:, None] + np.arange(n_words)[None, :])[keep]
         views = layer_views(batch.hidden_states, batch.hidden, layers)
         for c in cands:
-            vec = host(
+            vec = to_float32_numpy(
                 word_embeddings(views[c.layers], batch.word_ids, c.strategy, num_words=n_words)
             )
             _fill(out, c, dest, vec[keep], total)
@@ -186,7 +186,7 @@ def embed_span_pairs(
         )  # fmt: skip
         views = layer_views(batch.hidden_states, batch.hidden, layers)
         for c in cands:
-            vec = host(
+            vec = to_float32_numpy(
                 span_embeddings(views[c.layers], spans, c.strategy, mask=batch.attention_mask)
             )
             _fill(out, c, batch.indices, vec.reshape(len(batch.indices), -1), len(data))
