@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from poolkit.ray._require import require_ray
+from poolkit.ray._require import quiet_remote_args_notice, require_ray
 
 __all__ = ["Embedder", "actor_cpus", "embed_dataset"]
 
@@ -231,7 +230,7 @@ def embed_dataset(
     remote: dict[str, Any] = {"num_cpus": cpus_per_worker}
     if gpus_per_worker:
         remote["num_gpus"] = gpus_per_worker
-    with _named_args_only():
+    with quiet_remote_args_notice():
         return ds.map_batches(
             fn or Embedder,
             fn_constructor_kwargs=kwargs,
@@ -243,12 +242,3 @@ def embed_dataset(
             max_task_retries=-1,
             **remote,
         )
-
-
-@contextmanager
-def _named_args_only() -> Iterator[None]:
-    """Silence Ray's notice that ``max_restarts``-style keywords will move (Ray >= 2.60);
-    they are still the documented way to set them on every Ray 2.x."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*ray_remote_args.*is deprecated")
-        yield

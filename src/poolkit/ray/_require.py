@@ -1,10 +1,14 @@
-"""The one place that imports Ray, so a missing extra fails with one clear line."""
+"""The one place that imports Ray, so a missing extra fails with one clear line; and the
+one shim over Ray's API differences between versions."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
-__all__ = ["INSTALL_HINT", "RayNotInstalledError", "require_ray"]
+__all__ = ["INSTALL_HINT", "RayNotInstalledError", "quiet_remote_args_notice", "require_ray"]
 
 INSTALL_HINT = "pip install 'poolkit[ray]'"
 
@@ -25,3 +29,12 @@ def require_ray() -> ModuleType:
             f"{INSTALL_HINT}"
         ) from None
     return ray
+
+
+@contextmanager
+def quiet_remote_args_notice() -> Iterator[None]:
+    """Silence Ray's notice that ``max_restarts``-style keywords will move (Ray >= 2.60);
+    they are still the documented way to set them on every Ray 2.x."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*is deprecated")
+        yield

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from poolkit.io.readers import INPUT_FORMATS, InputError, input_format
-from poolkit.ray._require import require_ray
+from poolkit.ray._require import quiet_remote_args_notice, require_ray
 
 __all__ = ["Corpus", "InputFile", "iter_file_texts", "list_inputs", "read_corpus"]
 
@@ -289,9 +289,7 @@ class Corpus:
             )
         items = self.pieces(block_rows)
         ds = ray.data.from_items(items, override_num_blocks=len(items))
-        from poolkit.ray._embedder import _named_args_only
-
-        with _named_args_only():
+        with quiet_remote_args_notice():
             return ds.map_batches(
                 _read_pieces,
                 batch_size=1,
