@@ -57,3 +57,25 @@ def test_pick_column():
         pick_column(["a", "b"], None, "f")
     with pytest.raises(InputError, match=r"^f: no column 'c'; available columns: a, b\.$"):
         pick_column(["a", "b"], "c", "f")
+
+
+def test_ray_uri_path_reads_like_read_texts(tmp_path):
+    # Ray reads URIs (s3://, gs://, file://) through pyarrow streams and read_stream.
+    from poolkit.ray._sources import iter_file_texts, list_inputs
+
+    files = _files(tmp_path)
+    (tmp_path / "a.tsv").write_text("n\ttext\n1\tx y\n2\t\n", encoding="utf-8")
+    found = list_inputs(tmp_path.as_uri())
+    assert [(f.name, f.fmt) for f in found] == [
+        ("a.csv", "csv"),
+        ("a.jsonl", "jsonl"),
+        ("a.parquet", "parquet"),
+        ("a.tsv", "tsv"),
+        ("a.txt", "txt"),
+    ]
+    for f in found:
+        assert f.path.startswith("file://")
+        chunks = list(iter_file_texts(f, chunk_size=2))
+        local = files.get(f.fmt, tmp_path / "a.tsv")
+        assert [t for c in chunks for t in c] == read_all(local), f.name
+        assert all(len(c) == 2 for c in chunks[:-1])

@@ -12,6 +12,7 @@ the files are concatenated in sorted order.
 from __future__ import annotations
 
 import glob
+import io
 import math
 import os
 from collections.abc import Iterator
@@ -137,11 +138,16 @@ def iter_file_texts(
     import pyarrow.fs as pafs
 
     fs, path = pafs.FileSystem.from_uri(file.path)
-    # Parquet needs random access; the text formats are read front to back.
-    opener = fs.open_input_file if file.fmt == "parquet" else fs.open_input_stream
-    with opener(path) as handle:
+    if file.fmt == "parquet":
+        with fs.open_input_file(path) as handle:  # Parquet needs random access
+            yield from readers.read_stream(
+                handle, file.fmt, where=file.path, text_column=text_column, chunk_size=chunk_size
+            )
+        return
+    # pyarrow streams cannot iterate lines (readline raises); the buffer adds that.
+    with fs.open_input_stream(path) as raw, io.BufferedReader(raw) as stream:
         yield from readers.read_stream(
-            handle, file.fmt, where=file.path, text_column=text_column, chunk_size=chunk_size
+            stream, file.fmt, where=file.path, text_column=text_column, chunk_size=chunk_size
         )
 
 
