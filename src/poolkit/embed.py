@@ -131,13 +131,18 @@ def get_encoder(
     return encoder
 
 
-def _strategies(strategy: str | Sequence[str] | None) -> tuple[list[str] | None, bool]:
-    """Validated strategy names and whether the caller asked for a dict."""
+def sequence_strategy_names(strategy: str | Sequence[str] | None) -> list[str] | None:
+    """``strategy`` as a list of validated sequence strategy names (``None`` stays ``None``).
+
+    Raises:
+        TypeError: ``strategy`` is neither a name nor a sequence of names.
+        ValueError: an unknown name, an empty list, a non-string item or a repeated name.
+    """
     if strategy is None:
-        return None, False
+        return None
     if isinstance(strategy, str):
         parse_sequence_strategy(strategy)
-        return [strategy], False
+        return [strategy]
     if not isinstance(strategy, Sequence):
         raise TypeError(
             f"Expected `strategy` to be a name or a list of names, but got "
@@ -152,7 +157,7 @@ def _strategies(strategy: str | Sequence[str] | None) -> tuple[list[str] | None,
         parse_sequence_strategy(name)
     if len(set(names)) != len(names):
         raise ValueError(f"Expected `strategy` to list each name once, but got {names}.")
-    return names, True
+    return names
 
 
 def _unicode(value: str, arg: str) -> None:
@@ -289,7 +294,8 @@ def embed(
             f"Expected `max_batch_tokens` to be None or a positive integer, but got "
             f"{max_batch_tokens!r}."
         )
-    names, as_dict = _strategies(strategy)
+    names = sequence_strategy_names(strategy)
+    as_dict = names is not None and not isinstance(strategy, str)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     if names is None:
         names = [encoder.info.pooling]

@@ -16,23 +16,6 @@ __all__ = ["Embedder", "actor_cpus", "embed_dataset"]
 Batch = Any  # pyarrow.Table or dict[str, np.ndarray]
 
 
-def _check_strategies(strategy: str | Sequence[str] | None) -> list[str] | None:
-    from poolkit.sequence import parse_sequence_strategy
-
-    if strategy is None:
-        return None
-    names = [strategy] if isinstance(strategy, str) else list(strategy)
-    if not names or not all(isinstance(s, str) for s in names):
-        raise ValueError(
-            f"Expected `strategy` to be a name or a non-empty list of names, but got {strategy!r}."
-        )
-    for name in names:
-        parse_sequence_strategy(name)
-    if len(set(names)) != len(names):
-        raise ValueError(f"Expected `strategy` to list each name once, but got {names}.")
-    return names
-
-
 def actor_cpus() -> int | None:
     """CPUs Ray assigned to the calling actor or task (rounded, at least 1); ``None``
     outside Ray or where none were assigned."""
@@ -96,7 +79,9 @@ class Embedder:
                 f"Expected options among {valid}, but got {', '.join(unknown)}. "
                 "See poolkit.embed for their meaning."
             )
-        names = _check_strategies(strategy)
+        from poolkit.embed import sequence_strategy_names
+
+        names = sequence_strategy_names(strategy)
         threads = num_threads if num_threads is not None else actor_cpus()
         encoder_kw = {k: options[k] for k in self._ENCODER_OPTIONS if k in options}
         self.encoder = Encoder(model, num_threads=threads, **encoder_kw)
@@ -210,7 +195,9 @@ def embed_dataset(
         Ray's, so carry an id column) plus ``fixed_size_list<float32>[D]`` per strategy.
     """
     ray = require_ray()
-    _check_strategies(strategy)
+    from poolkit.embed import sequence_strategy_names
+
+    sequence_strategy_names(strategy)
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"Expected `workers` to be a positive integer, but got {workers!r}.")
     if not cpus_per_worker > 0:
