@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from metric_reference import entity_f1_reference
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from test_cli import one_error_line, poolkit
-from test_compare_metrics import _f1_reference
 
 pytestmark = pytest.mark.slow
 
@@ -195,7 +195,7 @@ def test_ner_entity_f1_matches_independent_computation(tmp_path, hf):
     for strategy in ("first", "mean"):
         flat = probe(x_train[strategy], y_train, x_dev[strategy])
         pred = [list(p) for p in np.split(flat, cuts)]
-        expected_f1 = _f1_reference(gold, pred)
+        expected_f1 = entity_f1_reference(gold, pred)
         expected_acc = np.mean(flat == np.concatenate(gold))
         assert rows[(strategy, "last")]["entity_f1"] == pytest.approx(expected_f1, abs=0.02)
         assert rows[(strategy, "last")]["token_accuracy"] == pytest.approx(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from metric_reference import chunks_by_scanning, entity_f1_reference
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score
 
@@ -77,34 +78,10 @@ def test_entity_f1_hand_worked():
     assert entity_f1([["O", "O"]], [["O", "O"]]) == 0.0
 
 
-def _chunks_by_scanning(tags: list[str]) -> set[tuple[int, int, str]]:
-    """Independent reference: conlleval's start/end-of-chunk rules, written as in conlleval."""
-    found, start = set(), None
-    prev_tag, prev_type = "O", ""
-    for i, full in enumerate([*tags, "O"]):
-        tag, typ = [*full.split("-", 1), ""][:2] if full != "O" else ("O", "")
-        end_chunk = prev_tag in ("B", "I") and (tag in ("O", "B") or typ != prev_type)
-        start_chunk = tag == "B" or (tag == "I" and (prev_tag == "O" or typ != prev_type))
-        if end_chunk:
-            found.add((start, i - 1, prev_type))
-        if start_chunk:
-            start = i
-        prev_tag, prev_type = tag, typ
-    return found
-
-
-def _f1_reference(gold: list[list[str]], pred: list[list[str]]) -> float:
-    g = {(k, *e) for k, s in enumerate(gold) for e in _chunks_by_scanning(s)}
-    p = {(k, *e) for k, s in enumerate(pred) for e in _chunks_by_scanning(s)}
-    precision = len(g & p) / len(p)
-    recall = len(g & p) / len(g)
-    return 2 * precision * recall / (precision + recall)
-
-
 def test_entity_f1_matches_independent_reference_on_all_short_tag_sequences():
     alphabet = ["O", "B-A", "I-A", "B-B", "I-B"]
     for seq in itertools.product(alphabet, repeat=4):
-        assert bio_entities(list(seq)) == _chunks_by_scanning(list(seq)), seq
+        assert bio_entities(list(seq)) == chunks_by_scanning(list(seq)), seq
 
 
 def test_entity_f1_matches_independent_reference_on_wnut_dev_with_noise():
@@ -112,7 +89,9 @@ def test_entity_f1_matches_independent_reference_on_wnut_dev_with_noise():
     tags = sorted({t for s in data.tags for t in s})
     rng = np.random.default_rng(2)
     pred = [[t if rng.random() < 0.8 else rng.choice(tags) for t in s] for s in data.tags]
-    assert entity_f1(data.tags, pred) == pytest.approx(_f1_reference(data.tags, pred), abs=1e-12)
+    assert entity_f1(data.tags, pred) == pytest.approx(
+        entity_f1_reference(data.tags, pred), abs=1e-12
+    )
     assert token_accuracy(data.tags, pred) == pytest.approx(
         np.mean(
             [
