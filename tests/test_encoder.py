@@ -127,6 +127,14 @@ def test_decoder_gets_eos_and_padding_does_not_matter(tiny_dirs, name):
     assert pad_first.any() == (name == "gpt2_left")
 
 
+def test_batch_budget_defaults_by_device(minilm):
+    from poolkit.encoder import ACCELERATOR_BATCH_TOKENS, CPU_BATCH_TOKENS
+
+    assert minilm.device == "cpu"
+    assert minilm.max_batch_tokens == CPU_BATCH_TOKENS < ACCELERATOR_BATCH_TOKENS
+    assert Encoder(minilm.info.path, max_batch_tokens=100).max_batch_tokens == 100
+
+
 def test_input_errors(minilm):
     with pytest.raises(
         TypeError, match=r"Expected `texts` to be a list of strings, but got a single str"
@@ -136,7 +144,9 @@ def test_input_errors(minilm):
         list(minilm.iter_batches(["a", 3]))
     with pytest.raises(ValueError, match=r"Expected `long_text` to be 'truncate' or 'chunk'"):
         list(minilm.iter_batches(["a"], long_text="split"))
-    with pytest.raises(ValueError, match=r"Expected `max_batch_tokens` to be a positive integer"):
+    with pytest.raises(
+        ValueError, match=r"Expected `max_batch_tokens` to be None or a positive integer"
+    ):
         Encoder(minilm.info.path, max_batch_tokens=0)
     with pytest.raises(ValueError, match=r"Expected `dtype` to be one of"):
         Encoder(minilm.info.path, dtype="int8")

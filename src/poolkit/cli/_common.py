@@ -59,9 +59,9 @@ def add_common(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
             parser,
             "--batch-tokens",
             type=int,
-            default=16384,
+            default=None,
             metavar="N",
-            help="token budget per forward batch (default: 16384)",
+            help="token budget per forward batch (default: 2048 on CPU, 16384 on GPU)",
         )
         _add(
             parser,
