@@ -90,7 +90,16 @@ def spearman(emb: np.ndarray) -> float:
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """This process's peak resident memory (VmHWM) in MiB.
+
+    Not ``getrusage``: Linux carries ``ru_maxrss`` across fork and exec, so a child
+    started by a large parent reports the parent's peak. VmHWM belongs to the process's
+    own address space, which exec starts afresh.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # KiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def child(method: str, set_name: str) -> None:
@@ -102,18 +111,20 @@ def child(method: str, set_name: str) -> None:
     print(json.dumps({"peak_rss_mb": peak_rss_mb(), "seconds": seconds}))
 
 
-def run_child(args: list[str]) -> tuple[int, float, str]:
-    """Run a command, return (exit status, its peak RSS in MiB, stdout)."""
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        err = proc.stderr.read().decode() if proc.stderr else ""
-        out.seek(0)
-        text = out.read().decode()
+def run_child(args: list[str]) -> tuple[int, str]:
+    """Run a command, return (exit status, stdout)."""
+    proc = subprocess.run(args, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        print(err[-2000:], file=sys.stderr)
-    return proc.returncode, usage.ru_maxrss / 1024, text
+        print(proc.stderr[-2000:], file=sys.stderr)
+    return proc.returncode, proc.stdout
+
+
+def cli_child(argv: list[str]) -> None:
+    """Run `poolkit` in this process, then print its peak RSS as the last stdout line."""
+    from poolkit.cli import main as cli_main
+
+    status = cli_main(argv)
+    print(json.dumps({"peak_rss_mb": peak_rss_mb(), "status": status}))
 
 
 def machine() -> str:
@@ -197,7 +208,7 @@ def memory(sets: list[str], methods: list[str]) -> None:
     print("\n== peak RSS, one fresh process per method and set (load + one pass) ==")
     for name in sets:
         for m in methods:
-            rc, _, out = run_child([sys.executable, __file__, "--child", m, name])
+            rc, out = run_child([sys.executable, __file__, "--child", m, name])
             if rc != 0:
                 print(f"{name:5s} {LABELS[m]:48s} child failed (exit {rc})")
                 continue
@@ -212,11 +223,16 @@ def stream(lines: list[int], backend: list[str]) -> None:
         for n in lines:
             src = _data.line_file(Path(tmp) / f"in{n}.txt", n)
             out = Path(tmp) / f"out{n}.npy"
-            cmd = [sys.executable, "-m", "poolkit.cli", "embed", str(src), "-o", str(out),
+            cmd = [sys.executable, __file__, "--cli-child", "embed", str(src), "-o", str(out),
                    "--quiet", *backend]  # fmt: skip
             start = time.perf_counter()
-            rc, rss, _ = run_child(cmd)
+            rc, text = run_child(cmd)
             secs = time.perf_counter() - start
+            rss = (
+                json.loads(text.strip().splitlines()[-1])["peak_rss_mb"]
+                if rc == 0
+                else float("nan")
+            )
             shape = np.load(out, mmap_mode="r").shape if rc == 0 else None
             print(
                 f"{n:8d} lines: exit {rc}, output {shape}, {secs:6.1f} s, peak RSS {rss:7.0f} MiB"
@@ -274,7 +290,11 @@ def main() -> int:
     parser.add_argument("--stream-backend", nargs="*", default=["--backend", "onnx", "--quantize", "int8"],
                         help="extra `poolkit embed` flags for the streaming part (default: int8 ONNX, for time)")  # fmt: skip
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "SET"), help=argparse.SUPPRESS)
+    parser.add_argument("--cli-child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cli_child:
+        cli_child(args.cli_child)
+        return 0
     if args.child:
         child(*args.child)
         return 0
