@@ -275,7 +275,7 @@ def embed(
         long_text: ``"truncate"`` (counted; warns with :class:`TruncationWarning`) or
             ``"chunk"`` (overlapping windows, pooled over all of a text's tokens).
         max_length: tokens per sequence, specials included; default the model's.
-        max_batch_tokens: token budget per forward batch; default the Encoder's (16384).
+        max_batch_tokens: token budget per forward batch; default the Encoder's (2048 on CPU).
         device, dtype: for loading the model (see :class:`Encoder`).
         return_stats: also return an :class:`EmbedStats`.
         progress: called with the number of texts finished after each batch.
