@@ -138,18 +138,16 @@ def sequence_embedding(
             "None",
             "Pass return_special_tokens_mask=True to the tokenizer and hand the mask over.",
         )
-    selected = real
+    real_plan = selected_plan = plan_rows(real)
     if exclude_special:
         special = host_mask(special_tokens_mask, lead, "special_tokens_mask").reshape(b, length)
-        selected = real & ~special
-    plans = {"cls": plan_rows(real), "rest": plan_rows(selected) if exclude_special else None}
-    plans["rest"] = plans["rest"] or plans["cls"]
+        selected_plan = plan_rows(real & ~special)
     if b == 0:
         out = xp.zeros((0, hidden.shape[-1] * len(names)), dtype=out_dtype, device=device_of(h))
         return restore(out)
     parts = []
     for name in names:
-        plan = plans["cls" if name == "cls" else "rest"]
+        plan = real_plan if name == "cls" else selected_plan
         _check_empty(plan, empty, exclude_special and name != "cls")
         parts.append(_STRATEGIES[name](xp, h, plan, out_dtype))
     out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)

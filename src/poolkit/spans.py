@@ -181,7 +181,7 @@ def _host_spans(spans: Any, batched: bool, b: int) -> np.ndarray:
     sp = to_host(spans, "spans")
     if sp.size == 0:
         sp = sp.reshape((b, 0, 2) if batched else (0, 2))
-    if not (np.issubdtype(sp.dtype, np.integer) or sp.dtype == np.bool_) or sp.dtype == np.bool_:
+    if not np.issubdtype(sp.dtype, np.integer):  # bool is not an integer subtype here
         type_error("spans", "an integer array of inclusive [start, end] pairs", f"dtype {sp.dtype}")
     want = "(B, S, 2)" if batched else "(S, 2)"
     ok = (
