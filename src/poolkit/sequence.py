@@ -243,6 +243,8 @@ def _at(which: str) -> Callable[[Any, Array, RowPlan, Any], Array]:
 
     def pooled(xp: Any, h: Array, plan: RowPlan, dtype: Any) -> Array:
         b, length, hid = h.shape
+        if length == 0:  # only reachable with empty="zeros": every row is empty
+            return xp.zeros((b, hid), dtype=dtype, device=device_of(h))
         pos = np.where(plan.empty, 0, plan.first if which == "first" else plan.last)
         flat_index = to_device(xp, np.arange(b) * length + pos, h)
         out = xp.astype(xp.take(xp.reshape(h, (b * length, hid)), flat_index, axis=0), dtype)
