@@ -117,6 +117,23 @@ def test_truncation_is_counted_and_warned(minilm):
     assert np.abs(chunked[1] - truncated[1]).max() > 1e-4
 
 
+def test_huge_text_is_cut_before_tokenizing_and_gives_the_same_vector(minilm, sts_dev):
+    words = " ".join(sts_dev[:400])
+    huge = (words + " ") * (2_000_000 // len(words) + 1)  # about 2 MB, one text
+    capped = minilm._cap_long_texts([huge])[0]
+    assert huge.startswith(capped) and len(capped) < len(huge) // 10
+    with pytest.warns(TruncationWarning):
+        whole, stats = embed([huge], minilm, return_stats=True)
+    assert stats.truncated == [0]
+    # reference: the plain model on the plain tokenizer's truncation of the whole text
+    tok = AutoTokenizer.from_pretrained(minilm.info.path)
+    ref = tok(words[:5000], truncation=True, max_length=256, return_tensors="pt")
+    with torch.inference_mode():
+        out = AutoModel.from_pretrained(minilm.info.path)(**ref).last_hidden_state[0]
+    mean = out.mean(0)
+    np.testing.assert_allclose(whole[0], (mean / mean.norm()).numpy(), atol=1e-5)
+
+
 def test_empty_input_and_cache(minilm_dir):
     assert get_encoder(minilm_dir) is get_encoder(minilm_dir)
     out = embed([], minilm_dir, ["mean", "cls+mean"])

@@ -389,11 +389,12 @@ class Encoder:
             raise ValueError(
                 f"Expected `long_text` to be 'truncate' or 'chunk', but got {long_text!r}."
             )
-        tok = (
-            texts
-            if isinstance(texts, Tokenized)
-            else self.tokenize(texts, is_split_into_words=is_split_into_words)
-        )
+        if isinstance(texts, Tokenized):
+            tok = texts
+        else:
+            if long_text == "truncate" and not is_split_into_words:
+                texts = self._cap_long_texts(_check_texts(texts, False))
+            tok = self.tokenize(texts, is_split_into_words=is_split_into_words)
         n = len(tok)
         if n == 0:
             return
@@ -407,6 +408,34 @@ class Encoder:
         for rows in self._plan(order, lengths, budget):
             yield self._run(tok, rows, kept, truncated & (long_text == "truncate"),
                             content + specials, all_layers, long_text, stride)  # fmt: skip
+
+    def _cap_long_texts(self, texts: list[str]) -> list[str]:
+        """Texts far beyond the max length, cut to a prefix that yields the same kept tokens.
+
+        Tokenizing a 5 MB string in full costs hundreds of MB for tokens that truncation
+        then drops. A prefix is used only when its tokenization runs well past
+        ``max_length`` and whitespace separates the kept tokens from the cut, so the kept
+        tokens (and so the vector) are those of the whole text, which still counts as
+        truncated; character offsets are unchanged, being offsets into the same text.
+        """
+        limit = 64 * self.max_length  # characters; ordinary texts never reach it
+        if all(len(t) <= limit for t in texts):
+            return texts
+        return [self._truncation_prefix(t, limit) if len(t) > limit else t for t in texts]
+
+    def _truncation_prefix(self, text: str, size: int) -> str:
+        keep, margin = self.max_length, 16
+        while size < len(text):
+            prefix = text[:size]
+            offsets = self.tokenizer(
+                prefix, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+            )["offset_mapping"]
+            if len(offsets) > keep + margin:
+                gap = prefix[offsets[keep - 1][1] : offsets[keep + margin][0]]
+                if any(ch.isspace() for ch in gap):
+                    return prefix
+            size *= 4
+        return text
 
     def _plan(self, order: np.ndarray, lengths: np.ndarray, budget: int) -> Iterator[np.ndarray]:
         cap = self.max_batch_size or len(order)

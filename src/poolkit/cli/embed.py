@@ -114,35 +114,6 @@ def _settings(args: argparse.Namespace, encoder: Any, names: list[str]) -> dict[
     }  # fmt: skip
 
 
-def _cap(texts: list[str], encoder: Any, long_text: str) -> list[str]:
-    """Texts far beyond the max length, cut to a prefix that yields the same kept tokens.
-
-    Tokenizing a 5 MB line in full costs hundreds of MB for tokens that truncation then
-    drops. A prefix is used only when its tokenization runs well past ``max_length`` and
-    whitespace separates the kept tokens from the cut, so the kept tokens (and so the
-    vector) are those of the whole text; the text still counts as truncated.
-    """
-    limit = 64 * encoder.max_length  # characters; ordinary texts never reach it
-    if long_text != "truncate" or all(len(t) <= limit for t in texts):
-        return texts
-    return [_prefix(t, encoder, limit) if len(t) > limit else t for t in texts]
-
-
-def _prefix(text: str, encoder: Any, size: int) -> str:
-    keep, margin = encoder.max_length, 16
-    while size < len(text):
-        prefix = text[:size]
-        offsets = encoder.tokenizer(
-            prefix, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-        )["offset_mapping"]
-        if len(offsets) > keep + margin:
-            gap = prefix[offsets[keep - 1][1] : offsets[keep + margin][0]]
-            if any(ch.isspace() for ch in gap):
-                return prefix
-        size *= 4
-    return text
-
-
 def _with_note(error: Exception, note: str) -> Exception:
     """The same kind of error with ``note`` appended (the CLI prints one line)."""
     try:
@@ -206,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
                         # Truncation is reported once, in the summary line.
                         warnings.simplefilter("ignore", TruncationWarning)
                         result, stats = embed(
-                            _cap(chunk, encoder, args.long_text), encoder, names, normalize=args.normalize, layers=layers,
+                            chunk, encoder, names, normalize=args.normalize, layers=layers,
                             exclude_special=args.exclude_special, long_text=args.long_text,
                             max_batch_tokens=args.batch_tokens, return_stats=True,
                             progress=bar.update,
