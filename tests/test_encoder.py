@@ -148,5 +148,7 @@ def test_input_errors(minilm):
         ValueError, match=r"Expected `max_batch_tokens` to be None or a positive integer"
     ):
         Encoder(minilm.info.path, max_batch_tokens=0)
+    with pytest.raises(ValueError, match=r"Expected `max_batch_tokens` to be None or a positive"):
+        list(minilm.iter_batches(["a"], max_batch_tokens=0))
     with pytest.raises(ValueError, match=r"Expected `dtype` to be one of"):
         Encoder(minilm.info.path, dtype="int8")

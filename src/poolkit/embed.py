@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit.encoder import EncodedBatch, Encoder, LongText, _check_texts
+from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens, check_texts
 from poolkit.sequence import parse_sequence_strategy, sequence_embedding
 
 __all__ = [
@@ -178,7 +178,7 @@ def _check_inputs(texts: Any, words: bool = False) -> list[Any]:
             f"Expected `words` to be a list of word lists (one per text), but got "
             f"{type(texts).__name__}."
         )
-    items = _check_texts(texts, words)
+    items = check_texts(texts, words)
     for i, item in enumerate(items):
         if words:
             for j, word in enumerate(item):
@@ -287,13 +287,7 @@ def embed(
     """
     start = time.perf_counter()
     texts = _check_inputs(texts)
-    if max_batch_tokens is not None and (
-        not isinstance(max_batch_tokens, int) or max_batch_tokens < 1
-    ):
-        raise ValueError(
-            f"Expected `max_batch_tokens` to be None or a positive integer, but got "
-            f"{max_batch_tokens!r}."
-        )
+    check_batch_tokens(max_batch_tokens)  # before the model loads
     names = sequence_strategy_names(strategy)
     as_dict = names is not None and not isinstance(strategy, str)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)

@@ -223,13 +223,7 @@ class Encoder:
         quantize: str | None = None,
         num_threads: int | None = None,
     ) -> None:
-        if max_batch_tokens is not None and (
-            not isinstance(max_batch_tokens, int) or max_batch_tokens < 1
-        ):
-            raise ValueError(
-                f"Expected `max_batch_tokens` to be None or a positive integer, but got "
-                f"{max_batch_tokens!r}."
-            )
+        check_batch_tokens(max_batch_tokens)
         if max_batch_size is not None and (
             not isinstance(max_batch_size, int) or max_batch_size < 1
         ):
@@ -334,7 +328,10 @@ class Encoder:
         Returns:
             :class:`Tokenized` with ``N`` entries.
         """
-        texts = _check_texts(texts, is_split_into_words)
+        return self._tokenize(check_texts(texts, is_split_into_words), is_split_into_words)
+
+    def _tokenize(self, texts: list[Any], is_split_into_words: bool) -> Tokenized:
+        """:meth:`tokenize` for inputs already checked by :func:`check_texts`."""
         if not texts:
             return Tokenized([], [], [], [])
         enc = self.tokenizer(
@@ -392,9 +389,10 @@ class Encoder:
         if isinstance(texts, Tokenized):
             tok = texts
         else:
+            items = check_texts(texts, is_split_into_words)
             if long_text == "truncate" and not is_split_into_words:
-                texts = self._cap_long_texts(_check_texts(texts, False))
-            tok = self.tokenize(texts, is_split_into_words=is_split_into_words)
+                items = self._cap_long_texts(items)
+            tok = self._tokenize(items, is_split_into_words)
         n = len(tok)
         if n == 0:
             return
@@ -404,7 +402,7 @@ class Encoder:
         kept = content if long_text == "chunk" else np.minimum(content, self._budget)
         lengths = kept + specials
         order = np.argsort(-lengths, kind="stable")
-        budget = self.max_batch_tokens if max_batch_tokens is None else int(max_batch_tokens)
+        budget = check_batch_tokens(max_batch_tokens) or self.max_batch_tokens
         for rows in self._plan(order, lengths, budget):
             yield self._run(tok, rows, kept, truncated & (long_text == "truncate"),
                             content + specials, all_layers, long_text, stride)  # fmt: skip
@@ -579,7 +577,18 @@ class Encoder:
         return tuple(stitch(h) for h in out) if all_layers else stitch(out)
 
 
-def _check_texts(texts: Any, words: bool) -> list[Any]:
+def check_batch_tokens(value: Any) -> int | None:
+    """``value`` if it is ``None`` or a positive int; ValueError naming ``max_batch_tokens``."""
+    if value is not None and (not isinstance(value, int) or value < 1):
+        raise ValueError(
+            f"Expected `max_batch_tokens` to be None or a positive integer, but got {value!r}."
+        )
+    return value
+
+
+def check_texts(texts: Any, words: bool) -> list[Any]:
+    """``texts`` as a list of strings (``words=True``: of word lists); TypeError otherwise,
+    naming ``texts``/``words`` and the offending item."""
     if isinstance(texts, str):
         raise TypeError(
             "Expected `texts` to be a list of strings, but got a single str. Wrap it: [text]."
