@@ -170,3 +170,8 @@ def test_tokens_and_spans(tmp_path, minilm):
     np.testing.assert_allclose(span["vector"], np.concatenate([h[3], h[4]]), atol=1e-5)
     one_error_line(poolkit("spans", "--text", "John works", "--span", "4:5", cwd=tmp_path),
                    2, "`char_spans[0][0]` = (4, 5) to cover at least one token")  # fmt: skip
+    # the spans input goes through the readers' line decoding: NUL bytes and bad UTF-8 named
+    (tmp_path / "nul.jsonl").write_bytes(b'{"text": "a b", "spans": [[0, 1]]}\n{"text": "\x00"}\n')
+    one_error_line(poolkit("spans", "nul.jsonl", cwd=tmp_path), 2, "line 2 contains a NUL byte")
+    (tmp_path / "latin.jsonl").write_bytes(b'{"text": "caf\xe9", "spans": [[0, 1]]}\n')
+    one_error_line(poolkit("spans", "latin.jsonl", cwd=tmp_path), 2, "line 1 is not valid UTF-8")

@@ -14,7 +14,7 @@ from typing import Any
 
 from poolkit.cli._common import add_common
 from poolkit.cli._jsonout import json_lines, rounded
-from poolkit.io.readers import InputError
+from poolkit.io.readers import InputError, numbered_lines
 
 __all__ = ["add_parser", "run"]
 
@@ -63,14 +63,13 @@ def _records(args: argparse.Namespace) -> Iterator[tuple[str, list[tuple[int, in
     if not os.path.isfile(args.input):
         raise InputError(f"{args.input}: no such file.")
     with open(args.input, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-                obj = json.loads(line) if line.strip() else None
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise InputError(f"{args.input}: line {number} is not valid JSON ({e}).") from None
-            if obj is None:
+        for number, line in numbered_lines(f, args.input):
+            if not line.strip():
                 continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{args.input}: line {number} is not valid JSON ({e}).") from None
             if (
                 not isinstance(obj, dict)
                 or not isinstance(obj.get("text"), str)

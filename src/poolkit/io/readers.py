@@ -63,8 +63,12 @@ def input_format(path: str | os.PathLike[str], fmt: str | None = None) -> str:
     return name
 
 
-def _lines(stream: IO[bytes], where: str) -> Iterator[tuple[int, str]]:
-    """(1-based line number, decoded line without its line end)."""
+def numbered_lines(stream: IO[bytes], where: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, decoded line without its line end) of a binary stream.
+
+    Raises InputError naming ``where`` and the line for invalid UTF-8 or a NUL byte;
+    a UTF-8 byte-order mark on the first line is dropped.
+    """
     for number, raw in enumerate(stream, start=1):
         try:
             line = raw.decode("utf-8")
@@ -97,13 +101,13 @@ def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
 def _txt(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
     if column is not None:
         raise InputError(f"{where}: a .txt input has no columns; drop --text-column.")
-    for _, line in _lines(stream, where):
+    for _, line in numbered_lines(stream, where):
         yield line
 
 
 def _jsonl(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
     key = column or "text"
-    for number, line in _lines(stream, where):
+    for number, line in numbered_lines(stream, where):
         if not line.strip():
             continue
         try:
@@ -169,7 +173,7 @@ def pick_column(columns: list[str], column: str | None, where: str) -> str:
 
 
 def _delimited(stream: IO[bytes], where: str, column: str | None, delimiter: str) -> Iterator[str]:
-    numbered = _lines(stream, where)
+    numbered = numbered_lines(stream, where)
     current = [0]
 
     def lines() -> Iterator[str]:
