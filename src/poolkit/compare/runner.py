@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit.compare import bootstrap as bs
 from poolkit.compare import metrics, probes
 from poolkit.compare.candidates import (
     Candidate,
@@ -31,12 +32,19 @@ from poolkit.compare.datasets import (
     TaskData,
     TextData,
 )
-from poolkit.compare.report import METRICS, Result
+from poolkit.compare.evaluation import LabelEval, PairEval, TagEval
+from poolkit.compare.grouping import groups
+from poolkit.compare.report import Result
+from poolkit.compare.summary import Row, summarize
+from poolkit.compare.timing import TimedEncoder
 from poolkit.embed import to_float32_numpy
 
 __all__ = ["LEVELS", "Settings", "compare"]
 
-LEVELS = {"sts": "sequence", "classification": "sequence", "ner": "word", "relation": "span"}
+LEVELS = {
+    "sts": "sequence", "classification": "sequence", "ner": "word", "relation": "span",
+    "retrieval": "sequence", "clustering": "sequence",
+}  # fmt: skip
 
 
 @dataclass
@@ -46,7 +54,11 @@ class Settings:
     ``strategies``/``layers``: None means the level's defaults (``layers``: last only);
     ``folds``: stratified CV folds when there is no training file; ``quiet``: no progress
     bars; ``long_text``: ``"truncate"`` or ``"chunk"`` for sequence tasks (word and span
-    tasks always chunk); ``notes``: filled with remarks for the user (truncation, folds).
+    tasks always chunk); ``notes``: filled with remarks for the user (truncation, folds);
+    ``bootstrap``: resamples for the intervals (0: none) drawn with ``seed``;
+    ``backend``: the runtime's name for the rows' ``backend`` field when a quantised model
+    runs beside (None: not reported); ``int8_rows``: ``"intended"`` or ``"all"`` rows get a
+    quantised twin.
     """
 
     task: str
@@ -56,17 +68,29 @@ class Settings:
     quiet: bool = True
     long_text: str = "truncate"
     notes: list[str] = field(default_factory=list)
+    bootstrap: int = bs.DEFAULT_RESAMPLES
+    seed: int = bs.SEED
+    backend: str | None = None
+    int8_rows: str = "intended"
 
 
 def compare(
-    encoder: Any, data: TaskData, settings: Settings, train: TaskData | None = None
+    encoder: Any,
+    data: Any,
+    settings: Settings,
+    train: TaskData | None = None,
+    quantized: Any = None,
 ) -> list[Result]:
     """Score every candidate of ``settings`` on ``data`` (probes trained on ``train`` if
     given, else stratified cross-validation where the task allows it).
 
-    ``encoder`` is a :class:`poolkit.encoder.Encoder`. Returns one :class:`Result` per
-    candidate in candidate order, the model's intended pooling flagged. Raises
-    :class:`DataError` for data the protocol cannot use; ValueError for unknown strategies.
+    ``encoder`` is a :class:`poolkit.encoder.Encoder`; ``quantized``, if given, an int8
+    Encoder of the same model whose rows are added beside the intended row (or every row,
+    ``settings.int8_rows="all"``), compared paired and timed. Returns one :class:`Result`
+    per row in candidate order (rows that cannot differ merged, :mod:`.grouping`), the
+    model's intended pooling flagged, with bootstrap intervals unless
+    ``settings.bootstrap`` is 0. Raises :class:`DataError` for data the protocol cannot
+    use; ValueError for unknown strategies.
     """
     level = LEVELS[settings.task]
     strategies = settings.strategies
@@ -79,17 +103,31 @@ def compare(
     if settings.task == "ner" and train is None:
         raise DataError("--task ner needs --train FILE (CoNLL) to train the tagging probe.")
     check_labels(data, train, settings)
+    chosen = next((c for c in cands if c.strategy == intended and c.layers == "last"), None)
+    grouped = groups(cands, settings.task, chosen)
+    reps = [g[0] for g in grouped]
     score = _SCORERS[settings.task]
-    values = score(encoder, data, train, cands, settings)
-    return [
-        Result(
-            c.strategy,
-            c.layers,
-            dict(zip(METRICS[settings.task], values[c], strict=True)),
-            intended=c.strategy == intended and c.layers == "last",
-        )
-        for c in cands
-    ]
+    timed = TimedEncoder(encoder)
+    evaluations = {(c, None): e for c, e in score(timed, data, train, reps, settings).items()}
+    rows = [
+        Row((g[0], None), g[0].strategy, g[0].layers, tuple(c.strategy for c in g),
+            intended=g[0] == chosen, backend=settings.backend)
+        for g in grouped
+    ]  # fmt: skip
+    if quantized is not None:
+        twins = [chosen] if settings.int8_rows == "intended" and chosen else reps
+        timed_q = TimedEncoder(quantized)
+        for c, e in score(timed_q, data, train, twins, settings).items():
+            evaluations[(c, "int8")] = e
+        speedup = timed.seconds / timed_q.seconds if timed_q.seconds > 0 else None
+        for g in grouped:
+            if g[0] in twins:
+                rows.append(
+                    Row((g[0], "int8"), g[0].strategy, g[0].layers, tuple(c.strategy for c in g),
+                        intended=g[0] == chosen, backend=settings.backend, quantize="int8",
+                        reference=(g[0], None), speedup=speedup)
+                )  # fmt: skip
+    return summarize(settings.task, rows, evaluations, settings.bootstrap, settings.seed)
 
 
 # ---------------------------------------------------------------------------- embedding
@@ -238,7 +276,7 @@ def _each(cands: Sequence[Candidate], settings: Settings) -> Iterator[Candidate]
 
 # ---------------------------------------------------------------------------- scoring
 
-Scores = dict[Candidate, tuple[float, ...]]
+Scores = dict[Candidate, bs.Evaluation]
 
 
 def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Scores:
@@ -248,16 +286,17 @@ def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Sco
     a = np.fromiter((where[t] for t in data.sentence1), np.int64, count=len(data))
     b = np.fromiter((where[t] for t in data.sentence2), np.int64, count=len(data))
     vectors = embed_sequences(encoder, unique, cands, settings, f"embedding {data.source}")
-    out: Scores = {}
-    for c in cands:
-        cos = metrics.cosine_rows(vectors[c][a], vectors[c][b])
-        out[c] = (metrics.spearman(cos, data.scores), metrics.pearson(cos, data.scores))
-    return out
+    return {c: PairEval(metrics.cosine_rows(vectors[c][a], vectors[c][b]), data.scores)
+            for c in cands}  # fmt: skip
 
 
 def check_labels(data: TaskData, train: TaskData | None, settings: Settings) -> None:
     """Fail early (before any embedding) on labels a probe cannot use: cross-validation
     needs two labels and two examples of each; training needs two labels."""
+    if settings.task == "clustering":
+        if len(set(data.labels)) < 2:
+            raise DataError(f"{data.source}: only one label; clustering needs at least two.")
+        return
     if isinstance(data, TextData | SpanPairData):
         if train is None:
             _labels_for_cv(data.labels, data.rows, data.source, settings.folds)
@@ -321,11 +360,8 @@ def _labelled_scorer(embed_fn, main_first: bool):
             train_x, train.labels if train else None, test_x, data.labels, cands, settings,
             data.rows, data.source,
         )  # fmt: skip
-        out: Scores = {}
-        for c, p in preds.items():
-            acc, f1 = metrics.accuracy(data.labels, p), metrics.macro_f1(data.labels, p)
-            out[c] = (acc, f1) if main_first else (f1, acc)
-        return out
+        gold = np.asarray(data.labels)
+        return {c: LabelEval(gold, np.asarray(p), main_first) for c, p in preds.items()}
 
     return score
 
@@ -339,7 +375,7 @@ def _score_ner(encoder, data: TaggedData, train: TaggedData, cands, settings: Se
     for c in _each(cands, settings):
         flat = probes.fit_predict(train_x[c], train_y, test_x[c])
         pred = [list(p) for p in np.split(flat, lengths)]
-        out[c] = (metrics.entity_f1(data.tags, pred), metrics.token_accuracy(data.tags, pred))
+        out[c] = TagEval(data.tags, pred)
     return out
 
 
@@ -348,4 +384,13 @@ _SCORERS = {
     "classification": _labelled_scorer(_embed_texts, main_first=True),
     "ner": _score_ner,
     "relation": _labelled_scorer(embed_span_pairs, main_first=False),
+    "retrieval": lambda *a: _late("retrieval")(*a),
+    "clustering": lambda *a: _late("clustering")(*a),
 }
+
+
+def _late(task: str) -> Any:
+    # These scorers live in their task modules, which import this one.
+    from poolkit.compare import clustering, retrieval
+
+    return {"retrieval": retrieval.score, "clustering": clustering.score}[task]
