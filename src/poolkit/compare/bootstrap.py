@@ -198,9 +198,10 @@ def weighted_v_measure(labels: np.ndarray, clusters: np.ndarray, w: np.ndarray) 
         p = margin / total
         return -np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(axis=(1, 2))
 
-    safe = np.where(table > 0, table, 1.0)
-    mi = np.where(table > 0, table / total * np.log(safe * total / (rows * cols)), 0.0)
-    mi = mi.sum(axis=(1, 2))
+    filled = table > 0
+    # Empty cells contribute 0; feed them a harmless 1 so no log(0) or 0/0 is evaluated.
+    ratio = np.where(filled, table, 1.0) * total / np.where(filled, rows * cols, 1.0)
+    mi = np.where(filled, table / total * np.log(ratio), 0.0).sum(axis=(1, 2))
     h_lab, h_clu = entropy(rows), entropy(cols)
     hom = np.divide(mi, h_lab, out=np.ones_like(mi), where=h_lab > 0)
     com = np.divide(mi, h_clu, out=np.ones_like(mi), where=h_clu > 0)

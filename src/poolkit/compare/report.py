@@ -147,11 +147,13 @@ def table(
         return f"{r.metrics[n]:.4f} [{lo:.4f}, {hi:.4f}]"
 
     rows = []
+    first = {}  # tied rows share the rank of the first of them
     for i, (r, tie) in enumerate(zip(ranked, ties, strict=True), 1):
         vs = r.vs_intended
+        place = first.setdefault(_tie_key(r.metrics[main]), i)
         rows.append(
             [
-                f"{i}=" if tie else str(i),
+                f"{place}=" if tie else str(i),
                 r.strategy + (" *" if r.intended else "")
                 + (f" (= {', '.join(r.members[1:])})" if len(r.members) > 1 else ""),
                 *([r.layers] if show_layers else []),
@@ -199,7 +201,7 @@ def footer(
     level = round(100 * bootstrap["level"])
     out.append(
         f"[{level}% CI]: percentile bootstrap, {bootstrap['resamples']} resamples of the "
-        f"{bootstrap['units']} {bootstrap['unit']} (seed {bootstrap['seed']})."
+        f"{bootstrap['units']} {bootstrap['unit']}, seed {bootstrap['seed']}."
     )
     if any(r.vs_intended is not None for r in ranked):
         out.append(
