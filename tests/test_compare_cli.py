@@ -73,12 +73,28 @@ def by_key(doc: dict) -> dict[tuple[str, str], dict]:
     return {(r["strategy"], r["layers"]): r for r in doc["results"]}
 
 
-def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, str]) -> None:
-    assert set(doc) == {"task", "model", "metric", "results"}
+ROW_KEYS = {"intended", "ci", "significant", "difference", "members", "tied"}
+
+
+def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) -> None:
+    assert set(doc) == {"task", "model", "metric", "bootstrap", "results"}
     assert doc["task"] == task and doc["metric"] == metric
     assert doc["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert doc["bootstrap"]["resamples"] >= 2 and doc["bootstrap"]["level"] == 0.95
     for row in doc["results"]:
-        assert set(row) == {"strategy", "layers", *metrics, "intended"}
+        assert set(row) == {"strategy", "layers", *metrics, *ROW_KEYS}
+        assert set(row["ci"]) == set(metrics)
+        for name in metrics:
+            lo, hi = row["ci"][name]
+            assert lo <= hi  # a percentile interval need not contain the point value
+        assert row["members"][0] == row["strategy"]
+        if row["intended"] or not any(r["intended"] for r in doc["results"]):
+            assert row["significant"] is None and row["difference"] is None
+        else:
+            d = row["difference"]
+            assert d["metric"] == metric and row["significant"] == (
+                d["ci"][0] > 0 or d["ci"][1] < 0
+            )
     main = [r[metric] for r in doc["results"]]
     assert main == sorted(main, reverse=True)
 
@@ -97,18 +113,17 @@ def test_sts_matches_the_published_reference(tmp_path):
     # Every sequence strategy is compared; sum, mean and mean_sqrt_len only rescale each
     # vector, so their cosine similarities (and correlations) agree.
     assert {s for s, _ in rows} == {
-        "cls", "mean", "max", "min", "sum", "mean_sqrt_len", "weighted_mean", "last",
-        "mean_no_special", "cls+mean", "mean+max",
+        "cls", "mean", "max", "min", "weighted_mean", "last", "mean_no_special", "cls+mean",
+        "mean+max",
     }  # fmt: skip
-    for same in ("sum", "mean_sqrt_len"):
-        assert rows[(same, "last")]["spearman"] == pytest.approx(
-            rows[("mean", "last")]["spearman"], abs=1e-6
-        )
+    # sum and mean_sqrt_len only rescale each mean vector: one row with the intended mean.
+    assert rows[("mean", "last")]["members"] == ["mean", "sum", "mean_sqrt_len"]
     assert [r["strategy"] for r in doc["results"] if r["intended"]] == ["mean"]
     table = result.stdout.decode()
     assert (
-        "mean *" in table
+        "mean * (= sum, mean_sqrt_len)" in table
         and "* the model's intended pooling (mean, from 1_Pooling/config.json" in table
+        and "sig: paired bootstrap test at the 95% level" in table
     )
     first_row = table.splitlines()[2].split()
     assert first_row[1] == doc["results"][0]["strategy"]
