@@ -253,3 +253,40 @@ def test_clustering_fixture_mteb_protocol(tmp_path, hf):
         len(labels), lambda i: np.mean([v_measure_score(labels[i], c[i]) for c in runs]), 300
     )
     assert row["ci"]["v_measure"] == pytest.approx(interval, abs=1e-9)
+
+
+def test_int8_rows_beside_fp32_with_paired_difference_and_speed(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    # The exports go to a fresh cache: the test builds and checks them like a new user.
+    env = {**os.environ, "POOLKIT_CACHE": str(tmp_path / "cache")}
+    folder = FIXTURES / "stsb-images-retrieval"
+    result = subprocess.run(
+        [sys.executable, "-m", "poolkit.cli", "compare", str(folder), "--task", "retrieval",
+         "--strategies", "mean", "cls", "--backend", "onnx", "--quantize", "int8",
+         "--json", "q.json", "--quiet"],
+        cwd=tmp_path, env=env, capture_output=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    doc = json.loads((tmp_path / "q.json").read_text())
+    rows = {(r["strategy"], r["quantize"]): r for r in doc["results"]}
+    assert set(rows) == {("mean", None), ("cls", None), ("mean", "int8")}  # intended only
+    fp32, int8 = rows[("mean", None)], rows[("mean", "int8")]
+    assert fp32["backend"] == int8["backend"] == "onnx" and fp32["intended"]
+    assert not int8["intended"] and int8["members"] == ["mean", "sum", "mean_sqrt_len"]
+    diff = int8["vs_fp32"]
+    assert diff["metric"] == "ndcg_at_10"
+    assert diff["value"] == pytest.approx(int8["ndcg_at_10"] - fp32["ndcg_at_10"], abs=1e-12)
+    assert diff["ci"][0] <= diff["ci"][1] and int8["difference"] == diff  # intended = fp32 twin
+    assert int8["speedup"] > 0 and fp32["vs_fp32"] is None and fp32["speedup"] is None
+    # The fp32 ONNX row agrees with the torch run of the same recipe (same model, fp32).
+    torch_doc = run_json(tmp_path, "t.json", str(folder), "--task", "retrieval",
+                         "--strategies", "mean", "cls", "--bootstrap", "0")  # fmt: skip
+    assert by_key(torch_doc)[("mean", "last")]["ndcg_at_10"] == pytest.approx(
+        fp32["ndcg_at_10"], abs=1e-3
+    )
+    assert "backend" not in torch_doc["results"][0] and torch_doc["bootstrap"] is None
+    table = result.stdout.decode()
+    assert "onnx int8" in table and f"{int8['speedup']:.1f}x faster" in table

@@ -283,13 +283,25 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
         (["c.txt", "--task", "classification", "--plot", "x.jpg"], {"c.txt": "1 a\n0 b\n"}, ["--plot x.jpg: expected a .png file name"]),
         (["c.txt", "--task", "classification", "--json", "c.txt"], {"c.txt": "1 a\n0 b\n"}, ["--json c.txt: expected a .json file name"]),
         (["c.txt", "--task", "classification", "--json", "o.json"], {"c.txt": "1 a\n0 b\n", "o.json": "{}"}, ["--json o.json: file exists; pass --overwrite"]),
+        (["b", "--task", "retrieval"], {"b/corpus.jsonl": '{"_id": "d1", "text": "x"}\n', "b/queries.jsonl": '{"_id": "q1", "text": "y"}\n', "b/qrels/test.tsv": "q1\td2\t1\n"}, ["b/qrels/test.tsv:1: corpus-id 'd2' is not in corpus.jsonl"]),
+        (["b", "--task", "retrieval"], {"b/corpus.jsonl": "", "b/queries.jsonl": "", "b/qrels/test.tsv": ""}, ["b/corpus.jsonl: empty corpus"]),
+        (["p.csv", "--task", "retrieval", "--split", "dev"], {"p.csv": "query,document\na,b\n"}, ["--split dev: only for a BEIR folder"]),
+        (["p.csv", "--task", "retrieval", "--train", "p.csv"], {"p.csv": "query,document\na,b\n"}, ["--train: --task retrieval has no training step"]),
+        (["c.txt", "--task", "clustering", "--query-column", "q"], {"c.txt": "1 a\n0 b\n"}, ["--query-column: only for --task retrieval"]),
+        (["c.txt", "--task", "clustering"], {"c.txt": "1 a\n1 b\n"}, ["only one label; clustering needs at least two"]),
+        (["c.txt", "--task", "sts", "--quantize", "int8"], {"c.txt": "1 a\n0 b\n"}, ["--quantize int8 needs --backend onnx"]),
+        (["c.txt", "--task", "sts", "--backend", "onnx", "--layers"], {"c.txt": "1 a\n0 b\n"}, ["--layers: the onnx backend returns the last layer only"]),
+        (["c.txt", "--task", "sts", "--int8-rows", "all"], {"c.txt": "1 a\n0 b\n"}, ["--int8-rows: only with --backend onnx --quantize int8"]),
+        (["c.txt", "--task", "sts", "--bootstrap", "-1"], {"c.txt": "1 a\n0 b\n"}, ["--bootstrap -1: expected 0 (off) or at least 2"]),
     ],
 )  # fmt: skip
 def test_input_errors_are_one_line_with_status_2(tmp_path, args, files, fragments):
     for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text, encoding="utf-8")
     if "all.txt" in args:
         (tmp_path / "all.txt").symlink_to(DATA / "semeval2010_task8/TRAIN_FILE.TXT")
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     one_error_line(poolkit("compare", *args, cwd=tmp_path), 2, *fragments)
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before  # nothing written
