@@ -21,7 +21,6 @@ from sklearn.cluster import MiniBatchKMeans
 from sklearn.metrics import accuracy_score, f1_score, v_measure_score
 from sklearn.model_selection import StratifiedKFold
 from test_compare_cli import (
-    _conll_sentences,
     _write_conll,
     by_key,
     check_schema,
@@ -29,6 +28,7 @@ from test_compare_cli import (
     probe,
     run_json,
 )
+from testdata import conll_sentences, fixture, full_data, read_sts_pairs
 
 pytestmark = pytest.mark.slow
 
@@ -46,16 +46,6 @@ def hf(minilm_dir):
     torch.set_num_threads(1)
     yield AutoTokenizer.from_pretrained(minilm_dir), AutoModel.from_pretrained(minilm_dir).eval()
     torch.set_num_threads(threads)
-
-
-def shared(relative: str) -> Path:
-    """A file of the full shared data set (``$POOLKIT_TEST_DATA``, default ../shared/data);
-    skips the test when it is absent."""
-    root = Path(os.environ.get("POOLKIT_TEST_DATA", HERE.parents[1] / "shared" / "data"))
-    path = root / relative
-    if not path.exists():
-        pytest.skip(f"{path} not found: set POOLKIT_TEST_DATA to the shared data folder")
-    return path
 
 
 def reference_interval(n: int, statistic, resamples: int, seed: int = 0) -> tuple[float, float]:
@@ -81,14 +71,13 @@ def pooled(hf, texts: list[str]) -> dict[str, np.ndarray]:
 
 
 def test_sts_metric_interval_and_paired_test(tmp_path, hf):
-    lines = shared("stsb/sts-dev.csv").read_text(encoding="utf-8").splitlines()[:300]
-    (tmp_path / "sts.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    doc = run_json(tmp_path, "s.json", "sts.tsv", "--task", "sts", "--strategies", "mean", "cls",
-                   "--seed", "3")  # fmt: skip
+    sample = fixture("stsb-dev-sample.csv")  # real STS-B dev pairs, committed
+    doc = run_json(tmp_path, "s.json", str(sample), "--task", "sts", "--strategies", "mean",
+                   "cls", "--seed", "3")  # fmt: skip
     check_schema(doc, "sts", "spearman", ("spearman", "pearson"))
-    fields = [line.split("\t") for line in lines]
-    gold = np.array([float(f[4]) for f in fields])
-    vec1, vec2 = pooled(hf, [f[5] for f in fields]), pooled(hf, [f[6] for f in fields])
+    pairs = read_sts_pairs(sample)
+    gold = np.array([score for score, _, _ in pairs])
+    vec1, vec2 = pooled(hf, [a for _, a, _ in pairs]), pooled(hf, [b for _, _, b in pairs])
     cos = {k: cosine(vec1[k], vec2[k]) for k in ("mean", "cls")}
     rows = by_key(doc)
     for k in ("mean", "cls"):
@@ -109,7 +98,7 @@ def test_sts_metric_interval_and_paired_test(tmp_path, hf):
 
 
 def test_classification_metric_and_interval_over_out_of_fold_predictions(tmp_path, hf):
-    lines = shared("sst2/stsa.binary.dev").read_text(encoding="utf-8").splitlines()[4::8]
+    lines = full_data("sst2/stsa.binary.dev").read_text(encoding="utf-8").splitlines()[4::8]
     (tmp_path / "sst2.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     doc = run_json(tmp_path, "c.json", "sst2.txt", "--task", "classification",
                    "--strategies", "mean", "--bootstrap", "500")  # fmt: skip
@@ -128,8 +117,8 @@ def test_classification_metric_and_interval_over_out_of_fold_predictions(tmp_pat
 
 
 def test_ner_metric_and_interval_over_sentences(tmp_path, hf):
-    train = _conll_sentences(shared("wnut17/wnut17train.conll"), 100)
-    dev = _conll_sentences(shared("wnut17/emerging.dev.conll"), 40)
+    train = conll_sentences(fixture("wnut17-train-sample.conll"))  # real WNUT-17, committed
+    dev = conll_sentences(fixture("wnut17-dev-sample.conll"))
     _write_conll(tmp_path / "train.conll", train)
     _write_conll(tmp_path / "dev.conll", dev)
     doc = run_json(tmp_path, "n.json", "dev.conll", "--task", "ner", "--train", "train.conll",
@@ -160,7 +149,7 @@ def test_ner_metric_and_interval_over_sentences(tmp_path, hf):
 
 
 def test_relation_metric_and_interval(tmp_path, hf):
-    lines = shared("semeval2010_task8/TRAIN_FILE.TXT").read_text(encoding="utf-8").splitlines()
+    lines = full_data("semeval2010_task8/TRAIN_FILE.TXT").read_text(encoding="utf-8").splitlines()
     (tmp_path / "train.txt").write_text("\n".join(lines[:600]) + "\n", encoding="utf-8")
     (tmp_path / "dev.txt").write_text("\n".join(lines[600:840]) + "\n", encoding="utf-8")
     doc = run_json(tmp_path, "r.json", "dev.txt", "--task", "relation", "--train", "train.txt",
