@@ -4,10 +4,10 @@ resamples.
 
 A resample is a vector of counts ``w`` ``(N,)`` (how often each unit was drawn; ``sum(w) =
 N``); a metric of a resample is the metric of the data with unit ``i`` repeated ``w[i]``
-times. Counts come from ``numpy.random.default_rng(seed)``: resamples are drawn in blocks of
-:func:`block_rows` rows as ``rng.integers(0, N, (rows, N))`` (one block when
-``resamples * N <= BLOCK_ELEMENTS``), so a test can redraw the very same indices. Every
-row of a comparison is scored on the same resamples, which makes the differences paired.
+times. Counts come from ``numpy.random.default_rng(seed)``: the unit indices are
+``rng.integers(0, N, (resamples, N))`` (drawn in blocks of :func:`block_rows` rows, which
+yields the same stream), so a test can redraw the very same indices. Every row of a
+comparison is scored on the same resamples, which makes the differences paired.
 
 Intervals are percentile intervals (``numpy.percentile``, linear interpolation) at
 :data:`LEVEL`. A row is *significantly different* from a reference row when the percentile
@@ -29,9 +29,11 @@ __all__ = [
     "SEED",
     "Evaluation",
     "Paired",
+    "RankPlan",
     "block_rows",
     "interval",
     "paired",
+    "rank_plan",
     "resample_counts",
     "resampled_scores",
 ]
@@ -39,7 +41,10 @@ __all__ = [
 DEFAULT_RESAMPLES = 1000
 SEED = 0
 LEVEL = 0.95
-BLOCK_ELEMENTS = 1 << 22  # counts per block: bounds memory for large N (32 MiB of float64)
+# Counts per block: small enough that a block's (rows, N) float64 arrays stay in the CPU
+# cache (the kernels make several passes over them; measured ~3x faster than one big block)
+# and that memory stays bounded for large N.
+BLOCK_ELEMENTS = 1 << 17
 
 
 class Evaluation(Protocol):
@@ -124,35 +129,101 @@ def paired(point: float, reference: float, boot: np.ndarray, boot_reference: np.
 def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Pearson correlation per row of ``w`` ``(R, N)``; ``x``, ``y`` ``(N,)`` or ``(R, N)``.
     0.0 where either side is constant (as :func:`~poolkit.compare.metrics.pearson`)."""
-    total = w.sum(axis=1, keepdims=True)
-    dx = x - (w * x).sum(axis=1, keepdims=True) / total
-    dy = y - (w * y).sum(axis=1, keepdims=True) / total
-    cov = (w * dx * dy).sum(axis=1)
-    denom = np.sqrt((w * dx * dx).sum(axis=1) * (w * dy * dy).sum(axis=1))
+    total = w.sum(axis=1)
+    if np.ndim(x) == 1 and np.ndim(y) == 1:
+        # Centred first, so the moments below lose nothing to cancellation.
+        xc, yc = x - x.mean(), y - y.mean()
+        sx, sy = w @ xc, w @ yc
+        sxx, syy, sxy = w @ (xc * xc), w @ (yc * yc), w @ (xc * yc)
+    else:
+        sx, sxx, wx = _moments(x, w)
+        sy, syy, _ = _moments(y, w)
+        sxy = np.einsum("rn,rn->r", wx, np.broadcast_to(y, w.shape))
+    cov = sxy - sx * sy / total
+    denom = np.sqrt(np.maximum(sxx - sx * sx / total, 0) * np.maximum(syy - sy * sy / total, 0))
     return np.divide(cov, denom, out=np.zeros_like(cov), where=denom > 0)
 
 
-def weighted_ranks(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def _moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``w``: sum(w x), sum(w x^2) and the product ``w x`` itself."""
+    wx = w * x
+    return wx.sum(axis=1), np.einsum("rn,rn->r", wx, np.broadcast_to(x, w.shape)), wx
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """How ``x`` ``(N,)`` sorts, computed once and reused for every block of resamples:
+    ``order`` (argsort), ``inverse`` (its inverse permutation), tie groups as ``starts`` /
+    ``ends`` (inclusive) positions in sorted order and ``group`` (each unit's group)."""
+
+    order: np.ndarray
+    inverse: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    group: np.ndarray
+
+    @property
+    def ties(self) -> bool:
+        return len(self.starts) < len(self.order)
+
+
+def rank_plan(x: np.ndarray) -> RankPlan:
+    """The :class:`RankPlan` of ``x`` ``(N,)``."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="stable")
+    sx = x[order]
+    new = np.r_[True, sx[1:] != sx[:-1]]
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    starts = np.flatnonzero(new)
+    group = (np.cumsum(new) - 1)[inverse]
+    return RankPlan(order, inverse, starts, np.r_[starts[1:], len(x)] - 1, group)
+
+
+def weighted_ranks(x: np.ndarray, w: np.ndarray, plan: RankPlan | None = None) -> np.ndarray:
     """Average ranks ``(R, N)`` of ``x`` ``(N,)`` within each resample of ``w`` ``(R, N)``.
 
     Unit i stands for ``w[r, i]`` copies; tied copies share their average rank (as
     Spearman's rho needs). Units with zero count get a rank that their zero weight ignores.
+    ``plan``: :func:`rank_plan` of ``x``, if already computed.
     """
-    x = np.asarray(x, dtype=np.float64)
-    order = np.argsort(x, kind="stable")
-    sx = x[order]
-    starts = np.flatnonzero(np.r_[True, sx[1:] != sx[:-1]])
-    group = np.empty(len(x), dtype=np.int64)
-    group[order] = np.cumsum(np.r_[True, sx[1:] != sx[:-1]]) - 1
-    per_group = np.add.reduceat(w[:, order], starts, axis=1)  # (R, G) copies per tie group
-    below = np.cumsum(per_group, axis=1) - per_group
-    avg = below + (per_group + 1) / 2
-    return avg[:, group]
+    plan = plan or rank_plan(x)
+    sorted_w = w[:, plan.order]
+    upto = np.cumsum(sorted_w, axis=1)  # copies up to and including each sorted unit
+    if not plan.ties:
+        # Unit i's copies take ranks upto - w + 1 .. upto; their average is upto - (w - 1) / 2.
+        sorted_w -= 1
+        sorted_w *= 0.5
+        upto -= sorted_w
+        return upto[:, plan.inverse]
+    end_count = upto[:, plan.ends]  # (R, G) copies up to the end of each tie group
+    before = np.where(plan.starts > 0, upto[:, np.maximum(plan.starts - 1, 0)], 0.0)
+    avg = before + (end_count - before + 1) / 2
+    return avg[:, plan.group]
 
 
-def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Spearman's rho per resample ``(R,)``: Pearson of the within-resample average ranks."""
-    return weighted_pearson(weighted_ranks(x, w), weighted_ranks(y, w), w)
+def weighted_spearman(
+    x: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    x_plan: RankPlan | None = None,
+    y_ranks: np.ndarray | None = None,
+) -> np.ndarray:
+    """Spearman's rho per resample ``(R,)``: Pearson of the within-resample average ranks.
+
+    ``x_plan``: :func:`rank_plan` of ``x``; ``y_ranks``: :func:`weighted_ranks` of ``y``
+    under ``w``; either is computed here when not given.
+    """
+    rx = weighted_ranks(x, w, x_plan)
+    ry = weighted_ranks(y, w) if y_ranks is None else y_ranks
+    total = w.sum(axis=1)
+    # The average ranks of a sample of M copies always sum to M (M + 1) / 2.
+    mean_sq = total * ((total + 1) / 2) ** 2
+    sxx = np.einsum("rn,rn,rn->r", w, rx, rx) - mean_sq
+    syy = np.einsum("rn,rn,rn->r", w, ry, ry) - mean_sq
+    sxy = np.einsum("rn,rn,rn->r", w, rx, ry) - mean_sq
+    denom = np.sqrt(np.maximum(sxx, 0) * np.maximum(syy, 0))
+    return np.divide(sxy, denom, out=np.zeros_like(sxy), where=denom > 0)
 
 
 def weighted_mean(values: np.ndarray, w: np.ndarray) -> np.ndarray:

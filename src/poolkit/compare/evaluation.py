@@ -37,14 +37,30 @@ class PairEval:
     def point(self) -> tuple[float, ...]:
         return metrics.spearman(self.cos, self.scores), metrics.pearson(self.cos, self.scores)
 
+    @cached_property
+    def _plan(self) -> bs.RankPlan:
+        return bs.rank_plan(self.cos)
+
     def resampled(self, counts: np.ndarray) -> np.ndarray:
+        gold_ranks = _ranks_of(self.scores, counts)
         return np.stack(
             [
-                bs.weighted_spearman(self.cos, self.scores, counts),
+                bs.weighted_spearman(self.cos, self.scores, counts, self._plan, gold_ranks),
                 bs.weighted_pearson(self.cos, self.scores, counts),
             ],
             axis=1,
         )
+
+
+_last_ranks: list = [None, None, None]  # (values, counts, ranks) of the latest call
+
+
+def _ranks_of(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """:func:`~poolkit.compare.bootstrap.weighted_ranks`, remembered for the latest
+    (values, counts) pair: every row of a comparison shares the gold scores and the block."""
+    if _last_ranks[0] is not values or _last_ranks[1] is not counts:
+        _last_ranks[:] = [values, counts, bs.weighted_ranks(values, counts)]
+    return _last_ranks[2]
 
 
 @dataclass(frozen=True)
