@@ -42,7 +42,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("data", metavar="DATA", help="the file to score on")
+    p.add_argument(
+        "data", metavar="DATA", help="the file to score on (retrieval: or a BEIR folder)"
+    )
     p.add_argument(
         "--task", required=True,
         choices=["sts", "classification", "ner", "relation", "retrieval", "clustering"],
