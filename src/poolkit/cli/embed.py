@@ -191,8 +191,6 @@ def run(args: argparse.Namespace) -> int:
                           max_length=args.max_length, backend=args.backend,
                           quantize=args.quantize)  # fmt: skip
     names = list(args.strategy or [encoder.info.pooling])
-    if not args.strategy and encoder.info.pooling_is_guess:
-        print(f"poolkit: note: {guess_note(encoder.info)}", file=sys.stderr)
     layers = parse_layers(args.layers)
     blank: list[int] = []
     checkpoint: Any
@@ -202,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
         checkpoint = StdoutSink(names, blank)
     else:
         checkpoint = Checkpoint.open(output, _settings(args, encoder, names), resume=args.resume)
+    if not args.strategy and encoder.info.pooling_is_guess:  # said once the job is on
+        print(f"poolkit: note: {guess_note(encoder.info)}", file=sys.stderr)
     done = truncated = resumed = num_chunks = 0
     nothing = False
     dims: dict[str, int] = {}
