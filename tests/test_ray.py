@@ -269,7 +269,8 @@ def test_without_ray_one_line_names_the_install_command(tmp_path):
         "sys.meta_path.insert(0, _NoRay())\n",
         encoding="utf-8",
     )
-    env = {**os.environ, "PYTHONPATH": str(blocker)}
+    paths = [str(blocker), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     code = (
         "import poolkit.ray\n"
         "try:\n"
