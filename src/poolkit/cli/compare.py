@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from poolkit.cli._common import add_common, report_error
+from poolkit.cli._common import add_common, guess_note, report_error, require_extra
 from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
 
 __all__ = ["add_parser", "run"]
@@ -48,30 +48,33 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--task", required=True,
         choices=["sts", "classification", "ner", "relation", "retrieval", "clustering"],
+        help="what DATA holds and how candidates are scored (see above)",
     )  # fmt: skip
     p.add_argument("--train", metavar="FILE", help="train the probes on FILE, score on DATA")
     p.add_argument(
         "--strategies", nargs="+", action="extend", metavar="S",
         help="compare only these (e.g. cls mean cls+mean mean_no_special; word: first last "
-        "mean max first_last; span: endpoints mean max diff_sum attention x,y,x*y)",
+        "mean max first_last; span: endpoints mean max diff_sum attention x,y,x*y) "
+        "(default: every candidate of the task)",
     )  # fmt: skip
     p.add_argument(
         "--layers", nargs="*", metavar="L", default=None,
         help="add layer variants (last, last4 = mean of the last four, first_last = mean of "
-        "the first and last); alone: all three",
+        "the first and last); alone: all three (default: the last layer only)",
     )  # fmt: skip
-    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the main metric")
     p.add_argument("--overwrite", action="store_true", help="replace existing --json/--plot files")
-    p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default: 5)")
     p.add_argument(
         "--bootstrap", type=int, default=DEFAULT_RESAMPLES, metavar="N",
-        help=f"bootstrap resamples for the 95%% intervals and the paired test (default "
-        f"{DEFAULT_RESAMPLES}; 0: off)",
+        help=f"bootstrap resamples for the 95%% intervals and the paired test; 0: off "
+        f"(default: {DEFAULT_RESAMPLES})",
     )  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
     p.add_argument("--backend", choices=["torch", "onnx"], default="torch",
-                   help="runtime: torch, or onnx (ONNX Runtime, CPU; last layer only)")  # fmt: skip
+                   help="runtime: torch, or onnx (ONNX Runtime, CPU; last layer only) "
+                   "(default: torch)")  # fmt: skip
     p.add_argument(
         "--quantize", choices=["int8"], default=None,
         help="with --backend onnx: add int8 rows beside the fp32 ones, with the paired "
@@ -81,9 +84,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="rows that get an int8 twin (default: the intended row, or all rows "
                    "when none is intended)")  # fmt: skip
     p.add_argument("--split", default=None, metavar="NAME",
-                   help="retrieval, BEIR folder: qrels/NAME.tsv (default test, or the only one)")  # fmt: skip
+                   help="retrieval, BEIR folder: qrels/NAME.tsv (default: test, or the only one)")  # fmt: skip
     for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
-        p.add_argument(f"--{name}-column", default=name, metavar="C", help=f"default {name}")
+        p.add_argument(f"--{name}-column", default=name, metavar="C",
+                       help=f"column/field of the {name} in table files (default: {name})")  # fmt: skip
     add_common(p)
     p.set_defaults(func=run)
     return p
@@ -114,15 +118,6 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
     if not out.parent.is_dir():
         raise _UsageError(f"{option} {path}: folder {out.parent} does not exist.")
     return out
-
-
-def _needs(module: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise _UsageError(
-            f"`poolkit compare` needs {module}; install it with: pip install 'poolkit[compare]'"
-        )
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -162,9 +157,9 @@ def _run(args: argparse.Namespace) -> int:
     plot_path = _output(args.plot, "--plot", ".png", args.overwrite)
     _check_options(args)
     if plot_path:
-        _needs("matplotlib")
+        require_extra("--plot", "matplotlib", "matplotlib", "compare")
     if args.task != "sts":
-        _needs("sklearn")
+        require_extra(f"--task {args.task}", "sklearn", "scikit-learn", "compare")
     layers = args.layers
     if layers is not None and not layers:
         layers = ["last", "last4", "first_last"]
@@ -207,6 +202,9 @@ def _run(args: argparse.Namespace) -> int:
         args.model, device=args.device, dtype=args.dtype, max_length=args.max_length,
         max_batch_tokens=args.batch_tokens, backend=args.backend,
     )  # fmt: skip
+    if encoder.info.pooling_is_guess:
+        note = guess_note(encoder.info, "marking {pooling} as intended — check the model card")
+        print(f"poolkit: note: {note}", file=sys.stderr)
     quantized = None
     if args.quantize:
         quantized = Encoder(
