@@ -160,6 +160,8 @@ def _run(args: argparse.Namespace) -> int:
         require_extra("--plot", "matplotlib", "matplotlib", "compare")
     if args.task != "sts":
         require_extra(f"--task {args.task}", "sklearn", "scikit-learn", "compare")
+    if args.backend == "onnx":
+        require_extra("--backend onnx", "onnxruntime", "onnxruntime", "onnx")
     layers = args.layers
     if layers is not None and not layers:
         layers = ["last", "last4", "first_last"]
