@@ -16,6 +16,7 @@ from poolkit.io.checkpoint import (
     texts_digest,
     work_dir_for,
 )
+from poolkit.io.diskfull import DiskFullError
 from poolkit.io.writers import open_writer
 
 SETTINGS = {"model_files": {"config.json": "ab", "model.safetensors": "cd"},
@@ -162,7 +163,7 @@ def test_failed_commit_leaves_no_chunk(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", no_space)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(DiskFullError, match=r"chunk-00000000-.*no space left.*it needs 1\.\d kB"):
         commit(cp, 0, ["mean"])
     monkeypatch.undo()
     assert cp.done == set() and os.listdir(work_dir_for(out)) == ["lock", "manifest.json"]
