@@ -408,9 +408,19 @@ def _build(
 def _load_torch(hf_dir: Path) -> Any:
     import torch
     from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
 
-    # Eager attention: its mask arithmetic traces into plain graph ops for any padding.
-    model = AutoModel.from_pretrained(str(hf_dir), attn_implementation="eager", dtype=torch.float32)
+    # transformers draws a weight-loading bar on stderr; a CLI export must not add lines.
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        # Eager attention: its mask arithmetic traces into plain graph ops for any padding.
+        model = AutoModel.from_pretrained(
+            str(hf_dir), attn_implementation="eager", dtype=torch.float32
+        )
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
     return model.eval()
 
 
