@@ -60,11 +60,12 @@ def disk_full(
 
 def estimate_output_bytes(fmt: str, rows: int, dims: list[int]) -> int:
     """Size of an embeddings file of ``rows`` rows and these vector widths: exact for
-    ``.npy``, close for ``.parquet`` (float32 barely compresses), and an estimate for
-    ``.jsonl`` (a float32 printed as a Python float takes about 21 characters)."""
+    ``.npy``; estimates for ``.parquet`` (measured 1.56x the raw float32 bytes of unit
+    vectors: pyarrow's dictionary pages) and ``.jsonl`` (a float32 printed as a Python
+    float takes about 21 characters; measured within 1%)."""
     width = sum(dims)
     if fmt == "npy":
         return 128 + rows * width * 4
     if fmt == "parquet":
-        return 4096 + rows * (8 + width * 4)
-    return rows * (12 + 22 * width + 6 * len(dims))
+        return 4096 + rows * (8 + width * 4) * 8 // 5
+    return rows * (12 + 21 * width + 6 * len(dims))
