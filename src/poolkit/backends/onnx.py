@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected
+from poolkit._errors import MissingExtraError, expected, missing_extra
 from poolkit.io.integrity import IntegrityWarning, file_digest
 
 __all__ = ["OnnxBackend", "OnnxRunner", "default_threads", "load_onnx_runner", "onnx_cache_root"]
@@ -43,7 +43,6 @@ __all__ = ["OnnxBackend", "OnnxRunner", "default_threads", "load_onnx_runner", "
 # Bump when the export recipe changes, so old cache entries are not reused.
 _FORMAT = 2  # 2: settings.json records the SHA-256 of each file
 _OPSET = 17
-_INSTALL_HINT = "Install the extra: pip install 'poolkit[onnx]' (onnxruntime and onnx)."
 _FP32_TOL = 1e-4  # max abs diff of last_hidden_state on real positions vs torch
 _INT8_MIN_COS = 0.97  # mean per-token cosine vs torch; int8 is approximate by design
 # (batch, length, padding side) of the check batches: single text, mixed lengths both sides.
@@ -60,9 +59,7 @@ def _import_ort() -> Any:
     try:
         import onnxruntime
     except ImportError as exc:
-        raise ImportError(
-            f"The ONNX backend needs onnxruntime, which is not installed. {_INSTALL_HINT}"
-        ) from exc
+        raise MissingExtraError(missing_extra("The ONNX backend", "onnxruntime", "onnx")) from exc
     return onnxruntime
 
 
@@ -70,9 +67,7 @@ def _import_onnx() -> Any:
     try:
         import onnx
     except ImportError as exc:
-        raise ImportError(
-            f"Exporting to ONNX needs the onnx package, which is not installed. {_INSTALL_HINT}"
-        ) from exc
+        raise MissingExtraError(missing_extra("Exporting to ONNX", "onnx", "onnx")) from exc
     return onnx
 
 
@@ -396,19 +391,14 @@ def _build(
 def _load_torch(hf_dir: Path) -> Any:
     import torch
     from transformers import AutoModel
-    from transformers.utils import logging as hf_logging
 
-    # transformers draws a weight-loading bar on stderr; a CLI export must not add lines.
-    bar = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        # Eager attention: its mask arithmetic traces into plain graph ops for any padding.
+    from poolkit._quiet import quiet_loading
+
+    # Eager attention: its mask arithmetic traces into plain graph ops for any padding.
+    with quiet_loading():
         model = AutoModel.from_pretrained(
             str(hf_dir), attn_implementation="eager", dtype=torch.float32
         )
-    finally:
-        if bar:
-            hf_logging.enable_progress_bar()
     return model.eval()
 
 
