@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
 import sys
 import time
 import warnings
@@ -152,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     if (status := dispatch_engine(args)) is not None:  # --engine ray
         return status
     from poolkit.embed import TruncationWarning, embed, get_encoder
-    from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest, work_dir_for
+    from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest
+    from poolkit.io.inputstamp import InputChangedError, InputStamp
     from poolkit.io.readers import InputError
     from poolkit.io.writers import check_output
     from poolkit.sequence import parse_sequence_strategy
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if output.exists() and not args.overwrite and not to_stdout:
         if args.resume and Checkpoint.finished(output):
             # Killed after publishing OUTPUT, before removing the work directory.
-            shutil.rmtree(work_dir_for(output))
+            Checkpoint.remove(output)
             print(f"poolkit: {output} was already complete; removed its work directory.",
                   file=sys.stderr)  # fmt: skip
             return 0
@@ -184,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         check_no_work_dir(output)
 
     start = time.perf_counter()
+    stamp = InputStamp.take(args.input)  # compared after the last read: changed under us?
     # Read the first chunk before loading the model: input errors surface in a moment.
     chunks = text_chunks(args, args.chunk_size)
     first = next(chunks)
@@ -229,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
                     dims = stats.dims
                 done += len(chunk)
                 num_chunks = k + 1
+        if stamp is not None:
+            stamp.check()
         if len(blank) == done:
             nothing = True  # the chunks hold nothing worth resuming
             raise InputError(
@@ -238,17 +241,23 @@ def run(args: argparse.Namespace) -> int:
         if not dims:
             dims = {n: int(a.shape[1]) for n, a in checkpoint.load(0)[1].items()}
         checkpoint.publish(num_chunks, names, overwrite=args.overwrite)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli._signals.Terminated)
         checkpoint.close()
         if to_stdout:
             raise
         print(
-            f"poolkit: interrupted; {len(checkpoint.done)} chunks are kept in "
-            f"{checkpoint.path}: rerun the same command with --resume to continue.",
+            f"poolkit: {getattr(e, 'what', 'interrupted')}; {len(checkpoint.done)} chunks are "
+            f"kept in {checkpoint.path}: rerun the same command with --resume to continue.",
             file=sys.stderr,
         )
-        return 130
+        return getattr(e, "exit_status", 130)
     except Exception as e:
+        if stamp is not None and not isinstance(e, InputChangedError) and stamp.changed():
+            # A reader error on a file being rewritten is a symptom; report the cause.
+            try:
+                stamp.check()
+            except InputChangedError as changed:
+                e = changed
         if checkpoint.done and not nothing:
             checkpoint.close()
             raise _with_note(
@@ -257,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
                 "fix the problem and rerun with --resume.)",
             ) from e
         checkpoint.discard()
-        raise
+        raise e
     seconds = time.perf_counter() - start
     if blank:
         shown = ", ".join(str(i) for i in blank[:5]) + (", ..." if len(blank) > 5 else "")
