@@ -57,7 +57,7 @@ class PlainSpanExtractor(nn.Module):
         self.scorer, self.width_embedding = scorer, width_embedding
 
     def forward(self, hidden: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
-        b, length, hid = hidden.shape
+        b, length, _ = hidden.shape
         start, end = spans[..., 0], spans[..., 1]
         rows = torch.arange(b, device=hidden.device)[:, None]
         x, y = hidden[rows, start], hidden[rows, end]
@@ -70,7 +70,9 @@ class PlainSpanExtractor(nn.Module):
         logits = self.scorer(hidden).squeeze(-1)[rows[..., None], index]
         weights = torch.softmax(logits.masked_fill(~inside, float("-inf")), dim=-1)
         attended = (weights[..., None] * tokens).sum(dim=-2)
-        buckets = torch.bucketize(widths, torch.tensor(LOG_BOUNDS, device=hidden.device), right=True)
+        buckets = torch.bucketize(
+            widths, torch.tensor(LOG_BOUNDS, device=hidden.device), right=True
+        )
         width = self.width_embedding(buckets - 1)
         return torch.cat([x, y, attended, width], dim=-1)
 
@@ -91,10 +93,15 @@ def check(name: str, ours: Callable[[], torch.Tensor], plain: Callable[[], torch
         out = fn()
         out.sum().backward()
         results.append((out.detach(), hidden.grad.clone()))
-    for what, a, b in (("output", results[0][0], results[1][0]), ("grad", *(r[1] for r in results))):
+    for what, a, b in (
+        ("output", results[0][0], results[1][0]),
+        ("grad", *(r[1] for r in results)),
+    ):
         diff = float((a - b).abs().max())
         if not diff <= 1e-4:
-            raise SystemExit(f"{name}: {what} disagrees with the plain version (max abs {diff:.2e})")
+            raise SystemExit(
+                f"{name}: {what} disagrees with the plain version (max abs {diff:.2e})"
+            )
 
 
 def timed(run: Callable[[], None], repeat: int, device: torch.device) -> float:

@@ -109,5 +109,7 @@ def device_word_spans(ids: Any, num_words: int) -> tuple[Any, Any]:
     first, last, count = first[:, :num_words], last[:, :num_words], count[:, :num_words]
     present = count > 0
     spans = torch.where(present[..., None], torch.stack([first, last], dim=-1), -1)
-    bad = (ids < -1).any() | (ids >= num_words).any() | (present & (last - first + 1 != count)).any()
+    bad = (
+        (ids < -1).any() | (ids >= num_words).any() | (present & (last - first + 1 != count)).any()
+    )
     return spans, bad

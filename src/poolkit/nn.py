@@ -76,9 +76,8 @@ class Pooler(nn.Module):
         )
 
     def extra_repr(self) -> str:
-        return (
-            f"strategy={'+'.join(self.strategy)!r}, exclude_special={self.exclude_special}"
-            + ("" if self.check else ", check=False")
+        return f"strategy={'+'.join(self.strategy)!r}, exclude_special={self.exclude_special}" + (
+            "" if self.check else ", check=False"
         )
 
 

@@ -338,7 +338,7 @@ def _flat_scores(xp: Any, scores: Array, h: Array, batched: bool) -> Array:
             "scores", f"of shape {want} (one logit per token)", f"shape {tuple(scores.shape)}"
         )
     if not xp.isdtype(scores.dtype, "real floating"):
-        type_error("scores", "a floating point array", f"dtype {scores.dtype}")
+        type_error("scores", "a floating point array", f"dtype {dtype_name(scores)}")
     return xp.reshape(scores, (b * length,))
 
 
@@ -461,7 +461,7 @@ def spans_dense(
                 "scores", f"of shape {want} (one logit per token)", f"shape {tuple(scores.shape)}"
             )
         if not scores.dtype.is_floating_point:
-            type_error("scores", "a floating point array", f"dtype {scores.dtype}")
+            type_error("scores", "a floating point array", f"dtype {dtype_name(scores)}")
         score_rows = scores.reshape(b, length)
     width_dim = 0 if width_buckets is None else num_width_buckets(width_buckets)
     dim = hid * len(terms) + width_dim
@@ -496,7 +496,9 @@ def _device_spans(spans: Any, batched: bool, b: int, like: Any) -> Any:
         spans = spans.reshape((b, 0, 2) if batched else (0, 2))
     if spans.dtype == torch.bool or spans.dtype.is_floating_point or spans.dtype.is_complex:
         type_error(
-            "spans", "an integer array of inclusive [start, end] pairs", f"dtype {spans.dtype}"
+            "spans",
+            "an integer array of inclusive [start, end] pairs",
+            f"dtype {dtype_name(spans)}",
         )
     ok = (
         spans.ndim == (3 if batched else 2)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._arrays import Array, Checks, dense_path, float_hidden, to_host
+from poolkit._arrays import Array, Checks, dense_path, dtype_name, float_hidden, to_host
 from poolkit._errors import short_list, type_error, value_error
 from poolkit._plan import device_word_spans
 from poolkit.spans import span_embeddings, spans_dense
@@ -170,7 +170,7 @@ def words_dense(
             type_error(
                 "word_ids",
                 "integers (-1 or None for special and padding tokens)",
-                f"dtype {word_ids.dtype}",
+                f"dtype {dtype_name(word_ids)}",
                 "Pass encoding.word_ids() lists, or an int array.",
             )
         if word_ids.ndim not in (1, 2) or word_ids.shape[-1] != length:
