@@ -9,6 +9,7 @@ compile with ``torch.compile(fullgraph=True)``.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 
 import numpy as np
@@ -364,3 +365,33 @@ def test_cuda_matches_cpu():
         torch.testing.assert_close(
             seq(h.cuda(), torch.from_numpy(mask).cuda(), strategy).cpu(), seq(h, mask, strategy)
         )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_check_false_never_synchronises():
+    hidden, cases = module_cases(8, check=False)
+    for module, args, kwargs in cases:
+        module.cuda()
+        args = tuple(a.cuda() for a in args)
+        kwargs = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        h = hidden.cuda().requires_grad_(True)
+        module(h, *args, **kwargs).sum().backward()  # lazy CUDA initialisation first
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            module(h, *args, **kwargs).sum().backward()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        # the checked path gives the same on the GPU as the per-row path on the CPU
+        module.check = True
+        on_cpu = copy.deepcopy(module).cpu()
+        with torch.no_grad():
+            want = on_cpu(
+                hidden, *(a.cpu() for a in args), **{k: _cpu(v) for k, v in kwargs.items()}
+            )
+            got = module(h, *args, **kwargs).cpu()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _cpu(x):
+    return x.cpu() if isinstance(x, torch.Tensor) else x

@@ -615,11 +615,12 @@ class _SpanContext:
 
 
 def bucket_width_tensor(widths: Any, width_buckets: Any = "log") -> Any:
-    """``bucket_widths`` for a torch tensor, computed on its own device (no host copy)."""
-    import torch
-
-    edges = torch.tensor(_bucket_bounds(width_buckets), dtype=widths.dtype, device=widths.device)
-    return torch.bucketize(widths, edges, right=True) - 1
+    """``bucket_widths`` for a torch tensor, computed on its own device: one comparison
+    per bucket bound (no bounds tensor copied from the host)."""
+    bucket = (widths >= 1).long() * 0
+    for bound in _bucket_bounds(width_buckets)[1:]:
+        bucket = bucket + (widths >= bound).long()
+    return bucket
 
 
 def _dense_width_one_hot(width: Any, width_buckets: Any, dtype: Any) -> Any:
