@@ -141,36 +141,55 @@ def main() -> None:
     starts = (torch.rand(b, args.spans, generator=gen) * (lengths[:, None] - widths + 1)).long()
     spans = torch.stack([starts, starts + widths - 1], dim=-1).to(device)
 
-    mean, maxp = Pooler("mean").to(device), Pooler("max").to(device)
-    torch.manual_seed(args.seed)
-    ext = SpanExtractor(hid, "endpoints,attention", width_embedding_dim=20).to(device)
+    def modules(check_data: bool) -> tuple[Pooler, Pooler, SpanExtractor]:
+        torch.manual_seed(args.seed)
+        ext = SpanExtractor(hid, "endpoints,attention", width_embedding_dim=20, check=check_data)
+        return Pooler("mean", check=check_data), Pooler("max", check=check_data), ext.to(device)
+
+    (mean, maxp, ext), (mean_nc, maxp_nc, ext_nc) = modules(True), modules(False)
     assert ext.scorer is not None and ext.width_embedding is not None
+    ext_nc.load_state_dict(ext.state_dict())
     plain_ext = PlainSpanExtractor(ext.scorer, ext.width_embedding)
 
+    # (label, poolkit with checks, poolkit with check=False, plain, target ratio)
     cases = [
-        ("Pooler mean", lambda: mean(hidden, mask), lambda: plain_mean(hidden, mask), 1.2),
-        ("Pooler max", lambda: maxp(hidden, mask), lambda: plain_max(hidden, mask), 1.2),
         (
-            f"SpanExtractor endpoints,attention +width, {args.spans} spans/row",
+            "Pooler mean",
+            lambda: mean(hidden, mask),
+            lambda: mean_nc(hidden, mask),
+            lambda: plain_mean(hidden, mask),
+            1.2,
+        ),
+        (
+            "Pooler max",
+            lambda: maxp(hidden, mask),
+            lambda: maxp_nc(hidden, mask),
+            lambda: plain_max(hidden, mask),
+            1.2,
+        ),
+        (
+            f"SpanExtractor x,y,attn+width {args.spans} spans/row",
             lambda: ext(hidden, spans, mask),
+            lambda: ext_nc(hidden, spans, mask),
             lambda: plain_ext(hidden, spans),
             1.5,
         ),
     ]
-    for name, ours, plain, _ in cases:
+    for name, ours, unchecked, plain, _ in cases:
         check(name, ours, plain, hidden)
+        check(name + " (check=False)", unchecked, plain, hidden)
 
-    runs = [(fwd_bwd(ours, hidden), fwd_bwd(plain, hidden)) for _, ours, plain, _ in cases]
-    for pair in runs:  # warm-up
-        for run in pair:
+    runs = [[fwd_bwd(fn, hidden) for fn in case[1:4]] for case in cases]
+    for contenders in runs:  # warm-up
+        for run in contenders:
             run()
             run()
-    times: list[tuple[list[float], list[float]]] = [([], []) for _ in cases]
+    times: list[list[list[float]]] = [[[], [], []] for _ in cases]
     for r in range(args.rounds):
-        for i, (ours, plain) in enumerate(runs):
-            order = [(0, ours), (1, plain)] if r % 2 == 0 else [(1, plain), (0, ours)]
-            for slot, run in order:
-                times[i][slot].append(timed(run, args.repeat, device))
+        for i, contenders in enumerate(runs):
+            for k in range(3):  # rotate the order every round
+                slot = (k + r) % 3
+                times[i][slot].append(timed(contenders[slot], args.repeat, device))
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(
@@ -179,14 +198,18 @@ def main() -> None:
         f"{torch.get_num_threads()} threads; median [min-max] ms over {args.rounds} "
         f"interleaved rounds of {args.repeat} calls"
     )
-    print(f"{'case':<52} {'poolkit':>22} {'plain torch':>22} {'ratio':>6} {'target':>7}")
-    for (label, *_, target), (ours_t, plain_t) in zip(cases, times, strict=True):
-        cells = [
-            f"{statistics.median(t):7.2f} [{min(t):.2f}-{max(t):.2f}]" for t in (ours_t, plain_t)
-        ]
-        ratio = statistics.median(ours_t) / statistics.median(plain_t)
-        verdict = "ok" if ratio <= target else "MISS"
-        print(f"{label:<52} {cells[0]:>22} {cells[1]:>22} {ratio:5.2f}x {target:>5}x {verdict}")
+    print(
+        f"{'case':<40} {'poolkit':>21} {'check=False':>21} {'plain torch':>21} "
+        f"{'ratio':>6} {'(c=F)':>6} {'target':>6}"
+    )
+    for (label, *_, target), slots in zip(cases, times, strict=True):
+        cells = [f"{statistics.median(t):6.2f} [{min(t):.2f}-{max(t):.2f}]" for t in slots]
+        ratios = [statistics.median(t) / statistics.median(slots[2]) for t in slots[:2]]
+        verdict = "ok" if ratios[0] <= target else "MISS"
+        print(
+            f"{label:<40} {cells[0]:>21} {cells[1]:>21} {cells[2]:>21} "
+            f"{ratios[0]:5.2f}x {ratios[1]:5.2f}x {target:>5}x {verdict}"
+        )
 
 
 if __name__ == "__main__":

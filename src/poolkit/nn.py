@@ -201,7 +201,9 @@ class SpanExtractor(nn.Module):
         widths = (spans[..., 1] - spans[..., 0] + 1).clamp(min=1)
         buckets = bucket_width_tensor(widths, self.width_buckets)
         width = self.width_embedding(buckets).to(out.dtype)
-        width = torch.where(padded[..., None], torch.zeros((), dtype=out.dtype), width)
+        width = torch.where(
+            padded[..., None], torch.zeros((), dtype=out.dtype, device=out.device), width
+        )
         return torch.cat([out, width], dim=-1)
 
     def extra_repr(self) -> str:

@@ -614,13 +614,23 @@ class _SpanContext:
         return torch.bmm(torch.softmax(logits, dim=-1), h)
 
 
+_BOUNDS_ON_DEVICE: dict[tuple[tuple[int, ...], str], Any] = {}
+
+
 def bucket_width_tensor(widths: Any, width_buckets: Any = "log") -> Any:
-    """``bucket_widths`` for a torch tensor, computed on its own device: one comparison
-    per bucket bound (no bounds tensor copied from the host)."""
-    bucket = (widths >= 1).long() * 0
-    for bound in _bucket_bounds(width_buckets)[1:]:
-        bucket = bucket + (widths >= bound).long()
-    return bucket
+    """``bucket_widths`` for a torch tensor, computed on its own device.
+
+    The bucket bounds are copied to each device once and kept (the copy is the only
+    host-to-device transfer, and it happens on first use, not in every forward pass).
+    """
+    import torch
+
+    bounds = _bucket_bounds(width_buckets)
+    key = (bounds, str(widths.device))
+    edges = _BOUNDS_ON_DEVICE.get(key)
+    if edges is None:
+        edges = _BOUNDS_ON_DEVICE[key] = torch.tensor(bounds, device=widths.device)
+    return torch.bucketize(widths, edges, right=True) - 1
 
 
 def _dense_width_one_hot(width: Any, width_buckets: Any, dtype: Any) -> Any:
