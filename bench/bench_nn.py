@@ -13,8 +13,10 @@ and gradients) before any time is printed:
   embedding (same weights for both).
 
 Rounds are interleaved (every contender once per round, order rotating) and the table
-shows the median and the spread (min-max) over rounds. Runs unattended on CPU or CUDA;
-needs no network and no data files.
+shows the median and the spread (min-max) over rounds. poolkit is timed twice: with its
+default data checks (one host sync per forward pass) and with ``check=False`` (none); the
+ratio and the CPU target (1.2x for the poolers, 1.5x for spans) use the default. Runs
+unattended on CPU or CUDA; needs no network and no data files.
 
     python bench/bench_nn.py [--device cpu|cuda --batch 32 --length 128 --hidden 768
                               --spans 16 --max-width 10 --rounds 15 --repeat 3]
@@ -205,7 +207,8 @@ def main() -> None:
     for (label, *_, target), slots in zip(cases, times, strict=True):
         cells = [f"{statistics.median(t):6.2f} [{min(t):.2f}-{max(t):.2f}]" for t in slots]
         ratios = [statistics.median(t) / statistics.median(slots[2]) for t in slots[:2]]
-        verdict = "ok" if ratios[0] <= target else "MISS"
+        # the targets are set for the CPU; on an accelerator the table only reports
+        verdict = ("ok" if ratios[0] <= target else "MISS") if device.type == "cpu" else "-"
         print(
             f"{label:<40} {cells[0]:>21} {cells[1]:>21} {cells[2]:>21} "
             f"{ratios[0]:5.2f}x {ratios[1]:5.2f}x {target:>5}x {verdict}"
