@@ -229,6 +229,9 @@ BAD_CALLS = {
     "nan in a real token": lambda h: seq(
         h * torch.tensor([1.0, float("nan"), 1, 1])[:, None], None
     ),
+    "nan in a span": lambda h: spans_fn(
+        h * torch.tensor([1.0, float("nan"), 1, 1])[:, None], torch.tensor([[[1, 2]]] * 2), "mean"
+    ),
     "span reversed": lambda h: spans_fn(h, torch.tensor([[[2, 1]], [[0, 0]]]), "mean"),
     "span past the end": lambda h: spans_fn(h, torch.tensor([[[0, 1]], [[1, 4]]]), "x"),
     "span over padding": lambda h: spans_fn(
@@ -396,3 +399,19 @@ def test_cuda_check_false_never_synchronises():
 
 def _cpu(x):
     return x.cpu() if isinstance(x, torch.Tensor) else x
+
+
+@pytest.mark.parametrize("strategy", ["mean", "max", "attention", "endpoints"])
+def test_non_finite_padding_never_reaches_a_span(strategy, monkeypatch):
+    """Prefix sums and the attention matmul read whole rows; a NaN/inf outside every span
+    sends the call to the per-row path, so the result is what it always was."""
+    hidden, mask, spans = span_batch(8)
+    poisoned = hidden.copy()
+    poisoned[~mask] = np.nan
+    poisoned[0, :, 0] = np.where(mask[0], poisoned[0, :, 0], np.inf)
+    want = spans_fn(hidden, spans, strategy, mask=mask)
+    h = torch.from_numpy(poisoned).requires_grad_(True)
+    got = spans_fn(h, spans, strategy, mask=mask)
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-12, atol=1e-12)
+    got.sum().backward()
+    assert torch.isfinite(h.grad).all()

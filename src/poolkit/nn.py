@@ -41,7 +41,10 @@ from poolkit.words import WORD_STRATEGIES, word_embeddings, words_dense
 
 
 class Pooler(nn.Module):
-    """Sequence pooling: ``(B, L, H)`` + mask ``(B, L)`` -> ``(B, D)``; see ``sequence_embedding``."""
+    """Sequence pooling: ``(B, L, H)`` + mask ``(B, L)`` -> ``(B, D)``; see ``sequence_embedding``.
+
+    ``check=False`` skips the data checks (see the module docstring): no host sync.
+    """
 
     def __init__(
         self,
@@ -85,7 +88,8 @@ class AttentionPooler(nn.Module):
     """Learned-query attention over each text's real tokens: ``(B, L, H)`` -> ``(B, H)``.
 
     One logit per token from ``Linear(H, 1)``, softmax over the row's real tokens only
-    (padding gets no weight), weighted sum. Rows must have at least one real token.
+    (padding gets no weight), weighted sum. Rows must have at least one real token
+    (checked unless ``check=False``).
     """
 
     def __init__(self, hidden_size: int, *, check: bool = True):
@@ -113,7 +117,10 @@ class AttentionPooler(nn.Module):
 
 
 class WordPooler(nn.Module):
-    """Sub-token vectors to word vectors: ``(B, L, H)`` + word ids ``(B, L)`` -> ``(B, W, D)``."""
+    """Sub-token vectors to word vectors: ``(B, L, H)`` + word ids ``(B, L)`` -> ``(B, W, D)``.
+
+    With ``check=False`` pass ``num_words`` too, for a forward pass without host sync.
+    """
 
     def __init__(self, strategy: str = "first", *, check: bool = True):
         super().__init__()
@@ -145,6 +152,7 @@ class SpanExtractor(nn.Module):
     which come out as zeros. ``attention`` terms use a learned ``Linear(H, 1)`` scorer
     (Lee et al. 2017). ``width_embedding_dim`` appends a learned embedding of the span's
     width bucket (``width_buckets``, default log buckets). ``D = output_dim``.
+    ``check=False`` skips the span and mask checks (see the module docstring).
     """
 
     def __init__(

@@ -38,7 +38,6 @@ from poolkit._arrays import (
     device_mask,
     device_of,
     dtype_name,
-    finite_check,
     float_hidden,
     host_mask,
     result_dtype,
@@ -160,6 +159,28 @@ def span_embeddings(
             scores=scores,
             width_buckets=width_buckets,
         )
+    return _spans_by_rows(
+        hidden,
+        spans,
+        terms,
+        mask=mask,
+        span_mask=span_mask,
+        scores=scores,
+        width_buckets=width_buckets,
+    )
+
+
+def _spans_by_rows(
+    hidden: Array,
+    spans: Any,
+    terms: tuple[str, ...],
+    *,
+    mask: Any,
+    span_mask: Any,
+    scores: Array | None,
+    width_buckets: Any,
+) -> Array:
+    """The per-row path: spans planned on the host, reduced offset by offset."""
     (hidden, scores), restore = cpu_fast_path(hidden, scores)
     xp, out_dtype = float_hidden(hidden)
     if hidden.ndim not in (2, 3):
@@ -408,6 +429,9 @@ def spans_dense(
     Memory beyond the ``(B, S, D)`` result: ``O(B L H)`` for the prefix sums of
     ``mean``/``attention``, ``O(B L H log2 L)`` for the doubling table of ``max``, and
     ``O(B S L)`` for the span-by-token softmax of ``attention``; never ``(B, S, L, H)``.
+    Prefix sums and the attention matmul read whole rows: with checks on, a non-finite
+    result is recomputed on the per-row path (exact, or the per-row error); with
+    ``check=False`` a NaN/inf anywhere in a row (padding included) can reach its spans.
     With ``check=False`` the checks that read data back to the host (span bounds,
     0/1 masks, NaN/inf) are skipped, so the call never synchronises; invalid spans then
     give unspecified (finite-index) values instead of an error. ``checks`` lets a caller
@@ -471,8 +495,6 @@ def spans_dense(
         # padded (and, with check=False, invalid) spans read token 0: indices stay in range
         start = torch.where(padded, 0, start).clamp(0, length - 1)
         end = torch.maximum(torch.where(padded, 0, end).clamp(0, length - 1), start)
-        if real is not None:  # padding never reaches a prefix sum or a softmax
-            h = torch.where(real[..., None], h, torch.zeros((), dtype=h.dtype, device=h.device))
         ctx = _SpanContext(h, start, end, dtype, score_rows)
         parts = [ctx.term(term) for term in terms]
         if width_buckets is not None:
@@ -480,9 +502,32 @@ def spans_dense(
         out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
         out = torch.where(padded[..., None], torch.zeros((), dtype=dtype, device=h.device), out)
     if checks is not None:
-        finite_check(checks, out)
-        checks.run()
+        # Prefix sums and the attention matmul read whole rows, so a NaN/inf outside every
+        # span (padding included) would reach the result. A non-finite row sum (one reduction,
+        # not an element-wise test) sends the call to the per-row path, which reads only
+        # each span's tokens: it gives the exact result or names the bad span's row.
+        checks.add(~torch.isfinite(out.sum(dim=-1)).all(), _not_finite)
+        try:
+            checks.run()
+        except _NotFinite:
+            return _spans_by_rows(
+                hidden,
+                spans,
+                terms,
+                mask=mask,
+                span_mask=span_mask,
+                scores=scores,
+                width_buckets=width_buckets,
+            )
     return out if batched else out[0]
+
+
+class _NotFinite(Exception):
+    pass
+
+
+def _not_finite() -> None:
+    raise _NotFinite
 
 
 def _device_spans(spans: Any, batched: bool, b: int, like: Any) -> Any:
