@@ -15,6 +15,11 @@ Strategies (``SEQUENCE_STRATEGIES``), each over the *real* tokens of a row only:
 
 ``"cls+mean"`` (or ``"cls,mean"``, or ``["cls", "mean"]``) concatenates strategies in
 the order given.
+
+Two executions of these rules give the same results: per row over each row's real
+segment (NumPy, and CPU tensors without grad: the fastest for inference), and
+vectorised over the whole batch (``sequence_dense``: tensors that need a gradient, live
+on an accelerator or are bfloat16), a fixed number of tensor operations whatever ``B``.
 """
 
 from __future__ import annotations

@@ -14,9 +14,11 @@ Strategies, combined with commas (``"endpoints,mean"``) or given as a list:
 ``x-y`` ...     element-wise ``-``, ``+``, ``*``, ``/`` of the two endpoint vectors
 ==============  ==================================================================
 
-Spans are reduced offset by offset (token ``start + k`` for every span at once, the
-widest spans first), so memory stays ``O(S x H)`` whatever the widths: there is never a
-``(B, S, L, H)`` intermediate.
+On the per-row path spans are reduced offset by offset (token ``start + k`` for every
+span at once, the widest spans first), so memory stays ``O(S x H)`` whatever the widths:
+there is never a ``(B, S, L, H)`` intermediate. Tensors that need a gradient, live on an
+accelerator or are bfloat16 take the vectorised path instead (``spans_dense``): a fixed
+number of whole-batch operations, see docs/DESIGN.md.
 """
 
 from __future__ import annotations
@@ -430,11 +432,11 @@ def spans_dense(
     ``mean``/``attention``, ``O(B L H log2 L)`` for the doubling table of ``max``, and
     ``O(B S L)`` for the span-by-token softmax of ``attention``; never ``(B, S, L, H)``.
     Prefix sums and the attention matmul read whole rows: with checks on, a non-finite
-    result is recomputed on the per-row path (exact, or the per-row error); with
-    ``check=False`` a NaN/inf anywhere in a row (padding included) can reach its spans.
-    With ``check=False`` the checks that read data back to the host (span bounds,
-    0/1 masks, NaN/inf) are skipped, so the call never synchronises; invalid spans then
-    give unspecified (finite-index) values instead of an error. ``checks`` lets a caller
+    result is recomputed on the per-row path (exact, or the per-row error).
+    ``check=False`` skips the checks that read data back to the host (span bounds, 0/1
+    masks, NaN/inf), so the call never synchronises; invalid spans then give unspecified
+    values (indices are clamped, never out of range) instead of an error, and a NaN/inf
+    anywhere in a row (padding included) can reach its spans. ``checks`` lets a caller
     add its own checks to the same single sync.
     """
     import torch
