@@ -263,7 +263,7 @@ def embed(
     Args:
         texts: ``N`` strings.
         model: model directory, hub id, or an :class:`Encoder`; ``None`` for the default
-            all-MiniLM-L6-v2. Encoders are cached, so repeated calls do not reload.
+            ``sentence-transformers/all-MiniLM-L6-v2``. Encoders are cached, so repeated calls do not reload.
         strategy: ``None`` for the model's intended pooling (:attr:`ModelInfo.pooling`);
             a name such as ``"cls"`` or ``"cls+mean"`` (concatenation); or a list of
             names, computed from one forward pass and returned as a dict.

@@ -90,16 +90,10 @@ class TorchBackend:
 
         self.device = torch.device(device)
         self.dtype = dtype
-        from transformers.utils import logging as hf_logging
+        from poolkit._quiet import quiet_loading
 
-        # transformers draws a weight-loading bar on stderr; poolkit has its own progress.
-        bar = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-        try:
+        with quiet_loading():  # transformers' loading bar; poolkit has its own progress
             model = AutoModel.from_pretrained(os.fspath(path), dtype=dtype)
-        finally:
-            if bar:
-                hf_logging.enable_progress_bar()
         self.model = model.to(self.device)
         self.model.eval()
         params = inspect.signature(self.model.forward).parameters
@@ -188,7 +182,8 @@ class Encoder:
 
     Args:
         model: local directory or hub id (see :func:`poolkit.model_info.resolve_model`);
-            ``None`` for the default all-MiniLM-L6-v2.
+            ``None`` for the default,
+            ``sentence-transformers/all-MiniLM-L6-v2`` (:data:`~poolkit.model_info.DEFAULT_MODEL`).
         device: ``"auto"`` (CUDA, then MPS, then CPU), or a torch device string.
         dtype: ``None`` (float32), ``"float16"``, ``"bfloat16"`` or a ``torch.dtype``.
         max_length: tokens per sequence, specials included; ``None`` uses the model's

@@ -30,14 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected
+from poolkit._errors import MissingExtraError, expected, missing_extra
 
 __all__ = ["OnnxBackend", "OnnxRunner", "default_threads", "load_onnx_runner", "onnx_cache_root"]
 
 # Bump when the export recipe changes, so old cache entries are not reused.
 _FORMAT = 1
 _OPSET = 17
-_INSTALL_HINT = "Install the extra: pip install 'poolkit[onnx]' (onnxruntime and onnx)."
 _FP32_TOL = 1e-4  # max abs diff of last_hidden_state on real positions vs torch
 _INT8_MIN_COS = 0.97  # mean per-token cosine vs torch; int8 is approximate by design
 # (batch, length, padding side) of the check batches: single text, mixed lengths both sides.
@@ -54,9 +53,7 @@ def _import_ort() -> Any:
     try:
         import onnxruntime
     except ImportError as exc:
-        raise ImportError(
-            f"The ONNX backend needs onnxruntime, which is not installed. {_INSTALL_HINT}"
-        ) from exc
+        raise MissingExtraError(missing_extra("The ONNX backend", "onnxruntime", "onnx")) from exc
     return onnxruntime
 
 
@@ -64,9 +61,7 @@ def _import_onnx() -> Any:
     try:
         import onnx
     except ImportError as exc:
-        raise ImportError(
-            f"Exporting to ONNX needs the onnx package, which is not installed. {_INSTALL_HINT}"
-        ) from exc
+        raise MissingExtraError(missing_extra("Exporting to ONNX", "onnx", "onnx")) from exc
     return onnx
 
 
@@ -356,8 +351,13 @@ def _load_torch(hf_dir: Path) -> Any:
     import torch
     from transformers import AutoModel
 
+    from poolkit._quiet import quiet_loading
+
     # Eager attention: its mask arithmetic traces into plain graph ops for any padding.
-    model = AutoModel.from_pretrained(str(hf_dir), attn_implementation="eager", dtype=torch.float32)
+    with quiet_loading():
+        model = AutoModel.from_pretrained(
+            str(hf_dir), attn_implementation="eager", dtype=torch.float32
+        )
     return model.eval()
 
 

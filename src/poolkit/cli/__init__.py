@@ -4,8 +4,8 @@ Subcommands live in modules of this package, each exposing ``add_parser(subparse
 (which sets ``func=run`` on its parser) and ``run(args) -> int``. :data:`COMMANDS` lists
 them; a module that is not installed (e.g. ``compare``) is skipped.
 
-Exit status: 0 success, 2 usage or input error (one line on stderr), 1 runtime error
-(one line on stderr); ``--debug`` shows the traceback instead.
+Exit status: 0 success; 2 usage or input error, or a missing optional extra (one line on
+stderr); 1 runtime error (one line on stderr); ``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
