@@ -12,6 +12,7 @@ from poolkit.embed import (
 from poolkit.encoder import EncodedBatch, Encoder
 from poolkit.layers import LAYER_PRESETS, layer_mix
 from poolkit.model_info import ModelInfo, ModelNotFoundError, model_info
+from poolkit.recipe import Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES, parse_sequence_strategy, sequence_embedding
 from poolkit.spans import (
     LOG_WIDTH_BUCKETS,
@@ -35,6 +36,8 @@ __all__ = [
     "Encoder",
     "ModelInfo",
     "ModelNotFoundError",
+    "Recipe",
+    "RecipeError",
     "TokenVectors",
     "TruncationWarning",
     "bucket_widths",

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["add_common", "progress_bar", "report_error", "text_chunks"]
+__all__ = ["add_common", "flag_message", "progress_bar", "report_error", "text_chunks"]
 
 # Errors the user can fix by changing the command line or the input: exit status 2.
 _USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, IsADirectoryError, NotADirectoryError)
@@ -25,6 +25,17 @@ def report_error(error: BaseException) -> int:
         file=sys.stderr,
     )
     return 1
+
+
+def flag_message(error: BaseException, flags: dict[str, str]) -> str:
+    """``error``'s message with the library argument it names (```recipe```) replaced by
+    the command-line flag that set it (``--recipe``): lower layers never name flags."""
+    import re
+
+    def swap(m: re.Match[str]) -> str:
+        return f"`{flags.get(m.group(1), m.group(1))}`"
+
+    return re.sub(r"`([A-Za-z_]+)`", swap, str(error), count=1)
 
 
 def _add(parser: argparse.ArgumentParser, *flags: str, **kwargs: Any) -> None:

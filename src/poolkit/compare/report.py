@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # One atomic writer for the package: temporary file, fsync, rename (never half a file).
+from poolkit.compare.candidates import layers_label
 from poolkit.io.atomic import atomic_write
+from poolkit.recipe import Recipe
 
 __all__ = [
     "MAIN_METRIC",
@@ -33,16 +35,27 @@ MAIN_METRIC = {task: names[0] for task, names in METRICS.items()}
 
 @dataclass(frozen=True)
 class Result:
-    """One candidate's scores: ``metrics`` maps each name of ``METRICS[task]`` to a fraction."""
+    """One candidate's scores: ``metrics`` maps each name of ``METRICS[task]`` to a fraction.
 
-    strategy: str
-    layers: str
+    ``recipe`` is the candidate; ``str(recipe)`` is the row's name, which
+    ``poolkit embed --recipe`` takes to write the vectors that were scored.
+    """
+
+    recipe: Recipe
     metrics: dict[str, float]
     intended: bool = False
 
     @property
     def label(self) -> str:
-        return self.strategy if self.layers == "last" else f"{self.strategy} [{self.layers}]"
+        return str(self.recipe)
+
+    @property
+    def strategy(self) -> str:
+        return self.recipe.strategy
+
+    @property
+    def layers(self) -> str:
+        return layers_label(self.recipe)
 
 
 def rank(results: Sequence[Result], metric: str) -> list[Result]:
@@ -50,19 +63,14 @@ def rank(results: Sequence[Result], metric: str) -> list[Result]:
     return sorted(results, key=lambda r: -r.metrics[metric])
 
 
-def table(task: str, results: Sequence[Result], intended_note: str = "") -> str:
-    """The terminal table: one row per candidate, best first, ``*`` on the intended pooling."""
+def table(task: str, results: Sequence[Result], *notes: str) -> str:
+    """The terminal table: one row per candidate named by its recipe, best first, ``*`` on
+    the intended pooling; then each of ``notes`` on its own line."""
     names = METRICS[task]
     ranked = rank(results, names[0])
-    show_layers = any(r.layers != "last" for r in ranked)
-    head = ["#", "strategy", *(["layers"] if show_layers else []), *names]
+    head = ["#", "recipe", *names]
     rows = [
-        [
-            str(i),
-            r.strategy + (" *" if r.intended else ""),
-            *([r.layers] if show_layers else []),
-            *(f"{r.metrics[n]:.4f}" for n in names),
-        ]
+        [str(i), r.label + (" *" if r.intended else ""), *(f"{r.metrics[n]:.4f}" for n in names)]
         for i, r in enumerate(ranked, 1)
     ]
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
@@ -75,14 +83,13 @@ def table(task: str, results: Sequence[Result], intended_note: str = "") -> str:
         ).rstrip()
 
     out = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
-    if intended_note:
-        out.append(intended_note)
+    out.extend(note for note in notes if note)
     return "\n".join(out)
 
 
 def to_json(task: str, model: str, results: Sequence[Result]) -> dict:
-    """``{"task", "model", "metric", "results": [{"strategy", "layers", <metrics>, "intended"}]}``,
-    results best first."""
+    """``{"task", "model", "metric", "results": [{"recipe", "strategy", "layers", <metrics>,
+    "intended"}]}``, results best first; ``recipe`` is the row's name (``Recipe.parse`` it)."""
     metric = MAIN_METRIC[task]
     return {
         "task": task,
@@ -90,6 +97,7 @@ def to_json(task: str, model: str, results: Sequence[Result]) -> dict:
         "metric": metric,
         "results": [
             {
+                "recipe": r.label,
                 "strategy": r.strategy,
                 "layers": r.layers,
                 **{n: r.metrics[n] for n in METRICS[task]},

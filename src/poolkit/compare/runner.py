@@ -9,20 +9,14 @@ logistic-regression probes for the others).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from poolkit.compare import metrics, probes
-from poolkit.compare.candidates import (
-    Candidate,
-    candidates,
-    default_strategies,
-    layer_views,
-    sequence_vectors,
-)
+from poolkit.compare.candidates import candidates, default_strategies
 from poolkit.compare.datasets import (
     DataError,
     PairData,
@@ -32,7 +26,8 @@ from poolkit.compare.datasets import (
     TextData,
 )
 from poolkit.compare.report import METRICS, Result
-from poolkit.embed import to_float32_numpy
+from poolkit.driver import LayerViews, drive, l2_normalize, to_float32_numpy
+from poolkit.recipe import Recipe
 
 __all__ = ["LEVELS", "Settings", "compare"]
 
@@ -70,126 +65,127 @@ def compare(
     """
     level = LEVELS[settings.task]
     strategies = settings.strategies
-    intended = encoder.info.pooling if level == "sequence" else None
-    if level == "sequence" and strategies is None and intended:
+    intended = Recipe(encoder.info.pooling) if level == "sequence" else None
+    if intended is not None and strategies is None:
         # The model's own pooling always takes part unless the user narrowed the set.
         base = default_strategies("sequence")
-        strategies = base if intended in base else (*base, intended)
+        strategies = base if str(intended) in base else (*base, str(intended))
     cands = candidates(level, strategies, settings.layers)
     if settings.task == "ner" and train is None:
-        raise DataError("--task ner needs --train FILE (CoNLL) to train the tagging probe.")
+        raise DataError("task ner needs a training file (CoNLL) to train the tagging probe.")
     check_labels(data, train, settings)
     score = _SCORERS[settings.task]
     values = score(encoder, data, train, cands, settings)
     return [
         Result(
-            c.strategy,
-            c.layers,
+            c,
             dict(zip(METRICS[settings.task], values[c], strict=True)),
-            intended=c.strategy == intended and c.layers == "last",
+            intended=c == intended,
         )
         for c in cands
     ]
 
 
 # ---------------------------------------------------------------------------- embedding
+# Every level goes through poolkit's one driver loop (poolkit.driver.drive): the vectors
+# scored here are the vectors `poolkit embed --recipe NAME` writes for the same texts.
 
 
-def _layers_needed(cands: Sequence[Candidate]) -> list[str]:
-    return list(dict.fromkeys(c.layers for c in cands))
-
-
-def _fill(out: dict[Candidate, np.ndarray], c: Candidate, rows: Any, vectors: np.ndarray, n: int):
+def _fill(out: dict[Recipe, np.ndarray], c: Recipe, rows: Any, vectors: np.ndarray, n: int):
     if c not in out:
         out[c] = np.zeros((n, vectors.shape[-1]), dtype=np.float32)
     out[c][rows] = vectors
 
 
 def embed_sequences(
-    encoder: Any, texts: Sequence[str], cands: Sequence[Candidate], settings: Settings, desc: str
-) -> dict[Candidate, np.ndarray]:
-    """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order.
+    encoder: Any, texts: Sequence[str], cands: Sequence[Recipe], settings: Settings, desc: str
+) -> dict[Recipe, np.ndarray]:
+    """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order, as
+    :func:`poolkit.embed` gives them (normalised as the recipe says, else as the model).
 
     Texts over the encoder's max length are truncated (the model's intended use; the
     count goes to ``settings.notes``) or, with ``settings.long_text="chunk"``, embedded in
-    overlapping windows and pooled over all their tokens.
+    overlapping windows and pooled over all their tokens. A row left with no token after
+    dropping special tokens gives zeros for ``_no_special`` parts (``embed`` refuses it).
     """
-    layers = _layers_needed(cands)
-    all_layers = layers != ["last"]
-    by_layer = {lay: [c.strategy for c in cands if c.layers == lay] for lay in layers}
-    out: dict[Candidate, np.ndarray] = {}
-    truncated = 0
-    batches = encoder.iter_batches(list(texts), all_layers=all_layers, long_text=settings.long_text)
-    for batch in _batches(batches, settings, desc, len(texts)):
-        truncated += int(batch.truncated.sum())
-        views = layer_views(batch.hidden_states, batch.hidden, layers)
-        for lay, strategies in by_layer.items():
-            pooled = sequence_vectors(
-                views[lay], batch.attention_mask, batch.special_tokens_mask, strategies
-            )
-            for s, vectors in pooled.items():
-                _fill(out, Candidate(s, lay), batch.indices, vectors, len(texts))
-    if truncated:
+    from poolkit.embed import embed_recipes
+
+    named = {str(c): c for c in cands}
+    with _bar(settings, desc, len(texts), "text") as bar:
+        vectors, stats = embed_recipes(
+            list(texts), encoder, named, long_text=settings.long_text, progress=bar.update,
+            empty="zeros",
+        )  # fmt: skip
+    if stats.num_truncated:
         settings.notes.append(
-            f"{desc}: {truncated} of {len(texts)} texts truncated at {encoder.max_length} tokens."
+            f"{desc}: {stats.num_truncated} of {len(texts)} texts truncated at "
+            f"{encoder.max_length} tokens."
         )
-    return out
+    return {c: vectors[name] for name, c in named.items()}
 
 
 def embed_words(
-    encoder: Any, data: TaggedData, cands: Sequence[Candidate], settings: Settings, desc: str
-) -> dict[Candidate, np.ndarray]:
+    encoder: Any, data: TaggedData, cands: Sequence[Recipe], settings: Settings, desc: str
+) -> dict[Recipe, np.ndarray]:
     """Every word candidate for every word of ``data``: float32 ``(total words, D_c)``,
     sentences in order, words in order. Long sentences run in overlapping windows, so
     every word has sub-tokens unless the tokenizer gives it none (then zeros)."""
     from poolkit.words import word_embeddings
 
-    layers = _layers_needed(cands)
     lengths = np.fromiter((len(w) for w in data.words), np.int64, count=len(data))
     starts = np.r_[0, np.cumsum(lengths)[:-1]]
     total = int(lengths.sum())
-    out: dict[Candidate, np.ndarray] = {}
-    batches = encoder.iter_batches(
-        data.words, is_split_into_words=True, all_layers=layers != ["last"], long_text="chunk"
-    )
-    for batch in _batches(batches, settings, desc, len(data)):
+    out: dict[Recipe, np.ndarray] = {}
+    normalize = {c: c.resolved_normalize(encoder.info.normalize) for c in cands}
+
+    def on_batch(batch: Any) -> None:
         n_words = int(lengths[batch.indices].max())
         # Flat destination rows for (row j, word w < lengths[j]) pairs, in that order.
         row_len = lengths[batch.indices]
         keep = np.arange(n_words)[None, :] < row_len[:, None]
         dest = (starts[batch.indices][:, None] + np.arange(n_words)[None, :])[keep]
-        views = layer_views(batch.hidden_states, batch.hidden, layers)
+        views = LayerViews(batch)
         for c in cands:
             vec = to_float32_numpy(
-                word_embeddings(views[c.layers], batch.word_ids, c.strategy, num_words=n_words)
+                word_embeddings(views[c], batch.word_ids, c.strategy, num_words=n_words)
             )
-            _fill(out, c, dest, vec[keep], total)
+            _fill(out, c, dest, l2_normalize(vec[keep]) if normalize[c] else vec[keep], total)
+
+    with _bar(settings, desc, len(data), "text") as bar:
+        drive(encoder, data.words, on_batch, all_layers=any(c.all_layers for c in cands),
+              long_text="chunk", is_split_into_words=True, progress=bar.update)  # fmt: skip
     return out
 
 
 def embed_span_pairs(
-    encoder: Any, data: SpanPairData, cands: Sequence[Candidate], settings: Settings, desc: str
-) -> dict[Candidate, np.ndarray]:
+    encoder: Any, data: SpanPairData, cands: Sequence[Recipe], settings: Settings, desc: str
+) -> dict[Recipe, np.ndarray]:
     """Every span candidate for ``data``: float32 ``(N, 2 * D_c)``, the two entity vectors
     concatenated (entity 1 first). Long texts run in overlapping windows."""
     from poolkit.spans import span_embeddings
 
-    layers = _layers_needed(cands)
     rows = data.rows or [f"{data.source}: example {i + 1}" for i in range(len(data))]
-    out: dict[Candidate, np.ndarray] = {}
-    batches = encoder.iter_batches(data.texts, all_layers=layers != ["last"], long_text="chunk")
-    for batch in _batches(batches, settings, desc, len(data)):
+    out: dict[Recipe, np.ndarray] = {}
+    normalize = {c: c.resolved_normalize(encoder.info.normalize) for c in cands}
+
+    def on_batch(batch: Any) -> None:
         valid = (batch.attention_mask != 0) & ~batch.special_tokens_mask
         spans = np.stack(
             [_token_spans(batch.offsets[j], valid[j], data.spans[i], rows[i])
              for j, i in enumerate(batch.indices)]
         )  # fmt: skip
-        views = layer_views(batch.hidden_states, batch.hidden, layers)
+        views = LayerViews(batch)
         for c in cands:
             vec = to_float32_numpy(
-                span_embeddings(views[c.layers], spans, c.strategy, mask=batch.attention_mask)
+                span_embeddings(views[c], spans, c.strategy, mask=batch.attention_mask)
             )
+            if normalize[c]:
+                vec = l2_normalize(vec)
             _fill(out, c, batch.indices, vec.reshape(len(batch.indices), -1), len(data))
+
+    with _bar(settings, desc, len(data), "text") as bar:
+        drive(encoder, data.texts, on_batch, all_layers=any(c.all_layers for c in cands),
+              long_text="chunk", progress=bar.update)  # fmt: skip
     return out
 
 
@@ -222,14 +218,7 @@ def _bar(settings: Settings, desc: str, total: int, unit: str) -> Any:
     )  # fmt: skip
 
 
-def _batches(batches: Iterable[Any], settings: Settings, desc: str, total: int) -> Iterator[Any]:
-    with _bar(settings, desc, total, "text") as bar:
-        for batch in batches:
-            yield batch
-            bar.update(len(batch.indices))
-
-
-def _each(cands: Sequence[Candidate], settings: Settings) -> Iterator[Candidate]:
+def _each(cands: Sequence[Recipe], settings: Settings) -> Iterator[Recipe]:
     with _bar(settings, "probes", len(cands), "probe") as bar:
         for c in cands:
             yield c
@@ -238,7 +227,7 @@ def _each(cands: Sequence[Candidate], settings: Settings) -> Iterator[Candidate]
 
 # ---------------------------------------------------------------------------- scoring
 
-Scores = dict[Candidate, tuple[float, ...]]
+Scores = dict[Recipe, tuple[float, ...]]
 
 
 def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Scores:
@@ -282,15 +271,15 @@ def _labels_for_cv(labels: Sequence[str], rows: Sequence[str], source: str, want
 
 
 def _probe_all(
-    train_x: dict[Candidate, np.ndarray] | None,
+    train_x: dict[Recipe, np.ndarray] | None,
     train_y: Sequence[str] | None,
-    test_x: dict[Candidate, np.ndarray],
+    test_x: dict[Recipe, np.ndarray],
     test_y: Sequence[str],
-    cands: Sequence[Candidate],
+    cands: Sequence[Recipe],
     settings: Settings,
     rows: Sequence[str],
     source: str,
-) -> dict[Candidate, np.ndarray]:
+) -> dict[Recipe, np.ndarray]:
     """Predictions on the test vectors for each candidate: trained on ``train_x`` or, when it
     is None, out-of-fold from stratified CV (one split shared by all candidates)."""
     if train_x is None:
