@@ -55,6 +55,10 @@ def hidden_of(hf, text, **kwargs):
     return layers[-1], layers, enc
 
 
+def unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v)
+
+
 def probe(x_train, y_train, x_test):
     model = make_pipeline(
         StandardScaler(),
@@ -78,7 +82,7 @@ def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, str]) ->
     assert doc["task"] == task and doc["metric"] == metric
     assert doc["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     for row in doc["results"]:
-        assert set(row) == {"strategy", "layers", *metrics, "intended"}
+        assert set(row) == {"recipe", "strategy", "layers", *metrics, "intended"}
     main = [r[metric] for r in doc["results"]]
     assert main == sorted(main, reverse=True)
 
@@ -111,7 +115,7 @@ def test_sts_matches_the_published_reference(tmp_path):
         and "* the model's intended pooling (mean, from 1_Pooling/config.json" in table
     )
     first_row = table.splitlines()[2].split()
-    assert first_row[1] == doc["results"][0]["strategy"]
+    assert first_row[1] == doc["results"][0]["recipe"]
     png = (tmp_path / "sts.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sts.json", "sts.png"]
@@ -132,8 +136,10 @@ def test_classification_cv_layers_and_determinism(tmp_path, hf):
         _, layers, _ = hidden_of(hf, text)
         for name, h in (("last", layers[-1]), ("last4", np.mean(layers[-4:], axis=0)),
                         ("first_last", (layers[1] + layers[-1]) / 2)):  # fmt: skip
-            vectors.setdefault(("cls", name), []).append(h[0])
-            vectors.setdefault(("mean", name), []).append(h.mean(axis=0))
+            # The model L2-normalises (its Normalize module), so compare scores unit vectors,
+            # exactly what `poolkit embed --recipe` writes for the row.
+            vectors.setdefault(("cls", name), []).append(unit(h[0]))
+            vectors.setdefault(("mean", name), []).append(unit(h.mean(axis=0)))
     folds = StratifiedKFold(n_splits=5, shuffle=True, random_state=0)
     rows = by_key(doc)
     assert set(rows) == set(vectors)
@@ -262,8 +268,8 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
         (["r.jsonl", "--task", "relation"], {"r.jsonl": '{"text": "abc", "spans": [[0, 1], [2, 9]], "label": "x"}\n'}, ["r.jsonl:1: span 2 [2, 9) is outside the text of length 3"]),
         (["c.txt", "--task", "classification"], {"c.txt": "1 good film\n0\n"}, ["c.txt:2: expected `LABEL sentence` (SST-2 format)"]),
         (["n.conll", "--task", "ner"], {"n.conll": "John\tB-PER\n"}, ["--task ner needs --train FILE"]),
-        (["n.conll", "--task", "ner", "--train", "n.conll", "--strategies", "average"], {"n.conll": "John\tB-PER\n"}, ["word strategies from first, last, first_last, mean, max, but got 'average'"]),
-        (["c.txt", "--task", "classification", "--strategies", "mode"], {"c.txt": "1 a\n0 b\n"}, ["sequence strategies from cls, mean", "but got 'mode'"]),
+        (["n.conll", "--task", "ner", "--train", "n.conll", "--strategies", "average"], {"n.conll": "John\tB-PER\n"}, ["`--strategies` to be one of first, last, first_last, mean, max, but got 'average'"]),
+        (["c.txt", "--task", "classification", "--strategies", "mode"], {"c.txt": "1 a\n0 b\n"}, ["`--strategies` to be one of cls, mean", "but got 'mode'", "Closest valid name: "]),
         (["c.txt", "--task", "classification", "--layers", "last5"], {"c.txt": "1 a\n0 b\n"}, ["`--layers` to be among last, last4, first_last, but got 'last5'"]),
         (["c.txt", "--task", "classification", "--plot", "x.jpg"], {"c.txt": "1 a\n0 b\n"}, ["--plot x.jpg: expected a .png file name"]),
         (["c.txt", "--task", "classification", "--json", "c.txt"], {"c.txt": "1 a\n0 b\n"}, ["--json c.txt: expected a .json file name"]),

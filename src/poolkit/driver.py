@@ -178,12 +178,12 @@ def sequence_vectors(
     """Every sequence recipe for one batch: float32 ``(B, D_r)`` NumPy, batch row order.
 
     Each distinct (layers, special-token choice) view is pooled by one
-    :func:`poolkit.sequence_embedding` call over all the names it needs; a recipe's parts
+    :func:`poolkit.sequence.pool_named` call (the recipe validated the names) over all the names it needs; a recipe's parts
     are concatenated in its order, then L2-normalised as the recipe resolves it against
     ``model_normalize``. ``empty="raise"`` refuses rows with no token left after dropping
     special tokens; ``"zeros"`` gives zeros there (what ``compare`` scores).
     """
-    from poolkit.sequence import sequence_embedding
+    from poolkit.sequence import pool_named
 
     recipes = list(recipes)
     batch = views.batch
@@ -202,10 +202,10 @@ def sequence_vectors(
         hidden = views[owner[key]]
         drop = key[2]
         pooled = to_float32_numpy(
-            sequence_embedding(
+            pool_named(
                 hidden,
                 batch.attention_mask,
-                names,
+                tuple(names),
                 special_tokens_mask=batch.special_tokens_mask if drop else None,
                 exclude_special=drop,
                 empty=empty,  # type: ignore[arg-type]

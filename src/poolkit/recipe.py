@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from poolkit._errors import expected, value_error
+from poolkit.errors import InputError
 from poolkit.layers import LAYER_COMBINATIONS, LAYER_PRESETS
 from poolkit.sequence import SEQUENCE_STRATEGIES
 from poolkit.spans import parse_span_strategy, span_output_dim
@@ -45,7 +46,7 @@ _FORMS = (
 )
 
 
-class RecipeError(ValueError):
+class RecipeError(InputError):
     """A recipe that does not name a valid pooling (one line: the valid forms, the closest)."""
 
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from poolkit.errors import InputError
+
 __all__ = [
     "TASKS",
     "Columns",
@@ -39,7 +41,7 @@ TASKS = ("sts", "classification", "ner", "relation")
 TABLE_SUFFIXES = (".jsonl", ".csv", ".tsv", ".parquet")
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """A task file that cannot be used as given; the message names the file and row."""
 
 

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from poolkit.errors import InputError  # the family's; raised here for unreadable input
+
 __all__ = [
     "INPUT_FORMATS",
     "InputError",
@@ -35,10 +37,6 @@ __all__ = [
 
 INPUT_FORMATS = ("txt", "jsonl", "csv", "tsv", "parquet")
 _ALIASES = {"text": "txt", "json": "jsonl", "ndjson": "jsonl", "pq": "parquet"}
-
-
-class InputError(ValueError):
-    """The input file cannot be read as texts; the message says where and how to fix it."""
 
 
 def input_format(path: str | os.PathLike[str], fmt: str | None = None) -> str:
