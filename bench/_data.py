@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,10 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 def data_dir() -> Path:
-    """``../shared/data`` relative to the project root; raises with a clear message if absent."""
-    path = DATA.resolve()
+    """The data sets: ``$POOLKIT_TEST_DATA`` (as for the tests) or ``../shared/data``."""
+    path = Path(os.environ.get("POOLKIT_TEST_DATA") or DATA).resolve()
     if not path.is_dir():
-        raise SystemExit(f"benchmark data not found: expected {path} (the shared data folder)")
+        raise SystemExit(f"benchmark data not found: expected {path} (set POOLKIT_TEST_DATA)")
     return path
 
 

@@ -20,21 +20,8 @@ settings.register_profile(
 )
 settings.load_profile("poolkit")
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
 
 # --- real model and data (encoder / embed / CLI tests) -------------------------------
-
-
-def read_sts_dev() -> list[str]:
-    """The 3000 sentences of STS-B dev (sentence1, sentence2 per pair, file order)."""
-    import csv
-
-    texts = []
-    with open(DATA / "stsb" / "sts-dev.csv", encoding="utf-8") as f:
-        for fields in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
-            texts.extend(fields[5:7])
-    return texts
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +50,10 @@ def minilm_st(minilm_dir: Path):
 
 @pytest.fixture(scope="session")
 def sts_dev() -> list[str]:
-    return read_sts_dev()
+    """Real sentences: the committed STS-B dev sample, sentence1/sentence2 per pair."""
+    from testdata import sts_sentences
+
+    return sts_sentences()
 
 
 @pytest.fixture(scope="session")

@@ -15,17 +15,18 @@ import numpy as np
 import pytest
 import torch
 from metric_reference import entity_f1_reference
+from scipy.stats import pearsonr, spearmanr
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from test_cli import one_error_line, poolkit
+from testdata import conll_sentences, fixture, full_data, read_sts_pairs
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-STS_REFERENCE = {"mean": 86.72, "max": 82.58, "cls": 79.73}  # shared/data/README.md
+STS_REFERENCE = {"mean": 86.72, "max": 82.58, "cls": 79.73}  # the data sets' README
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, str]) ->
 
 def test_sts_matches_the_published_reference(tmp_path):
     result = poolkit(
-        "compare", str(DATA / "stsb/sts-dev.csv"), "--task", "sts",
+        "compare", str(full_data("stsb/sts-dev.csv")), "--task", "sts",
         "--json", "sts.json", "--plot", "sts.png", "--quiet", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
@@ -121,8 +122,28 @@ def test_sts_matches_the_published_reference(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sts.json", "sts.png"]
 
 
+def test_sts_matches_independent_computation_on_the_committed_sample(tmp_path, hf):
+    sample = fixture("stsb-dev-sample.csv")
+    doc = run_json(tmp_path, "sts.json", str(sample), "--task", "sts", "--strategies", "cls", "max")
+    check_schema(doc, "sts", "spearman", ("spearman", "pearson"))
+    rows = by_key(doc)
+    pairs = read_sts_pairs(sample)
+    gold = [score for score, _, _ in pairs]
+    for strategy, pool in (("cls", lambda h: h[0]), ("max", lambda h: h.max(axis=0))):
+        cos = []
+        for _, a, b in pairs:
+            u, v = (pool(hidden_of(hf, text)[0]) for text in (a, b))
+            cos.append(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
+        assert rows[(strategy, "last")]["spearman"] == pytest.approx(
+            spearmanr(cos, gold).statistic, abs=1e-6
+        )
+        assert rows[(strategy, "last")]["pearson"] == pytest.approx(
+            pearsonr(cos, gold).statistic, abs=1e-6
+        )
+
+
 def test_classification_cv_layers_and_determinism(tmp_path, hf):
-    lines = (DATA / "sst2/stsa.binary.dev").read_text(encoding="utf-8").splitlines()[4::8]
+    lines = fixture("sentiment.txt").read_text(encoding="utf-8").splitlines()
     (tmp_path / "sst2.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     args = ("sst2.txt", "--task", "classification", "--strategies", "cls", "mean", "--layers")
     doc = run_json(tmp_path, "a.json", *args)
@@ -154,25 +175,13 @@ def test_classification_cv_layers_and_determinism(tmp_path, hf):
     assert [k for k, r in rows.items() if r["intended"]] == [("mean", "last")]
 
 
-def _conll_sentences(path: Path, count: int) -> list[list[tuple[str, str]]]:
-    sentences, cur = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            token, tag = line.split("\t")
-            cur.append((token, tag))
-        elif cur:
-            sentences.append(cur)
-            cur = []
-    return sentences[:count]
-
-
 def _write_conll(path: Path, sentences: list[list[tuple[str, str]]]) -> None:
     path.write_text("\n\n".join("\n".join(f"{w}\t{t}" for w, t in s) for s in sentences) + "\n")
 
 
 def test_ner_entity_f1_matches_independent_computation(tmp_path, hf):
-    train = _conll_sentences(DATA / "wnut17/wnut17train.conll", 100)
-    dev = _conll_sentences(DATA / "wnut17/emerging.dev.conll", 40)
+    train = conll_sentences(fixture("wnut17-train-sample.conll"))
+    dev = conll_sentences(fixture("wnut17-dev-sample.conll"))
     _write_conll(tmp_path / "train.conll", train)
     _write_conll(tmp_path / "dev.conll", dev)
     doc = run_json(
@@ -211,9 +220,10 @@ def test_ner_entity_f1_matches_independent_computation(tmp_path, hf):
 
 
 def test_relation_semeval_matches_independent_computation(tmp_path, hf):
-    lines = (DATA / "semeval2010_task8/TRAIN_FILE.TXT").read_text(encoding="utf-8").splitlines()
-    (tmp_path / "train.txt").write_text("\n".join(lines[:600]) + "\n", encoding="utf-8")
-    (tmp_path / "dev.txt").write_text("\n".join(lines[600:840]) + "\n", encoding="utf-8")
+    train_lines = fixture("relations-train.txt").read_text(encoding="utf-8").splitlines()
+    dev_lines = fixture("relations-dev.txt").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "train.txt").write_text("\n".join(train_lines) + "\n", encoding="utf-8")
+    (tmp_path / "dev.txt").write_text("\n".join(dev_lines) + "\n", encoding="utf-8")
     doc = run_json(
         tmp_path, "rel.json", "dev.txt", "--task", "relation", "--train", "train.txt",
         "--strategies", "endpoints", "mean",
@@ -248,8 +258,8 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
             labels.append(block[k + 1].strip())
         return {k: np.stack(v) for k, v in out.items()}, np.array(labels)
 
-    x_train, y_train = examples(lines[:600])
-    x_dev, y_dev = examples(lines[600:840])
+    x_train, y_train = examples(train_lines)
+    x_dev, y_dev = examples(dev_lines)
     rows = by_key(doc)
     for strategy in ("endpoints", "mean"):
         pred = probe(x_train[strategy], y_train, x_dev[strategy])
@@ -263,7 +273,7 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
 @pytest.mark.parametrize(
     ("args", "files", "fragments"),
     [
-        (["all.txt", "--task", "relation"], {}, ["all.txt:12737: label 'Entity-Destination(e2,e1)' has only this one example"]),
+        (["all.txt", "--task", "relation"], {}, ["all.txt:501: label 'Message-Topic(e1,e2)' has only this one example"]),
         (["p.jsonl", "--task", "sts"], {"p.jsonl": '{"sentence1": "a", "score": 1}\n'}, ["missing column 'sentence2' (columns: sentence1, score); pass --sentence2-column"]),
         (["r.jsonl", "--task", "relation"], {"r.jsonl": '{"text": "abc", "spans": [[0, 1], [2, 9]], "label": "x"}\n'}, ["r.jsonl:1: span 2 [2, 9) is outside the text of length 3"]),
         (["c.txt", "--task", "classification"], {"c.txt": "1 good film\n0\n"}, ["c.txt:2: expected `LABEL sentence` (SST-2 format)"]),
@@ -280,7 +290,10 @@ def test_input_errors_are_one_line_with_status_2(tmp_path, args, files, fragment
     for name, text in files.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
     if "all.txt" in args:
-        (tmp_path / "all.txt").symlink_to(DATA / "semeval2010_task8/TRAIN_FILE.TXT")
+        # the committed fixture plus one example whose label occurs nowhere else (line 501)
+        lines = fixture("relations-train.txt").read_text(encoding="utf-8")
+        extra = '9999\t"The <e1>memo</e1> is about the <e2>merger</e2>."\nMessage-Topic(e1,e2)\n'
+        (tmp_path / "all.txt").write_text(lines + extra + "Comment:\n\n", encoding="utf-8")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     one_error_line(poolkit("compare", *args, cwd=tmp_path), 2, *fragments)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written

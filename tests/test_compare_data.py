@@ -10,33 +10,61 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from testdata import conll_sentences, fixture, full_data
 
 from poolkit import InputError
 from poolkit.compare.datasets import Columns, DataError, read_task, strip_markers
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
-
-def test_stsb_native_keeps_first_seven_fields_and_literal_quotes():
-    data = read_task("sts", DATA / "stsb/sts-dev.csv")
-    assert len(data) == 1500
+def test_stsb_native_keeps_first_seven_fields_and_literal_quotes(tmp_path):
+    # The committed sample, plus a line carrying the 2 extra source fields and literal
+    # quotes, as some lines of the full file do.
+    extra = 'main-news\theadlines\t2016\t0281\t5\t"Quoted" words\tA b\tsource\tnote\n'
+    path = tmp_path / "sts.csv"
+    path.write_text(fixture("stsb-dev-sample.csv").read_text(encoding="utf-8") + extra, "utf-8")
+    data = read_task("sts", path)
     # Independent read: split on tabs by hand.
-    lines = (DATA / "stsb/sts-dev.csv").read_text(encoding="utf-8").splitlines()
-    fields = [line.split("\t") for line in lines]
+    fields = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
+    assert len(data) == len(fields) == 168
     assert data.sentence1 == [f[5] for f in fields]
     assert data.sentence2 == [f[6] for f in fields]
     np.testing.assert_array_equal(data.scores, [float(f[4]) for f in fields])
-    assert any('"' in s for s in data.sentence1 + data.sentence2)
+    assert data.sentence1[-1] == '"Quoted" words'
+
+
+def test_stsb_full_dev_file():
+    path = full_data("stsb/sts-dev.csv")
+    data = read_task("sts", path)
+    fields = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
+    assert len(data) == 1500
+    assert data.sentence2 == [f[6] for f in fields]
 
 
 def test_sst2_native():
-    data = read_task("classification", DATA / "sst2/stsa.binary.dev")
+    data = read_task("classification", fixture("sentiment.txt"))
+    lines = fixture("sentiment.txt").read_text(encoding="utf-8").splitlines()
+    assert len(data) == 120 and set(data.labels) == {"0", "1"}
+    assert data.texts == [line.split(" ", 1)[1] for line in lines]
+    assert data.labels == [line.split(" ", 1)[0] for line in lines]
+
+
+def test_sst2_full_dev_file():
+    data = read_task("classification", full_data("sst2/stsa.binary.dev"))
     assert len(data) == 872 and set(data.labels) == {"0", "1"}
     assert data.texts[0] == "one long string of cliches ."
 
 
 def test_conll_sentences_and_tags():
-    data = read_task("ner", DATA / "wnut17/emerging.dev.conll")
+    path = fixture("wnut17-train-sample.conll")  # sentences end at a line holding one tab
+    data = read_task("ner", path)
+    expected = conll_sentences(path)
+    assert len(data) == len(expected) == 100
+    assert data.words == [[w for w, _ in s] for s in expected]
+    assert data.tags == [[t for _, t in s] for s in expected]
+
+
+def test_conll_full_dev_file():
+    data = read_task("ner", full_data("wnut17/emerging.dev.conll"))
     assert len(data) == 1009
     assert sum(map(len, data.words)) == 15733
     assert data.words[0][:3] == ["Stabilized", "approach", "or"]
@@ -44,7 +72,16 @@ def test_conll_sentences_and_tags():
 
 
 def test_semeval_markers_stripped_and_spans_recorded():
-    data = read_task("relation", DATA / "semeval2010_task8/TRAIN_FILE.TXT")
+    data = read_task("relation", fixture("relations-dev.txt"))
+    assert len(data) == 50
+    assert data.texts[0] == "A sudden heat led to the fatigue that followed."
+    assert [data.texts[0][s:e] for s, e in data.spans[0]] == ["heat", "fatigue"]
+    assert data.labels[0] == "Cause-Effect(e1,e2)"
+    assert not any("<e1>" in t or "</e2>" in t for t in data.texts)
+
+
+def test_semeval_full_train_file():
+    data = read_task("relation", full_data("semeval2010_task8/TRAIN_FILE.TXT"))
     assert len(data) == 8000
     assert data.texts[0] == (
         "The system as described above has its greatest application in an arrayed "
@@ -52,7 +89,6 @@ def test_semeval_markers_stripped_and_spans_recorded():
     )
     assert [data.texts[0][s:e] for s, e in data.spans[0]] == ["configuration", "elements"]
     assert data.labels[0] == "Component-Whole(e2,e1)"
-    assert not any("<e1>" in t or "</e2>" in t for t in data.texts)
 
 
 def test_strip_markers_e2_before_e1():

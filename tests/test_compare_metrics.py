@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
 from metric_reference import chunks_by_scanning, entity_f1_reference
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score
+from testdata import fixture
 
 from poolkit.compare.datasets import read_task
 from poolkit.compare.metrics import (
@@ -22,8 +22,6 @@ from poolkit.compare.metrics import (
     spearman,
     token_accuracy,
 )
-
-WNUT_DEV = Path(__file__).resolve().parents[2] / "shared/data/wnut17/emerging.dev.conll"
 
 
 def test_correlations_match_scipy_with_ties():
@@ -85,7 +83,7 @@ def test_entity_f1_matches_independent_reference_on_all_short_tag_sequences():
 
 
 def test_entity_f1_matches_independent_reference_on_wnut_dev_with_noise():
-    data = read_task("ner", WNUT_DEV)
+    data = read_task("ner", fixture("wnut17-dev-sample.conll"))
     tags = sorted({t for s in data.tags for t in s})
     rng = np.random.default_rng(2)
     pred = [[t if rng.random() < 0.8 else rng.choice(tags) for t in s] for s in data.tags]

@@ -8,7 +8,6 @@ plain Python (not poolkit's readers).
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA
+from testdata import sentiment_lines, sts_sentences
 
 from poolkit.ray import Embedder
 
@@ -30,17 +29,6 @@ REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-6  # observed max |difference| across batch compositions: <= 2.8e-7
 
 
-def _sst(path: Path, n: int) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n").split(" ", 1)[1] for line in f][:n]
-
-
-def _sts(path: Path, n: int) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        return [fields[5] for fields in rows][:n]
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     """A folder of three formats (350 real texts) and its texts in sorted-file order."""
@@ -48,9 +36,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     import pyarrow.parquet as pq
 
     folder = tmp_path_factory.mktemp("corpus")
-    a = _sst(DATA / "sst2" / "stsa.binary.dev", 150)
-    b = _sts(DATA / "stsb" / "sts-dev.csv", 100)
-    c = _sts(DATA / "stsb" / "sts-train.csv", 100)
+    sts = sts_sentences()
+    a = [text for _, text in sentiment_lines()][:120]
+    b, c = sts[:115], sts[115:230]
     (folder / "a.txt").write_text("".join(t + "\n" for t in a), encoding="utf-8")
     with open(folder / "b.jsonl", "w", encoding="utf-8") as f:
         for t in b:
@@ -87,9 +75,9 @@ def _rows(table) -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 def _expected_text_ids() -> list[str]:
     return (
-        [f"a.txt:{r}" for r in range(150)]
-        + [f"b.jsonl:{r}" for r in range(100)]
-        + [f"c.parquet:{r}" for r in range(100)]
+        [f"a.txt:{r}" for r in range(120)]
+        + [f"b.jsonl:{r}" for r in range(115)]
+        + [f"c.parquet:{r}" for r in range(115)]
     )
 
 
@@ -105,7 +93,7 @@ def test_library_matches_one_machine(ray_cluster, corpus, reference, minilm_dir)
     folder, texts = corpus
     scanned = Corpus.scan(folder)
     assert [f.name for f in scanned.files] == ["a.txt", "b.jsonl", "c.parquet"]
-    assert scanned.counts == [150, 100, 100]
+    assert scanned.counts == [120, 115, 115]
     ds = embed_dataset(scanned.dataset(block_rows=40), minilm_dir, workers=2, batch_size=40,
                        keep_text=True)  # fmt: skip
     table = _collect(ray_cluster, ds)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import read_sts_dev
+from testdata import sentences
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +83,7 @@ def resumed_texts(stderr: str) -> int:
 def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The input and an uninterrupted run's outputs (.npy)."""
     cwd = tmp_path_factory.mktemp("resume")
-    texts = read_sts_dev()[:N]
+    texts = sentences(N)
     (cwd / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     clean = run(cwd, "in.txt", "clean.npy")
     assert clean.returncode == 0, clean.stderr.decode()

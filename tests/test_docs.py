@@ -1,0 +1,149 @@
+"""Every example in the README and the docs runs as shown.
+
+- ``python`` blocks run (pytest-examples), each in a scratch folder, and every ``print``
+  shows its output on the ``#>`` lines under it.
+- ``console`` blocks: each ``$ command`` runs in a scratch folder that holds the README's
+  ``texts.txt`` and the repository's ``tests/`` (so ``tests/data/...`` paths work as in a
+  clone); its standard output must be the lines shown under it (``...`` matches anything, as
+  in doctest).
+- ``python -m pytest tests/test_docs.py --update-examples`` (pytest-examples' option) rewrites
+  the shown output of both kinds from a real run instead of comparing.
+- The README starts with the install-and-run command and the test command, and CI runs the
+  latter.
+"""
+
+from __future__ import annotations
+
+import doctest
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pytest_examples import CodeExample, EvalExample, find_examples
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", ROOT / "RELIABILITY.md", *sorted((ROOT / "docs").glob("*.md"))]
+TEXTS = "John works at Google.\nA man is playing a guitar.\n"  # the README's texts.txt
+
+
+def _id(example: CodeExample) -> str:
+    return f"{example.path.name}:{example.start_line}"
+
+
+PYTHON = [e for e in find_examples(*DOCS) if e.prefix in ("python", "py")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # a Ray example that deadlocks fails instead of hanging
+@pytest.mark.parametrize("example", PYTHON, ids=_id)
+def test_python_examples_print_what_they_show(example, eval_example: EvalExample, tmp_path):
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        if eval_example.update_examples:
+            eval_example.run_print_update(example)
+        else:
+            eval_example.run_print_check(example)
+    finally:
+        os.chdir(cwd)
+
+
+# --- console blocks ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    path: Path
+    line: int  # 1-based line of the `$ ` in the file
+    command: str
+    shown: str  # the output lines under it, joined with newlines
+
+    def __str__(self) -> str:
+        return f"{self.path.name}:{self.line}"
+
+
+def console_commands(path: Path) -> list[Command]:
+    """Every ``$ command`` of the ``console`` blocks in ``path``, with the output shown."""
+    out = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    inside = False
+    current: list = []
+    for number, line in enumerate(lines, 1):
+        if line.startswith("```"):
+            inside = line.strip() == "```console"
+            if current:
+                out.append(Command(path, current[0], current[1], "\n".join(current[2])))
+                current = []
+            continue
+        if not inside:
+            continue
+        if line.startswith("$ "):
+            if current:
+                out.append(Command(path, current[0], current[1], "\n".join(current[2])))
+            current = [number, line[2:], []]
+        elif current and current[1].endswith("\\") and not current[2]:
+            current[1] = current[1][:-1] + line.strip()
+        elif current:
+            current[2].append(line)
+    return out
+
+
+CONSOLE = [c for path in DOCS for c in console_commands(path)]
+
+
+def _rewrite(command: Command, output: str) -> None:
+    """Replace the lines shown under ``command`` with ``output`` (``--update-examples``)."""
+    # Earlier rewrites may have moved the command: find it again by its text.
+    line = {c.command: c.line for c in console_commands(command.path)}[command.command]
+    lines = command.path.read_text(encoding="utf-8").splitlines(keepends=True)
+    start = line  # index of the line after the `$ ` line (0-based)
+    while lines[start - 1].rstrip().endswith("\\"):
+        start += 1
+    end = start
+    while not lines[end].startswith(("$ ", "```")):
+        end += 1
+    new = [line + "\n" for line in output.splitlines()]
+    command.path.write_text("".join(lines[:start] + new + lines[end:]), encoding="utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", CONSOLE, ids=str)
+def test_console_examples_print_what_they_show(command: Command, tmp_path, request):
+    (tmp_path / "texts.txt").write_text(TEXTS, encoding="utf-8")
+    (tmp_path / "tests").symlink_to(ROOT / "tests")
+    bin_dir = Path(sys.executable).parent  # the `poolkit` script of this environment
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        command.command, shell=True, cwd=tmp_path, env=env, capture_output=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    output = result.stdout.decode().rstrip("\n")
+    if request.config.getoption("--update-examples") and output != command.shown:
+        _rewrite(command, output)
+        return
+    checker = doctest.OutputChecker()
+    assert checker.check_output(command.shown + "\n", output + "\n", doctest.ELLIPSIS), (
+        f"{command}: `{command.command}` printed\n{output}\n\nbut the docs show\n{command.shown}"
+    )
+
+
+# --- the first two commands ---------------------------------------------------------------
+
+
+def test_readme_starts_with_install_and_test_commands():
+    first = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    run_line, test_line = first.group(1).splitlines()[:2]
+    assert "pip install" in run_line and "poolkit embed" in run_line
+    test_command = test_line.split("&&")[-1].strip()
+    assert test_command == "python -m pytest -q"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_command in ci, f"CI must run the README's test command: {test_command}"
+
+
+def test_the_readme_outputs_are_ignored_by_git():
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert "/texts.txt" in ignored and "/vectors.npy" in ignored

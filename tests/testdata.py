@@ -1,0 +1,94 @@
+"""Where the tests find their data: committed fixtures, and the full data sets.
+
+- ``fixture(name)``: a small file committed under ``tests/data/`` (source, licence and how
+  each was cut: ``tests/data/README.md``). Every test that only needs *some* real text uses
+  these, so the suite passes in a fresh clone.
+- ``full_data(relative)``: a file of the full public data sets, read from the folder named by
+  ``POOLKIT_TEST_DATA`` (default: ``../shared/data`` beside the repository). When it is absent
+  the calling test is skipped with one reason, ``needs the data sets (set POOLKIT_TEST_DATA)``.
+  Only tests whose point is a full-data reference figure use it; ``.ci/run`` sets it.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "data"
+SKIP_REASON = "needs the data sets (set POOLKIT_TEST_DATA)"
+
+
+def data_root() -> Path:
+    """The folder of the full data sets: ``$POOLKIT_TEST_DATA`` or ``../shared/data``."""
+    return Path(os.environ.get("POOLKIT_TEST_DATA") or ROOT.parent / "shared" / "data")
+
+
+def full_data(relative: str) -> Path:
+    """``data_root() / relative``; skips the calling test when the file is not there."""
+    path = data_root() / relative
+    if not path.is_file():
+        pytest.skip(SKIP_REASON)
+    return path
+
+
+def fixture(name: str) -> Path:
+    """A committed fixture under ``tests/data/``."""
+    path = FIXTURES / name
+    assert path.is_file(), f"missing fixture {path}; see tests/data/README.md"
+    return path
+
+
+def read_sts_pairs(path: Path) -> list[tuple[float, str, str]]:
+    """(score, sentence1, sentence2) per line of an STS-B file (first 7 fields, no quoting)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return [
+            (float(r[4]), r[5], r[6]) for r in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        ]
+
+
+def sts_sentences(path: Path | None = None) -> list[str]:
+    """sentence1, sentence2 of each STS-B pair, in file order (default: the committed sample)."""
+    pairs = read_sts_pairs(path or fixture("stsb-dev-sample.csv"))
+    return [s for _, a, b in pairs for s in (a, b)]
+
+
+def sentiment_lines() -> list[tuple[str, str]]:
+    """(label, sentence) of the committed SST-2-format fixture."""
+    lines = fixture("sentiment.txt").read_text(encoding="utf-8").splitlines()
+    return [tuple(line.split(" ", 1)) for line in lines]  # type: ignore[misc]
+
+
+def conll_sentences(path: Path, count: int | None = None) -> list[list[tuple[str, str]]]:
+    """[(token, tag), ...] per sentence of a CoNLL file; a blank (or blank-looking) line ends one."""
+    sentences, current = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            token, tag = line.split("\t")
+            current.append((token, tag))
+        elif current:
+            sentences.append(current)
+            current = []
+    if current:
+        sentences.append(current)
+    return sentences[:count]
+
+
+def sentences(n: int) -> list[str]:
+    """``n`` distinct real sentences from the fixtures, in a fixed order.
+
+    The STS-B sample and the sentiment fixture first; past those, pairs of them joined
+    (sentence ``i`` then sentence ``i + k``, for k = 1, 2, ...), so a long job still reads
+    real text.
+    """
+    base = list(dict.fromkeys([*sts_sentences(), *(s for _, s in sentiment_lines())]))
+    out = base[:n]
+    k = 1
+    while len(out) < n:
+        out += [f"{a} {base[(i + k) % len(base)]}" for i, a in enumerate(base)][: n - len(out)]
+        k += 1
+    assert len(set(out)) == n
+    return out
