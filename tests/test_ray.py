@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from testdata import sentiment_lines, sts_sentences
+from testdata import fixture, read_sts_pairs, sentiment_lines, sts_pairs_table, sts_sentences
 
 from poolkit.ray import Embedder
 
@@ -306,7 +306,6 @@ def test_ray_client_address_without_grpc(tmp_path):
 
 # ---------------------------------------------------------------- every embed flag, on Ray
 
-FLAG_DATA = REPO / "tests" / "data" / "recipe_sts.tsv"
 # How each `poolkit embed` option is treated under --engine ray, and the run proving it.
 # The walk below fails for an option of the parser that is missing here.
 RAY_TREATMENT = {
@@ -344,9 +343,10 @@ def _vectors(path: Path, column: str) -> np.ndarray:
 
 
 def _ray_and_local(
-    tmp_path: Path, name: str, address: str, *flags: str, data: Path = FLAG_DATA
+    tmp_path: Path, name: str, address: str, *flags: str, data: Path | None = None
 ) -> tuple:
     """The same command on one machine (Parquet file) and on Ray (folder): both results."""
+    data = data or sts_pairs_table(tmp_path / "pairs.tsv")
     local = _poolkit("embed", str(data), "-o", str(tmp_path / f"{name}.parquet"), *flags)
     assert local.returncode == 0, local.stderr
     ray_out = tmp_path / name
@@ -360,13 +360,13 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     assert _embed_options() == set(RAY_TREATMENT)
     address = ray_cluster.get_runtime_context().gcs_address
     # run_a: every pooling, reading and encoder flag at a non-default value. The Ray blocks
-    # (100 rows / 4) and the local chunks are the same 25 texts, so batches match too.
+    # (167 rows / 4) and the local chunks are the same 42 texts, so batches match too.
     # The data under a .txt name: only an honoured --input-format reads it as a table.
-    (tmp_path / "pairs.txt").write_bytes(FLAG_DATA.read_bytes())
+    sts_pairs_table(tmp_path / "pairs.txt")
     flags = ["--text-column", "sentence2", "--input-format", "tsv", "-s", "cls+mean", "max",
              "--layers", "last4", "--exclude-special", "--no-normalize", "--max-length", "12",
              "--batch-tokens", "96", "--long-text", "chunk", "--device", "cpu", "--dtype",
-             "float32", "--chunk-size", "25", "--model", str(minilm_dir), "--quiet"]  # fmt: skip
+             "float32", "--chunk-size", "42", "--model", str(minilm_dir), "--quiet"]  # fmt: skip
     local, ray_out, remote = _ray_and_local(tmp_path, "a", address, *flags,
                                             data=tmp_path / "pairs.txt")  # fmt: skip
     assert remote.stderr == ""  # --quiet
@@ -376,34 +376,37 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     # The flags changed the vectors (so an ignored flag could not pass): plain `mean` differs.
     import poolkit
 
-    texts = [line.split("\t")[1] for line in FLAG_DATA.read_text("utf-8").splitlines()[1:]]
+    texts = [b for _, _, b in read_sts_pairs(fixture("stsb-dev-sample.csv"))]
     plain = poolkit.embed(texts[:5], minilm_dir, "cls+mean")
     assert np.abs(_vectors(local, "cls+mean")[:5] - plain).max() > 0.05
 
     # run_b: --recipe, and --overwrite replacing run_b's folder.
     local, ray_out, _ = _ray_and_local(tmp_path, "b", address, "--recipe",
-                                       "mean_no_special@first_last/raw", "--chunk-size", "25")  # fmt: skip
+                                       "mean_no_special@first_last/raw", "--chunk-size", "42",
+                                       "--text-column", "sentence1")  # fmt: skip
     col = "mean_no_special@first_last/raw"
     assert np.abs(_vectors(ray_out, col) - _vectors(local, col)).max() < TOL
-    again = _poolkit("embed", str(FLAG_DATA), "-o", str(ray_out), "--recipe", "cls",
-                     "--engine", "ray", "--address", address, "--overwrite", "--quiet")  # fmt: skip
+    again = _poolkit("embed", str(tmp_path / "pairs.tsv"), "-o", str(ray_out), "--recipe", "cls",
+                     "--text-column", "sentence1", "--engine", "ray", "--address", address, "--overwrite", "--quiet")  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert sorted(_vectors_columns(ray_out)) == ["cls", "id", "text_id"]
 
     # run_c: the ONNX backend with int8 on the workers, as on one machine.
     local, ray_out, _ = _ray_and_local(tmp_path, "c", address, "--backend", "onnx",
-                                       "--quantize", "int8", "--chunk-size", "25")  # fmt: skip
+                                       "--quantize", "int8", "--chunk-size", "42",
+                                       "--text-column", "sentence1")  # fmt: skip
     int8 = _vectors(local, "mean")
     assert np.abs(_vectors(ray_out, "mean") - int8).max() < 1e-4
-    fp32 = poolkit.embed(texts, minilm_dir, "mean")
+    fp32 = poolkit.embed([a for _, a, _ in read_sts_pairs(fixture("stsb-dev-sample.csv"))],
+                         minilm_dir, "mean")  # fmt: skip
     assert np.abs(int8 - fp32).max() > 1e-3  # int8 is visibly not the torch run
 
     # Refused with one line: --resume (Ray retries blocks itself); --debug shows the traceback.
-    refused = _poolkit("embed", str(FLAG_DATA), "-o", str(tmp_path / "r"), "--engine", "ray",
+    refused = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", str(tmp_path / "r"), "--engine", "ray",
                        "--resume")  # fmt: skip
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert refused.stderr.startswith("poolkit: error: --resume works with --engine local only")
-    debug = _poolkit("embed", str(FLAG_DATA), "-o", str(tmp_path / "r"), "--engine", "ray",
+    debug = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", str(tmp_path / "r"), "--engine", "ray",
                      "--resume", "--debug")  # fmt: skip
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 

@@ -1,8 +1,9 @@
 """Every row `poolkit compare` scores can be embedded: `poolkit embed --recipe NAME` writes
 the vectors compare scored, so the row's figure is recomputed from the embedded files.
 
-The real CLI (subprocesses), the real model, and 100 real STS-B pairs (tests/data). The
-metric is recomputed independently here (cosine per pair, then SciPy's Spearman/Pearson).
+The real CLI (subprocesses), the real model, and the 167 STS-B pairs committed under
+tests/data, written here as a `sentence1, sentence2, score` table that both commands read.
+The metric is recomputed independently (cosine per pair, then SciPy's Spearman/Pearson).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 from scipy.stats import pearsonr, spearmanr
 from test_cli import one_error_line, poolkit
+from testdata import fixture, read_sts_pairs, sts_pairs_table
 
 pytestmark = pytest.mark.slow
-
-DATA = Path(__file__).parent / "data" / "recipe_sts.tsv"
+DATA = "pairs.tsv"  # written into each test's folder by write_pairs_table
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -28,18 +29,16 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def gold_scores() -> np.ndarray:
-    import csv
-
-    with DATA.open(encoding="utf-8", newline="") as f:
-        return np.array([float(r["score"]) for r in csv.DictReader(f, delimiter="\t")])
+    return np.array([score for score, _, _ in read_sts_pairs(fixture("stsb-dev-sample.csv"))])
 
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
     """compare on the fixture with every default strategy at every layer variant."""
     cwd = tmp_path_factory.mktemp("recipe_cli")
+    sts_pairs_table(cwd / DATA)
     r = poolkit(
-        "compare", str(DATA), "--task", "sts", "--layers", "--json", "sts.json", "--quiet",
+        "compare", DATA, "--task", "sts", "--layers", "--json", "sts.json", "--quiet",
         cwd=cwd,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr.decode()
@@ -56,7 +55,7 @@ def test_every_compare_row_embeds_to_the_vectors_compare_scored(compared) -> Non
     assert table_names == names
     for column in ("sentence1", "sentence2"):
         r = poolkit(
-            "embed", str(DATA), "--text-column", column, "-o", f"{column}.parquet",
+            "embed", DATA, "--text-column", column, "-o", f"{column}.parquet",
             "--recipe", *names, "--quiet", cwd=cwd,
         )  # fmt: skip
         assert r.returncode == 0, r.stderr.decode()
@@ -78,7 +77,7 @@ def test_one_recipe_to_npy_reproduces_its_row(compared, name: str) -> None:
     vectors = []
     for column in ("sentence1", "sentence2"):
         out = f"{name.replace('@', '_').replace('+', '_')}_{column}.npy"
-        r = poolkit("embed", str(DATA), "--text-column", column, "-o", out, "--recipe", name,
+        r = poolkit("embed", DATA, "--text-column", column, "-o", out, "--recipe", name,
                     "--quiet", cwd=cwd)  # fmt: skip
         assert r.returncode == 0, r.stderr.decode()
         vectors.append(np.load(cwd / out))
@@ -95,7 +94,7 @@ def test_the_table_ends_with_the_command_that_embeds_the_winner(compared) -> Non
     winner = doc["results"][0]
     assert argv[:2] == ["poolkit", "embed"] and argv[argv.index("--recipe") + 1] == winner["recipe"]
     # Run it as printed, on each column of the data: the winner's figure comes back.
-    argv[argv.index("INPUT")] = str(DATA)
+    argv[argv.index("INPUT")] = DATA
     vectors = []
     for column in ("sentence1", "sentence2"):
         argv[argv.index("-o") + 1] = f"winner_{column}.npy"
@@ -122,5 +121,6 @@ def test_bad_recipes_are_one_line_with_status_2(tmp_path: Path, args, fragments)
 
 
 def test_compare_names_the_strategies_flag(tmp_path: Path) -> None:
-    r = poolkit("compare", str(DATA), "--task", "sts", "--strategies", "meen", cwd=tmp_path)
+    sts_pairs_table(tmp_path / DATA)
+    r = poolkit("compare", DATA, "--task", "sts", "--strategies", "meen", cwd=tmp_path)
     one_error_line(r, 2, "`--strategies` to be", "Closest valid name: mean.")
