@@ -328,7 +328,7 @@ def _embed_options() -> set[str]:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     embed = sub.choices["embed"]
     return {
-        (max(a.option_strings, key=len) if a.option_strings else a.dest)
+        (next(o for o in a.option_strings if o.startswith("--")) if a.option_strings else a.dest)
         for a in embed._actions
         if not isinstance(a, argparse._HelpAction)
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from reference import sequence_reference
 
@@ -82,8 +82,7 @@ def test_matches_per_row_reference(kind, dtype, strategy, data):
 def test_exclude_special_matches_reference(kind, strategy, data):
     hidden, mask, special = data
     keep_rows = [i for i in range(len(mask)) if (mask[i].astype(bool) & ~special[i]).any()]
-    if not keep_rows:
-        return
+    assume(keep_rows)  # rows left with a token; all-empty batches are tested elsewhere
     hidden, mask, special = hidden[keep_rows], mask[keep_rows], special[keep_rows]
     x = as_kind(hidden, kind, "float32")
     out = sequence_embedding(x, mask, strategy, special_tokens_mask=special, exclude_special=True)
