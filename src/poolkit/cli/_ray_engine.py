@@ -76,11 +76,15 @@ def _check_output(output: str, overwrite: bool) -> None:
 
 def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
     level = logging.WARNING if quiet else logging.INFO
+    # --quiet: Ray Data's execution notes (INFO) and the workers' forwarded logs stay out
+    # of stderr too, so the command prints only warnings and errors.
+    logging.getLogger("ray.data").setLevel(level)
+    options: dict[str, Any] = {"logging_level": level, "log_to_driver": not quiet}
     if address is None:
         # Ray sizes a local instance to the CPUs this process may use (cgroups included).
-        ray.init(include_dashboard=False, logging_level=level)
+        ray.init(include_dashboard=False, **options)
     else:
-        ray.init(address=address, logging_level=level)
+        ray.init(address=address, **options)
 
 
 def _verify(tmp: str, total: int) -> tuple[int, dict[str, int]]:
