@@ -464,11 +464,11 @@ def test_each_strategy_is_parsed_once_on_the_ray_path(ray_cluster, minilm_dir, t
 
     import pyarrow as pa
 
-    from poolkit.cli._recipe_args import recipes_from_args
-    from poolkit.ray import embed_dataset
-
     # The actors cannot import this test module: ship its spy class by value.
     from ray import cloudpickle
+
+    from poolkit.cli._recipe_args import recipes_from_args
+    from poolkit.ray import embed_dataset
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     driver: dict[str, int] = {}
