@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from clitools import one_error_line, poolkit
 
 pytestmark = pytest.mark.slow
 
 TEXTS = ["John works at Google", "A cat sat on the mat.", "hello world"]
-
-
-def poolkit(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "poolkit.cli", *args],
-        cwd=cwd, input=stdin, capture_output=True, timeout=300,
-    )  # fmt: skip
-
-
-def one_error_line(result: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
-    err = result.stderr.decode()
-    assert result.returncode == code, err
-    assert "Traceback" not in err and err.count("\n") == 1 and err.startswith("poolkit: error: ")
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
 
 
 @pytest.fixture(scope="module")

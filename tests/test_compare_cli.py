@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from clitools import one_error_line, poolkit
 from metric_reference import entity_f1_reference
 from scipy.stats import pearsonr, spearmanr
 from sklearn.linear_model import LogisticRegression
@@ -21,7 +22,6 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from test_cli import one_error_line, poolkit
 from testdata import conll_sentences, fixture, full_data, read_sts_pairs
 
 pytestmark = pytest.mark.slow

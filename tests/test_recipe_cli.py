@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from clitools import one_error_line, poolkit
 from scipy.stats import pearsonr, spearmanr
-from test_cli import one_error_line, poolkit
 from testdata import fixture, read_sts_pairs, sts_pairs_table
 
 pytestmark = pytest.mark.slow
