@@ -40,7 +40,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from sentence_transformers.models import Pooling
+    try:  # sentence-transformers >= 6: the old path still works but warns
+        from sentence_transformers.sentence_transformer.modules import Pooling
+    except ImportError:
+        from sentence_transformers.models import Pooling  # type: ignore[no-redef]
 
     rng = np.random.default_rng(args.seed)
     lengths = rng.integers(1, args.length + 1, size=args.batch)

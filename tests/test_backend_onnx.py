@@ -218,10 +218,10 @@ def test_clear_error_without_onnxruntime(tmp_path, minilm_dir):
     )
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(
-        "ImportError: The ONNX backend needs onnxruntime, which is not installed."
+    assert last == (
+        "poolkit._errors.MissingExtraError: The ONNX backend needs onnxruntime, which is not "
+        "installed: pip install 'poolkit[onnx]'"
     )
-    assert "pip install 'poolkit[onnx]'" in last
     assert not (tmp_path / "onnx").exists()
 
 

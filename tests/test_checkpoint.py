@@ -16,6 +16,8 @@ from poolkit.io.checkpoint import (
     texts_digest,
     work_dir_for,
 )
+from poolkit.io.diskfull import DiskFullError
+from poolkit.io.integrity import IntegrityWarning
 from poolkit.io.writers import open_writer
 
 SETTINGS = {"model_files": {"config.json": "ab", "model.safetensors": "cd"},
@@ -177,7 +179,7 @@ def test_failed_commit_leaves_no_chunk(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", no_space)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(DiskFullError, match=r"chunk-00000000-.*no space left.*it needs 1\.\d kB"):
         commit(cp, 0, ["mean"])
     monkeypatch.undo()
     assert cp.done == set() and os.listdir(work_dir_for(out)) == ["lock", "manifest.json"]
@@ -255,3 +257,35 @@ def test_model_fingerprint_sees_every_file(tmp_path):
     second = model_fingerprint(tmp_path)
     assert second["config.json"] == first["config.json"]
     assert second["1_Pooling/config.json"] != first["1_Pooling/config.json"]
+
+
+def test_chunk_damaged_after_the_resume_check_is_caught_when_publishing(tmp_path):
+    out = tmp_path / "out.npy"
+    cp = Checkpoint.open(out, SETTINGS, resume=False)
+    for k in range(len(TEXTS)):
+        commit(cp, k, ["mean"])
+    cp.close()
+    cp = Checkpoint.open(out, SETTINGS, resume=True)  # all four verified here
+    path = sorted(work_dir_for(out).glob("chunk-00000002-*.npz"))[0]
+    data = bytearray(path.read_bytes())
+    data[-200] ^= 0x01  # one bit, after the check
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=rf"{path.name}: checkpoint chunk damaged after"):
+        cp.publish(len(TEXTS), ["mean"], overwrite=False)
+    cp.close()
+    assert not out.exists() and not path.exists()
+    with pytest.warns(IntegrityWarning, match="missing chunks 2; they will be recomputed"):
+        cp = Checkpoint.open(out, SETTINGS, resume=True)
+    assert cp.done == {0, 1, 3}
+    cp.close()
+
+
+def test_chunk_file_name_is_the_sha256_of_its_bytes(tmp_path):
+    import hashlib
+
+    out = tmp_path / "out.npy"
+    cp = Checkpoint.open(out, SETTINGS, resume=False)
+    commit(cp, 0, ["mean"])
+    cp.close()
+    (path,) = work_dir_for(out).glob("chunk-*.npz")
+    assert path.name == f"chunk-00000000-{hashlib.sha256(path.read_bytes()).hexdigest()}.npz"

@@ -38,7 +38,9 @@ def make(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, kind: str
         x.flat[rng.integers(x.size)] = -np.inf
     if kind == "numpy":
         return x.astype("float32" if dtype == "bfloat16" else dtype)
-    return torch.from_numpy(x).to(getattr(torch, dtype))
+    t = torch.from_numpy(x).to(getattr(torch, dtype))
+    # tensors that need a gradient take the vectorised path
+    return t.requires_grad_(True) if kind == "torch_grad" and t.is_floating_point() else t
 
 
 @st.composite
@@ -49,7 +51,7 @@ def hostile(draw: st.DrawFn):
     shape = (b, length, hid) if batched else (length, hid)
     if draw(st.integers(0, 9)) == 0:
         shape = shape[1:] or (3,)  # wrong rank
-    kind = draw(st.sampled_from(["numpy", "torch"]))
+    kind = draw(st.sampled_from(["numpy", "torch", "torch_grad"]))
     hidden = make(
         rng,
         shape,
@@ -70,6 +72,8 @@ def hostile(draw: st.DrawFn):
     spans = rng.integers(-2, max(length, 1) + 2, size=span_shape)
     word_len = length + draw(st.sampled_from([0, 0, 0, 1, -1]))
     word_ids = rng.integers(-1, 3, size=(*lead[:-1], max(word_len, 0)))
+    if kind == "torch_grad":  # index inputs as tensors too: planned on the device
+        mask, spans, word_ids = (torch.as_tensor(a) for a in (mask, spans, word_ids))
     return {"hidden": hidden, "mask": mask, "spans": spans, "word_ids": word_ids, "kind": kind}
 
 
@@ -139,7 +143,9 @@ def test_span_embeddings(case, strategy):
 def test_layer_mix(case, layers):
     h = case["hidden"]
     finite = h.dtype in (torch.int64, torch.bool) or bool(
-        np.isfinite(np.asarray(h.float() if isinstance(h, torch.Tensor) else h, dtype=float)).all()
+        np.isfinite(
+            np.asarray(h.detach().float() if isinstance(h, torch.Tensor) else h, float)
+        ).all()
     )
     args = ("hidden_states", "layers", "how")
     if finite:

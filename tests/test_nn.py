@@ -18,15 +18,17 @@ def batch():
     return hidden, mask
 
 
-def test_pooler_is_the_functional_rule(batch):
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("grad", [False, True])
+def test_pooler_matches_the_float64_reference(batch, check, grad):
     hidden, mask = batch
-    pooler = Pooler("cls+mean")
-    # Against the row-by-row reference, not the function the module calls.
-    h, m = hidden.double().numpy(), mask.numpy()
-    want = np.concatenate([sequence_reference(h, m, "cls"), sequence_reference(h, m, "mean")], 1)
-    np.testing.assert_allclose(pooler(hidden, mask).numpy(), want, rtol=1e-5, atol=1e-6)
-    assert pooler.output_dim(8) == 16
-    assert "cls+mean" in repr(pooler)
+    pooler = Pooler("cls+mean+max", check=check)
+    out = pooler(hidden.clone().requires_grad_(grad), mask).detach().numpy()
+    h64, m = hidden.double().numpy(), mask.numpy()
+    want = np.concatenate([sequence_reference(h64, m, s) for s in ("cls", "mean", "max")], -1)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    assert pooler.output_dim(8) == 24
+    assert "cls+mean+max" in repr(pooler)
 
 
 def test_attention_pooler_softmax_over_real_tokens(batch):
@@ -41,16 +43,21 @@ def test_attention_pooler_softmax_over_real_tokens(batch):
     out.sum().backward()
     assert pooler.scorer.weight.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="Row 0 of `mask` has no real token"):
+        pooler(hidden[:1], torch.zeros(1, 6, dtype=torch.long))
+    with pytest.raises(TypeError, match="Expected `mask` to be a bool or integer 0/1 array"):
         pooler(hidden[:1], torch.zeros(1, 6))
 
 
-def test_word_pooler(batch):
+@pytest.mark.parametrize("check", [True, False])
+def test_word_pooler_matches_the_reference(batch, check):
     hidden, _ = batch
     ids = [[None, 0, 0, 1, 2, None]] * 3
-    # Words 0, 1, 2 are tokens 1..2, 3 and 4: the mean of each, written out.
-    h = hidden.double().numpy()
-    want = np.stack([h[:, 1:3].mean(1), h[:, 3], h[:, 4]], axis=1)
-    np.testing.assert_allclose(WordPooler("mean")(hidden, ids).numpy(), want, rtol=1e-5, atol=1e-6)
+    out = WordPooler("mean", check=check)(hidden.requires_grad_(True), ids).detach().numpy()
+    words = [(1, 2), (3, 3), (4, 4)]  # inclusive token spans of words 0, 1, 2
+    for b in range(3):
+        for w, (start, end) in enumerate(words):
+            want = span_reference(hidden[b].detach().double().numpy(), start, end, "mean")
+            np.testing.assert_allclose(out[b, w], want, rtol=1e-5, atol=1e-6)
     assert WordPooler("first_last").output_dim(8) == 16
     with pytest.raises(ValueError, match="Expected `strategy` to be one of first"):
         WordPooler("avg")

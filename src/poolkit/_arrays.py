@@ -153,3 +153,103 @@ def cpu_fast_path(x: Array, *others: Array | None) -> tuple[list[Array | None], 
 
 def _identity(x: Array) -> Array:
     return x
+
+
+def dense_path(x: Array, *others: Array | None) -> bool:
+    """True when ``x`` takes the vectorised torch path instead of the per-row one.
+
+    That is a torch ``x`` that (or another torch input that) needs a gradient while grad
+    mode is on, lives on an accelerator or is bfloat16, or any input under
+    ``torch.compile``. The vectorised path runs a fixed number of tensor operations
+    whatever the batch size and never copies data to the host inside the computation.
+    """
+    if not array_api_compat.is_torch_array(x):
+        return False
+    import torch
+
+    if torch.compiler.is_compiling():
+        return True
+    grad = torch.is_grad_enabled()
+    return any(
+        a.device.type != "cpu" or a.dtype == torch.bfloat16 or (grad and a.requires_grad)
+        for a in (x, *others)
+        if a is not None and array_api_compat.is_torch_array(a)
+    )
+
+
+class Checks:
+    """Data-dependent validations of the vectorised path, read back in one host sync.
+
+    Each check is a 0-d bool tensor that is True when the input is bad, and a function
+    that raises the precise error (it may copy to the host: it only runs on failure).
+    ``run`` copies all flags at once, so a forward pass syncs once, not once per check.
+    """
+
+    def __init__(self) -> None:
+        self._items: list[tuple[Any, Any]] = []
+
+    def add(self, failed: Any, fail: Any) -> None:
+        self._items.append((failed, fail))
+
+    def run(self) -> None:
+        if not self._items:
+            return
+        import torch
+
+        flags = torch.stack([f for f, _ in self._items]).cpu().tolist()  # the one sync
+        for flag, (_, fail) in zip(flags, self._items, strict=True):
+            if flag:
+                fail()
+        self._items.clear()
+
+
+def device_mask(
+    mask: Any, shape: tuple[int, ...], like: Any, arg: str, checks: Checks | None
+) -> Any:
+    """A 0/1 mask of ``shape`` as a bool tensor on ``like``'s device.
+
+    Torch masks are checked on their device (the 0/1 test is deferred to ``checks``,
+    skipped when it is None); anything else is validated on the host by ``host_mask``,
+    which needs no device sync, then moved over.
+    """
+    import torch
+
+    if not isinstance(mask, torch.Tensor):
+        return torch.as_tensor(host_mask(mask, shape, arg), device=like.device)
+    if mask.dtype != torch.bool:
+        if mask.dtype.is_floating_point or mask.dtype.is_complex:
+            type_error(
+                arg,
+                "a bool or integer 0/1 array",
+                f"dtype {dtype_name(mask)}",
+                "Pass the tokenizer's mask as it is (int64) or as bool.",
+            )
+    if tuple(mask.shape) != shape:
+        value_error(
+            arg,
+            f"of shape {shape} (the leading dimensions of `hidden`)",
+            f"shape {tuple(mask.shape)}",
+        )
+    if mask.dtype == torch.bool:
+        return mask.to(like.device)
+    if checks is not None:
+        checks.add(((mask != 0) & (mask != 1)).any(), lambda: host_mask(mask, shape, arg))
+    return (mask != 0).to(like.device)
+
+
+def finite_check(checks: Checks | None, out: Any, arg: str = "hidden") -> None:
+    """Defer ``check_finite`` of a torch result to ``checks``."""
+    if checks is not None:
+        import torch
+
+        checks.add(
+            ~torch.isfinite(out).all(),
+            lambda: check_finite(array_api_compat.array_namespace(out), out, arg),
+        )
+
+
+def result_dtype(x: Any) -> Any:
+    """float64 for float64 torch input, else float32 (see ``float_hidden``)."""
+    import torch
+
+    return torch.float64 if x.dtype == torch.float64 else torch.float32

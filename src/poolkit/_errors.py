@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+from poolkit.errors import MissingDependencyError
+
+# The family's kind for a missing optional dependency (poolkit.MissingDependencyError).
+MissingExtraError = MissingDependencyError
+
 
 def expected(arg: str, what: str, got: object, fix: str = "") -> str:
     """Build the standard message: names the argument, the expectation and the input."""
@@ -28,3 +33,24 @@ def short_list(items: object, limit: int = 8) -> str:
     seq = list(items)  # type: ignore[call-overload]
     head = ", ".join(str(x) for x in seq[:limit])
     return head if len(seq) <= limit else f"{head}, ... ({len(seq) - limit} more)"
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` in the right number: "1 text", "2 texts", "1 CPU"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+# The family's kind for a missing optional dependency (poolkit.MissingDependencyError).
+
+
+def missing_extra(feature: str, package: str, extra: str) -> str:
+    """The one line for a missing optional dependency: what needs what, and the fix."""
+    return f"{feature} needs {package}, which is not installed: pip install 'poolkit[{extra}]'"
+
+
+def with_flags(message: str, flags: dict[str, str]) -> str:
+    """``message`` with each argument name written `name` replaced by its command-line flag:
+    library messages name arguments, the command line names flags."""
+    for name, flag in flags.items():
+        message = message.replace(f"`{name}`", flag)
+    return message

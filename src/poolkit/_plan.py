@@ -7,6 +7,7 @@ over ``(B, L, H)`` hidden states then touch only each row's real segment.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,3 +53,63 @@ def plan_rows(keep: np.ndarray) -> RowPlan:
         last = np.where(count > 0, length - 1 - keep[:, ::-1].argmax(axis=1), -1).astype(np.int64)
     holes = (count > 0) & (last - first + 1 != count)
     return RowPlan(keep=keep, first=first, last=last, count=count, holes=holes)
+
+
+# Device-side planning for the vectorised torch path: the same quantities as above, as
+# tensors on the hidden states' own device, with a fixed number of operations and no
+# host copy, so index planning never synchronises an accelerator.
+
+
+def row_bounds(keep: Any) -> tuple[Any, Any, Any]:
+    """``(first, last, count)`` of each row of a ``(B, L)`` bool tensor, int64 ``(B,)``.
+
+    Empty rows give ``first = L`` and ``last = -1`` (clamp before gathering).
+    """
+    import torch
+
+    length = keep.shape[1]
+    pos = torch.arange(length, device=keep.device)
+    first = torch.where(keep, pos, length).amin(dim=1) if length else keep.sum(1) * 0
+    last = torch.where(keep, pos, -1).amax(dim=1) if length else keep.sum(1) * 0 - 1
+    return first, last, keep.sum(dim=1)
+
+
+def span_problems(start: Any, end: Any, padded: Any, length: int, real: Any | None) -> Any:
+    """0-d bool tensor: some live span is negative, reversed, past ``L`` or over padding."""
+    import torch
+
+    live = ~padded
+    bad = (start < 0) | (end < 0) | (start > end) | (end >= length)
+    if real is not None and length:
+        prefix = torch.nn.functional.pad(torch.cumsum(real.long(), dim=1), (1, 0))
+        s_c, e_c = start.clamp(0, length - 1), end.clamp(0, length - 1)
+        inside = prefix.gather(1, e_c + 1) - prefix.gather(1, s_c)
+        bad = bad | (inside != e_c - s_c + 1)
+    return (live & bad).any()
+
+
+def device_word_spans(ids: Any, num_words: int) -> tuple[Any, Any]:
+    """Word spans ``(B, W, 2)`` from word ids ``(B, L)`` (-1 = no word), on their device.
+
+    Returns the spans (``[-1, -1]`` for a word without sub-tokens) and a 0-d bool tensor
+    that is True when an id is below -1 or >= ``num_words``, or a word's sub-tokens are
+    not adjacent (``word_spans`` on the host then names the problem).
+    """
+    import torch
+
+    b, length = ids.shape
+    pos = torch.arange(length, device=ids.device).expand(b, length)
+    word = torch.where((ids >= 0) & (ids < num_words), ids, num_words)  # num_words = dump slot
+    size = (b, num_words + 1)
+    first = torch.full(size, length, device=ids.device).scatter_reduce(1, word, pos, "amin")
+    last = torch.full(size, -1, device=ids.device).scatter_reduce(1, word, pos, "amax")
+    count = torch.zeros(size, dtype=torch.long, device=ids.device).scatter_add(
+        1, word, torch.ones_like(word)
+    )
+    first, last, count = first[:, :num_words], last[:, :num_words], count[:, :num_words]
+    present = count > 0
+    spans = torch.where(present[..., None], torch.stack([first, last], dim=-1), -1)
+    bad = (
+        (ids < -1).any() | (ids >= num_words).any() | (present & (last - first + 1 != count)).any()
+    )
+    return spans, bad

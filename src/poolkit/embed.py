@@ -258,7 +258,7 @@ def embed(
     Args:
         texts: ``N`` strings.
         model: model directory, hub id, or an :class:`Encoder`; ``None`` for the default
-            all-MiniLM-L6-v2. Encoders are cached, so repeated calls do not reload.
+            ``sentence-transformers/all-MiniLM-L6-v2``. Encoders are cached, so repeated calls do not reload.
         strategy: shorthand for a recipe: ``None`` for the model's intended pooling
             (:attr:`ModelInfo.pooling`); a name such as ``"cls"``, ``"cls+mean"``
             (concatenation) or ``"mean_no_special"``; or a list of names, computed from

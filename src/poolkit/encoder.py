@@ -105,7 +105,8 @@ class Encoder:
 
     Args:
         model: local directory or hub id (see :func:`poolkit.model_info.resolve_model`);
-            ``None`` for the default all-MiniLM-L6-v2.
+            ``None`` for the default,
+            ``sentence-transformers/all-MiniLM-L6-v2`` (:data:`~poolkit.model_info.DEFAULT_MODEL`).
         device: ``"auto"`` (CUDA, then MPS, then CPU), or a torch device string.
         dtype: ``None`` (float32), ``"float16"``, ``"bfloat16"`` or a ``torch.dtype``.
         max_length: tokens per sequence, specials included; ``None`` uses the model's

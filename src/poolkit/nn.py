@@ -1,7 +1,15 @@
 """``torch.nn.Module`` twins of the functional core, for use inside models.
 
 Each module calls the same function as the functional API (one implementation), adding
-only what must be learned: an attention scorer or a width embedding.
+only what must be learned: an attention scorer or a width embedding. Tensors that need
+a gradient, live on an accelerator or are bfloat16 take the vectorised path: a fixed
+number of tensor operations whatever the batch size, planned on the tensor's device.
+
+Every module takes ``check=True``: the data-dependent checks (0/1 masks, empty rows,
+span bounds, word-id adjacency, NaN/inf) run once per forward pass, with one host sync.
+``check=False`` skips them, so a forward pass never synchronises with an accelerator and
+``torch.compile(module, fullgraph=True)`` traces it without graph breaks; invalid input
+then gives unspecified values (empty rows give zeros) instead of an error.
 
     >>> import torch
     >>> from poolkit.nn import SpanExtractor
@@ -18,24 +26,37 @@ from typing import Any
 import torch
 from torch import nn
 
-from poolkit.sequence import parse_sequence_strategy, sequence_embedding
+from poolkit._arrays import Checks, device_mask
+from poolkit._plan import row_bounds
+from poolkit.sequence import parse_sequence_strategy, sequence_dense, sequence_embedding
 from poolkit.spans import (
-    bucket_widths,
+    bucket_width_tensor,
     num_width_buckets,
     parse_span_strategy,
     span_embeddings,
     span_output_dim,
+    spans_dense,
 )
-from poolkit.words import WORD_STRATEGIES, word_embeddings
+from poolkit.words import WORD_STRATEGIES, word_embeddings, words_dense
 
 
 class Pooler(nn.Module):
-    """Sequence pooling: ``(B, L, H)`` + mask ``(B, L)`` -> ``(B, D)``; see ``sequence_embedding``."""
+    """Sequence pooling: ``(B, L, H)`` + mask ``(B, L)`` -> ``(B, D)``; see ``sequence_embedding``.
 
-    def __init__(self, strategy: str | Sequence[str] = "mean", *, exclude_special: bool = False):
+    ``check=False`` skips the data checks (see the module docstring): no host sync.
+    """
+
+    def __init__(
+        self,
+        strategy: str | Sequence[str] = "mean",
+        *,
+        exclude_special: bool = False,
+        check: bool = True,
+    ):
         super().__init__()
         self.strategy = parse_sequence_strategy(strategy)
         self.exclude_special = exclude_special
+        self.check = check
 
     def output_dim(self, hidden_size: int) -> int:
         return hidden_size * len(self.strategy)
@@ -46,59 +67,69 @@ class Pooler(nn.Module):
         mask: torch.Tensor | None = None,
         special_tokens_mask: Any = None,
     ) -> torch.Tensor:
-        return sequence_embedding(
+        pool = sequence_embedding if self.check else sequence_dense
+        kwargs = {} if self.check else {"check": False}
+        return pool(
             hidden,
             mask,
             self.strategy,
             special_tokens_mask=special_tokens_mask,
             exclude_special=self.exclude_special,
+            **kwargs,
         )
 
     def extra_repr(self) -> str:
-        return f"strategy={'+'.join(self.strategy)!r}, exclude_special={self.exclude_special}"
+        return f"strategy={'+'.join(self.strategy)!r}, exclude_special={self.exclude_special}" + (
+            "" if self.check else ", check=False"
+        )
 
 
 class AttentionPooler(nn.Module):
     """Learned-query attention over each text's real tokens: ``(B, L, H)`` -> ``(B, H)``.
 
     One logit per token from ``Linear(H, 1)``, softmax over the row's real tokens only
-    (padding gets no weight), weighted sum. Rows must have at least one real token.
+    (padding gets no weight), weighted sum. Rows must have at least one real token
+    (checked unless ``check=False``).
     """
 
-    def __init__(self, hidden_size: int):
+    def __init__(self, hidden_size: int, *, check: bool = True):
         super().__init__()
         self.scorer = nn.Linear(hidden_size, 1)
+        self.check = check
 
     def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         b, length, _ = hidden.shape
         scores = self.scorer(hidden).squeeze(-1)
+        checks = Checks() if self.check else None
         if mask is None:
-            mask = torch.ones(b, length, dtype=torch.bool, device=hidden.device)
-        real = mask.bool()
-        if not bool(real.any(dim=1).all()):
-            row = int((~real.any(dim=1)).nonzero()[0])
-            raise ValueError(
-                f"Row {row} of `mask` has no real token (all padding): nothing to attend to."
-            )
+            real = torch.ones(b, length, dtype=torch.bool, device=hidden.device)
+        else:
+            real = device_mask(mask, (b, length), hidden, "mask", checks)
+        first, last, count = row_bounds(real)
+        if checks is not None:
+            checks.add((count == 0).any(), lambda: _no_real_token(count))
         # each row is one span from its first to its last real token; holes get no weight
         scores = torch.where(real, scores, torch.finfo(scores.dtype).min)
-        positions = torch.arange(length, device=hidden.device)
-        first = torch.where(real, positions, length).amin(dim=1)
-        last = torch.where(real, positions, -1).amax(dim=1)
         spans = torch.stack([first, last], dim=-1)[:, None, :]
-        return span_embeddings(hidden, spans, "attention", scores=scores)[:, 0]
+        return spans_dense(
+            hidden, spans, ("attention",), scores=scores, check=self.check, checks=checks
+        )[:, 0]
 
 
 class WordPooler(nn.Module):
-    """Sub-token vectors to word vectors: ``(B, L, H)`` + word ids ``(B, L)`` -> ``(B, W, D)``."""
+    """Sub-token vectors to word vectors: ``(B, L, H)`` + word ids ``(B, L)`` -> ``(B, W, D)``.
 
-    def __init__(self, strategy: str = "first"):
+    With ``check=False`` pass ``num_words`` too, for a forward pass without host sync.
+    """
+
+    def __init__(self, strategy: str = "first", *, check: bool = True):
         super().__init__()
         if strategy not in WORD_STRATEGIES:
             raise ValueError(
                 f"Expected `strategy` to be one of {', '.join(WORD_STRATEGIES)}, but got {strategy!r}."
             )
         self.strategy = strategy
+        self.check = check
 
     def output_dim(self, hidden_size: int) -> int:
         return hidden_size * (2 if self.strategy == "first_last" else 1)
@@ -106,7 +137,9 @@ class WordPooler(nn.Module):
     def forward(
         self, hidden: torch.Tensor, word_ids: Any, num_words: int | None = None
     ) -> torch.Tensor:
-        return word_embeddings(hidden, word_ids, self.strategy, num_words=num_words)
+        if self.check:
+            return word_embeddings(hidden, word_ids, self.strategy, num_words=num_words)
+        return words_dense(hidden, word_ids, self.strategy, num_words=num_words, check=False)
 
     def extra_repr(self) -> str:
         return f"strategy={self.strategy!r}"
@@ -119,6 +152,7 @@ class SpanExtractor(nn.Module):
     which come out as zeros. ``attention`` terms use a learned ``Linear(H, 1)`` scorer
     (Lee et al. 2017). ``width_embedding_dim`` appends a learned embedding of the span's
     width bucket (``width_buckets``, default log buckets). ``D = output_dim``.
+    ``check=False`` skips the span and mask checks (see the module docstring).
     """
 
     def __init__(
@@ -128,8 +162,10 @@ class SpanExtractor(nn.Module):
         *,
         width_embedding_dim: int | None = None,
         width_buckets: Any = "log",
+        check: bool = True,
     ):
         super().__init__()
+        self.check = check
         self.hidden_size = hidden_size
         self.strategy = parse_span_strategy(strategy)
         self.scorer = nn.Linear(hidden_size, 1) if "attention" in self.strategy else None
@@ -153,18 +189,35 @@ class SpanExtractor(nn.Module):
         span_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         scores = self.scorer(hidden).squeeze(-1) if self.scorer is not None else None
-        out = span_embeddings(
-            hidden, spans, self.strategy, mask=mask, span_mask=span_mask, scores=scores
+        pool = span_embeddings if self.check else spans_dense
+        kwargs = {} if self.check else {"check": False}
+        out = pool(
+            hidden,
+            spans,
+            self.strategy,
+            mask=mask,
+            span_mask=span_mask,
+            scores=scores,
+            **kwargs,
         )
         if self.width_embedding is None:
             return out
+        spans = torch.as_tensor(spans, device=hidden.device)
         padded = (spans < 0).all(dim=-1)
         if span_mask is not None:
-            padded = padded | ~span_mask.bool()
+            padded = padded | ~torch.as_tensor(span_mask, device=hidden.device).bool()
         widths = (spans[..., 1] - spans[..., 0] + 1).clamp(min=1)
-        buckets = torch.as_tensor(bucket_widths(widths, self.width_buckets), device=hidden.device)
-        width = self.width_embedding(buckets) * (~padded)[..., None].to(out.dtype)
-        return torch.cat([out, width.to(out.dtype)], dim=-1)
+        buckets = bucket_width_tensor(widths, self.width_buckets)
+        width = self.width_embedding(buckets).to(out.dtype)
+        width = torch.where(
+            padded[..., None], torch.zeros((), dtype=out.dtype, device=out.device), width
+        )
+        return torch.cat([out, width], dim=-1)
 
     def extra_repr(self) -> str:
         return f"hidden_size={self.hidden_size}, strategy={','.join(self.strategy)!r}"
+
+
+def _no_real_token(count: torch.Tensor) -> None:
+    row = int((count == 0).nonzero()[0])
+    raise ValueError(f"Row {row} of `mask` has no real token (all padding): nothing to attend to.")

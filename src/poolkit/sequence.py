@@ -15,6 +15,11 @@ Strategies (``SEQUENCE_STRATEGIES``), each over the *real* tokens of a row only:
 
 ``"cls+mean"`` (or ``"cls,mean"``, or ``["cls", "mean"]``) concatenates strategies in
 the order given.
+
+Two executions of these rules give the same results: per row over each row's real
+segment (NumPy, and CPU tensors without grad: the fastest for inference), and
+vectorised over the whole batch (``sequence_dense``: tensors that need a gradient, live
+on an accelerator or are bfloat16), a fixed number of tensor operations whatever ``B``.
 """
 
 from __future__ import annotations
@@ -28,15 +33,22 @@ import numpy as np
 
 from poolkit._arrays import (
     Array,
+    Checks,
     check_finite,
     cpu_fast_path,
+    dense_path,
+    device_mask,
     device_of,
+    dtype_name,
+    finite_check,
     float_hidden,
     host_mask,
+    result_dtype,
     to_device,
+    to_host,
 )
-from poolkit._errors import short_list, value_error
-from poolkit._plan import RowPlan, plan_rows
+from poolkit._errors import short_list, type_error, value_error
+from poolkit._plan import RowPlan, plan_rows, row_bounds
 
 SEQUENCE_STRATEGIES: tuple[str, ...] = (
     "cls",
@@ -137,24 +149,23 @@ def pool_named(
     """:func:`sequence_embedding` for strategy names validated already (a
     :class:`poolkit.Recipe`'s parts): the strategy is not parsed again per batch."""
     float_hidden(hidden)
+    if dense_path(hidden):
+        return sequence_dense(
+            hidden,
+            mask,
+            names,
+            special_tokens_mask=special_tokens_mask,
+            exclude_special=exclude_special,
+            empty=empty,
+        )
     (hidden,), restore = cpu_fast_path(hidden)
     xp, out_dtype = float_hidden(hidden)
-    if hidden.ndim not in (2, 3):
-        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
-    if empty not in ("raise", "zeros"):
-        value_error("empty", "'raise' or 'zeros'", repr(empty))
+    _check_args(hidden, empty, exclude_special, special_tokens_mask)
     batched = hidden.ndim == 3
     h = hidden if batched else hidden[None, ...]
     b, length, _ = h.shape
     lead = (b, length) if batched else (length,)
     real = np.ones((b, length), bool) if mask is None else host_mask(mask, lead).reshape(b, length)
-    if exclude_special and special_tokens_mask is None:
-        value_error(
-            "special_tokens_mask",
-            "given when exclude_special=True",
-            "None",
-            "Pass return_special_tokens_mask=True to the tokenizer and hand the mask over.",
-        )
     real_plan = selected_plan = plan_rows(real)
     if exclude_special:
         special = host_mask(special_tokens_mask, lead, "special_tokens_mask").reshape(b, length)
@@ -170,6 +181,84 @@ def pool_named(
     out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)
     check_finite(xp, out)
     return restore(out if batched else out[0])
+
+
+def _check_args(hidden: Array, empty: Any, exclude_special: bool, special: Any) -> None:
+    if hidden.ndim not in (2, 3):
+        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
+    if empty not in ("raise", "zeros"):
+        value_error("empty", "'raise' or 'zeros'", repr(empty))
+    if exclude_special and special is None:
+        value_error(
+            "special_tokens_mask",
+            "given when exclude_special=True",
+            "None",
+            "Pass return_special_tokens_mask=True to the tokenizer and hand the mask over.",
+        )
+
+
+def sequence_dense(
+    hidden: Any,
+    mask: Any,
+    names: tuple[str, ...],
+    *,
+    special_tokens_mask: Any = None,
+    exclude_special: bool = False,
+    empty: Empty = "raise",
+    check: bool = True,
+) -> Any:
+    """``sequence_embedding`` on the vectorised torch path (``names`` already parsed).
+
+    Every rule is a masked whole-batch operation: a fixed number of tensor operations
+    whatever ``B``, on ``hidden``'s device. With ``check=False`` the checks that read
+    data back to the host (0/1 masks, empty rows, NaN/inf) are skipped, so the call
+    never synchronises; empty rows then give zeros.
+    """
+    import torch
+
+    if not hidden.dtype.is_floating_point:
+        type_error(
+            "hidden",
+            "a floating point array (float16, bfloat16, float32 or float64)",
+            f"dtype {dtype_name(hidden)}",
+            "Cast it first, e.g. hidden.astype('float32') or hidden.float().",
+        )
+    _check_args(hidden, empty, exclude_special, special_tokens_mask)
+    dtype = result_dtype(hidden)
+    batched = hidden.ndim == 3
+    h = hidden if batched else hidden[None, ...]
+    b, length, hid = h.shape
+    lead = (b, length) if batched else (length,)
+    checks = Checks() if check else None
+    if mask is None:
+        real = torch.ones((b, length), dtype=torch.bool, device=h.device)
+    else:
+        real = device_mask(mask, lead, h, "mask", checks).reshape(b, length)
+    selected = real
+    if exclude_special:
+        special = device_mask(special_tokens_mask, lead, h, "special_tokens_mask", checks)
+        selected = real & ~special.reshape(b, length)
+    parts = []
+    for name in names:
+        keep = real if name == "cls" else selected
+        if length == 0:
+            parts.append(torch.zeros((b, hid), dtype=dtype, device=h.device))
+        else:
+            parts.append(_DENSE[name](h, keep, dtype))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+    if checks is not None:
+        if empty == "raise":
+            for dropped in sorted({exclude_special and name != "cls" for name in names}):
+                keep = selected if dropped else real
+                checks.add(
+                    ~keep.any(dim=1).all(),
+                    lambda keep=keep, dropped=dropped: _check_empty(
+                        plan_rows(to_host(keep, "mask")), "raise", dropped
+                    ),
+                )
+        finite_check(checks, out)
+        checks.run()
+    return out if batched else out[0]
 
 
 def _check_empty(plan: RowPlan, empty: Empty, special_dropped: bool) -> None:
@@ -271,6 +360,83 @@ def _at(which: str) -> Callable[[Any, Array, RowPlan, Any], Array]:
         return out
 
     return pooled
+
+
+# The vectorised rules: (B, L, H) hidden, (B, L) bool keep, result dtype -> (B, H).
+# Positions outside ``keep`` are replaced (``where``), never multiplied by zero, so NaN
+# or inf in padding cannot reach a result, and they receive zero gradient.
+
+
+def _masked(h: Any, keep: Any, fill: float = 0.0) -> Any:
+    import torch
+
+    return torch.where(keep[..., None], h, torch.full((), fill, dtype=h.dtype, device=h.device))
+
+
+def _dense_sum(h: Any, keep: Any, dtype: Any) -> Any:
+    return _masked(h, keep).sum(dim=1, dtype=dtype)
+
+
+def _dense_count(keep: Any, dtype: Any) -> Any:
+    return keep.sum(dim=1, dtype=dtype).clamp(min=1)[:, None]  # empty rows: 0 / 1 = 0
+
+
+def _dense_mean(h: Any, keep: Any, dtype: Any) -> Any:
+    return _dense_sum(h, keep, dtype) / _dense_count(keep, dtype)
+
+
+def _dense_mean_sqrt_len(h: Any, keep: Any, dtype: Any) -> Any:
+    return _dense_sum(h, keep, dtype) / _dense_count(keep, dtype).sqrt()
+
+
+def _dense_weighted_mean(h: Any, keep: Any, dtype: Any) -> Any:
+    import torch
+
+    k = keep.to(dtype)
+    weights = torch.cumsum(k, dim=1) * k  # rank counted from the row's first kept token
+    n = _dense_count(keep, dtype)
+    total = n * (n + 1) / 2
+    return torch.bmm(weights[:, None, :], _masked(h, keep).to(dtype))[:, 0] / total
+
+
+def _dense_extreme(pick: str) -> Callable[[Any, Any, Any], Any]:
+    def pooled(h: Any, keep: Any, dtype: Any) -> Any:
+        import torch
+
+        info = torch.finfo(h.dtype)
+        # the dtype's own limit, never a -1e9 that overflows in float16
+        seg = _masked(h, keep, info.min if pick == "max" else info.max)
+        # max/min with indices, not amax/amin: the backward scatters into one position
+        # per column instead of comparing the whole input again (2x faster fwd+bwd); on
+        # exact ties the gradient goes to one of the tied tokens rather than split evenly
+        out = (seg.max(dim=1) if pick == "max" else seg.min(dim=1)).values.to(dtype)
+        return torch.where(keep.any(dim=1)[:, None], out, 0.0)
+
+    return pooled
+
+
+def _dense_at(which: str) -> Callable[[Any, Any, Any], Any]:
+    def pooled(h: Any, keep: Any, dtype: Any) -> Any:
+        import torch
+
+        first, last, count = row_bounds(keep)
+        pos = (first if which == "first" else last).clamp(0, h.shape[1] - 1)
+        out = torch.gather(h, 1, pos[:, None, None].expand(-1, 1, h.shape[2]))[:, 0]
+        return torch.where((count > 0)[:, None], out.to(dtype), 0.0)
+
+    return pooled
+
+
+_DENSE: dict[str, Callable[[Any, Any, Any], Any]] = {
+    "cls": _dense_at("first"),
+    "last": _dense_at("last"),
+    "mean": _dense_mean,
+    "sum": _dense_sum,
+    "mean_sqrt_len": _dense_mean_sqrt_len,
+    "weighted_mean": _dense_weighted_mean,
+    "max": _dense_extreme("max"),
+    "min": _dense_extreme("min"),
+}
 
 
 _STRATEGIES: dict[str, Callable[[Any, Array, RowPlan, Any], Array]] = {

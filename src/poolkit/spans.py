@@ -14,9 +14,11 @@ Strategies, combined with commas (``"endpoints,mean"``) or given as a list:
 ``x-y`` ...     element-wise ``-``, ``+``, ``*``, ``/`` of the two endpoint vectors
 ==============  ==================================================================
 
-Spans are reduced offset by offset (token ``start + k`` for every span at once, the
-widest spans first), so memory stays ``O(S x H)`` whatever the widths: there is never a
-``(B, S, L, H)`` intermediate.
+On the per-row path spans are reduced offset by offset (token ``start + k`` for every
+span at once, the widest spans first), so memory stays ``O(S x H)`` whatever the widths:
+there is never a ``(B, S, L, H)`` intermediate. Tensors that need a gradient, live on an
+accelerator or are bfloat16 take the vectorised path instead (``spans_dense``): a fixed
+number of whole-batch operations, see docs/DESIGN.md.
 """
 
 from __future__ import annotations
@@ -31,15 +33,21 @@ import numpy as np
 
 from poolkit._arrays import (
     Array,
+    Checks,
     check_finite,
     cpu_fast_path,
+    dense_path,
+    device_mask,
     device_of,
+    dtype_name,
     float_hidden,
     host_mask,
+    result_dtype,
     to_device,
     to_host,
 )
 from poolkit._errors import type_error, value_error
+from poolkit._plan import span_problems
 
 SPAN_STRATEGIES: tuple[str, ...] = ("endpoints", "mean", "max", "attention", "diff_sum")
 _ALIASES = {"endpoints": ("x", "y"), "diff_sum": ("y-x", "y+x")}
@@ -143,6 +151,38 @@ def span_embeddings(
     """
     terms = parse_span_strategy(strategy)
     float_hidden(hidden)
+    if dense_path(hidden, scores):
+        return spans_dense(
+            hidden,
+            spans,
+            terms,
+            mask=mask,
+            span_mask=span_mask,
+            scores=scores,
+            width_buckets=width_buckets,
+        )
+    return _spans_by_rows(
+        hidden,
+        spans,
+        terms,
+        mask=mask,
+        span_mask=span_mask,
+        scores=scores,
+        width_buckets=width_buckets,
+    )
+
+
+def _spans_by_rows(
+    hidden: Array,
+    spans: Any,
+    terms: tuple[str, ...],
+    *,
+    mask: Any,
+    span_mask: Any,
+    scores: Array | None,
+    width_buckets: Any,
+) -> Array:
+    """The per-row path: spans planned on the host, reduced offset by offset."""
     (hidden, scores), restore = cpu_fast_path(hidden, scores)
     xp, out_dtype = float_hidden(hidden)
     if hidden.ndim not in (2, 3):
@@ -321,7 +361,7 @@ def _flat_scores(xp: Any, scores: Array, h: Array, batched: bool) -> Array:
             "scores", f"of shape {want} (one logit per token)", f"shape {tuple(scores.shape)}"
         )
     if not xp.isdtype(scores.dtype, "real floating"):
-        type_error("scores", "a floating point array", f"dtype {scores.dtype}")
+        type_error("scores", "a floating point array", f"dtype {dtype_name(scores)}")
     return xp.reshape(scores, (b * length,))
 
 
@@ -366,3 +406,283 @@ def _scatter(xp: Any, values: Array, plan: SpanPlan, n_slots: int, like: Array) 
     source[plan.slot] = np.arange(len(plan.slot))
     zero = xp.zeros((1, values.shape[-1]), dtype=values.dtype, device=device_of(like))
     return xp.take(xp.concat([values, zero], axis=0), to_device(xp, source, like), axis=0)
+
+
+# The vectorised path. Every term is a whole-batch operation over ``(B, S)`` spans:
+# endpoints are gathers, mean is a difference of prefix sums, max is a range-maximum
+# over a doubling table, attention a softmax over each span's tokens. The number of
+# tensor operations is fixed by the strategy and ``L``, never by ``B`` or ``S``.
+
+
+def spans_dense(
+    hidden: Any,
+    spans: Any,
+    terms: tuple[str, ...],
+    *,
+    mask: Any = None,
+    span_mask: Any = None,
+    scores: Any = None,
+    width_buckets: Any = None,
+    check: bool = True,
+    checks: Checks | None = None,
+) -> Any:
+    """``span_embeddings`` on the vectorised torch path (``terms`` already parsed).
+
+    Memory beyond the ``(B, S, D)`` result: ``O(B L H)`` for the prefix sums of
+    ``mean``/``attention``, ``O(B L H log2 L)`` for the doubling table of ``max``, and
+    ``O(B S L)`` for the span-by-token softmax of ``attention``; never ``(B, S, L, H)``.
+    Prefix sums and the attention matmul read whole rows: with checks on, a non-finite
+    result is recomputed on the per-row path (exact, or the per-row error).
+    ``check=False`` skips the checks that read data back to the host (span bounds, 0/1
+    masks, NaN/inf), so the call never synchronises; invalid spans then give unspecified
+    values (indices are clamped, never out of range) instead of an error, and a NaN/inf
+    anywhere in a row (padding included) can reach its spans. ``checks`` lets a caller
+    add its own checks to the same single sync.
+    """
+    import torch
+
+    if not hidden.dtype.is_floating_point:
+        type_error(
+            "hidden",
+            "a floating point array (float16, bfloat16, float32 or float64)",
+            f"dtype {dtype_name(hidden)}",
+            "Cast it first, e.g. hidden.astype('float32') or hidden.float().",
+        )
+    if hidden.ndim not in (2, 3):
+        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
+    dtype = result_dtype(hidden)
+    batched = hidden.ndim == 3
+    h = hidden if batched else hidden[None, ...]
+    b, length, hid = h.shape
+    if checks is None and check:
+        checks = Checks()
+    sp = _device_spans(spans, batched, b, h)
+    n_spans = sp.shape[1]
+    padded = (sp == -1).all(dim=-1)
+    if span_mask is not None:
+        lead = (b, n_spans) if batched else (n_spans,)
+        live = device_mask(span_mask, lead, h, "span_mask", checks).reshape(b, n_spans)
+        padded = padded | ~live
+    real = None
+    if mask is not None:
+        lead = (b, length) if batched else (length,)
+        real = device_mask(mask, lead, h, "mask", checks).reshape(b, length)
+    start, end = sp[..., 0], sp[..., 1]
+    if checks is not None:
+        checks.add(
+            span_problems(start, end, padded, length, real),
+            lambda: _check_spans(
+                to_host(sp, "spans"),
+                to_host(padded, "spans"),
+                length,
+                None if real is None else to_host(real, "mask"),
+                batched,
+            ),
+        )
+    score_rows = None
+    if scores is not None:
+        want = (b, length) if batched else (length,)
+        if tuple(scores.shape) != want:
+            value_error(
+                "scores", f"of shape {want} (one logit per token)", f"shape {tuple(scores.shape)}"
+            )
+        if not scores.dtype.is_floating_point:
+            type_error("scores", "a floating point array", f"dtype {dtype_name(scores)}")
+        score_rows = scores.reshape(b, length)
+    width_dim = 0 if width_buckets is None else num_width_buckets(width_buckets)
+    dim = hid * len(terms) + width_dim
+    if length == 0 or n_spans == 0 or b == 0:
+        out = torch.zeros((b, n_spans, dim), dtype=dtype, device=h.device)
+    else:
+        # padded (and, with check=False, invalid) spans read token 0: indices stay in range
+        start = torch.where(padded, 0, start).clamp(0, length - 1)
+        end = torch.maximum(torch.where(padded, 0, end).clamp(0, length - 1), start)
+        ctx = _SpanContext(h, start, end, dtype, score_rows)
+        parts = [ctx.term(term) for term in terms]
+        if width_buckets is not None:
+            parts.append(_dense_width_one_hot(end - start + 1, width_buckets, dtype))
+        out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+        out = torch.where(padded[..., None], torch.zeros((), dtype=dtype, device=h.device), out)
+    if checks is not None:
+        # Prefix sums and the attention matmul read whole rows, so a NaN/inf outside every
+        # span (padding included) would reach the result. A non-finite row sum (one reduction,
+        # not an element-wise test) sends the call to the per-row path, which reads only
+        # each span's tokens: it gives the exact result or names the bad span's row.
+        checks.add(~torch.isfinite(out.sum(dim=-1)).all(), _not_finite)
+        try:
+            checks.run()
+        except _NotFinite:
+            return _spans_by_rows(
+                hidden,
+                spans,
+                terms,
+                mask=mask,
+                span_mask=span_mask,
+                scores=scores,
+                width_buckets=width_buckets,
+            )
+    return out if batched else out[0]
+
+
+class _NotFinite(Exception):
+    pass
+
+
+def _not_finite() -> None:
+    raise _NotFinite
+
+
+def _device_spans(spans: Any, batched: bool, b: int, like: Any) -> Any:
+    """Spans as an int64 ``(B, S, 2)`` tensor on ``like``'s device; shape and dtype checked
+    from metadata only (host arrays go through ``_host_spans``)."""
+    import torch
+
+    if not isinstance(spans, torch.Tensor):
+        return torch.as_tensor(_host_spans(spans, batched, b), device=like.device)
+    if spans.numel() == 0:
+        spans = spans.reshape((b, 0, 2) if batched else (0, 2))
+    if spans.dtype == torch.bool or spans.dtype.is_floating_point or spans.dtype.is_complex:
+        type_error(
+            "spans",
+            "an integer array of inclusive [start, end] pairs",
+            f"dtype {dtype_name(spans)}",
+        )
+    ok = (
+        spans.ndim == (3 if batched else 2)
+        and spans.shape[-1] == 2
+        and (not batched or spans.shape[0] == b)
+    )
+    if not ok:
+        value_error(
+            "spans",
+            f"of shape {'(B, S, 2)' if batched else '(S, 2)'} to match `hidden`"
+            + (f" with B={b}" if batched else ""),
+            f"shape {tuple(spans.shape)}",
+            "Each span is one [start, end] pair of token indices, ends inclusive.",
+        )
+    return spans.to(device=like.device, dtype=torch.long).reshape(b, spans.shape[-2], 2)
+
+
+class _SpanContext:
+    """One batch of spans: ``h`` ``(B, L, H)``, clamped ``start``/``end`` ``(B, S)``.
+
+    Shared intermediates (endpoint gathers, prefix sums, span means) are built once.
+    """
+
+    def __init__(self, h: Any, start: Any, end: Any, dtype: Any, scores: Any) -> None:
+        import torch
+
+        self.h, self.start, self.end, self.dtype, self.scores = h, start, end, dtype, scores
+        self.rows = torch.arange(h.shape[0], device=h.device)[:, None]
+        self._cache: dict[str, Any] = {}
+
+    def at(self, pos: Any, table: Any = None) -> Any:
+        """Gather the token at ``pos`` ``(B, S)`` of every span from ``table`` ``(B, n, H)``."""
+        t = self.h if table is None else table
+        b, n, hid = t.shape
+        index = (self.rows * n + pos).reshape(-1)
+        return t.reshape(b * n, hid).index_select(0, index).reshape(*pos.shape, hid)
+
+    def cached(self, key: str, make: Any) -> Any:
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def term(self, term: str) -> Any:
+        import torch
+
+        if term == "mean":
+            return self.mean()
+        if term == "max":
+            return self.max()
+        if term == "attention":
+            return self.attention()
+        # one gather for both endpoints: one zero-filled gradient buffer, not two
+        ends = self.cached(
+            "ends", lambda: self.at(torch.cat([self.start, self.end], dim=1)).to(self.dtype)
+        )
+        x, y = ends.split(self.start.shape[1], dim=1)
+        if term in ("x", "y"):
+            return x if term == "x" else y
+        a, op, c = (x if term[0] == "x" else y), term[1], (x if term[2] == "x" else y)
+        if op == "-":
+            return a - c
+        if op == "+":
+            return a + c
+        return a * c if op == "*" else a / c
+
+    def mean(self) -> Any:
+        """Difference of prefix sums, accumulated in float64 where the device has it (a
+        float32 running sum would lose the short spans of long rows to cancellation)."""
+        import torch
+
+        def make() -> Any:
+            acc = torch.float32 if self.h.device.type == "mps" else torch.float64
+            prefix = torch.nn.functional.pad(torch.cumsum(self.h, dim=1, dtype=acc), (0, 0, 1, 0))
+            total = self.at(self.end + 1, prefix) - self.at(self.start, prefix)
+            width = (self.end - self.start + 1).to(acc)[..., None]
+            return (total / width).to(self.dtype)
+
+        return self.cached("mean", make)
+
+    def max(self) -> Any:
+        """Range maximum from a doubling table: level ``k`` holds the maximum of every
+        window of ``2**k`` tokens, and a span of width ``w`` is the maximum of the two
+        (overlapping) windows of size ``2**floor(log2 w)`` at its two ends."""
+        import torch
+
+        width = self.end - self.start + 1
+        level = self.h
+        out = self.at(self.start, level)  # width 1
+        size = 1
+        while 2 * size <= self.h.shape[1]:
+            level = torch.maximum(level[:, :-size], level[:, size:])
+            size *= 2
+            # clamped so the gathers of spans narrower than this level stay in range
+            last = level.shape[1] - 1
+            left = self.at(self.start.clamp(max=last), level)
+            right = self.at((self.end - size + 1).clamp(0, last), level)
+            out = torch.where((width >= size)[..., None], torch.maximum(left, right), out)
+        return out.to(self.dtype)
+
+    def attention(self) -> Any:
+        """Softmax over each span's own tokens, as a ``(B, S, L)`` weight matrix."""
+        import torch
+
+        h = self.h.to(self.dtype)
+        if self.scores is None:
+            scale = float(h.shape[-1]) ** -0.5
+            logits = torch.bmm(self.mean(), h.transpose(1, 2)) * scale
+        else:
+            logits = self.scores.to(self.dtype)[:, None, :].expand(-1, self.start.shape[1], -1)
+        pos = torch.arange(h.shape[1], device=h.device)
+        inside = (pos >= self.start[..., None]) & (pos <= self.end[..., None])
+        logits = torch.where(inside, logits, float("-inf"))
+        return torch.bmm(torch.softmax(logits, dim=-1), h)
+
+
+_BOUNDS_ON_DEVICE: dict[tuple[tuple[int, ...], str], Any] = {}
+
+
+def bucket_width_tensor(widths: Any, width_buckets: Any = "log") -> Any:
+    """``bucket_widths`` for a torch tensor, computed on its own device.
+
+    The bucket bounds are copied to each device once and kept (the copy is the only
+    host-to-device transfer, and it happens on first use, not in every forward pass).
+    """
+    import torch
+
+    bounds = _bucket_bounds(width_buckets)
+    key = (bounds, str(widths.device))
+    edges = _BOUNDS_ON_DEVICE.get(key)
+    if edges is None:
+        edges = _BOUNDS_ON_DEVICE[key] = torch.tensor(bounds, device=widths.device)
+    return torch.bucketize(widths, edges, right=True) - 1
+
+
+def _dense_width_one_hot(width: Any, width_buckets: Any, dtype: Any) -> Any:
+    import torch
+
+    bucket = bucket_width_tensor(width, width_buckets)
+    n = num_width_buckets(width_buckets)
+    return (bucket[..., None] == torch.arange(n, device=width.device)).to(dtype)

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._arrays import Array, float_hidden, to_host
+from poolkit._arrays import Array, Checks, dense_path, dtype_name, float_hidden, to_host
 from poolkit._errors import short_list, type_error, value_error
-from poolkit.spans import span_embeddings
+from poolkit._plan import device_word_spans
+from poolkit.spans import span_embeddings, spans_dense
 
 WORD_STRATEGIES: dict[str, str] = {
     "first": "x",
@@ -129,6 +130,8 @@ def word_embeddings(
     float_hidden(hidden)
     if hidden.ndim not in (2, 3):
         value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
+    if dense_path(hidden):
+        return words_dense(hidden, word_ids, strategy, num_words=num_words)
     spans = word_spans(word_ids, hidden.shape[-2], num_words)
     if (spans.ndim == 3) != (hidden.ndim == 3) or (
         spans.ndim == 3 and spans.shape[0] != hidden.shape[0]
@@ -139,3 +142,66 @@ def word_embeddings(
             f"shape {np.shape(_host_word_ids(word_ids, hidden.shape[-2]))} for hidden {tuple(hidden.shape)}",
         )
     return span_embeddings(hidden, spans, WORD_STRATEGIES[strategy])
+
+
+def words_dense(
+    hidden: Any,
+    word_ids: Any,
+    strategy: str,
+    *,
+    num_words: int | None = None,
+    check: bool = True,
+) -> Any:
+    """``word_embeddings`` on the vectorised torch path: word spans are planned on
+    ``hidden``'s device (scatter min/max of token positions), then ``spans_dense``.
+
+    Without ``num_words`` the output size is the largest word id + 1, which costs one
+    host sync; pass ``num_words`` to avoid it (and to compile with ``fullgraph=True``).
+    ``check=False`` skips the checks that read data back (ids, adjacency, NaN/inf).
+    """
+    import torch
+
+    if hidden.ndim not in (2, 3):
+        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
+    length = hidden.shape[-2]
+    if isinstance(word_ids, torch.Tensor):
+        dt = word_ids.dtype
+        if dt == torch.bool or dt.is_floating_point or dt.is_complex:
+            type_error(
+                "word_ids",
+                "integers (-1 or None for special and padding tokens)",
+                f"dtype {dtype_name(word_ids)}",
+                "Pass encoding.word_ids() lists, or an int array.",
+            )
+        if word_ids.ndim not in (1, 2) or word_ids.shape[-1] != length:
+            value_error(
+                "word_ids",
+                f"of shape (L,) or (B, L) with L = {length} (one id per token of `hidden`)",
+                f"shape {tuple(word_ids.shape)}",
+            )
+        ids = word_ids.to(device=hidden.device, dtype=torch.long)
+    else:
+        ids = torch.as_tensor(_host_word_ids(word_ids, length), device=hidden.device)
+    if (ids.ndim == 2) != (hidden.ndim == 3) or (ids.ndim == 2 and ids.shape[0] != hidden.shape[0]):
+        value_error(
+            "word_ids",
+            "batched exactly like `hidden` ((L,) for (L, H), (B, L) for (B, L, H))",
+            f"shape {tuple(ids.shape)} for hidden {tuple(hidden.shape)}",
+        )
+    if num_words is not None and (not isinstance(num_words, int) or num_words < 0):
+        value_error("num_words", "an int >= 0 or None", repr(num_words))
+    ids2 = ids if ids.ndim == 2 else ids[None]
+    if num_words is None:
+        num_words = int(ids2.max()) + 1 if ids2.numel() else 0  # the one sync; see docstring
+        num_words = max(num_words, 0)
+    spans, bad = device_word_spans(ids2, num_words)
+    checks = Checks() if check else None
+    if checks is not None:
+        checks.add(bad, lambda: word_spans(to_host(ids, "word_ids"), length, num_words))
+    return spans_dense(
+        hidden,
+        spans if hidden.ndim == 3 else spans[0],
+        tuple(WORD_STRATEGIES[strategy].split(",")),
+        check=check,
+        checks=checks,
+    )

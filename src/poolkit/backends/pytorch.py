@@ -54,16 +54,10 @@ class TorchBackend:
 
         self.device = torch.device(device)
         self.dtype = dtype
-        from transformers.utils import logging as hf_logging
+        from poolkit._quiet import quiet_loading
 
-        # transformers draws a weight-loading bar on stderr; poolkit has its own progress.
-        bar = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-        try:
+        with quiet_loading():  # transformers' loading bar; poolkit has its own progress
             model = AutoModel.from_pretrained(os.fspath(path), dtype=dtype)
-        finally:
-            if bar:
-                hf_logging.enable_progress_bar()
         self.model = model.to(self.device)
         self.model.eval()
         params = inspect.signature(self.model.forward).parameters

@@ -4,8 +4,9 @@ Subcommands live in modules of this package, each exposing ``add_parser(subparse
 (which sets ``func=run`` on its parser) and ``run(args) -> int``. :data:`COMMANDS` lists
 them; a module that is not installed (e.g. ``compare``) is skipped.
 
-Exit status: 0 success, 2 usage or input error (one line on stderr), 1 runtime error
-(one line on stderr); ``--debug`` shows the traceback instead.
+Exit status: 0 success; 2 usage or input error, or a missing optional extra (one line on
+stderr); 1 runtime error (one line on stderr); 130 Ctrl-C; 143 SIGTERM; ``--debug`` shows
+the traceback instead.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import sys
 from collections.abc import Sequence
 
 from poolkit.cli._common import report_error
+from poolkit.cli._signals import terminate_as_interrupt
+from poolkit.cli._warnings import one_line_warnings
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -50,10 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("poolkit: interrupted", file=sys.stderr)
-        return 130
+        with terminate_as_interrupt(), one_line_warnings():
+            return int(args.func(args) or 0)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM as Terminated (exit status 143)
+        print(f"poolkit: {getattr(e, 'what', 'interrupted')}", file=sys.stderr)
+        return getattr(e, "exit_status", 130)
     except Exception as e:
         if getattr(args, "debug", False):
             raise

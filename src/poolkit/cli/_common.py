@@ -8,15 +8,31 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["add_common", "flag_message", "progress_bar", "report_error", "text_chunks"]
+from poolkit._errors import MissingExtraError, missing_extra, with_flags
+from poolkit.model_info import DEFAULT_MODEL
 
-# Errors the user can fix by changing the command line or the input: exit status 2.
-_USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, IsADirectoryError, NotADirectoryError)
+__all__ = [
+    "add_common",
+    "flag_message",
+    "guess_note",
+    "progress_bar",
+    "report_error",
+    "require_extra",
+    "text_chunks",
+]
+
+# Errors the user can fix by changing the command line, the input or the installed extras
+# (nothing has run yet): exit status 2.
+_USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+                 MissingExtraError)  # fmt: skip
+
+# Library messages name arguments (`text_column`); the command line names their flags.
+ARGUMENT_FLAGS = {"text_column": "--text-column", "fmt": "--input-format"}
 
 
 def report_error(error: BaseException) -> int:
     """Print one line on stderr and return the exit status (2 usage/input, 1 runtime)."""
-    message = " ".join(str(error).split()) or type(error).__name__
+    message = with_flags(" ".join(str(error).split()), ARGUMENT_FLAGS) or type(error).__name__
     if isinstance(error, _USAGE_ERRORS):
         print(f"poolkit: error: {message}", file=sys.stderr)
         return 2
@@ -38,6 +54,23 @@ def flag_message(error: BaseException, flags: dict[str, str]) -> str:
     return re.sub(r"`([A-Za-z_]+)`", swap, str(error), count=1)
 
 
+def require_extra(flag: str, module: str, package: str, extra: str) -> None:
+    """Import ``module`` or raise :class:`MissingExtraError`: "FLAG needs PACKAGE, which is
+    not installed: pip install 'poolkit[EXTRA]'" (exit status 2), before any work starts."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(missing_extra(flag, package, extra)) from None
+
+
+def guess_note(info: Any, then: str = "using {pooling} — pass --strategy to choose") -> str:
+    """The line shown when no file of the model states its pooling (``info``: ModelInfo);
+    ``then`` says what the command does about it."""
+    return f"no file states this model's pooling; {then.format(pooling=info.pooling)}"
+
+
 def _add(parser: argparse.ArgumentParser, *flags: str, **kwargs: Any) -> None:
     # A subcommand may define its own variant of a shared option first; keep that one.
     if any(flag in parser._option_string_actions for flag in flags):
@@ -54,7 +87,7 @@ def add_common(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
             "--model",
             "-m",
             default=None,
-            help="model directory or hub id (default: sentence-transformers/all-MiniLM-L6-v2)",
+            help=f"model directory or hub id (default: {DEFAULT_MODEL})",
         )
         _add(
             parser,
@@ -64,8 +97,10 @@ def add_common(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
             metavar="N",
             help="tokens per text, special tokens included (default: the model's)",
         )
-        _add(parser, "--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
-        _add(parser, "--dtype", default=None, choices=["float32", "float16", "bfloat16"])
+        _add(parser, "--device", default="auto",
+             help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:1, mps (default: auto)")  # fmt: skip
+        _add(parser, "--dtype", default=None, choices=["float32", "float16", "bfloat16"],
+             help="weights and activations (default: float32)")  # fmt: skip
         _add(
             parser,
             "--batch-tokens",
@@ -79,7 +114,7 @@ def add_common(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
             "--long-text",
             choices=["truncate", "chunk"],
             default="truncate",
-            help="texts over the max length: cut (counted) or embed in windows",
+            help="texts over the max length: cut (counted) or embed in windows (default: truncate)",
         )
     _add(parser, "--quiet", "-q", action="store_true", help="no progress bar or summary")
     _add(parser, "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")

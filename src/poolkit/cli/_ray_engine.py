@@ -21,7 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from poolkit.cli._common import positive
+from poolkit._errors import count
+from poolkit.cli._common import positive, require_extra
 from poolkit.cli._recipe_args import parse_layers
 
 __all__ = ["add_arguments", "dispatch", "run"]
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine (--engine ray: see docs/scaling.md)")
     group.add_argument("--engine", choices=["local", "ray"], default="local",
                        help="local: this process; ray: a Ray cluster, OUTPUT a folder of "
-                       "Parquet shards (needs pip install 'poolkit[ray]')")  # fmt: skip
+                       "Parquet shards (needs pip install 'poolkit[ray]') (default: local)")  # fmt: skip
     group.add_argument("--address", default=None, metavar="ADDR",
                        help="Ray cluster to join: auto, or ray://host:port "
                        "(default: start a local Ray sized to this machine)")  # fmt: skip
@@ -119,7 +120,7 @@ def _user_error(error: BaseException) -> BaseException:
 
 def run(args: argparse.Namespace) -> int:
     from poolkit.cli._recipe_args import recipes_from_args
-    from poolkit.ray import Corpus, RayNotInstalledError, embed_dataset, list_inputs, require_ray
+    from poolkit.ray import Corpus, embed_dataset, list_inputs, require_ray
 
     for value, flag in ((args.workers, "--workers"), (args.cpus_per_worker, "--cpus-per-worker"),
                         (args.chunk_size, "--chunk-size"), (args.batch_tokens, "--batch-tokens"),
@@ -135,10 +136,8 @@ def run(args: argparse.Namespace) -> int:
     output = os.fspath(args.output).rstrip("/") or "/"
     _check_output(output, args.overwrite)
     list_inputs(args.input, args.input_format)  # input errors before Ray starts
-    try:
-        ray = require_ray()
-    except RayNotInstalledError as e:
-        raise ValueError(f"--engine ray: {e}") from None
+    require_extra("--engine ray", "ray.data", "Ray Data", "ray")
+    ray = require_ray()
     if args.address is not None and args.address.startswith("ray://"):
         import importlib.util
 
@@ -184,9 +183,11 @@ def run(args: argparse.Namespace) -> int:
             pooling: dict[str, Any] = {"normalize": args.normalize}
         else:
             pooling = {"recipe": wanted}
+        # Reads and writes ask for 0 CPUs here: the pool may hold every CPU (spare_cpus=0).
         ds = embed_dataset(
             corpus.dataset(block), args.model, text_column="text", keep_text=False,
-            workers=workers, cpus_per_worker=cpus, batch_size=block, **pooling, **options,
+            workers=workers, cpus_per_worker=cpus, batch_size=block, spare_cpus=0,
+            **pooling, **options,
         )  # fmt: skip
         remote = "://" in output
         target = (
@@ -215,10 +216,11 @@ def run(args: argparse.Namespace) -> int:
         total, job = end - start, end - ray_started
         shape = ", ".join(f"{k}={v}" for k, v in dims.items())
         print(
-            f"poolkit: {corpus.rows} texts -> {output}/ ({shards} Parquet shards) [{shape}] in "
+            f"poolkit: {count(corpus.rows, 'text')} -> {output}/ ({count(shards, 'Parquet shard')}) "
+            f"[{shape}] in "
             f"{total:.1f} s, {corpus.rows / max(total, 1e-9):.1f} texts/s "
             f"({corpus.rows / max(job, 1e-9):.1f} texts/s after Ray start), "
-            f"{workers} workers x {cpus} CPUs (Ray)",
+            f"{count(workers, 'worker')} x {count(cpus, 'CPU')} (Ray)",
             file=sys.stderr,
         )
     return 0

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from poolkit.cli._common import add_common, flag_message, report_error
+from poolkit.cli._common import add_common, flag_message, guess_note, report_error, require_extra
 
 __all__ = ["add_parser", "run"]
 
@@ -36,24 +36,27 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("data", metavar="DATA", help="the file to score on")
-    p.add_argument("--task", required=True, choices=["sts", "classification", "ner", "relation"])
+    p.add_argument("--task", required=True, choices=["sts", "classification", "ner", "relation"],
+                   help="what DATA holds and how candidates are scored (see above)")  # fmt: skip
     p.add_argument("--train", metavar="FILE", help="train the probes on FILE, score on DATA")
     p.add_argument(
         "--strategies", nargs="+", action="extend", metavar="S",
         help="compare only these (e.g. cls mean cls+mean mean_no_special; word: first last "
-        "mean max first_last; span: endpoints mean max diff_sum attention x,y,x*y)",
+        "mean max first_last; span: endpoints mean max diff_sum attention x,y,x*y) "
+        "(default: every candidate of the task)",
     )  # fmt: skip
     p.add_argument(
         "--layers", nargs="*", metavar="L", default=None,
         help="add layer variants (last, last4 = mean of the last four, first_last = mean of "
-        "the first and last); alone: all three",
+        "the first and last); alone: all three (default: the last layer only)",
     )  # fmt: skip
-    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the main metric")
     p.add_argument("--overwrite", action="store_true", help="replace existing --json/--plot files")
-    p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default: 5)")
     for name in ("text", "label", "sentence1", "sentence2", "score", "spans"):
-        p.add_argument(f"--{name}-column", default=name, metavar="C", help=f"default {name}")
+        p.add_argument(f"--{name}-column", default=name, metavar="C",
+                       help=f"column/field of the {name} in table files (default: {name})")  # fmt: skip
     add_common(p)
     p.set_defaults(func=run)
     return p
@@ -86,15 +89,6 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
     return out
 
 
-def _needs(module: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise _UsageError(
-            f"`poolkit compare` needs {module}; install it with: pip install 'poolkit[compare]'"
-        )
-
-
 def _run(args: argparse.Namespace) -> int:
     from poolkit.compare.datasets import Columns, read_task
 
@@ -103,9 +97,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.folds < 2:
         raise _UsageError(f"--folds {args.folds}: expected at least 2.")
     if plot_path:
-        _needs("matplotlib")
+        require_extra("--plot", "matplotlib", "matplotlib", "compare")
     if args.task != "sts":
-        _needs("sklearn")
+        require_extra(f"--task {args.task}", "sklearn", "scikit-learn", "compare")
     layers = args.layers
     if layers is not None and not layers:
         layers = ["last", "last4", "first_last"]
@@ -144,6 +138,9 @@ def _run(args: argparse.Namespace) -> int:
         args.model, device=args.device, dtype=args.dtype, max_length=args.max_length,
         max_batch_tokens=args.batch_tokens,
     )  # fmt: skip
+    if encoder.info.pooling_is_guess:
+        note = guess_note(encoder.info, "marking {pooling} as intended — check the model card")
+        print(f"poolkit: note: {note}", file=sys.stderr)
     results = compare(encoder, data, settings, train)
     seconds = time.perf_counter() - start
     model = encoder.info.reference

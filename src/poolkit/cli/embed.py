@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from poolkit.cli._common import add_common, positive, progress_bar, text_chunks
+from poolkit._errors import count
+from poolkit.cli._common import (
+    add_common,
+    guess_note,
+    positive,
+    progress_bar,
+    require_extra,
+    text_chunks,
+)
 from poolkit.cli._ray_engine import add_arguments as add_engine_arguments
 from poolkit.cli._ray_engine import dispatch as dispatch_engine
 from poolkit.cli._recipe_args import intended_recipes, recipes_from_args
@@ -36,17 +43,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("input", metavar="INPUT",
                         help=".txt (one text per line), .jsonl, .csv, .tsv, .parquet, or - for stdin")  # fmt: skip
     parser.add_argument("-o", "--output", required=True, metavar="OUTPUT",
-                        help=".npy (float32 matrix), .parquet (id + one column per strategy), .jsonl")  # fmt: skip
+                        help=".npy (float32 matrix), .parquet (id + one column per strategy), "
+                        ".jsonl, or - for JSON Lines on stdout")  # fmt: skip
     parser.add_argument("--recipe", "-r", nargs="+", action="extend", default=None,
                         metavar="NAME", help="a row name of poolkit compare, e.g. mean, "
                         "mean_no_special, cls+mean@last4; several give several columns")  # fmt: skip
     parser.add_argument("--strategy", "-s", nargs="+", action="extend", default=None,
                         metavar="S", help="shorthand: e.g. mean, cls, cls+mean, with --layers and "
-                        "--exclude-special; several give several columns")  # fmt: skip
+                        "--exclude-special; several give several columns "
+                        "(default: the model's intended pooling)")  # fmt: skip
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="L2-normalise (default: as the model does)")  # fmt: skip
     parser.add_argument("--text-column", default=None, metavar="C",
-                        help="field/column with the text (default: 'text')")  # fmt: skip
+                        help="field/column with the text (default: 'text', or the only column)")  # fmt: skip
     parser.add_argument("--input-format", default=None,
                         choices=["txt", "jsonl", "csv", "tsv", "parquet"],
                         help="format of INPUT (default: from its extension; stdin: txt)")  # fmt: skip
@@ -61,9 +70,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="texts read, embedded and written at a time (default: 4096)")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     parser.add_argument("--backend", choices=["torch", "onnx"], default="torch",
-                        help="runtime: torch, or onnx (ONNX Runtime, CPU; exported once, cached)")  # fmt: skip
+                        help="runtime: torch, or onnx (ONNX Runtime, CPU; exported once, cached) "
+                        "(default: torch)")  # fmt: skip
     parser.add_argument("--quantize", choices=["int8"], default=None,
-                        help="int8: dynamic int8 quantisation (with --backend onnx)")  # fmt: skip
+                        help="int8: dynamic int8 quantisation (with --backend onnx; default: "
+                        "none, float32)")  # fmt: skip
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted job from OUTPUT.poolkit-work (same "
                         "command, same settings); finished chunks are not recomputed")  # fmt: skip
@@ -114,32 +125,56 @@ def _with_note(error: Exception, note: str) -> Exception:
         return error
 
 
+def _check_stdout(args: argparse.Namespace) -> None:
+    """-o - (JSON Lines on stdout) keeps no file: refuse the flags that need one."""
+    if args.engine == "ray":
+        raise ValueError("-o -: --engine ray writes a folder of Parquet shards; name a folder.")
+    if args.resume:
+        raise ValueError("--resume needs an OUTPUT file: -o - streams to stdout and keeps no work "
+                         "directory to resume from.")  # fmt: skip
+    if args.overwrite:
+        raise ValueError("--overwrite replaces an OUTPUT file; -o - writes to stdout: drop it.")
+
+
 def run(args: argparse.Namespace) -> int:
+    to_stdout = args.output == "-"
+    if to_stdout:
+        _check_stdout(args)
     if (status := dispatch_engine(args)) is not None:  # --engine ray
         return status
     from poolkit.embed import check_inputs, embed_recipes, get_encoder
-    from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest, work_dir_for
+    from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest
+    from poolkit.io.inputstamp import InputChangedError, InputStamp
     from poolkit.io.readers import InputError
     from poolkit.io.writers import check_output
 
     positive(args.chunk_size, "--chunk-size")
     positive(args.batch_tokens, "--batch-tokens")
     positive(args.max_length, "--max-length")
-    wanted, _ = recipes_from_args(args)
+    wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
+    if args.backend == "onnx":
+        require_extra("--backend onnx", "onnxruntime", "onnxruntime", "onnx")
+    if args.input != "-" and Path(args.input).is_dir():
+        raise InputError(
+            f"{args.input}: is a folder; poolkit embed reads one file (or - for stdin). Add "
+            "--engine ray to embed every file of a folder (see docs/scaling.md)."
+        )
     output = Path(args.output)
-    check_output(output, list(wanted) if wanted else ["intended"], True)
-    if output.exists() and not args.overwrite:
+    if not to_stdout:
+        check_output(output, list(wanted) if wanted else ["intended"], True)
+    if output.exists() and not args.overwrite and not to_stdout:
         if args.resume and Checkpoint.finished(output):
             # Killed after publishing OUTPUT, before removing the work directory.
-            shutil.rmtree(work_dir_for(output))
+            Checkpoint.remove(output)
             print(f"poolkit: {output} was already complete; removed its work directory.",
                   file=sys.stderr)  # fmt: skip
             return 0
         raise InputError(f"{output}: already exists; pass --overwrite to replace it.")
-    if not args.resume:
+    if not args.resume and not to_stdout:
         check_no_work_dir(output)
 
     start = time.perf_counter()
+    stamp = InputStamp.take(args.input)  # compared after the last read: changed under us?
     # Read the first chunk before loading the model: input errors surface in a moment.
     chunks = text_chunks(args, args.chunk_size)
     first = next(chunks)
@@ -149,9 +184,17 @@ def run(args: argparse.Namespace) -> int:
                           quantize=args.quantize, max_batch_tokens=args.batch_tokens)  # fmt: skip
     recipes = intended_recipes(wanted, encoder, args)
     names = list(recipes)
-    checkpoint = Checkpoint.open(output, _settings(args, encoder, recipes), resume=args.resume)
-    done = truncated = resumed = num_chunks = 0
     blank: list[int] = []
+    checkpoint: Any
+    if to_stdout:
+        from poolkit.cli._stdout import StdoutSink
+
+        checkpoint = StdoutSink(names, blank)
+    else:
+        checkpoint = Checkpoint.open(output, _settings(args, encoder, recipes), resume=args.resume)
+    if wanted is None and encoder.info.pooling_is_guess:  # said once the job is on
+        print(f"poolkit: note: {guess_note(encoder.info)}", file=sys.stderr)
+    done = truncated = resumed = num_chunks = 0
     nothing = False
     dims: dict[str, int] = {}
     try:
@@ -174,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
                     dims = stats.dims
                 done += len(chunk)
                 num_chunks = k + 1
+        if stamp is not None:
+            stamp.check()
         if len(blank) == done:
             nothing = True  # the chunks hold nothing worth resuming
             raise InputError(
@@ -183,15 +228,23 @@ def run(args: argparse.Namespace) -> int:
         if not dims:
             dims = {n: int(a.shape[1]) for n, a in checkpoint.load(0)[1].items()}
         checkpoint.publish(num_chunks, names, overwrite=args.overwrite)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli._signals.Terminated)
         checkpoint.close()
+        if to_stdout:
+            raise
         print(
-            f"poolkit: interrupted; {len(checkpoint.done)} chunks are kept in "
-            f"{checkpoint.path}: rerun the same command with --resume to continue.",
+            f"poolkit: {getattr(e, 'what', 'interrupted')}; {len(checkpoint.done)} chunks are "
+            f"kept in {checkpoint.path}: rerun the same command with --resume to continue.",
             file=sys.stderr,
         )
-        return 130
+        return getattr(e, "exit_status", 130)
     except Exception as e:
+        if stamp is not None and not isinstance(e, InputChangedError) and stamp.changed():
+            # A reader error on a file being rewritten is a symptom; report the cause.
+            try:
+                stamp.check()
+            except InputChangedError as changed:
+                e = changed
         if checkpoint.done and not nothing:
             checkpoint.close()
             raise _with_note(
@@ -200,13 +253,16 @@ def run(args: argparse.Namespace) -> int:
                 "fix the problem and rerun with --resume.)",
             ) from e
         checkpoint.discard()
-        raise
+        raise e
     seconds = time.perf_counter() - start
     if blank:
         shown = ", ".join(str(i) for i in blank[:5]) + (", ..." if len(blank) > 5 else "")
+        kept = (
+            "was kept as an empty text, id" if len(blank) == 1 else "were kept as empty texts, ids"
+        )
         print(
-            f"poolkit: warning: {len(blank)} blank texts (empty or whitespace only) were kept "
-            f"as empty texts, ids {shown}.",
+            f"poolkit: warning: {count(len(blank), 'blank text')} (empty or whitespace only) "
+            f"{kept} {shown}.",
             file=sys.stderr,
         )
     if not args.quiet:
@@ -216,9 +272,10 @@ def run(args: argparse.Namespace) -> int:
             note = (f" (longer than {encoder.max_length} tokens; --long-text chunk keeps "
                     "all tokens)")  # fmt: skip
         if resumed:
-            note += f"; {resumed} texts resumed from the checkpoint"
+            note += f"; {count(resumed, 'text')} resumed from the checkpoint"
         print(
-            f"poolkit: {done} texts -> {args.output} [{shape}] in {seconds:.1f} s, "
+            f"poolkit: {count(done, 'text')} -> {checkpoint.path if to_stdout else args.output} "
+            f"[{shape}] in {seconds:.1f} s, "
             f"{(done - resumed) / max(seconds, 1e-9):.1f} texts/s, {truncated} truncated{note}",
             file=sys.stderr,
         )

@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from poolkit.model_info import DEFAULT_MODEL
+
 __all__ = ["add_parser", "run"]
 
 
@@ -18,8 +20,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "intended pooling and where it was read from, and normalisation. Loads no weights.",
     )
     parser.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                        help="model directory or hub id (default: all-MiniLM-L6-v2)")  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+                        help=f"model directory or hub id (default: {DEFAULT_MODEL})")  # fmt: skip
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of the table")  # fmt: skip
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks")  # fmt: skip
     parser.set_defaults(func=run)

@@ -30,11 +30,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--span", action="append", default=None, metavar="START:END",
                         help="half-open character span of --text (repeatable)")  # fmt: skip
     parser.add_argument("--strategy", "-s", default="endpoints",
-                        help="endpoints (2H), mean, max, attention, diff_sum, or e.g. x,y,x*y")  # fmt: skip
-    parser.add_argument("-o", "--output", default=None, help="JSON-lines file (default: stdout)")
-    parser.add_argument("--overwrite", action="store_true")
-    parser.add_argument("--no-vectors", action="store_true")
-    parser.add_argument("--decimals", type=int, default=None, metavar="N")
+                        help="endpoints (2H), mean, max, attention, diff_sum, or e.g. x,y,x*y "
+                        "(default: endpoints)")  # fmt: skip
+    parser.add_argument("-o", "--output", default=None,
+                        help="JSON-lines file, or - for stdout (default: stdout)")  # fmt: skip
+    parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    parser.add_argument("--no-vectors", action="store_true",
+                        help="spans, token spans and tokens only, no vectors")  # fmt: skip
+    parser.add_argument("--decimals", type=int, default=None, metavar="N",
+                        help="round vector values to N decimals (default: float32 as is)")  # fmt: skip
     add_common(parser)
     parser.set_defaults(func=run)
     return parser

@@ -22,14 +22,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="file of texts (as for `poolkit embed`), or - for stdin")  # fmt: skip
     parser.add_argument("--text", "-t", action="append", default=None,
                         help="a text to tokenize (repeatable), instead of INPUT")  # fmt: skip
-    parser.add_argument("--text-column", default=None, metavar="C")
+    parser.add_argument("--text-column", default=None, metavar="C",
+                        help="field/column with the text (default: 'text', or the only column)")  # fmt: skip
     parser.add_argument("--input-format", default=None,
-                        choices=["txt", "jsonl", "csv", "tsv", "parquet"])  # fmt: skip
-    parser.add_argument("-o", "--output", default=None, help="JSON-lines file (default: stdout)")
-    parser.add_argument("--overwrite", action="store_true")
-    parser.add_argument("--no-vectors", action="store_true", help="tokens and offsets only")
+                        choices=["txt", "jsonl", "csv", "tsv", "parquet"],
+                        help="format of INPUT (default: from its extension; stdin: txt)")  # fmt: skip
+    parser.add_argument("-o", "--output", default=None,
+                        help="JSON-lines file, or - for stdout (default: stdout)")  # fmt: skip
+    parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    parser.add_argument("--no-vectors", action="store_true",
+                        help="tokens and offsets only, no vectors")  # fmt: skip
     parser.add_argument("--decimals", type=int, default=None, metavar="N",
-                        help="round vector values to N decimals")  # fmt: skip
+                        help="round vector values to N decimals (default: float32 as is)")  # fmt: skip
     add_common(parser)
     parser.set_defaults(func=run)
     return parser

@@ -111,8 +111,8 @@ def to_json(task: str, model: str, results: Sequence[Result]) -> dict:
 def write_json(path: Path, document: dict) -> None:
     """Write ``document`` as indented JSON to ``path`` atomically."""
 
-    text = json.dumps(document, indent=2) + "\n"
-    atomic_write(Path(path), lambda f: f.write(text.encode("utf-8")))
+    data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
+    atomic_write(Path(path), lambda f: f.write(data), size=len(data))
 
 
 def write_plot(path: Path, task: str, model: str, results: Sequence[Result]) -> None:

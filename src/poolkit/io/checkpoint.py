@@ -4,8 +4,9 @@ A job writing ``OUTPUT`` keeps its work in ``OUTPUT.poolkit-work/``:
 
 - ``manifest.json``: the settings the vectors depend on (model files, strategies,
   normalisation, max length, batching, chunk size, library versions, ...), written once;
-- ``chunk-00000000.npz`` ...: one per committed chunk of texts: row ids, one float32
-  ``(n, D)`` array per strategy, and the SHA-256 of the chunk's texts;
+- ``chunk-00000000-<sha256>.npz`` ...: one per committed chunk of texts: row ids, one
+  float32 ``(n, D)`` array per strategy, and the SHA-256 of the chunk's texts. The name
+  carries the SHA-256 of the file's own bytes, so chunk and hash appear in one rename;
 - ``lock``: held (``flock``) while a process works on the directory.
 
 Every file appears atomically (temporary file, ``fsync``, ``rename``, ``fsync`` of the
@@ -14,6 +15,12 @@ resumed job recomputes at most the chunk that was in flight. :meth:`Checkpoint.p
 streams the chunks, in order, through the same writer an uninterrupted run uses into a
 file inside the work directory, then renames it onto ``OUTPUT``: a resumed job's output is
 byte-for-byte the one an uninterrupted run writes, and ``OUTPUT`` never exists half-written.
+
+No chunk is trusted unverified: reopening a work directory hashes every chunk before any
+new work (a bit-flipped or truncated chunk is deleted and recomputed, a gap is recomputed,
+each with one :class:`~poolkit.io.integrity.IntegrityWarning` naming it; files poolkit did
+not write are named and left alone), and :meth:`Checkpoint.publish` hashes each chunk
+again as it copies it into the output.
 
 Why the input is identified by content per chunk, not by size and mtime: a resumed job
 re-reads the input anyway to reach its first missing chunk, so hashing the texts of each
@@ -27,12 +34,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import struct
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +49,8 @@ from typing import Any
 import numpy as np
 
 from poolkit.io.atomic import atomic_write, fsync_dir
+from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
+from poolkit.io.integrity import IntegrityWarning, bytes_digest, read_verified
 from poolkit.io.readers import InputError
 
 __all__ = [
@@ -56,8 +67,9 @@ WORK_SUFFIX = ".poolkit-work"
 _MANIFEST = "manifest.json"
 _PUBLISHED = "published"
 _KIND = "poolkit-checkpoint"
-_VERSION = 1
-_CHUNK = re.compile(r"^chunk-(\d{8})\.npz$")
+_VERSION = 2  # 2: chunk names carry their SHA-256
+_CHUNK = re.compile(r"^chunk-(\d{8})-([0-9a-f]{64})\.npz$")
+_OWN = re.compile(r"^(manifest\.json|lock|published|assembled\.\w+|\..*\.tmp)$")
 
 
 class CheckpointError(InputError):
@@ -168,14 +180,48 @@ class Checkpoint:
         self.settings = settings
         self._lock = lock
         self.done: set[int] = set()
-        for entry in os.listdir(path):
+        self._files: dict[int, str] = {}  # chunk index -> file name
+        self._metas: dict[int, dict[str, Any]] = {}  # chunk index -> its verified meta
+        self.foreign: list[str] = []  # files poolkit did not write: named, left alone
+        self._damaged: set[int] = set()
+        for entry in sorted(os.listdir(path)):
             match = _CHUNK.match(entry)
-            if match:
-                self.done.add(int(match.group(1)))
+            if match and int(match.group(1)) not in self._files:
+                self._adopt(int(match.group(1)), entry)
             elif entry.endswith(".tmp"):
                 # Left by a killed process; we hold the lock, so nobody is writing it.
                 with contextlib.suppress(OSError):
                     os.unlink(path / entry)
+            elif not _OWN.match(entry):
+                self.foreign.append(entry)
+        gaps = sorted(set(range(max(self.done, default=-1))) - self.done - self._damaged)
+        if gaps:
+            _warn(f"{path}: missing chunks {_short(gaps)}; they will be recomputed.")
+        if self.foreign:
+            _warn(
+                f"{path}: ignoring {len(self.foreign)} files poolkit did not write "
+                f"({_short(self.foreign)}); they are left where they are."
+            )
+
+    def _adopt(self, index: int, name: str) -> None:
+        """Take chunk file ``name`` as chunk ``index`` if its bytes match the hash in its
+        name; otherwise delete it (it will be recomputed) with one warning."""
+        digest = _CHUNK.match(name).group(2)  # type: ignore[union-attr]
+        data = read_verified(self.path / name, digest)
+        meta = _parse_meta(data) if data is not None else None
+        if meta is None or meta.get("index") != index:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path / name)
+            fsync_dir(self.path)
+            self._damaged.add(index)
+            _warn(
+                f"{self.path / name}: damaged checkpoint chunk (its content does not match "
+                "its recorded SHA-256); deleted, it will be recomputed."
+            )
+            return
+        self.done.add(index)
+        self._files[index] = name
+        self._metas[index] = meta
 
     # -- opening ------------------------------------------------------------------------
 
@@ -285,7 +331,7 @@ class Checkpoint:
     # -- chunks -------------------------------------------------------------------------
 
     def _chunk_path(self, index: int) -> Path:
-        return self.path / f"chunk-{index:08d}.npz"
+        return self.path / self._files[index]
 
     def commit(
         self, index: int, first_row: int, digest: str, arrays: Mapping[str, np.ndarray]
@@ -307,21 +353,36 @@ class Checkpoint:
         payload = {
             f"s{k}": np.ascontiguousarray(arrays[n], np.float32) for k, n in enumerate(names)
         }
-        atomic_write(
-            self._chunk_path(index),
-            lambda f: np.savez(f, meta=np.array(json.dumps(meta)), **payload),
-        )
+        buffer = io.BytesIO()  # serialised first: the file name carries its hash
+        np.savez(buffer, meta=np.array(json.dumps(meta)), **payload)
+        data = buffer.getbuffer()
+        name = f"chunk-{index:08d}-{bytes_digest(data)}.npz"
+        atomic_write(self.path / name, lambda f: f.write(data), size=len(data))
+        old = self._files.get(index)
+        if old is not None and old != name:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path / old)
         self.done.add(index)
+        self._files[index] = name
+        self._metas[index] = meta
 
     def _meta(self, index: int) -> dict[str, Any]:
-        try:
-            with np.load(self._chunk_path(index), allow_pickle=False) as z:
-                return json.loads(str(z["meta"]))
-        except (OSError, ValueError, KeyError) as e:
+        return self._metas[index]
+
+    def _read(self, index: int) -> bytes:
+        """The verified bytes of chunk ``index``; a chunk damaged since it was checked is
+        deleted (so that ``--resume`` recomputes it) and reported."""
+        path = self._chunk_path(index)
+        data = read_verified(path, _CHUNK.match(path.name).group(2))  # type: ignore[union-attr]
+        if data is None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            self.done.discard(index)
             raise CheckpointError(
-                f"{self._chunk_path(index)}: unreadable checkpoint chunk ({e}); delete that "
-                "file and rerun with --resume to recompute it."
-            ) from None
+                f"{path}: checkpoint chunk damaged after it was written (its content no "
+                "longer matches its SHA-256); deleted, rerun with --resume to recompute it."
+            )
+        return data
 
     def verify(self, index: int, first_row: int, digest: str) -> None:
         """Check that done chunk ``index`` was made from these texts.
@@ -341,7 +402,7 @@ class Checkpoint:
     def load(self, index: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Row ids ``(n,)`` int64 and strategy -> float32 ``(n, D)`` of chunk ``index``."""
         meta = self._meta(index)
-        with np.load(self._chunk_path(index), allow_pickle=False) as z:
+        with np.load(io.BytesIO(self._read(index)), allow_pickle=False) as z:
             arrays = {n: z[f"s{k}"] for k, n in enumerate(meta["strategies"])}
         start = int(meta["first_row"])
         return np.arange(start, start + int(meta["rows"]), dtype=np.int64), arrays
@@ -364,21 +425,32 @@ class Checkpoint:
         # Assembled inside the work directory (same filesystem as OUTPUT, so the final
         # rename is atomic); a kill here leaves only work-directory files behind.
         staged = self.path / f"assembled.{fmt}"
-        writer = EmbeddingWriter(staged, fmt, list(strategies), overwrite=True)
-        with writer:
-            for k in range(num_chunks):
-                ids, arrays = self.load(k)
-                writer.write(ids, arrays)
+        try:
+            with EmbeddingWriter(staged, fmt, list(strategies), overwrite=True) as writer:
+                for k in range(num_chunks):
+                    ids, arrays = self.load(k)
+                    writer.write(ids, arrays)
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            rows = sum(int(self._metas[k]["rows"]) for k in range(num_chunks))
+            ids, arrays = self.load(0)
+            dims = [int(arrays[n].shape[1]) for n in strategies]
+            raise disk_full(e, self.output, estimate_output_bytes(fmt, rows, dims)) from e
         # mkstemp files are private (0600); OUTPUT gets the mode any new file would get.
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(staged, 0o666 & ~umask)
-        if self.output.exists() and not overwrite:
-            raise CheckpointError(
-                f"{self.output}: already exists; pass --overwrite to replace it (the finished "
-                f"vectors stay in {self.path.name} for --resume)."
-            )
-        atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
+        try:
+            if self.output.exists() and not overwrite:
+                raise CheckpointError(
+                    f"{self.output}: already exists; pass --overwrite to replace it (the "
+                    f"finished vectors stay in {self.path.name} for --resume)."
+                )
+            atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
+        except BaseException:
+            staged.unlink(missing_ok=True)  # a full copy of OUTPUT: do not keep it around
+            raise
         os.replace(staged, self.output)
         fsync_dir(self.output.parent)
         self.discard()
@@ -390,10 +462,36 @@ class Checkpoint:
         trash = self.path.with_name(
             f".{self.output.name}{WORK_SUFFIX}.trash-{os.getpid()}-{os.urandom(4).hex()}"
         )
+        if any(not (_CHUNK.match(e) or _OWN.match(e)) for e in os.listdir(self.path)):
+            self.close()
+            self.remove(self.output)
+            return
         os.rename(self.path, trash)
         fsync_dir(self.path.parent)
         self.close()
         shutil.rmtree(trash, ignore_errors=True)
+
+    @staticmethod
+    def remove(output: str | os.PathLike[str]) -> None:
+        """Remove ``output``'s work directory but keep files poolkit did not write: then the
+        directory stays with only those, and one warning names them. The ``published``
+        marker goes last, so a kill midway leaves a directory still recognised as done."""
+        path = work_dir_for(output)
+        last = ("lock", _MANIFEST, _PUBLISHED)  # chunks first: a kill leaves a usable dir
+        entries = sorted(os.listdir(path), key=lambda e: last.index(e) if e in last else -1)
+        foreign = [e for e in entries if not (_CHUNK.match(e) or _OWN.match(e))]
+        for entry in entries:
+            if entry not in foreign:
+                with contextlib.suppress(OSError):
+                    os.unlink(path / entry)
+        if not foreign:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            return
+        _warn(
+            f"{path}: kept, it holds {len(foreign)} files poolkit did not write "
+            f"({_short(foreign)}); move them and delete the directory."
+        )
 
     @staticmethod
     def finished(output: str | os.PathLike[str]) -> bool:
@@ -417,3 +515,21 @@ class Checkpoint:
     def chunks(self) -> Iterator[int]:
         """Committed chunk indices, ascending."""
         return iter(sorted(self.done))
+
+
+def _parse_meta(data: bytes) -> dict[str, Any] | None:
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+    except Exception:  # any damage the hash did not catch: not a usable chunk
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _short(items: Sequence[Any], limit: int = 5) -> str:
+    head = ", ".join(str(x) for x in items[:limit])
+    return head if len(items) <= limit else f"{head}, ... ({len(items) - limit} more)"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, IntegrityWarning, stacklevel=3)

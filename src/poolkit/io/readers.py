@@ -57,7 +57,7 @@ def input_format(path: str | os.PathLike[str], fmt: str | None = None) -> str:
     if name not in INPUT_FORMATS:
         raise InputError(
             f"Cannot tell the format of {os.fspath(path)!r} from its extension {ext or '(none)'!r}: "
-            f"use one of .{', .'.join(INPUT_FORMATS)}, or name the format (--input-format)."
+            f"use one of .{', .'.join(INPUT_FORMATS)}, or name the format with `fmt`."
         )
     return name
 
@@ -99,7 +99,7 @@ def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
 
 def _txt(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
     if column is not None:
-        raise InputError(f"{where}: a .txt input has no columns; drop --text-column.")
+        raise InputError(f"{where}: a .txt input has no columns; leave `text_column` unset.")
     for _, line in numbered_lines(stream, where):
         yield line
 
@@ -129,7 +129,7 @@ def _jsonl(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
             keys = ", ".join(map(str, value)) or "(none)"
             raise InputError(
                 f'{where}: line {number} has no "{key}" field; its fields are: {keys}. '
-                "Choose one with --text-column."
+                "Choose one with `text_column`."
             )
         text = value[key]
         if not isinstance(text, str):
@@ -171,7 +171,7 @@ def pick_column(columns: list[str], column: str | None, where: str) -> str:
         return columns[0]
     raise InputError(
         f"{where}: no 'text' column; available columns: {', '.join(columns)}. "
-        "Choose one with --text-column."
+        "Choose one with `text_column`."
     )
 
 
@@ -375,8 +375,10 @@ def read_texts(
         InputError: missing file, undecodable or malformed line (with its number),
             missing column (with the available ones), or no texts at all.
     """
-    kind = input_format(path, fmt)
     where = "<stdin>" if os.fspath(path) == "-" else os.fspath(path)
+    if where != "<stdin>":
+        _exists(where)  # a folder or a missing file, before guessing a format from its name
+    kind = input_format(path, fmt)
     total = 0
     with contextlib.ExitStack() as stack:
         source: str | IO[bytes]
@@ -385,7 +387,6 @@ def read_texts(
                 raise InputError("Parquet cannot be read from stdin; pass a file path.")
             source = stdin if stdin is not None else sys.stdin.buffer
         else:
-            _exists(where)
             source = where if kind == "parquet" else stack.enter_context(open(where, "rb"))
         for chunk in read_stream(
             source, kind, where=where, text_column=text_column, chunk_size=chunk_size

@@ -24,7 +24,7 @@ import numpy as np
 from poolkit.io.atomic import AtomicFile
 from poolkit.io.readers import InputError
 
-__all__ = ["OUTPUT_FORMATS", "EmbeddingWriter", "open_writer", "output_format"]
+__all__ = ["OUTPUT_FORMATS", "EmbeddingWriter", "jsonl_rows", "open_writer", "output_format"]
 
 OUTPUT_FORMATS = ("npy", "parquet", "jsonl")
 _NPY_HEADER = 128  # bytes reserved for the .npy header, written once the row count is known
@@ -39,6 +39,19 @@ def output_format(path: str | os.PathLike[str]) -> str:
             f".{', .'.join(OUTPUT_FORMATS)}."
         )
     return ext
+
+
+def jsonl_rows(ids: np.ndarray, arrays: Mapping[str, np.ndarray], strategies: list[str]) -> str:
+    """JSON Lines of a chunk, each line ending in a newline:
+    ``{"id": i, "<strategy>": [...], ...}``; ``ids`` ``(n,)``, ``arrays`` name -> ``(n, D)``."""
+    lists = {name: np.asarray(arrays[name], np.float32).tolist() for name in strategies}
+    lines = []
+    for k, i in enumerate(np.asarray(ids, dtype=np.int64).tolist()):
+        row: dict[str, Any] = {"id": i}
+        for name in strategies:
+            row[name] = lists[name][k]
+        lines.append(json.dumps(row, separators=(",", ":")) + "\n")
+    return "".join(lines)
 
 
 class EmbeddingWriter:
@@ -82,16 +95,7 @@ class EmbeddingWriter:
         if self.fmt == "npy":
             self._file.write(np.ascontiguousarray(arrays[self.strategies[0]], np.float32).data)
         elif self.fmt == "jsonl":
-            lists = {
-                name: np.asarray(arrays[name], np.float32).tolist() for name in self.strategies
-            }
-            lines = []
-            for k, i in enumerate(ids.tolist()):
-                row: dict[str, Any] = {"id": i}
-                for name in self.strategies:
-                    row[name] = lists[name][k]
-                lines.append(json.dumps(row, separators=(",", ":")))
-            self._file.write(("\n".join(lines) + "\n").encode("utf-8"))
+            self._file.write(jsonl_rows(ids, arrays, self.strategies).encode("utf-8"))
         else:
             self._write_parquet(ids, arrays)
         self.rows += len(ids)

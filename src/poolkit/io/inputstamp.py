@@ -1,0 +1,73 @@
+"""Notice an input file that changes while a job reads it (appended, truncated, rewritten).
+
+A job reads its input once, front to back, over minutes or hours. If another process
+appends to or truncates the file meanwhile, the texts read are a mix of two versions. The
+file's size and modification time are taken before the first read and compared after the
+last one; a difference is reported instead of publishing vectors of a mixed input. (What
+was already embedded stays valid: each checkpoint chunk keeps the SHA-256 of its texts,
+which ``--resume`` checks against the input as it is then.)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from poolkit.io.readers import InputError
+
+__all__ = ["InputChangedError", "InputStamp"]
+
+
+class InputChangedError(InputError):
+    """The input file changed while it was being read."""
+
+
+@dataclass(frozen=True)
+class InputStamp:
+    """Size, modification time and inode of a regular file (None for stdin or a URI)."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def take(cls, path: str | os.PathLike[str]) -> InputStamp | None:
+        """The stamp of ``path`` now, or None when it is not a regular local file."""
+        where = os.fspath(path)
+        if where == "-" or "://" in where:
+            return None
+        try:
+            st = os.stat(where)
+        except OSError:
+            return None  # the reader reports a missing file with its own message
+        if not os.path.isfile(where):
+            return None
+        return cls(where, st.st_size, st.st_mtime_ns, st.st_ino)
+
+    def changed(self) -> str | None:
+        """What changed since this stamp was taken (one phrase), or None."""
+        now = InputStamp.take(self.path)
+        if now is None:
+            return "it was removed"
+        if now.inode != self.inode:
+            return "it was replaced by another file"
+        if now.size != self.size:
+            verb = "grew" if now.size > self.size else "shrank"
+            return f"it {verb} from {self.size} to {now.size} bytes"
+        if now.mtime_ns != self.mtime_ns:
+            return "it was modified at " + time.strftime(
+                "%H:%M:%S", time.localtime(now.mtime_ns / 1e9)
+            )
+        return None
+
+    def check(self, note: str = "") -> None:
+        """Raise :class:`InputChangedError` if the file changed since the stamp."""
+        what = self.changed()
+        if what is not None:
+            raise InputChangedError(
+                f"{self.path}: the input changed while it was being read ({what}); its "
+                "vectors would mix two versions of the file, so no output was written. "
+                f"Let the file settle, then rerun.{note}"
+            )

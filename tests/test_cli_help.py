@@ -1,0 +1,64 @@
+"""Every flag of every ``poolkit`` command has a help line, shows its default, and the
+default model is named the same way everywhere."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from poolkit.cli import build_parser
+from poolkit.model_info import DEFAULT_MODEL
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+
+
+def test_every_subcommand_is_walked():
+    assert set(_commands()) >= {"embed", "inspect", "tokens", "spans", "compare"}
+
+
+def test_every_flag_has_help():
+    missing = [
+        f"{name} {a.option_strings or a.dest}"
+        for name, parser in _commands().items()
+        for a in _actions(parser)
+        if not a.help or a.help == argparse.SUPPRESS or not a.help.strip()
+    ]
+    assert missing == []
+
+
+def test_defaults_are_shown():
+    # A flag with a real default (not None, not an off switch) says what it is.
+    hidden = [
+        f"{name} {a.option_strings}: {a.default!r}"
+        for name, parser in _commands().items()
+        for a in _actions(parser)
+        if a.default not in (None, False, argparse.SUPPRESS) and "default" not in (a.help or "")
+    ]
+    assert hidden == []
+
+
+def test_the_default_model_is_named_one_way():
+    helps = [
+        a.help or ""
+        for parser in _commands().values()
+        for a in _actions(parser)
+        if "--model" in a.option_strings or a.dest == "model"
+    ]
+    assert len(helps) == len(_commands())  # every command takes a model
+    assert all(h.endswith(f"(default: {DEFAULT_MODEL})") for h in helps), helps
+
+
+def test_help_prints_for_every_command():
+    for name in _commands():
+        result = subprocess.run([sys.executable, "-m", "poolkit.cli", name, "--help"],
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 0 and "usage: poolkit" in result.stdout, result.stderr
