@@ -221,7 +221,8 @@ def embed_dataset(
     ray = require_ray()
     from poolkit.embed import resolve_recipes
 
-    check_options(options)
+    if fn is None:  # a subclass (fn=) may take keyword arguments of its own
+        check_options(options)
     shorthand = {k: options.pop(k) for k in Embedder._RECIPE_OPTIONS if k in options}
     wanted, _ = resolve_recipes(strategy, recipe, normalize=normalize, **shorthand)
     if workers is not None and (not isinstance(workers, int) or workers < 1):
