@@ -24,6 +24,8 @@ def entity_f1_reference(gold: list[list[str]], pred: list[list[str]]) -> float:
     """Micro entity F1 over all sentences from :func:`chunks_by_scanning`'s chunks."""
     g = {(k, *e) for k, s in enumerate(gold) for e in chunks_by_scanning(s)}
     p = {(k, *e) for k, s in enumerate(pred) for e in chunks_by_scanning(s)}
+    if not g & p:
+        return 0.0  # no entity found right (e.g. a bootstrap resample): F1 is 0
     precision = len(g & p) / len(p)
     recall = len(g & p) / len(g)
     return 2 * precision * recall / (precision + recall)

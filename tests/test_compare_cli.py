@@ -24,6 +24,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from testdata import conll_sentences, fixture, full_data, read_sts_pairs
 
+from poolkit.recipe import Recipe
+
 pytestmark = pytest.mark.slow
 
 STS_REFERENCE = {"mean": 86.72, "max": 82.58, "cls": 79.73}  # the data sets' README
@@ -78,12 +80,29 @@ def by_key(doc: dict) -> dict[tuple[str, str], dict]:
     return {(r["strategy"], r["layers"]): r for r in doc["results"]}
 
 
-def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, str]) -> None:
-    assert set(doc) == {"task", "model", "metric", "results"}
+ROW_KEYS = {"intended", "ci", "significant", "difference", "members", "tied"}
+
+
+def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) -> None:
+    assert set(doc) == {"task", "model", "metric", "bootstrap", "results"}
     assert doc["task"] == task and doc["metric"] == metric
     assert doc["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert doc["bootstrap"]["resamples"] >= 2 and doc["bootstrap"]["level"] == 0.95
     for row in doc["results"]:
-        assert set(row) == {"recipe", "strategy", "layers", *metrics, "intended"}
+        assert set(row) == {"recipe", "strategy", "layers", *metrics, *ROW_KEYS}
+        assert Recipe.parse(row["recipe"]).strategy == row["strategy"]
+        assert set(row["ci"]) == set(metrics)
+        for name in metrics:
+            lo, hi = row["ci"][name]
+            assert lo <= hi  # a percentile interval need not contain the point value
+        assert row["members"][0] == row["strategy"]
+        if row["intended"] or not any(r["intended"] for r in doc["results"]):
+            assert row["significant"] is None and row["difference"] is None
+        else:
+            d = row["difference"]
+            assert d["metric"] == metric and row["significant"] == (
+                d["ci"][0] > 0 or d["ci"][1] < 0
+            )
     main = [r[metric] for r in doc["results"]]
     assert main == sorted(main, reverse=True)
 
@@ -102,18 +121,17 @@ def test_sts_matches_the_published_reference(tmp_path):
     # Every sequence strategy is compared; sum, mean and mean_sqrt_len only rescale each
     # vector, so their cosine similarities (and correlations) agree.
     assert {s for s, _ in rows} == {
-        "cls", "mean", "max", "min", "sum", "mean_sqrt_len", "weighted_mean", "last",
-        "mean_no_special", "cls+mean", "mean+max",
+        "cls", "mean", "max", "min", "weighted_mean", "last", "mean_no_special", "cls+mean",
+        "mean+max",
     }  # fmt: skip
-    for same in ("sum", "mean_sqrt_len"):
-        assert rows[(same, "last")]["spearman"] == pytest.approx(
-            rows[("mean", "last")]["spearman"], abs=1e-6
-        )
+    # sum and mean_sqrt_len only rescale each mean vector: one row with the intended mean.
+    assert rows[("mean", "last")]["members"] == ["mean", "sum", "mean_sqrt_len"]
     assert [r["strategy"] for r in doc["results"] if r["intended"]] == ["mean"]
     table = result.stdout.decode()
     assert (
-        "mean *" in table
+        "mean * (= sum, mean_sqrt_len)" in table
         and "* the model's intended pooling (mean, from 1_Pooling/config.json" in table
+        and "sig: paired bootstrap test at the 95% level" in table
     )
     first_row = table.splitlines()[2].split()
     assert first_row[1] == doc["results"][0]["recipe"]
@@ -284,16 +302,28 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
         (["c.txt", "--task", "classification", "--plot", "x.jpg"], {"c.txt": "1 a\n0 b\n"}, ["--plot x.jpg: expected a .png file name"]),
         (["c.txt", "--task", "classification", "--json", "c.txt"], {"c.txt": "1 a\n0 b\n"}, ["--json c.txt: expected a .json file name"]),
         (["c.txt", "--task", "classification", "--json", "o.json"], {"c.txt": "1 a\n0 b\n", "o.json": "{}"}, ["--json o.json: file exists; pass --overwrite"]),
+        (["b", "--task", "retrieval"], {"b/corpus.jsonl": '{"_id": "d1", "text": "x"}\n', "b/queries.jsonl": '{"_id": "q1", "text": "y"}\n', "b/qrels/test.tsv": "q1\td2\t1\n"}, ["b/qrels/test.tsv:1: corpus-id 'd2' is not in corpus.jsonl"]),
+        (["b", "--task", "retrieval"], {"b/corpus.jsonl": "", "b/queries.jsonl": "", "b/qrels/test.tsv": ""}, ["b/corpus.jsonl: empty corpus"]),
+        (["p.csv", "--task", "retrieval", "--split", "dev"], {"p.csv": "query,document\na,b\n"}, ["--split dev: only for a BEIR folder"]),
+        (["p.csv", "--task", "retrieval", "--train", "p.csv"], {"p.csv": "query,document\na,b\n"}, ["--train: --task retrieval has no training step"]),
+        (["c.txt", "--task", "clustering", "--query-column", "q"], {"c.txt": "1 a\n0 b\n"}, ["--query-column: only for --task retrieval"]),
+        (["c.txt", "--task", "clustering"], {"c.txt": "1 a\n1 b\n"}, ["only one label; clustering needs at least two"]),
+        (["c.txt", "--task", "sts", "--quantize", "int8"], {"c.txt": "1 a\n0 b\n"}, ["--quantize int8 needs --backend onnx"]),
+        (["c.txt", "--task", "sts", "--backend", "onnx", "--layers"], {"c.txt": "1 a\n0 b\n"}, ["--layers: the onnx backend returns the last layer only"]),
+        (["c.txt", "--task", "sts", "--int8-rows", "all"], {"c.txt": "1 a\n0 b\n"}, ["--int8-rows: only with --backend onnx --quantize int8"]),
+        (["c.txt", "--task", "sts", "--bootstrap", "-1"], {"c.txt": "1 a\n0 b\n"}, ["--bootstrap -1: expected 0 (off) or at least 2"]),
     ],
 )  # fmt: skip
 def test_input_errors_are_one_line_with_status_2(tmp_path, args, files, fragments):
     for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text, encoding="utf-8")
     if "all.txt" in args:
         # the committed fixture plus one example whose label occurs nowhere else (line 501)
         lines = fixture("relations-train.txt").read_text(encoding="utf-8")
         extra = '9999\t"The <e1>memo</e1> is about the <e2>merger</e2>."\nMessage-Topic(e1,e2)\n'
         (tmp_path / "all.txt").write_text(lines + extra + "Comment:\n\n", encoding="utf-8")
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     one_error_line(poolkit("compare", *args, cwd=tmp_path), 2, *fragments)
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before  # nothing written

@@ -19,6 +19,8 @@ from clitools import one_error_line, poolkit
 from scipy.stats import pearsonr, spearmanr
 from testdata import fixture, read_sts_pairs, sts_pairs_table
 
+from poolkit.recipe import Recipe
+
 pytestmark = pytest.mark.slow
 DATA = "pairs.tsv"  # written into each test's folder by write_pairs_table
 
@@ -48,26 +50,39 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]
 def test_every_compare_row_embeds_to_the_vectors_compare_scored(compared) -> None:
     cwd, doc, table = compared
     names = [row["recipe"] for row in doc["results"]]
-    # 11 sequence strategies x 3 layer selections, mean_no_special and layer variants included.
-    assert len(names) == 33 and "mean_no_special" in names and "mean_no_special@last4" in names
+    # A merged row stands for its members: the row's recipe with each member's strategy.
+    members = {
+        row["recipe"]: [
+            str(Recipe.parse(row["recipe"]).replace(strategy=m)) for m in row["members"]
+        ]
+        for row in doc["results"]
+    }
+    every = [name for row in names for name in members[row]]
+    # 11 sequence strategies x 3 layer selections, mean_no_special and layer variants included;
+    # under cosine, sum and mean_sqrt_len merge into mean's row at each layer selection.
+    assert len(every) == len(set(every)) == 33
+    assert len(names) == 33 - 2 * 3
+    assert "mean_no_special" in names and "mean_no_special@last4" in names
+    assert members["mean@last4"] == ["mean@last4", "sum@last4", "mean_sqrt_len@last4"]
     # Every name in the table is a row of the JSON, and the other way round.
-    table_names = [line.split()[1] for line in table.splitlines()[2:35]]
+    table_names = [line.split()[1] for line in table.splitlines()[2 : 2 + len(names)]]
     assert table_names == names
     for column in ("sentence1", "sentence2"):
         r = poolkit(
             "embed", DATA, "--text-column", column, "-o", f"{column}.parquet",
-            "--recipe", *names, "--quiet", cwd=cwd,
+            "--recipe", *every, "--quiet", cwd=cwd,
         )  # fmt: skip
         assert r.returncode == 0, r.stderr.decode()
     s1 = pq.read_table(cwd / "sentence1.parquet")
     s2 = pq.read_table(cwd / "sentence2.parquet")
     gold = gold_scores()
     for row in doc["results"]:
-        a = np.stack(s1.column(row["recipe"]).to_numpy(zero_copy_only=False))
-        b = np.stack(s2.column(row["recipe"]).to_numpy(zero_copy_only=False))
-        cos = cosine_rows(a, b)
-        assert abs(spearmanr(cos, gold).statistic - row["spearman"]) <= 1e-6, row
-        assert abs(pearsonr(cos, gold).statistic - row["pearson"]) <= 1e-6, row
+        for name in members[row["recipe"]]:
+            a = np.stack(s1.column(name).to_numpy(zero_copy_only=False))
+            b = np.stack(s2.column(name).to_numpy(zero_copy_only=False))
+            cos = cosine_rows(a, b)
+            assert abs(spearmanr(cos, gold).statistic - row["spearman"]) <= 1e-6, (name, row)
+            assert abs(pearsonr(cos, gold).statistic - row["pearson"]) <= 1e-6, (name, row)
 
 
 @pytest.mark.parametrize("name", ["mean_no_special", "cls+mean@last4", "max@first_last"])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit.cli._common import add_common, flag_message, guess_note, report_error, require_extra
+from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
 
 __all__ = ["add_parser", "run"]
 
@@ -24,7 +25,14 @@ Embed DATA once and score every pooling candidate on it, best first.
   relation        SemEval-2010 Task 8 file, or JSONL {"text", "spans": [[s, e], [s, e]]
                   (character offsets, end exclusive), "label"}; two span vectors per example,
                   probe on --train FILE or CV; macro-F1 (main) and accuracy
-All scores are fractions. Tables: .jsonl/.csv/.tsv/.parquet with the --*-column names."""
+  retrieval       a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) or a table of
+                  (query, document) rows; exact cosine search; nDCG@10 (main), MRR@10,
+                  Recall@100, MAP@100 (as MTEB/pytrec_eval compute them)
+  clustering      rows text, label (or SST-2 lines); MiniBatchKMeans with k = number of
+                  labels, 5 seeds; V-measure (main, mean over the seeds)
+Every row carries a 95% paired-bootstrap interval per metric (--bootstrap N resamples; 0: off)
+and whether it differs significantly from the model's intended pooling. All scores are
+fractions. Tables: .jsonl/.csv/.tsv/.parquet with the --*-column names."""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -35,9 +43,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("data", metavar="DATA", help="the file to score on")
-    p.add_argument("--task", required=True, choices=["sts", "classification", "ner", "relation"],
-                   help="what DATA holds and how candidates are scored (see above)")  # fmt: skip
+    p.add_argument(
+        "data", metavar="DATA", help="the file to score on (retrieval: or a BEIR folder)"
+    )
+    p.add_argument(
+        "--task", required=True,
+        choices=["sts", "classification", "ner", "relation", "retrieval", "clustering"],
+        help="what DATA holds and how candidates are scored (see above)",
+    )  # fmt: skip
     p.add_argument("--train", metavar="FILE", help="train the probes on FILE, score on DATA")
     p.add_argument(
         "--strategies", nargs="+", action="extend", metavar="S",
@@ -54,7 +67,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the main metric")
     p.add_argument("--overwrite", action="store_true", help="replace existing --json/--plot files")
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default: 5)")
-    for name in ("text", "label", "sentence1", "sentence2", "score", "spans"):
+    p.add_argument(
+        "--bootstrap", type=int, default=DEFAULT_RESAMPLES, metavar="N",
+        help=f"bootstrap resamples for the 95%% intervals and the paired test; 0: off "
+        f"(default: {DEFAULT_RESAMPLES})",
+    )  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
+    p.add_argument("--backend", choices=["torch", "onnx"], default="torch",
+                   help="runtime: torch, or onnx (ONNX Runtime, CPU; last layer only) "
+                   "(default: torch)")  # fmt: skip
+    p.add_argument(
+        "--quantize", choices=["int8"], default=None,
+        help="with --backend onnx: add int8 rows beside the fp32 ones, with the paired "
+        "difference and the speed ratio",
+    )  # fmt: skip
+    p.add_argument("--int8-rows", choices=["intended", "all"], default=None,
+                   help="rows that get an int8 twin (default: the intended row, or all rows "
+                   "when none is intended)")  # fmt: skip
+    p.add_argument("--split", default=None, metavar="NAME",
+                   help="retrieval, BEIR folder: qrels/NAME.tsv (default: test, or the only one)")  # fmt: skip
+    for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
         p.add_argument(f"--{name}-column", default=name, metavar="C",
                        help=f"column/field of the {name} in table files (default: {name})")  # fmt: skip
     add_common(p)
@@ -89,17 +121,48 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
     return out
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse, in one line, options that the task or backend would not honour."""
+    if args.folds < 2:
+        raise _UsageError(f"--folds {args.folds}: expected at least 2.")
+    if args.bootstrap < 0 or args.bootstrap == 1:
+        raise _UsageError(f"--bootstrap {args.bootstrap}: expected 0 (off) or at least 2.")
+    if args.task in ("retrieval", "clustering") and args.train:
+        raise _UsageError(f"--train: --task {args.task} has no training step; drop --train.")
+    if args.task != "retrieval":
+        for flag, value, default in (
+            ("--split", args.split, None), ("--query-column", args.query_column, "query"),
+            ("--document-column", args.document_column, "document"),
+        ):  # fmt: skip
+            if value != default:
+                raise _UsageError(f"{flag}: only for --task retrieval.")
+    if args.quantize and args.backend != "onnx":
+        raise _UsageError("--quantize int8 needs --backend onnx (int8 runs in ONNX Runtime).")
+    if args.int8_rows and not args.quantize:
+        raise _UsageError("--int8-rows: only with --backend onnx --quantize int8.")
+    if args.backend == "onnx":
+        if args.layers is not None:
+            raise _UsageError("--layers: the onnx backend returns the last layer only; "
+                              "drop --layers or use --backend torch.")  # fmt: skip
+        if args.dtype not in (None, "float32"):
+            raise _UsageError(f"--dtype {args.dtype}: the onnx backend runs float32 (or "
+                              "--quantize int8); drop --dtype.")  # fmt: skip
+        if args.device not in ("auto", "cpu"):
+            raise _UsageError(f"--device {args.device}: the onnx backend runs on the CPU.")
+
+
 def _run(args: argparse.Namespace) -> int:
     from poolkit.compare.datasets import Columns, read_task
 
     json_path = _output(args.json, "--json", ".json", args.overwrite)
     plot_path = _output(args.plot, "--plot", ".png", args.overwrite)
-    if args.folds < 2:
-        raise _UsageError(f"--folds {args.folds}: expected at least 2.")
+    _check_options(args)
     if plot_path:
         require_extra("--plot", "matplotlib", "matplotlib", "compare")
     if args.task != "sts":
         require_extra(f"--task {args.task}", "sklearn", "scikit-learn", "compare")
+    if args.backend == "onnx":
+        require_extra("--backend onnx", "onnxruntime", "onnxruntime", "onnx")
     layers = args.layers
     if layers is not None and not layers:
         layers = ["last", "last4", "first_last"]
@@ -110,7 +173,14 @@ def _run(args: argparse.Namespace) -> int:
         sentence2=args.sentence2_column, score=args.score_column, spans=args.spans_column,
     )  # fmt: skip
     # Read (and so validate) every file before the model loads.
-    data = read_task(args.task, args.data, columns)
+    if args.task == "retrieval":
+        from poolkit.compare.retrieval import read_retrieval
+
+        data: Any = read_retrieval(args.data, args.split, args.query_column, args.document_column)
+    else:
+        # Clustering reads the classification formats: texts with a label.
+        kind = "classification" if args.task == "clustering" else args.task
+        data = read_task(kind, args.data, columns)
     train = read_task(args.task, args.train, columns) if args.train else None
     if args.task == "ner" and train is None:
         raise _UsageError("--task ner needs --train FILE (CoNLL) to train the tagging probe.")
@@ -120,8 +190,11 @@ def _run(args: argparse.Namespace) -> int:
     from poolkit.compare.runner import LEVELS, Settings, check_labels, compare
 
     settings = Settings(
-        args.task, args.strategies, layers, args.folds, quiet=args.quiet, long_text=args.long_text
-    )
+        args.task, args.strategies, layers, args.folds, quiet=args.quiet,
+        long_text=args.long_text, bootstrap=args.bootstrap, seed=args.seed,
+        backend=args.backend if args.quantize else None,
+        int8_rows=args.int8_rows or "intended",
+    )  # fmt: skip
     # Unknown strategies and unusable labels fail here, before the model loads.
     try:
         candidates(LEVELS[args.task], args.strategies, layers)
@@ -136,15 +209,26 @@ def _run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     encoder = Encoder(
         args.model, device=args.device, dtype=args.dtype, max_length=args.max_length,
-        max_batch_tokens=args.batch_tokens,
+        max_batch_tokens=args.batch_tokens, backend=args.backend,
     )  # fmt: skip
     if encoder.info.pooling_is_guess:
         note = guess_note(encoder.info, "marking {pooling} as intended — check the model card")
         print(f"poolkit: note: {note}", file=sys.stderr)
-    results = compare(encoder, data, settings, train)
+    quantized = None
+    if args.quantize:
+        quantized = Encoder(
+            args.model, max_length=args.max_length, max_batch_tokens=args.batch_tokens,
+            backend="onnx", quantize=args.quantize,
+        )  # fmt: skip
+    results = compare(encoder, data, settings, train, quantized)
     seconds = time.perf_counter() - start
     model = encoder.info.reference
-    doc = report.to_json(args.task, model, results)
+    boot = (
+        report.bootstrap_info(args.task, args.bootstrap, args.seed, len(data))
+        if args.bootstrap
+        else None
+    )
+    doc = report.to_json(args.task, model, results, boot)
     if json_path:
         report.write_json(json_path, doc)
     if plot_path:
@@ -152,15 +236,16 @@ def _run(args: argparse.Namespace) -> int:
     best = report.rank(results, report.MAIN_METRIC[args.task])[0]
     print(
         report.table(
-            args.task, results, _intended_note(encoder.info, results, args.task),
-            winner_command(args, best.recipe),
+            args.task, results, _intended_note(encoder.info, results, args.task), boot,
+            winner_command(args, best.recipe, best.quantize),
         ),
         flush=True,
     )  # fmt: skip
-    for note in settings.notes:
+    for note in dict.fromkeys(settings.notes):
         print(f"note: {note}", file=sys.stderr)
+    unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
     print(
-        f"{args.task}: {len(data)} examples, {len(results)} candidates, {model}, "
+        f"{args.task}: {len(data)} {unit}, {len(results)} rows, {model}, "
         f"{seconds:.1f} s" + "".join(f"; wrote {p}" for p in (json_path, plot_path) if p),
         file=sys.stderr,
     )
@@ -176,9 +261,10 @@ def _intended_note(info: Any, results: list, task: str) -> str:
     return f"the model's intended pooling ({source}) is not among these candidates"
 
 
-def winner_command(args: argparse.Namespace, recipe: Any) -> str:
+def winner_command(args: argparse.Namespace, recipe: Any, quantize: str | None = None) -> str:
     """The command (or call) that writes the winner's vectors for your own texts: the same
-    vectors this table scored, for the same model and settings."""
+    vectors this table scored, for the same model, backend (``quantize``: the winner is a
+    quantised row) and settings."""
     name = shlex.quote(str(recipe))
     if recipe.level != "sequence":
         fn = "embed_words(words" if recipe.level == "word" else "embed_spans(texts, char_spans"
@@ -189,6 +275,10 @@ def winner_command(args: argparse.Namespace, recipe: Any) -> str:
                         ("--dtype", args.dtype)):  # fmt: skip
         if value is not None:
             parts += [flag, shlex.quote(str(value))]
+    if quantize:
+        parts += ["--backend", "onnx", "--quantize", quantize]
+    elif args.backend != "torch":
+        parts += ["--backend", args.backend]
     if args.long_text != "truncate":
         parts += ["--long-text", args.long_text]
     return "embed with the winner: " + " ".join(parts)

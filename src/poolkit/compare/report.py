@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from poolkit.compare.bootstrap import Paired
 
 # One atomic writer for the package: temporary file, fsync, rename (never half a file).
 from poolkit.compare.candidates import layers_label
@@ -15,9 +17,13 @@ from poolkit.recipe import Recipe
 __all__ = [
     "MAIN_METRIC",
     "METRICS",
+    "UNITS",
     "Result",
+    "bootstrap_info",
+    "footer",
     "rank",
     "table",
+    "tied",
     "to_json",
     "write_json",
     "write_plot",
@@ -29,25 +35,52 @@ METRICS: dict[str, tuple[str, ...]] = {
     "classification": ("accuracy", "macro_f1"),
     "ner": ("entity_f1", "token_accuracy"),
     "relation": ("macro_f1", "accuracy"),
+    "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_100", "map_at_100"),
+    "clustering": ("v_measure",),
+}
+# What one bootstrap resample draws.
+UNITS = {
+    "sts": "pairs",
+    "classification": "examples (out-of-fold predictions under CV)",
+    "ner": "sentences",
+    "relation": "examples (out-of-fold predictions under CV)",
+    "retrieval": "queries",
+    "clustering": "texts (cluster assignments kept)",
 }
 MAIN_METRIC = {task: names[0] for task, names in METRICS.items()}
 
 
 @dataclass(frozen=True)
 class Result:
-    """One candidate's scores: ``metrics`` maps each name of ``METRICS[task]`` to a fraction.
+    """One row's scores: ``metrics`` maps each name of ``METRICS[task]`` to a fraction.
 
     ``recipe`` is the candidate; ``str(recipe)`` is the row's name, which
     ``poolkit embed --recipe`` takes to write the vectors that were scored.
+    ``ci``: 95% bootstrap interval per metric (empty with the bootstrap off);
+    ``vs_intended``: the main metric minus the intended row's, paired (None for the intended
+    row itself, without an intended row, or with the bootstrap off); ``vs_best``: the same
+    against the best row; ``members``: every strategy this row stands for (rows that cannot
+    differ, :mod:`poolkit.compare.grouping`), ``strategy`` first; ``backend``/``quantize``:
+    set when ``compare`` ran a quantised model beside the full-precision one; ``vs_fp32``
+    and ``speedup`` then compare an int8 row with its fp32 row.
     """
 
     recipe: Recipe
     metrics: dict[str, float]
     intended: bool = False
+    ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+    vs_intended: Paired | None = None
+    vs_best: Paired | None = None
+    members: tuple[str, ...] = ()
+    backend: str | None = None
+    quantize: str | None = None
+    vs_fp32: Paired | None = None
+    speedup: float | None = None
 
     @property
     def label(self) -> str:
-        return str(self.recipe)
+        name = str(self.recipe)
+        return f"{name} [{self.quantize}]" if self.quantize else name
 
     @property
     def strategy(self) -> str:
@@ -57,24 +90,101 @@ class Result:
     def layers(self) -> str:
         return layers_label(self.recipe)
 
+    def member_names(self) -> list[str]:
+        """The recipe name of every member (``members`` at this row's layers), row first."""
+        return [str(self.recipe.replace(strategy=m)) for m in self.members or (self.strategy,)]
+
+
+def _tie_key(value: float) -> float:
+    # Equal up to float noise counts as a tie; 12 decimals is far below any real difference.
+    return round(value, 12)
+
 
 def rank(results: Sequence[Result], metric: str) -> list[Result]:
-    """Best first by ``metric``; ties keep the candidates' given order (deterministic)."""
-    return sorted(results, key=lambda r: -r.metrics[metric])
+    """Best first by ``metric``. Ties (equal to 12 decimals) put the intended row first,
+    then order by the task's other metrics, then keep the given order (deterministic)."""
+    order = {id(r): i for i, r in enumerate(results)}
+    return sorted(
+        results,
+        key=lambda r: (
+            -_tie_key(r.metrics[metric]),
+            not r.intended,
+            *(-_tie_key(v) for k, v in r.metrics.items() if k != metric),
+            order[id(r)],
+        ),
+    )
 
 
-def table(task: str, results: Sequence[Result], *notes: str) -> str:
-    """The terminal table: one row per candidate named by its recipe, best first, ``*`` on
-    the intended pooling; then each of ``notes`` on its own line."""
+def tied(ranked: Sequence[Result], metric: str) -> list[bool]:
+    """For rows in rank order: whether each shares its ``metric`` value with another row."""
+    keys = [_tie_key(r.metrics[metric]) for r in ranked]
+    return [keys.count(k) > 1 for k in keys]
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.4f}".replace("-", "\u2212")
+
+
+def _paired_text(p: Paired) -> str:
+    lo, hi = p.ci
+    return f"{_signed(p.difference)} [{_signed(lo)}, {_signed(hi)}]"
+
+
+def _vs_cells(vs: Paired | None) -> list[str]:
+    return [_paired_text(vs), "yes" if vs.significant else "no"] if vs else ["", "-"]
+
+
+def table(
+    task: str,
+    results: Sequence[Result],
+    intended_note: str = "",
+    bootstrap: dict | None = None,
+    winner: str = "",
+) -> str:
+    """The terminal table, best first, one row per recipe (named as ``--recipe`` takes it):
+    ``*`` marks the intended pooling, ``=`` after a rank a tie, ``(= ...)`` the recipes a
+    merged row stands for; with ``bootstrap`` (:func:`bootstrap_info`) each metric carries
+    its 95% interval and the ``vs *`` / ``sig`` columns compare each row with the intended
+    one (paired). Then the footer lines, and ``winner`` (the command that embeds the best
+    row) last."""
     names = METRICS[task]
-    ranked = rank(results, names[0])
-    head = ["#", "recipe", *names]
-    rows = [
-        [str(i), r.label + (" *" if r.intended else ""), *(f"{r.metrics[n]:.4f}" for n in names)]
-        for i, r in enumerate(ranked, 1)
-    ]
+    main = names[0]
+    ranked = rank(results, main)
+    ties = tied(ranked, main)
+    show_backend = any(r.quantize for r in ranked)
+    has_ci = bootstrap is not None and all(r.ci for r in ranked)
+    has_vs = has_ci and any(r.vs_intended is not None for r in ranked)
+    head = [
+        "#", "recipe",
+        *(["backend"] if show_backend else []),
+        *(f"{n} [95% CI]" if has_ci else n for n in names),
+        *(["vs * [95% CI]", "sig"] if has_vs else []),
+    ]  # fmt: skip
+
+    def metric(r: Result, n: str) -> str:
+        if not has_ci:
+            return f"{r.metrics[n]:.4f}"
+        lo, hi = r.ci[n]
+        return f"{r.metrics[n]:.4f} [{lo:.4f}, {hi:.4f}]"
+
+    rows = []
+    first = {}  # tied rows share the rank of the first of them
+    for i, (r, tie) in enumerate(zip(ranked, ties, strict=True), 1):
+        vs = r.vs_intended
+        place = first.setdefault(_tie_key(r.metrics[main]), i)
+        rows.append(
+            [
+                f"{place}=" if tie else str(i),
+                str(r.recipe) + (" *" if r.intended else "")
+                + (f" (= {', '.join(r.member_names()[1:])})" if len(r.members) > 1 else ""),
+                *([f"{r.backend or 'torch'} {r.quantize or 'fp32'}"] if show_backend else []),
+                *(metric(r, n) for n in names),
+                *(_vs_cells(vs) if has_vs else []),
+            ]
+        )  # fmt: skip
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
-    numeric = [False] * (len(head) - len(names)) + [True] * len(names)
+    n_text = 2 + show_backend
+    numeric = [False] * n_text + [True] * (len(head) - n_text)
 
     def line(cells: list[str]) -> str:
         return "  ".join(
@@ -83,29 +193,118 @@ def table(task: str, results: Sequence[Result], *notes: str) -> str:
         ).rstrip()
 
     out = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
-    out.extend(note for note in notes if note)
+    if intended_note:
+        out.append(intended_note)
+    out.extend(footer(task, ranked, ties, bootstrap))
+    if winner:
+        out.append(winner)
     return "\n".join(out)
 
 
-def to_json(task: str, model: str, results: Sequence[Result]) -> dict:
-    """``{"task", "model", "metric", "results": [{"recipe", "strategy", "layers", <metrics>,
-    "intended"}]}``, results best first; ``recipe`` is the row's name (``Recipe.parse`` it)."""
-    metric = MAIN_METRIC[task]
+def footer(
+    task: str, ranked: Sequence[Result], ties: Sequence[bool], bootstrap: dict | None
+) -> list[str]:
+    """Lines under the table: merged rows, ties, the test behind ``sig``, the top rows."""
+    main = METRICS[task][0]
+    out = []
+    if any(len(r.members) > 1 for r in ranked):
+        out.append(
+            "(= ...) rows that cannot differ: under cosine similarity sum, mean and "
+            "mean_sqrt_len rescale each vector, so they score identically; one row each."
+        )
+    if any(ties):
+        out.append(
+            f"n= rows tied on {main}: ordered intended first, then by the other metrics, "
+            "then candidate order."
+        )
+    if bootstrap is None:
+        out.append("no confidence intervals (--bootstrap 0).")
+        return out
+    level = round(100 * bootstrap["level"])
+    out.append(
+        f"[{level}% CI]: percentile bootstrap, {bootstrap['resamples']} resamples of the "
+        f"{bootstrap['units']} {bootstrap['unit']}, seed {bootstrap['seed']}."
+    )
+    if any(r.vs_intended is not None for r in ranked):
+        out.append(
+            f"sig: paired bootstrap test at the {level}% level on the same resamples: yes when "
+            f"the interval of ({main} of the row - {main} of *) excludes 0."
+        )
+    same = [i for i, r in enumerate(ranked[1:], 2) if r.vs_best and not r.vs_best.significant]
+    if same:
+        listed = ", ".join(f"#{i}" for i in same)
+        out.append(
+            f"top rows: #1 {ranked[0].label} is not distinguishable from {listed} on {main} "
+            f"(paired {level}% interval of the difference includes 0)."
+        )
+    elif len(ranked) > 1:
+        out.append(f"top rows: #1 {ranked[0].label} is better than every other row on {main} "
+                   f"(paired {level}% intervals exclude 0).")  # fmt: skip
+    for r in ranked:
+        if r.vs_fp32 is not None:
+            speed = f", {r.speedup:.1f}x faster" if r.speedup else ""
+            out.append(
+                f"{r.quantize} ({r.recipe}): {_paired_text(r.vs_fp32)} {main} vs fp32{speed} "
+                f"(model time, same run)."
+            )
+    return out
+
+
+def bootstrap_info(task: str, resamples: int, seed: int, units: int) -> dict:
+    """The ``bootstrap`` record of the JSON file and the table footer."""
+    from poolkit.compare.bootstrap import LEVEL
+
     return {
-        "task": task,
-        "model": model,
-        "metric": metric,
-        "results": [
-            {
-                "recipe": r.label,
-                "strategy": r.strategy,
-                "layers": r.layers,
-                **{n: r.metrics[n] for n in METRICS[task]},
-                "intended": r.intended,
-            }
-            for r in rank(results, metric)
-        ],
-    }
+        "resamples": resamples, "seed": seed, "level": LEVEL, "unit": UNITS[task],
+        "units": units, "interval": "percentile",
+        "test": "paired bootstrap: significant when the percentile interval of the "
+        "per-resample difference to the intended row excludes 0",
+    }  # fmt: skip
+
+
+def _paired_json(p: Paired | None, metric: str) -> dict | None:
+    if p is None:
+        return None
+    return {"metric": metric, "value": p.difference, "ci": list(p.ci)}
+
+
+def to_json(
+    task: str, model: str, results: Sequence[Result], bootstrap: dict | None = None
+) -> dict:
+    """``{"task", "model", "metric", "bootstrap", "results": [...]}``, results best first.
+
+    Each result: ``recipe`` (the row's name; ``Recipe.parse`` it, ``poolkit embed
+    --recipe`` takes it), ``strategy``, ``layers``, every metric, ``intended``, then
+    ``ci`` ({metric: [lo, hi]} or null), ``significant`` (vs the intended row; null for it,
+    without one, or with the bootstrap off), ``difference`` ({"metric", "value", "ci"} vs
+    the intended row, or null), ``members``, ``tied``; with a quantised run also
+    ``backend``, ``quantize``, ``vs_fp32`` and ``speedup``.
+    """
+    metric = MAIN_METRIC[task]
+    ranked = rank(results, metric)
+    quantized = any(r.quantize for r in ranked)
+    rows = []
+    for r, tie in zip(ranked, tied(ranked, metric), strict=True):
+        row = {
+            "recipe": str(r.recipe),
+            "strategy": r.strategy,
+            "layers": r.layers,
+            **{n: r.metrics[n] for n in METRICS[task]},
+            "intended": r.intended,
+            "ci": {n: list(v) for n, v in r.ci.items()} if r.ci else None,
+            "significant": r.vs_intended.significant if r.vs_intended else None,
+            "difference": _paired_json(r.vs_intended, metric),
+            "members": list(r.members or (r.strategy,)),
+            "tied": tie,
+        }
+        if quantized:
+            row.update(
+                backend=r.backend, quantize=r.quantize,
+                vs_fp32=_paired_json(r.vs_fp32, metric), speedup=r.speedup,
+            )  # fmt: skip
+        rows.append(row)
+    return {"task": task, "model": model, "metric": metric, "bootstrap": bootstrap,
+            "results": rows}  # fmt: skip
 
 
 def write_json(path: Path, document: dict) -> None:

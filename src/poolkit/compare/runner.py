@@ -8,14 +8,14 @@ logistic-regression probes for the others).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from poolkit.compare import metrics, probes
+from poolkit.compare import bootstrap as bs
+from poolkit.compare import clustering, metrics, probes, retrieval
 from poolkit.compare.candidates import candidates, default_strategies
 from poolkit.compare.datasets import (
     DataError,
@@ -25,13 +25,21 @@ from poolkit.compare.datasets import (
     TaskData,
     TextData,
 )
-from poolkit.compare.report import METRICS, Result
+from poolkit.compare.embedding import embed_sequences, progress
+from poolkit.compare.evaluation import LabelEval, PairEval, TagEval
+from poolkit.compare.grouping import groups
+from poolkit.compare.report import Result
+from poolkit.compare.summary import Row, summarize
+from poolkit.compare.timing import TimedEncoder
 from poolkit.driver import LayerViews, drive, l2_normalize, to_float32_numpy
 from poolkit.recipe import Recipe
 
 __all__ = ["LEVELS", "Settings", "compare"]
 
-LEVELS = {"sts": "sequence", "classification": "sequence", "ner": "word", "relation": "span"}
+LEVELS = {
+    "sts": "sequence", "classification": "sequence", "ner": "word", "relation": "span",
+    "retrieval": "sequence", "clustering": "sequence",
+}  # fmt: skip
 
 
 @dataclass
@@ -41,7 +49,11 @@ class Settings:
     ``strategies``/``layers``: None means the level's defaults (``layers``: last only);
     ``folds``: stratified CV folds when there is no training file; ``quiet``: no progress
     bars; ``long_text``: ``"truncate"`` or ``"chunk"`` for sequence tasks (word and span
-    tasks always chunk); ``notes``: filled with remarks for the user (truncation, folds).
+    tasks always chunk); ``notes``: filled with remarks for the user (truncation, folds);
+    ``bootstrap``: resamples for the intervals (0: none) drawn with ``seed``;
+    ``backend``: the runtime's name for the rows' ``backend`` field when a quantised model
+    runs beside (None: not reported); ``int8_rows``: ``"intended"`` or ``"all"`` rows get a
+    quantised twin.
     """
 
     task: str
@@ -51,17 +63,29 @@ class Settings:
     quiet: bool = True
     long_text: str = "truncate"
     notes: list[str] = field(default_factory=list)
+    bootstrap: int = bs.DEFAULT_RESAMPLES
+    seed: int = bs.SEED
+    backend: str | None = None
+    int8_rows: str = "intended"
 
 
 def compare(
-    encoder: Any, data: TaskData, settings: Settings, train: TaskData | None = None
+    encoder: Any,
+    data: Any,
+    settings: Settings,
+    train: TaskData | None = None,
+    quantized: Any = None,
 ) -> list[Result]:
     """Score every candidate of ``settings`` on ``data`` (probes trained on ``train`` if
     given, else stratified cross-validation where the task allows it).
 
-    ``encoder`` is a :class:`poolkit.encoder.Encoder`. Returns one :class:`Result` per
-    candidate in candidate order, the model's intended pooling flagged. Raises
-    :class:`DataError` for data the protocol cannot use; ValueError for unknown strategies.
+    ``encoder`` is a :class:`poolkit.encoder.Encoder`; ``quantized``, if given, an int8
+    Encoder of the same model whose rows are added beside the intended row (or every row,
+    ``settings.int8_rows="all"``), compared paired and timed. Returns one :class:`Result`
+    per row in candidate order (rows that cannot differ merged, :mod:`.grouping`), the
+    model's intended pooling flagged, with bootstrap intervals unless
+    ``settings.bootstrap`` is 0. Raises :class:`DataError` for data the protocol cannot
+    use; ValueError for unknown strategies.
     """
     level = LEVELS[settings.task]
     strategies = settings.strategies
@@ -74,16 +98,32 @@ def compare(
     if settings.task == "ner" and train is None:
         raise DataError("task ner needs a training file (CoNLL) to train the tagging probe.")
     check_labels(data, train, settings)
+    # The intended row: the model's own pooling at the last layer, when it takes part.
+    chosen = intended if intended in cands else None
+    grouped = groups(cands, settings.task, chosen)
+    reps = [g[0] for g in grouped]
     score = _SCORERS[settings.task]
-    values = score(encoder, data, train, cands, settings)
-    return [
-        Result(
-            c,
-            dict(zip(METRICS[settings.task], values[c], strict=True)),
-            intended=c == intended,
-        )
-        for c in cands
-    ]
+    timed = TimedEncoder(encoder)
+    evaluations = {(c, None): e for c, e in score(timed, data, train, reps, settings).items()}
+    rows = [
+        Row((g[0], None), g[0], tuple(c.strategy for c in g), intended=g[0] == chosen,
+            backend=settings.backend)
+        for g in grouped
+    ]  # fmt: skip
+    if quantized is not None:
+        twins = [chosen] if settings.int8_rows == "intended" and chosen else reps
+        timed_q = TimedEncoder(quantized)
+        for c, e in score(timed_q, data, train, twins, settings).items():
+            evaluations[(c, "int8")] = e
+        speedup = timed.seconds / timed_q.seconds if timed_q.seconds > 0 else None
+        for g in grouped:
+            if g[0] in twins:
+                rows.append(
+                    Row((g[0], "int8"), g[0], tuple(c.strategy for c in g),
+                        intended=g[0] == chosen, backend=settings.backend, quantize="int8",
+                        reference=(g[0], None), speedup=speedup)
+                )  # fmt: skip
+    return summarize(settings.task, rows, evaluations, settings.bootstrap, settings.seed)
 
 
 # ---------------------------------------------------------------------------- embedding
@@ -95,33 +135,6 @@ def _fill(out: dict[Recipe, np.ndarray], c: Recipe, rows: Any, vectors: np.ndarr
     if c not in out:
         out[c] = np.zeros((n, vectors.shape[-1]), dtype=np.float32)
     out[c][rows] = vectors
-
-
-def embed_sequences(
-    encoder: Any, texts: Sequence[str], cands: Sequence[Recipe], settings: Settings, desc: str
-) -> dict[Recipe, np.ndarray]:
-    """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order, as
-    :func:`poolkit.embed` gives them (normalised as the recipe says, else as the model).
-
-    Texts over the encoder's max length are truncated (the model's intended use; the
-    count goes to ``settings.notes``) or, with ``settings.long_text="chunk"``, embedded in
-    overlapping windows and pooled over all their tokens. A row left with no token after
-    dropping special tokens gives zeros for ``_no_special`` parts (``embed`` refuses it).
-    """
-    from poolkit.embed import embed_recipes
-
-    named = {str(c): c for c in cands}
-    with _bar(settings, desc, len(texts), "text") as bar:
-        vectors, stats = embed_recipes(
-            list(texts), encoder, named, long_text=settings.long_text, progress=bar.update,
-            empty="zeros",
-        )  # fmt: skip
-    if stats.num_truncated:
-        settings.notes.append(
-            f"{desc}: {stats.num_truncated} of {len(texts)} texts truncated at "
-            f"{encoder.max_length} tokens."
-        )
-    return {c: vectors[name] for name, c in named.items()}
 
 
 def embed_words(
@@ -151,7 +164,7 @@ def embed_words(
             )
             _fill(out, c, dest, l2_normalize(vec[keep]) if normalize[c] else vec[keep], total)
 
-    with _bar(settings, desc, len(data), "text") as bar:
+    with progress(settings, desc, len(data), "text") as bar:
         drive(encoder, data.words, on_batch, all_layers=any(c.all_layers for c in cands),
               long_text="chunk", is_split_into_words=True, progress=bar.update)  # fmt: skip
     return out
@@ -183,7 +196,7 @@ def embed_span_pairs(
                 vec = l2_normalize(vec)
             _fill(out, c, batch.indices, vec.reshape(len(batch.indices), -1), len(data))
 
-    with _bar(settings, desc, len(data), "text") as bar:
+    with progress(settings, desc, len(data), "text") as bar:
         drive(encoder, data.texts, on_batch, all_layers=any(c.all_layers for c in cands),
               long_text="chunk", progress=bar.update)  # fmt: skip
     return out
@@ -208,18 +221,8 @@ def _token_spans(offsets: np.ndarray, valid: np.ndarray, spans: np.ndarray, wher
     return np.stack(out)
 
 
-def _bar(settings: Settings, desc: str, total: int, unit: str) -> Any:
-    """A tqdm bar on stderr; hidden with ``quiet`` or when stderr is not a terminal."""
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
-        disable=True if settings.quiet else None, dynamic_ncols=True,
-    )  # fmt: skip
-
-
 def _each(cands: Sequence[Recipe], settings: Settings) -> Iterator[Recipe]:
-    with _bar(settings, "probes", len(cands), "probe") as bar:
+    with progress(settings, "probes", len(cands), "probe") as bar:
         for c in cands:
             yield c
             bar.update(1)
@@ -227,7 +230,7 @@ def _each(cands: Sequence[Recipe], settings: Settings) -> Iterator[Recipe]:
 
 # ---------------------------------------------------------------------------- scoring
 
-Scores = dict[Recipe, tuple[float, ...]]
+Scores = dict[Recipe, bs.Evaluation]
 
 
 def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Scores:
@@ -237,16 +240,17 @@ def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Sco
     a = np.fromiter((where[t] for t in data.sentence1), np.int64, count=len(data))
     b = np.fromiter((where[t] for t in data.sentence2), np.int64, count=len(data))
     vectors = embed_sequences(encoder, unique, cands, settings, f"embedding {data.source}")
-    out: Scores = {}
-    for c in cands:
-        cos = metrics.cosine_rows(vectors[c][a], vectors[c][b])
-        out[c] = (metrics.spearman(cos, data.scores), metrics.pearson(cos, data.scores))
-    return out
+    return {c: PairEval(metrics.cosine_rows(vectors[c][a], vectors[c][b]), data.scores)
+            for c in cands}  # fmt: skip
 
 
 def check_labels(data: TaskData, train: TaskData | None, settings: Settings) -> None:
     """Fail early (before any embedding) on labels a probe cannot use: cross-validation
     needs two labels and two examples of each; training needs two labels."""
+    if settings.task == "clustering":
+        if len(set(data.labels)) < 2:
+            raise DataError(f"{data.source}: only one label; clustering needs at least two.")
+        return
     if isinstance(data, TextData | SpanPairData):
         if train is None:
             _labels_for_cv(data.labels, data.rows, data.source, settings.folds)
@@ -310,11 +314,8 @@ def _labelled_scorer(embed_fn, main_first: bool):
             train_x, train.labels if train else None, test_x, data.labels, cands, settings,
             data.rows, data.source,
         )  # fmt: skip
-        out: Scores = {}
-        for c, p in preds.items():
-            acc, f1 = metrics.accuracy(data.labels, p), metrics.macro_f1(data.labels, p)
-            out[c] = (acc, f1) if main_first else (f1, acc)
-        return out
+        gold = np.asarray(data.labels)
+        return {c: LabelEval(gold, np.asarray(p), main_first) for c, p in preds.items()}
 
     return score
 
@@ -328,7 +329,7 @@ def _score_ner(encoder, data: TaggedData, train: TaggedData, cands, settings: Se
     for c in _each(cands, settings):
         flat = probes.fit_predict(train_x[c], train_y, test_x[c])
         pred = [list(p) for p in np.split(flat, lengths)]
-        out[c] = (metrics.entity_f1(data.tags, pred), metrics.token_accuracy(data.tags, pred))
+        out[c] = TagEval(data.tags, pred)
     return out
 
 
@@ -337,4 +338,6 @@ _SCORERS = {
     "classification": _labelled_scorer(_embed_texts, main_first=True),
     "ner": _score_ner,
     "relation": _labelled_scorer(embed_span_pairs, main_first=False),
+    "retrieval": retrieval.score,
+    "clustering": clustering.score,
 }

@@ -1,0 +1,382 @@
+"""``poolkit compare --task retrieval``: read queries, corpus and relevance judgements;
+exact cosine top-k search; nDCG@10, MRR@10, Recall@100 and MAP@100 per query.
+
+Two input forms:
+
+- the BEIR layout that MTEB uses: a folder with ``corpus.jsonl`` (``_id``, ``title``,
+  ``text``), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id``,
+  ``corpus-id``, ``score``; a header line is allowed). A document's text is
+  ``(title + " " + text).strip()`` when it has a title field, else ``text.strip()``, as MTEB
+  joins them. Only queries named in the split's qrels are evaluated.
+- a table (``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``) of (query, positive document)
+  rows: distinct query texts are the queries, distinct document texts the corpus, each
+  row one judgement of relevance 1.
+
+Metrics follow trec_eval (``pytrec_eval``, as MTEB calls it) and MTEB's MRR: a document is
+relevant when its judgement is > 0; the gain of nDCG is the judgement itself (log2
+discount, ideal ranking from all judgements of the query); MAP@100 divides by all
+relevant documents of the query; ranking is by cosine similarity, ties by document id in
+decreasing order (trec_eval's order). Every metric is the mean over queries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolkit.compare.datasets import DataError, _lines, _read_table
+
+__all__ = [
+    "METRICS",
+    "RetrievalData",
+    "id_order",
+    "query_metrics",
+    "read_retrieval",
+    "score",
+    "top_k",
+]
+
+METRICS = ("ndcg_at_10", "mrr_at_10", "recall_at_100", "map_at_100")
+DEPTH = 100  # deepest cut-off of METRICS
+
+
+@dataclass(frozen=True)
+class RetrievalData:
+    """Queries, corpus and judgements.
+
+    ``qrels`` is int64 ``(J, 3)``: rows ``(query index, document index, relevance)``,
+    sorted by query then document; every query has a judgement > 0.
+    """
+
+    query_ids: list[str]
+    queries: list[str]
+    doc_ids: list[str]
+    documents: list[str]
+    qrels: np.ndarray
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+
+def read_retrieval(
+    path: str | Path,
+    split: str | None = None,
+    query_column: str = "query",
+    document_column: str = "document",
+) -> RetrievalData:
+    """Read a BEIR folder (``split``: the qrels file, default ``test`` or the only one) or a
+    (query, document) table. Raises :class:`DataError` naming the file and line."""
+    path = Path(path)
+    if path.is_dir():
+        return _read_beir(path, split)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file or folder.")
+    if split is not None:
+        raise DataError(f"--split {split}: only for a BEIR folder, but {path} is a file.")
+    return _read_pairs(path, query_column, document_column)
+
+
+def _jsonl_records(path: Path) -> list[tuple[str, dict]]:
+    if not path.is_file():
+        raise DataError(f"{path}: missing (a BEIR folder has corpus.jsonl, queries.jsonl, qrels/).")
+    out = []
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: not valid JSON ({e.msg}).") from None
+        if not isinstance(rec, dict):
+            raise DataError(f"{where}: expected a JSON object per line.")
+        out.append((where, rec))
+    return out
+
+
+def _text(rec: dict, name: str, where: str, required: bool = True) -> str:
+    value = rec.get(name)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise DataError(f"{where}: expected text in {name!r}, but got {value!r}.")
+    return value
+
+
+def _ids(path: Path, records: list[tuple[str, dict]]) -> dict[str, int]:
+    first: dict[str, str] = {}
+    out: dict[str, int] = {}
+    for where, rec in records:
+        raw = rec.get("_id")
+        if isinstance(raw, bool) or not isinstance(raw, str | int) or str(raw) == "":
+            raise DataError(f"{where}: expected an `_id` (string), but got {raw!r}.")
+        key = str(raw)
+        if key in first:
+            raise DataError(f"{where}: duplicate _id {key!r} (first at {first[key]}).")
+        first[key] = where
+        out[key] = len(out)
+    return out
+
+
+def _read_beir(folder: Path, split: str | None) -> RetrievalData:
+    corpus = _jsonl_records(folder / "corpus.jsonl")
+    if not corpus:
+        raise DataError(f"{folder / 'corpus.jsonl'}: empty corpus (no documents).")
+    doc_index = _ids(folder / "corpus.jsonl", corpus)
+    documents = []
+    for where, rec in corpus:
+        text = _text(rec, "text", where)
+        if "title" in rec:  # MTEB's join
+            joined = (_text(rec, "title", where) + " " + text).strip()
+        else:
+            joined = text.strip()
+        if not joined:
+            raise DataError(f"{where}: empty document (no title and no text).")
+        documents.append(joined)
+    query_records = _jsonl_records(folder / "queries.jsonl")
+    query_index = _ids(folder / "queries.jsonl", query_records)
+    query_texts = []
+    for where, rec in query_records:
+        text = _text(rec, "text", where)
+        if not text.strip():
+            raise DataError(f"{where}: empty query text.")
+        query_texts.append(text)
+    qrels_path = _qrels_file(folder, split)
+    judged: dict[tuple[int, int], str] = {}
+    rows: list[tuple[int, int, int]] = []
+    first_line: dict[int, str] = {}
+    for number, line in _lines(qrels_path):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        where = f"{qrels_path}:{number}"
+        if number == 1 and fields[0].strip().lower() in ("query-id", "query_id", "qid"):
+            continue  # header
+        if len(fields) != 3:
+            raise DataError(
+                f"{where}: expected 3 tab-separated fields (query-id, corpus-id, score), "
+                f"but got {len(fields)}."
+            )
+        qid, did, score = (f.strip() for f in fields)
+        if qid not in query_index:
+            raise DataError(f"{where}: query-id {qid!r} is not in queries.jsonl.")
+        if did not in doc_index:
+            raise DataError(f"{where}: corpus-id {did!r} is not in corpus.jsonl.")
+        try:
+            rel = int(score)
+        except ValueError:
+            raise DataError(f"{where}: expected an integer score, but got {score!r}.") from None
+        key = (query_index[qid], doc_index[did])
+        if key in judged:
+            raise DataError(
+                f"{where}: duplicate judgement of ({qid}, {did}) (first at {judged[key]})."
+            )
+        judged[key] = where
+        first_line.setdefault(key[0], where)
+        rows.append((*key, rel))
+    if not rows:
+        raise DataError(f"{qrels_path}: no judgements found.")
+    qrels = np.asarray(rows, dtype=np.int64)
+    used = np.unique(qrels[:, 0])
+    positive = set(qrels[qrels[:, 2] > 0, 0].tolist())
+    for q in used.tolist():
+        if q not in positive:
+            raise DataError(
+                f"{first_line[q]}: query {query_records[q][1]['_id']!r} has no relevant "
+                f"document (every score <= 0); drop its lines."
+            )
+    # Keep the judged queries only, renumbered in queries.jsonl order.
+    renumber = np.full(len(query_texts), -1, dtype=np.int64)
+    renumber[used] = np.arange(len(used))
+    qrels[:, 0] = renumber[qrels[:, 0]]
+    qrels = qrels[np.lexsort((qrels[:, 1], qrels[:, 0]))]
+    ids = list(query_index)
+    return RetrievalData(
+        [ids[q] for q in used], [query_texts[q] for q in used], list(doc_index), documents,
+        qrels, str(folder),
+    )  # fmt: skip
+
+
+def _qrels_file(folder: Path, split: str | None) -> Path:
+    qdir = folder / "qrels"
+    have = sorted(p.stem for p in qdir.glob("*.tsv")) if qdir.is_dir() else []
+    if split is not None:
+        if split not in have:
+            raise DataError(
+                f"--split {split}: {qdir / (split + '.tsv')} does not exist "
+                f"(splits: {', '.join(have) or 'none'})."
+            )
+        return qdir / f"{split}.tsv"
+    if "test" in have:
+        return qdir / "test.tsv"
+    if len(have) == 1:
+        return qdir / f"{have[0]}.tsv"
+    raise DataError(
+        f"{qdir}: expected qrels/test.tsv or a single qrels file, found "
+        f"{', '.join(have) or 'none'}; pass --split NAME."
+    )
+
+
+def _read_pairs(path: Path, query_column: str, document_column: str) -> RetrievalData:
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".csv", ".tsv", ".parquet"):
+        raise DataError(
+            f"{path}: expected a BEIR folder or a .jsonl/.csv/.tsv/.parquet table with "
+            f"columns {query_column}, {document_column}."
+        )
+    names, records = _read_table(path)
+    for option, name in (("query", query_column), ("document", document_column)):
+        if name not in names:
+            raise DataError(
+                f"{path}: missing column {name!r} (columns: {', '.join(names) or 'none'}); "
+                f"pass --{option}-column to use another."
+            )
+    queries: dict[str, int] = {}
+    docs: dict[str, int] = {}
+    seen: dict[tuple[int, int], str] = {}
+    rows = []
+    for where, rec in records:
+        q = _text(rec, query_column, where)
+        d = _text(rec, document_column, where)
+        for name, value in ((query_column, q), (document_column, d)):
+            if not value.strip():
+                raise DataError(f"{where}: empty {name!r}.")
+        key = (queries.setdefault(q, len(queries)), docs.setdefault(d, len(docs)))
+        if key in seen:
+            raise DataError(f"{where}: duplicate (query, document) row (first at {seen[key]}).")
+        seen[key] = where
+        rows.append((*key, 1))
+    if not rows:
+        raise DataError(f"{path}: no (query, document) rows found.")
+    qrels = np.asarray(rows, dtype=np.int64)
+    qrels = qrels[np.lexsort((qrels[:, 1], qrels[:, 0]))]
+    return RetrievalData(
+        [f"q{i}" for i in range(len(queries))], list(queries),
+        [f"d{i}" for i in range(len(docs))], list(docs), qrels, str(path),
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- search
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` ``(N, D)`` as float32 rows of unit length (zero rows stay zero)."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+def top_k(
+    queries: np.ndarray,
+    documents: np.ndarray,
+    k: int,
+    id_order: np.ndarray | None = None,
+    query_chunk: int = 256,
+    doc_chunk: int = 16384,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact cosine top-``k`` documents per query.
+
+    ``queries`` ``(Q, D)``, ``documents`` ``(N, D)``; ``id_order`` ``(N,)``: ties on score go
+    to the larger ``id_order`` first (default: document index). Returns indices int64 and
+    float32 scores, both ``(Q, min(k, N))``, best first. Works through ``query_chunk x
+    doc_chunk`` score blocks, so memory is the unit-length float32 vectors plus the
+    running top-k.
+    """
+    q_unit, d_unit = _unit_rows(queries), _unit_rows(documents)
+    n = len(d_unit)
+    k = min(k, n)
+    order_key = np.arange(n) if id_order is None else np.asarray(id_order)
+    out_i = np.empty((len(q_unit), k), dtype=np.int64)
+    out_s = np.empty((len(q_unit), k), dtype=np.float32)
+    for q0 in range(0, len(q_unit), query_chunk):
+        block = q_unit[q0 : q0 + query_chunk]
+        best_s = np.empty((len(block), 0), dtype=np.float32)
+        best_i = np.empty((len(block), 0), dtype=np.int64)
+        for d0 in range(0, n, doc_chunk):
+            scores = block @ d_unit[d0 : d0 + doc_chunk].T
+            idx = np.broadcast_to(np.arange(d0, d0 + scores.shape[1]), scores.shape)
+            best_s, best_i = np.hstack([best_s, scores]), np.hstack([best_i, idx])
+            if best_s.shape[1] > k:
+                keep = np.argpartition(-best_s, k - 1, axis=1)[:, :k]
+                best_s = np.take_along_axis(best_s, keep, axis=1)
+                best_i = np.take_along_axis(best_i, keep, axis=1)
+        # Best first; equal scores: larger id first (trec_eval sorts ties by docno, decreasing).
+        rank = np.lexsort((-order_key[best_i], -best_s), axis=1)
+        out_i[q0 : q0 + len(block)] = np.take_along_axis(best_i, rank, axis=1)
+        out_s[q0 : q0 + len(block)] = np.take_along_axis(best_s, rank, axis=1)
+    return out_i, out_s
+
+
+def id_order(ids: Sequence[str]) -> np.ndarray:
+    """Rank ``(N,)`` of each id in sorted (string) order, for :func:`top_k`'s tie rule."""
+    order = np.argsort(np.asarray(ids, dtype=object), kind="stable")
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[order] = np.arange(len(ids))
+    return rank
+
+
+def query_metrics(ranked: np.ndarray, qrels: np.ndarray, n_docs: int) -> np.ndarray:
+    """Per-query ``(Q, 4)``: nDCG@10, MRR@10, Recall@100, MAP@100 (:data:`METRICS`).
+
+    ``ranked`` int64 ``(Q, k)`` document indices, best first (k >= 100, or the whole
+    corpus); ``qrels`` as in :class:`RetrievalData`.
+    """
+    n_q = len(ranked)
+    keys = qrels[:, 0] * n_docs + qrels[:, 1]  # sorted, as qrels is
+    hit_keys = np.arange(n_q)[:, None] * n_docs + ranked
+    pos = np.clip(np.searchsorted(keys, hit_keys), 0, len(keys) - 1)
+    gain = np.where(keys[pos] == hit_keys, qrels[pos, 2], 0).astype(np.float64)  # (Q, k)
+    relevant = gain > 0
+    gain = np.where(relevant, gain, 0.0)
+    n_rel = np.bincount(qrels[qrels[:, 2] > 0, 0], minlength=n_q).astype(np.float64)
+
+    cut = min(10, ranked.shape[1])
+    discount = 1.0 / np.log2(np.arange(2, cut + 2))
+    dcg = (gain[:, :cut] * discount).sum(axis=1)
+    ideal = np.zeros((n_q, cut))
+    judged = qrels[qrels[:, 2] > 0]
+    # Ideal DCG: each query's positive judgements, largest first, in the first 10 slots.
+    order = np.lexsort((-judged[:, 2], judged[:, 0]))
+    judged = judged[order]
+    starts = np.searchsorted(judged[:, 0], judged[:, 0], side="left")
+    slot = np.arange(len(judged)) - starts
+    keep = slot < cut
+    ideal[judged[keep, 0], slot[keep]] = judged[keep, 2]
+    ndcg = dcg / (ideal * discount).sum(axis=1)
+
+    first = np.argmax(relevant[:, :cut], axis=1)
+    mrr = np.where(relevant[:, :cut].any(axis=1), 1.0 / (first + 1), 0.0)
+
+    deep = relevant[:, :DEPTH]
+    recall = deep.sum(axis=1) / n_rel
+    hits = np.cumsum(deep, axis=1)
+    precision = hits / np.arange(1, deep.shape[1] + 1)
+    ap = (precision * deep).sum(axis=1) / n_rel
+    return np.stack([ndcg, mrr, recall, ap], axis=1)
+
+
+def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], settings: Any):
+    """``compare``'s scorer: one forward pass over the distinct query and document texts,
+    then per candidate an exact top-100 search and the per-query metrics
+    (:class:`~poolkit.compare.evaluation.QueryEval`)."""
+    from poolkit.compare.embedding import embed_sequences
+    from poolkit.compare.evaluation import QueryEval
+
+    texts = list(dict.fromkeys([*data.queries, *data.documents]))
+    where = {t: i for i, t in enumerate(texts)}
+    q_rows = np.fromiter((where[t] for t in data.queries), np.int64, count=len(data.queries))
+    d_rows = np.fromiter((where[t] for t in data.documents), np.int64, count=len(data.documents))
+    vectors = embed_sequences(encoder, texts, cands, settings, f"embedding {data.source}")
+    ties = id_order(data.doc_ids)
+    out = {}
+    for c in cands:
+        ranked, _ = top_k(vectors[c][q_rows], vectors[c][d_rows], DEPTH, ties)
+        out[c] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
+        del ranked
+    return out

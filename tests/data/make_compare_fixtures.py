@@ -1,0 +1,96 @@
+"""Rebuild the `poolkit compare` retrieval and clustering fixtures in this folder.
+
+    POOLKIT_TEST_DATA=../shared/data python tests/data/make_compare_fixtures.py
+
+Deterministic (file order, fixed strides); see README.md here for what is cut and why.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = Path(os.environ.get("POOLKIT_TEST_DATA", HERE.parents[1].parent / "shared" / "data"))
+
+
+def stsb_images(name: str) -> list[tuple[str, float, str, str]]:
+    """(line, score, sentence1, sentence2) of the STS-B `images` pairs (CC BY-SA captions);
+    ``line`` is the 1-based line number in the file, 4 digits (STS-B's own ids repeat)."""
+    out = []
+    with (DATA / "stsb" / name).open(encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        for fields in reader:
+            if fields[1] == "images":
+                out.append((f"{reader.line_num:04d}", float(fields[4]), fields[5], fields[6]))
+    return out
+
+
+def retrieval() -> None:
+    pairs = stsb_images("sts-train.csv")
+    positive = [p for p in pairs if p[1] >= 4.0][::2]  # every second pair scored >= 4
+    distract = [p for p in pairs if p[1] < 4.0][::2]  # every second other pair
+    folder = HERE / "stsb-images-retrieval"
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    docs: dict[str, str] = {}  # text -> id
+    queries: dict[str, str] = {}
+    qrels = []
+    for pid, score, s1, s2 in positive:
+        did = docs.setdefault(s2, f"d{pid}")
+        qid = queries.setdefault(s1, f"q{pid}")
+        qrels.append((qid, did, 2 if score >= 4.5 else 1))
+    for pid, _, _, s2 in distract:
+        docs.setdefault(s2, f"d{pid}")
+    grade: dict[tuple[str, str], int] = {}
+    for q, d, g in qrels:
+        grade.setdefault((q, d), g)  # a repeated pair counts once, with its first grade
+    with (folder / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for text, did in docs.items():
+            f.write(json.dumps({"_id": did, "title": "", "text": text}) + "\n")
+    with (folder / "queries.jsonl").open("w", encoding="utf-8") as f:
+        for text, qid in queries.items():
+            f.write(json.dumps({"_id": qid, "text": text}) + "\n")
+    with (folder / "qrels" / "test.tsv").open("w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for q, d in grade:
+            f.write(f"{q}\t{d}\t{grade[(q, d)]}\n")
+    # The simple form: (query, positive document) rows from STS-B dev images pairs >= 4.
+    dev = [p for p in stsb_images("sts-dev.csv") if p[1] >= 4.0]
+    with (HERE / "stsb-images-pairs.csv").open("w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["query", "document"])
+        seen = set()
+        for _, _, s1, s2 in dev:
+            if (s1, s2) not in seen:
+                seen.add((s1, s2))
+                w.writerow([s1, s2])
+
+
+def clustering() -> None:
+    """WNUT-17 train sentences whose entities all have one type; label = that type."""
+    sentences, cur = [], []
+    for line in (DATA / "wnut17" / "wnut17train.conll").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            token, tag = line.split("\t")
+            cur.append((token, tag))
+        elif cur:
+            sentences.append(cur)
+            cur = []
+    per_type: dict[str, list[str]] = {}
+    for s in sentences:
+        types = {t[2:] for _, t in s if t != "O"}
+        if len(types) == 1:
+            per_type.setdefault(types.pop(), []).append(" ".join(w for w, _ in s))
+    with (HERE / "wnut17-entity-type-clustering.csv").open("w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        for label in ("person", "location", "corporation", "product"):
+            for text in per_type[label][:60]:
+                w.writerow([text, label])
+
+
+if __name__ == "__main__":
+    retrieval()
+    clustering()

@@ -1,0 +1,145 @@
+"""`compare --task retrieval`: reading (BEIR folder, simple table, every error), exact
+top-k search, and the metrics against a hand-computed case and pytrec_eval (trec_eval)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from poolkit.compare.datasets import DataError
+from poolkit.compare.retrieval import id_order, query_metrics, read_retrieval, top_k
+
+FIXTURE = Path(__file__).parent / "data" / "stsb-images-retrieval"
+
+
+def beir(tmp_path: Path, corpus, queries, qrels: str, split: str = "test") -> Path:
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus))
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (folder / "qrels" / f"{split}.tsv").write_text(qrels)
+    return folder
+
+
+CORPUS = [{"_id": "a", "title": "Title", "text": " body "}, {"_id": "b", "text": "plain"},
+          {"_id": "c", "title": "", "text": "untitled"}]  # fmt: skip
+QUERIES = [{"_id": "1", "text": "first"}, {"_id": "2", "text": "second"},
+           {"_id": "3", "text": "unjudged"}]  # fmt: skip
+
+
+def test_beir_folder_joins_title_as_mteb_and_keeps_judged_queries(tmp_path):
+    folder = beir(
+        tmp_path, CORPUS, QUERIES, "query-id\tcorpus-id\tscore\n2\tb\t1\n1\ta\t2\n1\tc\t0\n"
+    )
+    data = read_retrieval(folder)
+    # MTEB: (title + " " + text).strip(); inner spaces stay.
+    assert data.documents == ["Title  body", "plain", "untitled"]
+    assert data.query_ids == ["1", "2"] and data.queries == ["first", "second"]
+    assert data.qrels.tolist() == [[0, 0, 2], [0, 2, 0], [1, 1, 1]]
+
+
+def test_simple_table_form(tmp_path):
+    path = tmp_path / "pairs.csv"
+    path.write_text("question,answer\nq one,doc x\nq two,doc y\nq one,doc y\n")
+    data = read_retrieval(path, query_column="question", document_column="answer")
+    assert data.queries == ["q one", "q two"] and data.documents == ["doc x", "doc y"]
+    assert data.qrels.tolist() == [[0, 0, 1], [0, 1, 1], [1, 1, 1]]
+
+
+@pytest.mark.parametrize(
+    ("corpus", "queries", "qrels", "message"),
+    [
+        (CORPUS, QUERIES, "1\tzz\t1\n", r"qrels/test.tsv:1: corpus-id 'zz' is not in corpus.jsonl"),
+        (CORPUS, QUERIES, "query-id\tcorpus-id\tscore\n9\ta\t1\n", r"qrels/test.tsv:2: query-id '9' is not in queries.jsonl"),
+        (CORPUS, QUERIES, "1\ta\t1\n1\ta\t2\n", r"qrels/test.tsv:2: duplicate judgement of \(1, a\) \(first at .*test.tsv:1\)"),
+        (CORPUS, QUERIES, "1\ta\t0\n2\tb\t1\n", r"qrels/test.tsv:1: query '1' has no relevant document"),
+        (CORPUS, QUERIES, "1\ta\n", r"qrels/test.tsv:1: expected 3 tab-separated fields"),
+        (CORPUS, QUERIES, "1\ta\thigh\n", r"qrels/test.tsv:1: expected an integer score, but got 'high'"),
+        ([*CORPUS, {"_id": "b", "text": "again"}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:4: duplicate _id 'b' \(first at .*corpus.jsonl:2\)"),
+        (CORPUS, [*QUERIES, {"_id": "1", "text": "x"}], "1\ta\t1\n", r"queries.jsonl:4: duplicate _id '1'"),
+        ([], QUERIES, "1\ta\t1\n", r"corpus.jsonl: empty corpus"),
+        ([{"_id": "a", "title": " ", "text": ""}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:1: empty document"),
+        ([{"text": "no id"}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:1: expected an `_id`"),
+        (CORPUS, QUERIES, "", r"qrels/test.tsv: no judgements found"),
+    ],
+)  # fmt: skip
+def test_bad_beir_data_names_file_and_line(tmp_path, corpus, queries, qrels, message):
+    with pytest.raises(DataError, match=message):
+        read_retrieval(beir(tmp_path, corpus, queries, qrels))
+
+
+def test_split_choice(tmp_path):
+    folder = beir(tmp_path, CORPUS, QUERIES, "1\ta\t1\n", split="dev")
+    assert read_retrieval(folder).queries == ["first"]  # the only qrels file
+    (folder / "qrels" / "train.tsv").write_text("2\tb\t1\n")
+    with pytest.raises(
+        DataError,
+        match=r"qrels: expected qrels/test.tsv or a single qrels file, found dev, train; pass --split",
+    ):
+        read_retrieval(folder)
+    assert read_retrieval(folder, split="train").queries == ["second"]
+    with pytest.raises(
+        DataError, match=r"--split test: .*test.tsv does not exist \(splits: dev, train\)"
+    ):
+        read_retrieval(folder, split="test")
+
+
+def test_hand_computed_tiny_case():
+    # One query; documents at 10, 20, 30, 40 degrees from it: ranking d1 > d2 > d3 > d4.
+    angles = np.radians([10, 20, 30, 40])
+    docs = np.stack([np.cos(angles), np.sin(angles)], axis=1) * [[3], [1], [2], [5]]
+    ranked, scores = top_k(np.array([[2.0, 0.0]]), docs, 100)
+    assert ranked.tolist() == [[0, 1, 2, 3]]
+    np.testing.assert_allclose(scores[0], np.cos(angles), rtol=1e-6)
+    qrels = np.array([[0, 1, 2], [0, 3, 1]])  # d2 relevance 2, d4 relevance 1
+    ndcg, mrr, recall, ap = query_metrics(ranked, qrels, 4)[0]
+    dcg = 2 / np.log2(3) + 1 / np.log2(5)
+    ideal = 2 / np.log2(2) + 1 / np.log2(3)
+    assert ndcg == pytest.approx(dcg / ideal, abs=1e-12)
+    assert mrr == 0.5 and recall == 1.0
+    assert ap == pytest.approx((1 / 2 + 2 / 4) / 2, abs=1e-12)
+
+
+def test_metrics_match_pytrec_eval_with_ties_and_graded_judgements():
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    rng = np.random.default_rng(0)
+    n_q, n_d = 40, 300
+    queries = rng.normal(size=(n_q, 8)).astype(np.float32)
+    docs = rng.normal(size=(n_d, 8)).astype(np.float32)
+    docs[5], docs[100] = docs[7], 2 * docs[7]  # exact ties in cosine
+    ids = [f"doc{i}" for i in range(n_d)]
+    qrels = {}
+    for q in range(n_q):
+        judged = {int(d): int(rng.integers(0, 3)) for d in rng.choice(n_d, 6, replace=False)}
+        judged[7] = 2
+        qrels[q] = judged
+    rows = np.array(sorted((q, d, r) for q, j in qrels.items() for d, r in j.items()))
+    # Small chunks: the running top-k must merge across many blocks exactly.
+    ranked, _ = top_k(queries, docs, 100, id_order(ids), query_chunk=7, doc_chunk=50)
+    ours = query_metrics(ranked, rows, n_d)
+
+    unit_q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    unit_d = docs / np.linalg.norm(docs, axis=1, keepdims=True)
+    scores = unit_q @ unit_d.T
+    run = {str(q): {ids[d]: float(scores[q, d]) for d in range(n_d)} for q in range(n_q)}
+    judged = {str(q): {ids[d]: r for d, r in j.items()} for q, j in qrels.items()}
+    measures = {"ndcg_cut.10", "recall.100", "map_cut.100"}
+    ref = pytrec_eval.RelevanceEvaluator(judged, measures).evaluate(run)
+    for q in range(n_q):
+        r = ref[str(q)]
+        np.testing.assert_allclose(
+            ours[q, [0, 2, 3]], [r["ndcg_cut_10"], r["recall_100"], r["map_cut_100"]], atol=1e-12
+        )
+        # MRR@10 as MTEB computes it: the first relevant document among the top 10.
+        top = sorted(range(n_d), key=lambda d: (-scores[q, d], [-ord(c) for c in ids[d]]))[:10]
+        first = next((k for k, d in enumerate(top) if qrels[q].get(d, 0) > 0), None)
+        assert ours[q, 1] == pytest.approx(0.0 if first is None else 1 / (first + 1), abs=1e-12)
+
+
+def test_fixture_is_valid_beir():
+    data = read_retrieval(FIXTURE)
+    assert len(data) == 129 and len(data.documents) == 481
+    assert set(np.unique(data.qrels[:, 2])) == {1, 2}
