@@ -65,7 +65,8 @@ def main() -> int:
           f"candidates; torch {torch.__version__}, {torch.get_num_threads()} threads")  # fmt: skip
 
     def run_embed() -> np.ndarray:
-        return embed(texts, enc, "mean", normalize=False)
+        # The recipe compare scores for its `mean` row: the same vectors, by construction.
+        return embed(texts, enc, recipe="mean")
 
     def run_compare() -> list:
         return compare(enc, data, Settings("sts"))  # bootstrap on: 1000 resamples
@@ -76,7 +77,7 @@ def main() -> int:
 
     # Agreement first (also the warm-up).
     ours = embed_sequences(enc, texts, cands, Settings("sts"), "check")
-    mean_key = next(c for c in cands if c.strategy == "mean")
+    mean_key = next(c for c in cands if str(c) == "mean")
     ref = run_embed()
     diff = float(np.abs(ours[mean_key] - ref).max())
     where = {t: i for i, t in enumerate(texts)}
@@ -84,15 +85,15 @@ def main() -> int:
     b = [where[t] for t in data.sentence2]
     rho_embed = spearman(cosine_rows(ref[a], ref[b]), data.scores)
     results = run_compare()
-    rho_compare = next(r.metrics["spearman"] for r in results if r.strategy == "mean")
+    rho_compare = next(r.metrics["spearman"] for r in results if r.label == "mean")
     print(f"agreement: mean vectors max abs diff {diff:.2e} (limit 1e-5); Spearman x100 "
           f"compare {100 * rho_compare:.2f}, from embed {100 * rho_embed:.2f}")  # fmt: skip
     reps = [g[0] for g in groups(cands, "sts", mean_key)]
     evaluations = {c: PairEval(cosine_rows(ours[c][a], ours[c][b]), data.scores) for c in reps}
-    rows = [Row(c, c.strategy, c.layers, (c.strategy,), intended=c == mean_key) for c in reps]
+    rows = [Row(c, c, (c.strategy,), intended=c == mean_key) for c in reps]
     # The step timed alone is the step compare ran: same figures, same intervals.
-    boot = {r.strategy: (r.metrics, r.ci) for r in run_bootstrap()}
-    same = all(boot[r.strategy] == (r.metrics, r.ci) for r in results) and results[0].ci
+    boot = {r.label: (r.metrics, r.ci) for r in run_bootstrap()}
+    same = all(boot[r.label] == (r.metrics, r.ci) for r in results) and results[0].ci
     if not (diff < 1e-5 and abs(rho_compare - rho_embed) < 1e-6 and same):
         print("FAIL: outputs disagree; speed not reported", file=sys.stderr)
         return 1

@@ -132,7 +132,22 @@ def test_changed_texts_in_done_part_are_refused(tmp_path):
 def test_digest_counts_text_boundaries():
     assert texts_digest(["ab", "c"]) != texts_digest(["a", "bc"])
     assert texts_digest(["", ""]) != texts_digest([""])
-    assert texts_digest(["\ud800 lone surrogate"]) == texts_digest(["\ud800 lone surrogate"])
+    # A lone surrogate (from a JSON escape) is hashed, not refused, and not confused with
+    # another one; checked against the documented format written out independently.
+    assert texts_digest(["\ud800 x"]) != texts_digest(["\udfff x"])
+    for texts in (["\ud800 lone surrogate"], ["ab", "c"], [], ["", "é"]):
+        assert texts_digest(texts) == _reference_digest(texts), texts
+
+
+def _reference_digest(texts: list[str]) -> str:
+    """SHA-256 over each text's 8-byte little-endian UTF-8 length, then its bytes."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()
 
 
 def test_a_second_process_is_locked_out(tmp_path):

@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from clitools import one_error_line, poolkit
 
 pytestmark = pytest.mark.slow
 
 TEXTS = ["John works at Google", "A cat sat on the mat.", "hello world"]
-
-
-def poolkit(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "poolkit.cli", *args],
-        cwd=cwd, input=stdin, capture_output=True, timeout=300,
-    )  # fmt: skip
-
-
-def one_error_line(result: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
-    err = result.stderr.decode()
-    assert result.returncode == code, err
-    assert "Traceback" not in err and err.count("\n") == 1 and err.startswith("poolkit: error: ")
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +157,23 @@ def test_tokens_and_spans(tmp_path, minilm):
     one_error_line(poolkit("spans", "nul.jsonl", cwd=tmp_path), 2, "line 2 contains a NUL byte")
     (tmp_path / "latin.jsonl").write_bytes(b'{"text": "caf\xe9", "spans": [[0, 1]]}\n')
     one_error_line(poolkit("spans", "latin.jsonl", cwd=tmp_path), 2, "line 1 is not valid UTF-8")
+
+
+def test_resume_with_another_batch_budget_is_refused(tmp_path):
+    """The manifest records the budget actually used (it recorded the Encoder's default
+    whatever --batch-tokens said, so a resume with another budget went unnoticed)."""
+    (tmp_path / "in.txt").write_bytes(b"one text\ntwo text\n\xff bad\n")
+    first = poolkit("embed", "in.txt", "-o", "o.npy", "--chunk-size", "2", "--batch-tokens",
+                    "512", cwd=tmp_path)  # fmt: skip
+    one_error_line(first, 2, "line 3 is not valid UTF-8", "1 finished chunks are kept")
+    manifest = json.loads((tmp_path / "o.npy.poolkit-work" / "manifest.json").read_text())
+    assert manifest["settings"]["batch_tokens"] == 512
+    assert manifest["settings"]["recipes"] == ["mean"]
+    (tmp_path / "in.txt").write_bytes(b"one text\ntwo text\nthree\n")  # the bad line fixed
+    again = poolkit("embed", "in.txt", "-o", "o.npy", "--chunk-size", "2", "--batch-tokens",
+                    "1024", "--resume", cwd=tmp_path)  # fmt: skip
+    one_error_line(again, 2, "batch_tokens: 512 then, 1024 now")
+    done = poolkit("embed", "in.txt", "-o", "o.npy", "--chunk-size", "2", "--batch-tokens",
+                   "512", "--resume", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    assert np.load(tmp_path / "o.npy").shape == (3, 384)

@@ -10,11 +10,11 @@ from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, v_measure_score
 
 from poolkit.compare import bootstrap as bs
-from poolkit.compare.candidates import Candidate
 from poolkit.compare.evaluation import ClusterEval, LabelEval, PairEval, QueryEval, TagEval
 from poolkit.compare.grouping import groups
 from poolkit.compare.report import Result, rank, table, tied
 from poolkit.compare.summary import Row, summarize
+from poolkit.recipe import Recipe
 
 RESAMPLES = 60
 
@@ -109,8 +109,8 @@ def test_intervals_and_paired_test_match_a_plain_reference():
     gold = rng.normal(size=120)
     good, worse = gold + 0.3 * rng.normal(size=120), gold + 0.9 * rng.normal(size=120)
     evals = {"good": PairEval(good, gold), "worse": PairEval(worse, gold)}
-    rows = [Row("good", "mean", "last", ("mean",), intended=True),
-            Row("worse", "cls", "last", ("cls",))]  # fmt: skip
+    rows = [Row("good", Recipe("mean"), ("mean",), intended=True),
+            Row("worse", Recipe("cls"), ("cls",))]  # fmt: skip
     results = {r.strategy: r for r in summarize("sts", rows, evals, RESAMPLES, 0)}
     idx = indices(120)
     rho = {k: np.array([stats.spearmanr(x[i], gold[i]).statistic for i in idx])
@@ -126,23 +126,30 @@ def test_intervals_and_paired_test_match_a_plain_reference():
 
 
 def test_rows_that_cannot_differ_are_merged_only_under_cosine():
-    cands = [Candidate(s) for s in ("cls", "sum", "mean", "mean_sqrt_len", "mean_no_special",
+    cands = [Recipe(s) for s in ("cls", "sum", "mean", "mean_sqrt_len", "mean_no_special",
                                     "sum_no_special", "cls+mean")]  # fmt: skip
-    got = groups(cands, "sts", Candidate("mean"))
+    got = groups(cands, "sts", Recipe("mean"))
     assert [tuple(c.strategy for c in g) for g in got] == [
         ("cls",), ("mean", "sum", "mean_sqrt_len"), ("mean_no_special", "sum_no_special"),
         ("cls+mean",),
     ]  # fmt: skip
     assert [g[0].strategy for g in groups(cands, "retrieval")][:2] == ["cls", "sum"]
     assert len(groups(cands, "classification")) == len(cands)
-    layered = [Candidate("mean", "last"), Candidate("sum", "last4"), Candidate("sum", "last")]
-    assert [len(g) for g in groups(layered, "sts")] == [2, 1]
+    layered = [
+        Recipe("mean"),
+        Recipe("sum", layers="last4"),
+        Recipe("sum"),
+        Recipe("mean", normalize=False),
+        Recipe("mean", layers="last4", layer_how="sum"),
+    ]
+    # Only recipes that differ in nothing but the scale-family strategy merge.
+    assert [len(g) for g in groups(layered, "sts")] == [2, 1, 1, 1]
 
 
 def test_ties_put_the_intended_row_first_and_are_marked():
-    rows = [Result("cls", "last", {"accuracy": 1.0, "macro_f1": 1.0}),
-            Result("max", "last", {"accuracy": 0.9, "macro_f1": 0.9}),
-            Result("mean", "last", {"accuracy": 1.0, "macro_f1": 1.0}, intended=True)]  # fmt: skip
+    rows = [Result(Recipe("cls"), {"accuracy": 1.0, "macro_f1": 1.0}),
+            Result(Recipe("max"), {"accuracy": 0.9, "macro_f1": 0.9}),
+            Result(Recipe("mean"), {"accuracy": 1.0, "macro_f1": 1.0}, intended=True)]  # fmt: skip
     ranked = rank(rows, "accuracy")
     assert [r.strategy for r in ranked] == ["mean", "cls", "max"]
     assert tied(ranked, "accuracy") == [True, True, False]

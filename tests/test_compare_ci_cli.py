@@ -61,12 +61,13 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def pooled(hf, texts: list[str]) -> dict[str, np.ndarray]:
-    """``mean`` and ``cls`` vectors (float64) of each text, embedded alone."""
+    """``mean`` and ``cls`` vectors (float64) of each text, embedded alone, L2-normalised:
+    the model's Normalize module says so, and compare scores what ``embed --recipe`` writes."""
     out = {"mean": [], "cls": []}
     for text in texts:
         h, _, _ = hidden_of(hf, text)
-        out["mean"].append(h.mean(axis=0))
-        out["cls"].append(h[0])
+        for name, v in (("mean", h.mean(axis=0)), ("cls", h[0])):
+            out[name].append(v / np.linalg.norm(v))
     return {k: np.stack(v) for k, v in out.items()}
 
 

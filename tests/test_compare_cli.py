@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from clitools import one_error_line, poolkit
 from metric_reference import entity_f1_reference
 from scipy.stats import pearsonr, spearmanr
 from sklearn.linear_model import LogisticRegression
@@ -21,8 +22,9 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from test_cli import one_error_line, poolkit
 from testdata import conll_sentences, fixture, full_data, read_sts_pairs
+
+from poolkit.recipe import Recipe
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +58,10 @@ def hidden_of(hf, text, **kwargs):
     return layers[-1], layers, enc
 
 
+def unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v)
+
+
 def probe(x_train, y_train, x_test):
     model = make_pipeline(
         StandardScaler(),
@@ -83,7 +89,8 @@ def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) ->
     assert doc["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert doc["bootstrap"]["resamples"] >= 2 and doc["bootstrap"]["level"] == 0.95
     for row in doc["results"]:
-        assert set(row) == {"strategy", "layers", *metrics, *ROW_KEYS}
+        assert set(row) == {"recipe", "strategy", "layers", *metrics, *ROW_KEYS}
+        assert Recipe.parse(row["recipe"]).strategy == row["strategy"]
         assert set(row["ci"]) == set(metrics)
         for name in metrics:
             lo, hi = row["ci"][name]
@@ -127,7 +134,7 @@ def test_sts_matches_the_published_reference(tmp_path):
         and "sig: paired bootstrap test at the 95% level" in table
     )
     first_row = table.splitlines()[2].split()
-    assert first_row[1] == doc["results"][0]["strategy"]
+    assert first_row[1] == doc["results"][0]["recipe"]
     png = (tmp_path / "sts.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sts.json", "sts.png"]
@@ -168,8 +175,10 @@ def test_classification_cv_layers_and_determinism(tmp_path, hf):
         _, layers, _ = hidden_of(hf, text)
         for name, h in (("last", layers[-1]), ("last4", np.mean(layers[-4:], axis=0)),
                         ("first_last", (layers[1] + layers[-1]) / 2)):  # fmt: skip
-            vectors.setdefault(("cls", name), []).append(h[0])
-            vectors.setdefault(("mean", name), []).append(h.mean(axis=0))
+            # The model L2-normalises (its Normalize module), so compare scores unit vectors,
+            # exactly what `poolkit embed --recipe` writes for the row.
+            vectors.setdefault(("cls", name), []).append(unit(h[0]))
+            vectors.setdefault(("mean", name), []).append(unit(h.mean(axis=0)))
     folds = StratifiedKFold(n_splits=5, shuffle=True, random_state=0)
     rows = by_key(doc)
     assert set(rows) == set(vectors)
@@ -287,8 +296,8 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
         (["r.jsonl", "--task", "relation"], {"r.jsonl": '{"text": "abc", "spans": [[0, 1], [2, 9]], "label": "x"}\n'}, ["r.jsonl:1: span 2 [2, 9) is outside the text of length 3"]),
         (["c.txt", "--task", "classification"], {"c.txt": "1 good film\n0\n"}, ["c.txt:2: expected `LABEL sentence` (SST-2 format)"]),
         (["n.conll", "--task", "ner"], {"n.conll": "John\tB-PER\n"}, ["--task ner needs --train FILE"]),
-        (["n.conll", "--task", "ner", "--train", "n.conll", "--strategies", "average"], {"n.conll": "John\tB-PER\n"}, ["word strategies from first, last, first_last, mean, max, but got 'average'"]),
-        (["c.txt", "--task", "classification", "--strategies", "mode"], {"c.txt": "1 a\n0 b\n"}, ["sequence strategies from cls, mean", "but got 'mode'"]),
+        (["n.conll", "--task", "ner", "--train", "n.conll", "--strategies", "average"], {"n.conll": "John\tB-PER\n"}, ["`--strategies` to be one of first, last, first_last, mean, max, but got 'average'"]),
+        (["c.txt", "--task", "classification", "--strategies", "mode"], {"c.txt": "1 a\n0 b\n"}, ["`--strategies` to be one of cls, mean", "but got 'mode'", "Closest valid name: "]),
         (["c.txt", "--task", "classification", "--layers", "last5"], {"c.txt": "1 a\n0 b\n"}, ["`--layers` to be among last, last4, first_last, but got 'last5'"]),
         (["c.txt", "--task", "classification", "--plot", "x.jpg"], {"c.txt": "1 a\n0 b\n"}, ["--plot x.jpg: expected a .png file name"]),
         (["c.txt", "--task", "classification", "--json", "c.txt"], {"c.txt": "1 a\n0 b\n"}, ["--json c.txt: expected a .json file name"]),

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from testdata import conll_sentences, fixture, full_data
 
+from poolkit import InputError
 from poolkit.compare.datasets import Columns, DataError, read_task, strip_markers
 
 
@@ -142,7 +143,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
         ("sts", "p.jsonl", '{"sentence1": "a", "sentence2": "b", "score": "high"}\n', r"p.jsonl:1: expected a numeric 'score', but got 'high'"),
         ("sts", "p.txt", "just some text\n", r"p.txt: not an STS-B tsv file"),
         ("sts", "p.tsv", "g\tf\ty\ti\t1.0\tonly one sentence\n", r"missing column 'sentence1'"),
-        ("sts", "p.jsonl", '{"sentence1": "a",\n', r"p.jsonl:1: not valid JSON"),
+        ("sts", "p.jsonl", '{"sentence1": "a",\n', r"p.jsonl: line 1 is not valid JSON"),
         ("classification", "c.txt", "1 good\nnolabel\n", r"c.txt:2: expected `LABEL sentence` \(SST-2 format\)"),
         ("classification", "c.csv", "text,label\nhello,\n", r"c.csv:2: empty 'label'"),
         ("classification", "c.csv", "words,label\nhello,1\n", r"missing column 'text' \(columns: words, label\); pass --text-column"),
@@ -158,7 +159,8 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     ],
 )  # fmt: skip
 def test_errors_name_the_row(tmp_path, task, name, text, message):
-    with pytest.raises(DataError, match=message):
+    # InputError: the reader's own (shared with `poolkit embed`) or a DataError (compare's).
+    with pytest.raises(InputError, match=message):
         read_task(task, _write(tmp_path, name, text))
 
 
@@ -167,5 +169,5 @@ def test_missing_file_and_bad_encoding(tmp_path):
         read_task("sts", tmp_path / "nope.csv")
     path = tmp_path / "bad.txt"
     path.write_bytes(b"1 caf\xe9\n")
-    with pytest.raises(DataError, match=r"bad.txt: not UTF-8 text"):
+    with pytest.raises(InputError, match=r"bad.txt: line 1 is not valid UTF-8"):
         read_task("classification", path)

@@ -201,3 +201,25 @@ def test_embed_spans_errors(minilm):
         embed_spans(["John works"], [[(3, 11)]], minilm)
     with pytest.raises(ValueError, match=r"one list of spans per text \(1\), but got 2"):
         embed_spans(["John works"], [[(0, 4)], [(0, 1)]], minilm)
+
+
+def test_every_level_runs_the_same_driver(minilm_dir):
+    """Truncation warning, max_batch_tokens, progress and stats, alike at every level."""
+    encoder = get_encoder(minilm_dir, max_length=8)
+    long = " ".join(["word"] * 40)
+    calls = {
+        "embed": lambda **kw: embed([long, "hi"], encoder, **kw),
+        "embed_tokens": lambda **kw: embed_tokens([long, "hi"], encoder, **kw),
+        "embed_words": lambda **kw: embed_words([long.split(), ["hi"]], encoder, **kw),
+        "embed_spans": lambda **kw: embed_spans([long, "hi"], [[(0, 4)], [(0, 2)]], encoder, **kw),
+    }
+    for name, call in calls.items():
+        seen: list[int] = []
+        with pytest.warns(TruncationWarning, match=r"^1 of 2 .* longer than 8 tokens"):
+            out, stats = call(max_batch_tokens=9, progress=seen.append, return_stats=True)
+        assert len(out) == 2, name
+        assert sum(seen) == 2 and len(seen) == 2, (name, seen)  # a budget of 9: one row a batch
+        assert stats.truncated == [0] and stats.num_texts == 2, name
+        assert stats.max_batch_tokens == 9 and stats.num_tokens == 8 + 3, name
+        with pytest.raises(ValueError, match="`max_batch_tokens`"):
+            call(max_batch_tokens=0)

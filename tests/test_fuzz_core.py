@@ -77,11 +77,17 @@ def hostile(draw: st.DrawFn):
     return {"hidden": hidden, "mask": mask, "spans": spans, "word_ids": word_ids, "kind": kind}
 
 
-def check(call) -> object | None:
+def names_an_argument(err: Exception, args: tuple[str, ...]) -> bool:
+    """The message names (in backticks) one of ``args``, the called function's arguments."""
+    return any(name.strip("`").split("[")[0] in args for name in NAMED.findall(str(err)))
+
+
+def check(call, args: tuple[str, ...]) -> object | None:
+    """``call()``'s result (finite), or None after its error named one of ``args``."""
     try:
         out = call()
     except (ValueError, TypeError) as err:
-        assert NAMED.search(str(err)), f"message names no argument: {err}"
+        assert names_an_argument(err, args), f"message names none of {args}: {err}"
         return None
     values = out if isinstance(out, list) else [out]
     for v in values:
@@ -97,7 +103,10 @@ def check(call) -> object | None:
     empty=st.sampled_from(["raise", "zeros"]),
 )
 def test_sequence_embedding(case, strategy, empty):
-    out = check(lambda: sequence_embedding(case["hidden"], case["mask"], strategy, empty=empty))
+    out = check(
+        lambda: sequence_embedding(case["hidden"], case["mask"], strategy, empty=empty),
+        ("hidden", "mask", "strategy", "empty"),
+    )
     if out is not None:
         assert tuple(out.shape) == (*tuple(case["hidden"].shape[:-2]), case["hidden"].shape[-1])
 
@@ -105,13 +114,16 @@ def test_sequence_embedding(case, strategy, empty):
 @settings(max_examples=300)
 @given(case=hostile())
 def test_token_embeddings(case):
-    check(lambda: token_embeddings(case["hidden"], None, case["mask"]))
+    check(lambda: token_embeddings(case["hidden"], None, case["mask"]), ("hidden", "mask"))
 
 
 @settings(max_examples=300)
 @given(case=hostile(), strategy=st.sampled_from(list(WORD_STRATEGIES)))
 def test_word_embeddings(case, strategy):
-    check(lambda: word_embeddings(case["hidden"], case["word_ids"], strategy))
+    check(
+        lambda: word_embeddings(case["hidden"], case["word_ids"], strategy),
+        ("hidden", "word_ids", "strategy"),
+    )
 
 
 @settings(max_examples=300)
@@ -120,7 +132,10 @@ def test_word_embeddings(case, strategy):
     strategy=st.sampled_from(["endpoints", "mean", "max", "attention", "diff_sum", "x/y"]),
 )
 def test_span_embeddings(case, strategy):
-    check(lambda: span_embeddings(case["hidden"], case["spans"], strategy, mask=case["mask"]))
+    check(
+        lambda: span_embeddings(case["hidden"], case["spans"], strategy, mask=case["mask"]),
+        ("hidden", "spans", "strategy", "mask"),
+    )
 
 
 @settings(max_examples=300)
@@ -132,13 +147,19 @@ def test_layer_mix(case, layers):
             np.asarray(h.detach().float() if isinstance(h, torch.Tensor) else h, float)
         ).all()
     )
+    args = ("hidden_states", "layers", "how")
     if finite:
-        check(lambda: layer_mix([h] * 3, layers))
-    else:  # documented: NaN/inf propagate through layer_mix (padding included)
-        try:
-            layer_mix([h] * 3, layers)
-        except (ValueError, TypeError) as err:
-            assert NAMED.search(str(err))
+        check(lambda: layer_mix([h] * 3, layers), args)
+        return
+    # Documented: NaN/inf propagate through layer_mix (padding included), never silently
+    # dropped: a success must carry them on.
+    try:
+        out = layer_mix([h] * 3, layers)
+    except (ValueError, TypeError) as err:
+        assert names_an_argument(err, args), f"message names none of {args}: {err}"
+    else:
+        arr = out.float().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, float)
+        assert not np.isfinite(arr).all(), "non-finite input came out finite"
 
 
 @pytest.mark.parametrize("bad", [None, "text", 3.0, [[1.0, 2.0]], {"a": 1}])

@@ -7,23 +7,63 @@ import sys
 
 import poolkit
 
-CORE = {
-    "sequence_embedding",
-    "token_embeddings",
-    "flat_token_embeddings",
-    "word_embeddings",
-    "span_embeddings",
-    "layer_mix",
-    "SEQUENCE_STRATEGIES",
-    "SPAN_STRATEGIES",
-    "WORD_STRATEGIES",
-}
+# Every public name, pinned: adding, removing or renaming one fails here on purpose.
+PUBLIC = [
+    "EmbedStats", "EncodedBatch", "Encoder", "ExportError", "InputError", "LAYER_PRESETS",
+    "LOG_WIDTH_BUCKETS", "MissingDependencyError", "ModelInfo", "ModelNotFoundError",
+    "PoolkitError", "Recipe", "RecipeError", "SEQUENCE_STRATEGIES", "SPAN_STRATEGIES",
+    "TokenVectors", "TruncationWarning", "WORD_STRATEGIES", "bucket_widths", "embed",
+    "embed_spans", "embed_tokens", "embed_words", "flat_token_embeddings", "layer_mix",
+    "model_info", "parse_sequence_strategy", "parse_span_strategy", "sequence_embedding",
+    "span_embeddings", "span_output_dim", "token_embeddings", "word_embeddings", "word_spans",
+]  # fmt: skip
 
 
-def test_core_names_exported():
-    assert CORE <= set(poolkit.__all__)
+def test_all_is_exactly_the_public_names():
+    assert sorted(poolkit.__all__) == PUBLIC
+    assert len(set(poolkit.__all__)) == len(poolkit.__all__)
     for name in poolkit.__all__:
         assert hasattr(poolkit, name), name
+    # Nothing else public at the top level but the subpackages/modules and __version__.
+    import types
+
+    extra = {
+        n for n, v in vars(poolkit).items()
+        if not n.startswith("_") and n not in PUBLIC and not isinstance(v, types.ModuleType)
+    }  # fmt: skip
+    assert extra == set(), extra
+
+
+def test_one_exception_family():
+    from poolkit.compare.datasets import DataError
+    from poolkit.io.checkpoint import CheckpointError
+    from poolkit.io.readers import InputError
+    from poolkit.ray import RayNotInstalledError
+
+    family = {
+        poolkit.InputError: ValueError, poolkit.ModelNotFoundError: ValueError,
+        poolkit.ExportError: RuntimeError, poolkit.MissingDependencyError: ImportError,
+        poolkit.RecipeError: ValueError, InputError: ValueError, CheckpointError: ValueError,
+        DataError: ValueError, RayNotInstalledError: ImportError,
+    }  # fmt: skip
+    for kind, builtin in family.items():
+        assert issubclass(kind, poolkit.PoolkitError) and issubclass(kind, builtin), kind
+    assert InputError is poolkit.InputError
+    for kind in (poolkit.RecipeError, CheckpointError, DataError):
+        assert issubclass(kind, poolkit.InputError), kind
+    # Raised for real: a bad recipe name and a missing model.
+    try:
+        poolkit.Recipe.parse("meen")
+    except poolkit.PoolkitError as e:
+        assert type(e) is poolkit.RecipeError
+    else:
+        raise AssertionError("no error for an unknown recipe")
+    try:
+        poolkit.model_info("/nonexistent/poolkit-model")
+    except poolkit.PoolkitError as e:
+        assert type(e) is poolkit.ModelNotFoundError
+    else:
+        raise AssertionError("no error for a missing model")
 
 
 def test_numpy_users_never_import_torch_for_the_core():

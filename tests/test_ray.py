@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from testdata import sentiment_lines, sts_sentences
+from testdata import fixture, read_sts_pairs, sentiment_lines, sts_pairs_table, sts_sentences
 
 from poolkit.ray import Embedder
 
@@ -302,3 +302,200 @@ def test_ray_client_address_without_grpc(tmp_path):
         "poolkit: error: --address ray://head:10001: ray:// addresses need Ray Client: "
         "pip install 'ray[client]' (or run on the cluster with --address auto)."
     )
+
+
+# ---------------------------------------------------------------- every embed flag, on Ray
+
+# How each `poolkit embed` option is treated under --engine ray, and the run proving it.
+# The walk below fails for an option of the parser that is missing here.
+RAY_TREATMENT = {
+    "input": "run_a", "--output": "run_a", "--recipe": "run_b", "--strategy": "run_a",
+    "--normalize": "run_a", "--text-column": "run_a", "--input-format": "run_a",
+    "--layers": "run_a", "--exclude-special": "run_a", "--chunk-size": "run_a",
+    "--overwrite": "run_b", "--backend": "run_c", "--quantize": "run_c", "--resume": "refused",
+    "--model": "run_a", "--max-length": "run_a", "--device": "run_a", "--dtype": "run_a",
+    "--batch-tokens": "run_a", "--long-text": "run_a", "--quiet": "run_a", "--debug": "traceback",
+    "--engine": "run_a", "--address": "run_a", "--workers": "run_a", "--cpus-per-worker": "run_a",
+}  # fmt: skip
+
+
+def _embed_options() -> set[str]:
+    import argparse
+
+    from poolkit.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    embed = sub.choices["embed"]
+    return {
+        (next(o for o in a.option_strings if o.startswith("--")) if a.option_strings else a.dest)
+        for a in embed._actions
+        if not isinstance(a, argparse._HelpAction)
+    }
+
+
+def _vectors(path: Path, column: str) -> np.ndarray:
+    import pyarrow.dataset as pads
+
+    table = pads.dataset(path, format="parquet").to_table()
+    order = np.argsort(table["id"].to_numpy())
+    return np.stack(table[column].to_numpy(zero_copy_only=False))[order]
+
+
+def _ray_and_local(
+    tmp_path: Path, name: str, address: str, *flags: str, data: Path | None = None
+) -> tuple:
+    """The same command on one machine (Parquet file) and on Ray (folder): both results."""
+    data = data or sts_pairs_table(tmp_path / "pairs.tsv")
+    local = _poolkit("embed", str(data), "-o", str(tmp_path / f"{name}.parquet"), *flags)
+    assert local.returncode == 0, local.stderr
+    ray_out = tmp_path / name
+    remote = _poolkit("embed", str(data), "-o", str(ray_out), *flags, "--engine", "ray",
+                      "--address", address, "--workers", "1", "--cpus-per-worker", "1")  # fmt: skip
+    assert remote.returncode == 0, remote.stderr
+    return tmp_path / f"{name}.parquet", ray_out, remote
+
+
+def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, minilm_dir):
+    assert _embed_options() == set(RAY_TREATMENT)
+    address = ray_cluster.get_runtime_context().gcs_address
+    # run_a: every pooling, reading and encoder flag at a non-default value. The Ray blocks
+    # (167 rows / 4) and the local chunks are the same 42 texts, so batches match too.
+    # The data under a .txt name: only an honoured --input-format reads it as a table.
+    sts_pairs_table(tmp_path / "pairs.txt")
+    flags = ["--text-column", "sentence2", "--input-format", "tsv", "-s", "cls+mean", "max",
+             "--layers", "last4", "--exclude-special", "--no-normalize", "--max-length", "12",
+             "--batch-tokens", "96", "--long-text", "chunk", "--device", "cpu", "--dtype",
+             "float32", "--chunk-size", "42", "--model", str(minilm_dir), "--quiet"]  # fmt: skip
+    local, ray_out, remote = _ray_and_local(tmp_path, "a", address, *flags,
+                                            data=tmp_path / "pairs.txt")  # fmt: skip
+    # --quiet: no summary, no progress, no Ray execution notes (warnings may still show).
+    assert "poolkit:" not in remote.stderr and " INFO " not in remote.stderr, remote.stderr
+    # Unnormalised vectors (|x| up to ~10): float noise from other thread counts scales
+    # with them, so the bound is 1e-5 here (an ignored flag moves them by > 0.05).
+    for column in ("cls+mean", "max"):
+        want = _vectors(local, column)
+        assert np.abs(_vectors(ray_out, column) - want).max() < 1e-5
+    # The flags changed the vectors (so an ignored flag could not pass): plain `mean` differs.
+    import poolkit
+
+    texts = [b for _, _, b in read_sts_pairs(fixture("stsb-dev-sample.csv"))]
+    plain = poolkit.embed(texts[:5], minilm_dir, "cls+mean")
+    assert np.abs(_vectors(local, "cls+mean")[:5] - plain).max() > 0.05
+
+    # run_b: --recipe, and --overwrite replacing run_b's folder.
+    local, ray_out, _ = _ray_and_local(tmp_path, "b", address, "--recipe",
+                                       "mean_no_special@first_last/raw", "--chunk-size", "42",
+                                       "--text-column", "sentence1")  # fmt: skip
+    col = "mean_no_special@first_last/raw"
+    assert np.abs(_vectors(ray_out, col) - _vectors(local, col)).max() < 1e-5  # /raw
+    again = _poolkit("embed", str(tmp_path / "pairs.tsv"), "-o", str(ray_out), "--recipe", "cls",
+                     "--text-column", "sentence1", "--engine", "ray", "--address", address, "--overwrite", "--quiet")  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert sorted(_vectors_columns(ray_out)) == ["cls", "id", "text_id"]
+
+    # run_c: the ONNX backend with int8 on the workers, as on one machine.
+    local, ray_out, _ = _ray_and_local(tmp_path, "c", address, "--backend", "onnx",
+                                       "--quantize", "int8", "--chunk-size", "42",
+                                       "--text-column", "sentence1")  # fmt: skip
+    int8 = _vectors(local, "mean")
+    assert np.abs(_vectors(ray_out, "mean") - int8).max() < 1e-4
+    fp32 = poolkit.embed([a for _, a, _ in read_sts_pairs(fixture("stsb-dev-sample.csv"))],
+                         minilm_dir, "mean")  # fmt: skip
+    assert np.abs(int8 - fp32).max() > 1e-3  # int8 is visibly not the torch run
+
+    # Refused with one line: --resume (Ray retries blocks itself); --debug shows the traceback.
+    refused = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", str(tmp_path / "r"), "--engine", "ray",
+                       "--resume")  # fmt: skip
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("poolkit: error: --resume works with --engine local only")
+    debug = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", str(tmp_path / "r"), "--engine", "ray",
+                     "--resume", "--debug")  # fmt: skip
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def _vectors_columns(path: Path) -> list[str]:
+    import pyarrow.dataset as pads
+
+    return list(pads.dataset(path, format="parquet").schema.names)
+
+
+# ---------------------------------------------------------------- one parse per call path
+
+
+def _count_parses(counter: dict[str, int]):
+    """Wrap both strategy parsers (the recipe's and the core's) to count their calls."""
+    import poolkit.recipe
+    import poolkit.sequence
+
+    originals = {}
+    for module, name in ((poolkit.recipe, "_canonical_strategy"),
+                         (poolkit.sequence, "parse_sequence_strategy")):  # fmt: skip
+        original = getattr(module, name)
+        originals[(module, name)] = original
+
+        def spy(*args, _original=original, _name=name, **kwargs):
+            counter[_name] = counter.get(_name, 0) + 1
+            return _original(*args, **kwargs)
+
+        setattr(module, name, spy)
+    return originals
+
+
+class ParseCountingEmbedder(Embedder):
+    """The real Embedder, counting strategy parses inside its actor; each batch reports the
+    actor's count so far in a ``parses`` column."""
+
+    def __init__(self, *args, **kwargs):
+        self.parses: dict[str, int] = {}
+        _count_parses(self.parses)
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        out = super().__call__(batch)
+        total = sum(self.parses.values())
+        return out.append_column("parses", pa.array([total] * out.num_rows, pa.int64()))
+
+
+def test_each_strategy_is_parsed_once_on_the_ray_path(ray_cluster, minilm_dir, tmp_path):
+    import argparse
+
+    import pyarrow as pa
+
+    # The actors cannot import this test module: ship its spy class by value.
+    from ray import cloudpickle
+
+    from poolkit.cli._recipe_args import recipes_from_args
+    from poolkit.ray import embed_dataset
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    driver: dict[str, int] = {}
+    originals = _count_parses(driver)
+    try:
+        # The CLI's one parse of its flags, then the job built from the recipes it made.
+        args = argparse.Namespace(strategy=["cls+mean", "max"], recipe=None, layers="last4",
+                                  exclude_special=True, normalize=None)  # fmt: skip
+        wanted, _ = recipes_from_args(args)
+        assert driver == {"_canonical_strategy": 2}
+        texts = [f"text number {i} with some words" for i in range(40)]
+        ds = ray_cluster.data.from_arrow(pa.table({"text": texts, "id": list(range(40))}))
+        out = embed_dataset(ds, str(minilm_dir), recipe=wanted, workers=1, batch_size=10,
+                            fn=ParseCountingEmbedder)  # fmt: skip
+        table = pa.concat_tables(ray_cluster.get(list(out.to_arrow_refs())))
+    finally:
+        for (module, name), original in originals.items():
+            setattr(module, name, original)
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert driver == {"_canonical_strategy": 2}  # embed_dataset took the recipes as they were
+    assert table.num_rows == 40 and set(table["parses"].to_pylist()) == {0}  # actors: none
+    assert set(table.column_names) >= {"cls+mean", "max"}
+    # The shorthand flags reached the vectors: mean over non-special tokens of the last four.
+    import poolkit
+
+    want = poolkit.embed(texts, minilm_dir, ["cls+mean", "max"], layers="last4",
+                         exclude_special=True)  # fmt: skip
+    order = np.argsort(table["id"].to_numpy())
+    got = np.stack(table["max"].to_numpy(zero_copy_only=False))[order]
+    assert np.abs(got - want["max"]).max() < TOL

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from poolkit.io.readers import InputError, pick_column, read_all, read_stream
+from poolkit.io.readers import InputError, pick_column, read_all, read_stream, read_texts
 
 TEXTS = ["first, with a comma", 'a "quoted" one', "", "tab\tinside? no: plain", "last"]
 
@@ -79,3 +79,32 @@ def test_ray_uri_path_reads_like_read_texts(tmp_path):
         local = files.get(f.fmt, tmp_path / "a.tsv")
         assert [t for c in chunks for t in c] == read_all(local), f.name
         assert all(len(c) == 2 for c in chunks[:-1])
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [("bom.csv", b"\xef\xbb\xbftext,label\n\"two\nlines\",1\nplain,0\n"),
+     ("q.tsv", b"text\tlabel\n\"a\ttab\",x\ny\n".replace(b",x", b"\tx").replace(b"\ny\n", b"\nb\ty\n")),
+     ("j.jsonl", b'\xef\xbb\xbf{"text": "caf\\u00e9", "label": "a"}\n\n{"text": "b", "label": "c"}\n'),
+     ("nul.csv", b"text,label\nfine,1\nbad\x00,0\n"),
+     ("ragged.csv", b"text,label\nok,1\ntoo,many,fields\n"),
+     ("utf16.tsv", "text\tlabel\nx\ty\n".encode("utf-16")),
+     ("open.csv", b'text,label\n"never closed,1\n')],
+)  # fmt: skip
+def test_embed_and_compare_read_a_table_the_same_way(tmp_path, name, data):
+    """`poolkit embed` (read_texts) and `poolkit compare` (read_task) on one file: the same
+    texts, or the same error line."""
+    from poolkit.compare.datasets import Columns, read_task
+
+    path = tmp_path / name
+    path.write_bytes(data)
+    try:
+        texts = [t for chunk in read_texts(path, text_column="text") for t in chunk]
+    except InputError as e:
+        with pytest.raises(InputError) as info:
+            read_task("classification", path, Columns())
+        assert str(info.value) == str(e)
+        return
+    data_read = read_task("classification", path, Columns())
+    assert data_read.texts == texts
+    assert "\n" in texts[0] or "\t" in texts[0] or texts[0] == "café"

@@ -193,7 +193,13 @@ def test_changed_input_or_settings_are_refused_on_resume(job: Path, tiny_dirs):
     cases = [
         (["edited.txt", out, "--resume"], "input changed inside the part already embedded"),
         (["in.txt", out, "--resume", "-s", "cls"], 'strategies: ["mean"] then, ["cls"] now'),
-        (["in.txt", out, "--resume", "--no-normalize"], "normalize: true then, false now"),
+        (["in.txt", out, "--resume", "--no-normalize"], "normalize: [true] then, [false] now"),
+        # The budget actually used is recorded (it was the Encoder's default, whatever the flag).
+        (["in.txt", out, "--resume", "--batch-tokens", "512"], "batch_tokens: 2048 then, 512 now"),
+        (
+            ["in.txt", out, "--resume", "--exclude-special"],
+            'recipes: ["mean"] then, ["mean_no_special"] now',
+        ),
         (["in.txt", out, "--resume", "--model", str(tiny_dirs["bert_plain"])], "model_files: "),
         (["in.txt", out], "add --resume to continue it"),
     ]

@@ -92,3 +92,13 @@ def sentences(n: int) -> list[str]:
         k += 1
     assert len(set(out)) == n
     return out
+
+
+def sts_pairs_table(path: Path) -> Path:
+    """The committed STS-B sample written to ``path`` as a table both ``poolkit compare`` and
+    ``poolkit embed`` read: a ``sentence1<TAB>sentence2<TAB>score`` header, CSV quoting."""
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        out = csv.writer(f, delimiter="\t", lineterminator="\n")
+        out.writerow(["sentence1", "sentence2", "score"])
+        out.writerows((a, b, s) for s, a, b in read_sts_pairs(fixture("stsb-dev-sample.csv")))
+    return path

@@ -10,8 +10,16 @@ from poolkit.embed import (
     embed_words,
 )
 from poolkit.encoder import EncodedBatch, Encoder
+from poolkit.errors import (
+    ExportError,
+    InputError,
+    MissingDependencyError,
+    ModelNotFoundError,
+    PoolkitError,
+)
 from poolkit.layers import LAYER_PRESETS, layer_mix
-from poolkit.model_info import ModelInfo, ModelNotFoundError, model_info
+from poolkit.model_info import ModelInfo, model_info
+from poolkit.recipe import Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES, parse_sequence_strategy, sequence_embedding
 from poolkit.spans import (
     LOG_WIDTH_BUCKETS,
@@ -33,8 +41,14 @@ __all__ = [
     "EmbedStats",
     "EncodedBatch",
     "Encoder",
+    "ExportError",
+    "InputError",
+    "MissingDependencyError",
     "ModelInfo",
     "ModelNotFoundError",
+    "PoolkitError",
+    "Recipe",
+    "RecipeError",
     "TokenVectors",
     "TruncationWarning",
     "bucket_widths",

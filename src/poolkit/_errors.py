@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+from poolkit.errors import MissingDependencyError
+
+# The family's kind for a missing optional dependency (poolkit.MissingDependencyError).
+MissingExtraError = MissingDependencyError
+
 
 def expected(arg: str, what: str, got: object, fix: str = "") -> str:
     """Build the standard message: names the argument, the expectation and the input."""
@@ -35,8 +40,7 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
-class MissingExtraError(ImportError):
-    """An optional dependency is not installed; the message names the pip command."""
+# The family's kind for a missing optional dependency (poolkit.MissingDependencyError).
 
 
 def missing_extra(feature: str, package: str, extra: str) -> str:

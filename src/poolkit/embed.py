@@ -15,60 +15,41 @@ Texts longer than the model's max length are truncated and counted: a
 from __future__ import annotations
 
 import os
-import time
-import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from poolkit.driver import (
+    EmbedStats,
+    LayerViews,
+    TruncationWarning,
+    drive,
+    l2_normalize,
+    sequence_vectors,
+    to_float32_numpy,
+    warn_truncated,
+)
 from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens, check_texts
-from poolkit.sequence import parse_sequence_strategy, sequence_embedding
+from poolkit.recipe import Recipe
 
 __all__ = [
     "EmbedStats",
     "TokenVectors",
     "TruncationWarning",
     "embed",
+    "embed_recipes",
     "embed_spans",
     "embed_tokens",
     "embed_words",
     "get_encoder",
+    "resolve_recipes",
 ]
 
 ModelRef = str | os.PathLike[str] | Encoder | None
 Layers = str | int | Sequence[int] | None
-
-
-class TruncationWarning(UserWarning):
-    """Some texts were longer than the model's max length and were cut."""
-
-
-@dataclass
-class EmbedStats:
-    """What one call did.
-
-    Attributes:
-        num_texts: texts embedded.
-        num_tokens: real tokens fed to the model, specials included, after truncation.
-        truncated: indices (into the input) of texts cut at ``max_length``.
-        max_length: the max length used.
-        seconds: wall time of the call (tokenization, forward, pooling).
-        dims: output width per strategy name.
-    """
-
-    num_texts: int = 0
-    num_tokens: int = 0
-    truncated: list[int] = field(default_factory=list)
-    max_length: int = 0
-    seconds: float = 0.0
-    dims: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def num_truncated(self) -> int:
-        return len(self.truncated)
 
 
 @dataclass(frozen=True)
@@ -98,11 +79,13 @@ def get_encoder(
     max_length: int | None = None,
     backend: str = "torch",
     quantize: str | None = None,
+    max_batch_tokens: int | None = None,
 ) -> Encoder:
     """The :class:`Encoder` for these settings, loaded once and cached (two most recent).
 
-    An :class:`Encoder` passed as ``model`` is returned as it is. ``backend`` and
-    ``quantize`` are passed to :class:`Encoder` (``"onnx"``, ``"int8"``).
+    An :class:`Encoder` passed as ``model`` is returned as it is. ``backend``,
+    ``quantize`` (``"onnx"``, ``"int8"``) and ``max_batch_tokens`` (the default token
+    budget of its batches) are passed to :class:`Encoder`.
     """
     if isinstance(model, Encoder):
         if max_length is not None and max_length != model.max_length:
@@ -119,45 +102,109 @@ def get_encoder(
         max_length,
         backend,
         quantize,
+        max_batch_tokens,
     )
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
     encoder = Encoder(model, device=device, dtype=dtype, max_length=max_length, backend=backend,
-                      quantize=quantize)  # fmt: skip
+                      quantize=quantize, max_batch_tokens=max_batch_tokens)  # fmt: skip
     _CACHE[key] = encoder
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return encoder
 
 
-def sequence_strategy_names(strategy: str | Sequence[str] | None) -> list[str] | None:
-    """``strategy`` as a list of validated sequence strategy names (``None`` stays ``None``).
+def resolve_recipes(
+    strategy: Any = None,
+    recipe: Any = None,
+    *,
+    level: str = "sequence",
+    layers: Layers = None,
+    layer_how: str = "mean",
+    exclude_special: bool = False,
+    normalize: bool | None = None,
+) -> tuple[dict[str, Recipe] | None, bool]:
+    """What to compute, validated once: ``({column name: Recipe}, as_dict)``.
+
+    ``recipe`` (a :class:`Recipe`, a recipe name, or a list of them) or the shorthands
+    ``strategy`` (a name or a list of names) + ``layers``/``layer_how``/``exclude_special``
+    build the recipes; ``normalize`` fills a recipe's unset ``normalize``. ``None`` for
+    the mapping means the model's intended pooling (known once the model loads).
+    ``as_dict`` says whether a list was asked for (the result is then a dict).
 
     Raises:
-        TypeError: ``strategy`` is neither a name nor a sequence of names.
-        ValueError: an unknown name, an empty list, a non-string item or a repeated name.
+        TypeError: ``strategy``/``recipe`` of the wrong type, or both given.
+        ValueError: an unknown name (:class:`RecipeError`), an empty list, a repeated name.
     """
-    if strategy is None:
-        return None
-    if isinstance(strategy, str):
-        parse_sequence_strategy(strategy)
-        return [strategy]
-    if not isinstance(strategy, Sequence):
-        raise TypeError(
-            f"Expected `strategy` to be a name or a list of names, but got "
-            f"{type(strategy).__name__} ({strategy!r:.40})."
-        )
-    names = list(strategy)
-    if not names or not all(isinstance(s, str) for s in names):
+    if normalize is not None and not isinstance(normalize, bool):
+        raise TypeError(f"Expected `normalize` to be True, False or None, but got {normalize!r}.")
+    if recipe is not None:
+        shorthands = {"strategy": strategy is not None, "layers": layers is not None,
+                      "exclude_special": bool(exclude_special), "layer_how": layer_how != "mean"}  # fmt: skip
+        clash = [k for k, given in shorthands.items() if given]
+        if clash:
+            raise TypeError(
+                f"Expected either `recipe` or the shorthands {', '.join(clash)}, but got both. "
+                "A recipe names the strategy, layers and special tokens itself, e.g. "
+                "'mean_no_special@last4'."
+            )
+        if isinstance(recipe, Mapping):  # column name -> Recipe, already validated
+            named = dict(recipe)
+            if not named or not all(isinstance(r, Recipe) for r in named.values()):
+                raise TypeError(
+                    f"Expected `recipe` as a mapping to hold Recipe values, but got {recipe!r:.60}."
+                )
+            if normalize is not None:
+                named = {k: _with_normalize(r, normalize) for k, r in named.items()}
+            return named, True
+        items, arg = _as_list(recipe, "recipe", (str, Recipe))
+        parsed = [Recipe.parse(x, level=level) for x in items]
+        # Named as the recipe was asked for; a normalize= override does not rename it.
+        named = {str(r): r if normalize is None else _with_normalize(r, normalize) for r in parsed}
+    elif strategy is None:
+        # The model's pooling, once known; still validate the shorthands now.
+        Recipe(level=level, strategy=_DEFAULT[level], layers=layers, layer_how=layer_how,
+               exclude_special=exclude_special, normalize=normalize)  # fmt: skip
+        return None, False
+    else:
+        items, arg = _as_list(strategy, "strategy", (str,))
+        named = {
+            x: Recipe(x, level=level, layers=layers, layer_how=layer_how,
+                      exclude_special=exclude_special, normalize=normalize)
+            for x in items
+        }  # fmt: skip
+    if len(named) != len(items):
+        raise ValueError(f"Expected `{arg}` to list each name once, but got {items}.")
+    return named, not isinstance(recipe if recipe is not None else strategy, str | Recipe)
+
+
+_DEFAULT = {"sequence": "mean", "word": "first", "span": "endpoints"}
+
+
+def _with_normalize(recipe: Recipe, normalize: bool) -> Recipe:
+    if recipe.normalize is not None and recipe.normalize != normalize:
         raise ValueError(
-            f"Expected `strategy` to be a name or a non-empty list of names, but got {strategy!r}."
+            f"Expected `normalize` to agree with the recipe {str(recipe)!r}, but got "
+            f"{normalize}. Drop one of the two."
         )
-    for name in names:
-        parse_sequence_strategy(name)
-    if len(set(names)) != len(names):
-        raise ValueError(f"Expected `strategy` to list each name once, but got {names}.")
-    return names
+    return recipe.replace(normalize=normalize)
+
+
+def _as_list(value: Any, arg: str, kinds: tuple[type, ...]) -> tuple[list[Any], str]:
+    if isinstance(value, kinds):
+        return [value], arg
+    if not isinstance(value, Sequence) or isinstance(value, bytes):
+        raise TypeError(
+            f"Expected `{arg}` to be a name or a list of names, but got "
+            f"{type(value).__name__} ({value!r:.40})."
+        )
+    items = list(value)
+    if not items or not all(isinstance(x, kinds) for x in items):
+        raise ValueError(
+            f"Expected `{arg}` to be a name or a non-empty list of names, but got {value!r}."
+        )
+    return items, arg
 
 
 def _unicode(value: str, arg: str) -> None:
@@ -171,7 +218,7 @@ def _unicode(value: str, arg: str) -> None:
         ) from None
 
 
-def _check_inputs(texts: Any, words: bool = False) -> list[Any]:
+def check_inputs(texts: Any, words: bool = False) -> list[Any]:
     """``texts`` (or ``words``) as a list, with types and Unicode checked up front."""
     if words and (isinstance(texts, str) or not isinstance(texts, Iterable)):
         raise TypeError(
@@ -188,64 +235,12 @@ def _check_inputs(texts: Any, words: bool = False) -> list[Any]:
     return items
 
 
-def _hidden(batch: EncodedBatch, layers: Layers, how: str) -> Any:
-    if layers is None:
-        return batch.hidden
-    from poolkit.layers import layer_mix
-
-    return layer_mix(batch.hidden_states, layers, how)
-
-
-def to_float32_numpy(x: Any) -> np.ndarray:
-    """A pooled result as a float32 NumPy array of the same shape.
-
-    ``x`` is a torch tensor (any device and float dtype; copied to the host) or anything
-    ``np.asarray`` takes (no copy when it already is float32 NumPy).
-    """
-    if hasattr(x, "detach"):
-        x = x.detach().float().cpu().numpy()
-    return np.asarray(x, dtype=np.float32)
-
-
-def _l2(x: Any) -> Any:
-    if hasattr(x, "detach"):
-        import torch
-
-        return torch.nn.functional.normalize(x.float(), p=2.0, dim=-1, eps=1e-12)
-    norm = np.linalg.norm(x, axis=-1, keepdims=True)
-    return x / np.maximum(norm, 1e-12)
-
-
-def _warn_truncated(stats: EmbedStats, what: str = "texts") -> None:
-    if stats.truncated:
-        shown = ", ".join(str(i) for i in stats.truncated[:5])
-        more = ", ..." if stats.num_truncated > 5 else ""
-        warnings.warn(
-            f"{stats.num_truncated} of {stats.num_texts} {what} were longer than "
-            f"{stats.max_length} tokens and were truncated (indices {shown}{more}). Pass "
-            "long_text='chunk' to embed all of their tokens.",
-            TruncationWarning,
-            stacklevel=3,
-        )
-
-
-def _check_empty_rows(batch: EncodedBatch) -> None:
-    real = (batch.attention_mask != 0) & ~batch.special_tokens_mask
-    empty = np.flatnonzero(~real.any(axis=1))
-    if empty.size:
-        rows = ", ".join(str(int(batch.indices[j])) for j in empty[:5])
-        raise ValueError(
-            f"Expected every text to have at least one non-special token with "
-            f"`exclude_special=True`, but texts {rows} have none (empty strings?). "
-            "Remove them or pass exclude_special=False."
-        )
-
-
 def embed(
     texts: Sequence[str],
     model: ModelRef = None,
     strategy: str | Sequence[str] | None = None,
     *,
+    recipe: Recipe | str | Sequence[Recipe | str] | None = None,
     normalize: bool | None = None,
     layers: Layers = None,
     layer_how: str = "mean",
@@ -264,11 +259,15 @@ def embed(
         texts: ``N`` strings.
         model: model directory, hub id, or an :class:`Encoder`; ``None`` for the default
             ``sentence-transformers/all-MiniLM-L6-v2``. Encoders are cached, so repeated calls do not reload.
-        strategy: ``None`` for the model's intended pooling (:attr:`ModelInfo.pooling`);
-            a name such as ``"cls"`` or ``"cls+mean"`` (concatenation); or a list of
-            names, computed from one forward pass and returned as a dict.
-        normalize: L2-normalise each vector; ``None`` follows the model (its
-            ``Normalize`` module), whatever the strategy.
+        strategy: shorthand for a recipe: ``None`` for the model's intended pooling
+            (:attr:`ModelInfo.pooling`); a name such as ``"cls"``, ``"cls+mean"``
+            (concatenation) or ``"mean_no_special"``; or a list of names, computed from
+            one forward pass and returned as a dict.
+        recipe: a :class:`Recipe`, a recipe name (any row name ``poolkit compare``
+            prints, e.g. ``"mean@last4"``), or a list of them (a dict keyed by name).
+            Not together with ``strategy``, ``layers``, ``layer_how``, ``exclude_special``.
+        normalize: L2-normalise each vector; ``None`` follows the recipe, else the model
+            (its ``Normalize`` module).
         layers: ``None`` for the last layer, else passed to ``layer_mix``
             (``"last4"``, ``"first_last"``, an int or a list of ints) with ``layer_how``.
         exclude_special: pool without [CLS]/[SEP]-like tokens (not for ``cls``).
@@ -281,63 +280,71 @@ def embed(
         progress: called with the number of texts finished after each batch.
 
     Returns:
-        float32 NumPy ``(N, D)`` in input order, or for a list of strategies a dict
-        name -> ``(N, D_name)``; with ``return_stats=True`` a pair ``(result, stats)``.
+        float32 NumPy ``(N, D)`` in input order, or for a list a dict name ->
+        ``(N, D_name)``; with ``return_stats=True`` a pair ``(result, stats)``.
         ``N = 0`` gives ``(0, D)`` arrays. Padding never changes a row's value.
     """
-    start = time.perf_counter()
-    texts = _check_inputs(texts)
+    texts = check_inputs(texts)
     check_batch_tokens(max_batch_tokens)  # before the model loads
-    names = sequence_strategy_names(strategy)
-    as_dict = names is not None and not isinstance(strategy, str)
+    wanted, as_dict = resolve_recipes(strategy, recipe, layers=layers, layer_how=layer_how,
+                                      exclude_special=exclude_special, normalize=normalize)  # fmt: skip
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
-    if names is None:
-        names = [encoder.info.pooling]
-    if normalize is None:
-        normalize = encoder.info.normalize
-    stats = EmbedStats(max_length=encoder.max_length)
-    out: dict[str, np.ndarray] = {}
+    if wanted is None:
+        pooling = encoder.info.pooling
+        wanted = {pooling: Recipe(pooling, layers=layers, layer_how=layer_how,
+                                  exclude_special=exclude_special, normalize=normalize)}  # fmt: skip
+    result, stats = embed_recipes(texts, encoder, wanted, long_text=long_text,
+                                  max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
+    warn_truncated(stats)
+    out: Any = result if as_dict else next(iter(result.values()))
+    return (out, stats) if return_stats else out
+
+
+def embed_recipes(
+    texts: list[str],
+    encoder: Encoder,
+    recipes: Mapping[str, Recipe],
+    *,
+    long_text: LongText = "truncate",
+    max_batch_tokens: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    empty: str = "raise",
+) -> tuple[dict[str, np.ndarray], EmbedStats]:
+    """Sequence vectors of checked ``texts`` for each recipe: ``{name: (N, D) float32}``.
+
+    The one sequence path: :func:`embed`, the CLI, the Ray ``Embedder`` and ``poolkit
+    compare`` call it, so a recipe gives the same vectors everywhere. ``empty`` as in
+    :func:`poolkit.driver.sequence_vectors`. No warning is raised here.
+    """
     n = len(texts)
-    for batch in encoder.iter_batches(
-        texts,
-        all_layers=layers is not None,
-        long_text=long_text,
-        max_batch_tokens=max_batch_tokens,
-    ):
-        if exclude_special:
-            _check_empty_rows(batch)
-        hidden = _hidden(batch, layers, layer_how)
-        for name in names:
-            vec = sequence_embedding(
-                hidden,
-                batch.attention_mask,
-                name,
-                special_tokens_mask=batch.special_tokens_mask,
-                exclude_special=exclude_special,
-            )
-            if normalize:
-                vec = _l2(vec)
-            arr = to_float32_numpy(vec)
+    out: dict[str, np.ndarray] = {}
+
+    def on_batch(batch: EncodedBatch) -> None:
+        vectors = sequence_vectors(LayerViews(batch), recipes.values(), empty=empty,
+                                   model_normalize=encoder.info.normalize)  # fmt: skip
+        for name, r in recipes.items():
+            arr = vectors[r]
             if name not in out:
                 out[name] = np.empty((n, arr.shape[1]), dtype=np.float32)
             out[name][batch.indices] = arr
-        stats.num_tokens += int(batch.attention_mask.sum())
-        stats.truncated.extend(int(i) for i in batch.indices[batch.truncated])
-        if progress is not None:
-            progress(len(batch.indices))
-    if not out:
-        # No texts: widths still follow from a forward pass of nothing, so ask for a dummy.
-        probe = embed(["x"], encoder, names if as_dict else names[0], normalize=normalize,
-                      layers=layers, layer_how=layer_how)  # fmt: skip
-        probes = probe if as_dict else {names[0]: probe}
-        out = {k: np.empty((0, v.shape[1]), np.float32) for k, v in probes.items()}
-    stats.num_texts = n
-    stats.truncated.sort()
+
+    stats = drive(encoder, texts, on_batch, all_layers=any(r.all_layers for r in recipes.values()),
+                  long_text=long_text, max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
+    for name, r in recipes.items():
+        if name not in out:
+            out[name] = np.empty((0, _width(encoder, r)), np.float32)
     stats.dims = {k: int(v.shape[1]) for k, v in out.items()}
-    stats.seconds = time.perf_counter() - start
-    _warn_truncated(stats)
-    result: Any = out if as_dict else out[names[0]]
-    return (result, stats) if return_stats else result
+    return out, stats
+
+
+def _width(encoder: Encoder, recipe: Recipe) -> int:
+    """Output width of ``recipe`` on ``encoder``'s model (no texts to pool)."""
+    hidden = encoder.info.hidden_size
+    if hidden:
+        return recipe.output_dim(int(hidden))
+    # No hidden size in the config: a forward pass of one word says it.
+    probe, _ = embed_recipes(["x"], encoder, {"x": recipe})
+    return int(probe["x"].shape[1])
 
 
 def embed_tokens(
@@ -348,10 +355,15 @@ def embed_tokens(
     layer_how: str = "mean",
     long_text: LongText = "truncate",
     max_length: int | None = None,
+    max_batch_tokens: int | None = None,
     device: str = "auto",
     dtype: Any = None,
-) -> list[TokenVectors]:
+    return_stats: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Any:
     """Per text: its tokens, their character offsets and vectors; special tokens removed.
+
+    ``max_batch_tokens``, ``return_stats`` and ``progress`` as for :func:`embed`.
 
     Returns:
         ``N`` :class:`TokenVectors` in input order; text ``i`` has ``n_i`` tokens
@@ -359,12 +371,14 @@ def embed_tokens(
     """
     from poolkit.tokens import token_embeddings
 
-    texts = _check_inputs(texts)
+    texts = check_inputs(texts)
+    check_batch_tokens(max_batch_tokens)
+    mix = Recipe(layers=layers, layer_how=layer_how)  # validates the layer choice once
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     result: list[TokenVectors | None] = [None] * len(texts)
-    stats = EmbedStats(max_length=encoder.max_length, num_texts=len(texts))
-    for batch in encoder.iter_batches(texts, all_layers=layers is not None, long_text=long_text):
-        hidden = _hidden(batch, layers, layer_how)
+
+    def on_batch(batch: EncodedBatch) -> None:
+        hidden = LayerViews(batch)[mix]
         per_row = token_embeddings(hidden, batch.special_tokens_mask, batch.attention_mask)
         keep = (batch.attention_mask != 0) & ~batch.special_tokens_mask
         for j, i in enumerate(batch.indices):
@@ -374,28 +388,38 @@ def embed_tokens(
                 offsets=batch.offsets[j][keep[j]],
                 vectors=to_float32_numpy(per_row[j]),
             )
-        stats.truncated.extend(int(i) for i in batch.indices[batch.truncated])
-    _warn_truncated(stats)
-    return result  # type: ignore[return-value]
+
+    stats = drive(encoder, texts, on_batch, all_layers=mix.all_layers, long_text=long_text,
+                  max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
+    warn_truncated(stats)
+    return (result, stats) if return_stats else result
 
 
 def embed_words(
     words: Sequence[Sequence[str]],
     model: ModelRef = None,
-    strategy: str = "first",
+    strategy: str | None = None,
     *,
+    recipe: Recipe | str | None = None,
     layers: Layers = None,
     layer_how: str = "mean",
     long_text: LongText = "truncate",
     max_length: int | None = None,
+    max_batch_tokens: int | None = None,
     device: str = "auto",
     dtype: Any = None,
-) -> list[np.ndarray]:
+    return_stats: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Any:
     """Word vectors for pre-split words (CoNLL style), pooled from sub-tokens.
 
     Args:
         words: ``N`` lists of words.
-        strategy: ``first``, ``last``, ``mean``, ``max`` or ``first_last`` (``2H``).
+        strategy: ``first`` (default), ``last``, ``mean``, ``max`` or ``first_last``
+            (``2H``): shorthand for a word-level recipe.
+        recipe: a word-level :class:`Recipe` or its name (``"first"``, ``"word:mean@last4"``);
+            not together with ``strategy``/``layers``/``layer_how``.
+        max_batch_tokens, return_stats, progress: as for :func:`embed`.
 
     Returns:
         ``N`` float32 arrays ``(W_i, D)`` in input order, one row per word. A word with no
@@ -403,23 +427,50 @@ def embed_words(
     """
     from poolkit.words import word_embeddings
 
-    words = _check_inputs(words, words=True)
+    words = check_inputs(words, words=True)
+    check_batch_tokens(max_batch_tokens)
+    r = _one_recipe("word", strategy, recipe, layers, layer_how)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     result: list[np.ndarray | None] = [None] * len(words)
-    stats = EmbedStats(max_length=encoder.max_length, num_texts=len(words))
-    for batch in encoder.iter_batches(
-        words, all_layers=layers is not None, long_text=long_text, is_split_into_words=True
-    ):
-        hidden = _hidden(batch, layers, layer_how)
+    normalize = r.resolved_normalize(encoder.info.normalize)
+
+    def on_batch(batch: EncodedBatch) -> None:
         counts = [len(words[i]) for i in batch.indices]
         vecs = to_float32_numpy(
-            word_embeddings(hidden, batch.word_ids, strategy, num_words=max(max(counts), 1))
-        )
+            word_embeddings(LayerViews(batch)[r], batch.word_ids, r.strategy,
+                            num_words=max(max(counts), 1))
+        )  # fmt: skip
+        if normalize:
+            vecs = l2_normalize(vecs)
         for j, i in enumerate(batch.indices):
             result[i] = vecs[j, : counts[j]]
-        stats.truncated.extend(int(i) for i in batch.indices[batch.truncated])
-    _warn_truncated(stats, "word lists")
-    return result  # type: ignore[return-value]
+
+    stats = drive(encoder, words, on_batch, all_layers=r.all_layers, long_text=long_text,
+                  max_batch_tokens=max_batch_tokens, is_split_into_words=True,
+                  progress=progress)  # fmt: skip
+    warn_truncated(stats, "word lists")
+    return (result, stats) if return_stats else result
+
+
+def _one_recipe(
+    level: str, strategy: str | None, recipe: Any, layers: Layers, layer_how: str
+) -> Recipe:
+    """The one word/span recipe asked for by ``recipe`` or the shorthands (validated once)."""
+    if recipe is None:
+        return Recipe(strategy or _DEFAULT[level], level=level, layers=layers, layer_how=layer_how)
+    if strategy is not None or layers is not None or layer_how != "mean":
+        raise TypeError(
+            "Expected either `recipe` or the shorthands strategy, layers, layer_how, but got "
+            "both. A recipe names its strategy and layers itself."
+        )
+    if not isinstance(recipe, str | Recipe):
+        raise TypeError(f"Expected `recipe` to be a Recipe or a name, but got {recipe!r:.40}.")
+    r = Recipe.parse(recipe, level=level)
+    if r.level != level:
+        raise ValueError(
+            f"Expected `recipe` to be a {level}-level recipe, but got {str(r)!r} ({r.level} level)."
+        )
+    return r
 
 
 def char_to_token_spans(
@@ -514,15 +565,19 @@ def embed_spans(
     texts: Sequence[str],
     char_spans: Sequence[Sequence[tuple[int, int]]],
     model: ModelRef = None,
-    strategy: str = "endpoints",
+    strategy: str | None = None,
     *,
+    recipe: Recipe | str | None = None,
     layers: Layers = None,
     layer_how: str = "mean",
     long_text: LongText = "truncate",
     max_length: int | None = None,
+    max_batch_tokens: int | None = None,
     device: str = "auto",
     dtype: Any = None,
     return_token_spans: bool = False,
+    return_stats: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> Any:
     """Span vectors from character spans in raw text.
 
@@ -531,26 +586,35 @@ def embed_spans(
         char_spans: per text, ``S_i`` half-open character spans ``(start, end)`` like
             ``text[start:end]``. Each becomes the *inclusive* token span of every token
             overlapping it ("at Google" in "John works at Google" -> tokens 3..4).
-        strategy: any ``span_embeddings`` strategy: ``endpoints`` (``2H``), ``mean``,
-            ``max``, ``attention``, ``diff_sum`` or combinations like ``"x,y,x*y"``.
+        strategy: shorthand for a span-level recipe: any ``span_embeddings`` strategy:
+            ``endpoints`` (default, ``2H``), ``mean``, ``max``, ``attention``,
+            ``diff_sum`` or combinations like ``"x,y,x*y"``.
+        recipe: a span-level :class:`Recipe` or its name (``"span:x,y,x*y@last4"``); not
+            together with ``strategy``/``layers``/``layer_how``.
         return_token_spans: also return the inclusive token spans (positions in the
             tokenized text, [CLS] = 0).
+        max_batch_tokens, return_stats, progress: as for :func:`embed`; texts cut by
+            truncation warn with :class:`TruncationWarning`.
 
     Returns:
-        ``N`` float32 arrays ``(S_i, D)`` in input order (or a pair with the ``N`` int64
-        ``(S_i, 2)`` token spans).
+        ``N`` float32 arrays ``(S_i, D)`` in input order (then the ``N`` int64 ``(S_i, 2)``
+        token spans with ``return_token_spans``, then the stats with ``return_stats``).
 
     Raises:
         ValueError: a span outside its text, or covering no token.
     """
     from poolkit.spans import span_embeddings
 
-    texts = _check_inputs(texts)
+    texts = check_inputs(texts)
     spans_in = _check_char_spans(texts, char_spans)
+    check_batch_tokens(max_batch_tokens)
+    r = _one_recipe("span", strategy, recipe, layers, layer_how)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
+    normalize = r.resolved_normalize(encoder.info.normalize)
     result: list[np.ndarray | None] = [None] * len(texts)
     token_spans: list[np.ndarray | None] = [None] * len(texts)
-    for batch in encoder.iter_batches(texts, all_layers=layers is not None, long_text=long_text):
+
+    def on_batch(batch: EncodedBatch) -> None:
         valid = (batch.attention_mask != 0) & ~batch.special_tokens_mask
         counts = [len(spans_in[i]) for i in batch.indices]
         width = max(max(counts), 1)
@@ -561,8 +625,20 @@ def embed_spans(
             # Positions relative to the text's first real token, so left padding is hidden.
             first_real = int(np.argmax(batch.attention_mask[j] != 0))
             token_spans[i] = mapped - first_real
-        hidden = _hidden(batch, layers, layer_how)
-        vecs = to_float32_numpy(span_embeddings(hidden, spans, strategy, mask=batch.attention_mask))
+        hidden = LayerViews(batch)[r]
+        vecs = to_float32_numpy(span_embeddings(hidden, spans, r.strategy,
+                                                mask=batch.attention_mask))  # fmt: skip
+        if normalize:
+            vecs = l2_normalize(vecs)
         for j, i in enumerate(batch.indices):
             result[i] = vecs[j, : counts[j]]
-    return (result, token_spans) if return_token_spans else result
+
+    stats = drive(encoder, texts, on_batch, all_layers=r.all_layers, long_text=long_text,
+                  max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
+    warn_truncated(stats)
+    out: tuple[Any, ...] = (result,)
+    if return_token_spans:
+        out += (token_spans,)
+    if return_stats:
+        out += (stats,)
+    return out if len(out) > 1 else result

@@ -8,8 +8,8 @@ Three stages, kept apart so that each can be replaced:
    (the tokenizer's own special-token template); sequences are sorted by length and cut
    into batches bounded by a token budget.
 3. :meth:`Backend.forward`: one padded batch of integer arrays -> hidden states. This is
-   the only place a runtime is touched; :class:`TorchBackend` is the default, and another
-   runtime (ONNX) only has to implement the :class:`Backend` protocol.
+   the only place a runtime is touched; the runtimes live in :mod:`poolkit.backends`
+   (torch by default, ONNX), picked from its registry by name.
 
 :meth:`Encoder.iter_batches` yields :class:`EncodedBatch` objects (hidden states and the
 masks needed to pool them, per batch, with the original row indices), so that several
@@ -22,96 +22,19 @@ row's first real token, so padding never changes a result.
 
 from __future__ import annotations
 
-import inspect
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 
+from poolkit.backends import Backend, make_backend
 from poolkit.model_info import ModelInfo, load_tokenizer, read_model_info, resolve_model
 
-__all__ = ["Backend", "EncodedBatch", "Encoder", "Tokenized", "TorchBackend"]
+__all__ = ["Backend", "EncodedBatch", "Encoder", "Tokenized"]
 
 LongText = Literal["truncate", "chunk"]
-
-
-class Backend(Protocol):
-    """A runtime that maps one padded, tokenized batch to hidden states.
-
-    ``inputs`` holds ``(B, L)`` int64 NumPy arrays: always ``input_ids`` and
-    ``attention_mask`` (1 = real token); ``token_type_ids`` (zeros) when the tokenizer
-    lists it; ``position_ids`` only for left-padded decoder batches.
-    """
-
-    def forward(self, inputs: Mapping[str, np.ndarray], *, all_layers: bool = False) -> Any:
-        """Return the last layer ``(B, L, H)``, or with ``all_layers=True`` a tuple of
-        ``num_layers + 1`` arrays ``(B, L, H)`` (index 0 = embedding output)."""
-        ...
-
-
-def _pick_device(device: str | None) -> str:
-    import torch
-
-    if device not in (None, "auto"):
-        return str(device)
-    if torch.cuda.is_available():
-        return "cuda"
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return "mps"
-    return "cpu"
-
-
-def _torch_dtype(dtype: Any) -> Any:
-    import torch
-
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
-             "fp16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16}  # fmt: skip
-    if str(dtype) not in names:
-        raise ValueError(
-            f"Expected `dtype` to be one of float32, float16, bfloat16, but got {dtype!r}."
-        )
-    return names[str(dtype)]
-
-
-class TorchBackend:
-    """The default :class:`Backend`: a ``transformers`` ``AutoModel`` in eval mode."""
-
-    def __init__(self, path: str | os.PathLike[str], *, device: str, dtype: Any) -> None:
-        import torch
-        from transformers import AutoModel
-
-        self.device = torch.device(device)
-        self.dtype = dtype
-        from poolkit._quiet import quiet_loading
-
-        with quiet_loading():  # transformers' loading bar; poolkit has its own progress
-            model = AutoModel.from_pretrained(os.fspath(path), dtype=dtype)
-        self.model = model.to(self.device)
-        self.model.eval()
-        params = inspect.signature(self.model.forward).parameters
-        self._accepts = frozenset(params)
-
-    def forward(self, inputs: Mapping[str, np.ndarray], *, all_layers: bool = False) -> Any:
-        import torch
-
-        feed = {
-            name: torch.from_numpy(array).to(self.device, non_blocking=True)
-            for name, array in inputs.items()
-            if name in self._accepts
-        }
-        with torch.inference_mode():
-            out = self.model(**feed, output_hidden_states=all_layers, return_dict=True)
-        if all_layers:
-            return tuple(out.hidden_states)
-        return out.last_hidden_state
 
 
 @dataclass(frozen=True)
@@ -265,28 +188,13 @@ class Encoder:
 
             torch.set_num_threads(int(num_threads))
         if isinstance(backend, str):
-            if backend not in ("torch", "onnx"):
-                raise ValueError(
-                    f"Expected `backend` to be 'torch', 'onnx' or a Backend object, but got {backend!r}."
-                )
-            if quantize is not None and backend != "onnx":
-                raise ValueError(
-                    f"Expected `quantize` to be None with backend={backend!r}, but got "
-                    f"{quantize!r}. Pass backend='onnx' to quantize."
-                )
-        if backend == "onnx":
-            from poolkit.backends.onnx import OnnxBackend
-
-            self.device = "cpu"
-            self.backend = OnnxBackend(path, quantize=quantize, threads=num_threads)
-        elif isinstance(backend, str):
-            self.device = _pick_device(device)
-            self.backend: Backend = TorchBackend(
-                path, device=self.device, dtype=_torch_dtype(dtype)
+            # The registry builds it (and refuses an unknown name or quantization).
+            self.backend: Backend = make_backend(
+                backend, path, device=device, dtype=dtype, quantize=quantize, threads=num_threads
             )
         else:
-            self.device = str(getattr(backend, "device", "cpu"))
             self.backend = backend
+        self.device = str(getattr(self.backend, "device", "cpu"))
         if max_batch_tokens is None:
             # CPU matmuls run best on batches that stay in cache: 2048 tokens measured ~2x
             # the throughput of 16384 (bench/bench_speed.py); accelerators want big batches.

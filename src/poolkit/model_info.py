@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poolkit.errors import ModelNotFoundError  # re-exported: raised here
+
 __all__ = [
     "DEFAULT_MODEL",
     "ModelInfo",
@@ -70,11 +72,6 @@ _DECODER_MODEL_TYPES = frozenset(
         "opt", "bloom", "mpt", "olmo", "olmo2", "stablelm", "starcoder2", "codegen",
     }
 )  # fmt: skip
-
-
-class ModelNotFoundError(ValueError):
-    """A model reference that is neither a local directory, an installed package, nor
-    downloadable."""
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,23 @@ def sequence_embedding(
         [[2.0, 3.0, 4.0, 5.0]]
     """
     names = parse_sequence_strategy(strategy)
+    return pool_named(
+        hidden, mask, names, special_tokens_mask=special_tokens_mask,
+        exclude_special=exclude_special, empty=empty,
+    )  # fmt: skip
+
+
+def pool_named(
+    hidden: Array,
+    mask: Any,
+    names: tuple[str, ...],
+    *,
+    special_tokens_mask: Any = None,
+    exclude_special: bool = False,
+    empty: Empty = "raise",
+) -> Array:
+    """:func:`sequence_embedding` for strategy names validated already (a
+    :class:`poolkit.Recipe`'s parts): the strategy is not parsed again per batch."""
     float_hidden(hidden)
     if dense_path(hidden):
         return sequence_dense(

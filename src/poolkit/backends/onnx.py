@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import MissingExtraError, expected, missing_extra
+from poolkit.errors import ExportError
 from poolkit.io.integrity import IntegrityWarning, file_digest
 
 __all__ = ["OnnxBackend", "OnnxRunner", "default_threads", "load_onnx_runner", "onnx_cache_root"]
@@ -554,7 +555,7 @@ def _check(model: Any, path: Path, settings: dict[str, Any]) -> dict[str, Any]:
             if quantize is None
             else f"mean token cosine >= {_INT8_MIN_COS}"
         )
-        raise RuntimeError(
+        raise ExportError(
             f"The ONNX export disagrees with the torch model on padded batches ({limit} required, got "
             f"max abs diff {worst_abs:.3g}, mean token cosine {mean_cos:.5f}); nothing was cached. "
             "Use backend='torch' for this model."

@@ -13,6 +13,7 @@ from poolkit.model_info import DEFAULT_MODEL
 
 __all__ = [
     "add_common",
+    "flag_message",
     "guess_note",
     "progress_bar",
     "report_error",
@@ -40,6 +41,17 @@ def report_error(error: BaseException) -> int:
         file=sys.stderr,
     )
     return 1
+
+
+def flag_message(error: BaseException, flags: dict[str, str]) -> str:
+    """``error``'s message with the library argument it names (```recipe```) replaced by
+    the command-line flag that set it (``--recipe``): lower layers never name flags."""
+    import re
+
+    def swap(m: re.Match[str]) -> str:
+        return f"`{flags.get(m.group(1), m.group(1))}`"
+
+    return re.sub(r"`([A-Za-z_]+)`", swap, str(error), count=1)
 
 
 def require_extra(flag: str, module: str, package: str, extra: str) -> None:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
+from poolkit.io.atomic import AtomicFile
 from poolkit.io.readers import InputError
 
 __all__ = ["json_lines", "rounded"]
@@ -28,7 +27,8 @@ def rounded(vectors: np.ndarray, decimals: int | None) -> list[Any]:
 
 @contextmanager
 def json_lines(output: str | None, overwrite: bool) -> Iterator[Any]:
-    """Yields ``write(obj)``; to stdout, or to ``output`` via temp file + rename."""
+    """Yields ``write(obj)``; to stdout, or to ``output`` published whole (fsynced) at the
+    end by :class:`poolkit.io.atomic.AtomicFile`."""
     if output in (None, "-"):
         yield lambda obj: sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
         sys.stdout.flush()
@@ -38,13 +38,11 @@ def json_lines(output: str | None, overwrite: bool) -> Iterator[Any]:
         raise InputError(f"{target}: already exists; pass --overwrite to replace it.")
     if not target.parent.is_dir():
         raise InputError(f"{target}: directory {str(target.parent)!r} does not exist.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    stream: IO[str] = os.fdopen(fd, "w", encoding="utf-8")
+    out = AtomicFile(target, "w")
+    stream = out.file
     try:
         yield lambda obj: stream.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        stream.close()
-        os.replace(tmp, target)
     except BaseException:
-        stream.close()
-        Path(tmp).unlink(missing_ok=True)
+        out.abort()
         raise
+    out.commit()

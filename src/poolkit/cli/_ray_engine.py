@@ -23,6 +23,7 @@ from typing import Any
 
 from poolkit._errors import count
 from poolkit.cli._common import positive, require_extra
+from poolkit.cli._recipe_args import parse_layers
 
 __all__ = ["add_arguments", "dispatch", "run"]
 
@@ -76,11 +77,15 @@ def _check_output(output: str, overwrite: bool) -> None:
 
 def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
     level = logging.WARNING if quiet else logging.INFO
+    # --quiet: Ray Data's execution notes (INFO) and the workers' forwarded logs stay out
+    # of stderr too, so the command prints only warnings and errors.
+    logging.getLogger("ray.data").setLevel(level)
+    options: dict[str, Any] = {"logging_level": level, "log_to_driver": not quiet}
     if address is None:
         # Ray sizes a local instance to the CPUs this process may use (cgroups included).
-        ray.init(include_dashboard=False, logging_level=level)
+        ray.init(include_dashboard=False, **options)
     else:
-        ray.init(address=address, logging_level=level)
+        ray.init(address=address, **options)
 
 
 def _verify(tmp: str, total: int) -> tuple[int, dict[str, int]]:
@@ -114,15 +119,20 @@ def _user_error(error: BaseException) -> BaseException:
 
 
 def run(args: argparse.Namespace) -> int:
+    from poolkit.cli._recipe_args import recipes_from_args
     from poolkit.ray import Corpus, embed_dataset, list_inputs, require_ray
-    from poolkit.sequence import parse_sequence_strategy
 
     for value, flag in ((args.workers, "--workers"), (args.cpus_per_worker, "--cpus-per-worker"),
                         (args.chunk_size, "--chunk-size"), (args.batch_tokens, "--batch-tokens"),
                         (args.max_length, "--max-length")):  # fmt: skip
         positive(value, flag)
-    for name in args.strategy or []:
-        parse_sequence_strategy(name)
+    if args.resume:
+        raise ValueError(
+            "--resume works with --engine local only: a Ray job retries failed blocks and "
+            "restarts killed workers itself, and publishes OUTPUT_DIR only when complete; "
+            "rerun the same command without --resume."
+        )
+    wanted, _ = recipes_from_args(args)  # the one parse of the pooling flags on this path
     output = os.fspath(args.output).rstrip("/") or "/"
     _check_output(output, args.overwrite)
     list_inputs(args.input, args.input_format)  # input errors before Ray starts
@@ -136,18 +146,26 @@ def run(args: argparse.Namespace) -> int:
                 f"--address {args.address}: ray:// addresses need Ray Client: "
                 "pip install 'ray[client]' (or run on the cluster with --address auto)."
             )
+    if args.quantize is not None and args.backend != "onnx":
+        raise ValueError(
+            f"--quantize {args.quantize} works with --backend onnx; add --backend onnx."
+        )
     if args.address is None:
         # A local cluster is this machine: check the model here, before any actor loads it.
         from poolkit.model_info import DEFAULT_MODEL, resolve_model
 
-        resolve_model(DEFAULT_MODEL if args.model is None else args.model)
+        model_dir = resolve_model(DEFAULT_MODEL if args.model is None else args.model)
+        if args.backend == "onnx":
+            # Export (and check) once here; every worker then loads it from the same cache
+            # entry instead of exporting it again. Remote workers build it from the same key.
+            from poolkit.backends.onnx import load_onnx_runner
+
+            load_onnx_runner(model_dir, quantize=args.quantize)
 
     start = time.perf_counter()
     _start_ray(ray, args.address, args.quiet)
     ray_started = time.perf_counter()
     try:
-        from poolkit.cli.embed import parse_layers
-
         context = ray.data.DataContext.get_current()
         context.max_errored_blocks = 0  # a block that fails after its retries fails the job
         context.enable_progress_bars = not args.quiet
@@ -156,15 +174,20 @@ def run(args: argparse.Namespace) -> int:
         corpus = Corpus.scan(args.input, text_column=args.text_column, fmt=args.input_format)
         block = corpus.balanced_block_rows(workers, args.chunk_size)
         options: dict[str, Any] = {
-            "layers": parse_layers(args.layers), "exclude_special": args.exclude_special,
             "long_text": args.long_text, "max_batch_tokens": args.batch_tokens,
             "device": args.device, "dtype": args.dtype, "max_length": args.max_length,
+            "backend": args.backend, "quantize": args.quantize,
         }  # fmt: skip
+        if wanted is None:  # the model's pooling, shaped by the shorthand flags
+            options.update(layers=parse_layers(args.layers), exclude_special=args.exclude_special)
+            pooling: dict[str, Any] = {"normalize": args.normalize}
+        else:
+            pooling = {"recipe": wanted}
         # Reads and writes ask for 0 CPUs here: the pool may hold every CPU (spare_cpus=0).
         ds = embed_dataset(
-            corpus.dataset(block), args.model, args.strategy, text_column="text",
-            normalize=args.normalize, keep_text=False, workers=workers,
-            cpus_per_worker=cpus, batch_size=block, spare_cpus=0, **options,
+            corpus.dataset(block), args.model, text_column="text", keep_text=False,
+            workers=workers, cpus_per_worker=cpus, batch_size=block, spare_cpus=0,
+            **pooling, **options,
         )  # fmt: skip
         remote = "://" in output
         target = (

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from poolkit.cli._common import add_common, guess_note, report_error, require_extra
+from poolkit.cli._common import add_common, flag_message, guess_note, report_error, require_extra
 from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
 
 __all__ = ["add_parser", "run"]
@@ -195,7 +196,13 @@ def _run(args: argparse.Namespace) -> int:
         int8_rows=args.int8_rows or "intended",
     )  # fmt: skip
     # Unknown strategies and unusable labels fail here, before the model loads.
-    candidates(LEVELS[args.task], args.strategies, layers)
+    try:
+        candidates(LEVELS[args.task], args.strategies, layers)
+    except ValueError as e:
+        raise _UsageError(
+            flag_message(e, {"recipe": "--strategies", "strategy": "--strategies",
+                             "strategies": "--strategies", "layers": "--layers"})
+        ) from None  # fmt: skip
     check_labels(data, train, settings)
     from poolkit.encoder import Encoder
 
@@ -226,10 +233,14 @@ def _run(args: argparse.Namespace) -> int:
         report.write_json(json_path, doc)
     if plot_path:
         report.write_plot(plot_path, args.task, model, results)
+    best = report.rank(results, report.MAIN_METRIC[args.task])[0]
     print(
-        report.table(args.task, results, _intended_note(encoder.info, results, args.task), boot),
+        report.table(
+            args.task, results, _intended_note(encoder.info, results, args.task), boot,
+            winner_command(args, best.recipe, best.quantize),
+        ),
         flush=True,
-    )
+    )  # fmt: skip
     for note in dict.fromkeys(settings.notes):
         print(f"note: {note}", file=sys.stderr)
     unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
@@ -248,3 +259,26 @@ def _intended_note(info: Any, results: list, task: str) -> str:
     if any(r.intended for r in results):
         return f"* the model's intended pooling ({source})"
     return f"the model's intended pooling ({source}) is not among these candidates"
+
+
+def winner_command(args: argparse.Namespace, recipe: Any, quantize: str | None = None) -> str:
+    """The command (or call) that writes the winner's vectors for your own texts: the same
+    vectors this table scored, for the same model, backend (``quantize``: the winner is a
+    quantised row) and settings."""
+    name = shlex.quote(str(recipe))
+    if recipe.level != "sequence":
+        fn = "embed_words(words" if recipe.level == "word" else "embed_spans(texts, char_spans"
+        model = "" if args.model is None else f", {args.model!r}"
+        return f"embed with the winner: poolkit.{fn}{model}, recipe={str(recipe)!r})"
+    parts = ["poolkit", "embed", "INPUT", "-o", "vectors.npy", "--recipe", name]
+    for flag, value in (("--model", args.model), ("--max-length", args.max_length),
+                        ("--dtype", args.dtype)):  # fmt: skip
+        if value is not None:
+            parts += [flag, shlex.quote(str(value))]
+    if quantize:
+        parts += ["--backend", "onnx", "--quantize", quantize]
+    elif args.backend != "torch":
+        parts += ["--backend", args.backend]
+    if args.long_text != "truncate":
+        parts += ["--long-text", args.long_text]
+    return "embed with the winner: " + " ".join(parts)

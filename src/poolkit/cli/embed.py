@@ -14,7 +14,6 @@ import argparse
 import itertools
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from poolkit.cli._common import (
 )
 from poolkit.cli._ray_engine import add_arguments as add_engine_arguments
 from poolkit.cli._ray_engine import dispatch as dispatch_engine
+from poolkit.cli._recipe_args import intended_recipes, recipes_from_args
 
 __all__ = ["add_parser", "run"]
 
@@ -45,8 +45,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", required=True, metavar="OUTPUT",
                         help=".npy (float32 matrix), .parquet (id + one column per strategy), "
                         ".jsonl, or - for JSON Lines on stdout")  # fmt: skip
+    parser.add_argument("--recipe", "-r", nargs="+", action="extend", default=None,
+                        metavar="NAME", help="a row name of poolkit compare, e.g. mean, "
+                        "mean_no_special, cls+mean@last4; several give several columns")  # fmt: skip
     parser.add_argument("--strategy", "-s", nargs="+", action="extend", default=None,
-                        metavar="S", help="e.g. mean, cls, cls+mean; several give several columns "
+                        metavar="S", help="shorthand: e.g. mean, cls, cls+mean, with --layers and "
+                        "--exclude-special; several give several columns "
                         "(default: the model's intended pooling)")  # fmt: skip
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="L2-normalise (default: as the model does)")  # fmt: skip
@@ -80,18 +84,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def parse_layers(value: str | None) -> Any:
-    if value is None:
-        return None
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError:
-        return value
-    return numbers[0] if len(numbers) == 1 else numbers
-
-
-def _settings(args: argparse.Namespace, encoder: Any, names: list[str]) -> dict[str, Any]:
+def _settings(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> dict[str, Any]:
     """Everything the vectors depend on: a resumed job must present the same."""
     import numpy
     import torch
@@ -105,10 +98,9 @@ def _settings(args: argparse.Namespace, encoder: Any, names: list[str]) -> dict[
     return {
         "model": encoder.info.reference,
         "model_files": model_fingerprint(encoder.info.path),
-        "strategies": names,
-        "normalize": encoder.info.normalize if args.normalize is None else args.normalize,
-        "layers": args.layers,
-        "exclude_special": args.exclude_special,
+        "strategies": list(recipes),
+        "recipes": [str(r) for r in recipes.values()],
+        "normalize": [r.resolved_normalize(encoder.info.normalize) for r in recipes.values()],
         "long_text": args.long_text,
         "max_length": encoder.max_length,
         "batch_tokens": encoder.max_batch_tokens,
@@ -150,18 +142,16 @@ def run(args: argparse.Namespace) -> int:
         _check_stdout(args)
     if (status := dispatch_engine(args)) is not None:  # --engine ray
         return status
-    from poolkit.embed import TruncationWarning, embed, get_encoder
+    from poolkit.embed import check_inputs, embed_recipes, get_encoder
     from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp
     from poolkit.io.readers import InputError
     from poolkit.io.writers import check_output
-    from poolkit.sequence import parse_sequence_strategy
 
     positive(args.chunk_size, "--chunk-size")
     positive(args.batch_tokens, "--batch-tokens")
     positive(args.max_length, "--max-length")
-    for name in args.strategy or []:
-        parse_sequence_strategy(name)
+    wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
     if args.backend == "onnx":
         require_extra("--backend onnx", "onnxruntime", "onnxruntime", "onnx")
     if args.input != "-" and Path(args.input).is_dir():
@@ -171,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         )
     output = Path(args.output)
     if not to_stdout:
-        check_output(output, args.strategy or ["intended"], True)
+        check_output(output, list(wanted) if wanted else ["intended"], True)
     if output.exists() and not args.overwrite and not to_stdout:
         if args.resume and Checkpoint.finished(output):
             # Killed after publishing OUTPUT, before removing the work directory.
@@ -188,11 +178,12 @@ def run(args: argparse.Namespace) -> int:
     # Read the first chunk before loading the model: input errors surface in a moment.
     chunks = text_chunks(args, args.chunk_size)
     first = next(chunks)
+    # Every encoder setting goes to the Encoder, once: the manifest reads them back from it.
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                           max_length=args.max_length, backend=args.backend,
-                          quantize=args.quantize)  # fmt: skip
-    names = list(args.strategy or [encoder.info.pooling])
-    layers = parse_layers(args.layers)
+                          quantize=args.quantize, max_batch_tokens=args.batch_tokens)  # fmt: skip
+    recipes = intended_recipes(wanted, encoder, args)
+    names = list(recipes)
     blank: list[int] = []
     checkpoint: Any
     if to_stdout:
@@ -200,8 +191,8 @@ def run(args: argparse.Namespace) -> int:
 
         checkpoint = StdoutSink(names, blank)
     else:
-        checkpoint = Checkpoint.open(output, _settings(args, encoder, names), resume=args.resume)
-    if not args.strategy and encoder.info.pooling_is_guess:  # said once the job is on
+        checkpoint = Checkpoint.open(output, _settings(args, encoder, recipes), resume=args.resume)
+    if wanted is None and encoder.info.pooling_is_guess:  # said once the job is on
         print(f"poolkit: note: {guess_note(encoder.info)}", file=sys.stderr)
     done = truncated = resumed = num_chunks = 0
     nothing = False
@@ -216,15 +207,11 @@ def run(args: argparse.Namespace) -> int:
                     resumed += len(chunk)
                     bar.update(len(chunk))
                 else:
-                    with warnings.catch_warnings():
-                        # Truncation is reported once, in the summary line.
-                        warnings.simplefilter("ignore", TruncationWarning)
-                        result, stats = embed(
-                            chunk, encoder, names, normalize=args.normalize, layers=layers,
-                            exclude_special=args.exclude_special, long_text=args.long_text,
-                            max_batch_tokens=args.batch_tokens, return_stats=True,
-                            progress=bar.update,
-                        )  # fmt: skip
+                    # Truncation is reported once, in the summary line (no warning here).
+                    result, stats = embed_recipes(
+                        check_inputs(chunk), encoder, recipes, long_text=args.long_text,
+                        progress=bar.update,
+                    )  # fmt: skip
                     checkpoint.commit(k, done, digest, result)
                     truncated += stats.num_truncated
                     dims = stats.dims

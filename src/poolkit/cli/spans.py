@@ -7,14 +7,12 @@ Input: ``--text T --span START:END ...`` (half-open character offsets, like
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 from poolkit.cli._common import add_common
 from poolkit.cli._jsonout import json_lines, rounded
-from poolkit.io.readers import InputError, numbered_lines
+from poolkit.io.readers import InputError, read_records
 
 __all__ = ["add_parser", "run"]
 
@@ -64,32 +62,22 @@ def _records(args: argparse.Namespace) -> Iterator[tuple[str, list[tuple[int, in
         return
     if args.input is None:
         raise ValueError("Expected an INPUT file or --text with --span, but got neither.")
-    if not os.path.isfile(args.input):
-        raise InputError(f"{args.input}: no such file.")
-    with open(args.input, "rb") as f:
-        for number, line in numbered_lines(f, args.input):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{args.input}: line {number} is not valid JSON ({e}).") from None
-            if (
-                not isinstance(obj, dict)
-                or not isinstance(obj.get("text"), str)
-                or not isinstance(obj.get("spans"), list)
-            ):
-                raise InputError(
-                    f'{args.input}: line {number}: expected {{"text": str, "spans": [[start, '
-                    "end], ...]}."
-                )
-            try:
-                spans = [(int(a), int(b)) for a, b in obj["spans"]]
-            except (TypeError, ValueError):
-                raise InputError(
-                    f"{args.input}: line {number}: spans must be [start, end] integer pairs."
-                ) from None
-            yield obj["text"], spans
+    # poolkit's one record reader: the same decoding (UTF-8, BOM, NUL) as embed and compare.
+    _, records = read_records(args.input, "jsonl")
+    for where, obj in records:
+        number = where.rsplit(":", 1)[1]
+        if not isinstance(obj.get("text"), str) or not isinstance(obj.get("spans"), list):
+            raise InputError(
+                f'{args.input}: line {number}: expected {{"text": str, "spans": [[start, '
+                "end], ...]}."
+            )
+        try:
+            spans = [(int(a), int(b)) for a, b in obj["spans"]]
+        except (TypeError, ValueError):
+            raise InputError(
+                f"{args.input}: line {number}: spans must be [start, end] integer pairs."
+            ) from None
+        yield obj["text"], spans
 
 
 def run(args: argparse.Namespace) -> int:

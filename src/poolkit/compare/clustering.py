@@ -46,8 +46,8 @@ def cluster_runs(vectors: np.ndarray, n_clusters: int, runs: int = RUNS) -> np.n
 def score(encoder: Any, data: Any, train: Any, cands: Sequence[Any], settings: Any):
     """``compare``'s scorer: embed the texts once, then :func:`cluster_runs` per candidate
     (:class:`~poolkit.compare.evaluation.ClusterEval`)."""
+    from poolkit.compare.embedding import embed_sequences
     from poolkit.compare.evaluation import ClusterEval
-    from poolkit.compare.runner import embed_sequences
 
     vectors = embed_sequences(encoder, data.texts, cands, settings, f"embedding {data.source}")
     codes = label_codes(data.labels)

@@ -15,7 +15,6 @@ SemEval-2010 Task 8) are detected from the file itself. Every problem raises
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 from collections.abc import Iterator
@@ -23,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from poolkit.errors import InputError
+from poolkit.io.readers import numbered_lines, read_records
 
 __all__ = [
     "TASKS",
@@ -39,7 +41,7 @@ TASKS = ("sts", "classification", "ner", "relation")
 TABLE_SUFFIXES = (".jsonl", ".csv", ".tsv", ".parquet")
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """A task file that cannot be used as given; the message names the file and row."""
 
 
@@ -149,13 +151,10 @@ def read_task(task: str, path: str | Path, columns: Columns | None = None) -> Ta
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line without its end) for a UTF-8 text file."""
-    try:
-        with path.open(encoding="utf-8", newline="") as f:
-            for number, line in enumerate(f, 1):
-                yield number, line.rstrip("\r\n")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}).") from None
+    """(1-based line number, line without its end), decoded as ``poolkit embed`` decodes
+    (:func:`poolkit.io.readers.numbered_lines`: UTF-8 only, BOM dropped, NUL refused)."""
+    with path.open("rb") as f:
+        yield from numbered_lines(f, str(path))
 
 
 def _looks_like_stsb(path: Path) -> bool:
@@ -179,22 +178,21 @@ def _read_stsb(path: Path) -> PairData:
     s1: list[str] = []
     s2: list[str] = []
     scores: list[float] = []
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        for fields in reader:
-            where = f"{path}:{reader.line_num}"
-            if not fields or not "".join(fields).strip():
-                continue
-            if len(fields) < 7:
-                raise DataError(
-                    f"{where}: expected 7 tab-separated STS-B fields (genre, file, year, id, "
-                    f"score, sentence1, sentence2), but got {len(fields)}."
-                )
-            if not _is_float(fields[4]):
-                raise DataError(f"{where}: expected a numeric score in field 5, got {fields[4]!r}.")
-            s1.append(_nonempty(fields[5], where, "sentence1"))
-            s2.append(_nonempty(fields[6], where, "sentence2"))
-            scores.append(float(fields[4]))
+    for number, line in _lines(path):
+        fields = line.split("\t")
+        where = f"{path}:{number}"
+        if not "".join(fields).strip():
+            continue
+        if len(fields) < 7:
+            raise DataError(
+                f"{where}: expected 7 tab-separated STS-B fields (genre, file, year, id, "
+                f"score, sentence1, sentence2), but got {len(fields)}."
+            )
+        if not _is_float(fields[4]):
+            raise DataError(f"{where}: expected a numeric score in field 5, got {fields[4]!r}.")
+        s1.append(_nonempty(fields[5], where, "sentence1"))
+        s2.append(_nonempty(fields[6], where, "sentence2"))
+        scores.append(float(fields[4]))
     return _finish_pairs(path, s1, s2, scores)
 
 
@@ -325,45 +323,9 @@ def strip_markers(marked: str, where: str = "text") -> tuple[str, list[list[int]
 
 
 def _read_table(path: Path) -> tuple[list[str], list[tuple[str, dict]]]:
-    """Column names and (row name, record) pairs of a .jsonl/.csv/.tsv/.parquet file."""
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            table = pq.read_table(path)
-        except Exception as e:  # pyarrow raises several types for a bad file
-            raise DataError(f"{path}: not a readable parquet file ({e}).") from None
-        return table.column_names, [
-            (f"{path}: row {i + 1}", rec) for i, rec in enumerate(table.to_pylist())
-        ]
-    if suffix == ".jsonl":
-        records: list[tuple[str, dict]] = []
-        names: list[str] = []
-        for number, line in _lines(path):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg}).") from None
-            if not isinstance(rec, dict):
-                raise DataError(f"{where}: expected a JSON object per line.")
-            names.extend(k for k in rec if k not in names)
-            records.append((where, rec))
-        return names, records
-    delimiter = "\t" if suffix == ".tsv" else ","
-    try:
-        with path.open(encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f, delimiter=delimiter)
-            names = list(reader.fieldnames or [])
-            records = [(f"{path}:{reader.line_num}", dict(r)) for r in reader]
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}).") from None
-    except csv.Error as e:
-        raise DataError(f"{path}: not a readable {suffix[1:]} file ({e}).") from None
-    return names, records
+    """Column names and (row name, record) pairs of a .jsonl/.csv/.tsv/.parquet file, read
+    by poolkit's one record reader (the one behind ``poolkit embed``)."""
+    return read_records(path)
 
 
 def _require(path: Path, names: list[str], wanted: dict[str, str]) -> None:

@@ -3,15 +3,16 @@
 Under cosine similarity (``sts``, ``retrieval``) a per-text rescaling of a vector changes
 nothing: ``sum``, ``mean`` and ``mean_sqrt_len`` pool the same tokens and differ only by a
 positive factor per text (1, 1/n, 1/sqrt(n)), so their similarities, rankings and scores
-are equal. The same holds for their ``_no_special`` forms, at each layer selection. Probes
-(standardised features) and k-means see the scale, so other tasks keep every row.
+are equal. The same holds for their ``_no_special`` forms, at each layer selection
+(recipes that differ only in the strategy). Probes (standardised features) and k-means
+see the scale, so other tasks keep every row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poolkit.compare.candidates import NO_SPECIAL, Candidate
+from poolkit.recipe import NO_SPECIAL, Recipe
 
 __all__ = ["COSINE_TASKS", "SCALE_FAMILY", "groups"]
 
@@ -19,24 +20,27 @@ SCALE_FAMILY = ("mean", "sum", "mean_sqrt_len")
 COSINE_TASKS = ("sts", "retrieval")
 
 
-def _key(c: Candidate, task: str) -> object:
+def _key(c: Recipe, task: str) -> object:
     if task not in COSINE_TASKS or "+" in c.strategy:
         return c
     name = c.strategy.strip().lower()
     drop = name.endswith(NO_SPECIAL)
     base = name[: -len(NO_SPECIAL)] if drop else name
-    return ("scale", drop, c.layers) if base in SCALE_FAMILY else c
+    if base not in SCALE_FAMILY:
+        return c
+    # Everything but the strategy (layers, how they mix, normalisation) must match too.
+    return ("scale", c.replace(strategy="mean" + (NO_SPECIAL if drop else "")))
 
 
 def groups(
-    cands: Sequence[Candidate], task: str, intended: Candidate | None = None
-) -> list[tuple[Candidate, ...]]:
+    cands: Sequence[Recipe], task: str, intended: Recipe | None = None
+) -> list[tuple[Recipe, ...]]:
     """``cands`` partitioned into rows that cannot differ under ``task``'s scoring.
 
     Groups keep candidate order (by first member); inside a group ``intended`` comes first
     when it is a member, then candidate order. The first member is the row's name.
     """
-    found: dict[object, list[Candidate]] = {}
+    found: dict[object, list[Recipe]] = {}
     for c in cands:
         found.setdefault(_key(c, task), []).append(c)
     out = []

@@ -10,7 +10,9 @@ from pathlib import Path
 from poolkit.compare.bootstrap import Paired
 
 # One atomic writer for the package: temporary file, fsync, rename (never half a file).
+from poolkit.compare.candidates import layers_label
 from poolkit.io.atomic import atomic_write
+from poolkit.recipe import Recipe
 
 __all__ = [
     "MAIN_METRIC",
@@ -52,6 +54,8 @@ MAIN_METRIC = {task: names[0] for task, names in METRICS.items()}
 class Result:
     """One row's scores: ``metrics`` maps each name of ``METRICS[task]`` to a fraction.
 
+    ``recipe`` is the candidate; ``str(recipe)`` is the row's name, which
+    ``poolkit embed --recipe`` takes to write the vectors that were scored.
     ``ci``: 95% bootstrap interval per metric (empty with the bootstrap off);
     ``vs_intended``: the main metric minus the intended row's, paired (None for the intended
     row itself, without an intended row, or with the bootstrap off); ``vs_best``: the same
@@ -61,8 +65,7 @@ class Result:
     and ``speedup`` then compare an int8 row with its fp32 row.
     """
 
-    strategy: str
-    layers: str
+    recipe: Recipe
     metrics: dict[str, float]
     intended: bool = False
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -76,8 +79,20 @@ class Result:
 
     @property
     def label(self) -> str:
-        name = self.strategy if self.layers == "last" else f"{self.strategy} [{self.layers}]"
+        name = str(self.recipe)
         return f"{name} [{self.quantize}]" if self.quantize else name
+
+    @property
+    def strategy(self) -> str:
+        return self.recipe.strategy
+
+    @property
+    def layers(self) -> str:
+        return layers_label(self.recipe)
+
+    def member_names(self) -> list[str]:
+        """The recipe name of every member (``members`` at this row's layers), row first."""
+        return [str(self.recipe.replace(strategy=m)) for m in self.members or (self.strategy,)]
 
 
 def _tie_key(value: float) -> float:
@@ -120,21 +135,27 @@ def _vs_cells(vs: Paired | None) -> list[str]:
 
 
 def table(
-    task: str, results: Sequence[Result], intended_note: str = "", bootstrap: dict | None = None
+    task: str,
+    results: Sequence[Result],
+    intended_note: str = "",
+    bootstrap: dict | None = None,
+    winner: str = "",
 ) -> str:
-    """The terminal table, best first: ``*`` marks the intended pooling, ``=`` after a rank
-    a tie; with ``bootstrap`` (:func:`bootstrap_info`) each metric carries its 95% interval
-    and the ``vs *`` / ``sig`` columns compare each row with the intended one (paired)."""
+    """The terminal table, best first, one row per recipe (named as ``--recipe`` takes it):
+    ``*`` marks the intended pooling, ``=`` after a rank a tie, ``(= ...)`` the recipes a
+    merged row stands for; with ``bootstrap`` (:func:`bootstrap_info`) each metric carries
+    its 95% interval and the ``vs *`` / ``sig`` columns compare each row with the intended
+    one (paired). Then the footer lines, and ``winner`` (the command that embeds the best
+    row) last."""
     names = METRICS[task]
     main = names[0]
     ranked = rank(results, main)
     ties = tied(ranked, main)
-    show_layers = any(r.layers != "last" for r in ranked)
     show_backend = any(r.quantize for r in ranked)
     has_ci = bootstrap is not None and all(r.ci for r in ranked)
     has_vs = has_ci and any(r.vs_intended is not None for r in ranked)
     head = [
-        "#", "strategy", *(["layers"] if show_layers else []),
+        "#", "recipe",
         *(["backend"] if show_backend else []),
         *(f"{n} [95% CI]" if has_ci else n for n in names),
         *(["vs * [95% CI]", "sig"] if has_vs else []),
@@ -154,16 +175,15 @@ def table(
         rows.append(
             [
                 f"{place}=" if tie else str(i),
-                r.strategy + (" *" if r.intended else "")
-                + (f" (= {', '.join(r.members[1:])})" if len(r.members) > 1 else ""),
-                *([r.layers] if show_layers else []),
+                str(r.recipe) + (" *" if r.intended else "")
+                + (f" (= {', '.join(r.member_names()[1:])})" if len(r.members) > 1 else ""),
                 *([f"{r.backend or 'torch'} {r.quantize or 'fp32'}"] if show_backend else []),
                 *(metric(r, n) for n in names),
                 *(_vs_cells(vs) if has_vs else []),
             ]
         )  # fmt: skip
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
-    n_text = 2 + show_layers + show_backend
+    n_text = 2 + show_backend
     numeric = [False] * n_text + [True] * (len(head) - n_text)
 
     def line(cells: list[str]) -> str:
@@ -176,6 +196,8 @@ def table(
     if intended_note:
         out.append(intended_note)
     out.extend(footer(task, ranked, ties, bootstrap))
+    if winner:
+        out.append(winner)
     return "\n".join(out)
 
 
@@ -222,7 +244,7 @@ def footer(
         if r.vs_fp32 is not None:
             speed = f", {r.speedup:.1f}x faster" if r.speedup else ""
             out.append(
-                f"{r.quantize} ({r.strategy}): {_paired_text(r.vs_fp32)} {main} vs fp32{speed} "
+                f"{r.quantize} ({r.recipe}): {_paired_text(r.vs_fp32)} {main} vs fp32{speed} "
                 f"(model time, same run)."
             )
     return out
@@ -251,7 +273,8 @@ def to_json(
 ) -> dict:
     """``{"task", "model", "metric", "bootstrap", "results": [...]}``, results best first.
 
-    Each result: ``strategy``, ``layers``, every metric, ``intended`` (as before), then
+    Each result: ``recipe`` (the row's name; ``Recipe.parse`` it, ``poolkit embed
+    --recipe`` takes it), ``strategy``, ``layers``, every metric, ``intended``, then
     ``ci`` ({metric: [lo, hi]} or null), ``significant`` (vs the intended row; null for it,
     without one, or with the bootstrap off), ``difference`` ({"metric", "value", "ci"} vs
     the intended row, or null), ``members``, ``tied``; with a quantised run also
@@ -263,6 +286,7 @@ def to_json(
     rows = []
     for r, tie in zip(ranked, tied(ranked, metric), strict=True):
         row = {
+            "recipe": str(r.recipe),
             "strategy": r.strategy,
             "layers": r.layers,
             **{n: r.metrics[n] for n in METRICS[task]},

@@ -365,8 +365,8 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
     """``compare``'s scorer: one forward pass over the distinct query and document texts,
     then per candidate an exact top-100 search and the per-query metrics
     (:class:`~poolkit.compare.evaluation.QueryEval`)."""
+    from poolkit.compare.embedding import embed_sequences
     from poolkit.compare.evaluation import QueryEval
-    from poolkit.compare.runner import embed_sequences
 
     texts = list(dict.fromkeys([*data.queries, *data.documents]))
     where = {t: i for i, t in enumerate(texts)}

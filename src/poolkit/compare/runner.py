@@ -8,22 +8,15 @@ logistic-regression probes for the others).
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from poolkit.compare import bootstrap as bs
-from poolkit.compare import metrics, probes
-from poolkit.compare.candidates import (
-    Candidate,
-    candidates,
-    default_strategies,
-    layer_views,
-    sequence_vectors,
-)
+from poolkit.compare import clustering, metrics, probes, retrieval
+from poolkit.compare.candidates import candidates, default_strategies
 from poolkit.compare.datasets import (
     DataError,
     PairData,
@@ -32,12 +25,14 @@ from poolkit.compare.datasets import (
     TaskData,
     TextData,
 )
+from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.evaluation import LabelEval, PairEval, TagEval
 from poolkit.compare.grouping import groups
 from poolkit.compare.report import Result
 from poolkit.compare.summary import Row, summarize
 from poolkit.compare.timing import TimedEncoder
-from poolkit.embed import to_float32_numpy
+from poolkit.driver import LayerViews, drive, l2_normalize, to_float32_numpy
+from poolkit.recipe import Recipe
 
 __all__ = ["LEVELS", "Settings", "compare"]
 
@@ -94,24 +89,25 @@ def compare(
     """
     level = LEVELS[settings.task]
     strategies = settings.strategies
-    intended = encoder.info.pooling if level == "sequence" else None
-    if level == "sequence" and strategies is None and intended:
+    intended = Recipe(encoder.info.pooling) if level == "sequence" else None
+    if intended is not None and strategies is None:
         # The model's own pooling always takes part unless the user narrowed the set.
         base = default_strategies("sequence")
-        strategies = base if intended in base else (*base, intended)
+        strategies = base if str(intended) in base else (*base, str(intended))
     cands = candidates(level, strategies, settings.layers)
     if settings.task == "ner" and train is None:
-        raise DataError("--task ner needs --train FILE (CoNLL) to train the tagging probe.")
+        raise DataError("task ner needs a training file (CoNLL) to train the tagging probe.")
     check_labels(data, train, settings)
-    chosen = next((c for c in cands if c.strategy == intended and c.layers == "last"), None)
+    # The intended row: the model's own pooling at the last layer, when it takes part.
+    chosen = intended if intended in cands else None
     grouped = groups(cands, settings.task, chosen)
     reps = [g[0] for g in grouped]
     score = _SCORERS[settings.task]
     timed = TimedEncoder(encoder)
     evaluations = {(c, None): e for c, e in score(timed, data, train, reps, settings).items()}
     rows = [
-        Row((g[0], None), g[0].strategy, g[0].layers, tuple(c.strategy for c in g),
-            intended=g[0] == chosen, backend=settings.backend)
+        Row((g[0], None), g[0], tuple(c.strategy for c in g), intended=g[0] == chosen,
+            backend=settings.backend)
         for g in grouped
     ]  # fmt: skip
     if quantized is not None:
@@ -123,7 +119,7 @@ def compare(
         for g in grouped:
             if g[0] in twins:
                 rows.append(
-                    Row((g[0], "int8"), g[0].strategy, g[0].layers, tuple(c.strategy for c in g),
+                    Row((g[0], "int8"), g[0], tuple(c.strategy for c in g),
                         intended=g[0] == chosen, backend=settings.backend, quantize="int8",
                         reference=(g[0], None), speedup=speedup)
                 )  # fmt: skip
@@ -131,103 +127,78 @@ def compare(
 
 
 # ---------------------------------------------------------------------------- embedding
+# Every level goes through poolkit's one driver loop (poolkit.driver.drive): the vectors
+# scored here are the vectors `poolkit embed --recipe NAME` writes for the same texts.
 
 
-def _layers_needed(cands: Sequence[Candidate]) -> list[str]:
-    return list(dict.fromkeys(c.layers for c in cands))
-
-
-def _fill(out: dict[Candidate, np.ndarray], c: Candidate, rows: Any, vectors: np.ndarray, n: int):
+def _fill(out: dict[Recipe, np.ndarray], c: Recipe, rows: Any, vectors: np.ndarray, n: int):
     if c not in out:
         out[c] = np.zeros((n, vectors.shape[-1]), dtype=np.float32)
     out[c][rows] = vectors
 
 
-def embed_sequences(
-    encoder: Any, texts: Sequence[str], cands: Sequence[Candidate], settings: Settings, desc: str
-) -> dict[Candidate, np.ndarray]:
-    """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order.
-
-    Texts over the encoder's max length are truncated (the model's intended use; the
-    count goes to ``settings.notes``) or, with ``settings.long_text="chunk"``, embedded in
-    overlapping windows and pooled over all their tokens.
-    """
-    layers = _layers_needed(cands)
-    all_layers = layers != ["last"]
-    by_layer = {lay: [c.strategy for c in cands if c.layers == lay] for lay in layers}
-    out: dict[Candidate, np.ndarray] = {}
-    truncated = 0
-    batches = encoder.iter_batches(list(texts), all_layers=all_layers, long_text=settings.long_text)
-    for batch in _batches(batches, settings, desc, len(texts)):
-        truncated += int(batch.truncated.sum())
-        views = layer_views(batch.hidden_states, batch.hidden, layers)
-        for lay, strategies in by_layer.items():
-            pooled = sequence_vectors(
-                views[lay], batch.attention_mask, batch.special_tokens_mask, strategies
-            )
-            for s, vectors in pooled.items():
-                _fill(out, Candidate(s, lay), batch.indices, vectors, len(texts))
-    if truncated:
-        settings.notes.append(
-            f"{desc}: {truncated} of {len(texts)} texts truncated at {encoder.max_length} tokens."
-        )
-    return out
-
-
 def embed_words(
-    encoder: Any, data: TaggedData, cands: Sequence[Candidate], settings: Settings, desc: str
-) -> dict[Candidate, np.ndarray]:
+    encoder: Any, data: TaggedData, cands: Sequence[Recipe], settings: Settings, desc: str
+) -> dict[Recipe, np.ndarray]:
     """Every word candidate for every word of ``data``: float32 ``(total words, D_c)``,
     sentences in order, words in order. Long sentences run in overlapping windows, so
     every word has sub-tokens unless the tokenizer gives it none (then zeros)."""
     from poolkit.words import word_embeddings
 
-    layers = _layers_needed(cands)
     lengths = np.fromiter((len(w) for w in data.words), np.int64, count=len(data))
     starts = np.r_[0, np.cumsum(lengths)[:-1]]
     total = int(lengths.sum())
-    out: dict[Candidate, np.ndarray] = {}
-    batches = encoder.iter_batches(
-        data.words, is_split_into_words=True, all_layers=layers != ["last"], long_text="chunk"
-    )
-    for batch in _batches(batches, settings, desc, len(data)):
+    out: dict[Recipe, np.ndarray] = {}
+    normalize = {c: c.resolved_normalize(encoder.info.normalize) for c in cands}
+
+    def on_batch(batch: Any) -> None:
         n_words = int(lengths[batch.indices].max())
         # Flat destination rows for (row j, word w < lengths[j]) pairs, in that order.
         row_len = lengths[batch.indices]
         keep = np.arange(n_words)[None, :] < row_len[:, None]
         dest = (starts[batch.indices][:, None] + np.arange(n_words)[None, :])[keep]
-        views = layer_views(batch.hidden_states, batch.hidden, layers)
+        views = LayerViews(batch)
         for c in cands:
             vec = to_float32_numpy(
-                word_embeddings(views[c.layers], batch.word_ids, c.strategy, num_words=n_words)
+                word_embeddings(views[c], batch.word_ids, c.strategy, num_words=n_words)
             )
-            _fill(out, c, dest, vec[keep], total)
+            _fill(out, c, dest, l2_normalize(vec[keep]) if normalize[c] else vec[keep], total)
+
+    with progress(settings, desc, len(data), "text") as bar:
+        drive(encoder, data.words, on_batch, all_layers=any(c.all_layers for c in cands),
+              long_text="chunk", is_split_into_words=True, progress=bar.update)  # fmt: skip
     return out
 
 
 def embed_span_pairs(
-    encoder: Any, data: SpanPairData, cands: Sequence[Candidate], settings: Settings, desc: str
-) -> dict[Candidate, np.ndarray]:
+    encoder: Any, data: SpanPairData, cands: Sequence[Recipe], settings: Settings, desc: str
+) -> dict[Recipe, np.ndarray]:
     """Every span candidate for ``data``: float32 ``(N, 2 * D_c)``, the two entity vectors
     concatenated (entity 1 first). Long texts run in overlapping windows."""
     from poolkit.spans import span_embeddings
 
-    layers = _layers_needed(cands)
     rows = data.rows or [f"{data.source}: example {i + 1}" for i in range(len(data))]
-    out: dict[Candidate, np.ndarray] = {}
-    batches = encoder.iter_batches(data.texts, all_layers=layers != ["last"], long_text="chunk")
-    for batch in _batches(batches, settings, desc, len(data)):
+    out: dict[Recipe, np.ndarray] = {}
+    normalize = {c: c.resolved_normalize(encoder.info.normalize) for c in cands}
+
+    def on_batch(batch: Any) -> None:
         valid = (batch.attention_mask != 0) & ~batch.special_tokens_mask
         spans = np.stack(
             [_token_spans(batch.offsets[j], valid[j], data.spans[i], rows[i])
              for j, i in enumerate(batch.indices)]
         )  # fmt: skip
-        views = layer_views(batch.hidden_states, batch.hidden, layers)
+        views = LayerViews(batch)
         for c in cands:
             vec = to_float32_numpy(
-                span_embeddings(views[c.layers], spans, c.strategy, mask=batch.attention_mask)
+                span_embeddings(views[c], spans, c.strategy, mask=batch.attention_mask)
             )
+            if normalize[c]:
+                vec = l2_normalize(vec)
             _fill(out, c, batch.indices, vec.reshape(len(batch.indices), -1), len(data))
+
+    with progress(settings, desc, len(data), "text") as bar:
+        drive(encoder, data.texts, on_batch, all_layers=any(c.all_layers for c in cands),
+              long_text="chunk", progress=bar.update)  # fmt: skip
     return out
 
 
@@ -250,25 +221,8 @@ def _token_spans(offsets: np.ndarray, valid: np.ndarray, spans: np.ndarray, wher
     return np.stack(out)
 
 
-def _bar(settings: Settings, desc: str, total: int, unit: str) -> Any:
-    """A tqdm bar on stderr; hidden with ``quiet`` or when stderr is not a terminal."""
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
-        disable=True if settings.quiet else None, dynamic_ncols=True,
-    )  # fmt: skip
-
-
-def _batches(batches: Iterable[Any], settings: Settings, desc: str, total: int) -> Iterator[Any]:
-    with _bar(settings, desc, total, "text") as bar:
-        for batch in batches:
-            yield batch
-            bar.update(len(batch.indices))
-
-
-def _each(cands: Sequence[Candidate], settings: Settings) -> Iterator[Candidate]:
-    with _bar(settings, "probes", len(cands), "probe") as bar:
+def _each(cands: Sequence[Recipe], settings: Settings) -> Iterator[Recipe]:
+    with progress(settings, "probes", len(cands), "probe") as bar:
         for c in cands:
             yield c
             bar.update(1)
@@ -276,7 +230,7 @@ def _each(cands: Sequence[Candidate], settings: Settings) -> Iterator[Candidate]
 
 # ---------------------------------------------------------------------------- scoring
 
-Scores = dict[Candidate, bs.Evaluation]
+Scores = dict[Recipe, bs.Evaluation]
 
 
 def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Scores:
@@ -321,15 +275,15 @@ def _labels_for_cv(labels: Sequence[str], rows: Sequence[str], source: str, want
 
 
 def _probe_all(
-    train_x: dict[Candidate, np.ndarray] | None,
+    train_x: dict[Recipe, np.ndarray] | None,
     train_y: Sequence[str] | None,
-    test_x: dict[Candidate, np.ndarray],
+    test_x: dict[Recipe, np.ndarray],
     test_y: Sequence[str],
-    cands: Sequence[Candidate],
+    cands: Sequence[Recipe],
     settings: Settings,
     rows: Sequence[str],
     source: str,
-) -> dict[Candidate, np.ndarray]:
+) -> dict[Recipe, np.ndarray]:
     """Predictions on the test vectors for each candidate: trained on ``train_x`` or, when it
     is None, out-of-fold from stratified CV (one split shared by all candidates)."""
     if train_x is None:
@@ -384,13 +338,6 @@ _SCORERS = {
     "classification": _labelled_scorer(_embed_texts, main_first=True),
     "ner": _score_ner,
     "relation": _labelled_scorer(embed_span_pairs, main_first=False),
-    "retrieval": lambda *a: _late("retrieval")(*a),
-    "clustering": lambda *a: _late("clustering")(*a),
+    "retrieval": retrieval.score,
+    "clustering": clustering.score,
 }
-
-
-def _late(task: str) -> Any:
-    # These scorers live in their task modules, which import this one.
-    from poolkit.compare import clustering, retrieval
-
-    return {"retrieval": retrieval.score, "clustering": clustering.score}[task]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from poolkit.compare import bootstrap as bs
 from poolkit.compare.report import METRICS, Result, rank
+from poolkit.recipe import Recipe
 
 __all__ = ["Row", "summarize"]
 
@@ -17,12 +18,12 @@ __all__ = ["Row", "summarize"]
 class Row:
     """What a result row is: its evaluation ``key`` and how it is labelled.
 
-    ``reference``: for a quantised row, the key of its full-precision row.
+    ``recipe``: the row's candidate (its name); ``members``: every strategy it stands for,
+    its own first; ``reference``: for a quantised row, the key of its full-precision row.
     """
 
     key: Hashable
-    strategy: str
-    layers: str
+    recipe: Recipe
     members: tuple[str, ...]
     intended: bool = False
     backend: str | None = None
@@ -52,8 +53,7 @@ def summarize(
 
     results = [
         Result(
-            r.strategy,
-            r.layers,
+            r.recipe,
             points[r.key],
             intended=r.intended and r.quantize is None,
             ci={n: bs.interval(boot[r.key][:, j]) for j, n in enumerate(names)} if boot else {},

@@ -7,11 +7,11 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from poolkit.io.diskfull import disk_full, is_disk_full
 
-__all__ = ["atomic_write", "fsync_dir"]
+__all__ = ["AtomicFile", "atomic_write", "fsync_dir"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -25,6 +25,65 @@ def fsync_dir(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+class AtomicFile:
+    """A file written under a temporary name beside ``path`` and published whole.
+
+    The one temp-then-rename of the package: :func:`atomic_write`, the streaming
+    embedding writers and ``poolkit spans``/``tokens`` output all use it.
+    :meth:`commit` flushes, fsyncs, renames onto ``path`` and fsyncs the directory;
+    :meth:`abort` removes the temporary file and leaves ``path`` as it was. As a context
+    manager it commits on success and aborts on any exception.
+    """
+
+    def __init__(self, path: Path, mode: str = "wb") -> None:
+        self.path = Path(path)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
+        )
+        self.tmp = Path(tmp)
+        self.file: IO[Any] | None = os.fdopen(
+            fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})
+        )
+
+    def __enter__(self) -> IO[Any]:
+        assert self.file is not None
+        return self.file
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def commit(self, *, replace: bool = True) -> Path:
+        """Publish the file as ``path``; with ``replace=False`` an existing ``path`` is kept
+        and :class:`FileExistsError` raised (the temporary file is removed)."""
+        if self.file is None:
+            return self.path
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            self.file = None
+            if not replace and self.path.exists():
+                raise FileExistsError(self.path)
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        fsync_dir(self.path.parent)
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the temporary file; ``path`` is left as it was."""
+        if self.file is not None:
+            with contextlib.suppress(OSError):
+                self.file.close()
+            self.file = None
+        with contextlib.suppress(OSError):
+            self.tmp.unlink()
 
 
 def atomic_write(

@@ -23,22 +23,21 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from poolkit.errors import InputError  # the family's; raised here for unreadable input
+
 __all__ = [
     "INPUT_FORMATS",
     "InputError",
     "input_format",
     "pick_column",
     "read_all",
+    "read_records",
     "read_stream",
     "read_texts",
 ]
 
 INPUT_FORMATS = ("txt", "jsonl", "csv", "tsv", "parquet")
 _ALIASES = {"text": "txt", "json": "jsonl", "ndjson": "jsonl", "pq": "parquet"}
-
-
-class InputError(ValueError):
-    """The input file cannot be read as texts; the message says where and how to fix it."""
 
 
 def input_format(path: str | os.PathLike[str], fmt: str | None = None) -> str:
@@ -105,15 +104,19 @@ def _txt(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
         yield line
 
 
+def _json_line(line: str, where: str, number: int) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{where}: line {number} is not valid JSON ({e.msg}).") from None
+
+
 def _jsonl(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
     key = column or "text"
     for number, line in numbered_lines(stream, where):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{where}: line {number} is not valid JSON ({e.msg}).") from None
+        value = _json_line(line, where, number)
         if isinstance(value, str) and column is None:
             yield _unicode(value, where, number)
             continue
@@ -172,7 +175,14 @@ def pick_column(columns: list[str], column: str | None, where: str) -> str:
     )
 
 
-def _delimited(stream: IO[bytes], where: str, column: str | None, delimiter: str) -> Iterator[str]:
+def _delimited_records(
+    stream: IO[bytes], where: str, delimiter: str
+) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
+    """The header and the (line number, record) pairs of a CSV/TSV stream.
+
+    Quoted fields may hold the delimiter and line ends; a record may have fewer fields
+    than the header (the missing ones are absent from its dict) but never more.
+    """
     numbered = numbered_lines(stream, where)
     current = [0]
 
@@ -182,34 +192,98 @@ def _delimited(stream: IO[bytes], where: str, column: str | None, delimiter: str
             # The line end goes back in: inside a quoted field it is part of the text.
             yield line + "\n"
 
+    kind = "CSV" if delimiter == "," else "TSV"
+
+    def bad(e: csv.Error) -> InputError:
+        return InputError(
+            f"{where}: line {current[0]} is not valid {kind} ({e}); check its quotes."
+        )
+
     # strict: a quote left open would otherwise swallow the rest of the file silently.
     reader = csv.reader(lines(), delimiter=delimiter, strict=True)
     try:
-        try:
-            header = next(reader)
-        except StopIteration:
-            return
-        name = pick_column(header, column, where)
-        index = header.index(name)
-        for record in reader:
-            if not record:
-                continue
-            if index >= len(record):
-                raise InputError(
-                    f"{where}: line {current[0]} has {len(record)} fields, fewer than the "
-                    f"header's {len(header)}; column {name!r} is missing."
-                )
-            if len(record) > len(header):
-                raise InputError(
-                    f"{where}: line {current[0]} has {len(record)} fields, more than the "
-                    f"header's {len(header)}; quote fields that contain {delimiter!r}."
-                )
-            yield record[index]
+        header = next(reader, [])
     except csv.Error as e:
-        raise InputError(
-            f"{where}: line {current[0]} is not valid {'CSV' if delimiter == ',' else 'TSV'} "
-            f"({e}); check its quotes."
-        ) from None
+        raise bad(e) from None
+
+    def records() -> Iterator[tuple[int, dict[str, str]]]:
+        try:
+            for record in reader:
+                if not record:
+                    continue
+                if len(record) > len(header):
+                    raise InputError(
+                        f"{where}: line {current[0]} has {len(record)} fields, more than the "
+                        f"header's {len(header)}; quote fields that contain {delimiter!r}."
+                    )
+                yield current[0], dict(zip(header, record, strict=False))
+        except csv.Error as e:
+            raise bad(e) from None
+
+    return header, records()
+
+
+def _delimited(stream: IO[bytes], where: str, column: str | None, delimiter: str) -> Iterator[str]:
+    header, records = _delimited_records(stream, where, delimiter)
+    if not header:
+        return
+    name = pick_column(header, column, where)
+    for number, record in records:
+        if name not in record:
+            raise InputError(
+                f"{where}: line {number} has {len(record)} fields, fewer than the "
+                f"header's {len(header)}; column {name!r} is missing."
+            )
+        yield record[name]
+
+
+def read_records(
+    path: str | os.PathLike[str], fmt: str | None = None
+) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
+    """Column names and ``(row name, record)`` pairs of a jsonl/csv/tsv/parquet table.
+
+    The one table reader: ``poolkit embed`` (through :func:`read_texts`) and
+    ``poolkit compare`` decode a file the same way (UTF-8 only, BOM dropped, NUL refused,
+    quoted newlines kept, ragged rows refused when longer than the header). Row names are
+    ``"path:LINE"`` (line-based formats) or ``"path: row N"`` (Parquet), 1-based.
+
+    Raises:
+        InputError: a missing, undecodable or malformed file, naming the line or row.
+    """
+    kind = input_format(path, fmt)
+    where = os.fspath(path)
+    _exists(where)
+    if kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            pfile = pq.ParquetFile(where)
+            names = list(pfile.schema_arrow.names)
+            rows = [r for b in pfile.iter_batches() for r in b.to_pylist()]
+        except (OSError, pa.ArrowInvalid) as e:
+            raise InputError(f"{where}: not a readable Parquet file ({e}).") from None
+        return names, [(f"{where}: row {i + 1}", r) for i, r in enumerate(rows)]
+    with open(where, "rb") as stream:
+        if kind == "jsonl":
+            names: list[str] = []
+            out: list[tuple[str, dict[str, Any]]] = []
+            for number, line in numbered_lines(stream, where):
+                if not line.strip():
+                    continue
+                value = _json_line(line, where, number)
+                if not isinstance(value, dict):
+                    raise InputError(
+                        f"{where}: line {number} is a JSON {type(value).__name__}; expected "
+                        "an object per line."
+                    )
+                names.extend(k for k in value if k not in names)
+                out.append((f"{where}:{number}", value))
+            return names, out
+        if kind == "txt":
+            raise InputError(f"{where}: a .txt file has no columns; use jsonl/csv/tsv/parquet.")
+        header, records = _delimited_records(stream, where, "," if kind == "csv" else "\t")
+        return header, [(f"{where}:{number}", rec) for number, rec in records]
 
 
 def _parquet(

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import struct
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from poolkit.io.atomic import AtomicFile
 from poolkit.io.readers import InputError
 
 __all__ = ["OUTPUT_FORMATS", "EmbeddingWriter", "jsonl_rows", "open_writer", "output_format"]
@@ -65,9 +64,8 @@ class EmbeddingWriter:
         self.overwrite = overwrite
         self.rows = 0
         self._dims: dict[str, int] = {}
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        self._tmp = Path(tmp)
-        self._file: IO[bytes] | None = os.fdopen(fd, "wb")
+        self._out = AtomicFile(path)
+        self._file: IO[bytes] | None = self._out.file
         self._parquet: Any = None
         if fmt == "npy":
             self._file.write(b"\0" * _NPY_HEADER)
@@ -125,28 +123,40 @@ class EmbeddingWriter:
                 self._npy_header()
             elif self.fmt == "parquet" and self._parquet is not None:
                 self._parquet.close()
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
             self._file = None
-            if self.path.exists() and not self.overwrite:
-                raise InputError(f"{self.path}: already exists; pass --overwrite to replace it.")
-            os.replace(self._tmp, self.path)
+            try:
+                self._out.commit(replace=self.overwrite)
+            except FileExistsError:
+                raise InputError(
+                    f"{self.path}: already exists; pass --overwrite to replace it."
+                ) from None
         except BaseException:
             self.abort()
             raise
         return self.path
 
     def _npy_header(self) -> None:
+        """Write the header, now that the row count is known, over the reserved bytes.
+
+        NumPy writes it (``numpy.lib.format``); version 1.0 pads it to a multiple of 64
+        bytes, so any float32 ``(N, D)`` shape takes exactly the 128 reserved bytes.
+        """
+        import io
+
+        from numpy.lib import format as npy
+
         assert self._file is not None
         dim = self._dims.get(self.strategies[0], 0)
-        header = repr({"descr": "<f4", "fortran_order": False, "shape": (self.rows, dim)})
-        body_len = _NPY_HEADER - 10
-        text = (header + " " * (body_len - len(header) - 1) + "\n").encode("latin1")
-        if len(text) != body_len:
-            raise ValueError(f"Expected a .npy header under {body_len} bytes, got {len(text)}.")
+        header = io.BytesIO()
+        npy.write_array_header_1_0(
+            header, {"descr": "<f4", "fortran_order": False, "shape": (self.rows, dim)}
+        )
+        if header.tell() != _NPY_HEADER:
+            raise ValueError(
+                f"Expected a .npy header of {_NPY_HEADER} bytes, but NumPy wrote {header.tell()}."
+            )
         self._file.seek(0)
-        self._file.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", body_len) + text)
+        self._file.write(header.getvalue())
         self._file.seek(0, os.SEEK_END)
 
     def abort(self) -> None:
@@ -157,10 +167,8 @@ class EmbeddingWriter:
             except Exception:
                 pass
             self._parquet = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        self._tmp.unlink(missing_ok=True)
+        self._file = None
+        self._out.abort()
 
 
 def check_output(path: str | os.PathLike[str], strategies: list[str], overwrite: bool) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,42 +27,48 @@ def actor_cpus() -> int | None:
 
 
 class Embedder:
-    """Callable class for ``Dataset.map_batches``: adds one embedding column per strategy.
+    """Callable class for ``Dataset.map_batches``: adds one embedding column per recipe.
 
     Each actor builds one :class:`poolkit.Encoder` (the model is loaded once per actor,
-    not per batch) and embeds every batch with :func:`poolkit.embed`, so values equal
-    ``poolkit.embed`` on one machine (batch composition changes only float rounding).
-    Torch uses as many threads as the actor has CPUs (``num_cpus`` of ``map_batches``).
+    not per batch) and embeds every batch through :func:`poolkit.embed.embed_recipes`, the
+    path :func:`poolkit.embed` takes, so values equal ``poolkit.embed`` on one machine
+    (batch composition changes only float rounding). Torch uses as many threads as the
+    actor has CPUs (``num_cpus`` of ``map_batches``).
 
     Args:
         model: model directory or hub id, as for :class:`poolkit.Encoder`; it must exist
             on every worker. ``None``: the default,
             ``sentence-transformers/all-MiniLM-L6-v2``.
         strategy: ``None`` (the model's intended pooling), a name, or a list of names;
-            each becomes a column of that name.
+            each becomes a column of that name (shorthand for recipes).
+        recipe: a :class:`poolkit.Recipe` or name, a list of them, or a mapping column
+            name -> Recipe; not together with ``strategy``/``layers``/``exclude_special``.
+            Recipe values are used as they are: nothing is parsed again in the actor.
         text_column: the string column to embed.
-        normalize: L2-normalise; ``None`` follows the model.
+        normalize: L2-normalise; ``None`` follows the recipe, else the model.
         keep_text: keep ``text_column`` in the output (``False`` drops it).
         num_threads: torch threads; ``None``: the actor's CPUs (left alone outside Ray).
-        **options: passed to :func:`poolkit.embed` (``layers``, ``layer_how``,
-            ``exclude_special``, ``long_text``, ``max_batch_tokens``) or to the
-            :class:`~poolkit.Encoder` (``device``, ``dtype``, ``max_length``).
+        **options: recipe shorthands (``layers``, ``layer_how``, ``exclude_special``),
+            ``long_text``, or :class:`~poolkit.Encoder` settings (``device``, ``dtype``,
+            ``max_length``, ``max_batch_tokens``, ``backend``, ``quantize``).
 
     ``__call__`` takes a batch (``pyarrow.Table``, or a dict of NumPy arrays) of ``B``
     rows and returns it with every input column unchanged (row ids included) plus one
-    column per strategy: ``fixed_size_list<float32>[D]`` for tables, float32 ``(B, D)``
+    column per recipe: ``fixed_size_list<float32>[D]`` for tables, float32 ``(B, D)``
     for dicts. ``B = 0`` gives empty columns. A null or non-string text raises
     ``ValueError`` naming the row.
     """
 
-    _ENCODER_OPTIONS = ("device", "dtype", "max_length")
-    _EMBED_OPTIONS = ("layers", "layer_how", "exclude_special", "long_text", "max_batch_tokens")
+    _ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backend", "quantize")
+    _RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
+    _EMBED_OPTIONS = ("long_text",)
 
     def __init__(
         self,
         model: str | os.PathLike[str] | None = None,
         strategy: str | Sequence[str] | None = None,
         *,
+        recipe: Any = None,
         text_column: str = "text",
         normalize: bool | None = None,
         keep_text: bool = True,
@@ -71,31 +76,30 @@ class Embedder:
         **options: Any,
     ) -> None:
         require_ray()
+        from poolkit.embed import resolve_recipes
         from poolkit.encoder import Encoder
+        from poolkit.recipe import Recipe
 
-        unknown = sorted(set(options) - set(self._ENCODER_OPTIONS) - set(self._EMBED_OPTIONS))
-        if unknown:
-            valid = ", ".join((*self._ENCODER_OPTIONS, *self._EMBED_OPTIONS))
-            raise TypeError(
-                f"Expected options among {valid}, but got {', '.join(unknown)}. "
-                "See poolkit.embed for their meaning."
-            )
-        from poolkit.embed import sequence_strategy_names
-
-        names = sequence_strategy_names(strategy)
+        check_options(options)
+        shorthand = {k: options[k] for k in self._RECIPE_OPTIONS if k in options}
+        wanted, _ = resolve_recipes(strategy, recipe, normalize=normalize, **shorthand)
         threads = num_threads if num_threads is not None else actor_cpus()
         encoder_kw = {k: options[k] for k in self._ENCODER_OPTIONS if k in options}
         self.encoder = Encoder(model, num_threads=threads, **encoder_kw)
-        self.names: list[str] = names or [self.encoder.info.pooling]
+        if wanted is None:
+            pooling = self.encoder.info.pooling
+            wanted = {pooling: Recipe(pooling, normalize=normalize, **shorthand)}
+        self.recipes: dict[str, Recipe] = wanted
+        self.names: list[str] = list(wanted)
         self.text_column = text_column
-        self.normalize = normalize
         self.keep_text = keep_text
-        self.embed_options = {k: options[k] for k in self._EMBED_OPTIONS if k in options}
+        self.long_text = options.get("long_text", "truncate")
         self.pid = os.getpid()
 
     def __repr__(self) -> str:
         return (
-            f"Embedder({self.encoder!r}, strategy={self.names}, text_column={self.text_column!r})"
+            f"Embedder({self.encoder!r}, recipe={[str(r) for r in self.recipes.values()]}, "
+            f"text_column={self.text_column!r})"
         )
 
     def _texts(self, batch: Batch, columns: list[str]) -> list[str]:
@@ -124,14 +128,16 @@ class Embedder:
         return texts
 
     def embed(self, texts: list[str]) -> dict[str, np.ndarray]:
-        """``name -> (len(texts), D)`` float32 for this actor's strategies."""
-        from poolkit.embed import TruncationWarning, embed
+        """``name -> (len(texts), D)`` float32 for this actor's recipes.
 
-        with warnings.catch_warnings():
-            # Truncation warnings from thousands of batches would flood the driver's log.
-            warnings.simplefilter("ignore", TruncationWarning)
-            return embed(texts, self.encoder, self.names, normalize=self.normalize,
-                         **self.embed_options)  # fmt: skip
+        Truncation is not warned about here: thousands of batches would flood the log.
+        """
+        from poolkit.embed import check_inputs, embed_recipes
+
+        vectors, _ = embed_recipes(
+            check_inputs(texts), self.encoder, self.recipes, long_text=self.long_text
+        )
+        return vectors
 
     def __call__(self, batch: Batch) -> Batch:
         import pyarrow as pa
@@ -165,6 +171,7 @@ def embed_dataset(
     model: str | os.PathLike[str] | None = None,
     strategy: str | Sequence[str] | None = None,
     *,
+    recipe: Any = None,
     text_column: str = "text",
     normalize: bool | None = None,
     keep_text: bool = True,
@@ -193,7 +200,9 @@ def embed_dataset(
 
     Args:
         ds: a ``ray.data.Dataset`` with a string column ``text_column``.
-        model, strategy, text_column, normalize, keep_text, **options: see :class:`Embedder`.
+        model, strategy, recipe, text_column, normalize, keep_text, **options: see
+            :class:`Embedder`. The recipes are validated here, once, and shipped to the
+            actors as :class:`poolkit.Recipe` values.
         workers: actors in the pool; ``None``: cluster CPUs // ``cpus_per_worker``.
         batch_size: rows per ``Embedder`` call (poolkit batches them by token budget
             inside it).
@@ -210,9 +219,12 @@ def embed_dataset(
         Ray's, so carry an id column) plus ``fixed_size_list<float32>[D]`` per strategy.
     """
     ray = require_ray()
-    from poolkit.embed import sequence_strategy_names
+    from poolkit.embed import resolve_recipes
 
-    sequence_strategy_names(strategy)
+    if fn is None:  # a subclass (fn=) may take keyword arguments of its own
+        check_options(options)
+    shorthand = {k: options.pop(k) for k in Embedder._RECIPE_OPTIONS if k in options}
+    wanted, _ = resolve_recipes(strategy, recipe, normalize=normalize, **shorthand)
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"Expected `workers` to be a positive integer, but got {workers!r}.")
     if not cpus_per_worker > 0:
@@ -230,8 +242,11 @@ def embed_dataset(
         workers = max(1, int(cpus // cpus_per_worker))
     pool = _pool(ray, workers, cpus_per_worker, cpus, spare_cpus)
     kwargs: dict[str, Any] = {"model": None if model is None else os.fspath(model),
-                              "strategy": strategy, "text_column": text_column,
-                              "normalize": normalize, "keep_text": keep_text, **options}  # fmt: skip
+                              "text_column": text_column, "keep_text": keep_text, **options}  # fmt: skip
+    if wanted is None:  # the model's pooling: the actor knows it once the model loads
+        kwargs.update(normalize=normalize, **shorthand)
+    else:
+        kwargs["recipe"] = wanted
     remote: dict[str, Any] = {"num_cpus": cpus_per_worker}
     if gpus_per_worker:
         remote["num_gpus"] = gpus_per_worker
@@ -264,3 +279,14 @@ def _pool(ray: Any, workers: int, cpus_per_worker: float, cpus: float, spare: fl
             "spare_cpus=0 if every other stage asks for 0 CPUs."
         )
     return ray.data.ActorPoolStrategy(min_size=fits, max_size=workers)
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """TypeError naming any option :class:`Embedder` does not know."""
+    known = (*Embedder._ENCODER_OPTIONS, *Embedder._RECIPE_OPTIONS, *Embedder._EMBED_OPTIONS)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(
+            f"Expected options among {', '.join(known)}, but got {', '.join(unknown)}. "
+            "See poolkit.embed for their meaning."
+        )

@@ -1,0 +1,56 @@
+"""The pooling flags of ``poolkit embed`` (``--recipe``, or ``-s``/``--layers``/
+``--exclude-special``/``--normalize``) as :class:`poolkit.Recipe` values, for both engines."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["intended_recipes", "parse_layers", "recipes_from_args"]
+
+
+def parse_layers(value: str | None) -> Any:
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        return value
+    return numbers[0] if len(numbers) == 1 else numbers
+
+
+def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, bool]:
+    """``--recipe`` or ``-s``/``--layers``/``--exclude-special``/``--normalize`` as
+    recipes, validated once (see :func:`poolkit.embed.resolve_recipes`); errors name flags."""
+    from poolkit.cli._common import flag_message
+    from poolkit.embed import resolve_recipes
+
+    try:
+        return resolve_recipes(
+            args.strategy, args.recipe, layers=parse_layers(args.layers),
+            exclude_special=args.exclude_special, normalize=args.normalize,
+        )  # fmt: skip
+    except (TypeError, ValueError) as e:
+        if args.recipe is not None and "shorthands" in str(e):
+            raise ValueError(
+                "--recipe names the strategy, layers and special tokens itself: drop "
+                "-s/--strategy, --layers and --exclude-special (e.g. --recipe "
+                "mean_no_special@last4)."
+            ) from None
+        flags = {"recipe": "--recipe", "strategy": "--strategy", "layers": "--layers",
+                 "layer_how": "--layers", "normalize": "--normalize"}  # fmt: skip
+        raise ValueError(flag_message(e, flags)) from None
+
+
+def intended_recipes(
+    wanted: dict[str, Any] | None, encoder: Any, args: argparse.Namespace
+) -> dict[str, Any]:
+    """``wanted``, or the model's intended pooling shaped by the shorthand flags."""
+    if wanted is not None:
+        return wanted
+    from poolkit.recipe import Recipe
+
+    pooling = encoder.info.pooling
+    return {pooling: Recipe(pooling, layers=parse_layers(args.layers),
+                            exclude_special=args.exclude_special, normalize=args.normalize)}  # fmt: skip

@@ -1,0 +1,222 @@
+"""One loop from :meth:`Encoder.iter_batches` to pooled outputs, for every level.
+
+:func:`drive` runs the batches and keeps the books (tokens, truncated rows, progress,
+time); the caller's ``on_batch`` pools each batch. ``embed``, ``embed_tokens``,
+``embed_words``, ``embed_spans``, ``poolkit compare`` and the Ray ``Embedder`` all go
+through it, so truncation, ``max_batch_tokens``, ``long_text``, progress and stats behave
+the same at every level. The helpers below turn one batch into vectors for a set of
+:class:`~poolkit.Recipe` values, pooling each distinct (layers, strategy) piece once.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from poolkit.recipe import Recipe
+
+__all__ = [
+    "EmbedStats",
+    "LayerViews",
+    "TruncationWarning",
+    "drive",
+    "l2_normalize",
+    "sequence_vectors",
+    "to_float32_numpy",
+    "warn_truncated",
+]
+
+
+class TruncationWarning(UserWarning):
+    """Some texts were longer than the model's max length and were cut."""
+
+
+@dataclass
+class EmbedStats:
+    """What one call did.
+
+    Attributes:
+        num_texts: texts (or word lists) embedded.
+        num_tokens: real tokens fed to the model, specials included, after truncation.
+        truncated: indices (into the input) of texts cut at ``max_length``.
+        max_length: the max length used.
+        max_batch_tokens: the token budget per forward batch actually used.
+        seconds: wall time of the call (tokenization, forward, pooling).
+        dims: output width per recipe name.
+    """
+
+    num_texts: int = 0
+    num_tokens: int = 0
+    truncated: list[int] = field(default_factory=list)
+    max_length: int = 0
+    max_batch_tokens: int = 0
+    seconds: float = 0.0
+    dims: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def num_truncated(self) -> int:
+        return len(self.truncated)
+
+
+def drive(
+    encoder: Any,
+    inputs: Sequence[Any],
+    on_batch: Callable[[Any], None],
+    *,
+    all_layers: bool = False,
+    long_text: str = "truncate",
+    max_batch_tokens: int | None = None,
+    is_split_into_words: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> EmbedStats:
+    """Run ``encoder`` over ``inputs`` and hand every batch to ``on_batch``.
+
+    ``inputs`` are ``N`` texts (or word lists with ``is_split_into_words``);
+    ``progress`` is called with the rows finished after each batch. Returns the
+    :class:`EmbedStats` of the run (``dims`` left for the caller).
+    """
+    start = time.perf_counter()
+    budget = max_batch_tokens or encoder.max_batch_tokens
+    stats = EmbedStats(
+        num_texts=len(inputs), max_length=encoder.max_length, max_batch_tokens=budget
+    )
+    for batch in encoder.iter_batches(
+        inputs,
+        all_layers=all_layers,
+        long_text=long_text,
+        max_batch_tokens=max_batch_tokens,
+        is_split_into_words=is_split_into_words,
+    ):
+        on_batch(batch)
+        stats.num_tokens += int(batch.attention_mask.sum())
+        stats.truncated.extend(int(i) for i in batch.indices[batch.truncated])
+        if progress is not None:
+            progress(len(batch.indices))
+    stats.truncated.sort()
+    stats.seconds = time.perf_counter() - start
+    return stats
+
+
+def warn_truncated(stats: EmbedStats, what: str = "texts", stacklevel: int = 3) -> None:
+    """One :class:`TruncationWarning` naming how many inputs were cut, and which."""
+    if stats.truncated:
+        shown = ", ".join(str(i) for i in stats.truncated[:5])
+        more = ", ..." if stats.num_truncated > 5 else ""
+        warnings.warn(
+            f"{stats.num_truncated} of {stats.num_texts} {what} were longer than "
+            f"{stats.max_length} tokens and were truncated (indices {shown}{more}). Pass "
+            "long_text='chunk' to embed all of their tokens.",
+            TruncationWarning,
+            stacklevel=stacklevel,
+        )
+
+
+def to_float32_numpy(x: Any) -> np.ndarray:
+    """A pooled result as a float32 NumPy array of the same shape.
+
+    ``x`` is a torch tensor (any device and float dtype; copied to the host) or anything
+    ``np.asarray`` takes (no copy when it already is float32 NumPy).
+    """
+    if hasattr(x, "detach"):
+        x = x.detach().float().cpu().numpy()
+    return np.asarray(x, dtype=np.float32)
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows of ``(..., D)`` float32 scaled to unit L2 norm (zero rows stay zero)."""
+    norm = np.linalg.norm(x, axis=-1, keepdims=True)
+    return (x / np.maximum(norm, 1e-12)).astype(np.float32, copy=False)
+
+
+class LayerViews:
+    """The hidden states each recipe pools over, for one batch, each mixed once.
+
+    ``views[recipe]`` is ``(B, L, H')``: the last layer, or ``layer_mix`` of the recipe's
+    layers (which needs the batch to carry ``hidden_states``).
+    """
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+        self._cache: dict[tuple[Any, str], Any] = {}
+
+    def __getitem__(self, recipe: Recipe) -> Any:
+        if recipe.layers is None:
+            return self.batch.hidden
+        key = (recipe.layers, recipe.layer_how)
+        if key not in self._cache:
+            from poolkit.layers import layer_mix
+
+            self._cache[key] = layer_mix(self.batch.hidden_states, recipe.layers, recipe.layer_how)
+        return self._cache[key]
+
+
+def check_no_empty_rows(batch: Any) -> None:
+    """ValueError naming the texts that have no non-special token (for ``_no_special``)."""
+    real = (batch.attention_mask != 0) & ~batch.special_tokens_mask
+    empty = np.flatnonzero(~real.any(axis=1))
+    if empty.size:
+        rows = ", ".join(str(int(batch.indices[j])) for j in empty[:5])
+        raise ValueError(
+            f"Expected every text to have at least one non-special token with "
+            f"`exclude_special=True`, but texts {rows} have none (empty strings?). "
+            "Remove them or pass exclude_special=False."
+        )
+
+
+def sequence_vectors(
+    views: LayerViews,
+    recipes: Iterable[Recipe],
+    *,
+    model_normalize: bool,
+    empty: str = "raise",
+) -> dict[Recipe, np.ndarray]:
+    """Every sequence recipe for one batch: float32 ``(B, D_r)`` NumPy, batch row order.
+
+    Each distinct (layers, special-token choice) view is pooled by one
+    :func:`poolkit.sequence.pool_named` call (the recipe validated the names) over all the names it needs; a recipe's parts
+    are concatenated in its order, then L2-normalised as the recipe resolves it against
+    ``model_normalize``. ``empty="raise"`` refuses rows with no token left after dropping
+    special tokens; ``"zeros"`` gives zeros there (what ``compare`` scores).
+    """
+    from poolkit.sequence import pool_named
+
+    recipes = list(recipes)
+    batch = views.batch
+    if empty == "raise" and any(drop for r in recipes for _, drop in r.parts):
+        check_no_empty_rows(batch)
+    wanted: dict[tuple[Any, str, bool], list[str]] = {}
+    owner: dict[tuple[Any, str, bool], Recipe] = {}
+    for r in recipes:
+        for name, drop in r.parts:
+            key = (r.layers, r.layer_how, drop)
+            owner.setdefault(key, r)
+            if name not in wanted.setdefault(key, []):
+                wanted[key].append(name)
+    pieces: dict[tuple[Any, str, bool, str], np.ndarray] = {}
+    for key, names in wanted.items():
+        hidden = views[owner[key]]
+        drop = key[2]
+        pooled = to_float32_numpy(
+            pool_named(
+                hidden,
+                batch.attention_mask,
+                tuple(names),
+                special_tokens_mask=batch.special_tokens_mask if drop else None,
+                exclude_special=drop,
+                empty=empty,  # type: ignore[arg-type]
+            )
+        )
+        width = pooled.shape[-1] // len(names)
+        for k, name in enumerate(names):
+            pieces[(*key, name)] = pooled[:, k * width : (k + 1) * width]
+    out: dict[Recipe, np.ndarray] = {}
+    for r in recipes:
+        parts = [pieces[(r.layers, r.layer_how, drop, name)] for name, drop in r.parts]
+        vec = np.ascontiguousarray(parts[0]) if len(parts) == 1 else np.concatenate(parts, -1)
+        out[r] = l2_normalize(vec) if r.resolved_normalize(model_normalize) else vec
+    return out

@@ -1,0 +1,46 @@
+"""One exception family: everything poolkit raises on purpose derives from ``PoolkitError``.
+
+Catch ``PoolkitError`` for all of them, or the few kinds users act on differently. Each
+kind also derives from the built-in exception it always was (``ValueError``,
+``RuntimeError``, ``ImportError``), so existing ``except ValueError`` code keeps working.
+
+=========================  ===================================================
+``InputError``             bad input: a file, a text, an argument, a recipe
+``ModelNotFoundError``     a model reference that resolves to nothing
+``ExportError``            a compiled (ONNX) export failed or failed its check
+``MissingDependencyError`` an optional extra is not installed (names the pip command)
+=========================  ===================================================
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ExportError",
+    "InputError",
+    "MissingDependencyError",
+    "ModelNotFoundError",
+    "PoolkitError",
+]
+
+
+class PoolkitError(Exception):
+    """Base of every error poolkit raises on purpose; the message says what to fix."""
+
+
+class InputError(PoolkitError, ValueError):
+    """Input that cannot be used as given (file, text, argument, recipe); the message says
+    where and how to fix it."""
+
+
+class ModelNotFoundError(PoolkitError, ValueError):
+    """A model reference that is neither a local directory, an installed package, nor
+    downloadable."""
+
+
+class ExportError(PoolkitError, RuntimeError):
+    """A compiled export could not be built or disagreed with the torch model; nothing was
+    cached."""
+
+
+class MissingDependencyError(PoolkitError, ImportError):
+    """An optional dependency is missing; the message names the install command."""

@@ -1,0 +1,358 @@
+"""``Recipe``: how to pool, as one immutable value validated once.
+
+A recipe names the level (``sequence``, ``word``, ``span``), the strategy, the encoder
+layers and how they mix, whether special tokens are dropped, and L2 normalisation. Its
+name is what ``poolkit compare`` prints for a row and what ``poolkit embed --recipe``
+takes::
+
+    [LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw]
+
+    mean                       the mean of the last layer's tokens
+    cls+mean_no_special        cls, concatenated with the mean over non-special tokens
+    mean@last4                 the mean over the average of the last four layers
+    mean@-1,-2:concat          last two layers side by side, then the mean
+    mean/raw                   never L2-normalised (``/l2``: always; neither: as the model)
+    word:first_last            word level: first and last sub-token of each word
+    span:x,y,x*y               span level: a span_embeddings strategy
+
+``Recipe.parse(str(r)) == r`` for every recipe ``r``. The compare table's older form
+``mean [last4]`` is accepted too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from poolkit._errors import expected, value_error
+from poolkit.errors import InputError
+from poolkit.layers import LAYER_COMBINATIONS, LAYER_PRESETS
+from poolkit.sequence import SEQUENCE_STRATEGIES
+from poolkit.spans import parse_span_strategy, span_output_dim
+from poolkit.words import WORD_STRATEGIES
+
+__all__ = ["LEVELS", "NO_SPECIAL", "Recipe", "RecipeError"]
+
+LEVELS = ("sequence", "word", "span")
+NO_SPECIAL = "_no_special"
+JSON_VERSION = 1
+
+_FORMS = (
+    "[LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw], e.g. mean, cls+mean, mean_no_special, "
+    "mean@last4, mean@-1,-2:concat, word:first, span:x,y,x*y"
+)
+
+
+class RecipeError(InputError):
+    """A recipe that does not name a valid pooling (one line: the valid forms, the closest)."""
+
+
+def _fail(what: str, got: object, closest: str | None = None, arg: str = "recipe") -> Any:
+    hint = f" Closest valid name: {closest}." if closest else ""
+    raise RecipeError(expected(arg, what, repr(got), f"Valid forms: {_FORMS}.{hint}"))
+
+
+def _closest(text: str) -> str | None:
+    known = [
+        *_known_names(),
+        *(f"{s}@{p}" for s in ("mean", "cls") for p in LAYER_PRESETS if p != "last"),
+    ]
+    match = difflib.get_close_matches(text.strip().lower(), known, n=1, cutoff=0.0)
+    return match[0] if match else None
+
+
+def _known_names() -> list[str]:
+    names = [*SEQUENCE_STRATEGIES, *(s + NO_SPECIAL for s in SEQUENCE_STRATEGIES)]
+    names += ["cls+mean", "mean+max"]
+    names += [f"word:{w}" for w in WORD_STRATEGIES]
+    names += ["span:endpoints", "span:mean", "span:max", "span:diff_sum", "span:attention"]
+    names += ["span:x,y,x*y"]
+    return names
+
+
+Layers = str | tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to pool: validated when built, never again downstream.
+
+    Attributes:
+        strategy: canonical strategy text. Sequence: names from ``SEQUENCE_STRATEGIES``
+            joined with ``+`` (concatenated in that order), each optionally suffixed
+            ``_no_special``; word: a ``WORD_STRATEGIES`` name; span: a
+            ``span_embeddings`` strategy (``"endpoints"``, ``"x,y,x*y"``, ...).
+        level: ``"sequence"``, ``"word"`` or ``"span"``.
+        layers: ``None`` for the last layer, a ``LAYER_PRESETS`` name, or a tuple of
+            layer indices (0 = embeddings output, negative from the end).
+        layer_how: how several layers combine: ``mean``, ``sum`` or ``concat``.
+        normalize: L2-normalise each vector; ``None`` follows the model (sequence level)
+            or means no (word and span level).
+        exclude_special: derived: True when every sequence part drops special tokens.
+            Passing ``exclude_special=True`` adds ``_no_special`` to every part.
+    """
+
+    strategy: str = "mean"
+    level: str = "sequence"
+    layers: Layers = None
+    layer_how: str = "mean"
+    normalize: bool | None = None
+    exclude_special: bool = False
+
+    def __post_init__(self) -> None:
+        level = self.level
+        if level not in LEVELS:
+            _fail(f"one of {', '.join(LEVELS)}", level, arg="level")
+        strategy = self.strategy
+        if not isinstance(strategy, str) or not strategy.strip():
+            _fail("a non-empty name", strategy, arg="strategy")
+        if not isinstance(self.exclude_special, bool):
+            _fail("True or False", self.exclude_special, arg="exclude_special")
+        if self.normalize is not None and not isinstance(self.normalize, bool):
+            _fail("True, False or None", self.normalize, arg="normalize")
+        canon = _canonical_strategy(level, strategy, self.exclude_special)
+        layers = _canonical_layers(self.layers)
+        if self.layer_how not in LAYER_COMBINATIONS:
+            _fail(f"one of {', '.join(LAYER_COMBINATIONS)}", self.layer_how, arg="layer_how")
+        set_ = object.__setattr__
+        set_(self, "strategy", canon)
+        set_(self, "layers", layers)
+        # One layer never mixes: "how" is then meaningless, so it takes its default.
+        if _layer_count(layers) == 1:
+            set_(self, "layer_how", "mean")
+        parts = self.parts
+        set_(self, "exclude_special", level == "sequence" and all(drop for _, drop in parts))
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def parse(cls, text: str, *, level: str | None = None) -> Recipe:
+        """The recipe named by ``text`` (see the module docstring for the forms).
+
+        ``level`` is the default level for a name without a ``LEVEL:`` prefix
+        (``"sequence"`` unless given). Raises :class:`RecipeError` (a ValueError) with
+        the valid forms and the closest valid name.
+        """
+        if isinstance(text, Recipe):
+            return text
+        if not isinstance(text, str) or not text.strip():
+            _fail("a recipe name", text)
+        raw = text.strip()
+        try:
+            return cls(**_split_name(raw, level or "sequence"))
+        except RecipeError as e:
+            # A name is one argument: the message names `recipe`, whichever part failed.
+            msg = re.sub(r"^Expected `\w+`", "Expected `recipe`", str(e))
+            msg = msg.split(" Closest valid name:")[0]
+            raise RecipeError(f"{msg} Closest valid name: {_closest(raw)}.") from None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Recipe:
+        """The recipe of a :meth:`to_json` dict (any version this poolkit knows)."""
+        if not isinstance(data, Mapping):
+            _fail("a JSON object", type(data).__name__)
+        version = data.get("version")
+        if version != JSON_VERSION:
+            _fail(f"JSON of version {JSON_VERSION}", version)
+        keys = {"version", "level", "strategy", "layers", "layer_how", "normalize"}
+        extra = sorted(set(data) - keys)
+        if extra:
+            _fail(f"JSON with keys among {sorted(keys)}", extra)
+        layers = data.get("layers")
+        if isinstance(layers, list):
+            layers = tuple(layers)
+        return cls(
+            strategy=data.get("strategy", ""),
+            level=data.get("level", "sequence"),
+            layers=layers,
+            layer_how=data.get("layer_how", "mean"),
+            normalize=data.get("normalize"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A stable, versioned, JSON-ready dict; :meth:`from_json` reads it back."""
+        return {
+            "version": JSON_VERSION,
+            "level": self.level,
+            "strategy": self.strategy,
+            "layers": list(self.layers) if isinstance(self.layers, tuple) else self.layers,
+            "layer_how": self.layer_how,
+            "normalize": self.normalize,
+        }
+
+    def replace(self, **changes: Any) -> Recipe:
+        """A copy with some fields changed (validated again, as any new recipe)."""
+        fields = {
+            "strategy": self.strategy,
+            "level": self.level,
+            "layers": self.layers,
+            "layer_how": self.layer_how,
+            "normalize": self.normalize,
+        }
+        fields.update(changes)
+        return Recipe(**fields)
+
+    # ------------------------------------------------------------------ reading
+
+    def __str__(self) -> str:
+        name = self.strategy if self.level == "sequence" else f"{self.level}:{self.strategy}"
+        if self.layers is not None:
+            layers = (
+                self.layers
+                if isinstance(self.layers, str)
+                else ",".join(str(i) for i in self.layers)
+            )
+            name += f"@{layers}"
+            if self.layer_how != "mean":
+                name += f":{self.layer_how}"
+        if self.normalize is not None:
+            name += "/l2" if self.normalize else "/raw"
+        return name
+
+    @property
+    def parts(self) -> tuple[tuple[str, bool], ...]:
+        """Sequence level: ``(name, drops special tokens)`` per concatenated part."""
+        if self.level != "sequence":
+            return ()
+        out = []
+        for piece in self.strategy.split("+"):
+            drop = piece.endswith(NO_SPECIAL)
+            out.append((piece[: -len(NO_SPECIAL)] if drop else piece, drop))
+        return tuple(out)
+
+    @property
+    def all_layers(self) -> bool:
+        """Whether the encoder must return every layer's hidden states."""
+        return self.layers is not None
+
+    def output_dim(self, hidden_size: int) -> int:
+        """Width of one output vector for a model with ``hidden_size`` (H)."""
+        if not isinstance(hidden_size, int) or hidden_size < 1:
+            value_error("hidden_size", "a positive integer", repr(hidden_size))
+        width = hidden_size
+        if self.layer_how == "concat":
+            width *= _layer_count(self.layers) or 1
+        if self.level == "sequence":
+            return width * len(self.parts)
+        if self.level == "word":
+            return span_output_dim(width, WORD_STRATEGIES[self.strategy])
+        return span_output_dim(width, self.strategy)
+
+    def resolved_normalize(self, model_normalize: bool) -> bool:
+        """Whether vectors are L2-normalised for a model that says ``model_normalize``."""
+        if self.normalize is not None:
+            return self.normalize
+        return bool(model_normalize) if self.level == "sequence" else False
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _split_name(text: str, level: str) -> dict[str, Any]:
+    """``text`` cut into Recipe fields (not yet validated)."""
+    out: dict[str, Any] = {"level": level}
+    low = text.lower()
+    for suffix, value in (("/l2", True), ("/raw", False)):
+        if low.endswith(suffix):
+            out["normalize"] = value
+            text = text[: -len(suffix)]
+            break
+    # The compare table's older spelling: "mean [last4]".
+    if text.endswith("]") and " [" in text:
+        text, _, bracket = text[:-1].rpartition(" [")
+        text = f"{text}@{bracket}"
+    head, prefix, rest = text.partition(":")
+    if prefix and head.strip().lower() in LEVELS and "@" not in head:
+        out["level"] = head.strip().lower()
+        text = rest
+    strategy, at, layers = text.partition("@")
+    out["strategy"] = strategy
+    if at:
+        spec, colon, how = layers.partition(":")
+        if colon:
+            out["layer_how"] = how.strip().lower()
+        out["layers"] = _layers_from_text(spec)
+    return out
+
+
+def _layers_from_text(spec: str) -> Layers:
+    spec = spec.strip().lower()
+    if not spec:
+        _fail("a name with layers after '@'", spec)
+    if spec in LAYER_PRESETS:
+        return spec
+    try:
+        return tuple(int(p) for p in spec.split(","))
+    except ValueError:
+        _fail(f"one of {', '.join(LAYER_PRESETS)} or indices like -1,-2", spec, arg="layers")
+
+
+def _canonical_layers(layers: Any) -> Layers:
+    if layers is None or layers == "last" or layers == (-1,) or layers == -1:
+        return None
+    if isinstance(layers, str):
+        if layers in LAYER_PRESETS:
+            return layers
+        return _layers_from_text(layers)
+    if isinstance(layers, int) and not isinstance(layers, bool):
+        return (layers,)
+    if (
+        isinstance(layers, Sequence)
+        and layers
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in layers)
+    ):
+        out = tuple(int(i) for i in layers)
+        return None if out == (-1,) else out
+    _fail("None, a preset name, an int or a non-empty list of ints", layers, arg="layers")
+
+
+def _layer_count(layers: Layers) -> int:
+    if layers is None:
+        return 1
+    return len(LAYER_PRESETS[layers]) if isinstance(layers, str) else len(layers)
+
+
+def _canonical_strategy(level: str, strategy: str, exclude_special: bool) -> str:
+    text = strategy.strip().lower()
+    if level == "sequence":
+        parts = []
+        for piece in text.replace(",", "+").split("+"):
+            name = piece.strip()
+            drop = name.endswith(NO_SPECIAL) or exclude_special
+            base = name[: -len(NO_SPECIAL)] if name.endswith(NO_SPECIAL) else name
+            if base not in SEQUENCE_STRATEGIES:
+                _fail(
+                    f"one of {', '.join(SEQUENCE_STRATEGIES)} (join several with '+'; "
+                    f"suffix {NO_SPECIAL} to drop special tokens)",
+                    strategy,
+                    _closest(strategy),
+                    "strategy",
+                )
+            parts.append(base + (NO_SPECIAL if drop else ""))
+        return "+".join(parts)
+    if exclude_special:
+        _fail(f"False at the {level} level (it applies to sequences)", True, arg="exclude_special")
+    if level == "word":
+        if text not in WORD_STRATEGIES:
+            _fail(
+                f"one of {', '.join(WORD_STRATEGIES)}",
+                strategy,
+                _closest("word:" + text),
+                "strategy",
+            )
+        return text
+    compact = text.replace(" ", "")
+    try:
+        parse_span_strategy(compact)
+    except ValueError:
+        _fail(
+            "comma-joined terms from endpoints, mean, max, attention, diff_sum, x, y, "
+            "or x?y with ? in - + * /",
+            strategy,
+            _closest("span:" + compact),
+            "strategy",
+        )
+    return compact

@@ -1,0 +1,141 @@
+"""Every row `poolkit compare` scores can be embedded: `poolkit embed --recipe NAME` writes
+the vectors compare scored, so the row's figure is recomputed from the embedded files.
+
+The real CLI (subprocesses), the real model, and the 167 STS-B pairs committed under
+tests/data, written here as a `sentence1, sentence2, score` table that both commands read.
+The metric is recomputed independently (cosine per pair, then SciPy's Spearman/Pearson).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from clitools import one_error_line, poolkit
+from scipy.stats import pearsonr, spearmanr
+from testdata import fixture, read_sts_pairs, sts_pairs_table
+
+from poolkit.recipe import Recipe
+
+pytestmark = pytest.mark.slow
+DATA = "pairs.tsv"  # written into each test's folder by write_pairs_table
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def gold_scores() -> np.ndarray:
+    return np.array([score for score, _, _ in read_sts_pairs(fixture("stsb-dev-sample.csv"))])
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
+    """compare on the fixture with every default strategy at every layer variant."""
+    cwd = tmp_path_factory.mktemp("recipe_cli")
+    sts_pairs_table(cwd / DATA)
+    r = poolkit(
+        "compare", DATA, "--task", "sts", "--layers", "--json", "sts.json", "--quiet",
+        cwd=cwd,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()
+    return cwd, json.loads((cwd / "sts.json").read_text()), r.stdout.decode()
+
+
+def test_every_compare_row_embeds_to_the_vectors_compare_scored(compared) -> None:
+    cwd, doc, table = compared
+    names = [row["recipe"] for row in doc["results"]]
+    # A merged row stands for its members: the row's recipe with each member's strategy.
+    members = {
+        row["recipe"]: [
+            str(Recipe.parse(row["recipe"]).replace(strategy=m)) for m in row["members"]
+        ]
+        for row in doc["results"]
+    }
+    every = [name for row in names for name in members[row]]
+    # 11 sequence strategies x 3 layer selections, mean_no_special and layer variants included;
+    # under cosine, sum and mean_sqrt_len merge into mean's row at each layer selection.
+    assert len(every) == len(set(every)) == 33
+    assert len(names) == 33 - 2 * 3
+    assert "mean_no_special" in names and "mean_no_special@last4" in names
+    assert members["mean@last4"] == ["mean@last4", "sum@last4", "mean_sqrt_len@last4"]
+    # Every name in the table is a row of the JSON, and the other way round.
+    table_names = [line.split()[1] for line in table.splitlines()[2 : 2 + len(names)]]
+    assert table_names == names
+    for column in ("sentence1", "sentence2"):
+        r = poolkit(
+            "embed", DATA, "--text-column", column, "-o", f"{column}.parquet",
+            "--recipe", *every, "--quiet", cwd=cwd,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr.decode()
+    s1 = pq.read_table(cwd / "sentence1.parquet")
+    s2 = pq.read_table(cwd / "sentence2.parquet")
+    gold = gold_scores()
+    for row in doc["results"]:
+        for name in members[row["recipe"]]:
+            a = np.stack(s1.column(name).to_numpy(zero_copy_only=False))
+            b = np.stack(s2.column(name).to_numpy(zero_copy_only=False))
+            cos = cosine_rows(a, b)
+            assert abs(spearmanr(cos, gold).statistic - row["spearman"]) <= 1e-6, (name, row)
+            assert abs(pearsonr(cos, gold).statistic - row["pearson"]) <= 1e-6, (name, row)
+
+
+@pytest.mark.parametrize("name", ["mean_no_special", "cls+mean@last4", "max@first_last"])
+def test_one_recipe_to_npy_reproduces_its_row(compared, name: str) -> None:
+    cwd, doc, _ = compared
+    row = next(r for r in doc["results"] if r["recipe"] == name)
+    vectors = []
+    for column in ("sentence1", "sentence2"):
+        out = f"{name.replace('@', '_').replace('+', '_')}_{column}.npy"
+        r = poolkit("embed", DATA, "--text-column", column, "-o", out, "--recipe", name,
+                    "--quiet", cwd=cwd)  # fmt: skip
+        assert r.returncode == 0, r.stderr.decode()
+        vectors.append(np.load(cwd / out))
+    cos = cosine_rows(*vectors)
+    assert abs(spearmanr(cos, gold_scores()).statistic - row["spearman"]) <= 1e-6
+
+
+def test_the_table_ends_with_the_command_that_embeds_the_winner(compared) -> None:
+    cwd, doc, table = compared
+    last = table.rstrip("\n").splitlines()[-1]
+    prefix = "embed with the winner: "
+    assert last.startswith(prefix), table
+    argv = shlex.split(last[len(prefix) :])
+    winner = doc["results"][0]
+    assert argv[:2] == ["poolkit", "embed"] and argv[argv.index("--recipe") + 1] == winner["recipe"]
+    # Run it as printed, on each column of the data: the winner's figure comes back.
+    argv[argv.index("INPUT")] = DATA
+    vectors = []
+    for column in ("sentence1", "sentence2"):
+        argv[argv.index("-o") + 1] = f"winner_{column}.npy"
+        r = poolkit(*argv[1:], "--text-column", column, "--quiet", cwd=cwd)
+        assert r.returncode == 0, r.stderr.decode()
+        vectors.append(np.load(cwd / f"winner_{column}.npy"))
+    cos = cosine_rows(*vectors)
+    assert abs(spearmanr(cos, gold_scores()).statistic - winner["spearman"]) <= 1e-6
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [(["--recipe", "meen"], ["`--recipe` to be", "Closest valid name: mean."]),
+     (["--recipe", "mean@last5"], ["`--recipe`", "Closest valid name: mean@last4."]),
+     (["--recipe", "mean", "-s", "cls"], ["--recipe names the strategy"]),
+     (["--recipe", "mean", "--layers", "last4"], ["--recipe names the strategy"]),
+     (["-s", "avg"], ["`--strategy` to be one of cls, mean"])],
+)  # fmt: skip
+def test_bad_recipes_are_one_line_with_status_2(tmp_path: Path, args, fragments) -> None:
+    (tmp_path / "in.txt").write_text("a\nb\n", encoding="utf-8")
+    r = poolkit("embed", "in.txt", "-o", "out.npy", *args, cwd=tmp_path)
+    one_error_line(r, 2, *fragments)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_compare_names_the_strategies_flag(tmp_path: Path) -> None:
+    sts_pairs_table(tmp_path / DATA)
+    r = poolkit("compare", DATA, "--task", "sts", "--strategies", "meen", cwd=tmp_path)
+    one_error_line(r, 2, "`--strategies` to be", "Closest valid name: mean.")
