@@ -219,7 +219,7 @@ def test_clear_error_without_onnxruntime(tmp_path, minilm_dir):
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert last == (
-        "poolkit._errors.MissingExtraError: The ONNX backend needs onnxruntime, which is not "
+        "poolkit.errors.MissingDependencyError: The ONNX backend needs onnxruntime, which is not "
         "installed: pip install 'poolkit[onnx]'"
     )
     assert not (tmp_path / "onnx").exists()

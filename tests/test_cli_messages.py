@@ -189,7 +189,7 @@ def test_missing_extra_in_the_library(tmp_path):
     assert result.stdout.splitlines() == [
         "RayNotInstalledError poolkit.ray needs Ray Data, which is not installed: "
         "pip install 'poolkit[ray]'",
-        "MissingExtraError The ONNX backend needs onnxruntime, which is not installed: "
+        "MissingDependencyError The ONNX backend needs onnxruntime, which is not installed: "
         "pip install 'poolkit[onnx]'",
     ]
 

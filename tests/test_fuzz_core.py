@@ -158,7 +158,11 @@ def test_layer_mix(case, layers):
     except (ValueError, TypeError) as err:
         assert names_an_argument(err, args), f"message names none of {args}: {err}"
     else:
-        arr = out.float().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, float)
+        arr = (
+            out.detach().float().numpy()
+            if isinstance(out, torch.Tensor)
+            else np.asarray(out, float)
+        )
         assert not np.isfinite(arr).all(), "non-finite input came out finite"
 
 

@@ -8,11 +8,6 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from poolkit.errors import MissingDependencyError
-
-# The family's kind for a missing optional dependency (poolkit.MissingDependencyError).
-MissingExtraError = MissingDependencyError
-
 
 def expected(arg: str, what: str, got: object, fix: str = "") -> str:
     """Build the standard message: names the argument, the expectation and the input."""

@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import MissingExtraError, expected, missing_extra
-from poolkit.errors import ExportError
+from poolkit._errors import expected, missing_extra
+from poolkit.errors import ExportError, MissingDependencyError
 from poolkit.io.integrity import IntegrityWarning, file_digest
 
 __all__ = ["OnnxBackend", "OnnxRunner", "default_threads", "load_onnx_runner", "onnx_cache_root"]
@@ -60,7 +60,9 @@ def _import_ort() -> Any:
     try:
         import onnxruntime
     except ImportError as exc:
-        raise MissingExtraError(missing_extra("The ONNX backend", "onnxruntime", "onnx")) from exc
+        raise MissingDependencyError(
+            missing_extra("The ONNX backend", "onnxruntime", "onnx")
+        ) from exc
     return onnxruntime
 
 
@@ -68,7 +70,7 @@ def _import_onnx() -> Any:
     try:
         import onnx
     except ImportError as exc:
-        raise MissingExtraError(missing_extra("Exporting to ONNX", "onnx", "onnx")) from exc
+        raise MissingDependencyError(missing_extra("Exporting to ONNX", "onnx", "onnx")) from exc
     return onnx
 
 

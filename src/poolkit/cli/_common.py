@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from poolkit._errors import MissingExtraError, missing_extra, with_flags
+from poolkit._errors import missing_extra, with_flags
+from poolkit.errors import MissingDependencyError
 from poolkit.model_info import DEFAULT_MODEL
 
 __all__ = [
@@ -24,7 +25,7 @@ __all__ = [
 # Errors the user can fix by changing the command line, the input or the installed extras
 # (nothing has run yet): exit status 2.
 _USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-                 MissingExtraError)  # fmt: skip
+                 MissingDependencyError)  # fmt: skip
 
 # Library messages name arguments (`text_column`); the command line names their flags.
 ARGUMENT_FLAGS = {"text_column": "--text-column", "fmt": "--input-format"}
@@ -55,14 +56,14 @@ def flag_message(error: BaseException, flags: dict[str, str]) -> str:
 
 
 def require_extra(flag: str, module: str, package: str, extra: str) -> None:
-    """Import ``module`` or raise :class:`MissingExtraError`: "FLAG needs PACKAGE, which is
+    """Import ``module`` or raise :class:`MissingDependencyError`: "FLAG needs PACKAGE, which is
     not installed: pip install 'poolkit[EXTRA]'" (exit status 2), before any work starts."""
     import importlib
 
     try:
         importlib.import_module(module)
     except ImportError:
-        raise MissingExtraError(missing_extra(flag, package, extra)) from None
+        raise MissingDependencyError(missing_extra(flag, package, extra)) from None
 
 
 def guess_note(info: Any, then: str = "using {pooling} — pass --strategy to choose") -> str:

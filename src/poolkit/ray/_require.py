@@ -8,14 +8,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-from poolkit._errors import MissingExtraError, missing_extra
+from poolkit._errors import missing_extra
+from poolkit.errors import MissingDependencyError
 
 __all__ = ["INSTALL_HINT", "RayNotInstalledError", "quiet_remote_args_notice", "require_ray"]
 
 INSTALL_HINT = "pip install 'poolkit[ray]'"
 
 
-class RayNotInstalledError(MissingExtraError):
+class RayNotInstalledError(MissingDependencyError):
     """Ray Data is not installed; the message names the install command."""
 
 
