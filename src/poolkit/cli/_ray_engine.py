@@ -183,10 +183,12 @@ def run(args: argparse.Namespace) -> int:
             pooling: dict[str, Any] = {"normalize": args.normalize}
         else:
             pooling = {"recipe": wanted}
+        # One Embedder call per read block (batch_size=None): the same texts share a batch
+        # as in a one-machine run with the same --chunk-size, whatever order blocks arrive in.
         # Reads and writes ask for 0 CPUs here: the pool may hold every CPU (spare_cpus=0).
         ds = embed_dataset(
             corpus.dataset(block), args.model, text_column="text", keep_text=False,
-            workers=workers, cpus_per_worker=cpus, batch_size=block, spare_cpus=0,
+            workers=workers, cpus_per_worker=cpus, batch_size=None, spare_cpus=0,
             **pooling, **options,
         )  # fmt: skip
         remote = "://" in output

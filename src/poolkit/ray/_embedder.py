@@ -178,7 +178,7 @@ def embed_dataset(
     workers: int | None = None,
     cpus_per_worker: float = 1,
     gpus_per_worker: float = 0,
-    batch_size: int = 256,
+    batch_size: int | None = 256,
     fn: type[Embedder] | None = None,
     spare_cpus: float = 1,
     **options: Any,
@@ -205,7 +205,11 @@ def embed_dataset(
             actors as :class:`poolkit.Recipe` values.
         workers: actors in the pool; ``None``: cluster CPUs // ``cpus_per_worker``.
         batch_size: rows per ``Embedder`` call (poolkit batches them by token budget
-            inside it).
+            inside it); ``None``: one call per block of ``ds`` as it comes. Ray re-cuts
+            blocks into ``batch_size`` rows in arrival order, so which texts share a call
+            varies from run to run; with ``None`` it is fixed by the blocks. That matters
+            for ``quantize="int8"``, whose activations are quantised per batch (a vector
+            moves by up to ~0.03 with its batch-mates); float vectors only round differently.
         fn: a subclass of :class:`Embedder` to run instead (e.g. one adding columns).
         spare_cpus: CPUs left to the dataset's other stages (see above); 0 when every
             other stage asks for none (e.g. ``ray_remote_args={"num_cpus": 0}``).
@@ -231,8 +235,10 @@ def embed_dataset(
         raise ValueError(f"Expected `cpus_per_worker` to be positive, but got {cpus_per_worker!r}.")
     if not spare_cpus >= 0:
         raise ValueError(f"Expected `spare_cpus` to be 0 or more, but got {spare_cpus!r}.")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"Expected `batch_size` to be a positive integer, but got {batch_size!r}.")
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(
+            f"Expected `batch_size` to be a positive integer or None, but got {batch_size!r}."
+        )
     if fn is not None and not (isinstance(fn, type) and issubclass(fn, Embedder)):
         raise TypeError(f"Expected `fn` to be a subclass of Embedder, but got {fn!r}.")
     if not ray.is_initialized():
