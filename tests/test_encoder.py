@@ -112,15 +112,18 @@ def test_chunk_mode_stitches_windows(minilm_dir):
     )
 
 
+@pytest.mark.parametrize("append_eos", [None, True])
 @pytest.mark.parametrize("name", ["gpt2", "gpt2_left"])
-def test_decoder_gets_eos_and_padding_does_not_matter(tiny_dirs, name):
-    enc = Encoder(tiny_dirs[name])
+def test_decoder_eos_as_asked_and_padding_does_not_matter(tiny_dirs, name, append_eos):
+    # Default (None): the tokenizer's own template, as the model's pipeline tokenizes;
+    # append_eos=True adds the EOS on purpose.
+    enc = Encoder(tiny_dirs[name], append_eos=append_eos)
     eos = enc.tokenizer.eos_token_id
     texts = ["a cat sat on the mat", "John", "The quick brown fox jumps over the lazy dog."]
     rows = _rows(enc, texts)
     for text, (ids, hidden) in zip(texts, rows, strict=True):
-        ref_ids, ref_hidden, _ = _hf_alone(tiny_dirs[name], text, 64, add_eos=True)
-        assert ids == ref_ids and ids[-1] == eos
+        ref_ids, ref_hidden, _ = _hf_alone(tiny_dirs[name], text, 64, add_eos=bool(append_eos))
+        assert ids == ref_ids and (ids[-1] == eos) == bool(append_eos)
         np.testing.assert_allclose(hidden, ref_hidden, atol=1e-5)
     (b,) = list(enc.iter_batches(texts))
     pad_first = b.attention_mask[:, 0] == 0

@@ -96,3 +96,219 @@ def build_all(root: Path) -> dict[str, Path]:
     cfg["padding_side"] = "left"
     _write(left / "tokenizer_config.json", cfg)
     return {"bert_plain": plain, "bert_cls": cls, "gpt2": gpt2, "gpt2_left": left}
+
+
+# --- model families, each saved by sentence-transformers itself ----------------------------
+#
+# ``build_family(name, dest)`` writes a real sentence-transformers folder: a tiny random
+# transformer (2 layers, hidden 32), a tokenizer trained here with the ``tokenizers``
+# library in the family's style, and the pipeline modules saved by
+# ``SentenceTransformer(modules=[...]).save``. ``FAMILIES`` lists the names.
+
+FAMILY_CORPUS = [
+    *CORPUS[:4],
+    "query: how do cats sleep? passage: Cats sleep sixteen hours a day.",
+    "Représentation des phrases — naïve café, façade, Zürich.",
+    "東京は日本の首都です。 北京欢迎你",
+    "Emoji 🙂 and 🚀 in text, numbers 12345 and URLs like example.com/a?b=c.",
+    "Instruct: Given a web search query, retrieve relevant passages. Query: what is pooling",
+] * 10
+
+MAX_SEQ = 24  # small, so that long test texts are truncated
+
+
+def _wordpiece(template: tuple[str, str], specials: list[str], lowercase: bool) -> object:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]" if "[UNK]" in specials else "<unk>"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(FAMILY_CORPUS, trainers.WordPieceTrainer(vocab_size=400,
+                                                                     special_tokens=specials))  # fmt: skip
+    first, last = template
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{first} $A {last}", pair=f"{first} $A {last} $B {last}",
+        special_tokens=[(first, tok.token_to_id(first)), (last, tok.token_to_id(last))],
+    )  # fmt: skip
+    return tok
+
+
+def _byte_bpe(template: str | None, specials: list[str], prefix_space: bool) -> object:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(FAMILY_CORPUS, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    if template == "roberta":
+        tok.post_processor = processors.RobertaProcessing(
+            ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
+            add_prefix_space=prefix_space, trim_offsets=True,
+        )  # fmt: skip
+    elif template is not None:  # a decoder whose tokenizer appends an end token
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"$A {template}", pair=f"$A $B {template}",
+            special_tokens=[(template, tok.token_to_id(template))],
+        )  # fmt: skip
+    return tok
+
+
+def _unigram(first: str | None, last: str, specials: list[str]) -> object:
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.train_from_iterator(FAMILY_CORPUS, trainers.UnigramTrainer(
+        vocab_size=300, special_tokens=specials, unk_token="<unk>"))  # fmt: skip
+    single = f"{first} $A {last}" if first else f"$A {last}"
+    pair = f"{first} $A {last} $B {last}" if first else f"$A {last} $B {last}"
+    names = [t for t in (first, last) if t]
+    tok.post_processor = processors.TemplateProcessing(
+        single=single, pair=pair, special_tokens=[(t, tok.token_to_id(t)) for t in names]
+    )
+    return tok
+
+
+def _fast(tok: object, inputs: list[str], padding_side: str = "right", **special: str) -> object:
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_object=tok, model_input_names=inputs,
+                                   padding_side=padding_side, model_max_length=512, **special)  # fmt: skip
+
+
+_BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+_BERT_NAMES = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
+               "sep_token": "[SEP]", "mask_token": "[MASK]"}  # fmt: skip
+_S_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa order: pad id 1
+_S_NAMES = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>",
+            "cls_token": "<s>", "sep_token": "</s>", "mask_token": "<mask>"}  # fmt: skip
+_IDS, _IDS_TYPES = (
+    ["input_ids", "attention_mask"],
+    ["input_ids", "token_type_ids", "attention_mask"],
+)
+_SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "intermediate_size": 64}  # fmt: skip
+
+
+def _family_parts(name: str) -> tuple[object, object, str]:
+    """(config, tokenizer, intended pooling mode) of a family."""
+    import transformers as tf
+
+    if name == "bert_dense":
+        tok = _fast(_wordpiece(("[CLS]", "[SEP]"), _BERT_SPECIALS, True), _IDS_TYPES, **_BERT_NAMES)
+        return tf.BertConfig(vocab_size=400, max_position_embeddings=64, **_SMALL), tok, "mean"
+    if name == "distilbert":
+        tok = _fast(_wordpiece(("[CLS]", "[SEP]"), _BERT_SPECIALS, True), _IDS, **_BERT_NAMES)
+        cfg = tf.DistilBertConfig(vocab_size=400, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                                  max_position_embeddings=64)  # fmt: skip
+        return cfg, tok, "cls"
+    if name == "mpnet":
+        tok = _fast(_wordpiece(("<s>", "</s>"), _S_SPECIALS, True), _IDS, **_S_NAMES)
+        cfg = tf.MPNetConfig(vocab_size=400, max_position_embeddings=66, pad_token_id=1, **_SMALL)
+        return cfg, tok, "mean"
+    if name == "roberta":
+        tok = _fast(_byte_bpe("roberta", _S_SPECIALS, True), _IDS, **_S_NAMES)
+        cfg = tf.RobertaConfig(vocab_size=400, max_position_embeddings=66, pad_token_id=1,
+                               type_vocab_size=1, **_SMALL)  # fmt: skip
+        return cfg, tok, "max"
+    if name == "xlmr":
+        tok = _fast(_unigram("<s>", "</s>", _S_SPECIALS), _IDS, **_S_NAMES)
+        cfg = tf.XLMRobertaConfig(vocab_size=300, max_position_embeddings=66, pad_token_id=1,
+                                  type_vocab_size=1, **_SMALL)  # fmt: skip
+        return cfg, tok, "mean_sqrt_len_tokens"
+    if name == "deberta_v2":
+        specials = ["[PAD]", "[CLS]", "[SEP]", "<unk>", "[MASK]"]
+        names = {**_BERT_NAMES, "unk_token": "<unk>"}
+        tok = _fast(_unigram("[CLS]", "[SEP]", specials), _IDS_TYPES, **names)
+        cfg = tf.DebertaV2Config(vocab_size=300, max_position_embeddings=64, pad_token_id=0,
+                                 relative_attention=True, position_buckets=16,
+                                 pos_att_type=["p2c", "c2p"], **_SMALL)  # fmt: skip
+        return cfg, tok, "weightedmean"
+    if name == "modernbert":
+        tok = _fast(_byte_bpe("roberta", _S_SPECIALS, True), _IDS, **_S_NAMES)
+        cfg = tf.ModernBertConfig(vocab_size=400, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64,
+                                  max_position_embeddings=64, pad_token_id=1, bos_token_id=0,
+                                  eos_token_id=2, cls_token_id=0, sep_token_id=2,
+                                  global_attn_every_n_layers=2, local_attention=16)  # fmt: skip
+        return cfg, tok, "mean"
+    if name == "t5":
+        specials = ["<pad>", "</s>", "<unk>"]
+        tok = _fast(_unigram(None, "</s>", specials), _IDS,
+                    pad_token="<pad>", eos_token="</s>", unk_token="<unk>")  # fmt: skip
+        cfg = tf.T5Config(vocab_size=300, d_model=32, d_kv=16, d_ff=64, num_layers=2,
+                          num_heads=2, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)  # fmt: skip
+        return cfg, tok, "mean"
+    if name in ("qwen3", "qwen3_eos"):
+        eos = "<|endoftext|>"
+        specials = [eos, "<|im_start|>", "<|im_end|>"]
+        tok = _fast(_byte_bpe(eos if name == "qwen3_eos" else None, specials, False), _IDS,
+                    "left", eos_token=eos, pad_token=eos, unk_token=eos)  # fmt: skip
+        cfg = tf.Qwen3Config(vocab_size=400, hidden_size=32, num_hidden_layers=2,
+                             num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                             intermediate_size=64, max_position_embeddings=64,
+                             eos_token_id=0, pad_token_id=0, bos_token_id=None)  # fmt: skip
+        return cfg, tok, "lasttoken"
+    raise KeyError(name)
+
+
+FAMILIES = ("bert_dense", "distilbert", "mpnet", "roberta", "xlmr", "deberta_v2", "modernbert",
+            "t5", "qwen3", "qwen3_eos")  # fmt: skip
+
+# name -> (prompts, default prompt name, include_prompt)
+_PROMPTS = {
+    "qwen3": ({"query": "Instruct: retrieve passages\nQuery: ", "document": ""}, "query", False),
+    "qwen3_eos": ({"query": "Instruct: retrieve passages\nQuery: "}, None, False),
+    "bert_dense": ({"query": "query: ", "passage": "passage: "}, None, False),
+    "xlmr": ({"query": "query: ", "passage": "passage: "}, None, True),
+}
+
+
+def build_family(name: str, dest: Path) -> Path:
+    """Write the sentence-transformers folder of family ``name`` to ``dest``."""
+    import transformers as tf
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import LayerNorm, Pooling
+
+    config, tokenizer, mode = _family_parts(name)
+    raw = dest.parent / f"{dest.name}-hf"
+    torch.manual_seed(0)
+    model_cls = tf.T5EncoderModel if name == "t5" else tf.AutoModel.from_config(config).__class__
+    model_cls(config).eval().save_pretrained(raw)
+    tokenizer.save_pretrained(raw)
+    transformer = Transformer(str(raw), max_seq_length=MAX_SEQ)
+    prompts, default, include = _PROMPTS.get(name, ({}, None, True))
+    modules: list[object] = [transformer,
+                             Pooling(32, pooling_mode=mode, include_prompt=include)]  # fmt: skip
+    torch.manual_seed(1)
+    if name == "bert_dense":
+        modules += [Dense(32, 16), Normalize()]
+    elif name == "t5":  # sentence-t5: mean, Dense without bias or activation, Normalize
+        modules += [Dense(32, 24, bias=False, activation_function=torch.nn.Identity()),
+                    Normalize()]  # fmt: skip
+    elif name == "mpnet":
+        modules += [Dense(32, 32, activation_function=torch.nn.GELU()), LayerNorm(32)]
+        for p in modules[-1].parameters():  # a trained-looking LayerNorm, not ones and zeros
+            torch.nn.init.normal_(p)
+    elif name == "roberta":
+        modules += [Dense(32, 16, activation_function=torch.nn.ReLU(), use_residual=True)]
+    else:
+        modules += [Normalize()]
+    st = SentenceTransformer(modules=modules, device="cpu", prompts=prompts,
+                             default_prompt_name=default)  # fmt: skip
+    st.save(str(dest))
+    shutil.rmtree(raw)
+    return dest

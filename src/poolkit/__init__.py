@@ -15,6 +15,7 @@ from poolkit.errors import (
     InputError,
     MissingDependencyError,
     ModelNotFoundError,
+    PipelineError,
     PoolkitError,
 )
 from poolkit.layers import LAYER_PRESETS, layer_mix
@@ -46,6 +47,7 @@ __all__ = [
     "MissingDependencyError",
     "ModelInfo",
     "ModelNotFoundError",
+    "PipelineError",
     "PoolkitError",
     "Recipe",
     "RecipeError",

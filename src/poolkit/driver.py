@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
 __all__ = [
@@ -73,11 +74,13 @@ def drive(
     max_batch_tokens: int | None = None,
     is_split_into_words: bool = False,
     progress: Callable[[int], None] | None = None,
+    prompt: str | None = None,
 ) -> EmbedStats:
     """Run ``encoder`` over ``inputs`` and hand every batch to ``on_batch``.
 
     ``inputs`` are ``N`` texts (or word lists with ``is_split_into_words``);
-    ``progress`` is called with the rows finished after each batch. Returns the
+    ``progress`` is called with the rows finished after each batch; ``prompt`` goes before
+    every input (:meth:`poolkit.Encoder.iter_batches`). Returns the
     :class:`EmbedStats` of the run (``dims`` left for the caller).
     """
     start = time.perf_counter()
@@ -91,6 +94,7 @@ def drive(
         long_text=long_text,
         max_batch_tokens=max_batch_tokens,
         is_split_into_words=is_split_into_words,
+        prompt=prompt,
     ):
         on_batch(batch)
         stats.num_tokens += int(batch.attention_mask.sum())
@@ -168,12 +172,26 @@ def check_no_empty_rows(batch: Any) -> None:
         )
 
 
+def check_prompt_left_tokens(batch: Any) -> None:
+    """ValueError naming the texts with no token left once the prompt is kept out of pooling
+    (the model's pipeline would give them a zero vector)."""
+    empty = np.flatnonzero(~(batch.pool_mask != 0).any(axis=1))
+    if empty.size:
+        rows = ", ".join(str(int(batch.indices[j])) for j in empty[:5])
+        raise InputError(
+            f"Expected every text to keep at least one token after the prompt, which the "
+            f"model keeps out of pooling (include_prompt: false), but texts {rows} keep none "
+            "(empty, or merged into the prompt's last token). Remove them or pass prompt=''."
+        )
+
+
 def sequence_vectors(
     views: LayerViews,
     recipes: Iterable[Recipe],
     *,
     model_normalize: bool,
     empty: str = "raise",
+    heads: Mapping[Recipe, Any] | None = None,
 ) -> dict[Recipe, np.ndarray]:
     """Every sequence recipe for one batch: float32 ``(B, D_r)`` NumPy, batch row order.
 
@@ -181,14 +199,20 @@ def sequence_vectors(
     :func:`poolkit.sequence.pool_named` call (the recipe validated the names) over all the names it needs; a recipe's parts
     are concatenated in its order, then L2-normalised as the recipe resolves it against
     ``model_normalize``. ``empty="raise"`` refuses rows with no token left after dropping
-    special tokens; ``"zeros"`` gives zeros there (what ``compare`` scores).
+    special tokens; ``"zeros"`` gives zeros there (what ``compare`` scores). ``heads``
+    maps a recipe to the :class:`poolkit.head.Head` applied to its pooled vectors before
+    that normalisation (absent: none). Pooling uses ``batch.pool_mask`` when the batch has
+    one (prompt tokens left out), else ``batch.attention_mask``.
     """
     from poolkit.sequence import pool_named
 
     recipes = list(recipes)
     batch = views.batch
+    mask = batch.attention_mask if batch.pool_mask is None else batch.pool_mask
     if empty == "raise" and any(drop for r in recipes for _, drop in r.parts):
         check_no_empty_rows(batch)
+    if empty == "raise" and batch.pool_mask is not None:
+        check_prompt_left_tokens(batch)
     wanted: dict[tuple[Any, str, bool], list[str]] = {}
     owner: dict[tuple[Any, str, bool], Recipe] = {}
     for r in recipes:
@@ -204,7 +228,7 @@ def sequence_vectors(
         pooled = to_float32_numpy(
             pool_named(
                 hidden,
-                batch.attention_mask,
+                mask,
                 tuple(names),
                 special_tokens_mask=batch.special_tokens_mask if drop else None,
                 exclude_special=drop,
@@ -218,5 +242,10 @@ def sequence_vectors(
     for r in recipes:
         parts = [pieces[(r.layers, r.layer_how, drop, name)] for name, drop in r.parts]
         vec = np.ascontiguousarray(parts[0]) if len(parts) == 1 else np.concatenate(parts, -1)
+        head = heads.get(r) if heads else None
+        if head is not None:
+            from poolkit.head import apply_head
+
+            vec = apply_head(head, vec, normalize=False).astype(np.float32, copy=False)
         out[r] = l2_normalize(vec) if r.resolved_normalize(model_normalize) else vec
     return out

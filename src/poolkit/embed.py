@@ -33,6 +33,7 @@ from poolkit.driver import (
     warn_truncated,
 )
 from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens, check_texts
+from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
 from poolkit.recipe import Recipe
 
 __all__ = [
@@ -252,6 +253,9 @@ def embed(
     dtype: Any = None,
     return_stats: bool = False,
     progress: Callable[[int], None] | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    pipeline: str = "full",
 ) -> Any:
     """Embed texts, one vector each, with the model's intended pooling by default.
 
@@ -278,6 +282,17 @@ def embed(
         device, dtype: for loading the model (see :class:`Encoder`).
         return_stats: also return an :class:`EmbedStats`.
         progress: called with the number of texts finished after each batch.
+        prompt_name: one of the model's prompts (``config_sentence_transformers.json``),
+            e.g. ``"query"``; ``None``: the model's ``default_prompt_name``, if any.
+        prompt: a prompt text of your own (``""``: none, not even the default); not
+            together with ``prompt_name``. The prompt goes before each text, tokenized
+            with it; ``include_prompt: false`` in the model's pooling config keeps its
+            tokens out of pooling, as the model's pipeline does.
+        pipeline: ``"full"`` applies the modules after pooling (``Dense``, ``LayerNorm``,
+            ``Normalize``) to every recipe; a recipe whose width a ``Dense`` cannot take,
+            or a module poolkit cannot apply, raises :class:`~poolkit.PipelineError`.
+            ``"pooled"``: the pooled vectors, before any of them (``normalize=None``
+            then means no normalisation).
 
     Returns:
         float32 NumPy ``(N, D)`` in input order, or for a list a dict name ->
@@ -286,6 +301,7 @@ def embed(
     """
     texts = check_inputs(texts)
     check_batch_tokens(max_batch_tokens)  # before the model loads
+    check_pipeline(pipeline)
     wanted, as_dict = resolve_recipes(strategy, recipe, layers=layers, layer_how=layer_how,
                                       exclude_special=exclude_special, normalize=normalize)  # fmt: skip
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
@@ -294,7 +310,8 @@ def embed(
         wanted = {pooling: Recipe(pooling, layers=layers, layer_how=layer_how,
                                   exclude_special=exclude_special, normalize=normalize)}  # fmt: skip
     result, stats = embed_recipes(texts, encoder, wanted, long_text=long_text,
-                                  max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
+                                  max_batch_tokens=max_batch_tokens, progress=progress,
+                                  prompt_name=prompt_name, prompt=prompt, pipeline=pipeline)  # fmt: skip
     warn_truncated(stats)
     out: Any = result if as_dict else next(iter(result.values()))
     return (out, stats) if return_stats else out
@@ -309,19 +326,28 @@ def embed_recipes(
     max_batch_tokens: int | None = None,
     progress: Callable[[int], None] | None = None,
     empty: str = "raise",
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    pipeline: str = "full",
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
     """Sequence vectors of checked ``texts`` for each recipe: ``{name: (N, D) float32}``.
 
     The one sequence path: :func:`embed`, the CLI, the Ray ``Embedder`` and ``poolkit
     compare`` call it, so a recipe gives the same vectors everywhere. ``empty`` as in
-    :func:`poolkit.driver.sequence_vectors`. No warning is raised here.
+    :func:`poolkit.driver.sequence_vectors`; ``prompt_name``, ``prompt`` and ``pipeline``
+    as in :func:`embed`, plus ``pipeline="fit"`` (``compare``): the modules after pooling
+    apply to the recipes whose width they take, the others get pooled vectors (see
+    :func:`head_plan`). No warning is raised here.
     """
     n = len(texts)
     out: dict[str, np.ndarray] = {}
+    text = resolve_prompt(encoder.info, prompt_name, prompt)
+    check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
+    heads, model_normalize, _ = head_plan(encoder, recipes, pipeline)
 
     def on_batch(batch: EncodedBatch) -> None:
         vectors = sequence_vectors(LayerViews(batch), recipes.values(), empty=empty,
-                                   model_normalize=encoder.info.normalize)  # fmt: skip
+                                   model_normalize=model_normalize, heads=heads)  # fmt: skip
         for name, r in recipes.items():
             arr = vectors[r]
             if name not in out:
@@ -329,21 +355,54 @@ def embed_recipes(
             out[name][batch.indices] = arr
 
     stats = drive(encoder, texts, on_batch, all_layers=any(r.all_layers for r in recipes.values()),
-                  long_text=long_text, max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
+                  long_text=long_text, max_batch_tokens=max_batch_tokens, progress=progress,
+                  prompt=text)  # fmt: skip
     for name, r in recipes.items():
         if name not in out:
-            out[name] = np.empty((0, _width(encoder, r)), np.float32)
+            width = _pooled_width(encoder, r)
+            head = heads.get(r)
+            out[name] = np.empty((0, head.out_dim(width) if head else width), np.float32)
     stats.dims = {k: int(v.shape[1]) for k, v in out.items()}
     return out, stats
 
 
-def _width(encoder: Encoder, recipe: Recipe) -> int:
-    """Output width of ``recipe`` on ``encoder``'s model (no texts to pool)."""
+def head_plan(
+    encoder: Encoder, recipes: Mapping[str, Recipe], pipeline: str
+) -> tuple[dict[Recipe, Any], bool, list[str]]:
+    """Which recipes get the model's modules after pooling: ``(heads, model_normalize,
+    pooled-only names)``.
+
+    ``"full"``: every recipe, checked first (:meth:`poolkit.head.Head.check` raises
+    :class:`~poolkit.PipelineError` for a module poolkit cannot apply or a width the
+    head cannot take); ``"pooled"``: none, and no model normalisation; ``"fit"``: the
+    recipes whose width the head takes, the names of the others listed.
+    """
+    if pipeline == "pooled":
+        return {}, False, list(recipes)
+    if pipeline not in ("full", "fit"):
+        check_pipeline(pipeline)
+    head = encoder.head
+    heads: dict[Recipe, Any] = {}
+    skipped: list[str] = []
+    for name, r in recipes.items():
+        width = _pooled_width(encoder, r)
+        if pipeline == "full":
+            head.check(width, name, encoder.info.reference)
+        elif head.refused or not head.fits(width):
+            skipped.append(name)
+            continue
+        if head.steps:
+            heads[r] = head
+    return heads, head.normalize, skipped
+
+
+def _pooled_width(encoder: Encoder, recipe: Recipe) -> int:
+    """Width of ``recipe``'s pooled vectors on ``encoder``'s model (before any head)."""
     hidden = encoder.info.hidden_size
     if hidden:
         return recipe.output_dim(int(hidden))
     # No hidden size in the config: a forward pass of one word says it.
-    probe, _ = embed_recipes(["x"], encoder, {"x": recipe})
+    probe, _ = embed_recipes(["x"], encoder, {"x": recipe}, pipeline="pooled", prompt="")
     return int(probe["x"].shape[1])
 
 
@@ -360,10 +419,14 @@ def embed_tokens(
     dtype: Any = None,
     return_stats: bool = False,
     progress: Callable[[int], None] | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
 ) -> Any:
     """Per text: its tokens, their character offsets and vectors; special tokens removed.
 
-    ``max_batch_tokens``, ``return_stats`` and ``progress`` as for :func:`embed`.
+    ``max_batch_tokens``, ``return_stats``, ``progress``, ``prompt_name`` and ``prompt``
+    as for :func:`embed`: a prompt's tokens shape the others' vectors but are not
+    returned, and offsets index the user's text.
 
     Returns:
         ``N`` :class:`TokenVectors` in input order; text ``i`` has ``n_i`` tokens
@@ -375,12 +438,16 @@ def embed_tokens(
     check_batch_tokens(max_batch_tokens)
     mix = Recipe(layers=layers, layer_how=layer_how)  # validates the layer choice once
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
+    text = resolve_prompt(encoder.info, prompt_name, prompt)
     result: list[TokenVectors | None] = [None] * len(texts)
 
     def on_batch(batch: EncodedBatch) -> None:
         hidden = LayerViews(batch)[mix]
-        per_row = token_embeddings(hidden, batch.special_tokens_mask, batch.attention_mask)
-        keep = (batch.attention_mask != 0) & ~batch.special_tokens_mask
+        drop = batch.special_tokens_mask
+        if batch.prompt_mask is not None:
+            drop = drop | batch.prompt_mask  # the prompt's tokens are not the user's text
+        per_row = token_embeddings(hidden, drop, batch.attention_mask)
+        keep = (batch.attention_mask != 0) & ~drop
         for j, i in enumerate(batch.indices):
             ids = batch.input_ids[j][keep[j]]
             result[i] = TokenVectors(
@@ -390,7 +457,7 @@ def embed_tokens(
             )
 
     stats = drive(encoder, texts, on_batch, all_layers=mix.all_layers, long_text=long_text,
-                  max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
+                  max_batch_tokens=max_batch_tokens, progress=progress, prompt=text)  # fmt: skip
     warn_truncated(stats)
     return (result, stats) if return_stats else result
 
@@ -410,6 +477,8 @@ def embed_words(
     dtype: Any = None,
     return_stats: bool = False,
     progress: Callable[[int], None] | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
 ) -> Any:
     """Word vectors for pre-split words (CoNLL style), pooled from sub-tokens.
 
@@ -420,6 +489,8 @@ def embed_words(
         recipe: a word-level :class:`Recipe` or its name (``"first"``, ``"word:mean@last4"``);
             not together with ``strategy``/``layers``/``layer_how``.
         max_batch_tokens, return_stats, progress: as for :func:`embed`.
+        prompt_name, prompt: as for :func:`embed`; the prompt's words go first (split
+            on whitespace) and get no row.
 
     Returns:
         ``N`` float32 arrays ``(W_i, D)`` in input order, one row per word. A word with no
@@ -431,6 +502,7 @@ def embed_words(
     check_batch_tokens(max_batch_tokens)
     r = _one_recipe("word", strategy, recipe, layers, layer_how)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
+    text = resolve_prompt(encoder.info, prompt_name, prompt)
     result: list[np.ndarray | None] = [None] * len(words)
     normalize = r.resolved_normalize(encoder.info.normalize)
 
@@ -447,7 +519,7 @@ def embed_words(
 
     stats = drive(encoder, words, on_batch, all_layers=r.all_layers, long_text=long_text,
                   max_batch_tokens=max_batch_tokens, is_split_into_words=True,
-                  progress=progress)  # fmt: skip
+                  progress=progress, prompt=text)  # fmt: skip
     warn_truncated(stats, "word lists")
     return (result, stats) if return_stats else result
 
@@ -578,6 +650,8 @@ def embed_spans(
     return_token_spans: bool = False,
     return_stats: bool = False,
     progress: Callable[[int], None] | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
 ) -> Any:
     """Span vectors from character spans in raw text.
 
@@ -595,6 +669,8 @@ def embed_spans(
             tokenized text, [CLS] = 0).
         max_batch_tokens, return_stats, progress: as for :func:`embed`; texts cut by
             truncation warn with :class:`TruncationWarning`.
+        prompt_name, prompt: as for :func:`embed`; ``char_spans`` still index the user's
+            text, and token spans count the prompt's tokens (positions in the model input).
 
     Returns:
         ``N`` float32 arrays ``(S_i, D)`` in input order (then the ``N`` int64 ``(S_i, 2)``
@@ -611,6 +687,7 @@ def embed_spans(
     r = _one_recipe("span", strategy, recipe, layers, layer_how)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     normalize = r.resolved_normalize(encoder.info.normalize)
+    text = resolve_prompt(encoder.info, prompt_name, prompt)
     result: list[np.ndarray | None] = [None] * len(texts)
     token_spans: list[np.ndarray | None] = [None] * len(texts)
 
@@ -634,7 +711,7 @@ def embed_spans(
             result[i] = vecs[j, : counts[j]]
 
     stats = drive(encoder, texts, on_batch, all_layers=r.all_layers, long_text=long_text,
-                  max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
+                  max_batch_tokens=max_batch_tokens, progress=progress, prompt=text)  # fmt: skip
     warn_truncated(stats)
     out: tuple[Any, ...] = (result,)
     if return_token_spans:

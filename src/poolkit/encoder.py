@@ -44,13 +44,16 @@ class Tokenized:
     Per text ``i`` (``n_i`` tokens): ``ids[i]`` ``(n_i,)`` int64, ``offsets[i]``
     ``(n_i, 2)`` int64 half-open character offsets, ``word_ids[i]`` ``(n_i,)`` int64
     (word index; -1 where the tokenizer gives None), ``special[i]`` ``(n_i,)`` bool
-    (special tokens typed inside the text, e.g. a literal ``[SEP]``).
+    (special tokens typed inside the text, e.g. a literal ``[SEP]``). With a prompt,
+    ``prompt[i]`` ``(n_i,)`` bool marks the prompt's tokens (offsets ``(0, 0)``, word id
+    -1: offsets and word ids refer to the user's text); else ``prompt`` is ``None``.
     """
 
     ids: list[np.ndarray]
     offsets: list[np.ndarray]
     word_ids: list[np.ndarray]
     special: list[np.ndarray]
+    prompt: list[np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -82,6 +85,10 @@ class EncodedBatch:
         truncated: ``(B,)`` bool, True where tokens were cut at the max length.
         num_tokens: ``(B,)`` int64, tokens of each text before truncation, specials
             included.
+        prompt_mask: ``(B, L)`` bool, True at the prompt's tokens; ``None`` without prompt.
+        pool_mask: ``(B, L)`` int64, the attention mask sequence pooling uses when it
+            differs from ``attention_mask`` (``include_prompt: false``: the prompt's first
+            ``prompt_length`` tokens zeroed, as the model's pipeline does); else ``None``.
     """
 
     indices: np.ndarray
@@ -94,6 +101,8 @@ class EncodedBatch:
     hidden_states: tuple[Any, ...] | None
     truncated: np.ndarray
     num_tokens: np.ndarray
+    prompt_mask: np.ndarray | None = None
+    pool_mask: np.ndarray | None = None
 
 
 CPU_BATCH_TOKENS = 2048
@@ -115,7 +124,8 @@ class Encoder:
             ``CPU_BATCH_TOKENS`` (2048) on the CPU, ``ACCELERATOR_BATCH_TOKENS`` (16384) else.
         max_batch_size: optional cap on rows per batch.
         append_eos: add the EOS token to every sequence when the tokenizer does not;
-            ``None``: only for decoder models whose intended pooling uses ``last``.
+            ``None`` (default): no, like the model's own pipeline (sentence-transformers
+            tokenizes with the tokenizer's template and adds nothing).
         backend: ``"torch"``, ``"onnx"`` (ONNX Runtime on the CPU, exported once and
             cached; :mod:`poolkit.backends.onnx`) or an object implementing :class:`Backend`.
         quantize: ``None`` or ``"int8"`` (dynamic int8; ``backend="onnx"`` only).
@@ -123,6 +133,7 @@ class Encoder:
 
     Attributes:
         info: the model's :class:`ModelInfo`.
+        head: the modules after pooling (:class:`poolkit.head.Head`).
         tokenizer: the fast tokenizer.
         max_length: effective max tokens per sequence.
     """
@@ -155,6 +166,10 @@ class Encoder:
         path = resolve_model(reference)
         self.tokenizer = load_tokenizer(path)
         self.info: ModelInfo = read_model_info(path, reference=reference, tokenizer=self.tokenizer)
+        from poolkit.head import read_head
+
+        # The modules after pooling (Dense, LayerNorm, Normalize), applied by embed.
+        self.head = read_head(path)
         limit = max_length if max_length is not None else self.info.max_length
         if limit is None:
             raise ValueError(
@@ -163,8 +178,6 @@ class Encoder:
         self.max_length = int(limit)
         self.max_batch_size = max_batch_size
         self._prefix, self._suffix = self._template()
-        if append_eos is None:
-            append_eos = self.info.is_decoder and "last" in self.info.pooling.split("+")
         eos = self.tokenizer.eos_token_id
         if append_eos and eos is not None and (not self._suffix or self._suffix[-1] != eos):
             self._suffix = [*self._suffix, int(eos)]
@@ -221,22 +234,45 @@ class Encoder:
     # -- stage 1: tokenization -------------------------------------------------------
 
     def tokenize(
-        self, texts: Sequence[str] | Sequence[Sequence[str]], *, is_split_into_words: bool = False
+        self,
+        texts: Sequence[str] | Sequence[Sequence[str]],
+        *,
+        is_split_into_words: bool = False,
+        prompt: str | None = None,
     ) -> Tokenized:
         """Tokenize without special tokens and without truncation.
 
         Args:
             texts: ``N`` strings, or with ``is_split_into_words=True`` ``N`` lists of words.
+            prompt: text put before each text (as the model's pipeline does: ``prompt +
+                text``, tokenized together; for word lists, the prompt's words first).
 
         Returns:
             :class:`Tokenized` with ``N`` entries.
         """
-        return self._tokenize(check_texts(texts, is_split_into_words), is_split_into_words)
+        items = check_texts(texts, is_split_into_words)
+        return self._tokenize(items, is_split_into_words, prompt)
 
-    def _tokenize(self, texts: list[Any], is_split_into_words: bool) -> Tokenized:
+    def prompt_length(self, prompt: str) -> int:
+        """Tokens of ``prompt`` that ``include_prompt: false`` keeps out of pooling, counted
+        as sentence-transformers counts them: the prompt tokenized alone with the
+        tokenizer's template, less a trailing special token (so a leading [CLS]/BOS counts)."""
+        ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        n = len(ids)
+        if n and ids[-1] in set(self.tokenizer.all_special_ids):
+            n -= 1
+        return n
+
+    def _tokenize(
+        self, texts: list[Any], is_split_into_words: bool, prompt: str | None = None
+    ) -> Tokenized:
         """:meth:`tokenize` for inputs already checked by :func:`check_texts`."""
         if not texts:
             return Tokenized([], [], [], [])
+        words_before = prompt.split() if prompt and is_split_into_words else []
+        if prompt:
+            texts = [[*words_before, *t] for t in texts] if is_split_into_words else (
+                [prompt + t for t in texts])  # fmt: skip
         enc = self.tokenizer(
             list(texts),
             add_special_tokens=False,
@@ -245,14 +281,19 @@ class Encoder:
             return_token_type_ids=False,
             verbose=False,
         )
-        ids, offsets, word_ids, special = [], [], [], []
+        ids, offsets, word_ids, special, in_prompt = [], [], [], [], []
         for e in enc.encodings:
             row = np.asarray(e.ids, dtype=np.int64)
             ids.append(row)
-            offsets.append(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2))
-            word_ids.append(np.asarray([-1 if w is None else w for w in e.word_ids], np.int64))
+            off = np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2)
+            words = np.asarray([-1 if w is None else w for w in e.word_ids], np.int64)
             special.append(np.isin(row, self._special_ids))
-        return Tokenized(ids, offsets, word_ids, special)
+            if prompt:
+                off, words, mask = _strip_prompt(off, words, prompt, len(words_before))
+                in_prompt.append(mask & ~special[-1])
+            offsets.append(off)
+            word_ids.append(words)
+        return Tokenized(ids, offsets, word_ids, special, in_prompt if prompt else None)
 
     # -- stage 2 + 3: planning and forward ---------------------------------------------
 
@@ -265,6 +306,7 @@ class Encoder:
         is_split_into_words: bool = False,
         stride: int | None = None,
         max_batch_tokens: int | None = None,
+        prompt: str | None = None,
     ) -> Iterator[EncodedBatch]:
         """Run the model over ``texts`` in token-budget batches, longest first.
 
@@ -279,6 +321,9 @@ class Encoder:
                 vector comes from the window where it sits furthest from an edge).
             stride: window step for ``"chunk"``; default half a window.
             max_batch_tokens: token budget for this call; default the Encoder's.
+            prompt: text put before every text (see :meth:`tokenize`); its tokens count
+                towards ``max_length``. With ``include_prompt: false`` in the model's
+                pooling config, ``EncodedBatch.pool_mask`` leaves them out of pooling.
 
         Yields:
             :class:`EncodedBatch` per batch; every input row appears in exactly one batch.
@@ -295,7 +340,10 @@ class Encoder:
             items = check_texts(texts, is_split_into_words)
             if long_text == "truncate" and not is_split_into_words:
                 items = self._cap_long_texts(items)
-            tok = self._tokenize(items, is_split_into_words)
+            tok = self._tokenize(items, is_split_into_words, prompt)
+        skip = 0
+        if tok.prompt is not None and not self.info.include_prompt and prompt:
+            skip = self.prompt_length(prompt)
         n = len(tok)
         if n == 0:
             return
@@ -307,8 +355,11 @@ class Encoder:
         order = np.argsort(-lengths, kind="stable")
         budget = check_batch_tokens(max_batch_tokens) or self.max_batch_tokens
         for rows in self._plan(order, lengths, budget):
-            yield self._run(tok, rows, kept, truncated & (long_text == "truncate"),
-                            content + specials, all_layers, long_text, stride)  # fmt: skip
+            batch = self._run(tok, rows, kept, truncated & (long_text == "truncate"),
+                              content + specials, all_layers, long_text, stride)  # fmt: skip
+            if skip:
+                batch.pool_mask = _skip_first(batch.attention_mask, skip)
+            yield batch
 
     def _cap_long_texts(self, texts: list[str]) -> list[str]:
         """Texts far beyond the max length, cut to a prefix that yields the same kept tokens.
@@ -357,6 +408,7 @@ class Encoder:
         special = np.zeros((b, length), dtype=bool)
         offsets = np.zeros((b, length, 2), dtype=np.int64)
         word_ids = np.full((b, length), -1, dtype=np.int64)
+        in_prompt = np.zeros((b, length), dtype=bool)
         pos = np.arange(length)
         starts = (length - lens) if self._left else np.zeros(b, dtype=np.int64)
         mask = ((pos >= starts[:, None]) & (pos < (starts + lens)[:, None])).astype(np.int64)
@@ -371,8 +423,11 @@ class Encoder:
             special[j, a + p + k : a + p + k + s] = True
             offsets[j, a + p : a + p + k] = tok.offsets[i][:k]
             word_ids[j, a + p : a + p + k] = tok.word_ids[i][:k]
+            if tok.prompt is not None:
+                in_prompt[j, a + p : a + p + k] = tok.prompt[i][:k]
         return {"input_ids": ids, "attention_mask": mask, "special": special,
-                "offsets": offsets, "word_ids": word_ids}  # fmt: skip
+                "offsets": offsets, "word_ids": word_ids,
+                "prompt": in_prompt if tok.prompt is not None else None}  # fmt: skip
 
     def _inputs(self, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
         inputs = {"input_ids": ids, "attention_mask": mask}
@@ -413,6 +468,7 @@ class Encoder:
             hidden_states=layers,
             truncated=truncated[rows],
             num_tokens=num_tokens[rows],
+            prompt_mask=lay["prompt"],
         )
 
     def _chunked(
@@ -478,6 +534,34 @@ class Encoder:
             return t.reshape(-1, t.shape[-1]).index_select(0, idx).reshape(b, length, -1)
 
         return tuple(stitch(h) for h in out) if all_layers else stitch(out)
+
+
+def _strip_prompt(
+    offsets: np.ndarray, word_ids: np.ndarray, prompt: str, prompt_words: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Offsets and word ids of one prompted row made relative to the user's text.
+
+    Returns ``(offsets, word_ids, in_prompt)``: for a string, tokens ending inside the
+    prompt get offsets ``(0, 0)`` and word id -1, the others' offsets move back by
+    ``len(prompt)``; for a word list (``prompt_words`` > 0), the prompt's words get -1 and
+    the others' word ids move back by ``prompt_words`` (offsets are per word already).
+    """
+    if prompt_words:
+        in_prompt = (word_ids >= 0) & (word_ids < prompt_words)
+        return offsets, np.where(word_ids >= prompt_words, word_ids - prompt_words, -1), in_prompt
+    n = len(prompt)
+    in_prompt = (offsets[:, 1] <= n) & (offsets[:, 1] > 0)
+    shifted = np.maximum(offsets - n, 0)
+    shifted[in_prompt] = 0
+    first_word = int(word_ids[in_prompt].max()) + 1 if in_prompt.any() else 0
+    words = np.where(in_prompt | (word_ids < 0), -1, np.maximum(word_ids - first_word, 0))
+    return shifted, words, in_prompt
+
+
+def _skip_first(mask: np.ndarray, count: int) -> np.ndarray:
+    """``mask`` with each row's first ``count`` real positions zeroed (any padding side)."""
+    rank = np.cumsum(mask != 0, axis=1)
+    return np.where(rank > count, mask, 0).astype(mask.dtype)
 
 
 def check_batch_tokens(value: Any) -> int | None:

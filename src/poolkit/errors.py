@@ -9,6 +9,7 @@ kind also derives from the built-in exception it always was (``ValueError``,
 ``ModelNotFoundError``     a model reference that resolves to nothing
 ``ExportError``            a compiled (ONNX) export failed or failed its check
 ``MissingDependencyError`` an optional extra is not installed (names the pip command)
+``PipelineError``          a model pipeline module poolkit cannot apply (names the way out)
 =========================  ===================================================
 """
 
@@ -19,6 +20,7 @@ __all__ = [
     "InputError",
     "MissingDependencyError",
     "ModelNotFoundError",
+    "PipelineError",
     "PoolkitError",
 ]
 
@@ -44,3 +46,8 @@ class ExportError(PoolkitError, RuntimeError):
 
 class MissingDependencyError(PoolkitError, ImportError):
     """An optional dependency is missing; the message names the install command."""
+
+
+class PipelineError(PoolkitError, ValueError):
+    """A model's pipeline holds a module poolkit cannot apply to these vectors; the message
+    names the module and the way out (``pipeline="pooled"``)."""

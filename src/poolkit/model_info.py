@@ -100,7 +100,10 @@ class ModelInfo:
         include_prompt: whether prompt tokens take part in pooling (sentence-transformers).
         prompts: named prompts from ``config_sentence_transformers.json``.
         default_prompt_name: the prompt applied by default, if any.
-        ignored_modules: pipeline modules poolkit does not apply (e.g. ``Dense``).
+        ignored_modules: pipeline modules poolkit cannot apply (e.g. ``LSTM``): the model's
+            own vectors need ``pipeline="pooled"``, on purpose.
+        pipeline: every ``modules.json`` module in order, as
+            :class:`poolkit.head.PipelineStep` (what it does, applied or refused).
     """
 
     path: Path
@@ -123,6 +126,7 @@ class ModelInfo:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     ignored_modules: tuple[str, ...] = ()
+    pipeline: tuple[Any, ...] = ()
 
     def describe(self) -> list[tuple[str, str]]:
         """(label, value) rows for ``poolkit inspect``."""
@@ -138,13 +142,14 @@ class ModelInfo:
             ("pooling", f"{self.pooling} ({self.pooling_source})"),
             ("normalize", f"{'yes' if self.normalize else 'no'} ({self.normalize_source})"),
         ]
-        if self.prompts:
-            names = ", ".join(sorted(self.prompts))
-            rows.append(("prompts", f"{names} (default: {self.default_prompt_name})"))
-        if not self.include_prompt:
-            rows.append(("include prompt", "no"))
-        if self.ignored_modules:
-            rows.append(("not applied", ", ".join(self.ignored_modules)))
+        for k, step in enumerate(self.pipeline, 1):
+            rows.append((f"pipeline {k}", f"{step.module}: {step.what} [{step.status}]"))
+        for name, text in sorted(self.prompts.items()):
+            default = " (default)" if name == self.default_prompt_name else ""
+            rows.append((f"prompt {name}{default}", repr(text)))
+        if self.prompts or not self.include_prompt:
+            effect = "pooled with the text" if self.include_prompt else "excluded from pooling"
+            rows.append(("prompt tokens", f"{effect} (1_Pooling include_prompt)"))
         return rows
 
 
@@ -277,14 +282,15 @@ def read_model_info(
     pooling: tuple[str, str] | None = None
     normalize, normalize_source = False, "no Normalize module"
     include_prompt = True
-    ignored: list[str] = []
+    pipeline: tuple[Any, ...] = ()
+    refused: tuple[str, ...] = ()
     modules_path = root / "modules.json"
     if modules_path.is_file():
+        from poolkit.head import read_head
+
         modules = _read_json(modules_path)
-        normalize_source = "modules.json: no Normalize module"
         for entry in modules:
-            kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
-            if kind == "Pooling":
+            if str(entry.get("type", "")).rsplit(".", 1)[-1] == "Pooling":
                 sub = _module_path(entry)
                 cfg_path = root / sub / "config.json"
                 if cfg_path.is_file():
@@ -292,10 +298,13 @@ def read_model_info(
                     rel = f"{sub}/config.json" if sub else "config.json"
                     pooling = _pooling_from_config(cfg, rel)
                     include_prompt = bool(cfg.get("include_prompt", True))
-            elif kind == "Normalize":
-                normalize, normalize_source = True, "modules.json: Normalize module"
-            elif kind not in ("Transformer", "StaticEmbedding"):
-                ignored.append(f"{kind} ({_module_path(entry) or 'root'})")
+        head = read_head(root, weights=False)
+        pipeline, refused = head.pipeline, tuple(s.module for s in head.refused)
+        normalize = head.normalize
+        normalize_source = (
+            "modules.json: Normalize module last" if normalize
+            else "modules.json: no Normalize module last"
+        )  # fmt: skip
 
     if pooling is not None:
         strategy, source = pooling
@@ -364,7 +373,8 @@ def read_model_info(
         include_prompt=include_prompt,
         prompts=prompts,
         default_prompt_name=default_prompt,
-        ignored_modules=tuple(ignored),
+        ignored_modules=refused,
+        pipeline=pipeline,
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TorchBackend", "pick_device", "torch_dtype"]
+__all__ = ["TorchBackend", "model_class", "pick_device", "torch_dtype"]
 
 
 def pick_device(device: str | None) -> str:
@@ -44,6 +44,32 @@ def torch_dtype(dtype: Any) -> Any:
     return names[str(dtype)]
 
 
+def model_class(path: str | os.PathLike[str], default: Any) -> Any:
+    """The ``transformers`` class to load: for an encoder-decoder (T5, mT5, UMT5) its
+    encoder-only class (``T5EncoderModel``), as sentence-t5 pipelines run it, since
+    embedding needs no decoder; else ``default`` (``AutoModel``)."""
+    import json
+
+    import transformers
+
+    try:
+        with open(os.path.join(os.fspath(path), "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return default
+    arch = next((a for a in config.get("architectures") or [] if a.endswith("EncoderModel")), None)
+    name = _ENCODER_ONLY.get(str(config.get("model_type")))
+    if name is None and config.get("is_encoder_decoder"):
+        name = arch
+    return getattr(transformers, name, default) if name else default
+
+
+# Encoder-decoder families whose encoder loads on its own (model_type -> class).
+_ENCODER_ONLY = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel",
+                 "longt5": "LongT5EncoderModel",
+                 "switch_transformers": "SwitchTransformersEncoderModel"}  # fmt: skip
+
+
 class TorchBackend:
     """The default :class:`~poolkit.backends.base.Backend`: a ``transformers``
     ``AutoModel`` in eval mode on ``device``, in ``dtype``."""
@@ -57,7 +83,7 @@ class TorchBackend:
         from poolkit._quiet import quiet_loading
 
         with quiet_loading():  # transformers' loading bar; poolkit has its own progress
-            model = AutoModel.from_pretrained(os.fspath(path), dtype=dtype)
+            model = model_class(path, AutoModel).from_pretrained(os.fspath(path), dtype=dtype)
         self.model = model.to(self.device)
         self.model.eval()
         params = inspect.signature(self.model.forward).parameters

@@ -1,0 +1,69 @@
+"""Which prompt goes before the texts: the user's, a named one, or the model's default.
+
+sentence-transformers models list named prompts in ``config_sentence_transformers.json``
+(``"query": "query: "``) and may name a ``default_prompt_name``; the model's pipeline puts
+the prompt text before every text, tokenized together. ``prompt=""`` turns a default off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from poolkit.errors import InputError
+
+__all__ = ["PIPELINES", "check_pipeline", "check_prompt_pooling", "resolve_prompt"]
+
+PIPELINES = ("full", "pooled")
+
+
+def check_pipeline(pipeline: Any) -> str:
+    """``pipeline`` if it is ``"full"`` or ``"pooled"``; else InputError naming it."""
+    if pipeline not in PIPELINES:
+        raise InputError(
+            f"Expected `pipeline` to be 'full' (the model's pipeline: pooling and every module "
+            f"after it) or 'pooled' (the pooled vectors, before any module after pooling), but "
+            f"got {pipeline!r}."
+        )
+    return str(pipeline)
+
+
+def resolve_prompt(info: Any, prompt_name: str | None, prompt: str | None) -> str | None:
+    """The prompt text for a model whose :class:`~poolkit.ModelInfo` is ``info``.
+
+    ``prompt`` wins (``""``: none); else ``prompt_name`` looked up in ``info.prompts``;
+    else ``info.default_prompt_name``'s prompt, as the model's pipeline does; else ``None``.
+
+    Raises:
+        InputError: both given, a wrong type, or a name the model does not list.
+    """
+    if prompt is not None and prompt_name is not None:
+        raise InputError(
+            f"Expected either `prompt` or `prompt_name`, but got both ({prompt!r:.40} and "
+            f"{prompt_name!r:.40}). Pass one."
+        )
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise InputError(f"Expected `prompt` to be a str, but got {type(prompt).__name__}.")
+        return prompt or None
+    name = prompt_name if prompt_name is not None else info.default_prompt_name
+    if name is None:
+        return None
+    if not isinstance(name, str) or name not in info.prompts:
+        known = ", ".join(repr(k) for k in sorted(info.prompts)) or "none"
+        raise InputError(
+            f"Expected `prompt_name` to be one of the model's prompts ({known}), but got "
+            f"{name!r}. Pass prompt='...' for a prompt of your own."
+        )
+    return info.prompts[name] or None
+
+
+def check_prompt_pooling(info: Any, prompt: str | None, strategies: list[str]) -> None:
+    """Refuse ``weighted_mean`` with a prompt left out of pooling: the model's pipeline
+    weighs tokens by their position counted from the prompt's first token, poolkit from
+    the first pooled token, so the vectors would differ."""
+    if prompt and not info.include_prompt and "weighted_mean" in strategies:
+        raise InputError(
+            "Expected a pooling other than weighted_mean with a prompt that the model keeps "
+            "out of pooling (include_prompt: false): its pipeline counts positions from the "
+            "prompt, poolkit from the text. Pass prompt='' or another strategy."
+        )
