@@ -269,8 +269,8 @@ FAMILIES = ("bert_dense", "distilbert", "mpnet", "roberta", "xlmr", "deberta_v2"
 
 # name -> (prompts, default prompt name, include_prompt)
 _PROMPTS = {
-    "qwen3": ({"query": "Instruct: retrieve passages\nQuery: ", "document": ""}, "query", False),
-    "qwen3_eos": ({"query": "Instruct: retrieve passages\nQuery: "}, None, False),
+    "qwen3": ({"query": "Query: ", "document": ""}, "query", False),
+    "qwen3_eos": ({"query": "Query: "}, None, False),
     "bert_dense": ({"query": "query: ", "passage": "passage: "}, None, False),
     "xlmr": ({"query": "query: ", "passage": "passage: "}, None, True),
 }

@@ -200,6 +200,13 @@ class Encoder:
             import torch
 
             torch.set_num_threads(int(num_threads))
+        if backend == "onnx" and self._left:
+            # Refused before exporting: the graph takes no position ids.
+            raise ValueError(
+                f"Expected `backend` to be 'torch' for a left-padded decoder model, but got "
+                f"'onnx': {self.info.reference!r} pads on the left and the ONNX export takes no "
+                "position ids. Use backend='torch'."
+            )
         if isinstance(backend, str):
             # The registry builds it (and refuses an unknown name or quantization).
             self.backend: Backend = make_backend(

@@ -398,8 +398,10 @@ def _load_torch(hf_dir: Path) -> Any:
     from poolkit._quiet import quiet_loading
 
     # Eager attention: its mask arithmetic traces into plain graph ops for any padding.
-    with quiet_loading():
-        model = AutoModel.from_pretrained(
+    from poolkit.backends.pytorch import model_class
+
+    with quiet_loading():  # T5-like: the encoder alone, as the torch backend loads it
+        model = model_class(hf_dir, AutoModel).from_pretrained(
             str(hf_dir), attn_implementation="eager", dtype=torch.float32
         )
     return model.eval()
@@ -506,7 +508,8 @@ def _padded_batch(
     batch: int, length: int, side: str, vocab: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    ids = rng.integers(1000, min(vocab, 20000), size=(batch, length), dtype=np.int64)
+    low = 1000 if vocab > 2000 else 3  # small vocabularies: past the usual special ids
+    ids = rng.integers(low, min(vocab, 20000), size=(batch, length), dtype=np.int64)
     lengths = (
         np.linspace(length, max(1, length // 4), batch).astype(int)
         if batch > 1
