@@ -177,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
             "long_text": args.long_text, "max_batch_tokens": args.batch_tokens,
             "device": args.device, "dtype": args.dtype, "max_length": args.max_length,
             "backend": args.backend, "quantize": args.quantize,
+            "prompt_name": args.prompt_name, "prompt": args.prompt,
+            "pipeline": "pooled" if args.pooled_only else "full",
         }  # fmt: skip
         if wanted is None:  # the model's pooling, shaped by the shorthand flags
             options.update(layers=parse_layers(args.layers), exclude_special=args.exclude_special)

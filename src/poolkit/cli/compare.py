@@ -63,6 +63,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="add layer variants (last, last4 = mean of the last four, first_last = mean of "
         "the first and last); alone: all three (default: the last layer only)",
     )  # fmt: skip
+    p.add_argument("--prompt-name", default=None, metavar="NAME",
+                   help="one of the model's prompts before every text (retrieval: every "
+                   "query) (default: the model's default prompt, if any)")  # fmt: skip
+    p.add_argument("--document-prompt-name", default=None, metavar="NAME",
+                   help="retrieval: the model's prompt before every document (default: the "
+                   "model's default prompt, if any)")  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the main metric")
     p.add_argument("--overwrite", action="store_true", help="replace existing --json/--plot files")
@@ -129,10 +135,14 @@ def _check_options(args: argparse.Namespace) -> None:
         raise _UsageError(f"--bootstrap {args.bootstrap}: expected 0 (off) or at least 2.")
     if args.task in ("retrieval", "clustering") and args.train:
         raise _UsageError(f"--train: --task {args.task} has no training step; drop --train.")
+    if args.task in ("ner", "relation") and args.prompt_name is not None:
+        raise _UsageError(f"--prompt-name: --task {args.task} embeds words and spans of the "
+                          "text as written; prompts are for sequence tasks.")  # fmt: skip
     if args.task != "retrieval":
         for flag, value, default in (
             ("--split", args.split, None), ("--query-column", args.query_column, "query"),
             ("--document-column", args.document_column, "document"),
+            ("--document-prompt-name", args.document_prompt_name, None),
         ):  # fmt: skip
             if value != default:
                 raise _UsageError(f"{flag}: only for --task retrieval.")
@@ -193,7 +203,8 @@ def _run(args: argparse.Namespace) -> int:
         args.task, args.strategies, layers, args.folds, quiet=args.quiet,
         long_text=args.long_text, bootstrap=args.bootstrap, seed=args.seed,
         backend=args.backend if args.quantize else None,
-        int8_rows=args.int8_rows or "intended",
+        int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
+        document_prompt_name=args.document_prompt_name,
     )  # fmt: skip
     # Unknown strategies and unusable labels fail here, before the model loads.
     try:

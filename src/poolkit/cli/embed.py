@@ -66,6 +66,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--exclude-special", action="store_true",
                         help="pool without [CLS]/[SEP]-like tokens")  # fmt: skip
+    parser.add_argument("--prompt-name", default=None, metavar="NAME",
+                        help="one of the model's prompts (config_sentence_transformers.json), "
+                        "e.g. query (default: the model's default prompt, if any)")  # fmt: skip
+    parser.add_argument("--prompt", default=None, metavar="TEXT",
+                        help="a prompt of your own, put before every text ('' for none, not "
+                        "even the model's default)")  # fmt: skip
+    parser.add_argument("--pooled-only", action="store_true",
+                        help="the pooled vectors, before the model's modules after pooling "
+                        "(Dense, LayerNorm, Normalize); default: the model's whole pipeline")  # fmt: skip
     parser.add_argument("--chunk-size", type=int, default=4096, metavar="N",
                         help="texts read, embedded and written at a time (default: 4096)")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
@@ -94,6 +103,7 @@ def _settings(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -
     from poolkit.io.checkpoint import model_fingerprint
     from poolkit.io.readers import input_format
     from poolkit.io.writers import output_format
+    from poolkit.prompts import resolve_prompt
 
     return {
         "model": encoder.info.reference,
@@ -101,6 +111,8 @@ def _settings(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -
         "strategies": list(recipes),
         "recipes": [str(r) for r in recipes.values()],
         "normalize": [r.resolved_normalize(encoder.info.normalize) for r in recipes.values()],
+        "prompt": resolve_prompt(encoder.info, args.prompt_name, args.prompt),
+        "pipeline": _pipeline(args),
         "long_text": args.long_text,
         "max_length": encoder.max_length,
         "batch_tokens": encoder.max_batch_tokens,
@@ -115,6 +127,23 @@ def _settings(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -
         "versions": {"poolkit": __version__, "torch": torch.__version__,
                      "transformers": transformers.__version__, "numpy": numpy.__version__},
     }  # fmt: skip
+
+
+def _pipeline(args: argparse.Namespace) -> str:
+    return "pooled" if args.pooled_only else "full"
+
+
+def _check_pipeline_and_prompt(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
+    """Prompt flags and the model's pipeline checked before any text is embedded."""
+    from poolkit.embed import head_plan
+    from poolkit.prompts import resolve_prompt
+
+    try:
+        resolve_prompt(encoder.info, args.prompt_name, args.prompt)
+    except ValueError as e:
+        flags = str(e).replace("`prompt_name`", "--prompt-name").replace("`prompt`", "--prompt")
+        raise type(e)(flags.replace("prompt='...'", "--prompt '...'")) from None
+    head_plan(encoder, recipes, _pipeline(args))
 
 
 def _with_note(error: Exception, note: str) -> Exception:
@@ -183,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
                           max_length=args.max_length, backend=args.backend,
                           quantize=args.quantize, max_batch_tokens=args.batch_tokens)  # fmt: skip
     recipes = intended_recipes(wanted, encoder, args)
+    _check_pipeline_and_prompt(args, encoder, recipes)
     names = list(recipes)
     blank: list[int] = []
     checkpoint: Any
@@ -210,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
                     # Truncation is reported once, in the summary line (no warning here).
                     result, stats = embed_recipes(
                         check_inputs(chunk), encoder, recipes, long_text=args.long_text,
-                        progress=bar.update,
+                        progress=bar.update, prompt_name=args.prompt_name, prompt=args.prompt,
+                        pipeline=_pipeline(args),
                     )  # fmt: skip
                     checkpoint.commit(k, done, digest, result)
                     truncated += stats.num_truncated

@@ -18,24 +18,43 @@ __all__ = ["embed_sequences", "progress"]
 
 
 def embed_sequences(
-    encoder: Any, texts: Sequence[str], cands: Sequence[Recipe], settings: Any, desc: str
+    encoder: Any,
+    texts: Sequence[str],
+    cands: Sequence[Recipe],
+    settings: Any,
+    desc: str,
+    prompt_name: str | None = None,
 ) -> dict[Recipe, np.ndarray]:
     """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order, as
     :func:`poolkit.embed` gives them (normalised as the recipe says, else as the model).
+
+    The model's modules after pooling (``Dense``, ``LayerNorm``) apply to every candidate
+    whose width they take, the intended row included (its full pipeline); the others are
+    scored on their pooled vectors, and a note names them. ``prompt_name`` (default
+    ``settings.prompt_name``, else the model's default prompt) goes before every text.
 
     Texts over the encoder's max length are truncated (the model's intended use; the
     count goes to ``settings.notes``) or, with ``settings.long_text="chunk"``, embedded in
     overlapping windows and pooled over all their tokens. A row left with no token after
     dropping special tokens gives zeros for ``_no_special`` parts (``embed`` refuses it).
     """
-    from poolkit.embed import embed_recipes
+    from poolkit.embed import embed_recipes, head_plan
 
     named = {str(c): c for c in cands}
     with progress(settings, desc, len(texts), "text") as bar:
         vectors, stats = embed_recipes(
             list(texts), encoder, named, long_text=settings.long_text, progress=bar.update,
-            empty="zeros",
+            empty="zeros", pipeline="fit",
+            prompt_name=prompt_name if prompt_name is not None else settings.prompt_name,
         )  # fmt: skip
+    _, _, pooled = head_plan(encoder, named, "fit")
+    if pooled and (encoder.head.steps or encoder.head.refused):
+        note = (
+            f"{', '.join(pooled)}: pooled vectors, before the model's modules after pooling "
+            "(their width does not fit them, or poolkit cannot apply them)."
+        )
+        if note not in settings.notes:
+            settings.notes.append(note)
     if stats.num_truncated:
         settings.notes.append(
             f"{desc}: {stats.num_truncated} of {len(texts)} texts truncated at "

@@ -368,15 +368,31 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
     from poolkit.compare.embedding import embed_sequences
     from poolkit.compare.evaluation import QueryEval
 
-    texts = list(dict.fromkeys([*data.queries, *data.documents]))
-    where = {t: i for i, t in enumerate(texts)}
-    q_rows = np.fromiter((where[t] for t in data.queries), np.int64, count=len(data.queries))
-    d_rows = np.fromiter((where[t] for t in data.documents), np.int64, count=len(data.documents))
-    vectors = embed_sequences(encoder, texts, cands, settings, f"embedding {data.source}")
     ties = id_order(data.doc_ids)
     out = {}
+    if settings.prompt_name is None and settings.document_prompt_name is None:
+        texts = list(dict.fromkeys([*data.queries, *data.documents]))
+        where = {t: i for i, t in enumerate(texts)}
+        q_rows = np.fromiter((where[t] for t in data.queries), np.int64, count=len(data.queries))
+        d_rows = np.fromiter((where[t] for t in data.documents), np.int64,
+                             count=len(data.documents))  # fmt: skip
+        vectors = embed_sequences(encoder, texts, cands, settings, f"embedding {data.source}")
+        queries = {c: vectors[c][q_rows] for c in cands}
+        documents = {c: vectors[c][d_rows] for c in cands}
+    else:  # an asymmetric model: a prompt per side, so each side is embedded apart
+        queries = embed_sequences(
+            encoder,
+            data.queries,
+            cands,
+            settings,
+            f"embedding {data.source} queries",
+            settings.prompt_name,
+        )
+        documents = embed_sequences(encoder, data.documents, cands, settings,
+                                    f"embedding {data.source} documents",
+                                    settings.document_prompt_name)  # fmt: skip
     for c in cands:
-        ranked, _ = top_k(vectors[c][q_rows], vectors[c][d_rows], DEPTH, ties)
+        ranked, _ = top_k(queries[c], documents[c], DEPTH, ties)
         out[c] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
         del ranked
     return out

@@ -53,7 +53,9 @@ class Settings:
     ``bootstrap``: resamples for the intervals (0: none) drawn with ``seed``;
     ``backend``: the runtime's name for the rows' ``backend`` field when a quantised model
     runs beside (None: not reported); ``int8_rows``: ``"intended"`` or ``"all"`` rows get a
-    quantised twin.
+    quantised twin; ``prompt_name``: the model's prompt before every text of a sequence
+    task (retrieval: every query), ``document_prompt_name``: before every retrieval
+    document (``None``: the model's default prompt, if any).
     """
 
     task: str
@@ -67,6 +69,8 @@ class Settings:
     seed: int = bs.SEED
     backend: str | None = None
     int8_rows: str = "intended"
+    prompt_name: str | None = None
+    document_prompt_name: str | None = None
 
 
 def compare(

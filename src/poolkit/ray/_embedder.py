@@ -61,7 +61,7 @@ class Embedder:
 
     _ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backend", "quantize")
     _RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
-    _EMBED_OPTIONS = ("long_text",)
+    _EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline")
 
     def __init__(
         self,
@@ -94,6 +94,15 @@ class Embedder:
         self.text_column = text_column
         self.keep_text = keep_text
         self.long_text = options.get("long_text", "truncate")
+        # Prompt and pipeline checked now, on the actor's first start, not per batch.
+        self.embed_options = {k: options[k] for k in ("prompt_name", "prompt", "pipeline")
+                              if k in options}  # fmt: skip
+        from poolkit.embed import head_plan
+        from poolkit.prompts import check_pipeline, resolve_prompt
+
+        check_pipeline(self.embed_options.get("pipeline", "full"))
+        resolve_prompt(self.encoder.info, options.get("prompt_name"), options.get("prompt"))
+        head_plan(self.encoder, self.recipes, self.embed_options.get("pipeline", "full"))
         self.pid = os.getpid()
 
     def __repr__(self) -> str:
@@ -135,8 +144,9 @@ class Embedder:
         from poolkit.embed import check_inputs, embed_recipes
 
         vectors, _ = embed_recipes(
-            check_inputs(texts), self.encoder, self.recipes, long_text=self.long_text
-        )
+            check_inputs(texts), self.encoder, self.recipes, long_text=self.long_text,
+            **self.embed_options,
+        )  # fmt: skip
         return vectors
 
     def __call__(self, batch: Batch) -> Batch:
