@@ -11,7 +11,7 @@ import poolkit
 PUBLIC = [
     "EmbedStats", "EncodedBatch", "Encoder", "ExportError", "InputError", "LAYER_PRESETS",
     "LOG_WIDTH_BUCKETS", "MissingDependencyError", "ModelInfo", "ModelNotFoundError",
-    "PoolkitError", "Recipe", "RecipeError", "SEQUENCE_STRATEGIES", "SPAN_STRATEGIES",
+    "PipelineError", "PoolkitError", "Recipe", "RecipeError", "SEQUENCE_STRATEGIES", "SPAN_STRATEGIES",
     "TokenVectors", "TruncationWarning", "WORD_STRATEGIES", "bucket_widths", "embed",
     "embed_spans", "embed_tokens", "embed_words", "flat_token_embeddings", "layer_mix",
     "model_info", "parse_sequence_strategy", "parse_span_strategy", "sequence_embedding",
