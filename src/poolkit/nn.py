@@ -132,7 +132,7 @@ class WordPooler(nn.Module):
         self.check = check
 
     def output_dim(self, hidden_size: int) -> int:
-        return hidden_size * (2 if self.strategy == "first_last" else 1)
+        return hidden_size * (2 if self.strategy == "endpoints" else 1)
 
     def forward(
         self, hidden: torch.Tensor, word_ids: Any, num_words: int | None = None

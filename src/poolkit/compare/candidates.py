@@ -25,7 +25,7 @@ __all__ = [
 LAYER_VARIANTS = ("last", "last4", "first_last")
 DEFAULT_LAYERS = ("last",)
 _SEQUENCE_EXTRA = ("mean" + NO_SPECIAL, "cls+mean", "mean+max")
-_WORD_DEFAULT = ("first", "last", "mean", "max", "first_last")
+_WORD_DEFAULT = ("first", "last", "mean", "max", "endpoints")
 _SPAN_DEFAULT = ("endpoints", "mean", "max", "diff_sum", "attention", "x,y,x*y")
 
 

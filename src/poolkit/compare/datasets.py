@@ -334,7 +334,7 @@ def _require(path: Path, names: list[str], wanted: dict[str, str]) -> None:
             have = ", ".join(names) if names else "none"
             raise DataError(
                 f"{path}: missing column {name!r} (columns: {have}); "
-                f"pass --{option}-column to use another."
+                f"pass `{option}_column` to use another."
             )
 
 

@@ -155,7 +155,7 @@ def check_no_work_dir(output: str | os.PathLike[str]) -> None:
     if path.exists():
         raise CheckpointError(
             f"{path}: a work directory from an earlier, unfinished run is there "
-            f"({Checkpoint._count(path)} chunks done); add --resume to continue it, or "
+            f"({Checkpoint._count(path)} chunks done); add `resume=True` to continue it, or "
             "delete the directory to start over."
         )
 
@@ -380,7 +380,7 @@ class Checkpoint:
             self.done.discard(index)
             raise CheckpointError(
                 f"{path}: checkpoint chunk damaged after it was written (its content no "
-                "longer matches its SHA-256); deleted, rerun with --resume to recompute it."
+                "longer matches its SHA-256); deleted, rerun with `resume=True` to recompute it."
             )
         return data
 
@@ -444,8 +444,8 @@ class Checkpoint:
         try:
             if self.output.exists() and not overwrite:
                 raise CheckpointError(
-                    f"{self.output}: already exists; pass --overwrite to replace it (the "
-                    f"finished vectors stay in {self.path.name} for --resume)."
+                    f"{self.output}: already exists; pass `overwrite=True` to replace it (the "
+                    f"finished vectors stay in {self.path.name} for `resume=True`)."
                 )
             atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
         except BaseException:

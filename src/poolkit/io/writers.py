@@ -128,7 +128,7 @@ class EmbeddingWriter:
                 self._out.commit(replace=self.overwrite)
             except FileExistsError:
                 raise InputError(
-                    f"{self.path}: already exists; pass --overwrite to replace it."
+                    f"{self.path}: already exists; pass `overwrite=True` to replace it."
                 ) from None
         except BaseException:
             self.abort()
@@ -181,7 +181,7 @@ def check_output(path: str | os.PathLike[str], strategies: list[str], overwrite:
             "asked for; write .parquet or .jsonl instead."
         )
     if target.exists() and not overwrite:
-        raise InputError(f"{target}: already exists; pass --overwrite to replace it.")
+        raise InputError(f"{target}: already exists; pass `overwrite=True` to replace it.")
     parent = target.parent
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"
