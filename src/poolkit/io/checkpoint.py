@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import value_error
 from poolkit.io.atomic import atomic_write, fsync_dir
 from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
 from poolkit.io.integrity import IntegrityWarning, bytes_digest, read_verified
@@ -347,7 +348,7 @@ class Checkpoint:
         names = list(arrays)
         rows = {int(np.shape(a)[0]) for a in arrays.values()}
         if len(rows) != 1:
-            raise ValueError(f"Expected `arrays` with one row count, but got {sorted(rows)}.")
+            value_error("arrays", "of one row count", f"row counts {sorted(rows)}")
         meta = {"index": index, "first_row": first_row, "rows": rows.pop(),
                 "texts_sha256": digest, "strategies": names}  # fmt: skip
         payload = {

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from poolkit._errors import value_error
 from poolkit.io.atomic import AtomicFile
 from poolkit.io.readers import InputError
 
@@ -88,10 +89,7 @@ class EmbeddingWriter:
             arr = np.ascontiguousarray(arrays[name], dtype=np.float32)
             dim = self._dims.setdefault(name, arr.shape[1])
             if arr.shape != (len(ids), dim):
-                raise ValueError(
-                    f"Expected `arrays[{name!r}]` of shape ({len(ids)}, {dim}), but got "
-                    f"{arr.shape}."
-                )
+                value_error(f"arrays[{name!r}]", f"of shape ({len(ids)}, {dim})", arr.shape)
         if self.fmt == "npy":
             self._file.write(np.ascontiguousarray(arrays[self.strategies[0]], np.float32).data)
         elif self.fmt == "jsonl":
