@@ -18,7 +18,7 @@ ACTIVATIONS = ["Tanh", "Identity", "ReLU", "GELU", "Sigmoid", "SiLU"]
 def _save(tmp_path, modules):
     from sentence_transformers import SentenceTransformer
 
-    from poolkit.model_info import resolve_model
+    from poolkit.model_folder import resolve_model
 
     dest = tmp_path / "model"
     # The pipeline is saved after MiniLM's transformer; only the modules after pooling matter.
@@ -60,7 +60,7 @@ def test_dense_layer_norm_normalize_equal_their_modules(tmp_path, activation):
 
 
 def test_minilm_head_is_only_its_final_normalize():
-    from poolkit.model_info import resolve_model
+    from poolkit.model_folder import resolve_model
 
     head = read_head(resolve_model(None))
     assert head.steps == () and head.normalize and head.refused == ()

@@ -135,7 +135,7 @@ def _pipeline(args: argparse.Namespace) -> str:
 
 def _check_pipeline_and_prompt(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
     """Prompt flags and the model's pipeline checked before any text is embedded."""
-    from poolkit.embed import head_plan
+    from poolkit.embedding import head_plan
     from poolkit.prompts import resolve_prompt
 
     try:
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         _check_stdout(args)
     if (status := dispatch_engine(args)) is not None:  # --engine ray
         return status
-    from poolkit.embed import check_inputs, embed_recipes, get_encoder
+    from poolkit.embedding import check_inputs, embed_recipes, get_encoder
     from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp
     from poolkit.io.readers import InputError
@@ -300,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
         shape = ", ".join(f"{k}={v}" for k, v in dims.items())
         note = ""
         if truncated:
-            note = (f" (longer than {encoder.max_length} tokens; --long-text chunk keeps "
+            note = (f" (longer than {encoder.max_length} tokens; --long-text window keeps "
                     "all tokens)")  # fmt: skip
         if resumed:
             note += f"; {count(resumed, 'text')} resumed from the checkpoint"
