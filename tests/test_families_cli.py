@@ -136,3 +136,19 @@ def test_cli_compare_with_prompt_names(dense_dir, tmp_path):
     bad = poolkit("compare", str(DATA / "stsb-dev-sample.csv"), "--task", "sts",
                   "--model", str(dense_dir), "--document-prompt-name", "passage", cwd=tmp_path)  # fmt: skip
     one_error_line(bad, 2, "--document-prompt-name", "only for --task retrieval")
+
+
+def test_ray_embedder_honours_prompt_and_pipeline(dense_dir, st):
+    pytest.importorskip("ray")
+    from poolkit import PipelineError
+    from poolkit.ray import Embedder
+
+    got = Embedder(str(dense_dir), prompt_name="query", num_threads=1).embed(TEXTS)
+    (vec,) = got.values()
+    assert float(np.abs(vec - st.encode(TEXTS, prompt_name="query")).max()) <= 1e-5
+    with pytest.raises(PipelineError, match="--pooled-only"):
+        Embedder(str(dense_dir), recipe="cls+mean", num_threads=1)
+    pooled = Embedder(str(dense_dir), recipe="cls+mean", pipeline="pooled", num_threads=1)
+    assert pooled.embed(TEXTS)["cls+mean"].shape == (3, 64)
+    with pytest.raises(ValueError, match="`prompt_name`"):
+        Embedder(str(dense_dir), prompt_name="nope", num_threads=1)

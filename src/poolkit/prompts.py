@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from poolkit._errors import expected
 from poolkit.errors import InputError
 
 __all__ = ["PIPELINES", "check_pipeline", "check_prompt_pooling", "resolve_prompt"]
@@ -20,10 +21,10 @@ def check_pipeline(pipeline: Any) -> str:
     """``pipeline`` if it is ``"full"`` or ``"pooled"``; else InputError naming it."""
     if pipeline not in PIPELINES:
         raise InputError(
-            f"Expected `pipeline` to be 'full' (the model's pipeline: pooling and every module "
-            f"after it) or 'pooled' (the pooled vectors, before any module after pooling), but "
-            f"got {pipeline!r}."
-        )
+            expected("pipeline", "'full' (the model's pipeline: pooling and every module after "
+                     "it) or 'pooled' (the pooled vectors, before any module after pooling)",
+                     repr(pipeline))
+        )  # fmt: skip
     return str(pipeline)
 
 
@@ -40,10 +41,10 @@ def resolve_prompt(info: Any, prompt_name: str | None, prompt: str | None) -> st
         raise InputError(
             f"Expected either `prompt` or `prompt_name`, but got both ({prompt!r:.40} and "
             f"{prompt_name!r:.40}). Pass one."
-        )
+        )  # two arguments: the template names one
     if prompt is not None:
         if not isinstance(prompt, str):
-            raise InputError(f"Expected `prompt` to be a str, but got {type(prompt).__name__}.")
+            raise InputError(expected("prompt", "a str", type(prompt).__name__))
         return prompt or None
     name = prompt_name if prompt_name is not None else info.default_prompt_name
     if name is None:
@@ -51,9 +52,9 @@ def resolve_prompt(info: Any, prompt_name: str | None, prompt: str | None) -> st
     if not isinstance(name, str) or name not in info.prompts:
         known = ", ".join(repr(k) for k in sorted(info.prompts)) or "none"
         raise InputError(
-            f"Expected `prompt_name` to be one of the model's prompts ({known}), but got "
-            f"{name!r}. Pass prompt='...' for a prompt of your own."
-        )
+            expected("prompt_name", f"one of the model's prompts ({known})", repr(name),
+                     "Pass prompt='...' for a prompt of your own.")
+        )  # fmt: skip
     return info.prompts[name] or None
 
 
