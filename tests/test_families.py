@@ -168,6 +168,8 @@ def test_prompt_errors(loaded):
         embed(["x"], model=enc, prompt_name="query", prompt="q: ")
     with pytest.raises(ValueError, match="weighted_mean"):
         embed(["x"], model=enc, strategy="weighted_mean", prompt_name="query")
+    with pytest.raises(ValueError, match=r"Pass the prompt to tokenize\(\)"):
+        next(enc.iter_batches(enc.tokenize(["x"]), prompt="query: "))
     qwen, _ = loaded("qwen3")
     # Nothing left after the prompt (truncation; or "a" merged with the prompt's trailing
     # space, which the pipeline counts as a prompt token): refused, not a zero vector.

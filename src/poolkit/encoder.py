@@ -342,6 +342,11 @@ class Encoder:
                 f"Expected `long_text` to be 'truncate' or 'window', but got {long_text!r}."
             )
         if isinstance(texts, Tokenized):
+            if prompt and texts.prompt is None:
+                raise ValueError(
+                    "Expected `prompt` to be None for texts tokenized already, but got "
+                    f"{prompt!r:.40}. Pass the prompt to tokenize() instead."
+                )
             tok = texts
         else:
             items = check_texts(texts, is_split_into_words)
