@@ -302,8 +302,7 @@ def read_model_info(
         pipeline, refused = head.pipeline, tuple(s.module for s in head.refused)
         normalize = head.normalize
         normalize_source = (
-            "modules.json: Normalize module last" if normalize
-            else "modules.json: no Normalize module last"
+            "modules.json: Normalize module" if normalize else "modules.json: no Normalize module"
         )  # fmt: skip
 
     if pooling is not None:
