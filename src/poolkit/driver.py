@@ -208,10 +208,11 @@ def sequence_vectors(
 
     recipes = list(recipes)
     batch = views.batch
-    mask = batch.attention_mask if batch.pool_mask is None else batch.pool_mask
+    pool_mask = getattr(batch, "pool_mask", None)  # duck-typed batches may have none
+    mask = batch.attention_mask if pool_mask is None else pool_mask
     if empty == "raise" and any(drop for r in recipes for _, drop in r.parts):
         check_no_empty_rows(batch)
-    if empty == "raise" and batch.pool_mask is not None:
+    if empty == "raise" and getattr(batch, "pool_mask", None) is not None:
         check_prompt_left_tokens(batch)
     wanted: dict[tuple[Any, str, bool], list[str]] = {}
     owner: dict[tuple[Any, str, bool], Recipe] = {}
