@@ -160,15 +160,16 @@ def _settings(args: argparse.Namespace, wanted: Any, model_dir: Path | None, blo
             return None
 
     if wanted is None:  # the model's pooling, shaped by the shorthand flags
-        pooling: Any = {"strategy": None, "layers": args.layers,
-                        "exclude_special": args.exclude_special, "normalize": args.normalize}  # fmt: skip
+        pooling: dict[str, Any] = {"recipes": None, "layers": args.layers,
+                                   "exclude_special": args.exclude_special,
+                                   "normalize": args.normalize}  # fmt: skip
     else:
-        pooling = {name: str(r) for name, r in wanted.items()}
+        pooling = {"recipes": {name: str(r) for name, r in wanted.items()}}
     return {
         "engine": "ray",
         "model": args.model,
         "model_files": None if model_dir is None else model_fingerprint(model_dir),
-        "recipes": pooling,
+        **pooling,
         "long_text": args.long_text,
         "max_length": args.max_length,
         "batch_tokens": args.batch_tokens,
