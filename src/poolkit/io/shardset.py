@@ -155,8 +155,8 @@ class ShardCheckpoint(Checkpoint):
             )
         if partial:
             _warn(
-                f"{self.path}: removed {len(partial)} shards of input files that were not "
-                f"finished ({_short(partial, 3)}); their rows will be embedded again."
+                f"{self.path}: removed {len(partial)} shards that belong to no finished input "
+                f"file ({_short(partial, 3)}); their rows will be embedded again."
             )
         return [s["name"] in self.done_files for s in stamps]
 
