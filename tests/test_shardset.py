@@ -66,7 +66,9 @@ def test_resume_skips_exactly_the_unchanged_verified_files(tmp_path):
     assert any(damaged.name in m and "damaged shards" in m for m in messages)
     assert any("c.txt" in m and "changed since" in m for m in messages)
     # The orphans: b.txt's intact shard, c.txt's and d.txt's.
-    assert any("removed 3 shards" in m and "no finished input file" in m for m in messages), messages
+    assert any("removed 3 shards" in m and "no finished input file" in m for m in messages), (
+        messages
+    )
     # Only a.txt's record and shards are left.
     shards = json.loads(records["a.txt"].read_text())["shards"]
     left = sorted(p.name for p in work.iterdir() if p.name.startswith(("part-", "file-")))
