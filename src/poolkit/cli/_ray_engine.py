@@ -30,6 +30,7 @@ from typing import Any
 from poolkit._errors import count
 from poolkit.cli._common import positive, require_extra
 from poolkit.cli._recipe_args import parse_layers
+from poolkit.cli._signals import Terminated
 
 __all__ = ["add_arguments", "dispatch", "run"]
 
@@ -87,6 +88,10 @@ def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
     previous = signal.getsignal(signal.SIGTERM)
     try:
         _init_ray(ray, address, quiet)
+    except SystemExit as e:  # Ray's handler fired while Ray was starting
+        if e.code == signal.SIGTERM:
+            raise Terminated from None
+        raise
     finally:
         if callable(previous):
             signal.signal(signal.SIGTERM, previous)
