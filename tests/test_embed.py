@@ -10,7 +10,7 @@ import torch
 from testdata import full_data, sts_sentences
 from transformers import AutoModel, AutoTokenizer
 
-from poolkit.embed import (
+from poolkit.embedding import (
     TruncationWarning,
     embed,
     embed_spans,

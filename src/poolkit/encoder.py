@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from poolkit.backends import Backend, make_backend
-from poolkit.model_info import ModelInfo, load_tokenizer, read_model_info, resolve_model
+from poolkit.model_folder import ModelInfo, load_tokenizer, read_model_info, resolve_model
 
 __all__ = ["Backend", "EncodedBatch", "Encoder", "Tokenized"]
 
@@ -104,9 +104,9 @@ class Encoder:
     """A Hugging Face model and its fast tokenizer, run in batches under inference mode.
 
     Args:
-        model: local directory or hub id (see :func:`poolkit.model_info.resolve_model`);
+        model: local directory or hub id (see :func:`poolkit.model_folder.resolve_model`);
             ``None`` for the default,
-            ``sentence-transformers/all-MiniLM-L6-v2`` (:data:`~poolkit.model_info.DEFAULT_MODEL`).
+            ``sentence-transformers/all-MiniLM-L6-v2`` (:data:`~poolkit.model_folder.DEFAULT_MODEL`).
         device: ``"auto"`` (CUDA, then MPS, then CPU), or a torch device string.
         dtype: ``None`` (float32), ``"float16"``, ``"bfloat16"`` or a ``torch.dtype``.
         max_length: tokens per sequence, specials included; ``None`` uses the model's
@@ -149,7 +149,7 @@ class Encoder:
                 f"Expected `max_batch_size` to be None or a positive integer, but got "
                 f"{max_batch_size!r}."
             )
-        from poolkit.model_info import DEFAULT_MODEL
+        from poolkit.model_folder import DEFAULT_MODEL
 
         reference = DEFAULT_MODEL if model is None else os.fspath(model)
         path = resolve_model(reference)

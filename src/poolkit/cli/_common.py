@@ -10,7 +10,7 @@ from typing import Any
 
 from poolkit._errors import missing_extra, with_flags
 from poolkit.errors import MissingDependencyError
-from poolkit.model_info import DEFAULT_MODEL
+from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = [
     "add_common",

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         _check_stdout(args)
     if (status := dispatch_engine(args)) is not None:  # --engine ray
         return status
-    from poolkit.embed import check_inputs, embed_recipes, get_encoder
+    from poolkit.embedding import check_inputs, embed_recipes, get_encoder
     from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp
     from poolkit.io.readers import InputError

@@ -28,7 +28,7 @@ def embed_sequences(
     overlapping windows and pooled over all their tokens. A row left with no token after
     dropping special tokens gives zeros for ``_no_special`` parts (``embed`` refuses it).
     """
-    from poolkit.embed import embed_recipes
+    from poolkit.embedding import embed_recipes
 
     named = {str(c): c for c in cands}
     with progress(settings, desc, len(texts), "text") as bar:

@@ -208,7 +208,7 @@ def _token_spans(offsets: np.ndarray, valid: np.ndarray, spans: np.ndarray, wher
     ``offsets`` ``(L, 2)``, ``valid`` ``(L,)`` (real, non-special tokens); raises DataError
     naming ``where`` for a span that covers no token.
     """
-    from poolkit.embed import char_to_token_spans
+    from poolkit.embedding import char_to_token_spans
 
     out = []
     for k, (start, end) in enumerate(spans, 1):
