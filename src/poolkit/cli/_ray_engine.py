@@ -142,7 +142,7 @@ def _user_error(error: BaseException) -> BaseException:
 
 def _model_dir(args: argparse.Namespace) -> Path | None:
     """The model directory when it is on this machine without a download, else None."""
-    from poolkit.model_info import DEFAULT_MODEL, _package_for, resolve_model
+    from poolkit.model_folder import DEFAULT_MODEL, _package_for, resolve_model
 
     ref = DEFAULT_MODEL if args.model is None else os.fspath(args.model)
     if args.address is None or Path(ref).expanduser().is_dir() or _package_for(ref):
