@@ -411,7 +411,7 @@ class _Job:
             checkpoint.close()
             print(
                 f"poolkit: {getattr(e, 'what', 'interrupted')}; "
-                f"{count(len(checkpoint.done_files), 'finished input file')} kept in "
+                f"{count(checkpoint.records_on_disk(), 'finished input file')} kept in "
                 f"{checkpoint.path}: rerun the same command with --resume to continue.",
                 file=sys.stderr,
             )
@@ -421,7 +421,7 @@ class _Job:
                 checkpoint.close()
                 raise _with_note(
                     e,
-                    f"({count(len(checkpoint.done_files), 'finished input file')} kept in "
+                    f"({count(checkpoint.records_on_disk(), 'finished input file')} kept in "
                     f"{checkpoint.path}; fix the problem and rerun with --resume.)",
                 ) from e
             checkpoint.discard()

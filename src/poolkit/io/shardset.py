@@ -96,10 +96,12 @@ class ShardCheckpoint(Checkpoint):
 
     @classmethod
     def _progress(cls, path: Path) -> str:
-        with contextlib.suppress(OSError):
-            done = sum(1 for e in os.listdir(path) if _RECORD.match(e))
-            return f"{done} input files done"
-        return "0 input files done"
+        return f"{_records_in(path)} input files done"
+
+    def records_on_disk(self) -> int:
+        """Finished-file records in the directory now: also one whose write an interrupt
+        cut short after its rename (so it counts, though :attr:`done_files` missed it)."""
+        return _records_in(self.path)
 
     def _unlink(self, entry: str) -> None:
         target = self.path / entry
@@ -245,6 +247,12 @@ class ShardCheckpoint(Checkpoint):
 
         path = work_dir_for(output)
         return (path / _PUBLISHED).exists() and not (path / _STAGED).exists()
+
+
+def _records_in(path: Path) -> int:
+    with contextlib.suppress(OSError):
+        return sum(1 for e in os.listdir(path) if _RECORD.match(e))
+    return 0
 
 
 def _parse_record(data: bytes) -> dict[str, Any] | None:
