@@ -194,6 +194,7 @@ def test_cli_matches_local_cli(ray_cluster, corpus, tmp_path):
     shards = sorted(out.glob("*.parquet"))
     assert len(shards) > 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no temp left
+    assert not (tmp_path / "out.poolkit-work").exists()  # the checkpoint goes once published
     got = pads.dataset(out, format="parquet").to_table()
     assert set(got.column_names) == {"id", "text_id", "mean"}
     want = pq.read_table(tmp_path / "local.parquet")
