@@ -141,7 +141,8 @@ def _user_error(error: BaseException) -> BaseException:
 
 
 def _model_dir(args: argparse.Namespace) -> Path | None:
-    """The model directory when it is on this machine without a download, else None."""
+    """The model directory: resolved (so checked) for a local cluster; with ``--address``
+    only when it is on this machine without a download, else None."""
     from poolkit.model_folder import DEFAULT_MODEL, _package_for, resolve_model
 
     ref = DEFAULT_MODEL if args.model is None else os.fspath(args.model)
@@ -260,18 +261,14 @@ def run(args: argparse.Namespace) -> int:
             f"--quantize {args.quantize} works with --backend onnx; add --backend onnx."
         )
     remote = "://" in output
-    model_dir = None if remote else _model_dir(args)
-    if args.address is None:
-        # A local cluster is this machine: check the model here, before any actor loads it.
-        from poolkit.model_folder import DEFAULT_MODEL, resolve_model
+    # A local cluster is this machine: the model is checked here, before any actor loads it.
+    model_dir = _model_dir(args)
+    if args.address is None and args.backend == "onnx":
+        # Export (and check) once here; every worker then loads it from the same cache
+        # entry instead of exporting it again. Remote workers build it from the same key.
+        from poolkit.backends.onnx import load_onnx_runner
 
-        model_dir = resolve_model(DEFAULT_MODEL if args.model is None else args.model)
-        if args.backend == "onnx":
-            # Export (and check) once here; every worker then loads it from the same cache
-            # entry instead of exporting it again. Remote workers build it from the same key.
-            from poolkit.backends.onnx import load_onnx_runner
-
-            load_onnx_runner(model_dir, quantize=args.quantize)
+        load_onnx_runner(model_dir, quantize=args.quantize)
 
     start = time.perf_counter()
     _start_ray(ray, args.address, args.quiet)
