@@ -26,7 +26,9 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 FILES = 6
-ROWS = 40  # per file: 3 blocks of at most 16 rows (--chunk-size 16)
+# Rows per file: with --chunk-size 32, 2 workers make blocks of 30 rows (about 4 blocks per
+# worker), 1 worker blocks of 32: a resume with --workers 1 must still cut 30.
+ROWS = 40
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +52,12 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _argv(folder: Path, out: Path, address: str, model: Path, *extra: str) -> list[str]:
+def _argv(
+    folder: Path, out: Path, address: str, model: Path, *extra: str, workers: int = 2
+) -> list[str]:
     return [sys.executable, "-m", "poolkit.cli", "embed", str(folder), "-o", str(out),
-            "--engine", "ray", "--address", address, "--workers", "2", "--chunk-size", "16",
-            "--model", str(model), *extra]  # fmt: skip
+            "--engine", "ray", "--address", address, "--workers", str(workers),
+            "--chunk-size", "32", "--model", str(model), *extra]  # fmt: skip
 
 
 def _poolkit(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -86,10 +90,11 @@ def _stop_midway(argv: list[str], work: Path, sig: int) -> subprocess.Popen[str]
 
 
 def _same_as_clean(out: Path, clean: Path) -> None:
-    """Same shard names and bytes, so the same ids, text ids and vectors."""
+    """Same shard names and bytes (so the same blocks), ids, text ids and vectors."""
     import pyarrow.dataset as pads
 
     names = sorted(p.name for p in clean.iterdir())
+    assert len(names) == 2 * FILES  # blocks of 30 and 10 rows per file
     assert sorted(p.name for p in out.iterdir()) == names
     want = pads.dataset(clean, format="parquet").to_table()
     got = pads.dataset(out, format="parquet").to_table()
@@ -181,7 +186,8 @@ def test_sigterm_stops_the_ray_job_cleanly_and_resume_finishes(
     assert sorted(os.listdir(tmp_path)) == ["out.poolkit-work"]
     assert not [p for p in work.iterdir() if p.name.endswith(".tmp") or p.is_dir()]
 
-    resumed = _poolkit([*argv[:-1], "--resume"])
+    # Resumed on a smaller pool: the blocks (so the batches) are still the first run's.
+    resumed = _poolkit(_argv(folder, out, ray_address, minilm_dir, "--resume", workers=1))
     assert resumed.returncode == 0, resumed.stderr
     assert f"{len(done) * ROWS} texts resumed" in resumed.stderr
     _same_as_clean(out, clean)
