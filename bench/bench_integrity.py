@@ -11,6 +11,8 @@
    ``publish`` (hashes each chunk again as it copies it), next to the pure SHA-256 time of
    those bytes, and next to the model time of one chunk (4096 texts embedded by the real
    model, measured on ``--texts`` texts and scaled).
+3. The ``--engine ray`` checkpoint: ``ShardCheckpoint.add_shard`` per 4096 x 384 block
+   (Parquet, SHA-256, fsync on the driver) and a resume's ``keep`` (hashes every shard).
 
 Run: ``PYTHONPATH=src python bench/bench_integrity.py [--rounds 7] [--chunks 12] [--cache DIR]
 [--skip-checkpoint]``.
@@ -144,6 +146,47 @@ def bench_checkpoint(chunks: int, rounds: int, model_dir: Path, texts: int) -> N
           f" verification is {hashing / chunks / per_chunk:.2%} of it")  # fmt: skip
 
 
+def bench_shards(shards: int, rounds: int) -> None:
+    """The ``--engine ray`` checkpoint on the driver: ``add_shard`` per 4096 x 384 block
+    (Parquet + SHA-256 + fsync), and ``keep`` on resume (hashes every recorded shard)."""
+    import pyarrow as pa
+
+    from poolkit.io.shardset import ShardCheckpoint
+
+    rng = np.random.default_rng(0)
+    root = Path(tempfile.mkdtemp(prefix="bench-shards-"))
+    times: dict[str, list[float]] = {"add_shard": [], "keep(resume)": []}
+    try:
+        for r in range(rounds):
+            out = root / f"out{r}"
+            cp = ShardCheckpoint.open(out, {"bench": 1}, resume=False)
+            cp.keep([])
+            names = []
+            for k in range(shards):
+                vecs = rng.standard_normal((4096, 384)).astype(np.float32)
+                ids = np.arange(k * 4096, (k + 1) * 4096)
+                table = pa.table({
+                    "id": pa.array(ids), "text_id": [f"f.txt:{i}" for i in ids.tolist()],
+                    "mean": pa.FixedSizeListArray.from_arrays(pa.array(vecs.ravel()), 384),
+                })  # fmt: skip
+                t = time.perf_counter()
+                names.append(cp.add_shard(table))
+                times["add_shard"].append(time.perf_counter() - t)
+            stamp = {"name": "f.txt", "first_id": 0, "rows": shards * 4096, "sha256": "0" * 64}
+            cp.finish(stamp, names)
+            cp.close()
+            t = time.perf_counter()
+            cp = ShardCheckpoint.open(out, {"bench": 1}, resume=True)
+            assert cp.keep([stamp]) == [True]
+            times["keep(resume)"].append(time.perf_counter() - t)
+            cp.discard()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"Ray checkpoint, shards of 4096 x 384 float32, {rounds} rounds of {shards}:")
+    for name, values in times.items():
+        print(f"  {name:12s} {median_spread(values)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -164,6 +207,7 @@ def main() -> None:
         if args.cache is None:
             shutil.rmtree(cache, ignore_errors=True)
     if not args.skip_checkpoint:
+        bench_shards(args.chunks, args.rounds)
         bench_checkpoint(args.chunks, args.rounds, model_dir, args.texts)
 
 
