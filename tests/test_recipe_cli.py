@@ -102,9 +102,28 @@ def _sts_compare(cwd: Path, *flags: str) -> tuple[Path, dict, str]:
 
 @pytest.fixture(scope="module")
 def compared_onnx(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
-    """compare through the ONNX backend: its winner command must keep the backend."""
+    """compare through the ONNX backend with int8 rows: its winner command must keep the
+    backend, and the int8 rows reproduce too (int8 vectors do not depend on batches)."""
     return _sts_compare(tmp_path_factory.mktemp("recipe_onnx"), "--strategies", "mean", "cls",
-                        "--backend", "onnx")  # fmt: skip
+                        "--backend", "onnx", "--quantize", "int8", "--int8-rows", "all")  # fmt: skip
+
+
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_onnx_rows_reproduce_from_embed(compared_onnx, quantize) -> None:
+    cwd, doc, _ = compared_onnx
+    rows = [r for r in doc["results"] if r["quantize"] == quantize]
+    assert {r["recipe"] for r in rows} == {"mean", "cls"}
+    flags = ["--backend", "onnx"] + (["--quantize", quantize] if quantize else [])
+    for row in rows:
+        vectors = []
+        for column in ("sentence1", "sentence2"):
+            out = f"{row['recipe']}_{quantize}_{column}.npy"
+            r = poolkit("embed", DATA, "--text-column", column, "-o", out, "--recipe",
+                        row["recipe"], *flags, "--quiet", cwd=cwd)  # fmt: skip
+            assert r.returncode == 0, r.stderr.decode()
+            vectors.append(np.load(cwd / out))
+        cos = cosine_rows(*vectors)
+        assert abs(spearmanr(cos, gold_scores()).statistic - row["spearman"]) <= 1e-6, row
 
 
 @pytest.mark.parametrize("which", ["compared", "compared_onnx"])
