@@ -270,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
         shape = ", ".join(f"{k}={v}" for k, v in dims.items())
         note = ""
         if truncated:
-            note = (f" (longer than {encoder.max_length} tokens; --long-text chunk keeps "
+            note = (f" (longer than {encoder.max_length} tokens; --long-text window keeps "
                     "all tokens)")  # fmt: skip
         if resumed:
             note += f"; {count(resumed, 'text')} resumed from the checkpoint"

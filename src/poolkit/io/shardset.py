@@ -216,8 +216,8 @@ class ShardCheckpoint(Checkpoint):
         staged = self.path / _STAGED
         if self.output.exists() and not overwrite:
             raise CheckpointError(
-                f"{self.output}: already exists; pass --overwrite to replace it (the "
-                f"finished shards stay in {self.path.name} for --resume)."
+                f"{self.output}: already exists; pass `overwrite=True` to replace it (the "
+                f"finished shards stay in {self.path.name} for `resume=True`)."
             )
         atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
         old = None
