@@ -99,7 +99,7 @@ def test_ids_moved_by_an_earlier_file_send_a_file_back(tmp_path):
 def test_without_resume_an_existing_work_dir_is_reported_with_its_files(tmp_path):
     out = tmp_path / "out"
     _job(out, [_stamp("a.txt", 0, 3, "a" * 64)])
-    with pytest.raises(CheckpointError, match=r"\(1 input files done\); add `resume=True`"):
+    with pytest.raises(CheckpointError, match=r"\(1 input file done\); add `resume=True`"):
         ShardCheckpoint.open(out, SETTINGS, resume=False)
     with pytest.raises(CheckpointError, match=r"other settings \(block_rows: 2 then, 3 now\)"):
         ShardCheckpoint.open(out, {**SETTINGS, "block_rows": 3}, resume=True)

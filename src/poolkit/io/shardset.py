@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from poolkit._errors import count
 from poolkit.io.atomic import atomic_write, fsync_dir
 from poolkit.io.checkpoint import _OWN, WORK_SUFFIX, Checkpoint, CheckpointError, _short, _warn
 from poolkit.io.integrity import bytes_digest, read_verified
@@ -96,7 +97,7 @@ class ShardCheckpoint(Checkpoint):
 
     @classmethod
     def _progress(cls, path: Path) -> str:
-        return f"{_records_in(path)} input files done"
+        return f"{count(_records_in(path), 'input file')} done"
 
     def records_on_disk(self) -> int:
         """Finished-file records in the directory now: also one whose write an interrupt
