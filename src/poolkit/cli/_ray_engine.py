@@ -142,13 +142,14 @@ def _user_error(error: BaseException) -> BaseException:
 
 def _model_dir(args: argparse.Namespace) -> Path | None:
     """The model directory: resolved (so checked) for a local cluster; with ``--address``
-    only when it is on this machine without a download, else None."""
-    from poolkit.model_folder import DEFAULT_MODEL, _package_for, resolve_model
+    only when ``--model`` is a local folder (a hub id may exist on the cluster only, and is
+    never downloaded here just to be fingerprinted), else None."""
+    from poolkit.model_folder import DEFAULT_MODEL, resolve_model
 
     ref = DEFAULT_MODEL if args.model is None else os.fspath(args.model)
-    if args.address is None or Path(ref).expanduser().is_dir() or _package_for(ref):
+    if args.address is None or Path(ref).expanduser().is_dir():
         return resolve_model(ref)
-    return None  # on the cluster only: recorded by name
+    return None  # recorded by name only
 
 
 def _settings(args: argparse.Namespace, wanted: Any, model_dir: Path | None, block: int) -> dict:
@@ -360,9 +361,9 @@ class _Job:
         """Embed the input files not finished in OUTPUT_DIR's work directory, shard by shard,
         then publish OUTPUT_DIR. Returns (shards, dims, texts resumed), or the exit status
         after Ctrl-C/SIGTERM (130/143, one line printed, checkpoint kept)."""
+        from poolkit.cli._ray_resume import file_stamps, split_by_file
         from poolkit.io.inputstamp import InputStamp
         from poolkit.io.shardset import ShardCheckpoint
-        from poolkit.ray._resume import file_stamps, split_by_file
 
         corpus = self.corpus
         changed = [InputStamp.take(f.path) for f in corpus.files]  # before hashing

@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from poolkit.ray._require import require_ray
-from poolkit.ray._sources import InputFile
+from poolkit.ray import require_ray
 
 __all__ = ["file_stamp", "file_stamps", "split_by_file"]
 
 
-def file_stamp(file: InputFile) -> dict[str, Any]:
-    """``size``, ``mtime_ns`` and ``sha256`` (hex) of one input file (a path or a URI)."""
+def file_stamp(file: Any) -> dict[str, Any]:
+    """``size``, ``mtime_ns`` and ``sha256`` (hex) of one input file (a
+    :class:`poolkit.ray.Corpus` file: ``file.path`` is a local path or a URI)."""
     import pyarrow.fs as pafs
 
     if "://" in file.path:
@@ -31,7 +31,7 @@ def file_stamp(file: InputFile) -> dict[str, Any]:
     return {"size": info.size, "mtime_ns": info.mtime_ns, "sha256": h.hexdigest()}
 
 
-def file_stamps(files: Sequence[InputFile]) -> list[dict[str, Any]]:
+def file_stamps(files: Sequence[Any]) -> list[dict[str, Any]]:
     """:func:`file_stamp` of every file, in parallel Ray tasks asking for zero CPUs."""
     ray = require_ray()
     task = ray.remote(num_cpus=0, max_retries=3)(file_stamp)
