@@ -1,6 +1,6 @@
 """poolkit: sequence, token, word and span representations from transformer encoders."""
 
-from poolkit.embed import (
+from poolkit.embedding import (
     EmbedStats,
     TokenVectors,
     TruncationWarning,
@@ -18,7 +18,7 @@ from poolkit.errors import (
     PoolkitError,
 )
 from poolkit.layers import LAYER_PRESETS, layer_mix
-from poolkit.model_info import ModelInfo, model_info
+from poolkit.model_folder import ModelInfo, model_info
 from poolkit.recipe import Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES, parse_sequence_strategy, sequence_embedding
 from poolkit.spans import (

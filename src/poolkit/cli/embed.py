@@ -77,7 +77,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "none, float32)")  # fmt: skip
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted job from OUTPUT.poolkit-work (same "
-                        "command, same settings); finished chunks are not recomputed")  # fmt: skip
+                        "command, same settings); finished chunks (--engine ray: finished "
+                        "input files) are not recomputed")  # fmt: skip
     add_common(parser)
     add_engine_arguments(parser)  # --engine ray, --address, --workers, --cpus-per-worker
     parser.set_defaults(func=run)
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         _check_stdout(args)
     if (status := dispatch_engine(args)) is not None:  # --engine ray
         return status
-    from poolkit.embed import check_inputs, embed_recipes, get_encoder
+    from poolkit.embedding import check_inputs, embed_recipes, get_encoder
     from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp
     from poolkit.io.readers import InputError
@@ -269,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
         shape = ", ".join(f"{k}={v}" for k, v in dims.items())
         note = ""
         if truncated:
-            note = (f" (longer than {encoder.max_length} tokens; --long-text chunk keeps "
+            note = (f" (longer than {encoder.max_length} tokens; --long-text window keeps "
                     "all tokens)")  # fmt: skip
         if resumed:
             note += f"; {count(resumed, 'text')} resumed from the checkpoint"

@@ -30,7 +30,7 @@ class Embedder:
     """Callable class for ``Dataset.map_batches``: adds one embedding column per recipe.
 
     Each actor builds one :class:`poolkit.Encoder` (the model is loaded once per actor,
-    not per batch) and embeds every batch through :func:`poolkit.embed.embed_recipes`, the
+    not per batch) and embeds every batch through :func:`poolkit.embedding.embed_recipes`, the
     path :func:`poolkit.embed` takes, so values equal ``poolkit.embed`` on one machine
     (batch composition changes only float rounding). Torch uses as many threads as the
     actor has CPUs (``num_cpus`` of ``map_batches``).
@@ -76,7 +76,7 @@ class Embedder:
         **options: Any,
     ) -> None:
         require_ray()
-        from poolkit.embed import resolve_recipes
+        from poolkit.embedding import resolve_recipes
         from poolkit.encoder import Encoder
         from poolkit.recipe import Recipe
 
@@ -132,7 +132,7 @@ class Embedder:
 
         Truncation is not warned about here: thousands of batches would flood the log.
         """
-        from poolkit.embed import check_inputs, embed_recipes
+        from poolkit.embedding import check_inputs, embed_recipes
 
         vectors, _ = embed_recipes(
             check_inputs(texts), self.encoder, self.recipes, long_text=self.long_text
@@ -207,9 +207,8 @@ def embed_dataset(
         batch_size: rows per ``Embedder`` call (poolkit batches them by token budget
             inside it); ``None``: one call per block of ``ds`` as it comes. Ray re-cuts
             blocks into ``batch_size`` rows in arrival order, so which texts share a call
-            varies from run to run; with ``None`` it is fixed by the blocks. That matters
-            for ``quantize="int8"``, whose activations are quantised per batch (a vector
-            moves by up to ~0.03 with its batch-mates); float vectors only round differently.
+            varies from run to run (vectors then differ in float rounding only); with
+            ``None`` it is fixed by the blocks, and reruns agree bit for bit.
         fn: a subclass of :class:`Embedder` to run instead (e.g. one adding columns).
         spare_cpus: CPUs left to the dataset's other stages (see above); 0 when every
             other stage asks for none (e.g. ``ray_remote_args={"num_cpus": 0}``).
@@ -223,7 +222,7 @@ def embed_dataset(
         Ray's, so carry an id column) plus ``fixed_size_list<float32>[D]`` per strategy.
     """
     ray = require_ray()
-    from poolkit.embed import resolve_recipes
+    from poolkit.embedding import resolve_recipes
 
     if fn is None:  # a subclass (fn=) may take keyword arguments of its own
         check_options(options)
