@@ -43,7 +43,7 @@ from poolkit.io.integrity import IntegrityWarning, fast_file_digest, file_digest
 __all__ = ["OnnxBackend", "OnnxRunner", "default_threads", "load_onnx_runner", "onnx_cache_root"]
 
 # Bump when the export recipe changes, so old cache entries are not reused.
-_FORMAT = 3  # 2: files hashed (SHA-256); 3: XXH3-128, and int8 with per-row activations
+_FORMAT = 4  # 2: files hashed (SHA-256); 3: int8 with per-row activations; 4: XXH3-128
 _OPSET = 17
 _FP32_TOL = 1e-4  # max abs diff of last_hidden_state on real positions vs torch
 _INT8_MIN_COS = 0.97  # mean per-token cosine vs torch; int8 is approximate by design
