@@ -120,8 +120,8 @@ def export(
         raise InputError(expected("quantize", "None or 'int8'", repr(quantize)))
     if quantize and format != "onnx":
         raise InputError(
-            expected("quantize", "None with format='sentence-transformers'", repr(quantize),
-                     "Quantised folders are ONNX: pass format='onnx'.")  # fmt: skip
+            expected("quantize", "None with the sentence-transformers format", repr(quantize),
+                     "Quantised folders are ONNX: use the onnx format.")  # fmt: skip
         )
     if not isinstance(overwrite, bool):
         raise InputError(expected("overwrite", "True or False", repr(overwrite)))
@@ -136,7 +136,7 @@ def export(
     if out.exists() and not replace:
         raise InputError(
             expected("out_dir", "a folder that does not exist yet", repr(str(out)),
-                     "Pass overwrite=True (--overwrite) to replace it.")  # fmt: skip
+                     "Choose another folder, or replace it with overwrite=True.")  # fmt: skip
         )
     if format == "onnx":
         from poolkit.backends.onnx import _import_onnx, _import_ort
