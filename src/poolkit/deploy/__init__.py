@@ -131,6 +131,10 @@ def export(
                      "The compare file's top row is the recipe; pass one of the two.")  # fmt: skip
         )
     parsed = Recipe.parse(recipe) if recipe is not None else None
+    if parsed is not None and format == "sentence-transformers":
+        from poolkit.deploy.stfolder import st_pooling_config
+
+        st_pooling_config(parsed, 1)  # refuse before the model loads
     out = Path(out_dir)
     replace = overwrite or (out.is_dir() and not any(out.iterdir()))
     if out.exists() and not replace:
