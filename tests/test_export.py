@@ -19,6 +19,8 @@ from clitools import one_error_line, poolkit
 
 import poolkit as pk
 
+pytestmark = pytest.mark.slow
+
 TOL = 1e-5
 EXTRA = [
     "hello",
@@ -52,18 +54,23 @@ def digest(path: Path) -> str:
 # --- sentence-transformers folders -------------------------------------------------------
 
 ST_RECIPES = {
-    "minilm": ["cls", "mean", "max", "mean_sqrt_len", "weighted_mean", "last", "cls+mean",
-               "cls+max+mean+mean_sqrt_len+weighted_mean+last", "mean/raw"],
+    "minilm": [
+        "cls",
+        "mean",
+        "max",
+        "mean_sqrt_len",
+        "weighted_mean",
+        "last",
+        "cls+mean",
+        "cls+max+mean+mean_sqrt_len+weighted_mean+last",
+        "mean/raw",
+    ],
     "tiny_cls": [None, "mean", "max", "cls+mean", "cls/raw"],
-}  # fmt: skip
+}
 
 
-@pytest.mark.parametrize(
-    ("name", "recipe"), [(m, r) for m, rs in ST_RECIPES.items() for r in rs]
-)
-def test_sentence_transformers_folder_equals_embed(
-    name, recipe, models, texts, tmp_path_factory
-):
+@pytest.mark.parametrize(("name", "recipe"), [(m, r) for m, rs in ST_RECIPES.items() for r in rs])
+def test_sentence_transformers_folder_equals_embed(name, recipe, models, texts, tmp_path_factory):
     from sentence_transformers import SentenceTransformer
 
     model = models[name]
@@ -122,15 +129,19 @@ def run_onnx(folder: Path, texts: list[str], side: str, one_by_one: bool = False
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tok.enable_padding(direction=side, pad_id=tok.padding["pad_id"],
-                       pad_token=tok.padding["pad_token"])  # fmt: skip
+    tok.enable_padding(
+        direction=side, pad_id=tok.padding["pad_id"], pad_token=tok.padding["pad_token"]
+    )
     session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
     out = []
-    for batch in ([[t] for t in texts] if one_by_one else [texts]):
+    for batch in [[t] for t in texts] if one_by_one else [texts]:
         enc = tok.encode_batch(batch)
-        feed = {"input_ids": [e.ids for e in enc], "attention_mask": [e.attention_mask for e in enc],
-                "token_type_ids": [e.type_ids for e in enc]}  # fmt: skip
+        feed = {
+            "input_ids": [e.ids for e in enc],
+            "attention_mask": [e.attention_mask for e in enc],
+            "token_type_ids": [e.type_ids for e in enc],
+        }
         feed = {k: np.array(v, dtype=np.int64) for k, v in feed.items() if k in names}
         out.append(session.run(["sentence_embedding"], feed)[0])
     return np.concatenate(out)
@@ -144,8 +155,11 @@ def test_onnx_folder_equals_embed(name, recipe, models, texts, tmp_path):
     out = tmp_path / "onnx"
     pk.export(model, out, recipe=recipe, format="onnx")
     assert sorted(p.name for p in out.iterdir()) == [
-        "README.md", "model.onnx", "poolkit-export.json", "tokenizer.json"
-    ]  # fmt: skip
+        "README.md",
+        "model.onnx",
+        "poolkit-export.json",
+        "tokenizer.json",
+    ]
     want = reference(texts, model, recipe)
     # a padded batch either side, and each text alone
     for side, alone in (("right", False), ("left", False), ("right", True)):
@@ -244,8 +258,11 @@ def test_full_disk_is_one_line_and_leaves_nothing(minilm_dir, tmp_path):
 
     r = subprocess.run(
         [sys.executable, "-m", "poolkit.cli", "export", str(minilm_dir), "-o", "out"],
-        cwd=tmp_path, capture_output=True, timeout=300, preexec_fn=limit,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=300,
+        preexec_fn=limit,
+    )
     line = one_error_line(r, 1, "out: cannot write it (file larger than")
     assert "Free some space" in line
     assert list(tmp_path.iterdir()) == []
@@ -267,8 +284,11 @@ def test_onnx_refuses_a_pipeline_with_a_dense_head(tiny_dirs, tmp_path):
     # the sentence-transformers folder keeps the head, byte for byte
     texts = ["a man plays a guitar", "hello"]
     pk.export(src, tmp_path / "st")
-    dense = [m["path"] for m in json.loads((tmp_path / "st" / "modules.json").read_text())
-             if m["type"].endswith("Dense")]  # fmt: skip
+    dense = [
+        m["path"]
+        for m in json.loads((tmp_path / "st" / "modules.json").read_text())
+        if m["type"].endswith("Dense")
+    ]
     assert dense == ["2_Dense"]
     np.testing.assert_allclose(
         SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts),
@@ -283,14 +303,38 @@ def test_onnx_refuses_a_pipeline_with_a_dense_head(tiny_dirs, tmp_path):
 def test_export_the_top_row_of_compare(minilm_dir, tmp_path):
     from testdata import fixture
 
-    r = poolkit("compare", str(fixture("stsb-dev-sample.csv")), "--task", "sts", "--model",
-                str(minilm_dir), "--strategies", "mean", "cls", "max", "--bootstrap", "200",
-                "--json", "results.json", "--quiet", cwd=tmp_path)  # fmt: skip
+    r = poolkit(
+        "compare",
+        str(fixture("stsb-dev-sample.csv")),
+        "--task",
+        "sts",
+        "--model",
+        str(minilm_dir),
+        "--strategies",
+        "mean",
+        "cls",
+        "max",
+        "--bootstrap",
+        "200",
+        "--json",
+        "results.json",
+        "--quiet",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr.decode()
     doc = json.loads((tmp_path / "results.json").read_text())
     top = doc["results"][0]
-    r = poolkit("export", str(minilm_dir), "--from-compare", "results.json", "-o", "out",
-                "--format", "onnx", cwd=tmp_path)  # fmt: skip
+    r = poolkit(
+        "export",
+        str(minilm_dir),
+        "--from-compare",
+        "results.json",
+        "-o",
+        "out",
+        "--format",
+        "onnx",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr.decode()
     record = json.loads((tmp_path / "out" / "poolkit-export.json").read_text())
     assert record["recipe"] == top["recipe"]
@@ -299,7 +343,8 @@ def test_export_the_top_row_of_compare(minilm_dir, tmp_path):
     assert f"spearman {top['spearman']:.4f}" in card and "the top row of 3" in card
     texts = ["a man plays a guitar", "hello"]
     np.testing.assert_allclose(
-        run_onnx(tmp_path / "out", texts, "left"), reference(texts, minilm_dir, top["recipe"]),
+        run_onnx(tmp_path / "out", texts, "left"),
+        reference(texts, minilm_dir, top["recipe"]),
         atol=TOL,
     )
     # a compare file of another model is refused

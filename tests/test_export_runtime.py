@@ -63,8 +63,9 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = venv / "bin" / "python"
     r = subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "onnxruntime", "tokenizers", "numpy"],
-        capture_output=True, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     return python
 
@@ -94,8 +95,11 @@ def test_bare_runtime_gives_embeds_vectors(
         out = tmp_path / f"{side}.npy"
         r = subprocess.run(
             [str(bare_python), "run.py", str(folder), "texts.json", side, str(out)],
-            cwd=tmp_path, capture_output=True, timeout=300, env=env,
-        )  # fmt: skip
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=300,
+            env=env,
+        )
         assert r.returncode == 0, r.stderr.decode()[-2000:]
         many, one = np.load(out)
         if quantize is None:
@@ -103,7 +107,9 @@ def test_bare_runtime_gives_embeds_vectors(
             np.testing.assert_allclose(one, want, atol=1e-5, rtol=0)
         else:  # int8: close to fp32 (cosine), as recorded at export
             for got in (many, one):
-                cos = (got * want).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(
-                    want, axis=-1
+                cos = (
+                    (got * want).sum(-1)
+                    / np.linalg.norm(got, axis=-1)
+                    / np.linalg.norm(want, axis=-1)
                 )
                 assert cos.min() >= 0.97, cos.min()

@@ -120,15 +120,23 @@ def export(
         raise InputError(expected("quantize", "None or 'int8'", repr(quantize)))
     if quantize and format != "onnx":
         raise InputError(
-            expected("quantize", "None with the sentence-transformers format", repr(quantize),
-                     "Quantised folders are ONNX: use the onnx format.")  # fmt: skip
+            expected(
+                "quantize",
+                "None with the sentence-transformers format",
+                repr(quantize),
+                "Quantised folders are ONNX: use the onnx format.",
+            )
         )
     if not isinstance(overwrite, bool):
         raise InputError(expected("overwrite", "True or False", repr(overwrite)))
     if recipe is not None and from_compare is not None:
         raise InputError(
-            expected("recipe", "None when `from_compare` is given", repr(str(recipe)),
-                     "The compare file's top row is the recipe; pass one of the two.")  # fmt: skip
+            expected(
+                "recipe",
+                "None when `from_compare` is given",
+                repr(str(recipe)),
+                "The compare file's top row is the recipe; pass one of the two.",
+            )
         )
     parsed = Recipe.parse(recipe) if recipe is not None else None
     if parsed is not None and format == "sentence-transformers":
@@ -139,8 +147,12 @@ def export(
     replace = overwrite or (out.is_dir() and not any(out.iterdir()))
     if out.exists() and not replace:
         raise InputError(
-            expected("out_dir", "a folder that does not exist yet", repr(str(out)),
-                     "Choose another folder, or replace it with overwrite=True.")  # fmt: skip
+            expected(
+                "out_dir",
+                "a folder that does not exist yet",
+                repr(str(out)),
+                "Choose another folder, or replace it with overwrite=True.",
+            )
         )
     if format == "onnx":
         from poolkit.backends.onnx import _import_onnx, _import_ort
@@ -163,8 +175,12 @@ def export(
         choice = {"by": "intended", "source": info.pooling_source}
     if parsed.level != "sequence":
         raise InputError(
-            expected("recipe", "a sequence-level recipe (one vector per text)",
-                     repr(str(parsed)), "Export pools whole texts; use e.g. mean or cls.")  # fmt: skip
+            expected(
+                "recipe",
+                "a sequence-level recipe (one vector per text)",
+                repr(str(parsed)),
+                "Export pools whole texts; use e.g. mean or cls.",
+            )
         )
     normalize = parsed.resolved_normalize(info.normalize)
     hidden = int(info.hidden_size or 0)
@@ -177,8 +193,11 @@ def export(
         "normalize": normalize,
         "output_dim": parsed.output_dim(hidden) if hidden else None,
         "max_length": encoder.max_length,
-        "source": {"model": info.reference, "pooling": info.pooling,
-                   "pooling_source": info.pooling_source},  # fmt: skip
+        "source": {
+            "model": info.reference,
+            "pooling": info.pooling,
+            "pooling_source": info.pooling_source,
+        },
         "choice": choice,
     }
     with AtomicDir(out, replace=replace) as work:
@@ -220,9 +239,13 @@ def _write_st(
         width = Recipe(info.pooling).output_dim(int(info.hidden_size))
         if recipe.output_dim(int(info.hidden_size)) != width:
             raise InputError(
-                expected("recipe", f"one of the source pooling's width {width} (its Dense "
-                         "modules take that many inputs)", repr(str(recipe)),
-                         "Choose a recipe with as many parts as the model's own pooling.")  # fmt: skip
+                expected(
+                    "recipe",
+                    f"one of the source pooling's width {width} (its Dense "
+                    "modules take that many inputs)",
+                    repr(str(recipe)),
+                    "Choose a recipe with as many parts as the model's own pooling.",
+                )
             )
     modules = copy_pipeline(
         source, transformer_dir(source), work, pooling, normalize, encoder.max_length
@@ -248,12 +271,17 @@ def _write_onnx(
     if heads:
         kinds = ", ".join(str(h.get("type", "")).rsplit(".", 1)[-1] for h in heads)
         raise InputError(
-            expected("model", "a pipeline without Dense or LayerNorm modules for format='onnx'",
-                     f"one with {kinds}", "poolkit cannot put those into the graph yet; use "
-                     "--format sentence-transformers, which keeps them.")  # fmt: skip
+            expected(
+                "model",
+                "a pipeline without Dense or LayerNorm modules for format='onnx'",
+                f"one with {kinds}",
+                "poolkit cannot put those into the graph yet; use "
+                "--format sentence-transformers, which keeps them.",
+            )
         )
-    special = sorted({int(i) for i in encoder._special_ids} | set(encoder._prefix)
-                     | set(encoder._suffix))  # fmt: skip
+    special = sorted(
+        {int(i) for i in encoder._special_ids} | set(encoder._prefix) | set(encoder._suffix)
+    )
     fp32 = work / ("model-fp32.onnx" if quantize else "model.onnx")
     graph = build_graph(transformer_dir(info.path), recipe, special, normalize, fp32)
     tokenizer = _write_tokenizer(encoder, work / "tokenizer.json")
@@ -267,10 +295,18 @@ def _write_onnx(
             "required); nothing was written."
         )
     record.update(
-        onnx={"file": "model.onnx", "opset": graph["opset"], "inputs": graph["inputs"],
-              "output": "sentence_embedding", "dynamic_axes": ["batch", "sequence"],
-              "quantize": quantize},  # fmt: skip
-        agreement={"fp32": agreement, "graph_vs_torch_max_abs_diff": graph["max_abs_diff_vs_torch"]},
+        onnx={
+            "file": "model.onnx",
+            "opset": graph["opset"],
+            "inputs": graph["inputs"],
+            "output": "sentence_embedding",
+            "dynamic_axes": ["batch", "sequence"],
+            "quantize": quantize,
+        },
+        agreement={
+            "fp32": agreement,
+            "graph_vs_torch_max_abs_diff": graph["max_abs_diff_vs_torch"],
+        },
     )
     summary = (
         f"the ONNX graph equals poolkit.embed within {agreement['max_abs_diff']:.1e} (max abs) "
@@ -297,8 +333,11 @@ def _write_onnx(
             f"fp32 vectors (at least {_INT8_MIN_COS} required)"
         )
     record["agreement"]["summary"] = summary
-    record["tokenizer"] = {"file": "tokenizer.json", "max_length": encoder.max_length,
-                           "padding": "right (either side gives the same vectors)"}  # fmt: skip
+    record["tokenizer"] = {
+        "file": "tokenizer.json",
+        "max_length": encoder.max_length,
+        "padding": "right (either side gives the same vectors)",
+    }
     record["versions"] = _versions(("onnx", "onnxruntime", "tokenizers", "transformers", "torch"))
 
 
@@ -312,7 +351,9 @@ def _write_tokenizer(encoder: Any, path: Path) -> Any:
     names = encoder.tokenizer.convert_ids_to_tokens
     prefix = [names(i) for i in encoder._prefix]
     suffix = [names(i) for i in encoder._suffix]
-    specials = {t: i for t, i in zip(prefix + suffix, encoder._prefix + encoder._suffix, strict=True)}
+    specials = {
+        t: i for t, i in zip(prefix + suffix, encoder._prefix + encoder._suffix, strict=True)
+    }
     tok.post_processor = TemplateProcessing(
         single=" ".join([*prefix, "$A", *suffix]),
         special_tokens=sorted(specials.items(), key=lambda kv: kv[1]),
@@ -343,22 +384,33 @@ def check_folder(
     runner = OnnxRunner(folder / graph, output="sentence_embedding")
     outputs = []
     for side in ("right", "left"):
-        tokenizer.enable_padding(direction=side, pad_id=tokenizer.padding["pad_id"],
-                                 pad_token=tokenizer.padding["pad_token"])  # fmt: skip
+        tokenizer.enable_padding(
+            direction=side,
+            pad_id=tokenizer.padding["pad_id"],
+            pad_token=tokenizer.padding["pad_token"],
+        )
         enc = tokenizer.encode_batch(texts)
         outputs.append(_run(runner, enc))
-    tokenizer.enable_padding(direction="right", pad_id=tokenizer.padding["pad_id"],
-                             pad_token=tokenizer.padding["pad_token"])  # fmt: skip
+    tokenizer.enable_padding(
+        direction="right",
+        pad_id=tokenizer.padding["pad_id"],
+        pad_token=tokenizer.padding["pad_token"],
+    )
     outputs.append(np.concatenate([_run(runner, tokenizer.encode_batch([t])) for t in texts]))
     worst, cosines = 0.0, []
     for got in outputs:
         worst = max(worst, float(np.abs(got - ref).max()))
-        cosines.append((got * ref).sum(-1) / (np.linalg.norm(got, axis=-1)
-                                              * np.linalg.norm(ref, axis=-1)))  # fmt: skip
+        cosines.append(
+            (got * ref).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1))
+        )
     cos = np.concatenate(cosines)
-    return {"texts": len(texts), "batches": ["right-padded", "left-padded", "one text each"],
-            "max_abs_diff": worst, "min_cosine": float(cos.min()),
-            "mean_cosine": float(cos.mean())}  # fmt: skip
+    return {
+        "texts": len(texts),
+        "batches": ["right-padded", "left-padded", "one text each"],
+        "max_abs_diff": worst,
+        "min_cosine": float(cos.min()),
+        "mean_cosine": float(cos.mean()),
+    }
 
 
 def _run(runner: Any, enc: list[Any]) -> np.ndarray:

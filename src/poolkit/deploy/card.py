@@ -45,7 +45,9 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
     try:
         recipe = Recipe.parse(top["recipe"])
     except (KeyError, TypeError, ValueError):
-        raise _bad(path, f"has a top row without a valid `recipe` ({top.get('recipe')!r})") from None
+        raise _bad(
+            path, f"has a top row without a valid `recipe` ({top.get('recipe')!r})"
+        ) from None
     compared = doc.get("model")
     try:
         same = resolve_model(compared) == source

@@ -28,9 +28,20 @@ __all__ = ["build_graph", "pipeline_module"]
 # Families whose embeddings derive positions from input_ids and the padding id (so they
 # already count from the first real token); they must not be handed position ids.
 _POSITIONS_FROM_IDS = frozenset(
-    {"roberta", "xlm-roberta", "camembert", "mpnet", "longformer", "ibert", "data2vec-text",
-     "xmod", "roberta-prelayernorm", "luke", "esm"}
-)  # fmt: skip
+    {
+        "roberta",
+        "xlm-roberta",
+        "camembert",
+        "mpnet",
+        "longformer",
+        "ibert",
+        "data2vec-text",
+        "xmod",
+        "roberta-prelayernorm",
+        "luke",
+        "esm",
+    }
+)
 
 
 def pipeline_module(model: Any, recipe: Recipe, special_ids: list[int], normalize: bool) -> Any:
@@ -72,10 +83,16 @@ def pipeline_module(model: Any, recipe: Recipe, special_ids: list[int], normaliz
                 hidden = out.last_hidden_state
             special = (input_ids[:, :, None] == self.special[None, None, :]).any(-1)
             pooled = [
-                sequence_dense(hidden, attention_mask, (name,), special_tokens_mask=special,
-                               exclude_special=drop, check=False)
+                sequence_dense(
+                    hidden,
+                    attention_mask,
+                    (name,),
+                    special_tokens_mask=special,
+                    exclude_special=drop,
+                    check=False,
+                )
                 for name, drop in parts
-            ]  # fmt: skip
+            ]
             vec = pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=-1)
             if normalize:
                 vec = vec / vec.norm(dim=-1, keepdim=True).clamp(min=1e-12)

@@ -134,8 +134,13 @@ def copy_pipeline(
                 shutil.copyfile(source / name, dest / name)
     modules: list[dict[str, Any]] = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-    ]  # fmt: skip
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_Pooling",
+            "type": "sentence_transformers.models.Pooling",
+        },
+    ]
     (dest / "1_Pooling").mkdir()
     _write_json(dest / "1_Pooling" / "config.json", pooling)
     for entry in source_heads(source):
@@ -146,8 +151,14 @@ def copy_pipeline(
     if normalize:
         i = len(modules)
         (dest / f"{i}_Normalize").mkdir()
-        modules.append({"idx": i, "name": str(i), "path": f"{i}_Normalize",
-                        "type": "sentence_transformers.models.Normalize"})  # fmt: skip
+        modules.append(
+            {
+                "idx": i,
+                "name": str(i),
+                "path": f"{i}_Normalize",
+                "type": "sentence_transformers.models.Normalize",
+            }
+        )
     _write_json(dest / "modules.json", modules)
     sbert = {}
     if (hf_dir / "sentence_bert_config.json").is_file():
