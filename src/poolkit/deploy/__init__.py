@@ -59,14 +59,15 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-tokenizer = Tokenizer.from_file("{dir}/tokenizer.json")  # truncation and padding set
+texts = ["A man is playing a guitar.", "Hello"]
+tokenizer = Tokenizer.from_file("{dir}/tokenizer.json")  # truncation, padding set
 session = ort.InferenceSession("{dir}/model.onnx")
 names = {{i.name for i in session.get_inputs()}}
-enc = tokenizer.encode_batch(["A man is playing a guitar.", "Hello"])
-feed = {{"input_ids": np.array([e.ids for e in enc], dtype=np.int64),
-        "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64),
-        "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64)}}
-(vectors,) = session.run(["sentence_embedding"], {{k: v for k, v in feed.items() if k in names}})
+enc = tokenizer.encode_batch(texts)
+feed = {{"input_ids": [e.ids for e in enc], "attention_mask": [e.attention_mask for e in enc],
+        "token_type_ids": [e.type_ids for e in enc]}}
+feed = {{k: np.array(v, dtype=np.int64) for k, v in feed.items() if k in names}}
+(vectors,) = session.run(["sentence_embedding"], feed)  # ({dim},) per text
 """
 
 
