@@ -56,6 +56,16 @@ _CHECK_SHAPES: tuple[tuple[int, int, str], ...] = (
 )
 
 
+# Shared with ``poolkit export``, which traces, checks and quantises with the same settings.
+OPSET, FP32_TOL, INT8_MIN_COS = _OPSET, _FP32_TOL, _INT8_MIN_COS
+
+
+def require_onnx() -> None:
+    """Raise MissingDependencyError (naming the extra) unless onnxruntime and onnx import."""
+    _import_ort()
+    _import_onnx()
+
+
 def _import_ort() -> Any:
     try:
         import onnxruntime

@@ -156,9 +156,9 @@ def export(
             )
         )
     if format == "onnx":
-        from poolkit.backends.onnx import _import_onnx, _import_ort
+        from poolkit.backends.onnx import require_onnx
 
-        _import_ort(), _import_onnx()
+        require_onnx()
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # truncation of the check texts is on purpose
@@ -314,24 +314,24 @@ def _write_onnx(
         f"on {agreement['texts']} texts, right- and left-padded, one text and many"
     )
     if quantize:
-        from poolkit.backends.onnx import _INT8_MIN_COS
+        from poolkit.backends.onnx import INT8_MIN_COS
 
         quantize_int8(fp32, work / "model.onnx")
         fp32.unlink()
         int8 = check_folder(work, "model.onnx", tokenizer, encoder, recipe)
-        if not int8["mean_cosine"] >= _INT8_MIN_COS:
+        if not int8["mean_cosine"] >= INT8_MIN_COS:
             from poolkit.errors import ExportError
 
             raise ExportError(
                 f"The int8 graph is too far from poolkit.embed (mean cosine "
-                f"{int8['mean_cosine']:.4f}, at least {_INT8_MIN_COS} required); nothing was "
+                f"{int8['mean_cosine']:.4f}, at least {INT8_MIN_COS} required); nothing was "
                 "written. Export without --quantize."
             )
         record["agreement"]["int8"] = int8
         summary = (
             f"before quantisation {summary}; the int8 graph's vectors have mean cosine "
             f"{int8['mean_cosine']:.4f} (min {int8['min_cosine']:.4f}) to poolkit.embed's "
-            f"fp32 vectors (at least {_INT8_MIN_COS} required)"
+            f"fp32 vectors (at least {INT8_MIN_COS} required)"
         )
     record["agreement"]["summary"] = summary
     record["tokenizer"] = {

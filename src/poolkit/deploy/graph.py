@@ -113,8 +113,8 @@ def build_graph(
     import torch
 
     from poolkit.backends.onnx import (
-        _FP32_TOL,
-        _OPSET,
+        FP32_TOL,
+        OPSET,
         OnnxRunner,
         check_batches,
         load_torch,
@@ -132,10 +132,10 @@ def build_graph(
         with torch.inference_mode():
             ref = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
         worst = max(worst, float(np.abs(runner(ids, mask) - ref).max()))
-    if not worst <= _FP32_TOL:
+    if not worst <= FP32_TOL:
         raise ExportError(
             f"The ONNX graph of recipe {str(recipe)!r} disagrees with the torch model on padded "
-            f"batches (max abs diff {worst:.3g}, at most {_FP32_TOL} required); nothing was "
+            f"batches (max abs diff {worst:.3g}, at most {FP32_TOL} required); nothing was "
             "written. Use --format sentence-transformers if the recipe allows it."
         )
-    return {"opset": _OPSET, "inputs": list(runner.input_names), "max_abs_diff_vs_torch": worst}
+    return {"opset": OPSET, "inputs": list(runner.input_names), "max_abs_diff_vs_torch": worst}
