@@ -52,7 +52,7 @@ def main() -> int:
     from poolkit.compare.metrics import cosine_rows, spearman
     from poolkit.compare.runner import Settings, compare, embed_sequences
     from poolkit.compare.summary import Row, summarize
-    from poolkit.embed import embed
+    from poolkit.embedding import embed
     from poolkit.encoder import Encoder
 
     data = read_task("sts", args.data)

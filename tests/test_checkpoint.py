@@ -89,7 +89,9 @@ def test_existing_work_dir_without_resume_is_reported_and_kept(tmp_path):
     commit(cp, 0, ["mean"])
     cp.close()
     before = sorted(os.listdir(work_dir_for(out)))
-    with pytest.raises(CheckpointError, match=r"out.npy.poolkit-work: .*1 chunks done.*--resume"):
+    with pytest.raises(
+        CheckpointError, match=r"out.npy.poolkit-work: .*1 chunks done.*`resume=True`"
+    ):
         Checkpoint.open(out, SETTINGS, resume=False)
     assert sorted(os.listdir(work_dir_for(out))) == before
 
@@ -192,7 +194,7 @@ def test_publish_refuses_existing_output_and_keeps_the_work(tmp_path):
     for k in range(len(TEXTS)):
         commit(cp, k, ["mean"])
     out.write_bytes(b"someone else's file")
-    with pytest.raises(CheckpointError, match="already exists; pass --overwrite"):
+    with pytest.raises(CheckpointError, match="already exists; pass `overwrite=True`"):
         cp.publish(len(TEXTS), ["mean"], overwrite=False)
     assert out.read_bytes() == b"someone else's file" and len(cp.done) == 4
     cp.publish(len(TEXTS), ["mean"], overwrite=True)

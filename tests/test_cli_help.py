@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from poolkit.cli import build_parser
-from poolkit.model_info import DEFAULT_MODEL
+from poolkit.model_folder import DEFAULT_MODEL
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:

@@ -139,14 +139,14 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 @pytest.mark.parametrize(
     ("task", "name", "text", "message"),
     [
-        ("sts", "p.jsonl", '{"sentence1": "a", "score": 1}\n', r"missing column 'sentence2' \(columns: sentence1, score\); pass --sentence2-column"),
+        ("sts", "p.jsonl", '{"sentence1": "a", "score": 1}\n', r"missing column 'sentence2' \(columns: sentence1, score\); pass `sentence2_column`"),
         ("sts", "p.jsonl", '{"sentence1": "a", "sentence2": "b", "score": "high"}\n', r"p.jsonl:1: expected a numeric 'score', but got 'high'"),
         ("sts", "p.txt", "just some text\n", r"p.txt: not an STS-B tsv file"),
         ("sts", "p.tsv", "g\tf\ty\ti\t1.0\tonly one sentence\n", r"missing column 'sentence1'"),
         ("sts", "p.jsonl", '{"sentence1": "a",\n', r"p.jsonl: line 1 is not valid JSON"),
         ("classification", "c.txt", "1 good\nnolabel\n", r"c.txt:2: expected `LABEL sentence` \(SST-2 format\)"),
         ("classification", "c.csv", "text,label\nhello,\n", r"c.csv:2: empty 'label'"),
-        ("classification", "c.csv", "words,label\nhello,1\n", r"missing column 'text' \(columns: words, label\); pass --text-column"),
+        ("classification", "c.csv", "words,label\nhello,1\n", r"missing column 'text' \(columns: words, label\); pass `text_column`"),
         ("ner", "n.conll", "John\tB-PER\nworks\n", r"n.conll:2: expected `token<TAB>tag` \(CoNLL\)"),
         ("ner", "n.conll", "John\tPERSON\n", r"n.conll:1: expected a BIO/IOB tag \(O, B-TYPE, I-TYPE\), but got 'PERSON'"),
         ("ner", "n.conll", "\n\n", r"n.conll: no sentences found"),

@@ -77,12 +77,12 @@ def test_split_choice(tmp_path):
     (folder / "qrels" / "train.tsv").write_text("2\tb\t1\n")
     with pytest.raises(
         DataError,
-        match=r"qrels: expected qrels/test.tsv or a single qrels file, found dev, train; pass --split",
+        match=r"qrels: expected qrels/test.tsv or a single qrels file, found dev, train; choose one with `split`",
     ):
         read_retrieval(folder)
     assert read_retrieval(folder, split="train").queries == ["second"]
     with pytest.raises(
-        DataError, match=r"--split test: .*test.tsv does not exist \(splits: dev, train\)"
+        DataError, match=r"`split`=test: .*test.tsv does not exist \(splits: dev, train\)"
     ):
         read_retrieval(folder, split="test")
 
@@ -118,7 +118,7 @@ def test_metrics_match_pytrec_eval_with_ties_and_graded_judgements():
         qrels[q] = judged
     rows = np.array(sorted((q, d, r) for q, j in qrels.items() for d, r in j.items()))
     # Small chunks: the running top-k must merge across many blocks exactly.
-    ranked, _ = top_k(queries, docs, 100, id_order(ids), query_chunk=7, doc_chunk=50)
+    ranked, _ = top_k(queries, docs, 100, id_order(ids), query_block=7, doc_block=50)
     ours = query_metrics(ranked, rows, n_d)
 
     unit_q = queries / np.linalg.norm(queries, axis=1, keepdims=True)

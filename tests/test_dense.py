@@ -159,9 +159,9 @@ def test_word_paths_match_each_other(strategy, monkeypatch):
     np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(results[True][1][0], results[False][1][0], rtol=1e-12, atol=1e-12)
     # word 1 of row 1 is tokens 2..4; word 3 has no sub-token: zeros
-    first_last = {"first": [2], "last": [4], "first_last": [2, 4]}
-    if strategy in first_last:
-        want = np.concatenate([hidden[1, i] for i in first_last[strategy]])
+    picks = {"first": [2], "last": [4], "endpoints": [2, 4]}
+    if strategy in picks:
+        want = np.concatenate([hidden[1, i] for i in picks[strategy]])
     else:
         want = span_reference(hidden[1], 2, 4, strategy)
     np.testing.assert_allclose(results[True][0][1, 1], want, rtol=1e-12)

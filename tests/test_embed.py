@@ -10,7 +10,7 @@ import torch
 from testdata import full_data, sts_sentences
 from transformers import AutoModel, AutoTokenizer
 
-from poolkit.embed import (
+from poolkit.embedding import (
     TruncationWarning,
     embed,
     embed_spans,
@@ -118,7 +118,7 @@ def test_truncation_is_counted_and_warned(minilm):
     assert stats.truncated == [1] and stats.num_texts == 2 and stats.dims == {"mean": 384}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        chunked = embed(["short", long], minilm, long_text="chunk")
+        chunked = embed(["short", long], minilm, long_text="window")
     with pytest.warns(TruncationWarning):
         truncated = embed(["short", long], minilm)
     np.testing.assert_allclose(chunked[0], truncated[0], atol=1e-6)
@@ -172,7 +172,7 @@ def test_embed_words(minilm, hf):
     assert len(ids) == 7  # googleplex -> google ##ple ##x
     np.testing.assert_allclose(first[0], h[[1, 2, 3, 4]], atol=1e-5)
     np.testing.assert_allclose(mean[0][3], h[4:6].mean(0), atol=1e-5)
-    both = embed_words(words, minilm, "first_last")
+    both = embed_words(words, minilm, "endpoints")
     assert both[0].shape == (4, 768)
 
 

@@ -90,7 +90,7 @@ def test_chunk_mode_stitches_windows(minilm_dir):
     words = [f"w{i}" if i % 2 else "cat" for i in range(30)]
     text = " ".join(words)
     bare = enc.tokenize([text]).ids[0]
-    (b,) = list(enc.iter_batches([text], long_text="chunk"))
+    (b,) = list(enc.iter_batches([text], long_text="window"))
     assert not b.truncated[0] and b.attention_mask.sum() == len(bare) + 2
     assert b.input_ids[0, 1:-1].tolist() == bare.tolist()
     model = AutoModel.from_pretrained(minilm_dir).eval()
@@ -106,7 +106,7 @@ def test_chunk_mode_stitches_windows(minilm_dir):
     got = b.hidden[0].numpy()
     np.testing.assert_allclose(got[0:7], w0[0:7], atol=2e-5)
     np.testing.assert_allclose(got[7:11], w4[3:7], atol=2e-5)
-    short = next(iter(enc.iter_batches(["a cat"], long_text="chunk"))).hidden
+    short = next(iter(enc.iter_batches(["a cat"], long_text="window"))).hidden
     np.testing.assert_allclose(
         short.numpy(), next(iter(enc.iter_batches(["a cat"]))).hidden.numpy()
     )
@@ -142,7 +142,7 @@ def test_input_errors(minilm):
         list(minilm.iter_batches("one text"))
     with pytest.raises(TypeError, match=r"Expected `texts\[1\]` to be a str, but got int"):
         list(minilm.iter_batches(["a", 3]))
-    with pytest.raises(ValueError, match=r"Expected `long_text` to be 'truncate' or 'chunk'"):
+    with pytest.raises(ValueError, match=r"Expected `long_text` to be 'truncate' or 'window'"):
         list(minilm.iter_batches(["a"], long_text="split"))
     with pytest.raises(
         ValueError, match=r"Expected `max_batch_tokens` to be None or a positive integer"

@@ -365,7 +365,7 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     sts_pairs_table(tmp_path / "pairs.txt")
     flags = ["--text-column", "sentence2", "--input-format", "tsv", "-s", "cls+mean", "max",
              "--layers", "last4", "--exclude-special", "--no-normalize", "--max-length", "12",
-             "--batch-tokens", "96", "--long-text", "chunk", "--device", "cpu", "--dtype",
+             "--batch-tokens", "96", "--long-text", "window", "--device", "cpu", "--dtype",
              "float32", "--chunk-size", "42", "--model", str(minilm_dir), "--quiet"]  # fmt: skip
     local, ray_out, remote = _ray_and_local(tmp_path, "a", address, *flags,
                                             data=tmp_path / "pairs.txt")  # fmt: skip

@@ -122,7 +122,7 @@ def test_output_dim_is_the_width_the_core_functions_return(parts, layers, how) -
 
 @pytest.mark.parametrize(
     ("name", "dim"),
-    [("word:first", 6), ("word:first_last", 12), ("span:endpoints", 12), ("span:x,y,x*y", 18),
+    [("word:first", 6), ("word:endpoints", 12), ("span:endpoints", 12), ("span:x,y,x*y", 18),
      ("span:mean@last4:concat", 24), ("cls+mean", 12)],
 )  # fmt: skip
 def test_output_dim_word_and_span(name: str, dim: int) -> None:

@@ -38,7 +38,7 @@ def word_reference(hidden: np.ndarray, ids: list, strategy: str, n_words: int) -
     for w in range(n_words):
         toks = hidden[[i for i, x in enumerate(ids) if x == w]].astype(np.float64)
         if len(toks) == 0:
-            dim = hidden.shape[-1] * (2 if strategy == "first_last" else 1)
+            dim = hidden.shape[-1] * (2 if strategy == "endpoints" else 1)
             out.append(np.zeros(dim))
             continue
         out.append(
@@ -47,7 +47,7 @@ def word_reference(hidden: np.ndarray, ids: list, strategy: str, n_words: int) -
                 "last": toks[-1],
                 "mean": toks.mean(0),
                 "max": toks.max(0),
-                "first_last": np.concatenate([toks[0], toks[-1]]),
+                "endpoints": np.concatenate([toks[0], toks[-1]]),
             }[strategy]
         )
     return np.stack(out) if out else np.zeros((0, 1))

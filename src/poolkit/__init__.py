@@ -1,7 +1,7 @@
 """poolkit: sequence, token, word and span representations from transformer encoders."""
 
 from poolkit.deploy import export
-from poolkit.embed import (
+from poolkit.embedding import (
     EmbedStats,
     TokenVectors,
     TruncationWarning,
@@ -19,7 +19,7 @@ from poolkit.errors import (
     PoolkitError,
 )
 from poolkit.layers import LAYER_PRESETS, layer_mix
-from poolkit.model_info import ModelInfo, model_info
+from poolkit.model_folder import ModelInfo, model_info
 from poolkit.recipe import Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES, parse_sequence_strategy, sequence_embedding
 from poolkit.spans import (

@@ -110,7 +110,7 @@ def warn_truncated(stats: EmbedStats, what: str = "texts", stacklevel: int = 3) 
         warnings.warn(
             f"{stats.num_truncated} of {stats.num_texts} {what} were longer than "
             f"{stats.max_length} tokens and were truncated (indices {shown}{more}). Pass "
-            "long_text='chunk' to embed all of their tokens.",
+            "long_text='window' to embed all of their tokens.",
             TruncationWarning,
             stacklevel=stacklevel,
         )

@@ -30,11 +30,11 @@ from typing import Any, Literal
 import numpy as np
 
 from poolkit.backends import Backend, make_backend
-from poolkit.model_info import ModelInfo, load_tokenizer, read_model_info, resolve_model
+from poolkit.model_folder import ModelInfo, load_tokenizer, read_model_info, resolve_model
 
 __all__ = ["Backend", "EncodedBatch", "Encoder", "Tokenized"]
 
-LongText = Literal["truncate", "chunk"]
+LongText = Literal["truncate", "window"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class EncodedBatch:
     """One forward pass over a batch of texts, with everything needed to pool it.
 
     ``B`` texts, padded to ``L`` tokens. Each row is ``prefix + tokens + suffix`` (the
-    tokenizer's special tokens around the text's tokens); with ``long_text="chunk"`` a
+    tokenizer's special tokens around the text's tokens); with ``long_text="window"`` a
     row holds *all* of a text's tokens, stitched from overlapping windows, so ``L`` may
     exceed the model's max length.
 
@@ -104,9 +104,9 @@ class Encoder:
     """A Hugging Face model and its fast tokenizer, run in batches under inference mode.
 
     Args:
-        model: local directory or hub id (see :func:`poolkit.model_info.resolve_model`);
+        model: local directory or hub id (see :func:`poolkit.model_folder.resolve_model`);
             ``None`` for the default,
-            ``sentence-transformers/all-MiniLM-L6-v2`` (:data:`~poolkit.model_info.DEFAULT_MODEL`).
+            ``sentence-transformers/all-MiniLM-L6-v2`` (:data:`~poolkit.model_folder.DEFAULT_MODEL`).
         device: ``"auto"`` (CUDA, then MPS, then CPU), or a torch device string.
         dtype: ``None`` (float32), ``"float16"``, ``"bfloat16"`` or a ``torch.dtype``.
         max_length: tokens per sequence, specials included; ``None`` uses the model's
@@ -149,7 +149,7 @@ class Encoder:
                 f"Expected `max_batch_size` to be None or a positive integer, but got "
                 f"{max_batch_size!r}."
             )
-        from poolkit.model_info import DEFAULT_MODEL
+        from poolkit.model_folder import DEFAULT_MODEL
 
         reference = DEFAULT_MODEL if model is None else os.fspath(model)
         path = resolve_model(reference)
@@ -168,8 +168,8 @@ class Encoder:
         eos = self.tokenizer.eos_token_id
         if append_eos and eos is not None and (not self._suffix or self._suffix[-1] != eos):
             self._suffix = [*self._suffix, int(eos)]
-        self._budget = self.max_length - len(self._prefix) - len(self._suffix)
-        if self._budget < 1:
+        self._text_room = self.max_length - len(self._prefix) - len(self._suffix)
+        if self._text_room < 1:
             raise ValueError(
                 f"Expected `max_length` to leave room for text after the {len(self._prefix) + len(self._suffix)} "
                 f"special tokens, but got {self.max_length}."
@@ -274,10 +274,10 @@ class Encoder:
             all_layers: also return every layer (``EncodedBatch.hidden_states``), for
                 ``layer_mix``.
             long_text: ``"truncate"`` cuts each text at ``max_length`` tokens (counted in
-                ``EncodedBatch.truncated``); ``"chunk"`` runs overlapping windows and
+                ``EncodedBatch.truncated``); ``"window"`` runs overlapping windows and
                 stitches them, so each row holds all of its text's tokens (each token's
                 vector comes from the window where it sits furthest from an edge).
-            stride: window step for ``"chunk"``; default half a window.
+            stride: window step for ``"window"``; default half a window.
             max_batch_tokens: token budget for this call; default the Encoder's.
 
         Yields:
@@ -285,9 +285,9 @@ class Encoder:
             Batch order and row order inside a batch follow length, not input order:
             use ``EncodedBatch.indices``.
         """
-        if long_text not in ("truncate", "chunk"):
+        if long_text not in ("truncate", "window"):
             raise ValueError(
-                f"Expected `long_text` to be 'truncate' or 'chunk', but got {long_text!r}."
+                f"Expected `long_text` to be 'truncate' or 'window', but got {long_text!r}."
             )
         if isinstance(texts, Tokenized):
             tok = texts
@@ -301,8 +301,8 @@ class Encoder:
             return
         content = np.fromiter((len(x) for x in tok.ids), dtype=np.int64, count=n)
         specials = len(self._prefix) + len(self._suffix)
-        truncated = content > self._budget
-        kept = content if long_text == "chunk" else np.minimum(content, self._budget)
+        truncated = content > self._text_room
+        kept = content if long_text == "window" else np.minimum(content, self._text_room)
         lengths = kept + specials
         order = np.argsort(-lengths, kind="stable")
         budget = check_batch_tokens(max_batch_tokens) or self.max_batch_tokens
@@ -395,8 +395,8 @@ class Encoder:
         stride: int | None,
     ) -> EncodedBatch:
         lay = self._layout(tok, rows, kept)
-        if long_text == "chunk" and int(kept[rows].max()) > self._budget:
-            out = self._chunked(tok, rows, kept, lay, all_layers, stride)
+        if long_text == "window" and int(kept[rows].max()) > self._text_room:
+            out = self._windowed(tok, rows, kept, lay, all_layers, stride)
         else:
             out = self.backend.forward(
                 self._inputs(lay["input_ids"], lay["attention_mask"]), all_layers=all_layers
@@ -415,7 +415,7 @@ class Encoder:
             num_tokens=num_tokens[rows],
         )
 
-    def _chunked(
+    def _windowed(
         self,
         tok: Tokenized,
         rows: np.ndarray,
@@ -427,7 +427,7 @@ class Encoder:
         """Forward overlapping windows of each row and stitch them into ``lay``'s layout."""
         import torch
 
-        w = self._budget
+        w = self._text_room
         step = max(1, min(w, stride if stride is not None else w // 2))
         p, s = len(self._prefix), len(self._suffix)
         win_ids: list[np.ndarray] = []

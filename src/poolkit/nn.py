@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from poolkit._arrays import Checks, device_mask
+from poolkit._errors import value_error
 from poolkit._plan import row_bounds
 from poolkit.sequence import parse_sequence_strategy, sequence_dense, sequence_embedding
 from poolkit.spans import (
@@ -125,14 +126,12 @@ class WordPooler(nn.Module):
     def __init__(self, strategy: str = "first", *, check: bool = True):
         super().__init__()
         if strategy not in WORD_STRATEGIES:
-            raise ValueError(
-                f"Expected `strategy` to be one of {', '.join(WORD_STRATEGIES)}, but got {strategy!r}."
-            )
+            value_error("strategy", f"one of {', '.join(WORD_STRATEGIES)}", repr(strategy))
         self.strategy = strategy
         self.check = check
 
     def output_dim(self, hidden_size: int) -> int:
-        return hidden_size * (2 if self.strategy == "first_last" else 1)
+        return hidden_size * (2 if self.strategy == "endpoints" else 1)
 
     def forward(
         self, hidden: torch.Tensor, word_ids: Any, num_words: int | None = None

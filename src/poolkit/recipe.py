@@ -12,7 +12,7 @@ takes::
     mean@last4                 the mean over the average of the last four layers
     mean@-1,-2:concat          last two layers side by side, then the mean
     mean/raw                   never L2-normalised (``/l2``: always; neither: as the model)
-    word:first_last            word level: first and last sub-token of each word
+    word:endpoints             word level: first and last sub-token of each word
     span:x,y,x*y               span level: a span_embeddings strategy
 
 ``Recipe.parse(str(r)) == r`` for every recipe ``r``. The compare table's older form

@@ -20,7 +20,7 @@ from poolkit.spans import span_embeddings, spans_dense
 WORD_STRATEGIES: dict[str, str] = {
     "first": "x",
     "last": "y",
-    "first_last": "x,y",
+    "endpoints": "x,y",
     "mean": "mean",
     "max": "max",
 }
@@ -110,7 +110,7 @@ def word_embeddings(
         hidden: ``(L, H)`` or ``(B, L, H)`` float token vectors (NumPy or torch).
         word_ids: ``(L,)`` / ``(B, L)`` word index per token, ``None`` or -1 for special
             and padding tokens (a list of ``encoding.word_ids()`` lists works as is).
-        strategy: ``first``, ``last``, ``mean``, ``max`` (H each) or ``first_last`` (2H).
+        strategy: ``first``, ``last``, ``mean``, ``max`` (H each) or ``endpoints`` (2H: first and last sub-token, as the span level's ``endpoints``).
         num_words: words per row in the output; default the largest word id + 1. Use it
             to keep words that truncation left without sub-tokens.
 

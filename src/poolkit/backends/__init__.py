@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from poolkit._errors import value_error
 from poolkit.backends.base import Backend
 
 __all__ = ["BACKENDS", "QUANTIZATIONS", "Backend", "OnnxRunner", "load_onnx_runner", "make_backend"]
@@ -63,15 +64,12 @@ def make_backend(
     """
     entry = _REGISTRY.get(name)
     if entry is None:
-        raise ValueError(
-            f"Expected `backend` to be one of {', '.join(map(repr, BACKENDS))} or a Backend "
-            f"object, but got {name!r}."
+        value_error(
+            "backend", f"one of {', '.join(map(repr, BACKENDS))} or a Backend object", repr(name)
         )
     if quantize not in entry.quantizations:
-        raise ValueError(
-            f"Expected `quantize` to be None with backend={name!r}, but got {quantize!r}. "
-            "Pass backend='onnx' to quantize."
-        )
+        value_error("quantize", f"None with backend={name!r}", repr(quantize),
+                    "Pass backend='onnx' to quantize.")  # fmt: skip
     return entry.build(path, device=device, dtype=dtype, quantize=quantize, threads=threads)
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import value_error
+
 __all__ = ["TorchBackend", "pick_device", "torch_dtype"]
 
 
@@ -38,9 +40,7 @@ def torch_dtype(dtype: Any) -> Any:
              "fp16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
              "bf16": torch.bfloat16}  # fmt: skip
     if str(dtype) not in names:
-        raise ValueError(
-            f"Expected `dtype` to be one of float32, float16, bfloat16, but got {dtype!r}."
-        )
+        value_error("dtype", "one of float32, float16, bfloat16", repr(dtype))
     return names[str(dtype)]
 
 

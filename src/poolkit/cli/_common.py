@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,7 +11,7 @@ from typing import Any
 
 from poolkit._errors import missing_extra, with_flags
 from poolkit.errors import MissingDependencyError
-from poolkit.model_info import DEFAULT_MODEL
+from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = [
     "add_common",
@@ -27,13 +28,21 @@ __all__ = [
 _USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
                  MissingDependencyError)  # fmt: skip
 
-# Library messages name arguments (`text_column`); the command line names their flags.
-ARGUMENT_FLAGS = {"text_column": "--text-column", "fmt": "--input-format"}
+# Library messages name arguments (`text_column`, `overwrite=True`); the command line names
+# their flags. Every `NAME_column` argument is the flag --NAME-column.
+ARGUMENT_FLAGS = {"fmt": "--input-format", "overwrite=True": "--overwrite",
+                  "resume=True": "--resume", "split": "--split", "train": "--train"}  # fmt: skip
+
+
+def as_flags(message: str) -> str:
+    """``message`` on one line, with the library arguments it names written as flags."""
+    message = re.sub(r"`([a-z0-9]+)_column`", r"--\1-column", " ".join(message.split()))
+    return with_flags(message, ARGUMENT_FLAGS)
 
 
 def report_error(error: BaseException) -> int:
     """Print one line on stderr and return the exit status (2 usage/input, 1 runtime)."""
-    message = with_flags(" ".join(str(error).split()), ARGUMENT_FLAGS) or type(error).__name__
+    message = as_flags(str(error)) or type(error).__name__
     if isinstance(error, _USAGE_ERRORS):
         print(f"poolkit: error: {message}", file=sys.stderr)
         return 2
@@ -47,7 +56,6 @@ def report_error(error: BaseException) -> int:
 def flag_message(error: BaseException, flags: dict[str, str]) -> str:
     """``error``'s message with the library argument it names (```recipe```) replaced by
     the command-line flag that set it (``--recipe``): lower layers never name flags."""
-    import re
 
     def swap(m: re.Match[str]) -> str:
         return f"`{flags.get(m.group(1), m.group(1))}`"
@@ -113,7 +121,7 @@ def add_common(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
         _add(
             parser,
             "--long-text",
-            choices=["truncate", "chunk"],
+            choices=["truncate", "window"],
             default="truncate",
             help="texts over the max length: cut (counted) or embed in windows (default: truncate)",
         )

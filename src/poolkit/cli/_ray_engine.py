@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.address is None:
         # A local cluster is this machine: check the model here, before any actor loads it.
-        from poolkit.model_info import DEFAULT_MODEL, resolve_model
+        from poolkit.model_folder import DEFAULT_MODEL, resolve_model
 
         model_dir = resolve_model(DEFAULT_MODEL if args.model is None else args.model)
         if args.backend == "onnx":

@@ -22,9 +22,9 @@ def parse_layers(value: str | None) -> Any:
 
 def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, bool]:
     """``--recipe`` or ``-s``/``--layers``/``--exclude-special``/``--normalize`` as
-    recipes, validated once (see :func:`poolkit.embed.resolve_recipes`); errors name flags."""
+    recipes, validated once (see :func:`poolkit.embedding.resolve_recipes`); errors name flags."""
     from poolkit.cli._common import flag_message
-    from poolkit.embed import resolve_recipes
+    from poolkit.embedding import resolve_recipes
 
     try:
         return resolve_recipes(

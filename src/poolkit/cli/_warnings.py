@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from poolkit.cli._common import as_flags
 from poolkit.io.integrity import IntegrityWarning
 
 __all__ = ["one_line_warnings"]
@@ -28,7 +29,7 @@ def one_line_warnings() -> Iterator[None]:
 
         def show(message: Any, category: type, *args: Any, **kwargs: Any) -> None:
             if issubclass(category, IntegrityWarning):
-                text = " ".join(str(message).split())
+                text = as_flags(str(message))
                 print(f"poolkit: warning: {text}", file=sys.stderr)
             else:
                 default(message, category, *args, **kwargs)

@@ -55,7 +55,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--strategies", nargs="+", action="extend", metavar="S",
         help="compare only these (e.g. cls mean cls+mean mean_no_special; word: first last "
-        "mean max first_last; span: endpoints mean max diff_sum attention x,y,x*y) "
+        "mean max endpoints; span: endpoints mean max diff_sum attention x,y,x*y) "
         "(default: every candidate of the task)",
     )  # fmt: skip
     p.add_argument(

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         _check_stdout(args)
     if (status := dispatch_engine(args)) is not None:  # --engine ray
         return status
-    from poolkit.embed import check_inputs, embed_recipes, get_encoder
+    from poolkit.embedding import check_inputs, embed_recipes, get_encoder
     from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp
     from poolkit.io.readers import InputError
@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
         shape = ", ".join(f"{k}={v}" for k, v in dims.items())
         note = ""
         if truncated:
-            note = (f" (longer than {encoder.max_length} tokens; --long-text chunk keeps "
+            note = (f" (longer than {encoder.max_length} tokens; --long-text window keeps "
                     "all tokens)")  # fmt: skip
         if resumed:
             note += f"; {count(resumed, 'text')} resumed from the checkpoint"

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from poolkit.model_info import DEFAULT_MODEL
+from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = ["add_parser", "run"]
 

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from poolkit.model_info import DEFAULT_MODEL
+from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = ["add_parser", "run"]
 
@@ -30,7 +30,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poolkit.model_info import model_info
+    from poolkit.model_folder import model_info
 
     info = model_info(args.model)
     if args.json:

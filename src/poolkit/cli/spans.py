@@ -81,7 +81,7 @@ def _records(args: argparse.Namespace) -> Iterator[tuple[str, list[tuple[int, in
 
 
 def run(args: argparse.Namespace) -> int:
-    from poolkit.embed import embed_spans, get_encoder
+    from poolkit.embedding import embed_spans, get_encoder
 
     records = list(_records(args))
     if not records:

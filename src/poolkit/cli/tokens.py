@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poolkit.embed import embed_tokens, get_encoder
+    from poolkit.embedding import embed_tokens, get_encoder
 
     positive(args.max_length, "--max-length")
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from poolkit._errors import expected
 from poolkit.recipe import NO_SPECIAL, Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES
 
@@ -25,7 +26,7 @@ __all__ = [
 LAYER_VARIANTS = ("last", "last4", "first_last")
 DEFAULT_LAYERS = ("last",)
 _SEQUENCE_EXTRA = ("mean" + NO_SPECIAL, "cls+mean", "mean+max")
-_WORD_DEFAULT = ("first", "last", "mean", "max", "first_last")
+_WORD_DEFAULT = ("first", "last", "mean", "max", "endpoints")
 _SPAN_DEFAULT = ("endpoints", "mean", "max", "diff_sum", "attention", "x,y,x*y")
 
 
@@ -59,15 +60,12 @@ def candidates(
     chosen_layers = tuple(layers) if layers else DEFAULT_LAYERS
     for name in chosen_layers:
         if name not in LAYER_VARIANTS:
-            raise RecipeError(
-                f"Expected `layers` to be among {', '.join(LAYER_VARIANTS)}, but got {name!r}."
-            )
+            raise RecipeError(expected("layers", f"among {', '.join(LAYER_VARIANTS)}", repr(name)))
     parsed = [Recipe.parse(s, level=level) for s in chosen]
     for s, r in zip(chosen, parsed, strict=True):
         if r.level != level:
             raise RecipeError(
-                f"Expected `strategies` to be {level}-level recipes, but got {s!r} "
-                f"({r.level} level)."
+                expected("strategies", f"{level}-level recipes", f"{s!r} ({r.level} level)")
             )
     out: list[Recipe] = []
     for r in parsed:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from poolkit._errors import expected
 from poolkit.errors import InputError
 from poolkit.io.readers import numbered_lines, read_records
 
@@ -126,7 +127,7 @@ def read_task(task: str, path: str | Path, columns: Columns | None = None) -> Ta
     Raises :class:`DataError` naming the file and row on any problem.
     """
     if task not in TASKS:
-        raise DataError(f"Expected `--task` to be one of {', '.join(TASKS)}, but got {task!r}.")
+        raise DataError(expected("task", f"one of {', '.join(TASKS)}", repr(task)))
     columns = columns or Columns()
     path = Path(path)
     if not path.is_file():
@@ -334,7 +335,7 @@ def _require(path: Path, names: list[str], wanted: dict[str, str]) -> None:
             have = ", ".join(names) if names else "none"
             raise DataError(
                 f"{path}: missing column {name!r} (columns: {have}); "
-                f"pass --{option}-column to use another."
+                f"pass `{option}_column` to use another."
             )
 
 

@@ -24,11 +24,11 @@ def embed_sequences(
     :func:`poolkit.embed` gives them (normalised as the recipe says, else as the model).
 
     Texts over the encoder's max length are truncated (the model's intended use; the
-    count goes to ``settings.notes``) or, with ``settings.long_text="chunk"``, embedded in
+    count goes to ``settings.notes``) or, with ``settings.long_text="window"``, embedded in
     overlapping windows and pooled over all their tokens. A row left with no token after
     dropping special tokens gives zeros for ``_no_special`` parts (``embed`` refuses it).
     """
-    from poolkit.embed import embed_recipes
+    from poolkit.embedding import embed_recipes
 
     named = {str(c): c for c in cands}
     with progress(settings, desc, len(texts), "text") as bar:

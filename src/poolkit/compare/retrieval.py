@@ -78,7 +78,7 @@ def read_retrieval(
     if not path.is_file():
         raise DataError(f"{path}: no such file or folder.")
     if split is not None:
-        raise DataError(f"--split {split}: only for a BEIR folder, but {path} is a file.")
+        raise DataError(f"`split`={split}: only for a BEIR folder, but {path} is a file.")
     return _read_pairs(path, query_column, document_column)
 
 
@@ -209,7 +209,7 @@ def _qrels_file(folder: Path, split: str | None) -> Path:
     if split is not None:
         if split not in have:
             raise DataError(
-                f"--split {split}: {qdir / (split + '.tsv')} does not exist "
+                f"`split`={split}: {qdir / (split + '.tsv')} does not exist "
                 f"(splits: {', '.join(have) or 'none'})."
             )
         return qdir / f"{split}.tsv"
@@ -219,7 +219,7 @@ def _qrels_file(folder: Path, split: str | None) -> Path:
         return qdir / f"{have[0]}.tsv"
     raise DataError(
         f"{qdir}: expected qrels/test.tsv or a single qrels file, found "
-        f"{', '.join(have) or 'none'}; pass --split NAME."
+        f"{', '.join(have) or 'none'}; choose one with `split`."
     )
 
 
@@ -235,7 +235,7 @@ def _read_pairs(path: Path, query_column: str, document_column: str) -> Retrieva
         if name not in names:
             raise DataError(
                 f"{path}: missing column {name!r} (columns: {', '.join(names) or 'none'}); "
-                f"pass --{option}-column to use another."
+                f"pass `{option}_column` to use another."
             )
     queries: dict[str, int] = {}
     docs: dict[str, int] = {}
@@ -277,15 +277,15 @@ def top_k(
     documents: np.ndarray,
     k: int,
     id_order: np.ndarray | None = None,
-    query_chunk: int = 256,
-    doc_chunk: int = 16384,
+    query_block: int = 256,
+    doc_block: int = 16384,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact cosine top-``k`` documents per query.
 
     ``queries`` ``(Q, D)``, ``documents`` ``(N, D)``; ``id_order`` ``(N,)``: ties on score go
     to the larger ``id_order`` first (default: document index). Returns indices int64 and
-    float32 scores, both ``(Q, min(k, N))``, best first. Works through ``query_chunk x
-    doc_chunk`` score blocks, so memory is the unit-length float32 vectors plus the
+    float32 scores, both ``(Q, min(k, N))``, best first. Works through ``query_block x
+    doc_block`` score blocks, so memory is the unit-length float32 vectors plus the
     running top-k.
     """
     q_unit, d_unit = _unit_rows(queries), _unit_rows(documents)
@@ -294,12 +294,12 @@ def top_k(
     order_key = np.arange(n) if id_order is None else np.asarray(id_order)
     out_i = np.empty((len(q_unit), k), dtype=np.int64)
     out_s = np.empty((len(q_unit), k), dtype=np.float32)
-    for q0 in range(0, len(q_unit), query_chunk):
-        block = q_unit[q0 : q0 + query_chunk]
+    for q0 in range(0, len(q_unit), query_block):
+        block = q_unit[q0 : q0 + query_block]
         best_s = np.empty((len(block), 0), dtype=np.float32)
         best_i = np.empty((len(block), 0), dtype=np.int64)
-        for d0 in range(0, n, doc_chunk):
-            scores = block @ d_unit[d0 : d0 + doc_chunk].T
+        for d0 in range(0, n, doc_block):
+            scores = block @ d_unit[d0 : d0 + doc_block].T
             idx = np.broadcast_to(np.arange(d0, d0 + scores.shape[1]), scores.shape)
             best_s, best_i = np.hstack([best_s, scores]), np.hstack([best_i, idx])
             if best_s.shape[1] > k:

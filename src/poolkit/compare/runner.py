@@ -48,8 +48,8 @@ class Settings:
 
     ``strategies``/``layers``: None means the level's defaults (``layers``: last only);
     ``folds``: stratified CV folds when there is no training file; ``quiet``: no progress
-    bars; ``long_text``: ``"truncate"`` or ``"chunk"`` for sequence tasks (word and span
-    tasks always chunk); ``notes``: filled with remarks for the user (truncation, folds);
+    bars; ``long_text``: ``"truncate"`` or ``"window"`` for sequence tasks (word and span
+    tasks always use windows); ``notes``: filled with remarks for the user (truncation, folds);
     ``bootstrap``: resamples for the intervals (0: none) drawn with ``seed``;
     ``backend``: the runtime's name for the rows' ``backend`` field when a quantised model
     runs beside (None: not reported); ``int8_rows``: ``"intended"`` or ``"all"`` rows get a
@@ -96,7 +96,9 @@ def compare(
         strategies = base if str(intended) in base else (*base, str(intended))
     cands = candidates(level, strategies, settings.layers)
     if settings.task == "ner" and train is None:
-        raise DataError("task ner needs a training file (CoNLL) to train the tagging probe.")
+        raise DataError(
+            "task ner needs a training file (CoNLL, `train`) to train the tagging probe."
+        )
     check_labels(data, train, settings)
     # The intended row: the model's own pooling at the last layer, when it takes part.
     chosen = intended if intended in cands else None
@@ -166,7 +168,7 @@ def embed_words(
 
     with progress(settings, desc, len(data), "text") as bar:
         drive(encoder, data.words, on_batch, all_layers=any(c.all_layers for c in cands),
-              long_text="chunk", is_split_into_words=True, progress=bar.update)  # fmt: skip
+              long_text="window", is_split_into_words=True, progress=bar.update)  # fmt: skip
     return out
 
 
@@ -198,7 +200,7 @@ def embed_span_pairs(
 
     with progress(settings, desc, len(data), "text") as bar:
         drive(encoder, data.texts, on_batch, all_layers=any(c.all_layers for c in cands),
-              long_text="chunk", progress=bar.update)  # fmt: skip
+              long_text="window", progress=bar.update)  # fmt: skip
     return out
 
 
@@ -208,7 +210,7 @@ def _token_spans(offsets: np.ndarray, valid: np.ndarray, spans: np.ndarray, wher
     ``offsets`` ``(L, 2)``, ``valid`` ``(L,)`` (real, non-special tokens); raises DataError
     naming ``where`` for a span that covers no token.
     """
-    from poolkit.embed import char_to_token_spans
+    from poolkit.embedding import char_to_token_spans
 
     out = []
     for k, (start, end) in enumerate(spans, 1):
@@ -269,7 +271,7 @@ def _labels_for_cv(labels: Sequence[str], rows: Sequence[str], source: str, want
         i = int(first[single[0]])
         raise DataError(
             f"{rows[i] if rows else source}: label {labels[i]!r} has only this one example; "
-            f"cross-validation needs at least 2 per label. Remove it, or pass --train FILE."
+            f"cross-validation needs at least 2 per label. Remove it, or pass a training file (`train`)."
         )
     return probes.folds_for(labels, wanted)
 

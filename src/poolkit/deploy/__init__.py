@@ -112,7 +112,7 @@ def export(
             the format cannot carry, an existing ``out_dir``.
         ExportError: the ONNX graph failed its check against ``poolkit.embed``.
     """
-    from poolkit.embed import get_encoder
+    from poolkit.embedding import get_encoder
     from poolkit.io.atomic import AtomicDir
 
     if format not in EXPORT_FORMATS:
@@ -376,7 +376,7 @@ def check_folder(
     time; returns max abs diff, min and mean cosine per text, and the counts.
     """
     from poolkit.backends.onnx import OnnxRunner
-    from poolkit.embed import embed
+    from poolkit.embedding import embed
 
     texts = list(CHECK_TEXTS)
     with warnings.catch_warnings():

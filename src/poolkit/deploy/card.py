@@ -29,7 +29,7 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
     ``source``: the resolved folder of the model being exported; the file must have
     compared that model. Raises :class:`InputError` naming the file otherwise.
     """
-    from poolkit.model_info import resolve_model
+    from poolkit.model_folder import resolve_model
 
     path = Path(path)
     try:

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import value_error
 from poolkit.io.atomic import atomic_write, fsync_dir
 from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
 from poolkit.io.integrity import IntegrityWarning, bytes_digest, read_verified
@@ -155,7 +156,7 @@ def check_no_work_dir(output: str | os.PathLike[str]) -> None:
     if path.exists():
         raise CheckpointError(
             f"{path}: a work directory from an earlier, unfinished run is there "
-            f"({Checkpoint._count(path)} chunks done); add --resume to continue it, or "
+            f"({Checkpoint._count(path)} chunks done); add `resume=True` to continue it, or "
             "delete the directory to start over."
         )
 
@@ -347,7 +348,7 @@ class Checkpoint:
         names = list(arrays)
         rows = {int(np.shape(a)[0]) for a in arrays.values()}
         if len(rows) != 1:
-            raise ValueError(f"Expected `arrays` with one row count, but got {sorted(rows)}.")
+            value_error("arrays", "of one row count", f"row counts {sorted(rows)}")
         meta = {"index": index, "first_row": first_row, "rows": rows.pop(),
                 "texts_sha256": digest, "strategies": names}  # fmt: skip
         payload = {
@@ -380,7 +381,7 @@ class Checkpoint:
             self.done.discard(index)
             raise CheckpointError(
                 f"{path}: checkpoint chunk damaged after it was written (its content no "
-                "longer matches its SHA-256); deleted, rerun with --resume to recompute it."
+                "longer matches its SHA-256); deleted, rerun with `resume=True` to recompute it."
             )
         return data
 
@@ -444,8 +445,8 @@ class Checkpoint:
         try:
             if self.output.exists() and not overwrite:
                 raise CheckpointError(
-                    f"{self.output}: already exists; pass --overwrite to replace it (the "
-                    f"finished vectors stay in {self.path.name} for --resume)."
+                    f"{self.output}: already exists; pass `overwrite=True` to replace it (the "
+                    f"finished vectors stay in {self.path.name} for `resume=True`)."
                 )
             atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
         except BaseException:

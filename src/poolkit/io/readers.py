@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from poolkit._errors import type_error
 from poolkit.errors import InputError  # the family's; raised here for unreadable input
 
 __all__ = [
@@ -341,9 +342,8 @@ def read_stream(
         yield from _parquet(source, where, text_column, chunk_size)
         return
     if isinstance(source, str):
-        raise TypeError(
-            f"Expected `source` to be a binary stream for {kind}, but got a str; open it "
-            "with open(path, 'rb')."
+        type_error(
+            "source", f"a binary stream for {kind}", "a str", "Open it with open(path, 'rb')."
         )
     if kind == "txt":
         texts = _txt(source, where, text_column)

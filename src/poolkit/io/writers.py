@@ -21,6 +21,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from poolkit._errors import value_error
 from poolkit.io.atomic import AtomicFile
 from poolkit.io.readers import InputError
 
@@ -88,10 +89,7 @@ class EmbeddingWriter:
             arr = np.ascontiguousarray(arrays[name], dtype=np.float32)
             dim = self._dims.setdefault(name, arr.shape[1])
             if arr.shape != (len(ids), dim):
-                raise ValueError(
-                    f"Expected `arrays[{name!r}]` of shape ({len(ids)}, {dim}), but got "
-                    f"{arr.shape}."
-                )
+                value_error(f"arrays[{name!r}]", f"of shape ({len(ids)}, {dim})", arr.shape)
         if self.fmt == "npy":
             self._file.write(np.ascontiguousarray(arrays[self.strategies[0]], np.float32).data)
         elif self.fmt == "jsonl":
@@ -128,7 +126,7 @@ class EmbeddingWriter:
                 self._out.commit(replace=self.overwrite)
             except FileExistsError:
                 raise InputError(
-                    f"{self.path}: already exists; pass --overwrite to replace it."
+                    f"{self.path}: already exists; pass `overwrite=True` to replace it."
                 ) from None
         except BaseException:
             self.abort()
@@ -181,7 +179,7 @@ def check_output(path: str | os.PathLike[str], strategies: list[str], overwrite:
             "asked for; write .parquet or .jsonl instead."
         )
     if target.exists() and not overwrite:
-        raise InputError(f"{target}: already exists; pass --overwrite to replace it.")
+        raise InputError(f"{target}: already exists; pass `overwrite=True` to replace it.")
     parent = target.parent
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"

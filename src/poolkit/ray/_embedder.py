@@ -30,7 +30,7 @@ class Embedder:
     """Callable class for ``Dataset.map_batches``: adds one embedding column per recipe.
 
     Each actor builds one :class:`poolkit.Encoder` (the model is loaded once per actor,
-    not per batch) and embeds every batch through :func:`poolkit.embed.embed_recipes`, the
+    not per batch) and embeds every batch through :func:`poolkit.embedding.embed_recipes`, the
     path :func:`poolkit.embed` takes, so values equal ``poolkit.embed`` on one machine
     (batch composition changes only float rounding). Torch uses as many threads as the
     actor has CPUs (``num_cpus`` of ``map_batches``).
@@ -76,7 +76,7 @@ class Embedder:
         **options: Any,
     ) -> None:
         require_ray()
-        from poolkit.embed import resolve_recipes
+        from poolkit.embedding import resolve_recipes
         from poolkit.encoder import Encoder
         from poolkit.recipe import Recipe
 
@@ -132,7 +132,7 @@ class Embedder:
 
         Truncation is not warned about here: thousands of batches would flood the log.
         """
-        from poolkit.embed import check_inputs, embed_recipes
+        from poolkit.embedding import check_inputs, embed_recipes
 
         vectors, _ = embed_recipes(
             check_inputs(texts), self.encoder, self.recipes, long_text=self.long_text
@@ -223,7 +223,7 @@ def embed_dataset(
         Ray's, so carry an id column) plus ``fixed_size_list<float32>[D]`` per strategy.
     """
     ray = require_ray()
-    from poolkit.embed import resolve_recipes
+    from poolkit.embedding import resolve_recipes
 
     if fn is None:  # a subclass (fn=) may take keyword arguments of its own
         check_options(options)

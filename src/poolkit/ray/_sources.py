@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import value_error
 from poolkit.io.readers import INPUT_FORMATS, InputError, input_format
 from poolkit.ray._require import quiet_remote_args_notice, require_ray
 
@@ -290,9 +291,7 @@ class Corpus:
         wait for CPUs the embedding actors hold) and retried if its worker dies."""
         ray = require_ray()
         if not isinstance(block_rows, int) or block_rows < 1:
-            raise ValueError(
-                f"Expected `block_rows` to be a positive integer, but got {block_rows!r}."
-            )
+            value_error("block_rows", "a positive integer", repr(block_rows))
         items = self.pieces(block_rows)
         ds = ray.data.from_items(items, override_num_blocks=len(items))
         with quiet_remote_args_notice():

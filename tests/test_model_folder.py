@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from poolkit.model_info import ModelNotFoundError, model_info, read_model_info, resolve_model
+from poolkit.model_folder import ModelNotFoundError, model_info, read_model_info, resolve_model
 
 POOLING = "sentence_transformers.models.Pooling"
 

@@ -9,7 +9,7 @@ they become *inclusive* token spans ``[first, last]`` here, and only here.
 
 Texts longer than the model's max length are truncated and counted: a
 :class:`TruncationWarning` names how many, and :class:`EmbedStats` carries the indices.
-``long_text="chunk"`` embeds overlapping windows instead and pools over all tokens.
+``long_text="window"`` embeds overlapping windows instead and pools over all tokens.
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ def embed(
             (``"last4"``, ``"first_last"``, an int or a list of ints) with ``layer_how``.
         exclude_special: pool without [CLS]/[SEP]-like tokens (not for ``cls``).
         long_text: ``"truncate"`` (counted; warns with :class:`TruncationWarning`) or
-            ``"chunk"`` (overlapping windows, pooled over all of a text's tokens).
+            ``"window"`` (overlapping windows, pooled over all of a text's tokens).
         max_length: tokens per sequence, specials included; default the model's.
         max_batch_tokens: token budget per forward batch; default the Encoder's (2048 on CPU).
         device, dtype: for loading the model (see :class:`Encoder`).
@@ -415,7 +415,7 @@ def embed_words(
 
     Args:
         words: ``N`` lists of words.
-        strategy: ``first`` (default), ``last``, ``mean``, ``max`` or ``first_last``
+        strategy: ``first`` (default), ``last``, ``mean``, ``max`` or ``endpoints``
             (``2H``): shorthand for a word-level recipe.
         recipe: a word-level :class:`Recipe` or its name (``"first"``, ``"word:mean@last4"``);
             not together with ``strategy``/``layers``/``layer_how``.
@@ -506,7 +506,7 @@ def char_to_token_spans(
         raise ValueError(
             f"Expected `char_spans[{row}][{k}]` = ({a}, {b}) to cover at least one token of "
             f"texts[{row}], but it covers none (only whitespace, or past the max length: "
-            "pass long_text='chunk'). Spans are half-open [start, end) character offsets."
+            "pass long_text='window'). Spans are half-open [start, end) character offsets."
         )
     first = hit.argmax(axis=1)
     last = hit.shape[1] - 1 - hit[:, ::-1].argmax(axis=1)
