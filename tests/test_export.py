@@ -173,6 +173,22 @@ def test_onnx_folder_equals_embed(name, recipe, models, texts, tmp_path):
     assert record["versions"]["onnxruntime"] and record["versions"]["poolkit"] == pk.__version__
 
 
+@pytest.mark.parametrize("name", ["gpt2", "gpt2_left"])
+def test_onnx_folder_of_a_decoder(name, tiny_dirs, texts, tmp_path):
+    """A causal LM: poolkit appends EOS for ``last`` and counts positions from the first
+    real token; the folder's tokenizer and graph do the same, whatever the padding side."""
+    model = tiny_dirs[name]
+    for recipe in ("last", "mean"):
+        out = tmp_path / recipe
+        pk.export(model, out, recipe=recipe, format="onnx")
+        want = reference(texts, model, recipe)
+        for side in ("right", "left"):
+            np.testing.assert_allclose(run_onnx(out, texts, side), want, atol=TOL, rtol=0)
+    r = poolkit("export", str(model), "-o", "st", cwd=tmp_path)
+    one_error_line(r, 2, "MODEL", "encoder", "--format onnx")
+    assert not (tmp_path / "st").exists()
+
+
 def test_onnx_int8_folder(models, texts, tmp_path):
     model = models["minilm"]
     out = tmp_path / "int8"

@@ -234,6 +234,17 @@ def _write_st(
     from poolkit.deploy.stfolder import copy_pipeline, source_heads, st_pooling_config
 
     info = encoder.info
+    if info.is_decoder:
+        # poolkit appends EOS and counts positions from the first real token for decoders;
+        # a sentence-transformers folder would not promise the same vectors.
+        raise InputError(
+            expected(
+                "model",
+                "an encoder for the sentence-transformers format",
+                f"the decoder {info.architecture}",
+                "Use --format onnx, which carries poolkit's EOS and position handling.",
+            )
+        )
     pooling = st_pooling_config(recipe, int(info.hidden_size))
     source = Path(info.path)
     if source_heads(source):
