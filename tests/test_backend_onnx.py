@@ -8,6 +8,7 @@ several shapes, padded on the right, on the left, and a single text.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -128,6 +129,67 @@ def test_int8_close_to_fp32_on_real_sentences(minilm_fp32, minilm_int8, hf_minil
     cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     assert cos.mean() > 0.99 and cos.min() > 0.97
     assert minilm_int8.path.stat().st_size < 0.7 * minilm_fp32.path.stat().st_size
+
+
+def test_int8_row_does_not_depend_on_its_batch(minilm_int8, hf_minilm, sts_dev):
+    # Per-tensor dynamic int8 moved a row by up to 0.03 with its batch-mates; per-row
+    # scales leave only float rounding of the padded attention (as fp32 has).
+    _, tokenizer = hf_minilm
+    texts = sts_dev[:24]
+    batch = _encode(tokenizer, texts, "right")
+    together = minilm_int8(batch["input_ids"], batch["attention_mask"])
+    for i in (0, 7, 23):
+        alone = _encode(tokenizer, [texts[i]], "right")
+        row = minilm_int8(alone["input_ids"], alone["attention_mask"])[0]
+        real = batch["attention_mask"][i].astype(bool)
+        assert np.abs(together[i][real] - row).max() < 1e-4, i
+
+
+def test_quantize_rows_matches_a_numpy_reference(tmp_path):
+    """One MatMul, quantised by ONNX Runtime, then rewritten: each row equals the rule
+    computed by hand from the quantised weights, and does not move when another row does."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from poolkit.backends.rowquant import quantize_rows
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 5)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", 5])],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "f.onnx")
+    root = logging.getLogger()  # the quantiser's advice goes to the root logger
+    level, root.level = root.level, logging.ERROR
+    try:
+        quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"),
+                         weight_type=QuantType.QInt8, per_channel=True)  # fmt: skip
+    finally:
+        root.setLevel(level)
+    q = quantize_rows(onnx.load(tmp_path / "q.onnx"))
+    weights = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    wq = next(v for v in weights.values() if v.dtype == np.int8 and v.ndim == 2).astype(np.int64)
+    wzero = next(v for v in weights.values() if v.dtype == np.int8 and v.ndim == 1)
+    wscale = next(v for k, v in weights.items() if k.endswith("_scale") and v.size == 5)
+    run = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    x = rng.standard_normal((2, 3, 16)).astype(np.float32)
+    x[1, 2] *= 1000  # an outlier row: per-tensor scales would coarsen every other row
+    scale = np.abs(x).max(-1, keepdims=True) / 127
+    codes = np.floor(x / scale + 128.5) - 128  # round half up, in [-127, 127]
+    want = (codes.astype(np.int64) @ (wq - wzero)) * scale * wscale
+    got = run.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_allclose(got[0], (x @ w)[0], atol=0.05)  # close to float
+    x[1, 2] *= 1000
+    again = run.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(again[0], got[0])  # the other rows never moved
 
 
 def test_encoder_onnx_backend_matches_torch_encoder(minilm, minilm_dir, onnx_cache, sts_dev):

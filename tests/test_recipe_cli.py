@@ -37,14 +37,7 @@ def gold_scores() -> np.ndarray:
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
     """compare on the fixture with every default strategy at every layer variant."""
-    cwd = tmp_path_factory.mktemp("recipe_cli")
-    sts_pairs_table(cwd / DATA)
-    r = poolkit(
-        "compare", DATA, "--task", "sts", "--layers", "--json", "sts.json", "--quiet",
-        cwd=cwd,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr.decode()
-    return cwd, json.loads((cwd / "sts.json").read_text()), r.stdout.decode()
+    return _sts_compare(tmp_path_factory.mktemp("recipe_cli"), "--layers")
 
 
 def test_every_compare_row_embeds_to_the_vectors_compare_scored(compared) -> None:
@@ -100,14 +93,49 @@ def test_one_recipe_to_npy_reproduces_its_row(compared, name: str) -> None:
     assert abs(spearmanr(cos, gold_scores()).statistic - row["spearman"]) <= 1e-6
 
 
-def test_the_table_ends_with_the_command_that_embeds_the_winner(compared) -> None:
-    cwd, doc, table = compared
+def _sts_compare(cwd: Path, *flags: str) -> tuple[Path, dict, str]:
+    sts_pairs_table(cwd / DATA)
+    r = poolkit("compare", DATA, "--task", "sts", *flags, "--json", "sts.json", "--quiet", cwd=cwd)
+    assert r.returncode == 0, r.stderr.decode()
+    return cwd, json.loads((cwd / "sts.json").read_text()), r.stdout.decode()
+
+
+@pytest.fixture(scope="module")
+def compared_onnx(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
+    """compare through the ONNX backend with int8 rows: its winner command must keep the
+    backend, and the int8 rows reproduce too (int8 vectors do not depend on batches)."""
+    return _sts_compare(tmp_path_factory.mktemp("recipe_onnx"), "--strategies", "mean", "cls",
+                        "--backend", "onnx", "--quantize", "int8", "--int8-rows", "all")  # fmt: skip
+
+
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_onnx_rows_reproduce_from_embed(compared_onnx, quantize) -> None:
+    cwd, doc, _ = compared_onnx
+    rows = [r for r in doc["results"] if r["quantize"] == quantize]
+    assert {r["recipe"] for r in rows} == {"mean", "cls"}
+    flags = ["--backend", "onnx"] + (["--quantize", quantize] if quantize else [])
+    for row in rows:
+        vectors = []
+        for column in ("sentence1", "sentence2"):
+            out = f"{row['recipe']}_{quantize}_{column}.npy"
+            r = poolkit("embed", DATA, "--text-column", column, "-o", out, "--recipe",
+                        row["recipe"], *flags, "--quiet", cwd=cwd)  # fmt: skip
+            assert r.returncode == 0, r.stderr.decode()
+            vectors.append(np.load(cwd / out))
+        cos = cosine_rows(*vectors)
+        assert abs(spearmanr(cos, gold_scores()).statistic - row["spearman"]) <= 1e-6, row
+
+
+@pytest.mark.parametrize("which", ["compared", "compared_onnx"])
+def test_the_table_ends_with_the_command_that_embeds_the_winner(which, request) -> None:
+    cwd, doc, table = request.getfixturevalue(which)
     last = table.rstrip("\n").splitlines()[-1]
     prefix = "embed with the winner: "
     assert last.startswith(prefix), table
     argv = shlex.split(last[len(prefix) :])
     winner = doc["results"][0]
     assert argv[:2] == ["poolkit", "embed"] and argv[argv.index("--recipe") + 1] == winner["recipe"]
+    assert ("--backend" in argv) == (which == "compared_onnx"), argv
     # Run it as printed, on each column of the data: the winner's figure comes back.
     argv[argv.index("INPUT")] = DATA
     vectors = []

@@ -1,12 +1,13 @@
-"""word_embeddings, token_embeddings and layer_mix against plain loops."""
+"""word_embeddings, token_embeddings and layer_mix against plain loops, for every input kind
+and dtype through the shared tester."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from tester import KINDS_DTYPES, as_kind, check_rule, to_f64
 
 from poolkit import (
     WORD_STRATEGIES,
@@ -53,25 +54,21 @@ def word_reference(hidden: np.ndarray, ids: list, strategy: str, n_words: int) -
     return np.stack(out) if out else np.zeros((0, 1))
 
 
-@pytest.mark.parametrize("kind", ["numpy", "torch", "torch_autograd"])
+@pytest.mark.parametrize(("kind", "dtype"), KINDS_DTYPES)
 @pytest.mark.parametrize("strategy", list(WORD_STRATEGIES))
 @given(data=word_batches())
-def test_words_match_reference(kind, strategy, data):
+def test_words_match_reference(kind, dtype, strategy, data):
     hidden, ids = data
-    arg = (
-        torch.from_numpy(hidden).requires_grad_(kind == "torch_autograd")
-        if kind != "numpy"
-        else hidden
-    )
-    out = word_embeddings(arg, ids, strategy)
-    out = out.detach().numpy() if kind != "numpy" else out
     n_words = max([x for r in ids for x in r if x is not None], default=-1) + 1
-    assert out.shape[:2] == (len(ids), n_words)
-    for b, row in enumerate(ids):
-        if n_words:
-            np.testing.assert_allclose(
-                out[b], word_reference(hidden[b], row, strategy, n_words), rtol=1e-6, atol=1e-6
-            )
+    width = hidden.shape[-1] * (2 if strategy == "endpoints" else 1)
+
+    def reference(h: np.ndarray) -> np.ndarray:
+        if not n_words:
+            return np.zeros((len(ids), 0, width))
+        return np.stack([word_reference(h[b], row, strategy, n_words) for b, row in enumerate(ids)])
+
+    got = check_rule(lambda x: word_embeddings(x, ids, strategy), reference, hidden, kind, dtype)
+    assert got.shape == (len(ids), n_words, width)
 
 
 def test_words_without_subtokens_are_zero_and_num_words_keeps_them():
@@ -103,21 +100,27 @@ def test_word_errors():
         word_embeddings(h, [[0, 1, 2, 3]])
 
 
-@pytest.mark.parametrize("kind", ["numpy", "torch"])
-def test_tokens_drop_special_and_padding(kind):
+@pytest.mark.parametrize(("kind", "dtype"), KINDS_DTYPES)
+def test_tokens_drop_special_and_padding(kind, dtype):
     rng = np.random.default_rng(0)
     h = rng.standard_normal((3, 5, 4)).astype(np.float32)
     mask = np.array([[1, 1, 1, 1, 0], [0, 0, 1, 1, 1], [0, 0, 0, 0, 0]])
     special = np.array([[1, 0, 0, 1, 0], [0, 0, 1, 0, 1], [0, 0, 0, 0, 0]])
-    arg = torch.from_numpy(h) if kind == "torch" else h
-    per_row = token_embeddings(arg, special, mask)
-    vectors, rows, positions = flat_token_embeddings(arg, special, mask)
-    expected = [h[0, [1, 2]], h[1, [3]], h[2, []]]
-    for got, want in zip(per_row, expected, strict=True):
-        np.testing.assert_array_equal(np.asarray(got), want)
+    kept = [[1, 2], [3], []]  # by hand: real, non-special positions of each row
+
+    def rows_reference(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([x[b, k] for b, k in enumerate(kept)])
+
+    flat = check_rule(lambda x: flat_token_embeddings(x, special, mask)[0], rows_reference, h,
+                      kind, dtype, out_kind=False)  # fmt: skip
+    assert flat.shape == (3, 4)
+    x = as_kind(h, kind, dtype)
+    per_row = token_embeddings(x, special, mask)
+    _, rows, positions = flat_token_embeddings(x, special, mask)
+    for b, (got, k) in enumerate(zip(per_row, kept, strict=True)):
+        np.testing.assert_array_equal(to_f64(got), to_f64(x)[b, k])
     np.testing.assert_array_equal(rows, [0, 0, 1])
     np.testing.assert_array_equal(positions, [1, 2, 3])
-    np.testing.assert_array_equal(np.asarray(vectors), np.concatenate(expected))
 
 
 def test_tokens_unbatched_and_errors():
@@ -127,20 +130,26 @@ def test_tokens_unbatched_and_errors():
         token_embeddings(h, np.zeros(7, bool))
 
 
-def test_layer_mix_presets():
-    rng = np.random.default_rng(0)
-    states = [rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(7)]
-    np.testing.assert_array_equal(layer_mix(states, "last"), states[-1])
-    np.testing.assert_allclose(layer_mix(states, "last4"), np.mean(states[3:], axis=0), rtol=1e-6)
-    np.testing.assert_allclose(
-        layer_mix(states, "first_last"), (states[1] + states[6]) / 2, rtol=1e-6
-    )
-    np.testing.assert_array_equal(
-        layer_mix(states, [0, -1], "concat"), np.concatenate([states[0], states[6]], -1)
-    )
-    np.testing.assert_allclose(layer_mix(np.stack(states), 2, "sum"), states[2])
-    half = [torch.from_numpy(s).half() for s in states]
-    assert layer_mix(half, "last4").dtype == torch.float32
+@pytest.mark.parametrize(("kind", "dtype"), KINDS_DTYPES)
+@pytest.mark.parametrize(
+    ("layers", "how", "reference"),
+    [
+        ("last", "mean", lambda s: s[-1]),
+        ("last4", "mean", lambda s: s[3:].mean(0)),
+        ("first_last", "mean", lambda s: (s[1] + s[6]) / 2),
+        ([0, -1], "concat", lambda s: np.concatenate([s[0], s[6]], -1)),
+        (2, "sum", lambda s: s[2]),
+        ([1, 2, 3], "sum", lambda s: s[1] + s[2] + s[3]),
+    ],
+)
+def test_layer_mix_matches_reference(kind, dtype, layers, how, reference):
+    states = np.random.default_rng(0).standard_normal((7, 2, 3, 4)).astype(np.float32)
+    check_rule(lambda x: layer_mix(list(x), layers, how), reference, states, kind, dtype)
+
+
+def test_layer_mix_takes_a_stacked_array():
+    states = np.random.default_rng(1).standard_normal((7, 2, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(layer_mix(states, [2, 4], "sum"), states[2] + states[4], rtol=1e-6)
 
 
 def test_layer_mix_errors():

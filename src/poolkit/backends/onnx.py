@@ -36,13 +36,14 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import expected, missing_extra
+from poolkit.backends.rowquant import quantize_rows
 from poolkit.errors import ExportError, MissingDependencyError
 from poolkit.io.integrity import IntegrityWarning, file_digest
 
 __all__ = ["OnnxBackend", "OnnxRunner", "default_threads", "load_onnx_runner", "onnx_cache_root"]
 
 # Bump when the export recipe changes, so old cache entries are not reused.
-_FORMAT = 2  # 2: settings.json records the SHA-256 of each file
+_FORMAT = 3  # 2: settings.json records the SHA-256 of each file; 3: int8 per-row activations
 _OPSET = 17
 _FP32_TOL = 1e-4  # max abs diff of last_hidden_state on real positions vs torch
 _INT8_MIN_COS = 0.97  # mean per-token cosine vs torch; int8 is approximate by design
@@ -528,6 +529,9 @@ def quantize_int8(src: Path, dst: Path) -> Path:
         )
     finally:
         root.setLevel(level)
+    # One scale per token instead of per batch: a text's int8 vector no longer depends on
+    # the other texts of its batch (see poolkit.backends.rowquant).
+    onnx.save(quantize_rows(onnx.load(str(dst))), str(dst))
     return dst
 
 

@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             pooling = {"recipe": wanted}
         # One Embedder call per read block (batch_size=None): the same texts share a batch
-        # as in a one-machine run with the same --chunk-size, whatever order blocks arrive in.
+        # in every run, whatever order blocks arrive in, so reruns agree bit for bit.
         # Reads and writes ask for 0 CPUs here: the pool may hold every CPU (spare_cpus=0).
         ds = embed_dataset(
             corpus.dataset(block), args.model, text_column="text", keep_text=False,

@@ -207,9 +207,8 @@ def embed_dataset(
         batch_size: rows per ``Embedder`` call (poolkit batches them by token budget
             inside it); ``None``: one call per block of ``ds`` as it comes. Ray re-cuts
             blocks into ``batch_size`` rows in arrival order, so which texts share a call
-            varies from run to run; with ``None`` it is fixed by the blocks. That matters
-            for ``quantize="int8"``, whose activations are quantised per batch (a vector
-            moves by up to ~0.03 with its batch-mates); float vectors only round differently.
+            varies from run to run (vectors then differ in float rounding only); with
+            ``None`` it is fixed by the blocks, and reruns agree bit for bit.
         fn: a subclass of :class:`Embedder` to run instead (e.g. one adding columns).
         spare_cpus: CPUs left to the dataset's other stages (see above); 0 when every
             other stage asks for none (e.g. ``ray_remote_args={"num_cpus": 0}``).
