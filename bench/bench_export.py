@@ -65,9 +65,9 @@ def bare_runner(folder: Path, batch: int, by_length: bool):
     def run(texts: list[str]) -> np.ndarray:
         order = np.arange(len(texts))
         if by_length:  # token counts from the tokenizer, as a server batching by size would
-            lengths = [len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=True)]
+            # real tokens: the file pads every encoding of a batch to its longest
+            lengths = [sum(e.attention_mask) for e in tokenizer.encode_batch(texts)]
             order = np.argsort(lengths, kind="stable")
-        out = np.empty((len(texts), 0), np.float32)
         parts = []
         for start in range(0, len(texts), batch):
             rows = order[start : start + batch]
