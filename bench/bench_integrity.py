@@ -1,17 +1,21 @@
 """What verifying hashes costs: ONNX cache loads and checkpoint resumes (issue 17).
 
 1. ONNX cache load of all-MiniLM-L6-v2 (fp32, 90 MB), interleaved rounds: ``load_onnx_runner``
-   as shipped (source weights fingerprinted with SHA-256, model.onnx hashed, then loaded);
-   the same without the model.onnx check; and the load before issue 17 (source weights
-   fingerprinted with BLAKE2b, no check). All runners must give identical outputs before any
+   as shipped (source weights fingerprinted with SHA-256, model.onnx hashed while ONNX
+   Runtime builds the session); the check as first shipped (hash, then load); the same
+   without the model.onnx check; and the load before issue 17 (source weights fingerprinted
+   with BLAKE2b, no check). All runners must give identical outputs before any
    time is printed.
 2. Checkpoint: a work directory of ``--chunks`` chunks of 4096 x 384 float32 (the default
    chunk of a MiniLM job). Times ``Checkpoint.open(resume=True)`` (hashes every chunk) and
    ``publish`` (hashes each chunk again as it copies it), next to the pure SHA-256 time of
    those bytes, and next to the model time of one chunk (4096 texts embedded by the real
    model, measured on ``--texts`` texts and scaled).
+3. The ``--engine ray`` checkpoint: ``ShardCheckpoint.add_shard`` per 4096 x 384 block
+   (Parquet, SHA-256, fsync on the driver) and a resume's ``keep`` (hashes every shard).
 
-Run: ``PYTHONPATH=src python bench/bench_integrity.py [--rounds 7] [--chunks 12] [--cache DIR]``.
+Run: ``PYTHONPATH=src python bench/bench_integrity.py [--rounds 7] [--chunks 12] [--cache DIR]
+[--skip-checkpoint]``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,13 @@ def bench_onnx(model_dir: Path, cache: Path, rounds: int) -> None:
     def verified() -> ob.OnnxRunner:
         return ob.load_onnx_runner(model_dir, cache_dir=cache)
 
+    def serial() -> ob.OnnxRunner:  # the check as first shipped: hash every file, then load
+        settings = ob._settings(hf_dir, None, False)
+        entry = ob.onnx_cache_root(cache) / ob._key(settings)
+        record = json.loads((entry / "settings.json").read_text(encoding="utf-8"))
+        assert ob._first_mismatch(entry, record["files"]) is None
+        return ob.OnnxRunner(entry / "model.onnx", settings=record)
+
     def unverified() -> ob.OnnxRunner:
         settings = ob._settings(hf_dir, None, False)
         entry = ob.onnx_cache_root(cache) / ob._key(settings)
@@ -58,12 +69,13 @@ def bench_onnx(model_dir: Path, cache: Path, rounds: int) -> None:
         return ob.OnnxRunner(runner.path, settings=record)
 
     ids, mask = next(ob.check_batches(30522))
-    a, b, c = verified()(ids, mask), unverified()(ids, mask), before()(ids, mask)
-    assert np.array_equal(a, b) and np.array_equal(a, c), "the loads disagree"
-    times: dict[str, list[float]] = {"verified": [], "unverified": [], "before": [],
-                                     "sha256 only": []}  # fmt: skip
+    outputs = [fn()(ids, mask) for fn in (verified, serial, unverified, before)]
+    assert all(np.array_equal(outputs[0], o) for o in outputs), "the loads disagree"
+    times: dict[str, list[float]] = {"verified": [], "hash, then load": [], "unverified": [],
+                                     "before": [], "sha256 only": []}  # fmt: skip
     for _ in range(rounds):
-        for name, fn in (("verified", verified), ("unverified", unverified), ("before", before),
+        for name, fn in (("verified", verified), ("hash, then load", serial),
+                         ("unverified", unverified), ("before", before),
                          ("sha256 only", lambda: file_digest(runner.path))):  # fmt: skip
             t = time.perf_counter()
             fn()
@@ -73,7 +85,13 @@ def bench_onnx(model_dir: Path, cache: Path, rounds: int) -> None:
     for name, values in times.items():
         print(f"  {name:12s} {median_spread(values)}")
     share = statistics.median(times["sha256 only"]) / statistics.median(times["verified"])
-    print(f"  hashing is {share:.1%} of a verified load (median/median)")
+    print(f"  hashing alone is {share:.1%} of a verified load (median/median)")
+    extra = statistics.median(times["verified"]) / statistics.median(times["unverified"]) - 1
+    serial_extra = (
+        statistics.median(times["hash, then load"]) / statistics.median(times["unverified"]) - 1
+    )
+    print(f"  a verified load takes {extra:+.1%} over an unverified one "
+          f"(hash, then load: {serial_extra:+.1%})")  # fmt: skip
 
 
 def bench_checkpoint(chunks: int, rounds: int, model_dir: Path, texts: int) -> None:
@@ -128,11 +146,54 @@ def bench_checkpoint(chunks: int, rounds: int, model_dir: Path, texts: int) -> N
           f" verification is {hashing / chunks / per_chunk:.2%} of it")  # fmt: skip
 
 
+def bench_shards(shards: int, rounds: int) -> None:
+    """The ``--engine ray`` checkpoint on the driver: ``add_shard`` per 4096 x 384 block
+    (Parquet + SHA-256 + fsync), and ``keep`` on resume (hashes every recorded shard)."""
+    import pyarrow as pa
+
+    from poolkit.io.shardset import ShardCheckpoint
+
+    rng = np.random.default_rng(0)
+    root = Path(tempfile.mkdtemp(prefix="bench-shards-"))
+    times: dict[str, list[float]] = {"add_shard": [], "keep(resume)": []}
+    try:
+        for r in range(rounds):
+            out = root / f"out{r}"
+            cp = ShardCheckpoint.open(out, {"bench": 1}, resume=False)
+            cp.keep([])
+            names = []
+            for k in range(shards):
+                vecs = rng.standard_normal((4096, 384)).astype(np.float32)
+                ids = np.arange(k * 4096, (k + 1) * 4096)
+                table = pa.table({
+                    "id": pa.array(ids), "text_id": [f"f.txt:{i}" for i in ids.tolist()],
+                    "mean": pa.FixedSizeListArray.from_arrays(pa.array(vecs.ravel()), 384),
+                })  # fmt: skip
+                t = time.perf_counter()
+                names.append(cp.add_shard(table))
+                times["add_shard"].append(time.perf_counter() - t)
+            stamp = {"name": "f.txt", "first_id": 0, "rows": shards * 4096, "sha256": "0" * 64}
+            cp.finish(stamp, names)
+            cp.close()
+            t = time.perf_counter()
+            cp = ShardCheckpoint.open(out, {"bench": 1}, resume=True)
+            assert cp.keep([stamp]) == [True]
+            times["keep(resume)"].append(time.perf_counter() - t)
+            cp.discard()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"Ray checkpoint, shards of 4096 x 384 float32, {rounds} rounds of {shards}:")
+    for name, values in times.items():
+        print(f"  {name:12s} {median_spread(values)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunks", type=int, default=12)
     parser.add_argument("--texts", type=int, default=256)
+    parser.add_argument("--skip-checkpoint", action="store_true",
+                        help="time the ONNX cache load only")  # fmt: skip
     parser.add_argument("--cache", type=Path, default=None,
                         help="an ONNX cache folder to reuse (default: a temporary one)")  # fmt: skip
     args = parser.parse_args()
@@ -145,7 +206,9 @@ def main() -> None:
     finally:
         if args.cache is None:
             shutil.rmtree(cache, ignore_errors=True)
-    bench_checkpoint(args.chunks, args.rounds, model_dir, args.texts)
+    if not args.skip_checkpoint:
+        bench_shards(args.chunks, args.rounds)
+        bench_checkpoint(args.chunks, args.rounds, model_dir, args.texts)
 
 
 if __name__ == "__main__":

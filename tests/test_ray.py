@@ -194,6 +194,7 @@ def test_cli_matches_local_cli(ray_cluster, corpus, tmp_path):
     shards = sorted(out.glob("*.parquet"))
     assert len(shards) > 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no temp left
+    assert not (tmp_path / "out.poolkit-work").exists()  # the checkpoint goes once published
     got = pads.dataset(out, format="parquet").to_table()
     assert set(got.column_names) == {"id", "text_id", "mean"}
     want = pq.read_table(tmp_path / "local.parquet")
@@ -312,7 +313,8 @@ RAY_TREATMENT = {
     "input": "run_a", "--output": "run_a", "--recipe": "run_b", "--strategy": "run_a",
     "--normalize": "run_a", "--text-column": "run_a", "--input-format": "run_a",
     "--layers": "run_a", "--exclude-special": "run_a", "--chunk-size": "run_a",
-    "--overwrite": "run_b", "--backend": "run_c", "--quantize": "run_c", "--resume": "refused",
+    "--overwrite": "run_b", "--backend": "run_c", "--quantize": "run_c",
+    "--resume": "test_ray_resume.py",
     "--model": "run_a", "--max-length": "run_a", "--device": "run_a", "--dtype": "run_a",
     "--batch-tokens": "run_a", "--long-text": "run_a", "--quiet": "run_a", "--debug": "traceback",
     "--engine": "run_a", "--address": "run_a", "--workers": "run_a", "--cpus-per-worker": "run_a",
@@ -404,13 +406,15 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
                          minilm_dir, "mean")  # fmt: skip
     assert np.abs(int8 - fp32).max() > 1e-3  # int8 is visibly not the torch run
 
-    # Refused with one line: --resume (Ray retries blocks itself); --debug shows the traceback.
-    refused = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", str(tmp_path / "r"), "--engine", "ray",
-                       "--resume")  # fmt: skip
+    # --debug shows the traceback (here of a --resume into a remote folder, refused).
+    refused = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
+                       "--engine", "ray", "--resume")  # fmt: skip
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
-    assert refused.stderr.startswith("poolkit: error: --resume works with --engine local only")
-    debug = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", str(tmp_path / "r"), "--engine", "ray",
-                     "--resume", "--debug")  # fmt: skip
+    assert refused.stderr.startswith(
+        "poolkit: error: s3://bucket/r: --resume with --engine ray needs a local OUTPUT_DIR"
+    )
+    debug = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
+                     "--engine", "ray", "--resume", "--debug")  # fmt: skip
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 
 

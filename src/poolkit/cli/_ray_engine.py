@@ -7,6 +7,13 @@ filesystem URI); OUTPUT_DIR receives Parquet shards with ``id`` (the row id
 strategy. Without ``--address`` a local Ray sized to the machine is started; with it,
 the job joins that cluster. A local OUTPUT_DIR appears only when complete (written
 beside it, checked to hold every id exactly once, then renamed).
+
+A local OUTPUT_DIR is checkpointed per input file (:mod:`poolkit.io.shardset`): the driver
+writes each block's shard into ``OUTPUT_DIR.poolkit-work/`` as it arrives and records a
+file as done once all its rows are there, so after ``kill -9``, Ctrl-C (130) or SIGTERM
+(143) the same command with ``--resume`` embeds only the files not finished. The block
+size is kept in the manifest, so the resumed blocks (and with them int8 batches) are those
+of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -14,16 +21,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
+import signal
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from poolkit._errors import count
 from poolkit.cli._common import positive, require_extra
 from poolkit.cli._recipe_args import parse_layers
+from poolkit.cli._signals import Terminated
 
 __all__ = ["add_arguments", "dispatch", "run"]
 
@@ -76,6 +83,21 @@ def _check_output(output: str, overwrite: bool) -> None:
 
 
 def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
+    # ray.init installs its own SIGTERM handler (sys.exit(15)): put poolkit's back, so that
+    # SIGTERM stops the job the Ctrl-C way (checkpoint kept, exit status 143).
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        _init_ray(ray, address, quiet)
+    except SystemExit as e:  # Ray's handler fired while Ray was starting
+        if e.code == signal.SIGTERM:
+            raise Terminated from None
+        raise
+    finally:
+        if callable(previous):
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _init_ray(ray: Any, address: str | None, quiet: bool) -> None:
     level = logging.WARNING if quiet else logging.INFO
     # --quiet: Ray Data's execution notes (INFO) and the workers' forwarded logs stay out
     # of stderr too, so the command prints only warnings and errors.
@@ -118,23 +140,112 @@ def _user_error(error: BaseException) -> BaseException:
     return seen if isinstance(seen, (ValueError, TypeError)) else error
 
 
+def _model_dir(args: argparse.Namespace) -> Path | None:
+    """The model directory: resolved (so checked) for a local cluster; with ``--address``
+    only when ``--model`` is a local folder (a hub id may exist on the cluster only, and is
+    never downloaded here just to be fingerprinted), else None."""
+    from poolkit.model_folder import DEFAULT_MODEL, resolve_model
+
+    ref = DEFAULT_MODEL if args.model is None else os.fspath(args.model)
+    if args.address is None or Path(ref).expanduser().is_dir():
+        return resolve_model(ref)
+    return None  # recorded by name only
+
+
+def _settings(args: argparse.Namespace, wanted: Any, model_dir: Path | None, block: int) -> dict:
+    """Everything the shards depend on: a resumed job must present the same (``block_rows``
+    is read back from the manifest on --resume, so a resize of the cluster is no change)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from poolkit import __version__
+    from poolkit.io.checkpoint import model_fingerprint
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    if wanted is None:  # the model's pooling, shaped by the shorthand flags
+        pooling: dict[str, Any] = {"recipes": None, "layers": args.layers,
+                                   "exclude_special": args.exclude_special,
+                                   "normalize": args.normalize}  # fmt: skip
+    else:
+        pooling = {"recipes": {name: str(r) for name, r in wanted.items()}}
+    return {
+        "engine": "ray",
+        "model": args.model,
+        "model_files": None if model_dir is None else model_fingerprint(model_dir),
+        **pooling,
+        "long_text": args.long_text,
+        "max_length": args.max_length,
+        "batch_tokens": args.batch_tokens,
+        "backend": args.backend,
+        "quantize": args.quantize,
+        "chunk_size": args.chunk_size,
+        "input_format": args.input_format,
+        "text_column": args.text_column,
+        "device": args.device,
+        "dtype": args.dtype,
+        "block_rows": block,
+        "versions": {"poolkit": __version__, "torch": installed("torch"),
+                     "transformers": installed("transformers"),
+                     "onnxruntime": installed("onnxruntime"), "ray": installed("ray")},
+    }  # fmt: skip
+
+
+def _stored_block_rows(output: str) -> int | None:
+    """``block_rows`` of an existing work directory's manifest (None if unreadable)."""
+    import json
+
+    from poolkit.io.checkpoint import work_dir_for
+
+    try:
+        manifest = json.loads((work_dir_for(output) / "manifest.json").read_text("utf-8"))
+        value = manifest["settings"]["block_rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _checked_output(args: argparse.Namespace, output: str) -> bool:
+    """Check OUTPUT_DIR and its work directory before Ray starts; True when a resumed job
+    had already published it (its leftover work directory is then removed)."""
+    from poolkit.io.checkpoint import check_no_work_dir
+    from poolkit.io.shardset import ShardCheckpoint
+
+    if "://" in output:
+        if args.resume:
+            raise ValueError(
+                f"{output}: --resume with --engine ray needs a local OUTPUT_DIR (the "
+                "checkpoint lives beside it); write locally, or rerun without --resume."
+            )
+        _check_output(output, args.overwrite)
+        return False
+    if args.resume and not args.overwrite and ShardCheckpoint.finished(output):
+        if os.path.isdir(output):
+            ShardCheckpoint.remove(output)
+            print(f"poolkit: {output} was already complete; removed its work directory.",
+                  file=sys.stderr)  # fmt: skip
+            return True
+    _check_output(output, args.overwrite)
+    if not args.resume:
+        check_no_work_dir(output, ShardCheckpoint)
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
     from poolkit.cli._recipe_args import recipes_from_args
-    from poolkit.ray import Corpus, embed_dataset, list_inputs, require_ray
+    from poolkit.ray import Corpus, list_inputs, require_ray
 
     for value, flag in ((args.workers, "--workers"), (args.cpus_per_worker, "--cpus-per-worker"),
                         (args.chunk_size, "--chunk-size"), (args.batch_tokens, "--batch-tokens"),
                         (args.max_length, "--max-length")):  # fmt: skip
         positive(value, flag)
-    if args.resume:
-        raise ValueError(
-            "--resume works with --engine local only: a Ray job retries failed blocks and "
-            "restarts killed workers itself, and publishes OUTPUT_DIR only when complete; "
-            "rerun the same command without --resume."
-        )
     wanted, _ = recipes_from_args(args)  # the one parse of the pooling flags on this path
     output = os.fspath(args.output).rstrip("/") or "/"
-    _check_output(output, args.overwrite)
+    if _checked_output(args, output):
+        return 0
     list_inputs(args.input, args.input_format)  # input errors before Ray starts
     require_extra("--engine ray", "ray.data", "Ray Data", "ray")
     ray = require_ray()
@@ -150,17 +261,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--quantize {args.quantize} works with --backend onnx; add --backend onnx."
         )
-    if args.address is None:
-        # A local cluster is this machine: check the model here, before any actor loads it.
-        from poolkit.model_folder import DEFAULT_MODEL, resolve_model
+    remote = "://" in output
+    # A local cluster is this machine: the model is checked here, before any actor loads it.
+    model_dir = _model_dir(args)
+    if args.address is None and args.backend == "onnx":
+        # Export (and check) once here; every worker then loads it from the same cache
+        # entry instead of exporting it again. Remote workers build it from the same key.
+        from poolkit.backends.onnx import load_onnx_runner
 
-        model_dir = resolve_model(DEFAULT_MODEL if args.model is None else args.model)
-        if args.backend == "onnx":
-            # Export (and check) once here; every worker then loads it from the same cache
-            # entry instead of exporting it again. Remote workers build it from the same key.
-            from poolkit.backends.onnx import load_onnx_runner
-
-            load_onnx_runner(model_dir, quantize=args.quantize)
+        load_onnx_runner(model_dir, quantize=args.quantize)
 
     start = time.perf_counter()
     _start_ray(ray, args.address, args.quiet)
@@ -173,56 +282,157 @@ def run(args: argparse.Namespace) -> int:
         workers = args.workers or max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
         corpus = Corpus.scan(args.input, text_column=args.text_column, fmt=args.input_format)
         block = corpus.balanced_block_rows(workers, args.chunk_size)
+        job = _Job(args, corpus, wanted, workers, cpus)
+        if remote:
+            shards, dims = job.write_remote(output, block)
+            resumed = 0
+        else:
+            if args.resume:
+                block = _stored_block_rows(output) or block
+            settings = _settings(args, wanted, model_dir, block)
+            outcome = job.write_checkpointed(output, block, settings)
+            if isinstance(outcome, int):
+                return outcome  # interrupted: the line is printed
+            shards, dims, resumed = outcome
+    finally:
+        ray.shutdown()
+    end = time.perf_counter()
+    if not args.quiet:
+        total, spent = end - start, end - ray_started
+        shape = ", ".join(f"{k}={v}" for k, v in dims.items())
+        done = corpus.rows - resumed
+        note = f"; {count(resumed, 'text')} resumed from the checkpoint" if resumed else ""
+        print(
+            f"poolkit: {count(corpus.rows, 'text')} -> {output}/ ({count(shards, 'Parquet shard')}) "
+            f"[{shape}] in "
+            f"{total:.1f} s, {done / max(total, 1e-9):.1f} texts/s "
+            f"({done / max(spent, 1e-9):.1f} texts/s after Ray start), "
+            f"{count(workers, 'worker')} x {count(cpus, 'CPU')} (Ray){note}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+class _Job:
+    """One ``--engine ray`` job over a scanned corpus: the dataset, and its two outputs."""
+
+    def __init__(
+        self, args: argparse.Namespace, corpus: Any, wanted: Any, workers: int, cpus: int
+    ) -> None:
+        self.args, self.corpus, self.wanted = args, corpus, wanted
+        self.workers, self.cpus = workers, cpus
+
+    def dataset(self, block: int, only: set[int] | None = None) -> Any:
+        from poolkit.ray import embed_dataset
+
+        args = self.args
         options: dict[str, Any] = {
             "long_text": args.long_text, "max_batch_tokens": args.batch_tokens,
             "device": args.device, "dtype": args.dtype, "max_length": args.max_length,
             "backend": args.backend, "quantize": args.quantize,
         }  # fmt: skip
-        if wanted is None:  # the model's pooling, shaped by the shorthand flags
+        if self.wanted is None:  # the model's pooling, shaped by the shorthand flags
             options.update(layers=parse_layers(args.layers), exclude_special=args.exclude_special)
             pooling: dict[str, Any] = {"normalize": args.normalize}
         else:
-            pooling = {"recipe": wanted}
+            pooling = {"recipe": self.wanted}
         # One Embedder call per read block (batch_size=None): the same texts share a batch
         # in every run, whatever order blocks arrive in, so reruns agree bit for bit.
         # Reads and writes ask for 0 CPUs here: the pool may hold every CPU (spare_cpus=0).
-        ds = embed_dataset(
-            corpus.dataset(block), args.model, text_column="text", keep_text=False,
-            workers=workers, cpus_per_worker=cpus, batch_size=None, spare_cpus=0,
+        return embed_dataset(
+            self.corpus.dataset(block, only), args.model, text_column="text", keep_text=False,
+            workers=self.workers, cpus_per_worker=self.cpus, batch_size=None, spare_cpus=0,
             **pooling, **options,
         )  # fmt: skip
-        remote = "://" in output
-        target = (
-            output
-            if remote
-            else f"{Path(output).parent}/.{Path(output).name}.{uuid.uuid4().hex[:8]}.tmp"
-        )
+
+    def write_remote(self, output: str, block: int) -> tuple[int, dict[str, int]]:
+        """Ray's own Parquet writer straight into a remote OUTPUT_DIR (no checkpoint)."""
+        ds = self.dataset(block)
         try:
             # Zero CPUs: writing must not wait for CPUs that the embedding actors hold.
-            try:
-                ds.write_parquet(target, ray_remote_args={"num_cpus": 0, "max_retries": 3})
-            except Exception as e:
-                raise _user_error(e) from None
-            shards, dims = _verify(target, corpus.rows)
-            if not remote:
-                if os.path.isdir(output):
-                    shutil.rmtree(output)
-                os.replace(target, output)
-        finally:
-            if not remote and os.path.isdir(target):
-                shutil.rmtree(target, ignore_errors=True)
-    finally:
-        ray.shutdown()
-    end = time.perf_counter()
-    if not args.quiet:
-        total, job = end - start, end - ray_started
-        shape = ", ".join(f"{k}={v}" for k, v in dims.items())
-        print(
-            f"poolkit: {count(corpus.rows, 'text')} -> {output}/ ({count(shards, 'Parquet shard')}) "
-            f"[{shape}] in "
-            f"{total:.1f} s, {corpus.rows / max(total, 1e-9):.1f} texts/s "
-            f"({corpus.rows / max(job, 1e-9):.1f} texts/s after Ray start), "
-            f"{count(workers, 'worker')} x {count(cpus, 'CPU')} (Ray)",
-            file=sys.stderr,
-        )
-    return 0
+            ds.write_parquet(output, ray_remote_args={"num_cpus": 0, "max_retries": 3})
+        except Exception as e:
+            raise _user_error(e) from None
+        return _verify(output, self.corpus.rows)
+
+    def write_checkpointed(
+        self, output: str, block: int, settings: dict[str, Any]
+    ) -> tuple[int, dict[str, int], int] | int:
+        """Embed the input files not finished in OUTPUT_DIR's work directory, shard by shard,
+        then publish OUTPUT_DIR. Returns (shards, dims, texts resumed), or the exit status
+        after Ctrl-C/SIGTERM (130/143, one line printed, checkpoint kept)."""
+        from poolkit.cli._ray_resume import file_stamps, split_by_file
+        from poolkit.io.inputstamp import InputStamp
+        from poolkit.io.shardset import ShardCheckpoint
+
+        corpus = self.corpus
+        changed = [InputStamp.take(f.path) for f in corpus.files]  # before hashing
+        stamps = [
+            {"name": f.name, "first_id": first, "rows": rows, **digest}
+            for f, first, rows, digest in zip(
+                corpus.files, corpus.offsets, corpus.counts, file_stamps(corpus.files),
+                strict=True,
+            )
+        ]  # fmt: skip
+        checkpoint = ShardCheckpoint.open(output, settings, resume=self.args.resume)
+        try:
+            done = checkpoint.keep(stamps)
+            resumed = sum(rows for rows, d in zip(corpus.counts, done, strict=True) if d)
+            pending: dict[int, list[tuple[int, int, str]]] = {}
+            for k, finished in enumerate(done):
+                if not finished and corpus.counts[k] == 0:
+                    checkpoint.finish(stamps[k], [])  # an empty file: nothing to embed
+                elif not finished:
+                    pending[k] = []
+            if pending:
+                ds = self.dataset(block, set(pending))
+                try:
+                    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+                        for k, first, piece in split_by_file(batch, corpus.offsets):
+                            pending[k].append((first, piece.num_rows, checkpoint.add_shard(piece)))
+                            if sum(n for _, n, _ in pending[k]) == corpus.counts[k]:
+                                if changed[k] is not None:
+                                    changed[k].check()
+                                shards = [name for *_, name in sorted(pending.pop(k))]
+                                checkpoint.finish(stamps[k], shards)
+                except Exception as e:
+                    raise _user_error(e) from None
+                if pending:
+                    raise RuntimeError(
+                        f"Expected the job to embed every row of {len(done)} files, but "
+                        f"{len(pending)} came back incomplete; the output was not published."
+                    )
+            staged = checkpoint.stage([f.name for f in corpus.files])
+            shards_count, dims = _verify(os.fspath(staged), corpus.rows)
+            checkpoint.publish(overwrite=self.args.overwrite)
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli._signals.Terminated)
+            checkpoint.close()
+            print(
+                f"poolkit: {getattr(e, 'what', 'interrupted')}; "
+                f"{count(checkpoint.records_on_disk(), 'finished input file')} kept in "
+                f"{checkpoint.path}: rerun the same command with --resume to continue.",
+                file=sys.stderr,
+            )
+            return int(getattr(e, "exit_status", 130))
+        except Exception as e:
+            if checkpoint.done_files:
+                checkpoint.close()
+                raise _with_note(
+                    e,
+                    f"({count(checkpoint.records_on_disk(), 'finished input file')} kept in "
+                    f"{checkpoint.path}; fix the problem and rerun with --resume.)",
+                ) from e
+            checkpoint.discard()
+            raise
+        except BaseException:
+            checkpoint.close()
+            raise
+        return shards_count, dims, resumed
+
+
+def _with_note(error: Exception, note: str) -> Exception:
+    """The same kind of error with ``note`` appended (the CLI prints one line)."""
+    try:
+        return type(error)(f"{error} {note}")
+    except Exception:
+        return error

@@ -77,7 +77,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "none, float32)")  # fmt: skip
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted job from OUTPUT.poolkit-work (same "
-                        "command, same settings); finished chunks are not recomputed")  # fmt: skip
+                        "command, same settings); finished chunks (--engine ray: finished "
+                        "input files) are not recomputed")  # fmt: skip
     add_common(parser)
     add_engine_arguments(parser)  # --engine ray, --address, --workers, --cpus-per-worker
     parser.set_defaults(func=run)

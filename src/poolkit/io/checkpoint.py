@@ -150,13 +150,14 @@ def settings_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return diffs
 
 
-def check_no_work_dir(output: str | os.PathLike[str]) -> None:
-    """Raise :class:`CheckpointError` if ``output`` has a work directory (not resuming)."""
+def check_no_work_dir(output: str | os.PathLike[str], kind: type[Checkpoint] | None = None) -> None:
+    """Raise :class:`CheckpointError` if ``output`` has a work directory (not resuming);
+    ``kind`` (default :class:`Checkpoint`) counts the work it holds."""
     path = work_dir_for(output)
     if path.exists():
         raise CheckpointError(
             f"{path}: a work directory from an earlier, unfinished run is there "
-            f"({Checkpoint._count(path)} chunks done); add `resume=True` to continue it, or "
+            f"({(kind or Checkpoint)._progress(path)}); add `resume=True` to continue it, or "
             "delete the directory to start over."
         )
 
@@ -185,24 +186,33 @@ class Checkpoint:
         self._metas: dict[int, dict[str, Any]] = {}  # chunk index -> its verified meta
         self.foreign: list[str] = []  # files poolkit did not write: named, left alone
         self._damaged: set[int] = set()
-        for entry in sorted(os.listdir(path)):
+        self._scan()
+        if self.foreign:
+            _warn(
+                f"{path}: ignoring {len(self.foreign)} files poolkit did not write "
+                f"({_short(self.foreign)}); they are left where they are."
+            )
+
+    @classmethod
+    def _owned(cls, entry: str) -> bool:
+        """Whether ``entry`` of a work directory is a file this kind of checkpoint writes."""
+        return bool(_CHUNK.match(entry) or _OWN.match(entry))
+
+    def _scan(self) -> None:
+        """Adopt the verified chunks of the work directory; collect foreign names."""
+        for entry in sorted(os.listdir(self.path)):
             match = _CHUNK.match(entry)
             if match and int(match.group(1)) not in self._files:
                 self._adopt(int(match.group(1)), entry)
             elif entry.endswith(".tmp"):
                 # Left by a killed process; we hold the lock, so nobody is writing it.
                 with contextlib.suppress(OSError):
-                    os.unlink(path / entry)
+                    os.unlink(self.path / entry)
             elif not _OWN.match(entry):
                 self.foreign.append(entry)
         gaps = sorted(set(range(max(self.done, default=-1))) - self.done - self._damaged)
         if gaps:
-            _warn(f"{path}: missing chunks {_short(gaps)}; they will be recomputed.")
-        if self.foreign:
-            _warn(
-                f"{path}: ignoring {len(self.foreign)} files poolkit did not write "
-                f"({_short(self.foreign)}); they are left where they are."
-            )
+            _warn(f"{self.path}: missing chunks {_short(gaps)}; they will be recomputed.")
 
     def _adopt(self, index: int, name: str) -> None:
         """Take chunk file ``name`` as chunk ``index`` if its bytes match the hash in its
@@ -253,7 +263,7 @@ class Checkpoint:
         cls._remove_trash(out)
         if path.exists():
             if not resume:
-                check_no_work_dir(out)
+                check_no_work_dir(out, cls)
             return cls._reopen(out, path, settings)
         return cls._create(out, path, settings)
 
@@ -262,6 +272,11 @@ class Checkpoint:
         with contextlib.suppress(OSError):
             return sum(1 for e in os.listdir(path) if _CHUNK.match(e))
         return 0
+
+    @classmethod
+    def _progress(cls, path: Path) -> str:
+        """How much finished work the directory at ``path`` holds, for messages."""
+        return f"{cls._count(path)} chunks done"
 
     @classmethod
     def _create(cls, out: Path, path: Path, settings: dict[str, Any]) -> Checkpoint:
@@ -463,7 +478,7 @@ class Checkpoint:
         trash = self.path.with_name(
             f".{self.output.name}{WORK_SUFFIX}.trash-{os.getpid()}-{os.urandom(4).hex()}"
         )
-        if any(not (_CHUNK.match(e) or _OWN.match(e)) for e in os.listdir(self.path)):
+        if any(not self._owned(e) for e in os.listdir(self.path)):
             self.close()
             self.remove(self.output)
             return
@@ -472,19 +487,22 @@ class Checkpoint:
         self.close()
         shutil.rmtree(trash, ignore_errors=True)
 
-    @staticmethod
-    def remove(output: str | os.PathLike[str]) -> None:
+    @classmethod
+    def remove(cls, output: str | os.PathLike[str]) -> None:
         """Remove ``output``'s work directory but keep files poolkit did not write: then the
         directory stays with only those, and one warning names them. The ``published``
         marker goes last, so a kill midway leaves a directory still recognised as done."""
         path = work_dir_for(output)
         last = ("lock", _MANIFEST, _PUBLISHED)  # chunks first: a kill leaves a usable dir
         entries = sorted(os.listdir(path), key=lambda e: last.index(e) if e in last else -1)
-        foreign = [e for e in entries if not (_CHUNK.match(e) or _OWN.match(e))]
+        foreign = [e for e in entries if not cls._owned(e)]
         for entry in entries:
             if entry not in foreign:
                 with contextlib.suppress(OSError):
-                    os.unlink(path / entry)
+                    if (path / entry).is_dir() and not (path / entry).is_symlink():
+                        shutil.rmtree(path / entry)
+                    else:
+                        os.unlink(path / entry)
         if not foreign:
             with contextlib.suppress(OSError):
                 os.rmdir(path)

@@ -15,7 +15,7 @@ import glob
 import io
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -270,12 +270,15 @@ class Corpus:
             raise InputError(f"{os.fspath(source)}: no texts found (the input is empty).")
         return corpus
 
-    def pieces(self, block_rows: int) -> list[dict[str, Any]]:
-        """Row ranges ``[start, stop)`` of at most ``block_rows`` rows per file; a text
-        file gets at most :data:`MAX_TEXT_PIECES` pieces, since reading a piece of it
-        means parsing the file up to the piece."""
+    def pieces(self, block_rows: int, only: Collection[int] | None = None) -> list[dict[str, Any]]:
+        """Row ranges ``[start, stop)`` of at most ``block_rows`` rows per file (of the
+        files whose indices are in ``only``, if given; ids stay the whole corpus's); a
+        text file gets at most :data:`MAX_TEXT_PIECES` pieces, since reading a piece of
+        it means parsing the file up to the piece."""
         out = []
-        for f, offset, n in zip(self.files, self.offsets, self.counts, strict=True):
+        for k, (f, offset, n) in enumerate(zip(self.files, self.offsets, self.counts, strict=True)):
+            if only is not None and k not in only:
+                continue
             size = block_rows
             if f.fmt != "parquet":
                 size = max(size, math.ceil(n / MAX_TEXT_PIECES))
@@ -284,15 +287,16 @@ class Corpus:
                             "start": start, "stop": min(n, start + size)})  # fmt: skip
         return out
 
-    def dataset(self, block_rows: int = 1024) -> Any:
+    def dataset(self, block_rows: int = 1024, only: Collection[int] | None = None) -> Any:
         """A lazy ``ray.data.Dataset`` of ``id`` int64, ``text_id`` string
         (``"<file name>:<row in file>"``, rows 0-based) and ``text`` string: one block
-        per piece (see :meth:`pieces`), read by a task with zero CPUs (reading must not
-        wait for CPUs the embedding actors hold) and retried if its worker dies."""
+        per piece (see :meth:`pieces`; ``only``: just these files, by index), read by a
+        task with zero CPUs (reading must not wait for CPUs the embedding actors hold)
+        and retried if its worker dies."""
         ray = require_ray()
         if not isinstance(block_rows, int) or block_rows < 1:
             value_error("block_rows", "a positive integer", repr(block_rows))
-        items = self.pieces(block_rows)
+        items = self.pieces(block_rows, only)
         ds = ray.data.from_items(items, override_num_blocks=len(items))
         with quiet_remote_args_notice():
             return ds.map_batches(

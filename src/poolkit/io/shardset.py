@@ -1,0 +1,266 @@
+"""Checkpoints for ``poolkit embed INPUT -o OUTPUT_DIR --engine ray``: a killed driver
+loses at most the input files it had not finished.
+
+The job keeps its work in ``OUTPUT_DIR.poolkit-work/``, the work directory of the local
+engine (:class:`~poolkit.io.checkpoint.Checkpoint`: same manifest, settings check and lock):
+
+- ``part-<sha256>.parquet``: one shard per block of rows of one input file (``id``,
+  ``text_id``, one column per strategy), written as its vectors arrive; the name carries
+  the SHA-256 of the file's bytes, so shard and hash appear in one rename;
+- ``file-<sha256>.json``: a record written (atomically, name = SHA-256 of its bytes) once
+  every row of an input file is in shards: the file's name, first row id, row count,
+  size, modification time and SHA-256, and its shards in row order.
+
+A resumed job skips an input file only when a record matches it (same name, first row id,
+row count and content hash: an edited file, or one whose ids moved because an earlier file
+changed, is embedded again) and every shard the record names still hashes to its name; a
+damaged shard sends its file back to be embedded, with one warning naming it. Shards no
+record names (the blocks of a file in flight when the driver died) are deleted with one
+warning; files poolkit did not write are named and left alone. :meth:`ShardCheckpoint.stage`
+hard-links the shards in row order as ``part-00000.parquet`` ... into ``staged/``, which
+:meth:`ShardCheckpoint.publish` renames onto OUTPUT_DIR: the folder appears complete or not
+at all, and its shards are those an uninterrupted run writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from poolkit._errors import count
+from poolkit.io.atomic import atomic_write, fsync_dir
+from poolkit.io.checkpoint import _OWN, WORK_SUFFIX, Checkpoint, CheckpointError, _short, _warn
+from poolkit.io.integrity import bytes_digest, read_verified
+
+__all__ = ["ShardCheckpoint"]
+
+_SHARD = re.compile(r"^part-([0-9a-f]{64})\.parquet$")
+_RECORD = re.compile(r"^file-([0-9a-f]{64})\.json$")
+_STAGED = "staged"
+_PUBLISHED = "published"
+# What a record must hold to vouch for an input file (besides its shards).
+_IDENTITY = ("name", "first_id", "rows", "sha256")
+
+
+class ShardCheckpoint(Checkpoint):
+    """The work directory of a Ray job's output folder, held (locked) by this process.
+
+    Use :meth:`open` (inherited: creates it, or with ``resume=True`` checks the settings
+    and reopens it), :meth:`keep` once with the input files as they are now, then
+    :meth:`add_shard` per block and :meth:`finish` per completed input file; finally
+    :meth:`stage` and :meth:`publish`. :meth:`close` keeps the directory for ``--resume``.
+
+    Attributes:
+        done_files: input file name -> its record (verified), for the files done.
+    """
+
+    def _scan(self) -> None:
+        self.done_files: dict[str, dict[str, Any]] = {}
+        self._records: list[tuple[str, dict[str, Any]]] = []  # (file name, record)
+        self._shards: set[str] = set()
+        damaged = []
+        for entry in sorted(os.listdir(self.path)):
+            record = _RECORD.match(entry)
+            if _SHARD.match(entry):
+                self._shards.add(entry)
+            elif record:
+                data = read_verified(self.path / entry, record.group(1))
+                parsed = _parse_record(data) if data is not None else None
+                if parsed is None:
+                    self._unlink(entry)
+                    damaged.append(entry)
+                else:
+                    self._records.append((entry, parsed))
+            elif entry.endswith(".tmp") or entry == _STAGED:
+                # Left by a killed process; we hold the lock, so nobody is writing it.
+                self._unlink(entry)
+            elif not self._owned(entry):
+                self.foreign.append(entry)
+        if damaged:
+            _warn(
+                f"{self.path}: damaged file records {_short(damaged)} (content does not "
+                "match the recorded SHA-256); deleted, their files will be embedded again."
+            )
+
+    @classmethod
+    def _owned(cls, entry: str) -> bool:
+        return bool(_SHARD.match(entry) or _RECORD.match(entry) or _OWN.match(entry)) or (
+            entry == _STAGED
+        )
+
+    @classmethod
+    def _progress(cls, path: Path) -> str:
+        return f"{count(_records_in(path), 'input file')} done"
+
+    def records_on_disk(self) -> int:
+        """Finished-file records in the directory now: also one whose write an interrupt
+        cut short after its rename (so it counts, though :attr:`done_files` missed it)."""
+        return _records_in(self.path)
+
+    def _unlink(self, entry: str) -> None:
+        target = self.path / entry
+        with contextlib.suppress(OSError):
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+
+    # -- resuming -----------------------------------------------------------------------
+
+    def keep(self, stamps: Sequence[Mapping[str, Any]]) -> list[bool]:
+        """Which input files are done: ``stamps[k]`` (``name``, ``first_id``, ``rows``,
+        ``sha256``, ...) describes input file ``k`` as it is now. A file is done when a
+        record matches it and every shard the record names verifies. Everything else
+        (records of changed or vanished files, damaged shards, shards no kept record
+        names) is deleted, each kind with one warning."""
+        wanted = {tuple(s[k] for k in _IDENTITY): s for s in stamps}
+        used: set[str] = set()
+        damaged: list[str] = []
+        changed: list[str] = []
+        current = {s["name"] for s in stamps}
+        for entry, record in self._records:
+            key = tuple(record.get(k) for k in _IDENTITY)
+            if key not in wanted or record["name"] in self.done_files:
+                if record.get("name") in current and record.get("name") not in self.done_files:
+                    changed.append(str(record["name"]))
+                self._unlink(entry)
+                continue
+            bad = [s for s in record["shards"] if not self._verified(s)]
+            if bad:
+                damaged.extend(bad)
+                for shard in bad:
+                    self._unlink(shard)
+                self._unlink(entry)
+                continue
+            self.done_files[record["name"]] = record
+            used.update(record["shards"])
+        partial = sorted(self._shards - used - set(damaged))
+        for shard in partial:
+            self._unlink(shard)
+        self._shards = used
+        fsync_dir(self.path)
+        if damaged:
+            _warn(
+                f"{self.path}: damaged shards {_short(damaged)} (content does not match "
+                "their SHA-256); deleted, their input files will be embedded again."
+            )
+        if changed:
+            _warn(
+                f"{self.path}: input files {_short(changed)} changed since their shards "
+                "were written (content, row count or first row id); embedding them again."
+            )
+        if partial:
+            _warn(
+                f"{self.path}: removed {len(partial)} shards that belong to no finished input "
+                f"file ({_short(partial, 3)}); their rows will be embedded again."
+            )
+        return [s["name"] in self.done_files for s in stamps]
+
+    def _verified(self, shard: str) -> bool:
+        match = _SHARD.match(shard)
+        return bool(match) and read_verified(self.path / shard, match.group(1)) is not None  # type: ignore[union-attr]
+
+    # -- writing ------------------------------------------------------------------------
+
+    def add_shard(self, table: Any) -> str:
+        """Write a ``pyarrow.Table`` as a shard (atomic); returns its file name."""
+        import pyarrow.parquet as pq
+
+        buffer = io.BytesIO()  # serialised first: the file name carries its hash
+        pq.write_table(table, buffer)
+        data = buffer.getbuffer()
+        name = f"part-{bytes_digest(data)}.parquet"
+        atomic_write(self.path / name, lambda f: f.write(data), size=len(data))
+        self._shards.add(name)
+        return name
+
+    def finish(self, stamp: Mapping[str, Any], shards: Sequence[str]) -> None:
+        """Record input file ``stamp`` (as given to :meth:`keep`) as done, its rows being
+        in ``shards`` (row order)."""
+        record = {**stamp, "shards": list(shards)}
+        data = json.dumps(record, indent=1, sort_keys=True).encode()
+        name = f"file-{bytes_digest(data)}.json"
+        atomic_write(self.path / name, lambda f: f.write(data), size=len(data))
+        self.done_files[str(stamp["name"])] = record
+
+    # -- the end ------------------------------------------------------------------------
+
+    def stage(self, names: Sequence[str]) -> Path:
+        """Link every finished file's shards, files in the order of ``names``, as
+        ``staged/part-00000.parquet`` ...; returns the ``staged`` folder."""
+        missing = [n for n in names if n not in self.done_files]
+        if missing:
+            raise CheckpointError(f"{self.path}: input files {_short(missing)} are not done.")
+        staged = self.path / _STAGED
+        self._unlink(_STAGED)
+        staged.mkdir()
+        shards = [s for n in names for s in self.done_files[n]["shards"]]
+        for k, shard in enumerate(shards):
+            source, target = self.path / shard, staged / f"part-{k:05d}.parquet"
+            try:
+                os.link(source, target)
+            except OSError:  # no hard links here: a copy
+                shutil.copyfile(source, target)
+        fsync_dir(staged)
+        return staged
+
+    def publish(self, *, overwrite: bool) -> Path:  # type: ignore[override]
+        """Rename ``staged/`` onto the output folder (an existing one only with
+        ``overwrite``), then remove the work directory. Returns the output folder."""
+        staged = self.path / _STAGED
+        if self.output.exists() and not overwrite:
+            raise CheckpointError(
+                f"{self.output}: already exists; pass `overwrite=True` to replace it (the "
+                f"finished shards stay in {self.path.name} for `resume=True`)."
+            )
+        atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
+        old = None
+        if self.output.exists():
+            old = self.output.with_name(f".{self.output.name}{WORK_SUFFIX}.trash-old")
+            self._remove_path(old)
+            os.rename(self.output, old)
+        os.replace(staged, self.output)
+        fsync_dir(self.output.parent)
+        if old is not None:
+            self._remove_path(old)
+        self.discard()
+        return self.output
+
+    @staticmethod
+    def _remove_path(path: Path) -> None:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+    @staticmethod
+    def finished(output: str | os.PathLike[str]) -> bool:
+        """True when ``output``'s work directory belongs to a job whose folder was already
+        published (killed after the final rename, before the directory was removed)."""
+        from poolkit.io.checkpoint import work_dir_for
+
+        path = work_dir_for(output)
+        return (path / _PUBLISHED).exists() and not (path / _STAGED).exists()
+
+
+def _records_in(path: Path) -> int:
+    with contextlib.suppress(OSError):
+        return sum(1 for e in os.listdir(path) if _RECORD.match(e))
+    return 0
+
+
+def _parse_record(data: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("shards"), list):
+        return None
+    return record if all(k in record for k in _IDENTITY) else None

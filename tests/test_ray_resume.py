@@ -1,0 +1,194 @@
+"""``poolkit embed DIR -o OUT --engine ray`` stopped mid-job (``kill -9`` of the driver,
+SIGTERM), then ``--resume``: only the unfinished input files are embedded again, and the
+published shards equal a clean run's, byte for byte.
+
+One local Ray (2 CPUs) serves the module; every command joins it with ``--address`` as a
+real subprocess. The driver is stopped once the work directory holds a record of a
+finished input file, and before it holds all of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from testdata import sentiment_lines, sts_sentences
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+FILES = 6
+# Rows per file: with --chunk-size 32, 2 workers make blocks of 30 rows (about 4 blocks per
+# worker), 1 worker blocks of 32: a resume with --workers 1 must still cut 30.
+ROWS = 40
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2,
+             logging_level="WARNING")  # fmt: skip
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Six text files of 40 real sentences each."""
+    texts = sts_sentences() + [text for _, text in sentiment_lines()]
+    assert len(texts) >= FILES * ROWS
+    path = tmp_path_factory.mktemp("inputs")
+    for k in range(FILES):
+        part = texts[k * ROWS : (k + 1) * ROWS]
+        (path / f"f{k}.txt").write_text("".join(t + "\n" for t in part), encoding="utf-8")
+    return path
+
+
+def _argv(
+    folder: Path, out: Path, address: str, model: Path, *extra: str, workers: int = 2
+) -> list[str]:
+    return [sys.executable, "-m", "poolkit.cli", "embed", str(folder), "-o", str(out),
+            "--engine", "ray", "--address", address, "--workers", str(workers),
+            "--chunk-size", "32", "--model", str(model), *extra]  # fmt: skip
+
+
+def _poolkit(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def clean(ray_address, folder, minilm_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("clean") / "out"
+    run = _poolkit(_argv(folder, out, ray_address, minilm_dir, "--quiet"))
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+def _records(work: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(work.glob("file-*.json"))]
+
+
+def _stop_midway(argv: list[str], work: Path, sig: int) -> subprocess.Popen[str]:
+    """Start the job; send ``sig`` once the work directory records a finished input file."""
+    job = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and job.poll() is None:
+        if len(list(work.glob("file-*.json"))) >= 1:
+            job.send_signal(sig)
+            break
+        time.sleep(0.01)
+    job.wait(timeout=120)
+    return job
+
+
+def _same_as_clean(out: Path, clean: Path) -> None:
+    """Same shard names and bytes (so the same blocks), ids, text ids and vectors."""
+    import pyarrow.dataset as pads
+
+    names = sorted(p.name for p in clean.iterdir())
+    assert len(names) == 2 * FILES  # blocks of 30 and 10 rows per file
+    assert sorted(p.name for p in out.iterdir()) == names
+    want = pads.dataset(clean, format="parquet").to_table()
+    got = pads.dataset(out, format="parquet").to_table()
+    np.testing.assert_array_equal(got["id"].to_numpy(), np.arange(FILES * ROWS))
+    np.testing.assert_array_equal(got["id"].to_numpy(), want["id"].to_numpy())
+    assert got["text_id"].to_pylist() == want["text_id"].to_pylist()
+    vectors = np.stack(got["mean"].to_numpy(zero_copy_only=False))
+    np.testing.assert_array_equal(vectors, np.stack(want["mean"].to_numpy(zero_copy_only=False)))
+    for name in names:
+        assert (out / name).read_bytes() == (clean / name).read_bytes(), name
+
+
+def test_killed_driver_resumes_with_only_the_unfinished_files(
+    ray_address, folder, minilm_dir, clean, tmp_path
+):
+    out = tmp_path / "out"
+    work = tmp_path / "out.poolkit-work"
+    argv = _argv(folder, out, ray_address, minilm_dir, "--quiet")
+    killed = _stop_midway(argv, work, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.read()
+    done = _records(work)
+    assert 1 <= len(done) < FILES, "the job was not stopped midway"
+    assert not out.exists()
+
+    # Damage: one recorded shard bit-flipped; a shard no record names; a file of the user's.
+    shard = work / done[0]["shards"][0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(b ^ 0xFF for b in data[len(data) // 2 : len(data) // 2 + 64])  # fmt: skip
+    shard.write_bytes(bytes(data))
+    orphan = f"part-{hashlib.sha256(b'not a shard').hexdigest()}.parquet"
+    (work / orphan).write_bytes(b"not a shard")
+    (work / "notes.txt").write_text("mine\n")
+
+    # The shards of the files left intact, by inode: the resumed output links them.
+    intact = {(work / s).stat().st_ino for r in done[1:] for s in r["shards"]}
+
+    # Other settings are refused in one line, and the checkpoint is left as it was.
+    before = sorted(p.name for p in work.iterdir())
+    other = _poolkit(_argv(folder, out, ray_address, minilm_dir, "--quiet", "--resume",
+                           "--no-normalize"))  # fmt: skip
+    assert other.returncode == 2, other.stderr
+    assert other.stderr.strip().splitlines()[-1] == (
+        f"poolkit: error: {work}: cannot resume, the checkpoint was made with other settings "
+        "(normalize: null then, false now). Rerun with the original settings, or delete the "
+        "directory to start over."
+    ), other.stderr
+    assert "Traceback" not in other.stderr
+    assert sorted(p.name for p in work.iterdir()) == before and not out.exists()
+
+    resumed = _poolkit([*argv[:-1], "--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    lines = [line for line in resumed.stderr.splitlines() if line.startswith("poolkit:")]
+    assert any("damaged shards" in line and shard.name in line for line in lines), lines
+    assert any("no finished input file" in line and orphan in line for line in lines), lines
+    assert any("notes.txt" in line and "did not write" in line for line in lines), lines
+    # The damaged file and the files never finished were embedded again; the rest was not.
+    kept = (len(done) - 1) * ROWS
+    summary = lines[-1]
+    assert summary.startswith(f"poolkit: {FILES * ROWS} texts -> {out}/"), summary
+    if kept:
+        assert summary.endswith(f"(Ray); {kept} texts resumed from the checkpoint"), summary
+    else:
+        assert "resumed" not in summary, summary
+    _same_as_clean(out, clean)
+    assert intact <= {p.stat().st_ino for p in out.iterdir()}  # published, not recomputed
+    # The user's file is kept: the work directory stays with only it.
+    assert sorted(p.name for p in work.iterdir()) == ["notes.txt"]
+
+
+def test_sigterm_stops_the_ray_job_cleanly_and_resume_finishes(
+    ray_address, folder, minilm_dir, clean, tmp_path
+):
+    out = tmp_path / "out"
+    work = tmp_path / "out.poolkit-work"
+    argv = _argv(folder, out, ray_address, minilm_dir, "--quiet")
+    stopped = _stop_midway(argv, work, signal.SIGTERM)
+    stderr = stopped.stderr.read()
+    assert stopped.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    done = _records(work)
+    assert 1 <= len(done) < FILES, "the job was not stopped midway"
+    assert stderr.strip().splitlines()[-1] == (
+        f"poolkit: terminated (SIGTERM); {len(done)} finished input "
+        f"file{'s' if len(done) > 1 else ''} kept in {work}: rerun the same command with "
+        "--resume to continue."
+    )
+    # Nothing half-written is visible: no output folder, no staging or temporary files.
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) == ["out.poolkit-work"]
+    assert not [p for p in work.iterdir() if p.name.endswith(".tmp") or p.is_dir()]
+
+    # Resumed on a smaller pool: the blocks (so the batches) are still the first run's.
+    resumed = _poolkit(_argv(folder, out, ray_address, minilm_dir, "--resume", workers=1))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(done) * ROWS} texts resumed" in resumed.stderr
+    _same_as_clean(out, clean)
+    assert not work.exists()
