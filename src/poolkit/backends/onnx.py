@@ -57,6 +57,16 @@ _CHECK_SHAPES: tuple[tuple[int, int, str], ...] = (
 )
 
 
+# Shared with ``poolkit export``, which traces, checks and quantises with the same settings.
+OPSET, FP32_TOL, INT8_MIN_COS = _OPSET, _FP32_TOL, _INT8_MIN_COS
+
+
+def require_onnx() -> None:
+    """Raise MissingDependencyError (naming the extra) unless onnxruntime and onnx import."""
+    _import_ort()
+    _import_onnx()
+
+
 def _import_ort() -> Any:
     try:
         import onnxruntime
@@ -104,7 +114,8 @@ class OnnxRunner:
 
     Call it with ``input_ids`` and ``attention_mask`` (both ``(B, L)`` integer arrays, mask 1 for
     real tokens, any padding side) and ``token_type_ids`` (``(B, L)``, zeros if omitted) when the
-    graph takes them. Returns ``(B, L, H)`` float32 NumPy. Padding positions hold finite values
+    graph takes them. Returns ``(B, L, H)`` float32 NumPy (the graph's ``output``; an exported
+    pipeline's ``sentence_embedding`` is ``(B, D)``). Padding positions hold finite values
     that mean nothing; a padding-only row gives a finite, meaningless row (pool with the core
     functions, which reject or zero such rows). ``settings`` is the cache entry's record.
     """
@@ -115,6 +126,7 @@ class OnnxRunner:
         *,
         threads: int | None = None,
         settings: dict[str, Any] | None = None,
+        output: str = "last_hidden_state",
     ) -> None:
         ort = _import_ort()
         if threads is not None and (
@@ -124,6 +136,7 @@ class OnnxRunner:
                 expected("threads", "a positive int or None", repr(threads), "Pass e.g. threads=2.")
             )
         self.path = Path(path)
+        self.output = output
         self.settings: dict[str, Any] = dict(settings or {})
         self.threads = threads or default_threads()
         opts = ort.SessionOptions()
@@ -179,7 +192,7 @@ class OnnxRunner:
             return np.zeros(
                 (0, ids.shape[1], int(self.settings.get("hidden_size", 0))), dtype=np.float32
             )
-        (out,) = self.session.run(["last_hidden_state"], feed)
+        (out,) = self.session.run([self.output], feed)
         return np.asarray(out, dtype=np.float32)
 
 
@@ -364,10 +377,10 @@ def _build(
         ).path
     work = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".building-"))
     try:
-        model = _load_torch(hf_dir)
+        model = load_torch(hf_dir)
         record = dict(settings)
         if fp32_path is not None:
-            _quantize_int8(fp32_path, work / "model.onnx")
+            quantize_int8(fp32_path, work / "model.onnx")
             record["check"] = _check(model, work / "model.onnx", settings)
         else:
             _export(model, work / "raw.onnx")
@@ -400,7 +413,8 @@ def _build(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _load_torch(hf_dir: Path) -> Any:
+def load_torch(hf_dir: Path) -> Any:
+    """The Hugging Face model of ``hf_dir`` in float32 with eager attention, in eval mode."""
     import torch
     from transformers import AutoModel
 
@@ -440,23 +454,37 @@ class _HiddenOnly:
 
 
 def _export(model: Any, path: Path) -> None:
+    wrapper, takes_types = _HiddenOnly.build(model)
+    trace_to_onnx(wrapper, model.config.vocab_size, takes_types, "last_hidden_state", path)
+
+
+def trace_to_onnx(
+    module: Any, vocab: int, takes_types: bool, output: str, path: Path, *, rank: int = 3
+) -> None:
+    """Write ``module`` (int64 ``input_ids``, ``attention_mask`` [, ``token_type_ids``], each
+    ``(batch, sequence)``, to one float output) as an ONNX graph at ``path``.
+
+    Traced on a right-padded batch with batch and sequence axes dynamic, at opset
+    :data:`_OPSET`; ``rank`` is the output's rank (3: ``(batch, sequence, H)``, 2:
+    ``(batch, D)``). The cache's exports and ``poolkit export`` both come through here.
+    """
     import torch
 
-    wrapper, takes_types = _HiddenOnly.build(model)
-    ids, mask = _padded_batch(2, 8, "right", model.config.vocab_size, seed=0)
+    ids, mask = _padded_batch(2, 8, "right", vocab, seed=0)
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
     args = (torch.from_numpy(ids), torch.from_numpy(mask)) + (
         (torch.zeros_like(torch.from_numpy(ids)),) if takes_types else ()
     )
-    axes = {n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]}
+    axes: dict[str, dict[int, str]] = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes[output] = {0: "batch", 1: "sequence"} if rank == 3 else {0: "batch"}
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            wrapper,
+            module,
             args,
             str(path),
             input_names=names,
-            output_names=["last_hidden_state"],
+            output_names=[output],
             dynamic_axes=axes,
             opset_version=_OPSET,
             dynamo=False,
@@ -493,7 +521,8 @@ def _fuse(config: Any, src: Path, dst: Path) -> None:
     fused.save_model_to_file(str(dst))
 
 
-def _quantize_int8(src: Path, dst: Path) -> Path:
+def quantize_int8(src: Path, dst: Path) -> Path:
+    """Dynamic int8 (per-channel weights) of the ONNX graph ``src``, written to ``dst``."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     onnx = _import_onnx()
@@ -518,7 +547,10 @@ def _padded_batch(
     batch: int, length: int, side: str, vocab: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    ids = rng.integers(1000, min(vocab, 20000), size=(batch, length), dtype=np.int64)
+    # ids past the special tokens; a tiny vocabulary (tests) starts lower
+    ids = rng.integers(
+        min(1000, vocab // 2), min(vocab, 20000), size=(batch, length), dtype=np.int64
+    )
     lengths = (
         np.linspace(length, max(1, length // 4), batch).astype(int)
         if batch > 1
