@@ -13,7 +13,7 @@ PUBLIC = [
     "LOG_WIDTH_BUCKETS", "MissingDependencyError", "ModelInfo", "ModelNotFoundError",
     "PipelineError", "PoolkitError", "Recipe", "RecipeError", "SEQUENCE_STRATEGIES", "SPAN_STRATEGIES",
     "TokenVectors", "TruncationWarning", "WORD_STRATEGIES", "bucket_widths", "embed",
-    "embed_spans", "embed_tokens", "embed_words", "flat_token_embeddings", "layer_mix",
+    "embed_spans", "embed_tokens", "embed_words", "export", "flat_token_embeddings", "layer_mix",
     "model_info", "parse_sequence_strategy", "parse_span_strategy", "sequence_embedding",
     "span_embeddings", "span_output_dim", "token_embeddings", "word_embeddings", "word_spans",
 ]  # fmt: skip

@@ -1,5 +1,6 @@
 """poolkit: sequence, token, word and span representations from transformer encoders."""
 
+from poolkit.deploy import export
 from poolkit.embedding import (
     EmbedStats,
     TokenVectors,
@@ -58,6 +59,7 @@ __all__ = [
     "embed_spans",
     "embed_tokens",
     "embed_words",
+    "export",
     "flat_token_embeddings",
     "layer_mix",
     "model_info",

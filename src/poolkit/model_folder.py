@@ -241,6 +241,25 @@ def _pooling_from_config(cfg: dict[str, Any], where: str) -> tuple[str, str] | N
     return None
 
 
+def _export_note(root: Path) -> str:
+    """``"; exported by poolkit ..."``: where a ``poolkit export`` folder's pooling came from."""
+    record_path = root / "poolkit-export.json"
+    if not record_path.is_file():
+        return ""
+    record = _read_json(record_path)
+    choice = record.get("choice") or {}
+    how = {"recipe": "given with --recipe", "intended": "the source's intended pooling"}.get(
+        choice.get("by"), ""
+    )
+    if choice.get("by") == "poolkit compare":
+        how = (
+            f"top row of poolkit compare --task {choice.get('task')} ({choice.get('file')}), "
+            f"{choice.get('metric')} {choice.get('value')}"
+        )
+    source = (record.get("source") or {}).get("model")
+    return f"; exported by poolkit export as {record.get('recipe')} from {source} ({how})"
+
+
 def _module_path(entry: dict[str, Any]) -> str:
     return str(entry.get("path") or "")
 
@@ -307,6 +326,7 @@ def read_model_info(
 
     if pooling is not None:
         strategy, source = pooling
+        source += _export_note(root)
         guess = False
     elif is_decoder:
         strategy, guess = "last", True

@@ -225,6 +225,10 @@ def run(args: argparse.Namespace) -> int:
         checkpoint = Checkpoint.open(output, _settings(args, encoder, recipes), resume=args.resume)
     if wanted is None and encoder.info.pooling_is_guess:  # said once the job is on
         print(f"poolkit: note: {guess_note(encoder.info)}", file=sys.stderr)
+    elif wanted is None and "exported by poolkit export" in encoder.info.pooling_source:
+        if not args.quiet:  # a folder poolkit wrote: say which choice it carries
+            print(f"poolkit: pooling {encoder.info.pooling} ({encoder.info.pooling_source})",
+                  file=sys.stderr)  # fmt: skip
     done = truncated = resumed = num_chunks = 0
     nothing = False
     dims: dict[str, int] = {}

@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from poolkit.io.diskfull import disk_full, is_disk_full
 
-__all__ = ["AtomicFile", "atomic_write", "fsync_dir"]
+__all__ = ["AtomicDir", "AtomicFile", "atomic_write", "fsync_dir"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -120,3 +120,68 @@ def atomic_write(
             raise disk_full(e, path, size or written, at_least=size is None) from e
         raise
     fsync_dir(path.parent)
+
+
+class AtomicDir:
+    """A folder built under a temporary name beside ``path`` and published whole.
+
+    Fill :attr:`tmp`, then :meth:`commit` renames it onto ``path`` (with ``replace=True``
+    an existing ``path`` is first moved aside, then removed once the new one is in place);
+    :meth:`abort` removes it. As a context manager it commits on success and aborts on any
+    exception, so a failed build leaves nothing behind and ``path`` as it was. A full disk
+    while filling it becomes :class:`~poolkit.io.diskfull.DiskFullError` naming ``path``.
+    """
+
+    def __init__(self, path: Path, *, replace: bool = False) -> None:
+        self.path = Path(path)
+        self.replace = replace
+        if self.path.exists() and not replace:
+            raise FileExistsError(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
+
+    def __enter__(self) -> Path:
+        return self.tmp
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, _tb: Any) -> None:
+        if exc_type is None:
+            self.commit()
+            return
+        self.abort()
+        if exc is not None and is_disk_full(exc):
+            assert isinstance(exc, OSError)
+            raise disk_full(exc, self.path, None) from exc
+
+    def commit(self) -> Path:
+        """Publish the folder as ``path`` (see the class doc)."""
+        import shutil
+
+        old = None
+        try:
+            for f in self.tmp.rglob("*"):
+                if f.is_file():
+                    with open(f, "rb") as handle:
+                        os.fsync(handle.fileno())
+            os.chmod(self.tmp, 0o755)  # mkdtemp's 0700 is for the build, not the result
+            if self.path.exists():
+                if not self.replace:
+                    raise FileExistsError(self.path)
+                old = self.path.with_name(f".{self.path.name}.old-{os.urandom(4).hex()}")
+                os.replace(self.path, old)
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            if old is not None and not self.path.exists():
+                os.replace(old, self.path)
+                old = None
+            self.abort()
+            raise
+        fsync_dir(self.path.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return self.path
+
+    def abort(self) -> None:
+        """Remove the temporary folder; ``path`` is left as it was."""
+        import shutil
+
+        shutil.rmtree(self.tmp, ignore_errors=True)

@@ -1,9 +1,11 @@
 """Content hashes of files poolkit writes and later trusts (checkpoint chunks, ONNX cache).
 
 A file is trusted only when its bytes hash to the value recorded when it was written.
-SHA-256 rather than BLAKE2b: both catch any corruption, and with the SHA extensions of
-current x86 and ARM CPUs ``hashlib.sha256`` runs about twice as fast (1.7 vs 0.9 GB/s
-measured on the project's CPU), which is what the check costs on every resume and load.
+Checkpoint chunks and shards use SHA-256 (their names are their hashes; the cost is small
+next to embedding them). The ONNX cache is hashed on every model load, where SHA-256 cost
+a quarter of the load (51 ms for a 90 MB model on the project's CPU): it uses XXH3-128
+(4 ms), which catches any accidental corruption just as well; nothing here defends against
+an attacker who can write to the cache folder.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ import hashlib
 import os
 from pathlib import Path
 
-__all__ = ["IntegrityWarning", "bytes_digest", "file_digest", "read_verified"]
+__all__ = [
+    "IntegrityWarning",
+    "bytes_digest",
+    "fast_digest",
+    "fast_file_digest",
+    "file_digest",
+    "read_verified",
+]
 
 
 class IntegrityWarning(UserWarning):
@@ -22,6 +31,24 @@ class IntegrityWarning(UserWarning):
 def bytes_digest(data: bytes | bytearray | memoryview) -> str:
     """SHA-256 (hex) of ``data``."""
     return hashlib.sha256(data).hexdigest()
+
+
+def fast_digest(data: bytes | bytearray | memoryview) -> str:
+    """XXH3-128 of ``data``, written ``xxh3_128:<hex>`` so a record says which hash it holds."""
+    import xxhash
+
+    return "xxh3_128:" + xxhash.xxh3_128(data).hexdigest()
+
+
+def fast_file_digest(path: str | os.PathLike[str]) -> str:
+    """:func:`fast_digest` of the file at ``path``, hashed through a memory map (no copy)."""
+    import mmap
+
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return fast_digest(b"")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            return fast_digest(view)
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
@@ -34,7 +61,8 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 
 def read_verified(path: Path, digest: str) -> bytes | None:
-    """The bytes of ``path`` if they hash to ``digest`` (a hex prefix is enough), else None.
+    """The bytes of ``path`` if they hash to ``digest`` (SHA-256; a hex prefix is enough),
+    else None.
 
     Reading once and parsing the same bytes afterwards means what was checked is what is
     used, even if the file changes later.

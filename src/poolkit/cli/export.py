@@ -1,0 +1,109 @@
+"""``poolkit export MODEL -o DIR``: the pooling you chose, as a folder any runtime loads."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from poolkit.model_folder import DEFAULT_MODEL
+
+__all__ = ["add_parser", "run"]
+
+# Library argument names -> the flags that set them, for one-line errors.
+_FLAGS = {
+    "recipe": "--recipe",
+    "from_compare": "--from-compare",
+    "out_dir": "-o",
+    "format": "--format",
+    "quantize": "--quantize",
+    "overwrite": "--overwrite",
+    "model": "MODEL",
+}
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "export",
+        help="write a model with a chosen pooling as a sentence-transformers or ONNX folder",
+        description="Write MODEL pooled by a recipe (default: its intended pooling, or the "
+        "top row of --from-compare) as a folder that sentence-transformers, or ONNX Runtime "
+        "with only a tokenizer, loads. The folder appears only once it is complete and checked.",
+    )
+    parser.add_argument(
+        "model",
+        nargs="?",
+        default=None,
+        metavar="MODEL",
+        help=f"model directory or hub id (default: {DEFAULT_MODEL})",
+    )
+    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
+    parser.add_argument(
+        "--recipe",
+        "-r",
+        default=None,
+        metavar="NAME",
+        help="a row name of poolkit compare, e.g. mean, cls+mean, "
+        "mean_no_special@last4 (default: the model's intended pooling)",
+    )
+    parser.add_argument(
+        "--format",
+        default="sentence-transformers",
+        choices=["sentence-transformers", "onnx"],
+        help="sentence-transformers: a SentenceTransformer folder; onnx: one "
+        "graph with pooling inside, plus tokenizer.json (default: "
+        "sentence-transformers)",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=["int8"],
+        default=None,
+        help="int8: dynamic int8 quantisation of the ONNX graph (--format onnx)",
+    )
+    parser.add_argument(
+        "--from-compare",
+        default=None,
+        metavar="JSON",
+        help="a poolkit compare --json file: export its top row and cite its "
+        "figure in the model card",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no summary line")
+    parser.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from poolkit._errors import with_flags
+    from poolkit.deploy import RECORD, export
+    from poolkit.errors import PoolkitError
+
+    try:
+        out = export(
+            args.model,
+            args.output,
+            recipe=args.recipe,
+            format=args.format,
+            quantize=args.quantize,
+            overwrite=args.overwrite,
+            from_compare=args.from_compare,
+        )
+    except PoolkitError as e:
+        # Library messages name arguments; the command line names flags.
+        message = with_flags(str(e), _FLAGS).replace("overwrite=True", "--overwrite")
+        raise type(e)(message) from None
+    if not args.quiet:
+        record = json.loads((out / RECORD).read_text(encoding="utf-8"))
+        check = record.get("agreement", {}).get("summary")
+        print(
+            f"{out}: {record['recipe']} ({record['output_dim']} dims, "
+            f"{'normalised' if record['normalize'] else 'not normalised'}) as "
+            f"{record['format']}" + (f"; {check}" if check else ""),
+            file=sys.stderr,
+        )
+    return 0

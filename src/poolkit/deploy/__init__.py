@@ -1,0 +1,432 @@
+"""``poolkit.export``: the pooling you chose, shipped as a model folder any runtime loads.
+
+Two formats:
+
+- ``"sentence-transformers"`` (:mod:`poolkit.deploy.stfolder`): the source pipeline with
+  its pooling set to the recipe; ``SentenceTransformer(DIR)`` loads it. Refused for a
+  recipe ``Pooling`` cannot express (``min``, ``_no_special``, layer mixes, ...).
+- ``"onnx"`` (:mod:`poolkit.deploy.graph`): one graph, token ids in, ``sentence_embedding``
+  out, pooling and normalisation inside; ``tokenizer.json`` beside it. Runs with bare
+  ``onnxruntime`` + ``tokenizers``; ``quantize="int8"`` quantises it.
+
+Every folder holds ``poolkit-export.json`` (recipe, source, where the choice came from,
+versions, output width, the agreement measured at export) and a README.md model card.
+The folder is built under a temporary name and renamed into place once it passed its
+checks, so a failed export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolkit._errors import expected
+from poolkit.errors import InputError
+from poolkit.recipe import Recipe
+
+__all__ = ["EXPORT_FORMATS", "RECORD", "export"]
+
+EXPORT_FORMATS = ("sentence-transformers", "onnx")
+RECORD = "poolkit-export.json"
+RECORD_VERSION = 1
+
+# Texts every ONNX export is checked on: short, long, punctuation, digits, non-Latin,
+# one past any max length (truncation), and one with a special token typed in it.
+CHECK_TEXTS = (
+    "A man is playing a guitar.",
+    "hello",
+    "The quick brown fox jumps over the lazy dog, again and again, while the cat watches.",
+    "Zwei Hunde spielen im Schnee. 東京は日本の首都です。",
+    "Prices rose 3.5% in 2024 (see table 7).",
+    "a [SEP] typed in the middle of a text",
+    " ".join(["pooling turns token vectors into one vector per text"] * 60),
+)
+
+_ST_LOAD = """\
+from sentence_transformers import SentenceTransformer
+
+model = SentenceTransformer("{dir}")
+vectors = model.encode(["A man is playing a guitar."])  # ({dim},) per text
+"""
+
+ONNX_LOAD = """\
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+texts = ["A man is playing a guitar.", "Hello"]
+tokenizer = Tokenizer.from_file("{dir}/tokenizer.json")  # truncation, padding set
+session = ort.InferenceSession("{dir}/model.onnx")
+names = {{i.name for i in session.get_inputs()}}
+enc = tokenizer.encode_batch(texts)
+feed = {{"input_ids": [e.ids for e in enc], "attention_mask": [e.attention_mask for e in enc],
+        "token_type_ids": [e.type_ids for e in enc]}}
+feed = {{k: np.array(v, dtype=np.int64) for k, v in feed.items() if k in names}}
+(vectors,) = session.run(["sentence_embedding"], feed)  # ({dim},) per text
+"""
+
+
+def _versions(names: tuple[str, ...]) -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from poolkit import __version__
+
+    out: dict[str, str | None] = {"poolkit": __version__}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def export(
+    model: str | os.PathLike[str] | None,
+    out_dir: str | os.PathLike[str],
+    recipe: Recipe | str | None = None,
+    format: str = "sentence-transformers",
+    quantize: str | None = None,
+    overwrite: bool = False,
+    from_compare: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write ``model`` pooled by ``recipe`` as a deployable folder ``out_dir``; returns it.
+
+    Args:
+        model: model directory or hub id (``None``: the default model).
+        out_dir: the folder to create; it must not exist (or be empty) unless ``overwrite``.
+        recipe: a :class:`~poolkit.Recipe` or any row name ``poolkit compare`` prints;
+            ``None``: the model's intended pooling (or the top row of ``from_compare``).
+        format: ``"sentence-transformers"`` or ``"onnx"``.
+        quantize: ``None`` or ``"int8"`` (``format="onnx"`` only).
+        overwrite: replace an existing ``out_dir`` (only once the new folder is complete).
+        from_compare: a ``poolkit compare --json`` file; its top row is the recipe, and its
+            figure goes into the model card. Not together with ``recipe``.
+
+    Raises:
+        InputError: a bad argument, a recipe the format cannot express, a pipeline module
+            the format cannot carry, an existing ``out_dir``.
+        ExportError: the ONNX graph failed its check against ``poolkit.embed``.
+    """
+    from poolkit.embedding import get_encoder
+    from poolkit.io.atomic import AtomicDir
+
+    if format not in EXPORT_FORMATS:
+        raise InputError(expected("format", "'sentence-transformers' or 'onnx'", repr(format)))
+    if quantize not in (None, "int8"):
+        raise InputError(expected("quantize", "None or 'int8'", repr(quantize)))
+    if quantize and format != "onnx":
+        raise InputError(
+            expected(
+                "quantize",
+                "None with the sentence-transformers format",
+                repr(quantize),
+                "Quantised folders are ONNX: use the onnx format.",
+            )
+        )
+    if not isinstance(overwrite, bool):
+        raise InputError(expected("overwrite", "True or False", repr(overwrite)))
+    if recipe is not None and from_compare is not None:
+        raise InputError(
+            expected(
+                "recipe",
+                "None when `from_compare` is given",
+                repr(str(recipe)),
+                "The compare file's top row is the recipe; pass one of the two.",
+            )
+        )
+    parsed = Recipe.parse(recipe) if recipe is not None else None
+    if parsed is not None and format == "sentence-transformers":
+        from poolkit.deploy.stfolder import st_pooling_config
+
+        st_pooling_config(parsed, 1)  # refuse before the model loads
+    out = Path(out_dir)
+    replace = overwrite or (out.is_dir() and not any(out.iterdir()))
+    if out.exists() and not replace:
+        raise InputError(
+            expected(
+                "out_dir",
+                "a folder that does not exist yet",
+                repr(str(out)),
+                "Choose another folder, or replace it with overwrite=True.",
+            )
+        )
+    if format == "onnx":
+        from poolkit.backends.onnx import require_onnx
+
+        require_onnx()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # truncation of the check texts is on purpose
+        encoder = get_encoder(model, device="cpu")
+    info = encoder.info
+    source = Path(info.path)
+    if from_compare is not None:
+        from poolkit.deploy.card import read_compare
+
+        parsed, choice = read_compare(from_compare, source)
+    elif parsed is not None:
+        choice = {"by": "recipe"}
+    else:
+        parsed = Recipe(info.pooling)
+        choice = {"by": "intended", "source": info.pooling_source}
+    if parsed.level != "sequence":
+        raise InputError(
+            expected(
+                "recipe",
+                "a sequence-level recipe (one vector per text)",
+                repr(str(parsed)),
+                "Export pools whole texts; use e.g. mean or cls.",
+            )
+        )
+    normalize = parsed.resolved_normalize(info.normalize)
+    hidden = int(info.hidden_size or 0)
+    record: dict[str, Any] = {
+        "poolkit_export": RECORD_VERSION,
+        "format": format,
+        "recipe": str(parsed),
+        "recipe_json": parsed.to_json(),
+        "description": _describe(parsed),
+        "normalize": normalize,
+        "output_dim": parsed.output_dim(hidden) if hidden else None,
+        "max_length": encoder.max_length,
+        "source": {
+            "model": info.reference,
+            "pooling": info.pooling,
+            "pooling_source": info.pooling_source,
+        },
+        "choice": choice,
+    }
+    with AtomicDir(out, replace=replace) as work:
+        if format == "sentence-transformers":
+            _write_st(encoder, parsed, normalize, work, record)
+            load = _ST_LOAD
+        else:
+            _write_onnx(encoder, parsed, normalize, quantize, work, record)
+            load = ONNX_LOAD
+        from poolkit.deploy.card import model_card
+
+        (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        card = model_card(record, load.format(dir=os.fspath(out_dir), dim=record["output_dim"]))
+        (work / "README.md").write_text(card, encoding="utf-8")
+    return out
+
+
+def _describe(recipe: Recipe) -> str:
+    parts = []
+    for name, drop in recipe.parts:
+        parts.append(name.replace("_", " ") + (" without special tokens" if drop else ""))
+    text = " concatenated with ".join(parts)
+    if recipe.layers is not None:
+        how = {"mean": "averaged", "sum": "summed", "concat": "concatenated"}[recipe.layer_how]
+        text += f", over layers {recipe.layers} {how}"
+    return text
+
+
+def _write_st(
+    encoder: Any, recipe: Recipe, normalize: bool, work: Path, record: dict[str, Any]
+) -> None:
+    from poolkit.backends.onnx import transformer_dir
+    from poolkit.deploy.stfolder import copy_pipeline, source_heads, st_pooling_config
+
+    info = encoder.info
+    if info.is_decoder:
+        # poolkit appends EOS and counts positions from the first real token for decoders;
+        # a sentence-transformers folder would not promise the same vectors.
+        raise InputError(
+            expected(
+                "model",
+                "an encoder for the sentence-transformers format",
+                f"the decoder {info.architecture}",
+                "Use --format onnx, which carries poolkit's EOS and position handling.",
+            )
+        )
+    pooling = st_pooling_config(recipe, int(info.hidden_size))
+    source = Path(info.path)
+    if source_heads(source):
+        width = Recipe(info.pooling).output_dim(int(info.hidden_size))
+        if recipe.output_dim(int(info.hidden_size)) != width:
+            raise InputError(
+                expected(
+                    "recipe",
+                    f"one of the source pooling's width {width} (its Dense "
+                    "modules take that many inputs)",
+                    repr(str(recipe)),
+                    "Choose a recipe with as many parts as the model's own pooling.",
+                )
+            )
+    modules = copy_pipeline(
+        source, transformer_dir(source), work, pooling, normalize, encoder.max_length
+    )
+    record["modules"] = modules
+    record["versions"] = _versions(("sentence-transformers", "transformers", "torch"))
+
+
+def _write_onnx(
+    encoder: Any,
+    recipe: Recipe,
+    normalize: bool,
+    quantize: str | None,
+    work: Path,
+    record: dict[str, Any],
+) -> None:
+    from poolkit.backends.onnx import quantize_int8, transformer_dir
+    from poolkit.deploy.graph import build_graph
+    from poolkit.deploy.stfolder import source_heads
+
+    info = encoder.info
+    heads = source_heads(Path(info.path))
+    if heads:
+        kinds = ", ".join(str(h.get("type", "")).rsplit(".", 1)[-1] for h in heads)
+        raise InputError(
+            expected(
+                "model",
+                "a pipeline without Dense or LayerNorm modules for format='onnx'",
+                f"one with {kinds}",
+                "poolkit cannot put those into the graph yet; use "
+                "--format sentence-transformers, which keeps them.",
+            )
+        )
+    special = sorted(
+        {int(i) for i in encoder._special_ids} | set(encoder._prefix) | set(encoder._suffix)
+    )
+    fp32 = work / ("model-fp32.onnx" if quantize else "model.onnx")
+    graph = build_graph(transformer_dir(info.path), recipe, special, normalize, fp32)
+    tokenizer = _write_tokenizer(encoder, work / "tokenizer.json")
+    agreement = check_folder(work, fp32.name, tokenizer, encoder, recipe)
+    if not agreement["max_abs_diff"] <= 1e-4:
+        from poolkit.errors import ExportError
+
+        raise ExportError(
+            f"The exported graph disagrees with poolkit.embed (max abs diff "
+            f"{agreement['max_abs_diff']:.3g} over {agreement['texts']} texts, at most 1e-4 "
+            "required); nothing was written."
+        )
+    record.update(
+        onnx={
+            "file": "model.onnx",
+            "opset": graph["opset"],
+            "inputs": graph["inputs"],
+            "output": "sentence_embedding",
+            "dynamic_axes": ["batch", "sequence"],
+            "quantize": quantize,
+        },
+        agreement={
+            "fp32": agreement,
+            "graph_vs_torch_max_abs_diff": graph["max_abs_diff_vs_torch"],
+        },
+    )
+    summary = (
+        f"the ONNX graph equals poolkit.embed within {agreement['max_abs_diff']:.1e} (max abs) "
+        f"on {agreement['texts']} texts, right- and left-padded, one text and many"
+    )
+    if quantize:
+        from poolkit.backends.onnx import INT8_MIN_COS
+
+        quantize_int8(fp32, work / "model.onnx")
+        fp32.unlink()
+        int8 = check_folder(work, "model.onnx", tokenizer, encoder, recipe)
+        if not int8["mean_cosine"] >= INT8_MIN_COS:
+            from poolkit.errors import ExportError
+
+            raise ExportError(
+                f"The int8 graph is too far from poolkit.embed (mean cosine "
+                f"{int8['mean_cosine']:.4f}, at least {INT8_MIN_COS} required); nothing was "
+                "written. Export without --quantize."
+            )
+        record["agreement"]["int8"] = int8
+        summary = (
+            f"before quantisation {summary}; the int8 graph's vectors have mean cosine "
+            f"{int8['mean_cosine']:.4f} (min {int8['min_cosine']:.4f}) to poolkit.embed's "
+            f"fp32 vectors (at least {INT8_MIN_COS} required)"
+        )
+    record["agreement"]["summary"] = summary
+    record["tokenizer"] = {
+        "file": "tokenizer.json",
+        "max_length": encoder.max_length,
+        "padding": "right (either side gives the same vectors)",
+    }
+    record["versions"] = _versions(("onnx", "onnxruntime", "tokenizers", "transformers", "torch"))
+
+
+def _write_tokenizer(encoder: Any, path: Path) -> Any:
+    """The Encoder's own tokenizer, with poolkit's template, truncation and padding baked
+    in, so bare ``tokenizers`` gives the ids poolkit feeds the model."""
+    from tokenizers import Tokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    tok = Tokenizer.from_str(encoder.tokenizer.backend_tokenizer.to_str())
+    names = encoder.tokenizer.convert_ids_to_tokens
+    prefix = [names(i) for i in encoder._prefix]
+    suffix = [names(i) for i in encoder._suffix]
+    specials = {
+        t: i for t, i in zip(prefix + suffix, encoder._prefix + encoder._suffix, strict=True)
+    }
+    tok.post_processor = TemplateProcessing(
+        single=" ".join([*prefix, "$A", *suffix]),
+        special_tokens=sorted(specials.items(), key=lambda kv: kv[1]),
+    )
+    tok.no_truncation()
+    tok.enable_truncation(max_length=encoder.max_length)
+    pad = encoder._pad_id
+    tok.enable_padding(pad_id=pad, pad_token=names(pad) or "")
+    tok.save(str(path))
+    return Tokenizer.from_file(str(path))
+
+
+def check_folder(
+    folder: Path, graph: str, tokenizer: Any, encoder: Any, recipe: Recipe
+) -> dict[str, Any]:
+    """Run the folder as a bare runtime would and compare with ``poolkit.embed``.
+
+    :data:`CHECK_TEXTS` as one right-padded batch, one left-padded batch and one text at a
+    time; returns max abs diff, min and mean cosine per text, and the counts.
+    """
+    from poolkit.backends.onnx import OnnxRunner
+    from poolkit.embedding import embed
+
+    texts = list(CHECK_TEXTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the long text is truncated on purpose
+        ref = embed(texts, model=encoder, recipe=recipe)
+    runner = OnnxRunner(folder / graph, output="sentence_embedding")
+    outputs = []
+    for side in ("right", "left"):
+        tokenizer.enable_padding(
+            direction=side,
+            pad_id=tokenizer.padding["pad_id"],
+            pad_token=tokenizer.padding["pad_token"],
+        )
+        enc = tokenizer.encode_batch(texts)
+        outputs.append(_run(runner, enc))
+    tokenizer.enable_padding(
+        direction="right",
+        pad_id=tokenizer.padding["pad_id"],
+        pad_token=tokenizer.padding["pad_token"],
+    )
+    outputs.append(np.concatenate([_run(runner, tokenizer.encode_batch([t])) for t in texts]))
+    worst, cosines = 0.0, []
+    for got in outputs:
+        worst = max(worst, float(np.abs(got - ref).max()))
+        cosines.append(
+            (got * ref).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1))
+        )
+    cos = np.concatenate(cosines)
+    return {
+        "texts": len(texts),
+        "batches": ["right-padded", "left-padded", "one text each"],
+        "max_abs_diff": worst,
+        "min_cosine": float(cos.min()),
+        "mean_cosine": float(cos.mean()),
+    }
+
+
+def _run(runner: Any, enc: list[Any]) -> np.ndarray:
+    ids = np.array([e.ids for e in enc], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+    types = np.array([e.type_ids for e in enc], dtype=np.int64)
+    return runner(ids, mask, types)

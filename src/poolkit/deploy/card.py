@@ -1,0 +1,143 @@
+"""Where an exported recipe came from, and the model card that says it.
+
+:func:`read_compare` takes the top row of a ``poolkit compare --json`` file;
+:func:`choice_text` and :func:`model_card` turn the record into prose for README.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from poolkit.errors import InputError
+from poolkit.recipe import Recipe
+
+__all__ = ["choice_text", "model_card", "read_compare"]
+
+
+def _bad(path: Path, what: str) -> InputError:
+    return InputError(
+        f"Expected `from_compare` to be a `poolkit compare --json` file, but {str(path)!r} "
+        f"{what}. Write one with: poolkit compare ... --json results.json"
+    )
+
+
+def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]]:
+    """The top row of the compare JSON at ``path`` as a recipe, and the record of the choice.
+
+    ``source``: the resolved folder of the model being exported; the file must have
+    compared that model. Raises :class:`InputError` naming the file otherwise.
+    """
+    from poolkit.model_folder import resolve_model
+
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _bad(path, "does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _bad(path, f"cannot be read as JSON ({type(e).__name__})") from None
+    rows = doc.get("results") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
+        raise _bad(path, "has no rows under `results`")
+    top = rows[0]
+    try:
+        recipe = Recipe.parse(top["recipe"])
+    except (KeyError, TypeError, ValueError):
+        raise _bad(
+            path, f"has a top row without a valid `recipe` ({top.get('recipe')!r})"
+        ) from None
+    compared = doc.get("model")
+    try:
+        same = resolve_model(compared) == source
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise InputError(
+            f"Expected `from_compare` to hold results for the model being exported "
+            f"({str(source)!r}), but {str(path)!r} compared {compared!r}. Export that model, "
+            "or run poolkit compare on this one."
+        )
+    metric = doc.get("metric")
+    intended = next((r for r in rows if r.get("intended")), None)
+    choice = {
+        "by": "poolkit compare",
+        "file": path.name,
+        "task": doc.get("task"),
+        "metric": metric,
+        "rank": 1,
+        "rows": len(rows),
+        "recipe": top["recipe"],
+        "value": top.get(metric),
+        "ci": (top.get("ci") or {}).get(metric),
+        "backend": top.get("backend"),
+        "quantize": top.get("quantize"),
+        "intended_recipe": intended.get("recipe") if intended else None,
+        "intended_value": intended.get(metric) if intended else None,
+        "difference": top.get("difference"),
+        "significant": top.get("significant"),
+        "tied": top.get("tied"),
+    }
+    return recipe, choice
+
+
+def _num(x: Any) -> str:
+    return f"{x:.4f}" if isinstance(x, int | float) else str(x)
+
+
+def choice_text(choice: dict[str, Any]) -> str:
+    """One sentence: where the exported recipe came from."""
+    by = choice.get("by")
+    if by == "poolkit compare":
+        ci = choice.get("ci")
+        interval = f" (95% CI {_num(ci[0])} to {_num(ci[1])})" if isinstance(ci, list) else ""
+        text = (
+            f"chosen by `poolkit compare --task {choice['task']}` ({choice['file']}): the top "
+            f"row of {choice['rows']}, {choice['metric']} {_num(choice['value'])}{interval}"
+        )
+        if choice.get("quantize"):
+            text += f" (an {choice['quantize']} row)"
+        if choice.get("tied"):
+            text += ", tied with another row"
+        if choice.get("intended_recipe") and choice["intended_recipe"] != choice["recipe"]:
+            text += (
+                f"; the model's intended pooling ({choice['intended_recipe']}) scored "
+                f"{_num(choice['intended_value'])}"
+            )
+            diff = choice.get("difference")
+            if isinstance(diff, dict):
+                dci = diff.get("ci") or [None, None]
+                text += f", difference {diff.get('value'):+.4f} [{_num(dci[0])}, {_num(dci[1])}]"
+            if choice.get("significant") is not None:
+                text += f", significant: {'yes' if choice['significant'] else 'no'}"
+        elif choice.get("intended_recipe") == choice["recipe"]:
+            text += "; it is the model's intended pooling"
+        return text
+    if by == "recipe":
+        return "given with --recipe"
+    return f"the model's intended pooling ({choice.get('source', 'as the model states it')})"
+
+
+def model_card(record: dict[str, Any], load: str) -> str:
+    """README.md of an exported folder: the pooling it carries, where it came from, how to
+    load it. ``record``: the folder's poolkit-export.json; ``load``: a Python snippet."""
+    src = record["source"]
+    lines = [
+        f"# {record['recipe']} pooling of {src['model']}",
+        "",
+        f"Exported by poolkit {record['versions'].get('poolkit')} with `poolkit export` "
+        f"({record['format']}).",
+        "",
+        f"- **Pooling**: `{record['recipe']}` ({record['description']}), "
+        f"{record['output_dim']} dimensions, L2-normalised: "
+        f"{'yes' if record['normalize'] else 'no'}.",
+        f"- **Where the choice came from**: {choice_text(record['choice'])}.",
+        f"- **Source model**: {src['model']} (its own pooling: {src['pooling']}, from "
+        f"{src['pooling_source']}).",
+    ]
+    agreement = record.get("agreement")
+    if agreement:
+        lines.append(f"- **Checked at export**: {agreement['summary']}.")
+    lines += ["", "## Load it", "", "```python", load.strip(), "```", ""]
+    return "\n".join(lines)

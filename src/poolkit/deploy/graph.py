@@ -1,0 +1,141 @@
+"""``--format onnx``: transformer, the recipe's pooling and normalisation as one ONNX graph.
+
+The graph takes ``input_ids`` and ``attention_mask`` (``(batch, sequence)`` int64; plus
+``token_type_ids`` when the model has them) and returns ``sentence_embedding``
+``(batch, D)``. Pooling inside it is poolkit's own vectorised torch rules
+(:func:`poolkit.sequence.sequence_dense`, :func:`poolkit.layers.layer_mix`) traced once, so
+the graph pools exactly as ``poolkit.embed`` does. Special tokens (for ``_no_special``) are
+the ids poolkit's Encoder treats as special, compared inside the graph. Position ids are
+counted from each row's first real token, so left and right padding give the same vectors.
+
+Export, opset, int8 quantisation and the ONNX Runtime session come from
+:mod:`poolkit.backends.onnx`; this module adds the pooling and the checks against
+``poolkit.embed`` that a folder must pass before it is published.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolkit.recipe import Recipe
+
+__all__ = ["build_graph", "pipeline_module"]
+
+# Families whose embeddings derive positions from input_ids and the padding id (so they
+# already count from the first real token); they must not be handed position ids.
+_POSITIONS_FROM_IDS = frozenset(
+    {
+        "roberta",
+        "xlm-roberta",
+        "camembert",
+        "mpnet",
+        "longformer",
+        "ibert",
+        "data2vec-text",
+        "xmod",
+        "roberta-prelayernorm",
+        "luke",
+        "esm",
+    }
+)
+
+
+def pipeline_module(model: Any, recipe: Recipe, special_ids: list[int], normalize: bool) -> Any:
+    """A torch module: ``(input_ids, attention_mask[, token_type_ids])`` -> ``(B, D)``.
+
+    ``model``: the Hugging Face encoder (float32, eager attention); ``special_ids``: the
+    token ids that count as special for ``_no_special`` parts; ``normalize``: L2 at the end.
+    """
+    import torch
+
+    from poolkit.layers import layer_mix
+    from poolkit.sequence import sequence_dense
+
+    takes_types = getattr(model.config, "type_vocab_size", 0) > 0
+    positions = (
+        "position_ids" in inspect.signature(model.forward).parameters
+        and getattr(model.config, "model_type", None) not in _POSITIONS_FROM_IDS
+    )
+    parts = recipe.parts
+
+    class Pipeline(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            self.register_buffer("special", torch.tensor(special_ids or [-1], dtype=torch.int64))
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
+            kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+            if takes_types:
+                kwargs["token_type_ids"] = (
+                    torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+                )
+            if positions:
+                kwargs["position_ids"] = (torch.cumsum(attention_mask, 1) - 1).clamp(min=0)
+            out = self.model(**kwargs, output_hidden_states=recipe.all_layers)
+            if recipe.all_layers:
+                hidden = layer_mix(list(out.hidden_states), recipe.layers, recipe.layer_how)
+            else:
+                hidden = out.last_hidden_state
+            special = (input_ids[:, :, None] == self.special[None, None, :]).any(-1)
+            pooled = [
+                sequence_dense(
+                    hidden,
+                    attention_mask,
+                    (name,),
+                    special_tokens_mask=special,
+                    exclude_special=drop,
+                    check=False,
+                )
+                for name, drop in parts
+            ]
+            vec = pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=-1)
+            if normalize:
+                vec = vec / vec.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+            return vec
+
+    return Pipeline().eval(), takes_types
+
+
+def build_graph(
+    hf_dir: Path, recipe: Recipe, special_ids: list[int], normalize: bool, path: Path
+) -> dict[str, Any]:
+    """Export the pipeline of ``hf_dir`` + ``recipe`` to ``path`` and check it against the
+    traced torch module on the padded check batches (left and right, 1 to 5 rows).
+
+    Returns ``{"opset", "inputs", "max_abs_diff_vs_torch"}``. Raises ExportError when the
+    graph disagrees with torch by more than the fp32 tolerance of the ONNX backend.
+    """
+    import torch
+
+    from poolkit.backends.onnx import (
+        FP32_TOL,
+        OPSET,
+        OnnxRunner,
+        check_batches,
+        load_torch,
+        trace_to_onnx,
+    )
+    from poolkit.errors import ExportError
+
+    model = load_torch(hf_dir)
+    module, takes_types = pipeline_module(model, recipe, special_ids, normalize)
+    vocab = int(model.config.vocab_size)
+    trace_to_onnx(module, vocab, takes_types, "sentence_embedding", path, rank=2)
+    runner = OnnxRunner(path, output="sentence_embedding")
+    worst = 0.0
+    for ids, mask in check_batches(vocab):
+        with torch.inference_mode():
+            ref = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+        worst = max(worst, float(np.abs(runner(ids, mask) - ref).max()))
+    if not worst <= FP32_TOL:
+        raise ExportError(
+            f"The ONNX graph of recipe {str(recipe)!r} disagrees with the torch model on padded "
+            f"batches (max abs diff {worst:.3g}, at most {FP32_TOL} required); nothing was "
+            "written. Use --format sentence-transformers if the recipe allows it."
+        )
+    return {"opset": OPSET, "inputs": list(runner.input_names), "max_abs_diff_vs_torch": worst}

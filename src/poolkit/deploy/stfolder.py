@@ -1,0 +1,172 @@
+"""``--format sentence-transformers``: a recipe as a sentence-transformers model folder.
+
+The folder is the source pipeline with its pooling set to the recipe: the transformer
+files copied byte for byte, ``modules.json``, ``1_Pooling/config.json``, the source's
+``Dense``/``LayerNorm`` module folders copied, a ``Normalize`` module when the recipe
+normalises, ``sentence_bert_config.json`` and the tokenizer files.
+
+Pooling is written with the ``pooling_mode_*`` keys every sentence-transformers version
+reads; with them ``Pooling`` concatenates in one fixed order (cls, max, mean,
+mean_sqrt_len, weighted_mean, last), so a recipe is expressible when its parts are
+distinct, keep special tokens, come in that order, and pool the last layer only.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from poolkit.errors import InputError
+from poolkit.recipe import Recipe
+
+__all__ = ["ST_ORDER", "copy_pipeline", "st_pooling_config", "st_refusal"]
+
+# poolkit strategy -> sentence-transformers' legacy key, in Pooling's concatenation order.
+ST_ORDER: tuple[tuple[str, str], ...] = (
+    ("cls", "pooling_mode_cls_token"),
+    ("max", "pooling_mode_max_tokens"),
+    ("mean", "pooling_mode_mean_tokens"),
+    ("mean_sqrt_len", "pooling_mode_mean_sqrt_len_tokens"),
+    ("weighted_mean", "pooling_mode_weightedmean_tokens"),
+    ("last", "pooling_mode_lasttoken"),
+)
+_HEADS = ("Dense", "LayerNorm")  # pipeline modules after pooling that the folder keeps
+_RANK = {name: i for i, (name, _) in enumerate(ST_ORDER)}
+
+
+def st_refusal(recipe: Recipe) -> str | None:
+    """What of ``recipe`` sentence-transformers' ``Pooling`` cannot express; None if all."""
+    if recipe.level != "sequence":
+        return f"a {recipe.level}-level recipe (sentence-transformers folders pool sequences)"
+    if recipe.layers is not None:
+        return f"the layer mix @{str(recipe).split('@')[1].split('/')[0]} (Pooling reads the last layer only)"
+    names = [name for name, _ in recipe.parts]
+    dropped = [name for name, drop in recipe.parts if drop]
+    if dropped:
+        return f"{dropped[0]}_no_special (Pooling cannot drop special tokens)"
+    unknown = [n for n in names if n not in _RANK]
+    if unknown:
+        return f"the strategy {unknown[0]} (Pooling has cls, max, mean, mean_sqrt_len, weighted_mean, last)"
+    if len(set(names)) != len(names):
+        return f"{recipe.strategy} (Pooling uses each strategy once)"
+    if names != sorted(names, key=_RANK.__getitem__):
+        order = "+".join(sorted(names, key=_RANK.__getitem__))
+        return (
+            f"the order {recipe.strategy} (Pooling concatenates in the order "
+            f"cls, max, mean, mean_sqrt_len, weighted_mean, last: {order})"
+        )
+    return None
+
+
+def st_pooling_config(recipe: Recipe, hidden_size: int) -> dict[str, Any]:
+    """``1_Pooling/config.json`` for ``recipe`` on a model of width ``hidden_size``.
+
+    Raises:
+        InputError: the recipe cannot be expressed (:func:`st_refusal` says what).
+    """
+    reason = st_refusal(recipe)
+    if reason is not None:
+        raise InputError(
+            f"Expected `recipe` to be one that sentence-transformers' Pooling can express, "
+            f"but {str(recipe)!r} has {reason}. Use --format onnx, which carries any recipe."
+        )
+    names = {name for name, _ in recipe.parts}
+    config: dict[str, Any] = {"word_embedding_dimension": hidden_size}
+    config.update({key: name in names for name, key in ST_ORDER})
+    config["include_prompt"] = True
+    return config
+
+
+def _modules(root: Path) -> list[dict[str, Any]]:
+    path = root / "modules.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+
+
+def _kind(entry: dict[str, Any]) -> str:
+    return str(entry.get("type", "")).rsplit(".", 1)[-1]
+
+
+def source_heads(root: Path) -> list[dict[str, Any]]:
+    """The source pipeline's ``Dense``/``LayerNorm`` entries of ``modules.json``, in order.
+
+    Raises:
+        InputError: a module poolkit cannot carry over (anything but Transformer, Pooling,
+            Normalize, Dense, LayerNorm).
+    """
+    heads = []
+    for entry in _modules(root):
+        kind = _kind(entry)
+        if kind in _HEADS:
+            heads.append(entry)
+        elif kind not in ("Transformer", "Pooling", "Normalize"):
+            raise InputError(
+                f"Expected `model` to be a pipeline of Transformer, Pooling, Dense, LayerNorm "
+                f"and Normalize modules, but it has a {kind} module ({entry.get('path')!r}). "
+                "Export the transformer folder alone."
+            )
+    return heads
+
+
+def copy_pipeline(
+    source: Path,
+    hf_dir: Path,
+    dest: Path,
+    pooling: dict[str, Any],
+    normalize: bool,
+    max_seq_length: int,
+) -> list[str]:
+    """Write the sentence-transformers folder into ``dest`` (existing, empty).
+
+    ``source``: the model folder (``modules.json`` there if any); ``hf_dir``: its
+    transformer folder. Returns the module kinds written, in pipeline order.
+    """
+    skip = {"modules.json", "README.md", ".gitattributes", "poolkit-export.json"}
+    for f in sorted(hf_dir.iterdir()):
+        # Subfolders (the pipeline's modules, stale onnx/ or openvino/ exports) are not
+        # the transformer's; its files are copied as they are, never re-saved.
+        if f.is_file() and f.name not in skip:
+            shutil.copyfile(f, dest / f.name)
+    if hf_dir != source:
+        for name in ("config_sentence_transformers.json",):
+            if (source / name).is_file():
+                shutil.copyfile(source / name, dest / name)
+    modules: list[dict[str, Any]] = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_Pooling",
+            "type": "sentence_transformers.models.Pooling",
+        },
+    ]
+    (dest / "1_Pooling").mkdir()
+    _write_json(dest / "1_Pooling" / "config.json", pooling)
+    for entry in source_heads(source):
+        i = len(modules)
+        folder = f"{i}_{_kind(entry)}"
+        shutil.copytree(source / str(entry.get("path") or ""), dest / folder)
+        modules.append({"idx": i, "name": str(i), "path": folder, "type": entry["type"]})
+    if normalize:
+        i = len(modules)
+        (dest / f"{i}_Normalize").mkdir()
+        modules.append(
+            {
+                "idx": i,
+                "name": str(i),
+                "path": f"{i}_Normalize",
+                "type": "sentence_transformers.models.Normalize",
+            }
+        )
+    _write_json(dest / "modules.json", modules)
+    sbert = {}
+    if (hf_dir / "sentence_bert_config.json").is_file():
+        sbert = json.loads((hf_dir / "sentence_bert_config.json").read_text(encoding="utf-8"))
+    sbert["max_seq_length"] = max_seq_length
+    _write_json(dest / "sentence_bert_config.json", sbert)
+    return [_kind(m) for m in modules]
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
