@@ -314,7 +314,8 @@ RAY_TREATMENT = {
     "--normalize": "run_a", "--text-column": "run_a", "--input-format": "run_a",
     "--layers": "run_a", "--exclude-special": "run_a", "--chunk-size": "run_a",
     "--overwrite": "run_b", "--backend": "run_c", "--quantize": "run_c",
-    "--resume": "test_ray_resume.py",
+    "--resume": "test_ray_resume.py", "--prompt": "run_a", "--pooled-only": "run_c",
+    "--prompt-name": "test_families_cli.py (the Ray Embedder with a model's named prompt)",
     "--model": "run_a", "--max-length": "run_a", "--device": "run_a", "--dtype": "run_a",
     "--batch-tokens": "run_a", "--long-text": "run_a", "--quiet": "run_a", "--debug": "traceback",
     "--engine": "run_a", "--address": "run_a", "--workers": "run_a", "--cpus-per-worker": "run_a",
@@ -368,7 +369,8 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     flags = ["--text-column", "sentence2", "--input-format", "tsv", "-s", "cls+mean", "max",
              "--layers", "last4", "--exclude-special", "--no-normalize", "--max-length", "12",
              "--batch-tokens", "96", "--long-text", "window", "--device", "cpu", "--dtype",
-             "float32", "--chunk-size", "42", "--model", str(minilm_dir), "--quiet"]  # fmt: skip
+             "float32", "--chunk-size", "42", "--model", str(minilm_dir), "--prompt", "query: ",
+             "--quiet"]  # fmt: skip
     local, ray_out, remote = _ray_and_local(tmp_path, "a", address, *flags,
                                             data=tmp_path / "pairs.txt")  # fmt: skip
     # --quiet: no summary, no progress, no Ray execution notes (warnings may still show).
@@ -396,12 +398,15 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     assert again.returncode == 0, again.stderr
     assert sorted(_vectors_columns(ray_out)) == ["cls", "id", "text_id"]
 
-    # run_c: the ONNX backend with int8 on the workers, as on one machine.
+    # run_c: the ONNX backend with int8 on the workers, as on one machine; --pooled-only
+    # (MiniLM's pipeline after pooling is Normalize: pooled vectors are not unit length).
     local, ray_out, _ = _ray_and_local(tmp_path, "c", address, "--backend", "onnx",
                                        "--quantize", "int8", "--chunk-size", "42",
-                                       "--text-column", "sentence1")  # fmt: skip
+                                       "--text-column", "sentence1", "--pooled-only")  # fmt: skip
     int8 = _vectors(local, "mean")
     assert np.abs(_vectors(ray_out, "mean") - int8).max() < 1e-4
+    assert np.abs(np.linalg.norm(_vectors(ray_out, "mean"), axis=1) - 1).max() > 0.1
+    int8 = int8 / np.linalg.norm(int8, axis=1, keepdims=True)
     fp32 = poolkit.embed([a for _, a, _ in read_sts_pairs(fixture("stsb-dev-sample.csv"))],
                          minilm_dir, "mean")  # fmt: skip
     assert np.abs(int8 - fp32).max() > 1e-3  # int8 is visibly not the torch run
