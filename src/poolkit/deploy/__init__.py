@@ -242,7 +242,7 @@ def _write_st(
                 "model",
                 "an encoder for the sentence-transformers format",
                 f"the decoder {info.architecture}",
-                "Use --format onnx, which carries poolkit's EOS and position handling.",
+                "Use `format='onnx'`, which carries poolkit's EOS and position handling.",
             )
         )
     pooling = st_pooling_config(recipe, int(info.hidden_size))

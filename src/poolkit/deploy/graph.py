@@ -148,6 +148,6 @@ def build_graph(
         raise ExportError(
             f"The ONNX graph of recipe {str(recipe)!r} disagrees with the torch model on padded "
             f"batches (max abs diff {worst:.3g}, at most {FP32_TOL} required); nothing was "
-            "written. Use --format sentence-transformers if the recipe allows it."
+            "written. Use `format='sentence-transformers'` if the recipe allows it."
         )
     return {"opset": OPSET, "inputs": list(runner.input_names), "max_abs_diff_vs_torch": worst}
