@@ -284,21 +284,27 @@ def test_full_disk_is_one_line_and_leaves_nothing(minilm_dir, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_onnx_refuses_a_pipeline_with_a_dense_head(tiny_dirs, tmp_path):
+def test_a_dense_head_goes_into_both_formats(tiny_dirs, tmp_path):
+    """A pipeline with a Dense module after pooling: both exported folders give the source
+    pipeline's own vectors (sentence-transformers on the source folder is the reference)."""
     from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules.dense import Dense
 
     src = tmp_path / "dense"
     base = SentenceTransformer(str(tiny_dirs["bert_cls"]), device="cpu")
-    from sentence_transformers.base.modules.dense import Dense
-
     modules = list(base)
     modules.insert(2, Dense(32, 16))
     SentenceTransformer(modules=modules, device="cpu").save(str(src))
-    r = poolkit("export", str(src), "-o", "out", "--format", "onnx", cwd=tmp_path)
-    one_error_line(r, 2, "Dense", "--format sentence-transformers")
-    assert not (tmp_path / "out").exists()
-    # the sentence-transformers folder keeps the head, byte for byte
-    texts = ["a man plays a guitar", "hello"]
+    texts = ["a man plays a guitar", "hello", "a much longer sentence about nothing at all"]
+    want = SentenceTransformer(str(src), device="cpu").encode(texts)
+    assert want.shape == (3, 16)
+    # ONNX: the Dense is inside the graph, for left and right padding, one text and many.
+    r = poolkit("export", str(src), "-o", "onnx", "--format", "onnx", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode()
+    for side in ("right", "left"):
+        np.testing.assert_allclose(run_onnx(tmp_path / "onnx", texts, side), want, atol=TOL)
+    np.testing.assert_allclose(run_onnx(tmp_path / "onnx", texts, "right", True), want, atol=TOL)
+    # sentence-transformers: the head folder is kept, byte for byte.
     pk.export(src, tmp_path / "st")
     dense = [
         m["path"]
@@ -307,10 +313,13 @@ def test_onnx_refuses_a_pipeline_with_a_dense_head(tiny_dirs, tmp_path):
     ]
     assert dense == ["2_Dense"]
     np.testing.assert_allclose(
-        SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts),
-        SentenceTransformer(str(src), device="cpu").encode(texts),
-        atol=TOL,
+        SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts), want, atol=TOL
     )
+    # A recipe whose width the Dense cannot take is refused before anything is exported.
+    r = poolkit("export", str(src), "-o", "wide", "--format", "onnx", "--recipe", "cls+mean",
+                cwd=tmp_path)  # fmt: skip
+    one_error_line(r, 2, "Dense")
+    assert not (tmp_path / "wide").exists()
 
 
 # --- from a compare run ------------------------------------------------------------------

@@ -146,7 +146,7 @@ def test_ray_embedder_honours_prompt_and_pipeline(dense_dir, st):
     got = Embedder(str(dense_dir), prompt_name="query", num_threads=1).embed(TEXTS)
     (vec,) = got.values()
     assert float(np.abs(vec - st.encode(TEXTS, prompt_name="query")).max()) <= 1e-5
-    with pytest.raises(PipelineError, match="--pooled-only"):
+    with pytest.raises(PipelineError, match="`pipeline='pooled'`"):
         Embedder(str(dense_dir), recipe="cls+mean", num_threads=1)
     pooled = Embedder(str(dense_dir), recipe="cls+mean", pipeline="pooled", num_threads=1)
     assert pooled.embed(TEXTS)["cls+mean"].shape == (3, 64)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import type_error
 from poolkit.driver import (
     EmbedStats,
     LayerViews,
@@ -139,7 +140,7 @@ def resolve_recipes(
         ValueError: an unknown name (:class:`RecipeError`), an empty list, a repeated name.
     """
     if normalize is not None and not isinstance(normalize, bool):
-        raise TypeError(f"Expected `normalize` to be True, False or None, but got {normalize!r}.")
+        type_error("normalize", "True, False or None", repr(normalize))
     if recipe is not None:
         shorthands = {"strategy": strategy is not None, "layers": layers is not None,
                       "exclude_special": bool(exclude_special), "layer_how": layer_how != "mean"}  # fmt: skip
@@ -536,7 +537,7 @@ def _one_recipe(
             "both. A recipe names its strategy and layers itself."
         )
     if not isinstance(recipe, str | Recipe):
-        raise TypeError(f"Expected `recipe` to be a Recipe or a name, but got {recipe!r:.40}.")
+        type_error("recipe", "a Recipe or a name", f"{recipe!r:.40}")
     r = Recipe.parse(recipe, level=level)
     if r.level != level:
         raise ValueError(

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from poolkit._errors import expected, type_error, value_error
 from poolkit.backends import Backend, make_backend
 from poolkit.model_folder import ModelInfo, load_tokenizer, read_model_info, resolve_model
 
@@ -338,9 +339,7 @@ class Encoder:
             use ``EncodedBatch.indices``.
         """
         if long_text not in ("truncate", "window"):
-            raise ValueError(
-                f"Expected `long_text` to be 'truncate' or 'window', but got {long_text!r}."
-            )
+            value_error("long_text", "'truncate' or 'window'", repr(long_text))
         if isinstance(texts, Tokenized):
             if prompt and texts.prompt is None:
                 raise ValueError(
@@ -579,9 +578,7 @@ def _skip_first(mask: np.ndarray, count: int) -> np.ndarray:
 def check_batch_tokens(value: Any) -> int | None:
     """``value`` if it is ``None`` or a positive int; ValueError naming ``max_batch_tokens``."""
     if value is not None and (not isinstance(value, int) or value < 1):
-        raise ValueError(
-            f"Expected `max_batch_tokens` to be None or a positive integer, but got {value!r}."
-        )
+        value_error("max_batch_tokens", "None or a positive integer", repr(value))
     return value
 
 
@@ -589,15 +586,11 @@ def check_texts(texts: Any, words: bool) -> list[Any]:
     """``texts`` as a list of strings (``words=True``: of word lists); TypeError otherwise,
     naming ``texts``/``words`` and the offending item."""
     if isinstance(texts, str):
-        raise TypeError(
-            "Expected `texts` to be a list of strings, but got a single str. Wrap it: [text]."
-        )
+        type_error("texts", "a list of strings", "a single str", "Wrap it: [text].")
     try:
         items = list(texts)
     except TypeError:
-        raise TypeError(
-            f"Expected `texts` to be a list of strings, but got {type(texts).__name__}."
-        ) from None
+        raise TypeError(expected("texts", "a list of strings", type(texts).__name__)) from None
     for i, t in enumerate(items):
         if words:
             if isinstance(t, str) or not all(isinstance(w, str) for w in t):

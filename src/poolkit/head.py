@@ -147,7 +147,7 @@ class Head:
             raise PipelineError(
                 f"Model {reference!r} has a {s.module} module in its pipeline that poolkit "
                 f"cannot apply ({s.status.removeprefix('refused: ')}), so its own vectors "
-                "cannot be computed here. Pass pipeline='pooled' (CLI: --pooled-only) to get "
+                "cannot be computed here. Pass `pipeline='pooled'` to get "
                 "the pooled vectors before the modules after pooling, on purpose."
             )
         if not self.fits(width):
@@ -155,8 +155,8 @@ class Head:
             raise PipelineError(
                 f"Recipe {recipe!r} gives {width}-d vectors, but the model's {first.module} "
                 f"takes {first.in_dim}-d vectors (it was trained on the model's own pooling). "
-                "Use the model's pooling (no recipe), or pass pipeline='pooled' (CLI: "
-                "--pooled-only) for the pooled vectors without the modules after pooling."
+                "Use the model's pooling (no recipe), or pass `pipeline='pooled'` for the "
+                "pooled vectors without the modules after pooling."
             )
 
 

@@ -541,7 +541,13 @@ def quantize_int8(src: Path, dst: Path) -> Path:
         root.setLevel(level)
     # One scale per token instead of per batch: a text's int8 vector no longer depends on
     # the other texts of its batch (see poolkit.backends.rowquant).
-    onnx.save(quantize_rows(onnx.load(str(dst))), str(dst))
+    try:
+        onnx.save(quantize_rows(onnx.load(str(dst))), str(dst))
+    except ValueError as e:  # a quantised graph of a shape the rewrite does not know
+        raise ExportError(
+            f"int8 quantisation of {src.name}: {e}; nothing was cached. Run without "
+            "quantize='int8' (the fp32 ONNX backend) for this model."
+        ) from None
     return dst
 
 

@@ -31,7 +31,9 @@ _USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, IsADirectoryError, No
 # Library messages name arguments (`text_column`, `overwrite=True`); the command line names
 # their flags. Every `NAME_column` argument is the flag --NAME-column.
 ARGUMENT_FLAGS = {"fmt": "--input-format", "overwrite=True": "--overwrite",
-                  "resume=True": "--resume", "split": "--split", "train": "--train"}  # fmt: skip
+                  "resume=True": "--resume", "split": "--split", "train": "--train",
+                  "pipeline='pooled'": "--pooled-only", "format='onnx'": "--format onnx",
+                  "format='sentence-transformers'": "--format sentence-transformers"}  # fmt: skip
 
 
 def as_flags(message: str) -> str:

@@ -242,7 +242,7 @@ def _write_st(
                 "model",
                 "an encoder for the sentence-transformers format",
                 f"the decoder {info.architecture}",
-                "Use --format onnx, which carries poolkit's EOS and position handling.",
+                "Use `format='onnx'`, which carries poolkit's EOS and position handling.",
             )
         )
     pooling = st_pooling_config(recipe, int(info.hidden_size))
@@ -276,26 +276,20 @@ def _write_onnx(
 ) -> None:
     from poolkit.backends.onnx import quantize_int8, transformer_dir
     from poolkit.deploy.graph import build_graph
-    from poolkit.deploy.stfolder import source_heads
+    from poolkit.embedding import head_plan
 
     info = encoder.info
-    heads = source_heads(Path(info.path))
-    if heads:
-        kinds = ", ".join(str(h.get("type", "")).rsplit(".", 1)[-1] for h in heads)
-        raise InputError(
-            expected(
-                "model",
-                "a pipeline without Dense or LayerNorm modules for format='onnx'",
-                f"one with {kinds}",
-                "poolkit cannot put those into the graph yet; use "
-                "--format sentence-transformers, which keeps them.",
-            )
-        )
+    # The model's Dense/LayerNorm modules go into the graph as poolkit.embed applies them; a
+    # module poolkit cannot apply, or a recipe width the head cannot take, is refused here
+    # (PipelineError, naming the module) before anything is exported.
+    heads, _, _ = head_plan(encoder, {str(recipe): recipe}, "full")
     special = sorted(
         {int(i) for i in encoder._special_ids} | set(encoder._prefix) | set(encoder._suffix)
     )
     fp32 = work / ("model-fp32.onnx" if quantize else "model.onnx")
-    graph = build_graph(transformer_dir(info.path), recipe, special, normalize, fp32)
+    graph = build_graph(
+        transformer_dir(info.path), recipe, special, normalize, fp32, heads.get(recipe)
+    )
     tokenizer = _write_tokenizer(encoder, work / "tokenizer.json")
     agreement = check_folder(work, fp32.name, tokenizer, encoder, recipe)
     if not agreement["max_abs_diff"] <= 1e-4:

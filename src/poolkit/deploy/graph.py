@@ -44,14 +44,19 @@ _POSITIONS_FROM_IDS = frozenset(
 )
 
 
-def pipeline_module(model: Any, recipe: Recipe, special_ids: list[int], normalize: bool) -> Any:
+def pipeline_module(
+    model: Any, recipe: Recipe, special_ids: list[int], normalize: bool, head: Any = None
+) -> Any:
     """A torch module: ``(input_ids, attention_mask[, token_type_ids])`` -> ``(B, D)``.
 
     ``model``: the Hugging Face encoder (float32, eager attention); ``special_ids``: the
-    token ids that count as special for ``_no_special`` parts; ``normalize``: L2 at the end.
+    token ids that count as special for ``_no_special`` parts; ``head``: the model's
+    modules after pooling (:class:`poolkit.head.Head`: Dense, LayerNorm), applied to the
+    pooled vectors as :func:`poolkit.embed` applies them; ``normalize``: L2 at the end.
     """
     import torch
 
+    from poolkit.head import apply_head
     from poolkit.layers import layer_mix
     from poolkit.sequence import sequence_dense
 
@@ -94,6 +99,8 @@ def pipeline_module(model: Any, recipe: Recipe, special_ids: list[int], normaliz
                 for name, drop in parts
             ]
             vec = pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=-1)
+            if head is not None:
+                vec = apply_head(head, vec, normalize=False)
             if normalize:
                 vec = vec / vec.norm(dim=-1, keepdim=True).clamp(min=1e-12)
             return vec
@@ -102,7 +109,12 @@ def pipeline_module(model: Any, recipe: Recipe, special_ids: list[int], normaliz
 
 
 def build_graph(
-    hf_dir: Path, recipe: Recipe, special_ids: list[int], normalize: bool, path: Path
+    hf_dir: Path,
+    recipe: Recipe,
+    special_ids: list[int],
+    normalize: bool,
+    path: Path,
+    head: Any = None,
 ) -> dict[str, Any]:
     """Export the pipeline of ``hf_dir`` + ``recipe`` to ``path`` and check it against the
     traced torch module on the padded check batches (left and right, 1 to 5 rows).
@@ -123,7 +135,7 @@ def build_graph(
     from poolkit.errors import ExportError
 
     model = load_torch(hf_dir)
-    module, takes_types = pipeline_module(model, recipe, special_ids, normalize)
+    module, takes_types = pipeline_module(model, recipe, special_ids, normalize, head)
     vocab = int(model.config.vocab_size)
     trace_to_onnx(module, vocab, takes_types, "sentence_embedding", path, rank=2)
     runner = OnnxRunner(path, output="sentence_embedding")
@@ -136,6 +148,6 @@ def build_graph(
         raise ExportError(
             f"The ONNX graph of recipe {str(recipe)!r} disagrees with the torch model on padded "
             f"batches (max abs diff {worst:.3g}, at most {FP32_TOL} required); nothing was "
-            "written. Use --format sentence-transformers if the recipe allows it."
+            "written. Use `format='sentence-transformers'` if the recipe allows it."
         )
     return {"opset": OPSET, "inputs": list(runner.input_names), "max_abs_diff_vs_torch": worst}

@@ -70,7 +70,7 @@ def st_pooling_config(recipe: Recipe, hidden_size: int) -> dict[str, Any]:
     if reason is not None:
         raise InputError(
             f"Expected `recipe` to be one that sentence-transformers' Pooling can express, "
-            f"but {str(recipe)!r} has {reason}. Use --format onnx, which carries any recipe."
+            f"but {str(recipe)!r} has {reason}. Use `format='onnx'`, which carries any recipe."
         )
     names = {name for name, _ in recipe.parts}
     config: dict[str, Any] = {"word_embedding_dimension": hidden_size}

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import type_error, value_error
 from poolkit.ray._require import quiet_remote_args_notice, require_ray
 
 __all__ = ["Embedder", "actor_cpus", "embed_dataset"]
@@ -239,17 +240,17 @@ def embed_dataset(
     shorthand = {k: options.pop(k) for k in Embedder._RECIPE_OPTIONS if k in options}
     wanted, _ = resolve_recipes(strategy, recipe, normalize=normalize, **shorthand)
     if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"Expected `workers` to be a positive integer, but got {workers!r}.")
+        value_error("workers", "a positive integer", repr(workers))
     if not cpus_per_worker > 0:
-        raise ValueError(f"Expected `cpus_per_worker` to be positive, but got {cpus_per_worker!r}.")
+        value_error("cpus_per_worker", "positive", repr(cpus_per_worker))
     if not spare_cpus >= 0:
-        raise ValueError(f"Expected `spare_cpus` to be 0 or more, but got {spare_cpus!r}.")
+        value_error("spare_cpus", "0 or more", repr(spare_cpus))
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(
             f"Expected `batch_size` to be a positive integer or None, but got {batch_size!r}."
         )
     if fn is not None and not (isinstance(fn, type) and issubclass(fn, Embedder)):
-        raise TypeError(f"Expected `fn` to be a subclass of Embedder, but got {fn!r}.")
+        type_error("fn", "a subclass of Embedder", repr(fn))
     if not ray.is_initialized():
         ray.init()
     cpus = ray.cluster_resources().get("CPU", 1)
