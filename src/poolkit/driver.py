@@ -159,12 +159,17 @@ class LayerViews:
         return self._cache[key]
 
 
+def _rows_without_tokens(batch: Any, keep: np.ndarray) -> str:
+    """The input indices (first 5) of ``batch``'s rows where ``keep`` (``(B, L)`` bool) holds
+    no token, comma-separated; "" when every row keeps one."""
+    empty = np.flatnonzero(~keep.any(axis=1))
+    return ", ".join(str(int(batch.indices[j])) for j in empty[:5])
+
+
 def check_no_empty_rows(batch: Any) -> None:
     """ValueError naming the texts that have no non-special token (for ``_no_special``)."""
-    real = (batch.attention_mask != 0) & ~batch.special_tokens_mask
-    empty = np.flatnonzero(~real.any(axis=1))
-    if empty.size:
-        rows = ", ".join(str(int(batch.indices[j])) for j in empty[:5])
+    rows = _rows_without_tokens(batch, (batch.attention_mask != 0) & ~batch.special_tokens_mask)
+    if rows:
         raise ValueError(
             f"Expected every text to have at least one non-special token with "
             f"`exclude_special=True`, but texts {rows} have none (empty strings?). "
@@ -175,9 +180,8 @@ def check_no_empty_rows(batch: Any) -> None:
 def check_prompt_left_tokens(batch: Any) -> None:
     """ValueError naming the texts with no token left once the prompt is kept out of pooling
     (the model's pipeline would give them a zero vector)."""
-    empty = np.flatnonzero(~(batch.pool_mask != 0).any(axis=1))
-    if empty.size:
-        rows = ", ".join(str(int(batch.indices[j])) for j in empty[:5])
+    rows = _rows_without_tokens(batch, batch.pool_mask != 0)
+    if rows:
         raise InputError(
             f"Expected every text to keep at least one token after the prompt, which the "
             f"model keeps out of pooling (include_prompt: false), but texts {rows} keep none "

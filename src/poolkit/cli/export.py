@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except PoolkitError as e:
         # Library messages name arguments; the command line names flags.
-        message = with_flags(str(e), _FLAGS).replace("overwrite=True", "--overwrite")
+        message = with_flags(str(e), _FLAGS)  # `overwrite=True` & co: report_error
         raise type(e)(message) from None
     if not args.quiet:
         record = json.loads((out / RECORD).read_text(encoding="utf-8"))

@@ -152,7 +152,7 @@ def export(
                 "out_dir",
                 "a folder that does not exist yet",
                 repr(str(out)),
-                "Choose another folder, or replace it with overwrite=True.",
+                "Choose another folder, or replace it with `overwrite=True`.",
             )
         )
     if format == "onnx":
