@@ -82,12 +82,13 @@ def get_encoder(
     backend: str = "torch",
     quantize: str | None = None,
     max_batch_tokens: int | None = None,
+    calibrate: Sequence[str] | None = None,
 ) -> Encoder:
     """The :class:`Encoder` for these settings, loaded once and cached (two most recent).
 
     An :class:`Encoder` passed as ``model`` is returned as it is. ``backend``,
-    ``quantize`` (``"onnx"``, ``"int8"``) and ``max_batch_tokens`` (the default token
-    budget of its batches) are passed to :class:`Encoder`.
+    ``quantize``, ``calibrate`` (see :class:`Encoder`) and ``max_batch_tokens`` (the
+    default token budget of its batches) are passed to :class:`Encoder`.
     """
     if isinstance(model, Encoder):
         if max_length is not None and max_length != model.max_length:
@@ -106,6 +107,9 @@ def get_encoder(
         quantize,
         max_batch_tokens,
     )
+    if calibrate is not None:  # calibrated on these texts: built for this call, not cached
+        return Encoder(model, device=device, dtype=dtype, max_length=max_length, backend=backend,
+                       quantize=quantize, max_batch_tokens=max_batch_tokens, calibrate=calibrate)  # fmt: skip
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]

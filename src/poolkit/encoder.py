@@ -107,6 +107,7 @@ class EncodedBatch:
 
 
 CPU_BATCH_TOKENS = 2048
+CALIBRATION_TEXTS = 300  # texts of ``calibrate=`` used (NNCF's default subset size)
 ACCELERATOR_BATCH_TOKENS = 16384
 
 
@@ -128,8 +129,15 @@ class Encoder:
             ``None`` (default): no, like the model's own pipeline (sentence-transformers
             tokenizes with the tokenizer's template and adds nothing).
         backend: ``"torch"``, ``"onnx"`` (ONNX Runtime on the CPU, exported once and
-            cached; :mod:`poolkit.backends.onnx`) or an object implementing :class:`Backend`.
-        quantize: ``None`` or ``"int8"`` (dynamic int8; ``backend="onnx"`` only).
+            cached; :mod:`poolkit.backends.onnx`), ``"openvino"`` (that export run by
+            OpenVINO on the CPU; ``dtype="bfloat16"`` for bf16 where the CPU has it;
+            :mod:`poolkit.backends.openvino`) or an object implementing :class:`Backend`.
+        quantize: ``None``, ``"int8"`` (dynamic int8; ``backend="onnx"``) or
+            ``"int8-static"`` (static int8 calibrated on ``calibrate``; ``backend="openvino"``).
+        calibrate: with ``quantize="int8-static"``: texts to calibrate the int8 activation
+            ranges on, ideally some of the texts you will embed (the first
+            :data:`CALIBRATION_TEXTS` are used, each truncated at ``max_length``); the cache
+            key includes their digest. Required then, refused otherwise.
         num_threads: if given, ``torch.set_num_threads(num_threads)`` (and ORT's threads).
 
     Attributes:
@@ -151,6 +159,7 @@ class Encoder:
         append_eos: bool | None = None,
         backend: str | Backend = "torch",
         quantize: str | None = None,
+        calibrate: Sequence[str] | None = None,
         num_threads: int | None = None,
     ) -> None:
         check_batch_tokens(max_batch_tokens)
@@ -201,19 +210,29 @@ class Encoder:
             import torch
 
             torch.set_num_threads(int(num_threads))
-        if backend == "onnx" and self._left:
+        if backend in ("onnx", "openvino") and self._left:
             # Refused before exporting: the graph takes no position ids.
             raise ValueError(
                 f"Expected `backend` to be 'torch' for a left-padded decoder model, but got "
-                f"'onnx': {self.info.reference!r} pads on the left and the ONNX export takes no "
-                "position ids. Use backend='torch'."
+                f"{backend!r}: {self.info.reference!r} pads on the left and the ONNX export takes "
+                "no position ids. Use backend='torch'."
             )
         if isinstance(backend, str):
             # The registry builds it (and refuses an unknown name or quantization).
+            calibration = None if calibrate is None else self._calibration(calibrate)
             self.backend: Backend = make_backend(
-                backend, path, device=device, dtype=dtype, quantize=quantize, threads=num_threads
+                backend,
+                path,
+                device=device,
+                dtype=dtype,
+                quantize=quantize,
+                threads=num_threads,
+                calibration=calibration,
             )
         else:
+            if calibrate is not None:
+                value_error("calibrate", "None with a Backend object", "calibration texts",
+                            "Calibrate when building the backend.")  # fmt: skip
             self.backend = backend
         self.device = str(getattr(self.backend, "device", "cpu"))
         if max_batch_tokens is None:
@@ -222,6 +241,22 @@ class Encoder:
             on_cpu = self.device == "cpu"
             max_batch_tokens = CPU_BATCH_TOKENS if on_cpu else ACCELERATOR_BATCH_TOKENS
         self.max_batch_tokens: int = max_batch_tokens
+
+    def _calibration(self, texts: Any) -> list[dict[str, np.ndarray]]:
+        """One ``(1, L)`` input dict per calibration text (the first
+        :data:`CALIBRATION_TEXTS`), laid out as :meth:`iter_batches` lays out its rows."""
+        if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
+            type_error("calibrate", "a non-empty list of str", f"{type(texts).__name__}"
+                       + ("" if isinstance(texts, str) or texts else " (empty)"),
+                       "Pass some of the texts you will embed.")  # fmt: skip
+        items = check_texts(list(texts[:CALIBRATION_TEXTS]), False)
+        tok = self._tokenize(self._cap_long_texts(items), False)
+        kept = np.minimum([len(x) for x in tok.ids], self._text_room).astype(np.int64)
+        out = []
+        for i in range(len(items)):
+            lay = self._layout(tok, np.asarray([i]), kept)
+            out.append(self._inputs(lay["input_ids"], lay["attention_mask"]))
+        return out
 
     def __repr__(self) -> str:
         return (

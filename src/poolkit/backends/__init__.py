@@ -7,6 +7,9 @@ pools the same way. :func:`make_backend` builds one by name; ``Encoder(backend=.
 - ``torch`` (:mod:`poolkit.backends.pytorch`): ``transformers`` in PyTorch, any device/dtype.
 - ``onnx`` (:mod:`poolkit.backends.onnx`): ONNX Runtime on the CPU, fp32 or dynamic int8
   (extra ``poolkit[onnx]``), exported once and cached.
+- ``openvino`` (:mod:`poolkit.backends.openvino`): that ONNX export converted to OpenVINO,
+  on the CPU: fp32, bf16 (``dtype="bfloat16"``) or static int8 calibrated on the user's
+  texts (``quantize="int8-static"``, ``calibrate=``; extra ``poolkit[openvino]``).
 """
 
 from __future__ import annotations
@@ -28,24 +31,46 @@ class _Entry:
     quantizations: tuple[str | None, ...]
 
 
-def _torch(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None):
+def _torch(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None,
+           calibration: Any):  # fmt: skip
     from poolkit.backends.pytorch import TorchBackend, pick_device, torch_dtype
 
     return TorchBackend(path, device=pick_device(device), dtype=torch_dtype(dtype))
 
 
-def _onnx(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None):
+def _onnx(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None,
+          calibration: Any):  # fmt: skip
     from poolkit.backends.onnx import OnnxBackend
 
+    if dtype is not None and str(dtype).removeprefix("torch.") not in ("float32", "fp32"):
+        value_error("dtype", "None or 'float32' with backend='onnx'", repr(dtype),
+                    "Use backend='openvino' with dtype='bfloat16' for bf16 on the CPU.")  # fmt: skip
+    if device not in ("auto", "cpu", None):
+        value_error("device", "'auto' or 'cpu' with backend='onnx'", repr(device),
+                    "ONNX Runtime runs on the CPU here.")  # fmt: skip
     return OnnxBackend(path, quantize=quantize, threads=threads)
+
+
+def _openvino(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None,
+              calibration: Any):  # fmt: skip
+    from poolkit.backends.openvino import OpenVinoBackend, precision_of
+
+    if device not in ("auto", "cpu", None):
+        value_error("device", "'auto' or 'cpu' with backend='openvino'", repr(device),
+                    "poolkit runs OpenVINO on the CPU.")  # fmt: skip
+    return OpenVinoBackend(path, precision=precision_of(dtype, quantize), calibration=calibration,
+                           threads=threads)  # fmt: skip
 
 
 _REGISTRY: dict[str, _Entry] = {
     "torch": _Entry(_torch, (None,)),
     "onnx": _Entry(_onnx, (None, "int8")),
+    "openvino": _Entry(_openvino, (None, "int8-static")),
 }
 BACKENDS: tuple[str, ...] = tuple(_REGISTRY)
-QUANTIZATIONS: tuple[str | None, ...] = (None, "int8")
+QUANTIZATIONS: tuple[str | None, ...] = (None, "int8", "int8-static")
+# Which backend offers each quantisation (for the message refusing it elsewhere).
+_QUANTIZED_BY = {"int8": "onnx", "int8-static": "openvino"}
 
 
 def make_backend(
@@ -56,8 +81,12 @@ def make_backend(
     dtype: Any = None,
     quantize: str | None = None,
     threads: int | None = None,
+    calibration: Any = None,
 ) -> Backend:
     """The backend registered as ``name`` for the model at ``path``.
+
+    ``calibration``: tokenized calibration texts for ``quantize="int8-static"`` (see
+    :func:`poolkit.backends.openvino.load_openvino_runner`).
 
     Raises:
         ValueError: an unknown ``name``, or a ``quantize`` that backend does not offer.
@@ -68,9 +97,15 @@ def make_backend(
             "backend", f"one of {', '.join(map(repr, BACKENDS))} or a Backend object", repr(name)
         )
     if quantize not in entry.quantizations:
-        value_error("quantize", f"None with backend={name!r}", repr(quantize),
-                    "Pass backend='onnx' to quantize.")  # fmt: skip
-    return entry.build(path, device=device, dtype=dtype, quantize=quantize, threads=threads)
+        offered = " or ".join(["None", *(repr(q) for q in entry.quantizations if q)])
+        home = _QUANTIZED_BY.get(quantize) if isinstance(quantize, str) else None
+        value_error("quantize", f"{offered} with backend={name!r}", repr(quantize),
+                    f"Pass backend={home!r} to quantize." if home not in (None, name) else "")  # fmt: skip
+    if calibration is not None and quantize != "int8-static":
+        value_error("calibrate", "None without quantize='int8-static'", "calibration texts",
+                    "Drop calibrate=, or pass backend='openvino', quantize='int8-static'.")  # fmt: skip
+    return entry.build(path, device=device, dtype=dtype, quantize=quantize, threads=threads,
+                       calibration=calibration)  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

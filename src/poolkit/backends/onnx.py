@@ -29,7 +29,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ _CHECK_SHAPES: tuple[tuple[int, int, str], ...] = (
 
 
 # Shared with ``poolkit export``, which traces, checks and quantises with the same settings.
-OPSET, FP32_TOL, INT8_MIN_COS = _OPSET, _FP32_TOL, _INT8_MIN_COS
+OPSET, FP32_TOL, INT8_MIN_COS, CHECK_SHAPES = _OPSET, _FP32_TOL, _INT8_MIN_COS, _CHECK_SHAPES
 
 
 def require_onnx() -> None:
@@ -97,16 +97,17 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def onnx_cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Folder holding cached exports: ``cache_dir``, else ``$POOLKIT_CACHE``, else ``~/.cache/poolkit``, plus ``/onnx``."""
+def onnx_cache_root(cache_dir: str | os.PathLike[str] | None = None, kind: str = "onnx") -> Path:
+    """Folder holding cached exports: ``cache_dir``, else ``$POOLKIT_CACHE``, else
+    ``~/.cache/poolkit``, plus ``/<kind>`` (``onnx``; ``openvino`` for its converted models)."""
     if cache_dir is not None:
-        return Path(cache_dir) / "onnx"
+        return Path(cache_dir) / kind
     env = os.environ.get("POOLKIT_CACHE")
     if env:
-        return Path(env) / "onnx"
+        return Path(env) / kind
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "poolkit" / "onnx"
+    return base / "poolkit" / kind
 
 
 class OnnxRunner:
@@ -159,41 +160,50 @@ class OnnxRunner:
     def __call__(
         self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None
     ) -> np.ndarray:
-        ids = _as_ids("input_ids", input_ids)
-        mask = _as_ids("attention_mask", attention_mask)
-        if mask.shape != ids.shape:
-            raise ValueError(
-                expected("attention_mask", f"of the shape of input_ids {ids.shape}", mask.shape)
-            )
-        if self.max_length is not None and ids.shape[1] > self.max_length:
-            raise ValueError(
-                expected(
-                    "input_ids",
-                    f"at most {self.max_length} tokens long (the model's position limit)",
-                    f"length {ids.shape[1]}",
-                    "Truncate to max_length.",
-                )
-            )
-        feed = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self.input_names:
-            if token_type_ids is None:
-                feed["token_type_ids"] = np.zeros_like(ids)
-            else:
-                tt = _as_ids("token_type_ids", token_type_ids)
-                if tt.shape != ids.shape:
-                    raise ValueError(
-                        expected(
-                            "token_type_ids", f"of the shape of input_ids {ids.shape}", tt.shape
-                        )
-                    )
-                feed["token_type_ids"] = tt
-        feed = {k: v for k, v in feed.items() if k in self.input_names}
+        feed = checked_feed(self, input_ids, attention_mask, token_type_ids)
+        ids = feed["input_ids"]
         if ids.shape[0] == 0:
             return np.zeros(
                 (0, ids.shape[1], int(self.settings.get("hidden_size", 0))), dtype=np.float32
             )
         (out,) = self.session.run([self.output], feed)
         return np.asarray(out, dtype=np.float32)
+
+
+def checked_feed(
+    runner: Any, input_ids: Any, attention_mask: Any, token_type_ids: Any = None
+) -> dict[str, np.ndarray]:
+    """The graph's int64 inputs (those named in ``runner.input_names``), each checked to be a
+    ``(B, L)`` integer array of one shape, at most ``runner.max_length`` long;
+    ``token_type_ids`` zeros when the graph takes them and none are given."""
+    ids = _as_ids("input_ids", input_ids)
+    mask = _as_ids("attention_mask", attention_mask)
+    if mask.shape != ids.shape:
+        raise ValueError(
+            expected("attention_mask", f"of the shape of input_ids {ids.shape}", mask.shape)
+        )
+    if runner.max_length is not None and ids.shape[1] > runner.max_length:
+        raise ValueError(
+            expected(
+                "input_ids",
+                f"at most {runner.max_length} tokens long (the model's position limit)",
+                f"length {ids.shape[1]}",
+                "Truncate to max_length.",
+            )
+        )
+    feed = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in runner.input_names:
+        if token_type_ids is None:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        else:
+            tt = _as_ids("token_type_ids", token_type_ids)
+            if tt.shape != ids.shape:
+                raise ValueError(
+                    expected("token_type_ids", f"of the shape of input_ids {ids.shape}", tt.shape)
+                )
+            feed["token_type_ids"] = tt
+    feed = {k: v for k, v in feed.items() if k in runner.input_names}
+    return feed
 
 
 def _as_ids(name: str, value: Any) -> np.ndarray:
@@ -271,6 +281,11 @@ def _settings(hf_dir: Path, quantize: str | None, optimize: bool) -> dict[str, A
     }
 
 
+def fp32_settings(hf_dir: Path) -> dict[str, Any]:
+    """The settings (and so the cache key) of the plain fp32 export of ``hf_dir``."""
+    return _settings(hf_dir, None, False)
+
+
 def _key(settings: dict[str, Any]) -> str:
     blob = json.dumps(
         {k: v for k, v in settings.items() if k not in ("hidden_size", "max_position_embeddings")},
@@ -326,10 +341,22 @@ def load_onnx_runner(
 
 def _load_verified(entry: Path, threads: int | None) -> OnnxRunner | None:
     """The runner of cache entry ``entry`` if every file matches its recorded hash; None if
-    the entry is absent, or was damaged and has been removed (one warning).
+    the entry is absent, or was damaged and has been removed (one warning)."""
+    record = verified_record(entry, "model.onnx")
+    return None if record is None else OnnxRunner(entry / "model.onnx", threads=threads,
+                                                  settings=record)  # fmt: skip
+
+
+_RUNTIME = {"onnx": "ONNX", "openvino": "OpenVINO"}  # cache folder -> the name in messages
+
+
+def verified_record(entry: Path, main: str) -> dict[str, Any] | None:
+    """``settings.json`` of cache entry ``entry`` if every file matches its recorded hash
+    (``main``, the model file, must be among them); None if the entry is absent, or was
+    damaged and has been removed (one :class:`IntegrityWarning` naming the file).
 
     Each file is hashed with XXH3-128 through a memory map (4 ms for 90 MB; see
-    :mod:`poolkit.io.integrity`) before ONNX Runtime reads it from the page cache.
+    :mod:`poolkit.io.integrity`) before the runtime reads it from the page cache.
     """
     if not entry.exists():
         return None
@@ -338,22 +365,23 @@ def _load_verified(entry: Path, threads: int | None) -> OnnxRunner | None:
     with contextlib.suppress(OSError, ValueError):
         record = json.loads(damaged.read_text(encoding="utf-8"))  # type: ignore[union-attr]
     files = record.get("files") if isinstance(record, dict) else None
-    if isinstance(files, dict) and "model.onnx" in files:
+    if isinstance(files, dict) and main in files:
         damaged = next((entry / n for n, d in sorted(files.items()) if not _intact(entry / n, d)),
                        None)  # fmt: skip
     if damaged is not None:
         warnings.warn(
-            f"{damaged}: damaged ONNX cache file (missing, unreadable, or its content does not "
-            "match the hash recorded when it was built); rebuilding the cache entry.",
+            f"{damaged}: damaged {_RUNTIME.get(entry.parent.name, entry.parent.name)} cache file (missing, unreadable, or its "
+            "content does not match the hash recorded when it was built); rebuilding the "
+            "cache entry.",
             IntegrityWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         trash = entry.with_name(f".broken-{entry.name}-{os.getpid()}-{os.urandom(4).hex()}")
         with contextlib.suppress(OSError):
             entry.rename(trash)  # gone under its name at once; another process may race us
         shutil.rmtree(trash, ignore_errors=True)
         return None
-    return OnnxRunner(entry / "model.onnx", threads=threads, settings=record)
+    return record
 
 
 def _intact(path: Path, digest: str) -> bool:
@@ -397,20 +425,23 @@ def _build(
                 record["check"] = _check(model, work / "model.onnx", settings)
             (work / "raw.onnx").unlink(missing_ok=True)
         record["build_seconds"] = round(time.perf_counter() - started, 2)
-        record["files"] = {
-            p.name: fast_file_digest(p) for p in sorted(work.iterdir()) if p.is_file()
-        }
-        (work / "settings.json").write_text(
-            json.dumps(record, indent=2, sort_keys=True), encoding="utf-8"
-        )
-        try:
-            work.rename(entry)
-        except OSError:
-            # Another process published the same entry first; theirs is as good as ours.
-            if not (entry / "settings.json").is_file():
-                raise
+        publish(work, entry, record)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def publish(work: Path, entry: Path, record: dict[str, Any]) -> None:
+    """Record the hash of every file of the finished folder ``work`` in its
+    ``settings.json`` (with ``record``) and rename it to ``entry`` in one step."""
+    record["files"] = {p.name: fast_file_digest(p) for p in sorted(work.iterdir()) if p.is_file()}
+    (work / "settings.json").write_text(json.dumps(record, indent=2, sort_keys=True),
+                                        encoding="utf-8")  # fmt: skip
+    try:
+        work.rename(entry)
+    except OSError:
+        # Another process published the same entry first; theirs is as good as ours.
+        if not (entry / "settings.json").is_file():
+            raise
 
 
 def load_torch(hf_dir: Path) -> Any:
@@ -580,13 +611,16 @@ def check_batches(vocab: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         yield _padded_batch(b, length, side, vocab, seed=100 + i)
 
 
-def _check(model: Any, path: Path, settings: dict[str, Any]) -> dict[str, Any]:
+def compare_to_torch(
+    model: Any, runner: Any, batches: Iterable[tuple[np.ndarray, np.ndarray]] | None = None
+) -> tuple[float, float]:
+    """``(max abs diff, mean per-token cosine)`` of ``runner(ids, mask)`` against the torch
+    ``model``'s last layer over the real positions of ``batches`` (default: the
+    :func:`check_batches`)."""
     import torch
 
-    runner, quantize = OnnxRunner(path, settings=settings), settings["quantize"]
-
     worst_abs, cosines = 0.0, []
-    for ids, mask in check_batches(model.config.vocab_size):
+    for ids, mask in batches or check_batches(model.config.vocab_size):
         with torch.inference_mode():
             ref = model(
                 input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)
@@ -596,7 +630,12 @@ def _check(model: Any, path: Path, settings: dict[str, Any]) -> dict[str, Any]:
         worst_abs = max(worst_abs, float(np.abs(out[real] - ref[real]).max()))
         a, b = out[real], ref[real]
         cosines.append((a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)))
-    mean_cos = float(np.concatenate(cosines).mean())
+    return worst_abs, float(np.concatenate(cosines).mean())
+
+
+def _check(model: Any, path: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    runner, quantize = OnnxRunner(path, settings=settings), settings["quantize"]
+    worst_abs, mean_cos = compare_to_torch(model, runner)
     ok = worst_abs <= _FP32_TOL if quantize is None else mean_cos >= _INT8_MIN_COS
     result = {
         "max_abs_diff": worst_abs,
@@ -644,24 +683,30 @@ class OnnxBackend:
         return f"OnnxBackend({self.runner!r})"
 
     def forward(self, inputs: Any, *, all_layers: bool = False) -> np.ndarray:
-        if all_layers:
-            raise ValueError(
-                expected(
-                    "layers",
-                    "None (the last layer) with backend='onnx'",
-                    "a request for all layers",
-                    "Use backend='torch' to mix layers.",
-                )
-            )
-        if "position_ids" in inputs:
-            raise ValueError(
-                expected(
-                    "backend",
-                    "'torch' for a left-padded decoder model",
-                    "'onnx'",
-                    "The ONNX export takes no position ids; use backend='torch'.",
-                )
-            )
+        refuse_unexported(inputs, all_layers, "onnx")
         return self.runner(
             inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
+        )
+
+
+def refuse_unexported(inputs: Any, all_layers: bool, backend: str) -> None:
+    """Refuse what an exported graph cannot give: every layer (only the last is an output)
+    and position ids (not an input), named for ``backend`` (``"onnx"``, ``"openvino"``)."""
+    if all_layers:
+        raise ValueError(
+            expected(
+                "layers",
+                f"None (the last layer) with backend={backend!r}",
+                "a request for all layers",
+                "Use backend='torch' to mix layers.",
+            )
+        )
+    if "position_ids" in inputs:
+        raise ValueError(
+            expected(
+                "backend",
+                "'torch' for a left-padded decoder model",
+                repr(backend),
+                "The exported graph takes no position ids; use backend='torch'.",
+            )
         )

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import count
+from poolkit.cli._backend_args import calibration_texts, check_backend_args
 from poolkit.cli._common import positive, require_extra
 from poolkit.cli._recipe_args import parse_layers
 from poolkit.cli._signals import Terminated
@@ -185,6 +186,7 @@ def _settings(args: argparse.Namespace, wanted: Any, model_dir: Path | None, blo
         "batch_tokens": args.batch_tokens,
         "backend": args.backend,
         "quantize": args.quantize,
+        "calibration": _calibration_digest(args),
         "chunk_size": args.chunk_size,
         "input_format": args.input_format,
         "text_column": args.text_column,
@@ -195,6 +197,13 @@ def _settings(args: argparse.Namespace, wanted: Any, model_dir: Path | None, blo
                      "transformers": installed("transformers"),
                      "onnxruntime": installed("onnxruntime"), "ray": installed("ray")},
     }  # fmt: skip
+
+
+def _calibration_digest(args: argparse.Namespace) -> str | None:
+    from poolkit.io.checkpoint import texts_digest
+
+    texts = getattr(args, "calibration", None)
+    return None if texts is None else texts_digest(texts)
 
 
 def _stored_block_rows(output: str) -> int | None:
@@ -260,10 +269,11 @@ def run(args: argparse.Namespace) -> int:
                 f"--address {args.address}: ray:// addresses need Ray Client: "
                 "pip install 'ray[client]' (or run on the cluster with --address auto)."
             )
-    if args.quantize is not None and args.backend != "onnx":
-        raise ValueError(
-            f"--quantize {args.quantize} works with --backend onnx; add --backend onnx."
-        )
+    check_backend_args(args)
+    if args.quantize == "int8-static" and args.calibrate is None:
+        raise ValueError("--quantize int8-static with --engine ray needs --calibrate FILE (every "
+                         "worker must calibrate on the same texts); add --calibrate FILE.")  # fmt: skip
+    args.calibration = calibration_texts(args, None)
     remote = "://" in output
     # A local cluster is this machine: the model is checked here, before any actor loads it.
     model_dir = _model_dir(args)
@@ -273,6 +283,11 @@ def run(args: argparse.Namespace) -> int:
         from poolkit.backends.onnx import load_onnx_runner
 
         load_onnx_runner(model_dir, quantize=args.quantize)
+    elif args.address is None and args.backend == "openvino":
+        from poolkit.encoder import Encoder
+
+        Encoder(model_dir, device="cpu", dtype=args.dtype, max_length=args.max_length,
+                backend="openvino", quantize=args.quantize, calibrate=args.calibration)  # fmt: skip
 
     start = time.perf_counter()
     _start_ray(ray, args.address, args.quiet)
@@ -333,6 +348,7 @@ class _Job:
             "long_text": args.long_text, "max_batch_tokens": args.batch_tokens,
             "device": args.device, "dtype": args.dtype, "max_length": args.max_length,
             "backend": args.backend, "quantize": args.quantize,
+            "calibrate": getattr(args, "calibration", None),
             "prompt_name": args.prompt_name, "prompt": args.prompt,
             "pipeline": "pooled" if args.pooled_only else "full",
         }  # fmt: skip

@@ -79,8 +79,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         f"(default: {DEFAULT_RESAMPLES})",
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
-    p.add_argument("--backend", choices=["torch", "onnx"], default="torch",
-                   help="runtime: torch, or onnx (ONNX Runtime, CPU; last layer only) "
+    p.add_argument("--backend", choices=["torch", "onnx", "openvino"], default="torch",
+                   help="runtime: torch, onnx (ONNX Runtime, CPU; last layer only) or "
+                   "openvino (OpenVINO, CPU; last layer only; --dtype bfloat16 for bf16) "
                    "(default: torch)")  # fmt: skip
     p.add_argument(
         "--quantize", choices=["int8"], default=None,
@@ -150,15 +151,19 @@ def _check_options(args: argparse.Namespace) -> None:
         raise _UsageError("--quantize int8 needs --backend onnx (int8 runs in ONNX Runtime).")
     if args.int8_rows and not args.quantize:
         raise _UsageError("--int8-rows: only with --backend onnx --quantize int8.")
-    if args.backend == "onnx":
+    if args.backend in ("onnx", "openvino"):
         if args.layers is not None:
-            raise _UsageError("--layers: the onnx backend returns the last layer only; "
-                              "drop --layers or use --backend torch.")  # fmt: skip
-        if args.dtype not in (None, "float32"):
+            raise _UsageError(f"--layers: the {args.backend} backend returns the last layer "
+                              "only; drop --layers or use --backend torch.")  # fmt: skip
+        if args.backend == "onnx" and args.dtype not in (None, "float32"):
             raise _UsageError(f"--dtype {args.dtype}: the onnx backend runs float32 (or "
                               "--quantize int8); drop --dtype.")  # fmt: skip
+        if args.backend == "openvino" and args.dtype not in (None, "float32", "bfloat16"):
+            raise _UsageError(f"--dtype {args.dtype}: the openvino backend runs float32 or "
+                              "bfloat16; drop --dtype.")  # fmt: skip
         if args.device not in ("auto", "cpu"):
-            raise _UsageError(f"--device {args.device}: the onnx backend runs on the CPU.")
+            raise _UsageError(f"--device {args.device}: the {args.backend} backend runs on "
+                              "the CPU.")  # fmt: skip
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -173,6 +178,8 @@ def _run(args: argparse.Namespace) -> int:
         require_extra(f"--task {args.task}", "sklearn", "scikit-learn", "compare")
     if args.backend == "onnx":
         require_extra("--backend onnx", "onnxruntime", "onnxruntime", "onnx")
+    if args.backend == "openvino":
+        require_extra("--backend openvino", "openvino", "openvino", "openvino")
     layers = args.layers
     if layers is not None and not layers:
         layers = ["last", "last4", "first_last"]

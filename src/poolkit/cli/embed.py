@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import count
+from poolkit.cli._backend_args import add_backend_arguments, calibration_texts, check_backend_args
 from poolkit.cli._common import (
     add_common,
     guess_note,
     positive,
     progress_bar,
-    require_extra,
     text_chunks,
 )
 from poolkit.cli._ray_engine import add_arguments as add_engine_arguments
@@ -78,12 +78,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--chunk-size", type=int, default=4096, metavar="N",
                         help="texts read, embedded and written at a time (default: 4096)")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
-    parser.add_argument("--backend", choices=["torch", "onnx"], default="torch",
-                        help="runtime: torch, or onnx (ONNX Runtime, CPU; exported once, cached) "
-                        "(default: torch)")  # fmt: skip
-    parser.add_argument("--quantize", choices=["int8"], default=None,
-                        help="int8: dynamic int8 quantisation (with --backend onnx; default: "
-                        "none, float32)")  # fmt: skip
+    add_backend_arguments(parser)  # --backend, --quantize, --calibrate
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted job from OUTPUT.poolkit-work (same "
                         "command, same settings); finished chunks (--engine ray: finished "
@@ -182,8 +177,7 @@ def run(args: argparse.Namespace) -> int:
     positive(args.batch_tokens, "--batch-tokens")
     positive(args.max_length, "--max-length")
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
-    if args.backend == "onnx":
-        require_extra("--backend onnx", "onnxruntime", "onnxruntime", "onnx")
+    check_backend_args(args)
     if args.input != "-" and Path(args.input).is_dir():
         raise InputError(
             f"{args.input}: is a folder; poolkit embed reads one file (or - for stdin). Add "
@@ -208,10 +202,12 @@ def run(args: argparse.Namespace) -> int:
     # Read the first chunk before loading the model: input errors surface in a moment.
     chunks = text_chunks(args, args.chunk_size)
     first = next(chunks)
+    calibration = calibration_texts(args, first)  # int8-static only
     # Every encoder setting goes to the Encoder, once: the manifest reads them back from it.
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                           max_length=args.max_length, backend=args.backend,
-                          quantize=args.quantize, max_batch_tokens=args.batch_tokens)  # fmt: skip
+                          quantize=args.quantize, max_batch_tokens=args.batch_tokens,
+                          calibrate=calibration)  # fmt: skip
     recipes = intended_recipes(wanted, encoder, args)
     _check_pipeline_and_prompt(args, encoder, recipes)
     names = list(recipes)
@@ -222,7 +218,10 @@ def run(args: argparse.Namespace) -> int:
 
         checkpoint = StdoutSink(names, blank)
     else:
-        checkpoint = Checkpoint.open(output, _settings(args, encoder, recipes), resume=args.resume)
+        settings = _settings(args, encoder, recipes)
+        if calibration is not None:  # a resumed job must calibrate on the same texts
+            settings["calibration"] = texts_digest(calibration)
+        checkpoint = Checkpoint.open(output, settings, resume=args.resume)
     if wanted is None and encoder.info.pooling_is_guess:  # said once the job is on
         print(f"poolkit: note: {guess_note(encoder.info)}", file=sys.stderr)
     elif wanted is None and "exported by poolkit export" in encoder.info.pooling_source:

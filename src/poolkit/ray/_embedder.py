@@ -51,7 +51,7 @@ class Embedder:
         num_threads: torch threads; ``None``: the actor's CPUs (left alone outside Ray).
         **options: recipe shorthands (``layers``, ``layer_how``, ``exclude_special``),
             ``long_text``, or :class:`~poolkit.Encoder` settings (``device``, ``dtype``,
-            ``max_length``, ``max_batch_tokens``, ``backend``, ``quantize``).
+            ``max_length``, ``max_batch_tokens``, ``backend``, ``quantize``, ``calibrate``).
 
     ``__call__`` takes a batch (``pyarrow.Table``, or a dict of NumPy arrays) of ``B``
     rows and returns it with every input column unchanged (row ids included) plus one
@@ -60,7 +60,8 @@ class Embedder:
     ``ValueError`` naming the row.
     """
 
-    _ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backend", "quantize")
+    _ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backend", "quantize",
+                        "calibrate")  # fmt: skip
     _RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
     _EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline")
 

@@ -1,0 +1,87 @@
+"""--backend, --quantize and --calibrate: declared once, checked once for every engine.
+
+The rules (each refusal is one line, before any model is loaded): ``--quantize int8`` is
+ONNX Runtime's dynamic int8 (``--backend onnx``); ``--quantize int8-static`` is OpenVINO's
+calibrated static int8 (``--backend openvino``); ``--calibrate FILE`` only with
+``int8-static``; the onnx backend runs float32 only, openvino float32 or bfloat16, both on
+the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from poolkit.cli._common import require_extra
+
+__all__ = ["add_backend_arguments", "calibration_texts", "check_backend_args"]
+
+_QUANTIZED_BY = {"int8": "onnx", "int8-static": "openvino"}
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=["torch", "onnx", "openvino"], default="torch",
+                        help="runtime: torch; onnx (ONNX Runtime, CPU); openvino (that ONNX "
+                        "export run by OpenVINO, CPU; --dtype bfloat16 for bf16); exported "
+                        "once and cached (default: torch)")  # fmt: skip
+    parser.add_argument("--quantize", choices=["int8", "int8-static"], default=None,
+                        help="int8: dynamic int8 (--backend onnx); int8-static: static int8 "
+                        "calibrated on --calibrate FILE, else on the first 300 input texts "
+                        "(--backend openvino) (default: none, float32)")  # fmt: skip
+    parser.add_argument("--calibrate", default=None, metavar="FILE",
+                        help="texts to calibrate --quantize int8-static on, read like INPUT "
+                        "(format from its extension; --text-column for jsonl/csv/tsv/parquet); the first 300 are used")  # fmt: skip
+
+
+def check_backend_args(args: argparse.Namespace) -> None:
+    """Refuse flag combinations no backend would honour; MissingDependencyError for a
+    missing extra."""
+    backend, quantize = args.backend, args.quantize
+    if quantize is not None and _QUANTIZED_BY[quantize] != backend:
+        raise ValueError(f"--quantize {quantize} works with --backend {_QUANTIZED_BY[quantize]}; "
+                         f"add --backend {_QUANTIZED_BY[quantize]}.")  # fmt: skip
+    if args.calibrate is not None and quantize != "int8-static":
+        raise ValueError("--calibrate: only with --backend openvino --quantize int8-static "
+                         "(the other modes need no calibration); drop --calibrate.")  # fmt: skip
+    dtype = getattr(args, "dtype", None)
+    if backend == "onnx" and dtype not in (None, "float32"):
+        raise ValueError(f"--dtype {dtype}: the onnx backend runs float32 (or --quantize int8); "
+                         "drop --dtype, or use --backend openvino --dtype bfloat16.")  # fmt: skip
+    if backend == "openvino" and dtype not in (None, "float32", "bfloat16"):
+        raise ValueError(f"--dtype {dtype}: the openvino backend runs float32 or bfloat16 (CPU).")
+    device = getattr(args, "device", "auto")
+    if backend in ("onnx", "openvino") and device not in ("auto", "cpu"):
+        raise ValueError(
+            f"--device {device}: the {backend} backend runs on the CPU; drop --device."
+        )
+    if backend in ("onnx", "openvino"):
+        require_extra(f"--backend {backend}", "onnxruntime", "onnxruntime", backend)
+    if backend == "openvino":
+        require_extra("--backend openvino", "openvino", "openvino", "openvino")
+    if quantize == "int8-static":
+        require_extra("--quantize int8-static", "nncf", "nncf", "openvino")
+
+
+def calibration_texts(args: argparse.Namespace, first: list[str] | None) -> list[str] | None:
+    """The texts ``--quantize int8-static`` calibrates on: ``--calibrate FILE`` (read with
+    poolkit's reader), else the non-blank texts of ``first`` (the input's first chunk);
+    None for other modes. At most ``CALIBRATION_TEXTS`` are kept."""
+    from poolkit.encoder import CALIBRATION_TEXTS
+
+    if args.quantize != "int8-static":
+        return None
+    if args.calibrate is not None:
+        from poolkit.io.readers import input_format, read_texts
+
+        # A .txt has no columns: --text-column names INPUT's column, not this file's.
+        column = None if input_format(args.calibrate, None) == "txt" else args.text_column
+        chunk = next(read_texts(args.calibrate, text_column=column,
+                                chunk_size=CALIBRATION_TEXTS))  # fmt: skip
+        texts = [t for t in chunk if t.strip()]
+        source = f"--calibrate {args.calibrate}"
+    else:
+        texts = [t for t in (first or []) if t.strip()][:CALIBRATION_TEXTS]
+        source = "the input"
+    if not texts:
+        raise ValueError(f"--quantize int8-static: {source} has no non-blank text to calibrate "
+                         "on; pass --calibrate FILE with some of your texts.")  # fmt: skip
+    return texts
