@@ -266,10 +266,24 @@ def test_family_onnx_agrees_with_torch(loaded, family_dirs, name, tmp_path, monk
     assert float(np.abs(_ours(onnx) - _ours(enc)).max()) <= 1e-4
 
 
+# The OpenVINO model is converted from the same ONNX export that the test above checks on
+# every family; three unlike ones keep the suite short (all eight passed when it was added).
+@pytest.mark.parametrize("name", ["bert_dense", "modernbert", "t5"])
+def test_family_openvino_agrees_with_torch(loaded, family_dirs, name, tmp_path, monkeypatch):
+    pytest.importorskip("openvino")
+    monkeypatch.setenv("POOLKIT_CACHE", str(tmp_path))
+    enc, _ = loaded(name)
+    ov = Encoder(family_dirs[name], backend="openvino")
+    assert float(np.abs(_ours(ov) - _ours(enc)).max()) <= 1e-4
+
+
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
 @pytest.mark.parametrize("name", ["qwen3", "qwen3_eos"])
-def test_left_padded_decoder_onnx_refused_before_export(family_dirs, name, tmp_path, monkeypatch):
+def test_left_padded_decoder_onnx_refused_before_export(
+    family_dirs, name, backend, tmp_path, monkeypatch
+):
     monkeypatch.setenv("POOLKIT_CACHE", str(tmp_path))
     with pytest.raises(ValueError, match=r"left-padded decoder.*backend='torch'") as info:
-        Encoder(family_dirs[name], backend="onnx")
+        Encoder(family_dirs[name], backend=backend)
     assert "\n" not in str(info.value)
-    assert not (tmp_path / "onnx").exists()  # nothing exported
+    assert not (tmp_path / "onnx").exists() and not (tmp_path / "openvino").exists()
