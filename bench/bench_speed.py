@@ -321,6 +321,7 @@ def cuda_part(sets: list[str], repeats: int) -> None:
 
 
 def main() -> int:
+    global LONG_TEXTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", nargs="+", choices=["sts", "long"], default=["sts", "long"])
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=None,
@@ -336,7 +337,6 @@ def main() -> int:
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "SET"), help=argparse.SUPPRESS)
     parser.add_argument("--cli-child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    global LONG_TEXTS
     LONG_TEXTS = args.long_texts
     if args.cli_child:
         cli_child(args.cli_child)

@@ -265,3 +265,18 @@ def test_clear_error_without_openvino(tmp_path, minilm_dir):
         "poolkit: error: --backend openvino needs openvino, which is not installed: "
         "pip install 'poolkit[openvino]'"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--quantize", "int8"], "--quantize int8 needs --backend onnx"),
+        (["--dtype", "float16"], "--dtype float16: the openvino backend runs float32 or bfloat16"),
+        (["--layers", "last4"], "--layers: the openvino backend returns the last layer only"),
+    ],
+)
+def test_compare_openvino_refusals(tmp_path, flags, fragment):
+    data = ROOT / "tests" / "data" / "stsb-dev-sample.csv"
+    proc = poolkit("compare", str(data), "--task", "sts", "--backend", "openvino", *flags,
+                   cwd=tmp_path)  # fmt: skip
+    one_error_line(proc, 2, fragment)
