@@ -313,7 +313,7 @@ RAY_TREATMENT = {
     "input": "run_a", "--output": "run_a", "--recipe": "run_b", "--strategy": "run_a",
     "--normalize": "run_a", "--text-column": "run_a", "--input-format": "run_a",
     "--layers": "run_a", "--exclude-special": "run_a", "--chunk-size": "run_a",
-    "--overwrite": "run_b", "--backend": "run_c", "--quantize": "run_c",
+    "--overwrite": "run_b", "--backend": "run_c", "--quantize": "run_c", "--calibrate": "run_d",
     "--resume": "test_ray_resume.py", "--prompt": "run_a", "--pooled-only": "run_c",
     "--prompt-name": "test_families_cli.py (the Ray Embedder with a model's named prompt)",
     "--model": "run_a", "--max-length": "run_a", "--device": "run_a", "--dtype": "run_a",
@@ -410,6 +410,17 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     fp32 = poolkit.embed([a for _, a, _ in read_sts_pairs(fixture("stsb-dev-sample.csv"))],
                          minilm_dir, "mean")  # fmt: skip
     assert np.abs(int8 - fp32).max() > 1e-3  # int8 is visibly not the torch run
+
+    # run_d: OpenVINO static int8 calibrated on --calibrate FILE: the workers calibrate on the
+    # same texts (same cache key), so their vectors are the local run's.
+    calib = tmp_path / "calib.txt"
+    calib.write_text("\n".join(texts[:25]) + "\n", encoding="utf-8")
+    local, ray_out, _ = _ray_and_local(tmp_path, "d", address, "--backend", "openvino",
+                                       "--quantize", "int8-static", "--calibrate", str(calib),
+                                       "--chunk-size", "42", "--text-column", "sentence2")  # fmt: skip
+    static = _vectors(local, "mean")
+    assert np.abs(_vectors(ray_out, "mean") - static).max() < 1e-4
+    assert np.abs(static - poolkit.embed(texts, minilm_dir, "mean")).max() > 1e-3  # int8 ran
 
     # --debug shows the traceback (here of a --resume into a remote folder, refused).
     refused = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
