@@ -44,6 +44,7 @@ LABELS = {
     "torch": "poolkit.embed, torch fp32",
     "onnx": "poolkit.embed, backend=onnx fp32",
     "int8": "poolkit.embed, backend=onnx quantize=int8",
+    "bf16": "poolkit.embed, torch dtype=bfloat16",  # built for bench_peers.py (CPUs with BF16)
 }
 
 
@@ -74,6 +75,10 @@ def build(method: str) -> Callable[[list[str]], np.ndarray]:
 
     if method == "torch":
         enc = Encoder(path, device="cpu")
+    elif method == "bf16":
+        import torch
+
+        enc = Encoder(path, device="cpu", dtype=torch.bfloat16)
     else:
         enc = Encoder(path, backend="onnx", quantize="int8" if method == "int8" else None)
     return lambda texts: embed(texts, enc)
