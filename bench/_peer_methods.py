@@ -124,9 +124,14 @@ def _load(model: Path, backend: str, rel: str, **kwargs: Any):
 def _ov_precision(st: Any) -> str:
     """The inference precision OpenVINO compiled the model with (``"?"`` if unreadable)."""
     try:
-        return str(st[0].auto_model.request.get_property("INFERENCE_PRECISION_HINT"))
+        return _type_name(st[0].auto_model.request.get_property("INFERENCE_PRECISION_HINT"))
     except Exception:
         return "?"
+
+
+def _type_name(ov_type: Any) -> str:
+    """``"f32"`` / ``"bf16"`` for an OpenVINO element type."""
+    return ov_type.get_type_name() if hasattr(ov_type, "get_type_name") else str(ov_type)
 
 
 def build(method: str, cache: Path) -> tuple[Any, dict[str, Any]]:
@@ -166,7 +171,7 @@ def build(method: str, cache: Path) -> tuple[Any, dict[str, Any]]:
         import openvino
 
         caps = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-        info["openvino_default_precision"] = str(
+        info["openvino_default_precision"] = _type_name(
             openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
         )
         _export(model, "openvino", "openvino/openvino_model.xml")
