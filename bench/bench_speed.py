@@ -15,7 +15,8 @@ interleaved rounds (this machine is shared, so rounds alternate methods and both
 the median round are reported). Peak RSS per method comes from a fresh child process per
 method and set. The streaming part runs ``poolkit embed`` on 20k and 200k-line files and
 reports each child's peak RSS. fp16/bf16 on CUDA run only where a CUDA device exists.
-Exit status 1 if any agreement check fails.
+Exit status 1 if any agreement check fails. sentence-transformers' ONNX and OpenVINO backends
+need a venv of their own: bench_peers.py times them against poolkit on these same texts.
 """
 
 from __future__ import annotations
