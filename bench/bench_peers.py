@@ -96,7 +96,7 @@ def worker_main(method: str, cache: Path) -> None:
 def start(methods: list[str], args: argparse.Namespace, tmp: Path) -> tuple[dict, dict]:
     """Start the workers one at a time (exports into one cache never race): (workers, failed)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+           "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
     peer_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     workers, failed = {}, {}
     for m in methods:
