@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -261,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker_main(args.worker, args.cache)
         return 0
+    # a plain `kill` still closes the workers and removes the temporary folder
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     wall = time.perf_counter()
     methods = [m for m in METHODS if m in args.methods or m == REFERENCE]
     print(bench_speed.machine())
