@@ -157,10 +157,7 @@ class Encoder:
         if max_batch_size is not None and (
             not isinstance(max_batch_size, int) or max_batch_size < 1
         ):
-            raise ValueError(
-                f"Expected `max_batch_size` to be None or a positive integer, but got "
-                f"{max_batch_size!r}."
-            )
+            value_error("max_batch_size", "None or a positive integer", repr(max_batch_size))
         from poolkit.model_folder import DEFAULT_MODEL
 
         reference = DEFAULT_MODEL if model is None else os.fspath(model)
@@ -184,9 +181,11 @@ class Encoder:
             self._suffix = [*self._suffix, int(eos)]
         self._text_room = self.max_length - len(self._prefix) - len(self._suffix)
         if self._text_room < 1:
-            raise ValueError(
-                f"Expected `max_length` to leave room for text after the {len(self._prefix) + len(self._suffix)} "
-                f"special tokens, but got {self.max_length}."
+            value_error(
+                "max_length",
+                f"more than the {len(self._prefix) + len(self._suffix)} special tokens, "
+                "to leave room for text",
+                self.max_length,
             )
         # [UNK] stands for real text (an emoji, a rare script): it is content, not special.
         unk = self.tokenizer.unk_token_id
@@ -203,10 +202,12 @@ class Encoder:
             torch.set_num_threads(int(num_threads))
         if backend == "onnx" and self._left:
             # Refused before exporting: the graph takes no position ids.
-            raise ValueError(
-                f"Expected `backend` to be 'torch' for a left-padded decoder model, but got "
-                f"'onnx': {self.info.reference!r} pads on the left and the ONNX export takes no "
-                "position ids. Use backend='torch'."
+            value_error(
+                "backend",
+                "'torch' for a left-padded decoder model",
+                f"'onnx': {self.info.reference!r} pads on the left and the ONNX export takes "
+                "no position ids",
+                "Use backend='torch'.",
             )
         if isinstance(backend, str):
             # The registry builds it (and refuses an unknown name or quantization).
@@ -342,9 +343,11 @@ class Encoder:
             value_error("long_text", "'truncate' or 'window'", repr(long_text))
         if isinstance(texts, Tokenized):
             if prompt and texts.prompt is None:
-                raise ValueError(
-                    "Expected `prompt` to be None for texts tokenized already, but got "
-                    f"{prompt!r:.40}. Pass the prompt to tokenize() instead."
+                value_error(
+                    "prompt",
+                    "None for texts tokenized already",
+                    f"{prompt!r:.40}",
+                    "Pass the prompt to tokenize() instead.",
                 )
             tok = texts
         else:
@@ -594,12 +597,7 @@ def check_texts(texts: Any, words: bool) -> list[Any]:
     for i, t in enumerate(items):
         if words:
             if isinstance(t, str) or not all(isinstance(w, str) for w in t):
-                raise TypeError(
-                    f"Expected `words[{i}]` to be a list of strings (one text, pre-split), "
-                    f"but got {t!r}."
-                )
+                type_error(f"words[{i}]", "a list of strings (one text, pre-split)", repr(t))
         elif not isinstance(t, str):
-            raise TypeError(
-                f"Expected `texts[{i}]` to be a str, but got {type(t).__name__} ({t!r:.60})."
-            )
+            type_error(f"texts[{i}]", "a str", f"{type(t).__name__} ({t!r:.60})")
     return items
