@@ -33,7 +33,7 @@ from poolkit._errors import expected, type_error, value_error
 from poolkit.backends import Backend, make_backend
 from poolkit.model_folder import ModelInfo, load_tokenizer, read_model_info, resolve_model
 
-__all__ = ["Backend", "EncodedBatch", "Encoder", "Tokenized"]
+__all__ = ["Backend", "EncodedBatch", "Encoder", "SpecialTokens", "Tokenized"]
 
 LongText = Literal["truncate", "window"]
 
@@ -106,6 +106,32 @@ class EncodedBatch:
     pool_mask: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class SpecialTokens:
+    """The tokens an :class:`Encoder` frames each text with, and the ids it counts as special.
+
+    Every sequence is ``prefix + text tokens + suffix`` (then ``pad_id`` padding).
+
+    Attributes:
+        prefix: ``(P,)`` ids before each text's tokens, in order (BERT: ``[CLS]``).
+        suffix: ``(S,)`` ids after them, in order (BERT: ``[SEP]``; EOS with ``append_eos``).
+        special_ids: ``(K,)`` sorted ids marked special wherever they occur in a text (the
+            tokenizer's special ids less ``[UNK]``, which stands for real text).
+        pad_id: the id that fills padded positions.
+    """
+
+    prefix: tuple[int, ...]
+    suffix: tuple[int, ...]
+    special_ids: tuple[int, ...]
+    pad_id: int
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """``(N,)`` sorted union of ``prefix``, ``suffix`` and ``special_ids``: every id that
+        ``exclude_special`` (a ``_no_special`` recipe) can leave out of pooling."""
+        return tuple(sorted({*self.prefix, *self.suffix, *self.special_ids}))
+
+
 CPU_BATCH_TOKENS = 2048
 ACCELERATOR_BATCH_TOKENS = 16384
 
@@ -137,6 +163,8 @@ class Encoder:
         head: the modules after pooling (:class:`poolkit.head.Head`).
         tokenizer: the fast tokenizer.
         max_length: effective max tokens per sequence.
+        special_tokens: the prefix/suffix ids around each text and the ids counted as
+            special (:class:`SpecialTokens`).
     """
 
     def __init__(
@@ -228,6 +256,16 @@ class Encoder:
         return (
             f"Encoder({self.info.reference!r}, device={self.device!r}, "
             f"max_length={self.max_length}, max_batch_tokens={self.max_batch_tokens})"
+        )
+
+    @property
+    def special_tokens(self) -> SpecialTokens:
+        """The template around each text and the ids counted as special (a copy)."""
+        return SpecialTokens(
+            prefix=tuple(self._prefix),
+            suffix=tuple(self._suffix),
+            special_ids=tuple(int(i) for i in self._special_ids),
+            pad_id=self._pad_id,
         )
 
     def _template(self) -> tuple[list[int], list[int]]:
