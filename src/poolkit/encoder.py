@@ -198,8 +198,11 @@ class Encoder:
         self.head = read_head(path)
         limit = max_length if max_length is not None else self.info.max_length
         if limit is None:
-            raise ValueError(
-                f"Model {reference!r} states no max length; pass `max_length=` explicitly."
+            value_error(
+                "max_length",
+                "a number of tokens",
+                f"None, and model {reference!r} states no max length",
+                "Pass `max_length=` explicitly.",
             )
         self.max_length = int(limit)
         self.max_batch_size = max_batch_size

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected
+from poolkit._errors import expected, unmet
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -294,9 +294,11 @@ def _write_onnx(
         from poolkit.errors import ExportError
 
         raise ExportError(
-            f"The exported graph disagrees with poolkit.embed (max abs diff "
-            f"{agreement['max_abs_diff']:.3g} over {agreement['texts']} texts, at most 1e-4 "
-            "required); nothing was written."
+            unmet(
+                "the exported graph to agree with poolkit.embed within 1e-4 (max abs diff)",
+                f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
+                "Nothing was written.",
+            )
         )
     record.update(
         onnx={
@@ -326,9 +328,12 @@ def _write_onnx(
             from poolkit.errors import ExportError
 
             raise ExportError(
-                f"The int8 graph is too far from poolkit.embed (mean cosine "
-                f"{int8['mean_cosine']:.4f}, at least {INT8_MIN_COS} required); nothing was "
-                "written. Export without --quantize."
+                unmet(
+                    f"the int8 graph's vectors to have mean cosine at least {INT8_MIN_COS} "
+                    "with poolkit.embed's",
+                    f"they have {int8['mean_cosine']:.4f}",
+                    "Nothing was written. Export without `quantize`.",
+                )
             )
         record["agreement"]["int8"] = int8
         summary = (
