@@ -97,3 +97,21 @@ def test_arg_names():
     assert arg_names(["strategy"]) == "`strategy`"
     assert arg_names(["strategy", "layers"]) == "`strategy` and `layers`"
     assert arg_names(["a", "b", "c"]) == "`a`, `b` and `c`"
+
+
+def test_library_checks_word_for_word():
+    from types import SimpleNamespace
+
+    from poolkit.compare.bootstrap import resampled_scores
+    from poolkit.errors import InputError
+    from poolkit.io.readers import input_format
+
+    with pytest.raises(InputError) as e:
+        input_format("a.txt", "docx")
+    assert str(e.value) == (
+        "Expected `fmt` to be one of txt, jsonl, csv, tsv, parquet, but got 'docx'."
+    )
+    two = {"a": SimpleNamespace(units=3), "b": SimpleNamespace(units=5)}
+    with pytest.raises(ValueError) as e:
+        resampled_scores(two, 10)  # type: ignore[arg-type]
+    assert str(e.value) == "Expected `evaluations` to be over the same units, but got sizes [3, 5]."
