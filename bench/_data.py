@@ -1,7 +1,8 @@
 """Text sets for the benchmarks, built from the read-only data in ``../shared/data``.
 
 - ``stsb_dev()``: the 1500 STS-B dev pairs; ``stsb_sentences()`` flattens them to 3000 texts
-  (all sentence1 then all sentence2), ~16 tokens each.
+  (all sentence1 then all sentence2), ~16 tokens each. ``stsb_train_sentences()``: the same
+  for STS-B train, for calibrating static quantisation (disjoint from the evaluation texts).
 - ``long_texts(tokenizer)``: 1000 texts of 150-250 tokens. Text ``k`` starts at SST-2 train
   sentence ``(7 * k) mod 6920`` and joins the following sentences (file order, wrapping around,
   one space between) until its token count (with [CLS]/[SEP]) reaches a target that cycles
@@ -30,19 +31,32 @@ def data_dir() -> Path:
     return path
 
 
-def stsb_dev() -> list[tuple[float, str, str]]:
-    """STS-B dev as ``(score, sentence1, sentence2)``; lines carry 7+ tab fields, keep the first 7."""
+def stsb(split: str) -> list[tuple[float, str, str]]:
+    """STS-B ``split`` ("dev" or "train") as ``(score, sentence1, sentence2)``; lines carry 7+
+    tab fields, keep the first 7."""
     rows = []
-    with (data_dir() / "stsb" / "sts-dev.csv").open(encoding="utf-8", newline="") as fh:
+    with (data_dir() / "stsb" / f"sts-{split}.csv").open(encoding="utf-8", newline="") as fh:
         for fields in csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE):
             fields = fields[:7]
             rows.append((float(fields[4]), fields[5], fields[6]))
     return rows
 
 
+def stsb_dev() -> list[tuple[float, str, str]]:
+    """STS-B dev as ``(score, sentence1, sentence2)``."""
+    return stsb("dev")
+
+
 def stsb_sentences() -> list[str]:
     """The 3000 STS-B dev sentences: every sentence1, then every sentence2."""
     rows = stsb_dev()
+    return [r[1] for r in rows] + [r[2] for r in rows]
+
+
+def stsb_train_sentences() -> list[str]:
+    """The 11498 STS-B train sentences (every sentence1, then every sentence2), for calibration:
+    never the evaluation texts."""
+    rows = stsb("train")
     return [r[1] for r in rows] + [r[2] for r in rows]
 
 

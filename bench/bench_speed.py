@@ -19,7 +19,8 @@ OpenVINO modes (``ov``, ``ov-bf16``, ``ov-int8``) run by default where ``poolkit
 is installed (``ov-bf16`` only where the CPU has bf16); ``ov-int8`` is calibrated on 300
 texts from STS-B *train*, short and long (never the evaluated texts). Approximate modes report
 their cosine to torch fp32 and, on ``sts``, their STS-B dev Spearman drop (limit 0.5).
-Exit status 1 if any agreement check fails.
+Exit status 1 if any agreement check fails. sentence-transformers' ONNX and OpenVINO backends
+need a venv of their own: bench_peers.py times them against poolkit on these same texts.
 """
 
 from __future__ import annotations
@@ -42,19 +43,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data
 
-METHODS = ("st", "torch", "onnx", "int8", "torch-bf16", "ov", "ov-bf16", "ov-int8")
+METHODS = ("st", "torch", "onnx", "int8", "bf16", "ov", "ov-bf16", "ov-int8")
 LABELS = {
     "st": "sentence-transformers encode (fp32, batch 32)",
     "torch": "poolkit.embed, torch fp32",
     "onnx": "poolkit.embed, backend=onnx fp32",
     "int8": "poolkit.embed, backend=onnx quantize=int8",
-    "torch-bf16": "poolkit.embed, torch dtype=bfloat16",
+    "bf16": "poolkit.embed, torch dtype=bfloat16",  # also built for bench_peers.py
     "ov": "poolkit.embed, backend=openvino fp32",
     "ov-bf16": "poolkit.embed, backend=openvino dtype=bfloat16",
     "ov-int8": "poolkit.embed, backend=openvino int8-static",
 }
 # Modes whose vectors are approximate: cosine to torch fp32 and Spearman drop are reported.
-APPROX = ("int8", "torch-bf16", "ov-bf16", "ov-int8")
+APPROX = ("int8", "bf16", "ov-bf16", "ov-int8")
 CALIBRATION_TEXTS = 300
 
 
@@ -112,8 +113,8 @@ def build(method: str) -> Callable[[list[str]], np.ndarray]:
     from poolkit import embed
     from poolkit.encoder import Encoder
 
-    if method in ("torch", "torch-bf16"):
-        enc = Encoder(path, device="cpu", dtype="bfloat16" if method == "torch-bf16" else None)
+    if method in ("torch", "bf16"):
+        enc = Encoder(path, device="cpu", dtype="bfloat16" if method == "bf16" else None)
     elif method.startswith("ov"):
         enc = Encoder(path, backend="openvino",
                       dtype="bfloat16" if method == "ov-bf16" else None,
