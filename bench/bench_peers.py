@@ -50,7 +50,8 @@ import _workers
 import bench_speed
 
 PEER = _peer_methods.METHODS
-POOLKIT = {"pk-torch": "torch", "pk-bf16": "bf16", "pk-onnx": "onnx", "pk-int8": "int8"}
+POOLKIT = {"pk-torch": "torch", "pk-bf16": "bf16", "pk-onnx": "onnx", "pk-int8": "int8",
+           "pk-ov": "ov", "pk-ov-bf16": "ov-bf16", "pk-ov-int8": "ov-int8"}  # fmt: skip
 METHODS = (*PEER, *POOLKIT)
 LABELS = {
     "st-torch": "sentence-transformers torch fp32",
@@ -64,6 +65,9 @@ LABELS = {
     "pk-bf16": "poolkit torch bf16",
     "pk-onnx": "poolkit ONNX fp32",
     "pk-int8": "poolkit ONNX int8",
+    "pk-ov": "poolkit OpenVINO fp32",
+    "pk-ov-bf16": "poolkit OpenVINO bf16",
+    "pk-ov-int8": "poolkit OpenVINO static int8",
 }
 REFERENCE = "pk-torch"
 MIN_COSINE = 0.98
@@ -80,7 +84,7 @@ def cpu_has_bf16() -> bool:
 
 
 def build_poolkit(method: str) -> tuple[_workers.EmbedFn, dict]:
-    if method == "pk-bf16" and not cpu_has_bf16():
+    if method in ("pk-bf16", "pk-ov-bf16") and not cpu_has_bf16():
         raise RuntimeError("this CPU has neither AVX512_BF16 nor AMX: bf16 would be emulated")
     import poolkit
 
