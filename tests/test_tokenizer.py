@@ -120,6 +120,7 @@ def test_same_tokens_as_transformers(loaded, name):
                 text, add_special_tokens=False)["input_ids"]  # fmt: skip
         ids = hf(TEXTS[11])["input_ids"]
         assert tok.convert_ids_to_tokens(ids) == hf.convert_ids_to_tokens(ids)
+        assert tok.convert_ids_to_tokens(ids[0]) == hf.convert_ids_to_tokens(ids[0])
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -431,8 +431,6 @@ def model_info(model: str | os.PathLike[str] | None = None) -> ModelInfo:
 
     Loads the tokenizer (fast) but not the weights.
     """
-    from poolkit.tokenizer import load_tokenizer
-
     ref = DEFAULT_MODEL if model is None else os.fspath(model)
     path = resolve_model(ref)
-    return read_model_info(path, reference=ref, tokenizer=load_tokenizer(path))
+    return read_model_info(path, reference=ref, tokenizer=load_transformers_tokenizer(path))

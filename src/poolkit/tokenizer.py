@@ -83,8 +83,10 @@ class TextTokenizer:
             list(texts), add_special_tokens=special_tokens, is_pretokenized=words
         )
 
-    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
-        """Token strings of ``ids`` (as ``transformers`` spells them)."""
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> Any:
+        """Token string of an id, or list of them for a sequence (as transformers does)."""
+        if isinstance(ids, int):
+            return self.backend_tokenizer.id_to_token(ids)
         return [self.backend_tokenizer.id_to_token(int(i)) for i in ids]
 
     def facts(self) -> dict[str, Any]:
