@@ -148,9 +148,12 @@ def test_encoder_template_and_pad_match_transformers(loaded, folders, name):
     _, _, hf = loaded[name]
     enc = Encoder(folders[name], device="cpu")
     full, bare = hf("hello")["input_ids"], hf("hello", add_special_tokens=False)["input_ids"]
-    assert enc._prefix + bare + enc._suffix == full
+    special = enc.special_tokens
+    assert [*special.prefix, *bare, *special.suffix] == full
     pad = hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id
-    assert enc._pad_id == pad
+    assert special.pad_id == pad
+    unk = {hf.unk_token_id}
+    assert list(special.special_ids) == sorted(set(hf.all_special_ids) - unk)
 
 
 def test_damaged_record_is_rebuilt_with_a_warning(minilm_dir, tmp_path, monkeypatch):
