@@ -149,9 +149,9 @@ def test_prompt_excluded_from_every_pooling_mode(loaded, mode):
 
 
 def test_prompt_length_counted_as_the_pipeline_counts(loaded):
-    enc, _ = loaded("bert_dense")
+    enc, st = loaded("bert_dense")
     # [CLS] query : [SEP] -> 3 tokens kept out of pooling ([SEP] is not the prompt's).
-    assert enc.prompt_length("query: ") == len(enc.tokenizer("query: ")["input_ids"]) - 1
+    assert enc.prompt_length("query: ") == len(st.tokenizer("query: ")["input_ids"]) - 1
     (batch,) = list(enc.iter_batches(["hello world"], prompt="query: "))
     excluded = (batch.attention_mask != 0) & (batch.pool_mask == 0)
     assert int(excluded.sum()) == enc.prompt_length("query: ") == 3

@@ -7,6 +7,7 @@ against the tokenizer's own offsets; word vectors against a plain ``transformers
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 
@@ -69,11 +70,19 @@ def test_token_offsets_slice_the_users_text(encoders, name, prompt):
         assert covered[visible].all(), (text, [t for t in tv.tokens])
 
 
+@functools.cache
+def _hf_tokenizer(path):
+    """The model's tokenizer as transformers loads it: the reference for poolkit's."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
 def _reference_token_spans(enc, text, spans, prompt):
     """Inclusive positions (first real token = 0) of the tokens overlapping each span,
     from the tokenizer's own offsets on ``prompt + text``."""
-    tok = enc.tokenizer(prompt + text, return_offsets_mapping=True,
-                        return_special_tokens_mask=True)  # fmt: skip
+    tok = _hf_tokenizer(enc.info.path)(prompt + text, return_offsets_mapping=True,
+                                       return_special_tokens_mask=True)  # fmt: skip
     offsets = np.asarray(tok["offset_mapping"]) - len(prompt)
     special = np.asarray(tok["special_tokens_mask"], bool)
     out = []
@@ -111,7 +120,7 @@ def test_word_vectors_are_their_first_sub_token(encoders, name):
         model = T5EncoderModel.from_pretrained(str(enc.info.path))
     model.eval()
     for ws, vec in zip(words, got, strict=True):
-        tok = enc.tokenizer(ws, is_split_into_words=True, return_tensors="pt")
+        tok = _hf_tokenizer(enc.info.path)(ws, is_split_into_words=True, return_tensors="pt")
         with torch.no_grad():
             hidden = model(input_ids=tok["input_ids"],
                            attention_mask=tok["attention_mask"]).last_hidden_state[0].numpy()  # fmt: skip

@@ -31,7 +31,8 @@ import numpy as np
 
 from poolkit._errors import expected, type_error, value_error
 from poolkit.backends import Backend, make_backend
-from poolkit.model_folder import ModelInfo, load_tokenizer, read_model_info, resolve_model
+from poolkit.model_folder import ModelInfo, read_model_info, resolve_model
+from poolkit.tokenizer import TextTokenizer, load_tokenizer
 
 __all__ = ["Backend", "EncodedBatch", "Encoder", "SpecialTokens", "Tokenized"]
 
@@ -170,7 +171,8 @@ class Encoder:
     Attributes:
         info: the model's :class:`ModelInfo`.
         head: the modules after pooling (:class:`poolkit.head.Head`).
-        tokenizer: the fast tokenizer.
+        tokenizer: the fast tokenizer (:class:`poolkit.tokenizer.TextTokenizer`: the pipeline
+            ``transformers.AutoTokenizer`` builds, run with ``tokenizers`` alone).
         max_length: effective max tokens per sequence.
         special_tokens: the prefix/suffix ids around each text and the ids counted as
             special (:class:`SpecialTokens`).
@@ -200,7 +202,7 @@ class Encoder:
 
         reference = DEFAULT_MODEL if model is None else os.fspath(model)
         path = resolve_model(reference)
-        self.tokenizer = load_tokenizer(path)
+        self.tokenizer: TextTokenizer = load_tokenizer(path)
         self.info: ModelInfo = read_model_info(path, reference=reference, tokenizer=self.tokenizer)
         from poolkit.head import read_head
 
@@ -310,8 +312,8 @@ class Encoder:
     def _template(self) -> tuple[list[int], list[int]]:
         """Special tokens the tokenizer puts before and after a single text."""
         probe = "hello"
-        full = self.tokenizer(probe, add_special_tokens=True)["input_ids"]
-        bare = self.tokenizer(probe, add_special_tokens=False)["input_ids"]
+        full = self.tokenizer.encode(probe, special_tokens=True).ids
+        bare = self.tokenizer.encode(probe, special_tokens=False).ids
         for k in range(len(full) - len(bare) + 1):
             if full[k : k + len(bare)] == bare:
                 return [int(t) for t in full[:k]], [int(t) for t in full[k + len(bare) :]]
@@ -343,7 +345,7 @@ class Encoder:
         """Tokens of ``prompt`` that ``include_prompt: false`` keeps out of pooling, counted
         as sentence-transformers counts them: the prompt tokenized alone with the
         tokenizer's template, less a trailing special token (so a leading [CLS]/BOS counts)."""
-        ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        ids = self.tokenizer.encode(prompt, special_tokens=True).ids
         n = len(ids)
         if n and ids[-1] in set(self.tokenizer.all_special_ids):
             n -= 1
@@ -359,16 +361,9 @@ class Encoder:
         if prompt:
             texts = [[*words_before, *t] for t in texts] if is_split_into_words else (
                 [prompt + t for t in texts])  # fmt: skip
-        enc = self.tokenizer(
-            list(texts),
-            add_special_tokens=False,
-            is_split_into_words=is_split_into_words,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-            verbose=False,
-        )
+        encodings = self.tokenizer.encode_batch(texts, words=is_split_into_words)
         ids, offsets, word_ids, special, in_prompt = [], [], [], [], []
-        for e in enc.encodings:
+        for e in encodings:
             row = np.asarray(e.ids, dtype=np.int64)
             ids.append(row)
             off = np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2)
@@ -470,9 +465,7 @@ class Encoder:
         keep, margin = self.max_length, 16
         while size < len(text):
             prefix = text[:size]
-            offsets = self.tokenizer(
-                prefix, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-            )["offset_mapping"]
+            offsets = self.tokenizer.encode(prefix, special_tokens=False).offsets
             if len(offsets) > keep + margin:
                 gap = prefix[offsets[keep - 1][1] : offsets[keep + margin][0]]
                 if any(ch.isspace() for ch in gap):

@@ -372,7 +372,9 @@ def read_model_info(
         default_prompt = st.get("default_prompt_name")
 
     tokenizer_kind = padding_side = None
-    if tokenizer is not None:
+    if tokenizer is not None and hasattr(tokenizer, "kind"):  # poolkit.tokenizer.TextTokenizer
+        tokenizer_kind, padding_side = tokenizer.kind, tokenizer.padding_side
+    elif tokenizer is not None:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         algo = type(backend.model).__name__ if backend is not None else "?"
         speed = "fast" if getattr(tokenizer, "is_fast", False) else "slow"
@@ -405,8 +407,10 @@ def read_model_info(
     )
 
 
-def load_tokenizer(path: str | os.PathLike[str]) -> Any:
-    """Load the fast tokenizer of a model directory.
+def load_transformers_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """Load the fast tokenizer of a model directory with ``transformers.AutoTokenizer``
+    (imports transformers and torch: seconds). poolkit runs it through
+    :func:`poolkit.tokenizer.load_tokenizer`, which caches what this builds.
 
     Raises:
         ValueError: the directory has no fast tokenizer (offsets and word ids need one).
@@ -440,4 +444,4 @@ def model_info(model: str | os.PathLike[str] | None = None) -> ModelInfo:
     """
     ref = DEFAULT_MODEL if model is None else os.fspath(model)
     path = resolve_model(ref)
-    return read_model_info(path, reference=ref, tokenizer=load_tokenizer(path))
+    return read_model_info(path, reference=ref, tokenizer=load_transformers_tokenizer(path))

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._cache import cache_root
 from poolkit._errors import expected, missing_extra
 from poolkit.backends.rowquant import quantize_rows
 from poolkit.errors import ExportError, MissingDependencyError
@@ -100,14 +101,7 @@ def default_threads() -> int:
 def onnx_cache_root(cache_dir: str | os.PathLike[str] | None = None, kind: str = "onnx") -> Path:
     """Folder holding cached exports: ``cache_dir``, else ``$POOLKIT_CACHE``, else
     ``~/.cache/poolkit``, plus ``/<kind>`` (``onnx``; ``openvino`` for its converted models)."""
-    if cache_dir is not None:
-        return Path(cache_dir) / kind
-    env = os.environ.get("POOLKIT_CACHE")
-    if env:
-        return Path(env) / kind
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "poolkit" / kind
+    return cache_root(cache_dir) / kind
 
 
 class OnnxRunner:

@@ -91,9 +91,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def _settings(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> dict[str, Any]:
     """Everything the vectors depend on: a resumed job must present the same."""
+    from importlib.metadata import version
+
     import numpy
-    import torch
-    import transformers
 
     from poolkit import __version__
     from poolkit.io.checkpoint import model_fingerprint
@@ -120,8 +120,9 @@ def _settings(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -
         "output_format": output_format(args.output),
         "device": encoder.device,
         "dtype": args.dtype,
-        "versions": {"poolkit": __version__, "torch": torch.__version__,
-                     "transformers": transformers.__version__, "numpy": numpy.__version__},
+        # Installed versions from package metadata: importing torch to ask costs seconds.
+        "versions": {"poolkit": __version__, "torch": version("torch"),
+                     "transformers": version("transformers"), "numpy": numpy.__version__},
     }  # fmt: skip
 
 

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                                        long_text=args.long_text, return_token_spans=True)  # fmt: skip
     with json_lines(args.output, args.overwrite) as write:
         for row, (text, spans) in enumerate(records):
-            tokens = encoder.tokenizer.convert_ids_to_tokens(encoder.tokenizer(text)["input_ids"])
+            tokens = encoder.tokenizer.convert_ids_to_tokens(encoder.tokenizer.encode(text).ids)
             items = []
             for k, (start, end) in enumerate(spans):
                 first, last = (int(x) for x in token_spans[row][k])
