@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLAS_THREADS", "C", "MAX_ITER", "TOL", "Fit", "fit", "standardize"]
+__all__ = ["BLAS_THREADS", "MAX_ITER", "TOL", "C", "Fit", "fit", "standardize"]
 
 C = 1.0  # inverse L2 strength: scikit-learn's default
 TOL = 1e-7  # max |gradient| (mean-scaled) to stop at; float32 products often stop L-BFGS first
