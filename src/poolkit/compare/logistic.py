@@ -114,8 +114,7 @@ def fit(
     # The intercept's curvature is mu (features are centred); along a direction where it is 0
     # (all logits shifted alike) the gradient is 0 too, so any finite scale will do.
     bscale = 1.0 / np.sqrt(np.where(mu > 1e-12, mu, 1.0))
-    onehot = np.zeros((n, k))
-    onehot[np.arange(n), codes] = 1.0
+    rows = np.arange(n)
     last: dict[str, object] = {}
 
     def unpack(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,18 +123,24 @@ def fit(
 
     def value_and_grad(theta: np.ndarray) -> tuple[float, np.ndarray]:
         w, b = unpack(theta)
-        z = (x @ w.astype(np.float32)).astype(np.float64) + b
-        full = np.concatenate([np.zeros((n, 1)), z], axis=1) if m == 1 else z
-        top = full.max(axis=1, keepdims=True)
-        e = np.exp(full - top)
-        total = e.sum(axis=1, keepdims=True)
-        lse = np.log(total)[:, 0] + top[:, 0]
-        loss = (lse - full[np.arange(n), codes]).mean() + 0.5 * reg * float((w * w).sum())
-        resid = (e / total - onehot) / n
+        # The (N, K) work runs in place in float32 (the logits are float32 products anyway);
+        # only per-row sums and the loss are float64.
+        z = x @ w.astype(np.float32)
+        z += b.astype(np.float32)
         if m == 1:
-            resid = resid[:, 1:]
-        gw = (x.T @ resid.astype(np.float32)).astype(np.float64) + reg * w
-        gb = resid.sum(axis=0)
+            z = np.concatenate([np.zeros((n, 1), np.float32), z], axis=1)
+        picked = z[rows, codes].astype(np.float64)
+        top = z.max(axis=1, keepdims=True)
+        z -= top
+        np.exp(z, out=z)
+        total = z.sum(axis=1, keepdims=True, dtype=np.float64)
+        lse = np.log(total[:, 0]) + top[:, 0]
+        loss = (lse - picked).mean() + 0.5 * reg * float((w * w).sum())
+        z *= (1.0 / total).astype(np.float32)
+        z[rows, codes] -= 1.0  # softmax - onehot: the residual, times n
+        resid = z[:, 1:] if m == 1 else z
+        gw = (x.T @ resid).astype(np.float64) / n + reg * w
+        gb = resid.sum(axis=0, dtype=np.float64) / n
         last["theta"], last["grad_max"] = theta, max(np.abs(gw).max(), np.abs(gb).max())
         gv = scale * (q.T @ gw @ r)
         return loss, np.concatenate([gv.ravel(), bscale * (r.T @ gb)])
