@@ -151,7 +151,8 @@ def test_tokens_and_spans(tmp_path, minilm):
     assert (span["token_start"], span["token_end"], span["tokens"]) == (3, 4, ["at", "google"])
     np.testing.assert_allclose(span["vector"], np.concatenate([h[3], h[4]]), atol=1e-5)
     one_error_line(poolkit("spans", "--text", "John works", "--span", "4:5", cwd=tmp_path),
-                   2, "`char_spans[0][0]` = (4, 5) to cover at least one token")  # fmt: skip
+                   2, "Expected `char_spans[0][0]` to be a span that covers at least one token "
+                   "of texts[0], but got (4, 5), which covers none")  # fmt: skip
     # the spans input goes through the readers' line decoding: NUL bytes and bad UTF-8 named
     (tmp_path / "nul.jsonl").write_bytes(b'{"text": "a b", "spans": [[0, 1]]}\n{"text": "\x00"}\n')
     one_error_line(poolkit("spans", "nul.jsonl", cwd=tmp_path), 2, "line 2 contains a NUL byte")

@@ -218,3 +218,24 @@ def test_one_blank_text_and_one_text(tmp_path):
     (tmp_path / "one.txt").write_text("one\n", encoding="utf-8")
     single = poolkit("embed", "one.txt", "-o", "one.npy", cwd=tmp_path)
     assert single.returncode == 0 and single.stderr.startswith("poolkit: 1 text -> one.npy ")
+
+
+# --- the command line's own checks name its flags and metavars, through _errors ----------
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["spans", "--text", "x"],
+         "Expected --span to be given at least once (START:END) with --text, but got none."),
+        (["spans", "--text", "x", "--span", "a-b"],
+         "Expected --span to be START:END (character offsets, e.g. 11:20), but got 'a-b'."),
+        (["spans"], "Expected INPUT to be a file, or --text given with --span, but got neither."),
+        (["tokens"],
+         "Expected INPUT to be a file (or '-' for stdin), or --text given, but got neither."),
+    ],
+)  # fmt: skip
+def test_cli_checks_word_for_word(tmp_path, argv, line):
+    result = poolkit(*argv, cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (2, f"poolkit: error: {line}\n")
+    assert list(tmp_path.iterdir()) == []

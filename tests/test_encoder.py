@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -69,6 +71,28 @@ def test_special_tokens_offsets_and_word_ids(minilm):
     assert b.special_tokens_mask[0].tolist() == [True, False, True, False, True]
 
 
+def test_special_tokens_accessor_describes_the_layout(minilm, minilm_dir):
+    tok = AutoTokenizer.from_pretrained(minilm_dir)  # independent reference: plain transformers
+    st = minilm.special_tokens
+    assert (st.prefix, st.suffix, st.pad_id) == (
+        (tok.cls_token_id,),
+        (tok.sep_token_id,),
+        tok.pad_token_id,
+    )
+    assert st.special_ids == tuple(sorted(set(tok.all_special_ids) - {tok.unk_token_id}))
+    assert tok.unk_token_id not in st.ids and {tok.cls_token_id, tok.sep_token_id} <= set(st.ids)
+    assert st.ids == tuple(sorted({tok.cls_token_id, tok.sep_token_id, *st.special_ids}))
+    # Every row the Encoder builds is prefix + the text's own ids + suffix, then padding.
+    texts = ["John works at Google", "A cat."]
+    (b,) = list(minilm.iter_batches(texts))
+    for j, i in enumerate(b.indices):
+        want = [*st.prefix, *tok(texts[i], add_special_tokens=False)["input_ids"], *st.suffix]
+        row = b.input_ids[j].tolist()
+        assert row == want + [st.pad_id] * (len(row) - len(want))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        st.prefix = ()  # type: ignore[misc]
+
+
 def test_truncation_is_flagged(minilm_dir):
     enc = Encoder(minilm_dir, max_length=8)
     (b,) = list(enc.iter_batches(["one two three four five six seven eight nine", "short"]))
@@ -125,6 +149,7 @@ def test_decoder_eos_as_asked_and_padding_does_not_matter(tiny_dirs, name, appen
         ref_ids, ref_hidden, _ = _hf_alone(tiny_dirs[name], text, 64, add_eos=bool(append_eos))
         assert ids == ref_ids and (ids[-1] == eos) == bool(append_eos)
         np.testing.assert_allclose(hidden, ref_hidden, atol=1e-5)
+    assert enc.special_tokens.suffix == ((eos,) if append_eos else ())
     (b,) = list(enc.iter_batches(texts))
     pad_first = b.attention_mask[:, 0] == 0
     assert pad_first.any() == (name == "gpt2_left")

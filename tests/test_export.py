@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -187,6 +188,23 @@ def test_onnx_folder_of_a_decoder(name, tiny_dirs, texts, tmp_path):
     r = poolkit("export", str(model), "-o", "st", cwd=tmp_path)
     one_error_line(r, 2, "MODEL", "encoder", "--format onnx")
     assert not (tmp_path / "st").exists()
+
+
+def test_int8_too_far_is_refused_and_writes_nothing(models, tmp_path, monkeypatch):
+    # No int8 graph reaches a mean cosine above 1: the refusal path, word for word.
+    import poolkit.backends.onnx
+
+    monkeypatch.setattr(poolkit.backends.onnx, "INT8_MIN_COS", 1.01)
+    out = tmp_path / "int8"
+    with pytest.raises(pk.ExportError) as e:
+        pk.export(models["tiny_cls"], out, recipe="mean", format="onnx", quantize="int8")
+    assert re.fullmatch(
+        r"Expected the int8 graph's vectors to have mean cosine at least 1\.01 with "
+        r"poolkit\.embed's, but they have [01]\.\d{4}\. Nothing was written\. Export without "
+        r"`quantize`\.",
+        str(e.value),
+    ), str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_onnx_int8_folder(models, texts, tmp_path):

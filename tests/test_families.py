@@ -164,17 +164,28 @@ def test_prompt_errors(loaded):
         ValueError, match="one of the model's prompts \\('document', 'passage', 'query'\\)"
     ):
         embed(["x"], model=enc, prompt_name="qeury")
-    with pytest.raises(ValueError, match="either `prompt` or `prompt_name`"):
+    with pytest.raises(ValueError) as e:
         embed(["x"], model=enc, prompt_name="query", prompt="q: ")
-    with pytest.raises(ValueError, match="weighted_mean"):
+    assert str(e.value) == (
+        "Expected `prompt` to be None when `prompt_name` is given, but got 'q: '. Pass one."
+    )
+    with pytest.raises(ValueError) as e:
         embed(["x"], model=enc, strategy="weighted_mean", prompt_name="query")
+    assert str(e.value) == (
+        "Expected `strategy` to be a pooling other than weighted_mean with a prompt that the "
+        "model keeps out of pooling (include_prompt: false), but got weighted_mean: the model's "
+        "pipeline counts positions from the prompt, poolkit from the text. Pass prompt='' or "
+        "another strategy."
+    )
     with pytest.raises(ValueError, match=r"Pass the prompt to tokenize\(\)"):
         next(enc.iter_batches(enc.tokenize(["x"]), prompt="query: "))
     qwen, _ = loaded("qwen3")
     # Nothing left after the prompt (truncation; or "a" merged with the prompt's trailing
     # space, which the pipeline counts as a prompt token): refused, not a zero vector.
     for texts, prompt in ((["word " * 40], "x " * 40), (["hello", "a"], None)):
-        with pytest.raises(ValueError, match="keep at least one token after the prompt"):
+        with pytest.raises(ValueError, match=r"^Expected `texts` to be texts that keep at least "
+                           r"one token after the prompt, which the model keeps out of pooling "
+                           r"\(include_prompt: false\), but got texts \d(, \d)* that keep none"):  # fmt: skip
             embed(texts, model=qwen, prompt=prompt)
 
 

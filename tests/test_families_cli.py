@@ -125,14 +125,34 @@ def test_compare_intended_row_is_the_full_pipeline(dense_dir, st):
     assert any(n.startswith("cls+mean: pooled vectors") for n in settings.notes)
 
 
-def test_cli_compare_with_prompt_names(dense_dir, tmp_path):
-    result = poolkit("compare", str(DATA / "stsb-images-retrieval"), "--task", "retrieval",
+def test_cli_compare_with_prompt_names(dense_dir, st, tmp_path):
+    """Retrieval with a prompt per side scores what the model's own pipeline gives for
+    queries (``query`` prompt) and documents (``passage`` prompt): nDCG@10 of the intended
+    row against ``SentenceTransformer.encode`` and pytrec_eval."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    folder = DATA / "stsb-images-retrieval"
+    result = poolkit("compare", str(folder), "--task", "retrieval",
                      "--model", str(dense_dir), "--strategies", "mean", "cls", "--bootstrap", "0",
-                     "--prompt-name", "query", "--document-prompt-name", "passage",
+                     "--query-prompt-name", "query", "--document-prompt-name", "passage",
                      "--json", str(tmp_path / "r.json"), cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
-    rows = json.loads((tmp_path / "r.json").read_text())
-    assert rows
+    intended = next(r for r in json.loads((tmp_path / "r.json").read_text())["results"]
+                    if r["intended"])  # fmt: skip
+    corpus = [json.loads(line) for line in (folder / "corpus.jsonl").open()]
+    queries = {q["_id"]: q["text"] for q in map(json.loads, (folder / "queries.jsonl").open())}
+    qrels: dict[str, dict[str, int]] = {}
+    for line in list((folder / "qrels" / "test.tsv").open())[1:]:
+        q, d, score = line.rstrip("\n").split("\t")
+        qrels.setdefault(q, {})[d] = int(score)
+    docs = st.encode([(d["title"] + " " + d["text"]).strip() for d in corpus],
+                     prompt_name="passage", normalize_embeddings=True)  # fmt: skip
+    qvec = st.encode([queries[q] for q in qrels], prompt_name="query", normalize_embeddings=True)
+    sims = qvec @ docs.T
+    run = {q: {d["_id"]: float(sims[i, j]) for j, d in enumerate(corpus)}
+           for i, q in enumerate(qrels)}  # fmt: skip
+    per = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+    expected = float(np.mean([per[q]["ndcg_cut_10"] for q in qrels]))
+    assert intended["ndcg_at_10"] == pytest.approx(expected, abs=1e-6)
     bad = poolkit("compare", str(DATA / "stsb-dev-sample.csv"), "--task", "sts",
                   "--model", str(dense_dir), "--document-prompt-name", "passage", cwd=tmp_path)  # fmt: skip
     one_error_line(bad, 2, "--document-prompt-name", "only for --task retrieval")

@@ -90,3 +90,63 @@ def test_no_module_imports_private_names_of_another_package():
                     if alias.name.startswith("_") and not alias.name.startswith("__"):
                         bad.append(f"{module}: from {node.module} import {alias.name}")
     assert bad == [], bad
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_attributes_defined(tree: ast.AST) -> set[str]:
+    """Private attribute names a module defines: ``self._x = ...``, a class's ``_x = ...``
+    and ``def _x``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and _private(item.name):
+                    names.add(item.name)
+                targets = item.targets if isinstance(item, ast.Assign) else []
+                if isinstance(item, ast.AnnAssign):
+                    targets = [item.target]
+                names.update(t.id for t in targets if isinstance(t, ast.Name) and _private(t.id))
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id == "self" and _private(node.attr):
+                names.add(node.attr)
+    return names
+
+
+def _foreign_private_attributes(trees: dict[str, ast.AST]) -> list[str]:
+    """``obj._x`` read in one package where ``_x`` is defined only in another package's
+    modules (an Encoder's ``_prefix`` read by ``deploy``)."""
+    defined: dict[str, set[str]] = {}
+    for module, tree in trees.items():
+        defined.setdefault(_package(module), set()).update(_private_attributes_defined(tree))
+    bad = []
+    for module, tree in trees.items():
+        own = defined[_package(module)]
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            owners = [p for p, names in defined.items() if node.attr in names]
+            if node.attr not in own and owners:
+                bad.append(f"{module}:{node.lineno} reads .{node.attr} of {', '.join(owners)}")
+    return bad
+
+
+def test_no_package_reads_another_packages_private_attributes():
+    trees = {_module_name(p): ast.parse(p.read_text(encoding="utf-8")) for p in SRC.rglob("*.py")}
+    assert _foreign_private_attributes(trees) == []
+
+
+def test_the_private_attribute_check_can_fail():
+    encoder = ast.parse("class Encoder:\n    def __init__(self):\n        self._prefix = [101]\n")
+    deploy = ast.parse("def f(encoder):\n    return encoder._prefix\n")
+    graph = ast.parse("class Graph:\n    _cache = {}\n")
+    card = ast.parse("def g(graph):\n    return graph._cache\n")  # same package: fine
+    trees = {"poolkit.encoder": encoder, "poolkit.deploy": deploy,
+             "poolkit.deploy.graph": graph, "poolkit.deploy.card": card}  # fmt: skip
+    assert _foreign_private_attributes(trees) == [
+        "poolkit.deploy:2 reads ._prefix of poolkit.encoder"
+    ]

@@ -91,7 +91,7 @@ def test_pool_sizes():
     with pytest.raises(ValueError) as e:
         _pool(ray, 1, 2, 2, 1)
     assert str(e.value) == (
-        "Expected `cpus_per_worker` to leave `spare_cpus`=1 of the cluster's 2 CPUs free, but "
-        "got 2: the dataset's other stages (reading, writing) could never run. Ask for fewer "
-        "CPUs per worker, or pass spare_cpus=0 if every other stage asks for 0 CPUs."
+        "Expected `cpus_per_worker` to be at most 1 (the cluster's 2 CPUs less `spare_cpus`=1), "
+        "but got 2: the dataset's other stages (reading, writing) could never run. Ask for "
+        "fewer CPUs per worker, or pass spare_cpus=0 if every other stage asks for 0 CPUs."
     )

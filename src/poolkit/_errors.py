@@ -6,12 +6,18 @@ that a user sees which argument was wrong without reading a traceback.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import NoReturn
 
 
 def expected(arg: str, what: str, got: object, fix: str = "") -> str:
-    """Build the standard message: names the argument, the expectation and the input."""
-    msg = f"Expected `{arg}` to be {what}, but got {got}."
+    """Build the standard message: names the argument, the expectation and the input.
+
+    ``arg`` is a library argument (written `arg`), or a command-line flag or metavar
+    (``--workers``, ``INPUT``: written bare, as :func:`with_flags` writes flags)."""
+    name = arg if arg.startswith("-") or arg.isupper() else f"`{arg}`"
+    msg = f"Expected {name} to be {what}, but got {got}."
     return f"{msg} {fix}".rstrip() if fix else msg
 
 
@@ -21,6 +27,19 @@ def value_error(arg: str, what: str, got: object, fix: str = "") -> NoReturn:
 
 def type_error(arg: str, what: str, got: object, fix: str = "") -> NoReturn:
     raise TypeError(expected(arg, what, got, fix))
+
+
+def unmet(what: str, but: str, fix: str = "") -> str:
+    """A check on a state, not on one argument (a job's output, a file another tool wrote):
+    "Expected <what>, but <but>." followed by the fix or the consequence."""
+    msg = f"Expected {what}, but {but}."
+    return f"{msg} {fix}" if fix else msg
+
+
+def arg_names(names: Sequence[str]) -> str:
+    """Argument names as a message writes them: "`a`", "`a` and `b`", "`a`, `b` and `c`"."""
+    quoted = [f"`{n}`" for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
 
 
 def short_list(items: object, limit: int = 8) -> str:
@@ -41,6 +60,12 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 def missing_extra(feature: str, package: str, extra: str) -> str:
     """The one line for a missing optional dependency: what needs what, and the fix."""
     return f"{feature} needs {package}, which is not installed: pip install 'poolkit[{extra}]'"
+
+
+def renamed(message: str, arg: str) -> str:
+    """``message`` (built by :func:`expected`) naming ``arg`` instead of the argument it named:
+    a part's message raised for the whole (a recipe name's strategy part -> `recipe`)."""
+    return re.sub(r"^Expected `[^`]+`", lambda _: f"Expected `{arg}`", message)
 
 
 def with_flags(message: str, flags: dict[str, str]) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import expected
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -171,9 +172,12 @@ def check_no_empty_rows(batch: Any) -> None:
     rows = _rows_without_tokens(batch, (batch.attention_mask != 0) & ~batch.special_tokens_mask)
     if rows:
         raise ValueError(
-            f"Expected every text to have at least one non-special token with "
-            f"`exclude_special=True`, but texts {rows} have none (empty strings?). "
-            "Remove them or pass exclude_special=False."
+            expected(
+                "texts",
+                "texts with at least one non-special token each (`exclude_special=True`)",
+                f"texts {rows} with none (empty strings?)",
+                "Remove them or pass exclude_special=False.",
+            )
         )
 
 
@@ -183,9 +187,13 @@ def check_prompt_left_tokens(batch: Any) -> None:
     rows = _rows_without_tokens(batch, batch.pool_mask != 0)
     if rows:
         raise InputError(
-            f"Expected every text to keep at least one token after the prompt, which the "
-            f"model keeps out of pooling (include_prompt: false), but texts {rows} keep none "
-            "(empty, or merged into the prompt's last token). Remove them or pass prompt=''."
+            expected(
+                "texts",
+                "texts that keep at least one token after the prompt, which the model keeps "
+                "out of pooling (include_prompt: false)",
+                f"texts {rows} that keep none (empty, or merged into the prompt's last token)",
+                "Remove them or pass prompt=''.",
+            )
         )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import type_error
+from poolkit._errors import arg_names, expected, type_error, value_error
 from poolkit.driver import (
     EmbedStats,
     LayerViews,
@@ -91,10 +91,11 @@ def get_encoder(
     """
     if isinstance(model, Encoder):
         if max_length is not None and max_length != model.max_length:
-            raise ValueError(
-                f"Expected `max_length` to be None when `model` is an Encoder (it has "
-                f"max_length={model.max_length}), but got {max_length}. Build the Encoder "
-                "with the max_length you want."
+            value_error(
+                "max_length",
+                f"None when `model` is an Encoder (it has max_length={model.max_length})",
+                max_length,
+                "Build the Encoder with the max_length you want.",
             )
         return model
     key = (
@@ -146,17 +147,17 @@ def resolve_recipes(
                       "exclude_special": bool(exclude_special), "layer_how": layer_how != "mean"}  # fmt: skip
         clash = [k for k, given in shorthands.items() if given]
         if clash:
-            raise TypeError(
-                f"Expected either `recipe` or the shorthands {', '.join(clash)}, but got both. "
-                "A recipe names the strategy, layers and special tokens itself, e.g. "
-                "'mean_no_special@last4'."
+            type_error(
+                "recipe",
+                f"None when {arg_names(clash)} {'is' if len(clash) == 1 else 'are'} given",
+                f"{recipe!r:.40}",
+                "Pass one of the two: a recipe names the strategy, layers and special tokens "
+                "itself, e.g. 'mean_no_special@last4'.",
             )
         if isinstance(recipe, Mapping):  # column name -> Recipe, already validated
             named = dict(recipe)
             if not named or not all(isinstance(r, Recipe) for r in named.values()):
-                raise TypeError(
-                    f"Expected `recipe` as a mapping to hold Recipe values, but got {recipe!r:.60}."
-                )
+                type_error("recipe", "a mapping of names to Recipe values", f"{recipe!r:.60}")
             if normalize is not None:
                 named = {k: _with_normalize(r, normalize) for k, r in named.items()}
             return named, True
@@ -177,7 +178,7 @@ def resolve_recipes(
             for x in items
         }  # fmt: skip
     if len(named) != len(items):
-        raise ValueError(f"Expected `{arg}` to list each name once, but got {items}.")
+        value_error(arg, "a list of distinct names", items, "List each name once.")
     return named, not isinstance(recipe if recipe is not None else strategy, str | Recipe)
 
 
@@ -186,9 +187,11 @@ _DEFAULT = {"sequence": "mean", "word": "first", "span": "endpoints"}
 
 def _with_normalize(recipe: Recipe, normalize: bool) -> Recipe:
     if recipe.normalize is not None and recipe.normalize != normalize:
-        raise ValueError(
-            f"Expected `normalize` to agree with the recipe {str(recipe)!r}, but got "
-            f"{normalize}. Drop one of the two."
+        value_error(
+            "normalize",
+            f"None or {recipe.normalize}, as the recipe {str(recipe)!r} says",
+            normalize,
+            "Drop one of the two.",
         )
     return recipe.replace(normalize=normalize)
 
@@ -197,15 +200,10 @@ def _as_list(value: Any, arg: str, kinds: tuple[type, ...]) -> tuple[list[Any], 
     if isinstance(value, kinds):
         return [value], arg
     if not isinstance(value, Sequence) or isinstance(value, bytes):
-        raise TypeError(
-            f"Expected `{arg}` to be a name or a list of names, but got "
-            f"{type(value).__name__} ({value!r:.40})."
-        )
+        type_error(arg, "a name or a list of names", f"{type(value).__name__} ({value!r:.40})")
     items = list(value)
     if not items or not all(isinstance(x, kinds) for x in items):
-        raise ValueError(
-            f"Expected `{arg}` to be a name or a non-empty list of names, but got {value!r}."
-        )
+        value_error(arg, "a name or a non-empty list of names", repr(value))
     return items, arg
 
 
@@ -214,19 +212,14 @@ def _unicode(value: str, arg: str) -> None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise ValueError(
-            f"Expected `{arg}` to be text, but it holds an unpaired surrogate "
-            f"(\\u{ord(value[e.start]):04x}) at character {e.start}. Remove or replace it."
-        ) from None
+        got = f"an unpaired surrogate (\\u{ord(value[e.start]):04x}) at character {e.start}"
+        raise ValueError(expected(arg, "text", got, "Remove or replace it.")) from None
 
 
 def check_inputs(texts: Any, words: bool = False) -> list[Any]:
     """``texts`` (or ``words``) as a list, with types and Unicode checked up front."""
     if words and (isinstance(texts, str) or not isinstance(texts, Iterable)):
-        raise TypeError(
-            f"Expected `words` to be a list of word lists (one per text), but got "
-            f"{type(texts).__name__}."
-        )
+        type_error("words", "a list of word lists (one per text)", type(texts).__name__)
     items = check_texts(texts, words)
     for i, item in enumerate(items):
         if words:
@@ -532,17 +525,17 @@ def _one_recipe(
     if recipe is None:
         return Recipe(strategy or _DEFAULT[level], level=level, layers=layers, layer_how=layer_how)
     if strategy is not None or layers is not None or layer_how != "mean":
-        raise TypeError(
-            "Expected either `recipe` or the shorthands strategy, layers, layer_how, but got "
-            "both. A recipe names its strategy and layers itself."
+        type_error(
+            "recipe",
+            "None when `strategy`, `layers` or `layer_how` is given",
+            f"{recipe!r:.40}",
+            "Pass one of the two: a recipe names its strategy and layers itself.",
         )
     if not isinstance(recipe, str | Recipe):
         type_error("recipe", "a Recipe or a name", f"{recipe!r:.40}")
     r = Recipe.parse(recipe, level=level)
     if r.level != level:
-        raise ValueError(
-            f"Expected `recipe` to be a {level}-level recipe, but got {str(r)!r} ({r.level} level)."
-        )
+        value_error("recipe", f"a {level}-level recipe", f"{str(r)!r} ({r.level} level)")
     return r
 
 
@@ -576,10 +569,12 @@ def char_to_token_spans(
     if empty.size:
         k = int(empty[0])
         a, b = (int(x) for x in spans[k])
-        raise ValueError(
-            f"Expected `char_spans[{row}][{k}]` = ({a}, {b}) to cover at least one token of "
-            f"texts[{row}], but it covers none (only whitespace, or past the max length: "
-            "pass long_text='window'). Spans are half-open [start, end) character offsets."
+        value_error(
+            f"char_spans[{row}][{k}]",
+            f"a span that covers at least one token of texts[{row}]",
+            f"({a}, {b}), which covers none (only whitespace, or past the max length: pass "
+            "long_text='window')",
+            "Spans are half-open [start, end) character offsets.",
         )
     first = hit.argmax(axis=1)
     last = hit.shape[1] - 1 - hit[:, ::-1].argmax(axis=1)
@@ -592,43 +587,37 @@ def _span_pair(pair: Any, arg: str) -> tuple[int, int]:
         a, b = pair[0], pair[1]
         ok = all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in (a, b))
     if not ok:
-        raise TypeError(
-            f"Expected `{arg}` to be a (start, end) pair of ints, but got {pair!r:.60}."
-        )
+        type_error(arg, "a (start, end) pair of ints", f"{pair!r:.60}")
     return int(a), int(b)
 
 
 def _check_char_spans(texts: Sequence[str], char_spans: Any) -> list[np.ndarray]:
     if not isinstance(char_spans, Sequence | np.ndarray) or isinstance(char_spans, str):
-        raise TypeError(
-            f"Expected `char_spans` to be a list with one list of (start, end) pairs per "
-            f"text, but got {type(char_spans).__name__}."
+        type_error(
+            "char_spans",
+            "a list with one list of (start, end) pairs per text",
+            type(char_spans).__name__,
         )
     if len(char_spans) != len(texts):
-        raise ValueError(
-            f"Expected `char_spans` to have one list of spans per text ({len(texts)}), but "
-            f"got {len(char_spans)}."
-        )
+        value_error("char_spans", f"one list of spans per text ({len(texts)})", len(char_spans))
     checked = []
     for i, (text, spans) in enumerate(zip(texts, char_spans, strict=True)):
         arg = f"char_spans[{i}]"
         if not isinstance(spans, Sequence | np.ndarray) or isinstance(spans, str):
-            raise TypeError(
-                f"Expected `{arg}` to be a list of (start, end) pairs, but got "
-                f"{type(spans).__name__}."
-            )
+            type_error(arg, "a list of (start, end) pairs", type(spans).__name__)
         if len(spans) and all(isinstance(x, int | np.integer) for x in spans):
-            raise TypeError(
-                f"Expected `{arg}` to be a list of (start, end) pairs, but got the bare pair "
-                f"{tuple(spans)!r:.40}; wrap it: [{tuple(spans)!r:.40}]."
+            bare = f"{tuple(spans)!r:.40}"
+            type_error(
+                arg, "a list of (start, end) pairs", f"the bare pair {bare}", f"Wrap it: [{bare}]."
             )
         pairs = [_span_pair(pair, f"{arg}[{k}]") for k, pair in enumerate(spans)]
         for k, (a, b) in enumerate(pairs):
             if not 0 <= a < b <= len(text):
-                raise ValueError(
-                    f"Expected `char_spans[{i}][{k}]` to be (start, end) with 0 <= start < end "
-                    f"<= len(texts[{i}]) = {len(text)}, but got ({a}, {b}). Spans are "
-                    "half-open character offsets, like text[start:end]."
+                value_error(
+                    f"char_spans[{i}][{k}]",
+                    f"(start, end) with 0 <= start < end <= len(texts[{i}]) = {len(text)}",
+                    f"({a}, {b})",
+                    "Spans are half-open character offsets, like text[start:end].",
                 )
         checked.append(np.asarray(pairs, dtype=np.int64).reshape(-1, 2))
     return checked

@@ -33,7 +33,7 @@ from poolkit._errors import expected, type_error, value_error
 from poolkit.backends import Backend, make_backend
 from poolkit.model_folder import ModelInfo, load_tokenizer, read_model_info, resolve_model
 
-__all__ = ["Backend", "EncodedBatch", "Encoder", "Tokenized"]
+__all__ = ["Backend", "EncodedBatch", "Encoder", "SpecialTokens", "Tokenized"]
 
 LongText = Literal["truncate", "window"]
 
@@ -106,6 +106,32 @@ class EncodedBatch:
     pool_mask: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class SpecialTokens:
+    """The tokens an :class:`Encoder` frames each text with, and the ids it counts as special.
+
+    Every sequence is ``prefix + text tokens + suffix`` (then ``pad_id`` padding).
+
+    Attributes:
+        prefix: ``(P,)`` ids before each text's tokens, in order (BERT: ``[CLS]``).
+        suffix: ``(S,)`` ids after them, in order (BERT: ``[SEP]``; EOS with ``append_eos``).
+        special_ids: ``(K,)`` sorted ids marked special wherever they occur in a text (the
+            tokenizer's special ids less ``[UNK]``, which stands for real text).
+        pad_id: the id that fills padded positions.
+    """
+
+    prefix: tuple[int, ...]
+    suffix: tuple[int, ...]
+    special_ids: tuple[int, ...]
+    pad_id: int
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """``(N,)`` sorted union of ``prefix``, ``suffix`` and ``special_ids``: every id that
+        ``exclude_special`` (a ``_no_special`` recipe) can leave out of pooling."""
+        return tuple(sorted({*self.prefix, *self.suffix, *self.special_ids}))
+
+
 CPU_BATCH_TOKENS = 2048
 ACCELERATOR_BATCH_TOKENS = 16384
 
@@ -137,6 +163,8 @@ class Encoder:
         head: the modules after pooling (:class:`poolkit.head.Head`).
         tokenizer: the fast tokenizer.
         max_length: effective max tokens per sequence.
+        special_tokens: the prefix/suffix ids around each text and the ids counted as
+            special (:class:`SpecialTokens`).
     """
 
     def __init__(
@@ -157,10 +185,7 @@ class Encoder:
         if max_batch_size is not None and (
             not isinstance(max_batch_size, int) or max_batch_size < 1
         ):
-            raise ValueError(
-                f"Expected `max_batch_size` to be None or a positive integer, but got "
-                f"{max_batch_size!r}."
-            )
+            value_error("max_batch_size", "None or a positive integer", repr(max_batch_size))
         from poolkit.model_folder import DEFAULT_MODEL
 
         reference = DEFAULT_MODEL if model is None else os.fspath(model)
@@ -173,8 +198,11 @@ class Encoder:
         self.head = read_head(path)
         limit = max_length if max_length is not None else self.info.max_length
         if limit is None:
-            raise ValueError(
-                f"Model {reference!r} states no max length; pass `max_length=` explicitly."
+            value_error(
+                "max_length",
+                "a number of tokens",
+                f"None, and model {reference!r} states no max length",
+                "Pass `max_length=` explicitly.",
             )
         self.max_length = int(limit)
         self.max_batch_size = max_batch_size
@@ -184,9 +212,11 @@ class Encoder:
             self._suffix = [*self._suffix, int(eos)]
         self._text_room = self.max_length - len(self._prefix) - len(self._suffix)
         if self._text_room < 1:
-            raise ValueError(
-                f"Expected `max_length` to leave room for text after the {len(self._prefix) + len(self._suffix)} "
-                f"special tokens, but got {self.max_length}."
+            value_error(
+                "max_length",
+                f"more than the {len(self._prefix) + len(self._suffix)} special tokens, "
+                "to leave room for text",
+                self.max_length,
             )
         # [UNK] stands for real text (an emoji, a rare script): it is content, not special.
         unk = self.tokenizer.unk_token_id
@@ -203,10 +233,12 @@ class Encoder:
             torch.set_num_threads(int(num_threads))
         if backend == "onnx" and self._left:
             # Refused before exporting: the graph takes no position ids.
-            raise ValueError(
-                f"Expected `backend` to be 'torch' for a left-padded decoder model, but got "
-                f"'onnx': {self.info.reference!r} pads on the left and the ONNX export takes no "
-                "position ids. Use backend='torch'."
+            value_error(
+                "backend",
+                "'torch' for a left-padded decoder model",
+                f"'onnx': {self.info.reference!r} pads on the left and the ONNX export takes "
+                "no position ids",
+                "Use backend='torch'.",
             )
         if isinstance(backend, str):
             # The registry builds it (and refuses an unknown name or quantization).
@@ -227,6 +259,16 @@ class Encoder:
         return (
             f"Encoder({self.info.reference!r}, device={self.device!r}, "
             f"max_length={self.max_length}, max_batch_tokens={self.max_batch_tokens})"
+        )
+
+    @property
+    def special_tokens(self) -> SpecialTokens:
+        """The template around each text and the ids counted as special (a copy)."""
+        return SpecialTokens(
+            prefix=tuple(self._prefix),
+            suffix=tuple(self._suffix),
+            special_ids=tuple(int(i) for i in self._special_ids),
+            pad_id=self._pad_id,
         )
 
     def _template(self) -> tuple[list[int], list[int]]:
@@ -342,9 +384,11 @@ class Encoder:
             value_error("long_text", "'truncate' or 'window'", repr(long_text))
         if isinstance(texts, Tokenized):
             if prompt and texts.prompt is None:
-                raise ValueError(
-                    "Expected `prompt` to be None for texts tokenized already, but got "
-                    f"{prompt!r:.40}. Pass the prompt to tokenize() instead."
+                value_error(
+                    "prompt",
+                    "None for texts tokenized already",
+                    f"{prompt!r:.40}",
+                    "Pass the prompt to tokenize() instead.",
                 )
             tok = texts
         else:
@@ -594,12 +638,7 @@ def check_texts(texts: Any, words: bool) -> list[Any]:
     for i, t in enumerate(items):
         if words:
             if isinstance(t, str) or not all(isinstance(w, str) for w in t):
-                raise TypeError(
-                    f"Expected `words[{i}]` to be a list of strings (one text, pre-split), "
-                    f"but got {t!r}."
-                )
+                type_error(f"words[{i}]", "a list of strings (one text, pre-split)", repr(t))
         elif not isinstance(t, str):
-            raise TypeError(
-                f"Expected `texts[{i}]` to be a str, but got {type(t).__name__} ({t!r:.60})."
-            )
+            type_error(f"texts[{i}]", "a str", f"{type(t).__name__} ({t!r:.60})")
     return items

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poolkit._errors import expected
 from poolkit.errors import ModelNotFoundError  # re-exported: raised here
 
 __all__ = [
@@ -161,6 +162,15 @@ def _read_json(path: Path) -> Any:
         raise ValueError(f"Could not parse {path}: {e}. Fix or remove the file.") from e
 
 
+def _no_config(folder: Path) -> str:
+    return expected(
+        "model",
+        "a Hugging Face model directory with a config.json",
+        f"{str(folder)!r}, which has none",
+        "Pass the directory that holds config.json.",
+    )
+
+
 def _package_for(reference: str) -> Path | None:
     """Directory of an installed ``gt-<name>`` package that carries ``reference``."""
     name = reference.rstrip("/").split("/")[-1].lower()
@@ -193,15 +203,16 @@ def resolve_model(reference: str | os.PathLike[str] | None = None) -> Path:
     local = Path(ref).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file():
-            raise ModelNotFoundError(
-                f"Expected `model` to be a Hugging Face model directory with a config.json, "
-                f"but {str(local)!r} has none. Pass the directory that holds config.json."
-            )
+            raise ModelNotFoundError(_no_config(local))
         return local.resolve()
     if local.exists() or ref.startswith((".", "/", "~")) or ref.count("/") > 1:
         raise ModelNotFoundError(
-            f"Expected `model` to be a model directory or a hub id, but {ref!r} is not a "
-            "directory. Pass the path of a local model directory."
+            expected(
+                "model",
+                "a model directory or a hub id",
+                f"{ref!r}, which is not a directory",
+                "Pass the path of a local model directory.",
+            )
         )
     packaged = _package_for(ref)
     if packaged is not None:
@@ -291,10 +302,7 @@ def read_model_info(
     ref = reference if reference is not None else str(root)
     config_path = root / "config.json"
     if not config_path.is_file():
-        raise ModelNotFoundError(
-            f"Expected `model` to be a Hugging Face model directory with a config.json, but "
-            f"{str(root)!r} has none. Pass the directory that holds config.json."
-        )
+        raise ModelNotFoundError(_no_config(root))
     config = _read_json(config_path)
     is_decoder = _causal(config)
 
@@ -414,10 +422,13 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
         ) from e
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(
-            f"Expected a fast (Rust) tokenizer for {os.fspath(path)!r}, but got the slow "
-            f"{type(tokenizer).__name__}: poolkit needs offsets and word ids. Save the model "
-            "with a tokenizer.json (e.g. AutoTokenizer.from_pretrained(..., use_fast=True)"
-            ".save_pretrained(dir))."
+            expected(
+                "model",
+                f"a directory with a fast (Rust) tokenizer ({os.fspath(path)!r})",
+                f"the slow {type(tokenizer).__name__}: poolkit needs offsets and word ids",
+                "Save the model with a tokenizer.json (e.g. AutoTokenizer.from_pretrained(..., "
+                "use_fast=True).save_pretrained(dir)).",
+            )
         )
     return tokenizer
 

@@ -39,9 +39,8 @@ def resolve_prompt(info: Any, prompt_name: str | None, prompt: str | None) -> st
     """
     if prompt is not None and prompt_name is not None:
         raise InputError(
-            f"Expected either `prompt` or `prompt_name`, but got both ({prompt!r:.40} and "
-            f"{prompt_name!r:.40}). Pass one."
-        )  # two arguments: the template names one
+            expected("prompt", "None when `prompt_name` is given", f"{prompt!r:.40}", "Pass one.")
+        )
     if prompt is not None:
         if not isinstance(prompt, str):
             raise InputError(expected("prompt", "a str", type(prompt).__name__))
@@ -64,7 +63,12 @@ def check_prompt_pooling(info: Any, prompt: str | None, strategies: list[str]) -
     the first pooled token, so the vectors would differ."""
     if prompt and not info.include_prompt and "weighted_mean" in strategies:
         raise InputError(
-            "Expected a pooling other than weighted_mean with a prompt that the model keeps "
-            "out of pooling (include_prompt: false): its pipeline counts positions from the "
-            "prompt, poolkit from the text. Pass prompt='' or another strategy."
+            expected(
+                "strategy",
+                "a pooling other than weighted_mean with a prompt that the model keeps out of "
+                "pooling (include_prompt: false)",
+                "weighted_mean: the model's pipeline counts positions from the prompt, poolkit "
+                "from the text",
+                "Pass prompt='' or another strategy.",
+            )
         )

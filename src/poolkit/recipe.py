@@ -22,12 +22,11 @@ takes::
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from poolkit._errors import expected, value_error
+from poolkit._errors import expected, renamed, value_error
 from poolkit.errors import InputError
 from poolkit.layers import LAYER_COMBINATIONS, LAYER_PRESETS
 from poolkit.sequence import SEQUENCE_STRATEGIES
@@ -145,7 +144,7 @@ class Recipe:
             return cls(**_split_name(raw, level or "sequence"))
         except RecipeError as e:
             # A name is one argument: the message names `recipe`, whichever part failed.
-            msg = re.sub(r"^Expected `\w+`", "Expected `recipe`", str(e))
+            msg = renamed(str(e), "recipe")
             msg = msg.split(" Closest valid name:")[0]
             raise RecipeError(f"{msg} Closest valid name: {_closest(raw)}.") from None
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from poolkit._errors import missing_extra, with_flags
+from poolkit._errors import missing_extra, value_error, with_flags
 from poolkit.errors import MissingDependencyError
 from poolkit.model_folder import DEFAULT_MODEL
 
@@ -133,7 +133,7 @@ def add_common(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
 
 def positive(value: int | None, flag: str) -> None:
     if value is not None and value < 1:
-        raise ValueError(f"Expected {flag} to be a positive integer, but got {value}.")
+        value_error(flag, "a positive integer", value)
 
 
 @contextmanager
@@ -157,7 +157,7 @@ def text_chunks(args: Any, chunk_size: int = 4096) -> Iterator[list[str]]:
         yield list(args.text)
         return
     if args.input is None:
-        raise ValueError("Expected an INPUT file (or '-' for stdin) or --text, but got neither.")
+        value_error("INPUT", "a file (or '-' for stdin), or --text given", "neither")
     yield from read_texts(
         args.input,
         text_column=getattr(args, "text_column", None),

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import count
+from poolkit._errors import count, unmet
 from poolkit.cli._common import positive, require_extra
 from poolkit.cli._recipe_args import parse_layers
 from poolkit.cli._signals import Terminated
@@ -121,8 +121,11 @@ def _verify(tmp: str, total: int) -> tuple[int, dict[str, int]]:
     if len(ids) != total or not np.array_equal(ids, np.arange(total)):
         missing = total - len(np.unique(ids))
         raise RuntimeError(
-            f"Expected the job to write each of the {total} rows once, but it wrote "
-            f"{len(ids)} rows ({missing} ids missing); the output was not published."
+            unmet(
+                f"the job to write each of the {total} rows once",
+                f"it wrote {len(ids)} rows ({missing} ids missing)",
+                "The output was not published.",
+            )
         )
     dims = {f.name: f.type.list_size for f in data.schema if pa.types.is_fixed_size_list(f.type)}
     return len(data.files), dims
@@ -404,8 +407,11 @@ class _Job:
                     raise _user_error(e) from None
                 if pending:
                     raise RuntimeError(
-                        f"Expected the job to embed every row of {len(done)} files, but "
-                        f"{len(pending)} came back incomplete; the output was not published."
+                        unmet(
+                            f"the job to embed every row of {len(done)} files",
+                            f"{len(pending)} came back incomplete",
+                            "The output was not published.",
+                        )
                     )
             staged = checkpoint.stage([f.name for f in corpus.files])
             shards_count, dims = _verify(os.fspath(staged), corpus.rows)

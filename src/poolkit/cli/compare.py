@@ -63,9 +63,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="add layer variants (last, last4 = mean of the last four, first_last = mean of "
         "the first and last); alone: all three (default: the last layer only)",
     )  # fmt: skip
-    p.add_argument("--prompt-name", default=None, metavar="NAME",
-                   help="one of the model's prompts before every text (retrieval: every "
-                   "query) (default: the model's default prompt, if any)")  # fmt: skip
+    p.add_argument("--prompt-name", "--query-prompt-name", dest="prompt_name", default=None,
+                   metavar="NAME", help="one of the model's prompts before every text "
+                   "(retrieval: every query) (default: the model's default prompt, if any)")  # fmt: skip
     p.add_argument("--document-prompt-name", default=None, metavar="NAME",
                    help="retrieval: the model's prompt before every document (default: the "
                    "model's default prompt, if any)")  # fmt: skip

@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
+from poolkit._errors import expected, value_error
 from poolkit.cli._common import add_common
 from poolkit.cli._jsonout import json_lines, rounded
 from poolkit.io.readers import InputError, read_records
@@ -49,7 +50,7 @@ def _parse_span(value: str) -> tuple[int, int]:
         start, end = (int(x) for x in value.split(":"))
     except ValueError:
         raise ValueError(
-            f"Expected --span as START:END (character offsets, e.g. 11:20), but got {value!r}."
+            expected("--span", "START:END (character offsets, e.g. 11:20)", repr(value))
         ) from None
     return start, end
 
@@ -57,11 +58,11 @@ def _parse_span(value: str) -> tuple[int, int]:
 def _records(args: argparse.Namespace) -> Iterator[tuple[str, list[tuple[int, int]]]]:
     if args.text is not None:
         if not args.span:
-            raise ValueError("Expected at least one --span START:END with --text, but got none.")
+            value_error("--span", "given at least once (START:END) with --text", "none")
         yield args.text, [_parse_span(s) for s in args.span]
         return
     if args.input is None:
-        raise ValueError("Expected an INPUT file or --text with --span, but got neither.")
+        value_error("INPUT", "a file, or --text given with --span", "neither")
     # poolkit's one record reader: the same decoding (UTF-8, BOM, NUL) as embed and compare.
     _, records = read_records(args.input, "jsonl")
     for where, obj in records:

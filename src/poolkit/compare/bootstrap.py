@@ -22,6 +22,8 @@ from typing import Protocol
 
 import numpy as np
 
+from poolkit._errors import value_error
+
 __all__ = [
     "BLOCK_ELEMENTS",
     "DEFAULT_RESAMPLES",
@@ -87,7 +89,7 @@ def resampled_scores(
     """
     sizes = {e.units for e in evaluations.values()}
     if len(sizes) != 1:
-        raise ValueError(f"Expected evaluations over the same units, but got sizes {sizes}.")
+        value_error("evaluations", "over the same units", f"sizes {sorted(sizes)}")
     (n,) = sizes
     parts: dict[Hashable, list[np.ndarray]] = {k: [] for k in evaluations}
     for counts in resample_counts(n, resamples, seed):

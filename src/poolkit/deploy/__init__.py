@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected
+from poolkit._errors import expected, unmet
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -283,9 +283,7 @@ def _write_onnx(
     # module poolkit cannot apply, or a recipe width the head cannot take, is refused here
     # (PipelineError, naming the module) before anything is exported.
     heads, _, _ = head_plan(encoder, {str(recipe): recipe}, "full")
-    special = sorted(
-        {int(i) for i in encoder._special_ids} | set(encoder._prefix) | set(encoder._suffix)
-    )
+    special = list(encoder.special_tokens.ids)
     fp32 = work / ("model-fp32.onnx" if quantize else "model.onnx")
     graph = build_graph(
         transformer_dir(info.path), recipe, special, normalize, fp32, heads.get(recipe)
@@ -296,9 +294,11 @@ def _write_onnx(
         from poolkit.errors import ExportError
 
         raise ExportError(
-            f"The exported graph disagrees with poolkit.embed (max abs diff "
-            f"{agreement['max_abs_diff']:.3g} over {agreement['texts']} texts, at most 1e-4 "
-            "required); nothing was written."
+            unmet(
+                "the exported graph to agree with poolkit.embed within 1e-4 (max abs diff)",
+                f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
+                "Nothing was written.",
+            )
         )
     record.update(
         onnx={
@@ -328,9 +328,12 @@ def _write_onnx(
             from poolkit.errors import ExportError
 
             raise ExportError(
-                f"The int8 graph is too far from poolkit.embed (mean cosine "
-                f"{int8['mean_cosine']:.4f}, at least {INT8_MIN_COS} required); nothing was "
-                "written. Export without --quantize."
+                unmet(
+                    f"the int8 graph's vectors to have mean cosine at least {INT8_MIN_COS} "
+                    "with poolkit.embed's",
+                    f"they have {int8['mean_cosine']:.4f}",
+                    "Nothing was written. Export without `quantize`.",
+                )
             )
         record["agreement"]["int8"] = int8
         summary = (
@@ -355,18 +358,18 @@ def _write_tokenizer(encoder: Any, path: Path) -> Any:
 
     tok = Tokenizer.from_str(encoder.tokenizer.backend_tokenizer.to_str())
     names = encoder.tokenizer.convert_ids_to_tokens
-    prefix = [names(i) for i in encoder._prefix]
-    suffix = [names(i) for i in encoder._suffix]
-    specials = {
-        t: i for t, i in zip(prefix + suffix, encoder._prefix + encoder._suffix, strict=True)
-    }
+    template = encoder.special_tokens
+    prefix = [names(i) for i in template.prefix]
+    suffix = [names(i) for i in template.suffix]
+    framing = template.prefix + template.suffix
+    specials = {t: i for t, i in zip(prefix + suffix, framing, strict=True)}
     tok.post_processor = TemplateProcessing(
         single=" ".join([*prefix, "$A", *suffix]),
         special_tokens=sorted(specials.items(), key=lambda kv: kv[1]),
     )
     tok.no_truncation()
     tok.enable_truncation(max_length=encoder.max_length)
-    pad = encoder._pad_id
+    pad = template.pad_id
     tok.enable_padding(pad_id=pad, pad_token=names(pad) or "")
     tok.save(str(path))
     return Tokenizer.from_file(str(path))

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from poolkit._errors import expected
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -18,8 +19,12 @@ __all__ = ["choice_text", "model_card", "read_compare"]
 
 def _bad(path: Path, what: str) -> InputError:
     return InputError(
-        f"Expected `from_compare` to be a `poolkit compare --json` file, but {str(path)!r} "
-        f"{what}. Write one with: poolkit compare ... --json results.json"
+        expected(
+            "from_compare",
+            "a `poolkit compare --json` file",
+            f"{str(path)!r}, which {what}",
+            "Write one with: poolkit compare ... --json results.json",
+        )
     )
 
 
@@ -55,9 +60,12 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
         same = False
     if not same:
         raise InputError(
-            f"Expected `from_compare` to hold results for the model being exported "
-            f"({str(source)!r}), but {str(path)!r} compared {compared!r}. Export that model, "
-            "or run poolkit compare on this one."
+            expected(
+                "from_compare",
+                f"results for the model being exported ({str(source)!r})",
+                f"{str(path)!r}, which compared {compared!r}",
+                "Export that model, or run poolkit compare on this one.",
+            )
         )
     metric = doc.get("metric")
     intended = next((r for r in rows if r.get("intended")), None)

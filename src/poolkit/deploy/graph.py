@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import unmet
 from poolkit.recipe import Recipe
 
 __all__ = ["build_graph", "pipeline_module"]
@@ -146,8 +147,12 @@ def build_graph(
         worst = max(worst, float(np.abs(runner(ids, mask) - ref).max()))
     if not worst <= FP32_TOL:
         raise ExportError(
-            f"The ONNX graph of recipe {str(recipe)!r} disagrees with the torch model on padded "
-            f"batches (max abs diff {worst:.3g}, at most {FP32_TOL} required); nothing was "
-            "written. Use `format='sentence-transformers'` if the recipe allows it."
+            unmet(
+                f"the ONNX graph of recipe {str(recipe)!r} to agree with the torch model on "
+                f"padded batches within {FP32_TOL} (max abs diff)",
+                f"it differs by {worst:.3g}",
+                "Nothing was written. Use `format='sentence-transformers'` if the recipe "
+                "allows it.",
+            )
         )
     return {"opset": OPSET, "inputs": list(runner.input_names), "max_abs_diff_vs_torch": worst}

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from poolkit._errors import expected
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -69,8 +70,12 @@ def st_pooling_config(recipe: Recipe, hidden_size: int) -> dict[str, Any]:
     reason = st_refusal(recipe)
     if reason is not None:
         raise InputError(
-            f"Expected `recipe` to be one that sentence-transformers' Pooling can express, "
-            f"but {str(recipe)!r} has {reason}. Use `format='onnx'`, which carries any recipe."
+            expected(
+                "recipe",
+                "one that sentence-transformers' Pooling can express",
+                f"{str(recipe)!r}, which has {reason}",
+                "Use `format='onnx'`, which carries any recipe.",
+            )
         )
     names = {name for name, _ in recipe.parts}
     config: dict[str, Any] = {"word_embedding_dimension": hidden_size}
@@ -102,9 +107,12 @@ def source_heads(root: Path) -> list[dict[str, Any]]:
             heads.append(entry)
         elif kind not in ("Transformer", "Pooling", "Normalize"):
             raise InputError(
-                f"Expected `model` to be a pipeline of Transformer, Pooling, Dense, LayerNorm "
-                f"and Normalize modules, but it has a {kind} module ({entry.get('path')!r}). "
-                "Export the transformer folder alone."
+                expected(
+                    "model",
+                    "a pipeline of Transformer, Pooling, Dense, LayerNorm and Normalize modules",
+                    f"one with a {kind} module ({entry.get('path')!r})",
+                    "Export the transformer folder alone.",
+                )
             )
     return heads
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from poolkit._errors import type_error
+from poolkit._errors import expected, type_error
 from poolkit.errors import InputError  # the family's; raised here for unreadable input
 
 __all__ = [
@@ -46,10 +46,7 @@ def input_format(path: str | os.PathLike[str], fmt: str | None = None) -> str:
     if fmt is not None:
         name = _ALIASES.get(fmt.lower(), fmt.lower())
         if name not in INPUT_FORMATS:
-            raise InputError(
-                f"Expected the input format to be one of {', '.join(INPUT_FORMATS)}, but got "
-                f"{fmt!r}."
-            )
+            raise InputError(expected("fmt", f"one of {', '.join(INPUT_FORMATS)}", repr(fmt)))
         return name
     if os.fspath(path) == "-":
         return "txt"

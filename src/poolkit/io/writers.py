@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from poolkit._errors import value_error
+from poolkit._errors import unmet, value_error
 from poolkit.io.atomic import AtomicFile
 from poolkit.io.readers import InputError
 
@@ -83,7 +83,7 @@ class EmbeddingWriter:
     def write(self, ids: np.ndarray, arrays: Mapping[str, np.ndarray]) -> None:
         """Append a chunk: ``ids`` ``(n,)`` int64 row ids, ``arrays`` name -> ``(n, D)``."""
         if self._file is None:
-            raise ValueError("Expected an open writer, but it was already closed.")
+            raise ValueError(unmet("an open writer", "it was already closed"))
         ids = np.asarray(ids, dtype=np.int64)
         for name in self.strategies:
             arr = np.ascontiguousarray(arrays[name], dtype=np.float32)
@@ -151,7 +151,7 @@ class EmbeddingWriter:
         )
         if header.tell() != _NPY_HEADER:
             raise ValueError(
-                f"Expected a .npy header of {_NPY_HEADER} bytes, but NumPy wrote {header.tell()}."
+                unmet(f"a .npy header of {_NPY_HEADER} bytes", f"NumPy wrote {header.tell()}")
             )
         self._file.seek(0)
         self._file.write(header.getvalue())

@@ -114,15 +114,19 @@ class Embedder:
 
     def _texts(self, batch: Batch, columns: list[str]) -> list[str]:
         if self.text_column not in columns:
-            raise ValueError(
-                f"Expected a column `text_column`={self.text_column!r} in the dataset, but its "
-                f"columns are: {', '.join(columns)}. Pass text_column= to choose one."
+            value_error(
+                "text_column",
+                "a column of the dataset",
+                f"{self.text_column!r}; its columns are: {', '.join(columns)}",
+                "Pass text_column= to choose one.",
             )
         clash = [name for name in self.names if name in columns]
         if clash:
-            raise ValueError(
-                f"Expected no input column named like a strategy, but {clash} already exist; "
-                "rename or drop them first (the embeddings are written under these names)."
+            value_error(
+                "ds",
+                "a dataset with no column named like a strategy",
+                f"columns {clash} that already exist",
+                "Rename or drop them first (the embeddings are written under these names).",
             )
         values = batch[self.text_column]
         texts = values.to_pylist() if hasattr(values, "to_pylist") else list(values)
@@ -131,9 +135,11 @@ class Embedder:
                 ident = ""
                 if "id" in columns:
                     ident = f" (id {batch['id'][k]})"
-                raise ValueError(
-                    f"Expected column {self.text_column!r} to hold strings, but row {k} of a "
-                    f"batch{ident} is {type(text).__name__} ({text!r:.60}). Drop or fill nulls first."
+                value_error(
+                    "text_column",
+                    f"a column of strings ({self.text_column!r})",
+                    f"{type(text).__name__} ({text!r:.60}) in row {k} of a batch{ident}",
+                    "Drop or fill nulls first.",
                 )
         return texts
 
@@ -171,9 +177,11 @@ class Embedder:
             out = {k: v for k, v in batch.items() if self.keep_text or k != self.text_column}
             out.update(vectors)
             return out
-        raise TypeError(
-            f"Expected a batch as a pyarrow.Table or a dict of arrays, but got "
-            f"{type(batch).__name__}. Use map_batches(..., batch_format='pyarrow')."
+        type_error(
+            "batch",
+            "a pyarrow.Table or a dict of arrays",
+            type(batch).__name__,
+            "Use map_batches(..., batch_format='pyarrow').",
         )
 
 
@@ -246,9 +254,7 @@ def embed_dataset(
     if not spare_cpus >= 0:
         value_error("spare_cpus", "0 or more", repr(spare_cpus))
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(
-            f"Expected `batch_size` to be a positive integer or None, but got {batch_size!r}."
-        )
+        value_error("batch_size", "a positive integer or None", repr(batch_size))
     if fn is not None and not (isinstance(fn, type) and issubclass(fn, Embedder)):
         type_error("fn", "a subclass of Embedder", repr(fn))
     if not ray.is_initialized():
@@ -288,11 +294,12 @@ def _pool(ray: Any, workers: int, cpus_per_worker: float, cpus: float, spare: fl
     if fits >= workers:
         return ray.data.ActorPoolStrategy(size=workers)
     if fits < 1:
-        raise ValueError(
-            f"Expected `cpus_per_worker` to leave `spare_cpus`={spare:g} of the cluster's "
-            f"{cpus:g} CPUs free, but got {cpus_per_worker:g}: the dataset's other stages "
-            "(reading, writing) could never run. Ask for fewer CPUs per worker, or pass "
-            "spare_cpus=0 if every other stage asks for 0 CPUs."
+        value_error(
+            "cpus_per_worker",
+            f"at most {cpus - spare:g} (the cluster's {cpus:g} CPUs less `spare_cpus`={spare:g})",
+            f"{cpus_per_worker:g}: the dataset's other stages (reading, writing) could never run",
+            "Ask for fewer CPUs per worker, or pass spare_cpus=0 if every other stage asks for "
+            "0 CPUs.",
         )
     return ray.data.ActorPoolStrategy(min_size=fits, max_size=workers)
 
@@ -302,7 +309,9 @@ def check_options(options: dict[str, Any]) -> None:
     known = (*Embedder._ENCODER_OPTIONS, *Embedder._RECIPE_OPTIONS, *Embedder._EMBED_OPTIONS)
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise TypeError(
-            f"Expected options among {', '.join(known)}, but got {', '.join(unknown)}. "
-            "See poolkit.embed for their meaning."
+        type_error(
+            "options",
+            f"among {', '.join(known)}",
+            ", ".join(unknown),
+            "See poolkit.embed for their meaning.",
         )

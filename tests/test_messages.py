@@ -1,0 +1,117 @@
+"""One message template: ``src/poolkit/_errors.py`` builds every "Expected ..." message.
+
+A source scan finds any string in the package, outside ``_errors.py``, that starts a
+message by hand ("Expected ...", f"Expected ..."), so a drifting copy cannot come back.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from poolkit._errors import arg_names, expected, renamed, unmet, value_error, with_flags
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "poolkit"
+
+
+def _hand_written(source: str) -> list[int]:
+    """Line numbers of string literals (plain or f-strings) that begin with "Expected"."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.JoinedStr) and node.values:
+            first = node.values[0]
+            text = first.value if isinstance(first, ast.Constant) else ""
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if isinstance(text, str) and text.lstrip().startswith("Expected"):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_scan_finds_hand_written_messages():
+    # The scan can fail: each way of writing the message by hand is found.
+    assert _hand_written('raise ValueError(f"Expected `x` to be 1, but got {y}.")') == [1]
+    assert _hand_written('raise TypeError(\n    "Expected a str, "\n    "but got int.")') == [2]
+    assert _hand_written('m = f"""\n  Expected {a}"""') == [1]
+    assert _hand_written('expected("x", "1", y)  # "Expected" only in a comment') == []
+
+
+def test_no_message_is_written_by_hand_outside_errors_module():
+    found = [
+        f"{path.relative_to(SRC.parent)}:{line}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path.name != "_errors.py"
+        for line in _hand_written(path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], "build these messages with poolkit._errors (expected, unmet, ...)"
+
+
+def test_expected_names_the_argument_the_expectation_the_input_and_the_fix():
+    assert expected("max_length", "a positive integer", 0, "Pass 128.") == (
+        "Expected `max_length` to be a positive integer, but got 0. Pass 128."
+    )
+    assert expected("texts", "a list of strings", "str") == (
+        "Expected `texts` to be a list of strings, but got str."
+    )
+    with pytest.raises(ValueError, match=r"^Expected `x` to be 1, but got 2\.$"):
+        value_error("x", "1", 2)
+
+
+def test_command_line_names_are_written_as_typed():
+    # Flags and metavars read as on the command line, the way with_flags writes flags.
+    assert expected("--workers", "a positive integer", 0) == (
+        "Expected --workers to be a positive integer, but got 0."
+    )
+    assert expected("INPUT", "a file", "neither") == "Expected INPUT to be a file, but got neither."
+    assert with_flags(
+        expected("overwrite", "True or False", "'yes'"), {"overwrite": "--overwrite"}
+    ) == ("Expected --overwrite to be True or False, but got 'yes'.")
+
+
+def test_unmet_states_a_check_on_a_state():
+    assert unmet("an open writer", "it was already closed") == (
+        "Expected an open writer, but it was already closed."
+    )
+    assert unmet("the job to write 3 rows", "it wrote 2", "The output was not published.") == (
+        "Expected the job to write 3 rows, but it wrote 2. The output was not published."
+    )
+
+
+def test_renamed_names_the_whole_argument():
+    msg = expected("strategy", "one of cls, mean", "'avg'", "Valid forms: X.")
+    assert (
+        renamed(msg, "recipe")
+        == "Expected `recipe` to be one of cls, mean, but got 'avg'. Valid forms: X."
+    )
+    assert renamed(expected("char_spans[0][1]", "a pair", "3"), "spans") == (
+        "Expected `spans` to be a pair, but got 3."
+    )
+    assert renamed("no template here", "recipe") == "no template here"
+
+
+def test_arg_names():
+    assert arg_names(["strategy"]) == "`strategy`"
+    assert arg_names(["strategy", "layers"]) == "`strategy` and `layers`"
+    assert arg_names(["a", "b", "c"]) == "`a`, `b` and `c`"
+
+
+def test_library_checks_word_for_word():
+    from types import SimpleNamespace
+
+    from poolkit.compare.bootstrap import resampled_scores
+    from poolkit.errors import InputError
+    from poolkit.io.readers import input_format
+
+    with pytest.raises(InputError) as e:
+        input_format("a.txt", "docx")
+    assert str(e.value) == (
+        "Expected `fmt` to be one of txt, jsonl, csv, tsv, parquet, but got 'docx'."
+    )
+    two = {"a": SimpleNamespace(units=3), "b": SimpleNamespace(units=5)}
+    with pytest.raises(ValueError) as e:
+        resampled_scores(two, 10)  # type: ignore[arg-type]
+    assert str(e.value) == "Expected `evaluations` to be over the same units, but got sizes [3, 5]."
