@@ -143,3 +143,14 @@ def test_probe_is_deterministic(minilm):
     y = np.asarray(data.labels)
     a, b = (probes.cv_predict(x, y, 3) for _ in range(2))
     assert np.array_equal(a, b)
+
+
+def test_cv_warm_start_skips_a_fold_that_lacks_a_label():
+    # A label with one example is missing from some folds' training rows: those folds
+    # start cold (no shape mismatch) and still match a cold fit.
+    x, y = synthetic(3, n=300, d=8)
+    y[0] = "rare"
+    splits = probes.stratified_splits(np.where(y == "rare", "c0", y), 5)
+    pred = probes.cv_predict(x, y, 5, splits)
+    for train, test in splits:
+        assert np.array_equal(pred[test], probes.fit_predict(x[train], y[train], x[test]))

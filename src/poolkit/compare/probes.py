@@ -22,12 +22,19 @@ SEED = 0
 
 
 def _fit_predict(
-    x_train: np.ndarray, y_train: Sequence, x_test: np.ndarray, init: logistic.Fit | None
-) -> tuple[np.ndarray, logistic.Fit]:
+    x_train: np.ndarray, y_train: Sequence, x_test: np.ndarray, init: tuple | None
+) -> tuple[np.ndarray, tuple[np.ndarray, logistic.Fit]]:
+    """Predictions ``(M,)`` and ``(classes, fit)``; ``init``, such a pair from another fit,
+    warm-starts this one when it saw the same classes (and so has the same shape)."""
     classes, codes = np.unique(np.asarray(y_train), return_inverse=True)
     train, test = logistic.standardize(x_train, x_test)
-    model = logistic.fit(train, codes, len(classes), init=init)
-    return classes[model.predict(test)], model
+    same = (
+        init is not None
+        and np.array_equal(init[0], classes)
+        and init[1].coef.shape[0] == train.shape[1]
+    )
+    model = logistic.fit(train, codes, len(classes), init=init[1] if same else None)
+    return classes[model.predict(test)], (classes, model)
 
 
 def fit_predict(x_train: np.ndarray, y_train: Sequence, x_test: np.ndarray) -> np.ndarray:
@@ -57,7 +64,6 @@ def cv_predict(x: np.ndarray, y: Sequence, folds: int, splits: list | None = Non
     model = None
     for train, test in splits if splits is not None else stratified_splits(y_a, folds):
         # Folds share most rows, so each fit starts from the previous fold's optimum.
-        # Every fold holds every label (stratified, >= 2 per label), so shapes match.
         pred[test], model = _fit_predict(x[train], y_a[train], x[test], model)
     return pred
 
