@@ -1,27 +1,40 @@
-"""Frozen-encoder probes: logistic regression on fixed vectors, fixed seed."""
+"""Frozen-encoder probes: logistic regression on standardised vectors, deterministic.
+
+The probe is scikit-learn's ``StandardScaler`` + ``LogisticRegression(C=1)`` estimator
+(multinomial for three or more labels, binomial for two, intercepts not penalised), solved
+by :mod:`poolkit.compare.logistic` (preconditioned L-BFGS) instead of scikit-learn's
+newton-cg, which dominated `compare`'s run time on token-level tasks.
+``tests/test_compare_probes.py`` pins its figures to scikit-learn's converged probe;
+``bench/bench_probes.py`` checks them on WNUT-17 and times the probes against embedding.
+"""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
+
+from poolkit.compare import logistic
 
 __all__ = ["SEED", "cv_predict", "fit_predict", "folds_for", "stratified_splits"]
 
 SEED = 0
 
 
-def _probe():  # -> sklearn Pipeline; imported late so `poolkit` loads without sklearn
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    # Scaling puts every strategy on one footing (max and sum pooling have very different
-    # ranges). newton-cg reaches the same optimum as lbfgs in a few Newton steps and is
-    # several times faster on wide, concatenated features.
-    model = LogisticRegression(solver="newton-cg", tol=1e-6, max_iter=1000, random_state=SEED)
-    return make_pipeline(StandardScaler(), model)
+def _fit_predict(
+    x_train: np.ndarray, y_train: Sequence, x_test: np.ndarray, init: tuple | None
+) -> tuple[np.ndarray, tuple[np.ndarray, logistic.Fit]]:
+    """Predictions ``(M,)`` and ``(classes, fit)``; ``init``, such a pair from another fit,
+    warm-starts this one when it saw the same classes (and so has the same shape)."""
+    classes, codes = np.unique(np.asarray(y_train), return_inverse=True)
+    train, test = logistic.standardize(x_train, x_test)
+    same = (
+        init is not None
+        and np.array_equal(init[0], classes)
+        and init[1].coef.shape[0] == train.shape[1]
+    )
+    model = logistic.fit(train, codes, len(classes), init=init[1] if same else None)
+    return classes[model.predict(test)], (classes, model)
 
 
 def fit_predict(x_train: np.ndarray, y_train: Sequence, x_test: np.ndarray) -> np.ndarray:
@@ -30,14 +43,7 @@ def fit_predict(x_train: np.ndarray, y_train: Sequence, x_test: np.ndarray) -> n
     Returns the predicted labels ``(M,)`` (same dtype as ``y_train``). ``y_train`` must hold at
     least two distinct labels.
     """
-    from sklearn.exceptions import ConvergenceWarning
-
-    model = _probe()
-    with warnings.catch_warnings():
-        # A probe that stops at max_iter is still a fair comparison point.
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        model.fit(np.asarray(x_train, dtype=np.float32), np.asarray(y_train))
-    return model.predict(np.asarray(x_test, dtype=np.float32))
+    return _fit_predict(x_train, y_train, x_test, None)[0]
 
 
 def folds_for(labels: Sequence[str], wanted: int = 5) -> int:
@@ -55,8 +61,10 @@ def cv_predict(x: np.ndarray, y: Sequence, folds: int, splits: list | None = Non
     """
     y_a = np.asarray(y)
     pred = np.empty_like(y_a)
+    model = None
     for train, test in splits if splits is not None else stratified_splits(y_a, folds):
-        pred[test] = fit_predict(x[train], y_a[train], x[test])
+        # Folds share most rows, so each fit starts from the previous fold's optimum.
+        pred[test], model = _fit_predict(x[train], y_a[train], x[test], model)
     return pred
 
 

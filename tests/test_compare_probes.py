@@ -1,0 +1,156 @@
+"""compare's probe (preconditioned L-BFGS, :mod:`poolkit.compare.logistic`) against the
+independent reference it replaced: scikit-learn's ``StandardScaler`` +
+``LogisticRegression(solver="newton-cg", tol=1e-6)``. On synthetic problems the optimum
+itself (coefficients, probabilities) must agree; on real MiniLM vectors of the fixtures
+every figure compare reports must agree within 0.3 points (x100)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from testdata import fixture
+
+from poolkit.compare import logistic, probes
+from poolkit.compare.candidates import candidates
+from poolkit.compare.datasets import read_task
+from poolkit.compare.embedding import embed_sequences
+from poolkit.compare.evaluation import LabelEval, TagEval
+from poolkit.compare.runner import Settings, embed_span_pairs, embed_words
+
+pytest.importorskip("sklearn")
+
+POINTS = 0.003  # 0.3 points on compare's 0-1 scale
+
+
+def sklearn_probe(x_train: np.ndarray, y_train: np.ndarray, tol: float = 1e-6):
+    """The reference, as compare ran it before: newton-cg to tol 1e-6 on standardised rows."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model = LogisticRegression(solver="newton-cg", tol=tol, max_iter=1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make_pipeline(StandardScaler(), model).fit(x_train, y_train)
+
+
+def synthetic(k: int, n: int = 2000, d: int = 40, seed: int = 0):
+    """Correlated features with very different scales and ``k`` overlapping classes."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) * rng.uniform(0.1, 10, size=d)
+    y = (x @ rng.normal(size=(d, k)) / 10 + 2 * rng.gumbel(size=(n, k))).argmax(axis=1)
+    return x.astype(np.float32), np.array([f"c{i}" for i in y])
+
+
+@pytest.mark.parametrize("k", [2, 3, 6])
+def test_logistic_reaches_sklearns_optimum_on_a_synthetic_problem(k):
+    x, y = synthetic(k)
+    ref = sklearn_probe(x, y, tol=1e-10)
+    classes, codes = np.unique(y, return_inverse=True)
+    train, _ = logistic.standardize(x, x)
+    np.testing.assert_allclose(train, ref[0].transform(x), atol=1e-5)
+    fit = logistic.fit(train, codes, k)
+    assert fit.grad_max <= 1e-5  # TOL, or where float32 products stop the line search
+    coef = ref[-1].coef_.T  # (D, 1) binomial, (D, k) multinomial: the same parametrisation
+    assert fit.coef.shape == coef.shape
+    np.testing.assert_allclose(fit.coef, coef, atol=2e-3 * np.abs(coef).max())
+    z = fit.logits(train)
+    proba = np.exp(z - z.max(axis=1, keepdims=True))
+    proba /= proba.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(proba, ref.predict_proba(x), atol=1e-3)
+    assert np.array_equal(classes[fit.predict(train)], ref.predict(x))
+
+
+def test_logistic_warm_start_reaches_the_same_optimum():
+    x, y = synthetic(4)
+    _, codes = np.unique(y, return_inverse=True)
+    train, _ = logistic.standardize(x, x)
+    cold = logistic.fit(train, codes, 4)
+    # A start from another fold's optimum (rows dropped) ends at this problem's optimum.
+    other = logistic.fit(train[::2], codes[::2], 4)
+    warm = logistic.fit(train, codes, 4, init=other)
+    np.testing.assert_allclose(warm.coef, cold.coef, atol=2e-3 * np.abs(cold.coef).max())
+
+
+def test_constant_feature_keeps_scale_one_as_standard_scaler():
+    from sklearn.preprocessing import StandardScaler
+
+    x, _ = synthetic(2, n=50, d=5)
+    x[:, 2] = 0.1  # constant, not exactly representable
+    ours, _ = logistic.standardize(x, x)
+    np.testing.assert_allclose(ours, StandardScaler().fit_transform(x), atol=1e-5)
+
+
+def figures(evaluation) -> np.ndarray:
+    return np.asarray(evaluation.point())
+
+
+def test_ner_figures_match_sklearn_on_wnut17_fixture(minilm):
+    train = read_task("ner", fixture("wnut17-train-sample.conll"))
+    test = read_task("ner", fixture("wnut17-dev-sample.conll"))
+    cands = candidates("word", None, None)
+    x_train = embed_words(minilm, train, cands, Settings("ner"), "train")
+    x_test = embed_words(minilm, test, cands, Settings("ner"), "test")
+    y_train = np.asarray([t for s in train.tags for t in s])
+    assert len(set(y_train)) > 2  # multinomial
+    cuts = np.cumsum([len(s) for s in test.tags])[:-1]
+    for c in cands:
+        ours = probes.fit_predict(x_train[c], y_train, x_test[c])
+        theirs = sklearn_probe(x_train[c], y_train).predict(x_test[c])
+        assert ours.dtype == y_train.dtype
+        f = [figures(TagEval(test.tags, [list(p) for p in np.split(pred, cuts)]))
+             for pred in (ours, theirs)]  # fmt: skip
+        assert np.abs(f[0] - f[1]).max() <= POINTS, (c, f)
+        assert f[1][0] > 0.1  # a real tagger, not an all-O one
+
+
+def test_relation_figures_match_sklearn_on_semeval_fixture(minilm):
+    train = read_task("relation", fixture("relations-train.txt"))
+    test = read_task("relation", fixture("relations-dev.txt"))
+    cands = candidates("span", None, None)
+    x_train = embed_span_pairs(minilm, train, cands, Settings("relation"), "train")
+    x_test = embed_span_pairs(minilm, test, cands, Settings("relation"), "test")
+    gold, y_train = np.asarray(test.labels), np.asarray(train.labels)
+    for c in cands:
+        ours = probes.fit_predict(x_train[c], y_train, x_test[c])
+        theirs = sklearn_probe(x_train[c], y_train).predict(x_test[c])
+        f = [figures(LabelEval(gold, p, main_first=False)) for p in (ours, theirs)]
+        assert np.abs(f[0] - f[1]).max() <= POINTS, (c, f)
+
+
+def test_binary_cv_figures_match_sklearn_on_sentiment_fixture(minilm):
+    data = read_task("classification", fixture("sentiment.txt"))
+    cands = candidates("sequence", None, None)
+    x = embed_sequences(minilm, data.texts, cands, Settings("classification"), "x")
+    y = np.asarray(data.labels)
+    assert len(set(y)) == 2  # binomial
+    splits = probes.stratified_splits(y, 5)
+    for c in cands:
+        ours = probes.cv_predict(x[c], y, 5, splits)  # warm-started across folds
+        theirs = np.empty_like(y)
+        for train, test in splits:
+            theirs[test] = sklearn_probe(x[c][train], y[train]).predict(x[c][test])
+        f = [figures(LabelEval(y, p)) for p in (ours, theirs)]
+        assert np.abs(f[0] - f[1]).max() <= POINTS, (c, f)
+
+
+def test_probe_is_deterministic(minilm):
+    data = read_task("relation", fixture("relations-train.txt"))
+    cands = candidates("span", ["mean"], None)
+    x = embed_span_pairs(minilm, data, cands, Settings("relation"), "x")[cands[0]]
+    y = np.asarray(data.labels)
+    a, b = (probes.cv_predict(x, y, 3) for _ in range(2))
+    assert np.array_equal(a, b)
+
+
+def test_cv_warm_start_skips_a_fold_that_lacks_a_label():
+    # A label with one example is missing from some folds' training rows: those folds
+    # start cold (no shape mismatch) and still match a cold fit.
+    x, y = synthetic(3, n=300, d=8)
+    y[0] = "rare"
+    splits = probes.stratified_splits(np.where(y == "rare", "c0", y), 5)
+    pred = probes.cv_predict(x, y, 5, splits)
+    for train, test in splits:
+        assert np.array_equal(pred[test], probes.fit_predict(x[train], y[train], x[test]))
