@@ -97,7 +97,7 @@ def test_ner_figures_match_sklearn_on_wnut17_fixture(minilm):
     assert len(set(y_train)) > 2  # multinomial
     cuts = np.cumsum([len(s) for s in test.tags])[:-1]
     for c in cands:
-        ours = probes.fit_predict(x_train[c], y_train, x_test[c])
+        ours = probes.fit_predict(x_train[c], y_train, x_test[c], solver="lbfgs")
         theirs = sklearn_probe(x_train[c], y_train).predict(x_test[c])
         assert ours.dtype == y_train.dtype
         f = [figures(TagEval(test.tags, [list(p) for p in np.split(pred, cuts)]))
@@ -114,7 +114,7 @@ def test_relation_figures_match_sklearn_on_semeval_fixture(minilm):
     x_test = embed_span_pairs(minilm, test, cands, Settings("relation"), "test")
     gold, y_train = np.asarray(test.labels), np.asarray(train.labels)
     for c in cands:
-        ours = probes.fit_predict(x_train[c], y_train, x_test[c])
+        ours = probes.fit_predict(x_train[c], y_train, x_test[c], solver="lbfgs")
         theirs = sklearn_probe(x_train[c], y_train).predict(x_test[c])
         f = [figures(LabelEval(gold, p, main_first=False)) for p in (ours, theirs)]
         assert np.abs(f[0] - f[1]).max() <= POINTS, (c, f)
@@ -128,7 +128,7 @@ def test_binary_cv_figures_match_sklearn_on_sentiment_fixture(minilm):
     assert len(set(y)) == 2  # binomial
     splits = probes.stratified_splits(y, 5)
     for c in cands:
-        ours = probes.cv_predict(x[c], y, 5, splits)  # warm-started across folds
+        ours = probes.cv_predict(x[c], y, 5, splits, solver="lbfgs")  # warm-started
         theirs = np.empty_like(y)
         for train, test in splits:
             theirs[test] = sklearn_probe(x[c][train], y[train]).predict(x[c][test])
@@ -141,7 +141,7 @@ def test_probe_is_deterministic(minilm):
     cands = candidates("span", ["mean"], None)
     x = embed_span_pairs(minilm, data, cands, Settings("relation"), "x")[cands[0]]
     y = np.asarray(data.labels)
-    a, b = (probes.cv_predict(x, y, 3) for _ in range(2))
+    a, b = (probes.cv_predict(x, y, 3, solver="lbfgs") for _ in range(2))
     assert np.array_equal(a, b)
 
 
@@ -151,6 +151,28 @@ def test_cv_warm_start_skips_a_fold_that_lacks_a_label():
     x, y = synthetic(3, n=300, d=8)
     y[0] = "rare"
     splits = probes.stratified_splits(np.where(y == "rare", "c0", y), 5)
-    pred = probes.cv_predict(x, y, 5, splits)
+    pred = probes.cv_predict(x, y, 5, splits, solver="lbfgs")
     for train, test in splits:
-        assert np.array_equal(pred[test], probes.fit_predict(x[train], y[train], x[test]))
+        cold = probes.fit_predict(x[train], y[train], x[test], solver="lbfgs")
+        assert np.array_equal(pred[test], cold)
+
+
+@pytest.mark.parametrize(
+    ("shape", "labels", "solver"),
+    [
+        ((62730, 768), 13, "lbfgs"),  # WNUT-17 train tokens, endpoints
+        ((6400, 384), 19, "lbfgs"),  # SemEval-2010 relations, mean
+        ((6400, 768), 19, "newton-cg"),  # SemEval-2010 relations, endpoints
+        ((6920, 384), 2, "newton-cg"),  # SST-2, binary
+    ],
+)
+def test_auto_picks_the_faster_solver_for_the_shape(shape, labels, solver):
+    assert probes.solver_for(*shape, labels) == solver
+
+
+def test_newton_cg_solver_is_sklearns_probe():
+    x, y = synthetic(3, n=400, d=50)  # 8 rows per feature: auto picks newton-cg
+    assert probes.solver_for(400, 50, 3) == "newton-cg"
+    theirs = sklearn_probe(x[:300], y[:300]).predict_proba(x[300:])
+    ours = probes.fit_predict(x[:300], y[:300], x[300:])
+    assert np.array_equal(ours, np.unique(y)[theirs.argmax(1)])
