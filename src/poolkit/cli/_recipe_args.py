@@ -26,18 +26,20 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
     from poolkit.cli._common import flag_message
     from poolkit.embedding import resolve_recipes
 
+    if args.recipe is not None and (
+        args.strategy is not None or args.layers is not None or args.exclude_special
+    ):
+        raise ValueError(
+            "--recipe names the strategy, layers and special tokens itself: drop "
+            "-s/--strategy, --layers and --exclude-special (e.g. --recipe "
+            "mean_no_special@last4)."
+        )
     try:
         return resolve_recipes(
             args.strategy, args.recipe, layers=parse_layers(args.layers),
             exclude_special=args.exclude_special, normalize=args.normalize,
         )  # fmt: skip
     except (TypeError, ValueError) as e:
-        if args.recipe is not None and "shorthands" in str(e):
-            raise ValueError(
-                "--recipe names the strategy, layers and special tokens itself: drop "
-                "-s/--strategy, --layers and --exclude-special (e.g. --recipe "
-                "mean_no_special@last4)."
-            ) from None
         flags = {"recipe": "--recipe", "strategy": "--strategy", "layers": "--layers",
                  "layer_how": "--layers", "normalize": "--normalize"}  # fmt: skip
         raise ValueError(flag_message(e, flags)) from None
