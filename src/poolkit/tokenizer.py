@@ -146,16 +146,14 @@ class TextTokenizer:
 
 
 def _transformers_version() -> str:
-    """transformers' version from its dist-info folder, without importing it (an import
-    costs seconds; ``importlib.metadata`` ~0.1 s)."""
-    from importlib.util import find_spec
+    """transformers' installed version from package metadata, without importing it (an
+    import costs seconds); ``"absent"`` when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    spec = find_spec("transformers")
-    if spec is None or not spec.origin:
+    try:
+        return version("transformers")
+    except PackageNotFoundError:
         return "absent"
-    site = Path(spec.origin).parent.parent
-    found = sorted(p.name for p in site.glob("transformers-*.dist-info"))
-    return found[-1][len("transformers-") : -len(".dist-info")] if found else "unknown"
 
 
 def tokenizer_cache_key(path: str | os.PathLike[str]) -> str:

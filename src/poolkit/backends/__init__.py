@@ -22,13 +22,28 @@ from typing import Any
 from poolkit._errors import value_error
 from poolkit.backends.base import Backend
 
-__all__ = ["BACKENDS", "QUANTIZATIONS", "Backend", "OnnxRunner", "load_onnx_runner", "make_backend"]
+__all__ = [
+    "BACKENDS",
+    "QUANTIZATIONS",
+    "QUANTIZED_BY",
+    "Backend",
+    "OnnxRunner",
+    "load_onnx_runner",
+    "make_backend",
+]
 
 
 @dataclass(frozen=True)
 class _Entry:
     build: Callable[..., Backend]
     quantizations: tuple[str | None, ...]
+
+
+def _cpu_only(backend: str, device: str | None, runtime: str) -> None:
+    """Refuse a ``device`` other than the CPU for ``backend``, whose ``runtime`` runs on it."""
+    if device not in ("auto", "cpu", None):
+        value_error("device", f"'auto' or 'cpu' with backend={backend!r}", repr(device),
+                    f"{runtime} runs on the CPU here.")  # fmt: skip
 
 
 def _torch(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None,
@@ -45,9 +60,7 @@ def _onnx(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: 
     if dtype is not None and str(dtype).removeprefix("torch.") not in ("float32", "fp32"):
         value_error("dtype", "None or 'float32' with backend='onnx'", repr(dtype),
                     "Use backend='openvino' with dtype='bfloat16' for bf16 on the CPU.")  # fmt: skip
-    if device not in ("auto", "cpu", None):
-        value_error("device", "'auto' or 'cpu' with backend='onnx'", repr(device),
-                    "ONNX Runtime runs on the CPU here.")  # fmt: skip
+    _cpu_only("onnx", device, "ONNX Runtime")
     return OnnxBackend(path, quantize=quantize, threads=threads)
 
 
@@ -55,9 +68,7 @@ def _openvino(path: Any, *, device: str, dtype: Any, quantize: str | None, threa
               calibration: Any):  # fmt: skip
     from poolkit.backends.openvino import OpenVinoBackend, precision_of
 
-    if device not in ("auto", "cpu", None):
-        value_error("device", "'auto' or 'cpu' with backend='openvino'", repr(device),
-                    "poolkit runs OpenVINO on the CPU.")  # fmt: skip
+    _cpu_only("openvino", device, "poolkit's OpenVINO")
     return OpenVinoBackend(path, precision=precision_of(dtype, quantize), calibration=calibration,
                            threads=threads)  # fmt: skip
 
@@ -70,7 +81,9 @@ _REGISTRY: dict[str, _Entry] = {
 BACKENDS: tuple[str, ...] = tuple(_REGISTRY)
 QUANTIZATIONS: tuple[str | None, ...] = (None, "int8", "int8-static")
 # Which backend offers each quantisation (for the message refusing it elsewhere).
-_QUANTIZED_BY = {"int8": "onnx", "int8-static": "openvino"}
+QUANTIZED_BY: dict[str, str] = {
+    q: name for name, entry in _REGISTRY.items() for q in entry.quantizations if q
+}
 
 
 def make_backend(
@@ -98,7 +111,7 @@ def make_backend(
         )
     if quantize not in entry.quantizations:
         offered = " or ".join(["None", *(repr(q) for q in entry.quantizations if q)])
-        home = _QUANTIZED_BY.get(quantize) if isinstance(quantize, str) else None
+        home = QUANTIZED_BY.get(quantize) if isinstance(quantize, str) else None
         value_error("quantize", f"{offered} with backend={name!r}", repr(quantize),
                     f"Pass backend={home!r} to quantize." if home not in (None, name) else "")  # fmt: skip
     if calibration is not None and quantize != "int8-static":

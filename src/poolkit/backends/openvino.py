@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import io
 import json
 import logging
@@ -52,24 +53,20 @@ _CALIBRATION_PRESET = (
 PRECISIONS = ("f32", "bf16", "int8-static", "int8-static+bf16")
 
 
-def _import_ov() -> Any:
+def _require(module: str, feature: str) -> Any:
+    """``import module``, or MissingDependencyError naming ``feature`` and the extra."""
     try:
-        import openvino
+        return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingDependencyError(
-            missing_extra("The OpenVINO backend", "openvino", "openvino")
-        ) from exc
-    return openvino
+        raise MissingDependencyError(missing_extra(feature, module, "openvino")) from exc
+
+
+def _import_ov() -> Any:
+    return _require("openvino", "The OpenVINO backend")
 
 
 def _import_nncf() -> Any:
-    try:
-        import nncf
-    except ImportError as exc:
-        raise MissingDependencyError(
-            missing_extra("quantize='int8-static' (NNCF calibration)", "nncf", "openvino")
-        ) from exc
-    return nncf
+    return _require("nncf", "quantize='int8-static' (NNCF calibration)")
 
 
 def cpu_has_bf16() -> bool:

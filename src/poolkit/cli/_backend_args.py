@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 
+from poolkit.backends import QUANTIZED_BY
 from poolkit.cli._common import require_extra
 
 __all__ = ["add_backend_arguments", "calibration_texts", "check_backend_args"]
-
-_QUANTIZED_BY = {"int8": "onnx", "int8-static": "openvino"}
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,9 +35,9 @@ def check_backend_args(args: argparse.Namespace) -> None:
     """Refuse flag combinations no backend would honour; MissingDependencyError for a
     missing extra."""
     backend, quantize = args.backend, args.quantize
-    if quantize is not None and _QUANTIZED_BY[quantize] != backend:
-        raise ValueError(f"--quantize {quantize} works with --backend {_QUANTIZED_BY[quantize]}; "
-                         f"add --backend {_QUANTIZED_BY[quantize]}.")  # fmt: skip
+    if quantize is not None and QUANTIZED_BY[quantize] != backend:
+        raise ValueError(f"--quantize {quantize} works with --backend {QUANTIZED_BY[quantize]}; "
+                         f"add --backend {QUANTIZED_BY[quantize]}.")  # fmt: skip
     if args.calibrate is not None and quantize != "int8-static":
         raise ValueError("--calibrate: only with --backend openvino --quantize int8-static "
                          "(the other modes need no calibration); drop --calibrate.")  # fmt: skip

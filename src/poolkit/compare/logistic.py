@@ -159,9 +159,9 @@ def fit(
     else:
         v0 = (q.T @ init.coef @ r) / scale
         theta0 = np.concatenate([v0.ravel(), (r.T @ init.intercept) / bscale])
-    # One BLAS thread: the products are memory-bound, a second thread gained little on an
-    # idle 2-core machine and lost 25% on a loaded one (bench/bench_probes.py), and a fixed
-    # count keeps the summation order, hence the result, the same run to run.
+    # One BLAS thread: on a loaded 2-core machine a second thread made WNUT-17's `first`
+    # probe slower (50.2 s vs 39.7 s; not measured idle), and a fixed count keeps the
+    # summation order, hence the result, the same run to run.
     with threadpool_limits(BLAS_THREADS):
         res = minimize(
             value_and_grad, theta0, jac=True, method="L-BFGS-B", callback=done,

@@ -6,10 +6,11 @@ solvers reach its optimum, and the faster one for the problem's shape is used:
 
 - ``"lbfgs"``: :mod:`poolkit.compare.logistic` (preconditioned L-BFGS, one BLAS thread, warm
   starts across CV folds) for many rows of few labels' worth of features, e.g. token-level
-  NER: 2.7x faster than newton-cg over WNUT-17's five word candidates;
+  NER: on WNUT-17's `first` candidate 12.8 s vs newton-cg's 22.3 s on an idle 2-core
+  machine, the same predictions (2.7x over all five candidates on a loaded one);
 - ``"newton-cg"``: scikit-learn's, where the Hessian is cheap next to the data: binary
   problems (2.7x faster than L-BFGS over SST-2's eleven candidates) and wide features on
-  few rows (SemEval-2010's 1536-d candidates, 1.6-2.7x).
+  few rows (SemEval-2010's 1536-d candidates, 1.6-2.7x), both on a loaded machine.
 
 ``tests/test_compare_probes.py`` pins the L-BFGS figures to scikit-learn's converged probe;
 ``bench/bench_probes.py`` checks them on WNUT-17 and times the probes against embedding.
