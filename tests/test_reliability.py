@@ -239,10 +239,13 @@ def test_sigterm_while_loading_the_model_leaves_nothing(job: Path):
     assert not [p for p in job.iterdir() if p.name.startswith(("early", ".early"))]
 
 
-@pytest.mark.parametrize("change", ["append", "truncate"])
+@pytest.mark.parametrize("change", ["append", "truncate", "rewrite slowly"])
 def test_input_changed_while_reading_is_reported_then_resumed(job: Path, change: str):
+    """"rewrite slowly" empties the file, then writes its first 300 lines back in pieces cut
+    mid-line: the job reads a half-written file, and no chunk of it may be checkpointed."""
     texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()
-    name, out = f"{change}.txt", f"{change}.npy"
+    stem = change.replace(" ", "-")
+    name, out = f"{stem}.txt", f"{stem}.npy"
     (job / name).write_text("\n".join(texts) + "\n", encoding="utf-8")
     work = job / (out + WORK)
 
@@ -252,8 +255,14 @@ def test_input_changed_while_reading_is_reported_then_resumed(job: Path, change:
         if change == "append":  # more lines, the same texts again: known vectors
             with open(job / name, "a", encoding="utf-8") as f:
                 f.write("\n".join(texts[:CHUNK]) + "\n")
-        else:  # cut after line 300, the done part intact
-            (job / name).write_text("\n".join(texts[:300]) + "\n", encoding="utf-8")
+        elif change == "truncate":  # cut after line 300 in one call, the done part intact
+            os.truncate(job / name, len(("\n".join(texts[:300]) + "\n").encode()))
+        else:
+            data = ("\n".join(texts[:300]) + "\n").encode()
+            with open(job / name, "wb", buffering=0) as f:
+                for piece in range(0, len(data), 997):  # 997: pieces end mid-line
+                    f.write(data[piece : piece + 997])
+                    time.sleep(0.03)
         return True
 
     proc = subprocess.Popen(embed_cmd(name, out), cwd=job, stderr=subprocess.PIPE, env=env())

@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         check_no_work_dir(output)
 
     start = time.perf_counter()
-    stamp = InputStamp.take(args.input)  # compared after the last read: changed under us?
+    stamp = InputStamp.take(args.input)  # compared before each commit and after the last read
     # Read the first chunk before loading the model: input errors surface in a moment.
     chunks = text_chunks(args, args.chunk_size)
     first = next(chunks)
@@ -248,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
                         progress=bar.update, prompt_name=args.prompt_name, prompt=args.prompt,
                         pipeline=_pipeline(args),
                     )  # fmt: skip
+                    if stamp is not None:  # never checkpoint texts read from a changing file
+                        stamp.check()
                     checkpoint.commit(k, done, digest, result)
                     truncated += stats.num_truncated
                     dims = stats.dims
