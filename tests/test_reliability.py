@@ -241,8 +241,9 @@ def test_sigterm_while_loading_the_model_leaves_nothing(job: Path):
 
 @pytest.mark.parametrize("change", ["append", "truncate", "rewrite slowly"])
 def test_input_changed_while_reading_is_reported_then_resumed(job: Path, change: str):
-    """With "rewrite slowly" the test empties the file, then writes its first 300 lines back in pieces cut
-    mid-line: the job reads a half-written file, and no chunk of it may be checkpointed."""
+    """With "rewrite slowly" the test empties the file, then writes its first 300 lines
+    back in pieces cut mid-line: the job reads a half-written file, and no chunk of it may
+    be checkpointed."""
     texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()
     stem = change.replace(" ", "-")
     name, out = f"{stem}.txt", f"{stem}.npy"
