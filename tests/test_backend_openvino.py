@@ -24,7 +24,7 @@ pytest.importorskip("onnxruntime")
 from clitools import one_error_line, poolkit
 
 from poolkit import embed
-from poolkit.backends.openvino import cpu_has_bf16, load_openvino_runner
+from poolkit.backends.openvino import SMOOTH_QUANT_ALPHA, cpu_has_bf16, load_openvino_runner
 from poolkit.encoder import Encoder
 
 pytestmark = pytest.mark.slow
@@ -114,7 +114,28 @@ def test_int8_static_close_to_torch_and_independent_of_its_batch(ov_int8, minilm
     assert np.abs(alone - together[:6]).max() < 1e-3  # rounding only (dynamic int8: 0.03)
     record = ov_int8.backend.runner.settings
     assert record["precision"] == "int8-static" and record["calibration"]["texts"] == 30
+    assert record["calibration"]["smooth_quant_alpha"] == SMOOTH_QUANT_ALPHA
     assert record["check"]["mean_token_cosine"] >= 0.97
+
+
+# Forum-style sentences written for this test, like the STS-B dev texts (answers-forums) that
+# NNCF's default SmoothQuant alpha (0.95) took far from fp32. With the fixture's 30
+# calibration texts: cosine 0.60-0.83 at 0.95, 0.96-0.99 at poolkit's 0.7.
+OUTLIER_TEXTS = [
+    "I have been looking into this ever since I asked the question.",
+    "At first I thought this was a rather tricky question.",
+    "You are being a bit vague, so I can only give a vague answer.",
+    "This does not fully answer your question, but it is worth considering.",
+    "The other answers here explain it well in a technical sense.",
+    "I had the same question when I started reading about this topic.",
+    "Good question, and I am not sure there is a single answer to it.",
+    "Thanks for asking; I have wondered about this question myself.",
+]
+
+
+def test_int8_static_keeps_outlier_texts_close_to_fp32(ov_int8, minilm):
+    cos = _cos(embed(OUTLIER_TEXTS, ov_int8), embed(OUTLIER_TEXTS, minilm))
+    assert cos.min() > 0.93, cos
 
 
 def test_calibration_texts_are_part_of_the_cache_key(tiny_dirs, tmp_path):
