@@ -2,9 +2,9 @@
 
     python bench/bench_calibration.py [--alphas 0.95 0.8 0.7 0.6 0.5] [--calibration mix]
 
-For each alpha, quantizes all-MiniLM-L6-v2's ONNX export (poolkit's cached one) with NNCF as
-``poolkit.backends.openvino`` does (MIXED preset, transformer model type, one unpadded sample
-per calibration text) except for SmoothQuant's alpha, then embeds held-out texts and reports
+For each alpha, quantizes all-MiniLM-L6-v2's ONNX export (poolkit's cached one) through
+``poolkit.backends.openvino``'s own calibration, on the calibration items poolkit's Encoder
+makes, with only SmoothQuant's alpha changed, then embeds held-out texts and reports
 the cosine of each text's vector to the fp32 ONNX vector (min, 1st percentile, mean).
 
 Calibration (``--calibration``): ``mix`` = bench_speed's 300 STS-B *train* texts (150
@@ -18,9 +18,6 @@ NNCF's default alpha for transformer matmuls is 0.95; poolkit uses
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -46,12 +43,12 @@ def main() -> int:
 
     import warnings
 
-    import nncf
     import openvino as ov
 
     from poolkit import embed
     from poolkit.backends import onnx as _onnx
     from poolkit.backends.openvino import SMOOTH_QUANT_ALPHA, OpenVinoRunner
+    from poolkit.backends.openvino import _calibrate as calibrate
     from poolkit.encoder import Encoder
 
     path = bench_speed.model_dir()
@@ -60,11 +57,6 @@ def main() -> int:
         texts = bench_speed.calibration_texts()
     else:
         texts = [s for row in _data.stsb("train") for s in (row[1], row[2])][:300]
-    items = []
-    for text in texts:
-        ids = np.array([fp32.tokenizer.encode(text).ids[: fp32.max_length]], np.int64)
-        items.append({"input_ids": ids, "attention_mask": np.ones_like(ids),
-                      "token_type_ids": np.zeros_like(ids)})  # fmt: skip
     source = _onnx.load_onnx_runner(_onnx.transformer_dir(path), quantize=None).path
     short, long = held_out()
     # 78 of the long texts pass 256 tokens: fp32 and int8 truncate them alike, said once here.
@@ -74,24 +66,13 @@ def main() -> int:
     # poolkit's own int8 Encoder (cached after the first run); each alpha swaps its runner.
     int8 = Encoder(path, backend="openvino", quantize="int8-static", calibrate=texts)
     settings = int8.backend.runner.settings
-    nncf.set_log_level(logging.ERROR)
+    items = int8._calibration(texts)  # what the Encoder gave NNCF for its own build
     print(f"calibration: {args.calibration} ({len(texts)} texts); poolkit's alpha: "
           f"{SMOOTH_QUANT_ALPHA}; cosine to fp32, min / 1st percentile / mean")  # fmt: skip
     print(f"{'alpha':>6}  {'2000 short held-out':>26}  {'300 long held-out':>26}")
     with tempfile.TemporaryDirectory() as tmp:
         for alpha in args.alphas:
-            params = nncf.AdvancedQuantizationParameters(
-                smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=alpha)
-            )
-            with (
-                contextlib.redirect_stdout(io.StringIO()),
-                contextlib.redirect_stderr(io.StringIO()),
-            ):
-                model = nncf.quantize(
-                    ov.convert_model(str(source)), nncf.Dataset(items),
-                    preset=nncf.QuantizationPreset.MIXED, model_type=nncf.ModelType.TRANSFORMER,
-                    subset_size=len(items), advanced_parameters=params,
-                )  # fmt: skip
+            model = calibrate(ov.convert_model(str(source)), items, alpha=alpha)
             xml = Path(tmp) / f"alpha-{alpha}.xml"
             ov.save_model(model, str(xml), compress_to_fp16=False)
             int8.backend.runner = OpenVinoRunner(xml, settings=settings)

@@ -278,9 +278,13 @@ def _build(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _calibrate(model: Any, calibration: Sequence[Mapping[str, np.ndarray]]) -> Any:
+def _calibrate(
+    model: Any, calibration: Sequence[Mapping[str, np.ndarray]],
+    alpha: float = SMOOTH_QUANT_ALPHA,
+) -> Any:  # fmt: skip
     """NNCF static int8 of the OpenVINO ``model``, its activation ranges measured on
-    ``calibration`` (one sample per text, so padding never enters the statistics)."""
+    ``calibration`` (one sample per text, so padding never enters the statistics);
+    ``alpha``: SmoothQuant's for matmuls (another value serves bench/bench_calibration.py)."""
     nncf = _import_nncf()
     names = {i.get_any_name() for i in model.inputs}
     items = [{k: np.asarray(v, dtype=np.int64) for k, v in item.items() if k in names}
@@ -299,7 +303,7 @@ def _calibrate(model: Any, calibration: Sequence[Mapping[str, np.ndarray]]) -> A
             model_type=nncf.ModelType.TRANSFORMER,
             subset_size=len(items),
             advanced_parameters=nncf.AdvancedQuantizationParameters(
-                smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=SMOOTH_QUANT_ALPHA)
+                smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=alpha)
             ),
         )
 
