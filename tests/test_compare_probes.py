@@ -74,6 +74,17 @@ def test_logistic_warm_start_reaches_the_same_optimum():
     np.testing.assert_allclose(warm.coef, cold.coef, atol=2e-3 * np.abs(cold.coef).max())
 
 
+@pytest.mark.parametrize("k", [2, 5])
+def test_logistic_result_does_not_depend_on_the_thread_count(monkeypatch, k):
+    x, y = synthetic(k, n=3 * 700 + 11)
+    _, codes = np.unique(y, return_inverse=True)
+    train, _ = logistic.standardize(x, x)
+    monkeypatch.setattr(logistic, "BLOCK", 700)  # four blocks, the last a short one
+    one, three = (logistic.fit(train, codes, k, threads=t) for t in (1, 3))
+    assert one.iterations == three.iterations > 5
+    assert np.array_equal(one.coef, three.coef) and np.array_equal(one.intercept, three.intercept)
+
+
 def test_constant_feature_keeps_scale_one_as_standard_scaler():
     from sklearn.preprocessing import StandardScaler
 
