@@ -85,6 +85,29 @@ def test_logistic_result_does_not_depend_on_the_thread_count(monkeypatch, k):
     assert np.array_equal(one.coef, three.coef) and np.array_equal(one.intercept, three.intercept)
 
 
+@pytest.mark.parametrize("k", [2, 4])
+def test_block_curvature_sums_each_rows_logit_hessian(k):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(50, 6)).astype(np.float32)
+    m = 1 if k == 2 else k
+    w, b = rng.normal(size=(6, m)), rng.normal(size=m)
+    wpad = np.zeros((6, 16), np.float32)
+    wpad[:, k - m : k] = w
+    gram, total, hess = logistic._block_curvature(x, wpad, b.astype(np.float32), k)
+    # Row by row: the Hessian of -log softmax over the free logits, and its trace.
+    want_gram, want_total, want_hess = np.zeros((6, 6)), 0.0, np.zeros((m, m))
+    for row in x.astype(np.float64):
+        z = np.concatenate([[0.0], row @ w + b]) if m == 1 else row @ w + b
+        p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+        a = (np.diag(p) - np.outer(p, p))[k - m :, k - m :]
+        want_gram += np.trace(a) * np.outer(row, row)
+        want_total += np.trace(a)
+        want_hess += a
+    np.testing.assert_allclose(gram, want_gram, rtol=1e-5)
+    np.testing.assert_allclose([total], [want_total], rtol=1e-6)
+    np.testing.assert_allclose(hess, want_hess, rtol=1e-5, atol=1e-12)
+
+
 def test_constant_feature_keeps_scale_one_as_standard_scaler():
     from sklearn.preprocessing import StandardScaler
 
