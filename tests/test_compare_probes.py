@@ -44,8 +44,10 @@ def synthetic(k: int, n: int = 2000, d: int = 40, seed: int = 0):
     return x.astype(np.float32), np.array([f"c{i}" for i in y])
 
 
+@pytest.mark.parametrize("refresh", [3, logistic.REFRESH_AT])  # both stages / mostly the first
 @pytest.mark.parametrize("k", [2, 3, 6])
-def test_logistic_reaches_sklearns_optimum_on_a_synthetic_problem(k):
+def test_logistic_reaches_sklearns_optimum_on_a_synthetic_problem(monkeypatch, k, refresh):
+    monkeypatch.setattr(logistic, "REFRESH_AT", refresh)
     x, y = synthetic(k)
     ref = sklearn_probe(x, y, tol=1e-10)
     classes, codes = np.unique(y, return_inverse=True)
@@ -80,32 +82,63 @@ def test_logistic_result_does_not_depend_on_the_thread_count(monkeypatch, k):
     _, codes = np.unique(y, return_inverse=True)
     train, _ = logistic.standardize(x, x)
     monkeypatch.setattr(logistic, "BLOCK", 700)  # four blocks, the last a short one
+    monkeypatch.setattr(logistic, "REFRESH_AT", 4)  # and both stages
     one, three = (logistic.fit(train, codes, k, threads=t) for t in (1, 3))
     assert one.iterations == three.iterations > 5
     assert np.array_equal(one.coef, three.coef) and np.array_equal(one.intercept, three.intercept)
 
 
 @pytest.mark.parametrize("k", [2, 4])
-def test_block_curvature_sums_each_rows_logit_hessian(k):
+def test_class_blocks_are_the_hessian_blocks_over_reference_logits(k):
+    # The second stage's coordinates against the Hessian written out row by row: with the
+    # logits relative to the reference class, the block of class j is
+    # sum_i p_ij (1 - p_ij) [x_i 1]^T [x_i 1] / n (+ the penalty on the weights).
     rng = np.random.default_rng(1)
     x = rng.normal(size=(50, 6)).astype(np.float32)
     m = 1 if k == 2 else k
     w, b = rng.normal(size=(6, m)), rng.normal(size=m)
     wpad = np.zeros((6, 16), np.float32)
     wpad[:, k - m : k] = w
-    gram, total, hess = logistic._block_curvature(x, wpad, b.astype(np.float32), k)
-    # Row by row: the Hessian of -log softmax over the free logits, and its trace.
-    want_gram, want_total, want_hess = np.zeros((6, 6)), 0.0, np.zeros((m, m))
-    for row in x.astype(np.float64):
-        z = np.concatenate([[0.0], row @ w + b]) if m == 1 else row @ w + b
-        p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
-        a = (np.diag(p) - np.outer(p, p))[k - m :, k - m :]
-        want_gram += np.trace(a) * np.outer(row, row)
-        want_total += np.trace(a)
-        want_hess += a
-    np.testing.assert_allclose(gram, want_gram, rtol=1e-5)
-    np.testing.assert_allclose([total], [want_total], rtol=1e-6)
-    np.testing.assert_allclose(hess, want_hess, rtol=1e-5, atol=1e-12)
+    p = logistic._block_probabilities(x, wpad, b.astype(np.float32), k).astype(np.float64)
+    reg, free = 1e-3, [1] if k == 2 else [0, 2, 3]  # binomial: class 1's logit; else ref 1
+    for j in free:
+        want = np.zeros((7, 7))
+        for row in x.astype(np.float64):
+            z = np.concatenate([[0.0], row @ w + b]) if m == 1 else row @ w + b
+            q = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+            want += q[j] * (1 - q[j]) * np.outer(np.append(row, 1), np.append(row, 1))
+        want /= len(x)
+        want[np.diag_indices(6)] += reg
+        weight = p[:, j] * (1 - p[:, j])
+        logistic._CURVATURE_CUT, cut = 0.0, logistic._CURVATURE_CUT  # every row
+        try:
+            chol = logistic._class_block(x, weight, len(x), reg)
+        finally:
+            logistic._CURVATURE_CUT = cut
+        np.testing.assert_allclose(chol @ chol.T, want, rtol=1e-5, atol=1e-9)
+
+
+def test_class_blocks_map_back_to_zero_sum_weights():
+    rng = np.random.default_rng(2)
+    chol = [np.linalg.cholesky(a @ a.T + np.eye(4)) for a in rng.normal(size=(3, 4, 4))]
+    coords = logistic._ClassBlocks(chol, np.array([0, 2, 3]), 1, 4)
+    w, b = rng.normal(size=(3, 4)), rng.normal(size=4)
+    w2, b2 = coords.unpack(coords.pack(w, b))
+    # The same logit differences, shifted to zero sum over classes.
+    np.testing.assert_allclose(w2, w - w.mean(axis=1, keepdims=True), atol=1e-12)
+    np.testing.assert_allclose(b2, b - b.mean(), atol=1e-12)
+    # Its gradient is the chain rule through that map: finite differences of any function.
+    a, c = rng.normal(size=(3, 4)), rng.normal(size=4)
+
+    def f(theta):
+        w, b = coords.unpack(theta)
+        return float((a * w).sum() + (c * b).sum() + (w**2).sum() + (b**3).sum())
+
+    theta = coords.pack(w, b)
+    w, b = coords.unpack(theta)
+    eye = np.eye(len(theta)) * 1e-6
+    numeric = [(f(theta + e) - f(theta - e)) / 2e-6 for e in eye]
+    np.testing.assert_allclose(coords.gradient(a + 2 * w, c + 3 * b**2), numeric, atol=1e-6)
 
 
 def test_constant_feature_keeps_scale_one_as_standard_scaler():
