@@ -78,18 +78,25 @@ def standardize(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np
     """``(N, D)`` and ``(M, D)`` scaled by the train mean and population standard deviation
     (statistics in float64), returned as float32; a constant feature keeps scale 1, as
     ``sklearn.preprocessing.StandardScaler``."""
-    x64 = np.asarray(x_train, dtype=np.float64)
-    n, eps = len(x64), np.finfo(np.float64).eps
-    mean = x64.mean(axis=0)
-    var = x64.var(axis=0)
+    x = np.asarray(x_train, dtype=np.float32)
+    n, eps = len(x), np.finfo(np.float64).eps
+    mean = x.mean(axis=0, dtype=np.float64)
+    # Two-pass variance in row blocks: no float64 copy of the whole matrix.
+    var = np.zeros_like(mean)
+    for start in range(0, n, BLOCK):
+        dev = x[start : start + BLOCK].astype(np.float64) - mean
+        var += np.einsum("ij,ij->j", dev, dev)
+    var /= max(n, 1)
     # A constant column's variance is rounding residue of the mean; StandardScaler treats
     # a variance within that bound as zero rather than blowing the residue up to O(1).
     std = np.sqrt(var)
     std[var <= n * eps * var + (n * mean * eps) ** 2] = 1.0
     scale = (1.0 / std).astype(np.float32)
     shift = mean.astype(np.float32)
-    train = (np.asarray(x_train, dtype=np.float32) - shift) * scale
-    test = (np.asarray(x_test, dtype=np.float32) - shift) * scale
+    train = np.subtract(x, shift)
+    train *= scale
+    test = np.subtract(np.asarray(x_test, dtype=np.float32), shift)
+    test *= scale
     return train, test
 
 
