@@ -11,7 +11,7 @@ Before any time is reported the probe's figures are checked against the referenc
 replaced, scikit-learn's ``StandardScaler`` + ``LogisticRegression(newton-cg, tol=1e-6)``, on
 the same vectors: entity F1 and token accuracy within 0.3 points (x100) for the candidates
 named by ``--check`` (default ``first``; ``all`` checks every one). Each reference fit takes
-2-5 minutes on a loaded 2-core machine (1 BLAS thread; more threads were slower there).
+33-91 s on an idle 2-core machine (1 BLAS thread), the probe 2-6 s.
 
     python bench/bench_probes.py [--repeats 3] [--check first|all|NAME...]
 

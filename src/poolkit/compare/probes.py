@@ -6,8 +6,8 @@ solvers reach its optimum, and the faster one for the problem's shape is used:
 
 - ``"lbfgs"``: :mod:`poolkit.compare.logistic` (preconditioned L-BFGS over row blocks on
   every CPU, warm starts across CV folds) for many rows of few labels' worth of features,
-  e.g. token-level NER: on WNUT-17's `first` candidate 5.0 s on an idle 2-core machine
-  against newton-cg's 35.6 s on one BLAS thread, one prediction in 15 733 apart;
+  e.g. token-level NER: on WNUT-17's `first` candidate 2.4 s on an idle 2-core machine
+  against newton-cg's 33.9 s on one BLAS thread, the same predictions;
 - ``"newton-cg"``: scikit-learn's, where the Hessian is cheap next to the data: binary
   problems (2.7x faster than L-BFGS over SST-2's eleven candidates) and wide features on
   few rows (SemEval-2010's 1536-d candidates, 1.6-2.7x), both on a loaded machine.
