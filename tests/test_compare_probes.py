@@ -89,7 +89,7 @@ def test_logistic_result_does_not_depend_on_the_thread_count(monkeypatch, k):
 
 
 @pytest.mark.parametrize("k", [2, 4])
-def test_class_blocks_are_the_hessian_blocks_over_reference_logits(k):
+def test_class_blocks_are_the_hessian_blocks_over_reference_logits(monkeypatch, k):
     # The second stage's coordinates against the Hessian written out row by row: with the
     # logits relative to the reference class, the block of class j is
     # sum_i p_ij (1 - p_ij) [x_i 1]^T [x_i 1] / n (+ the penalty on the weights).
@@ -109,12 +109,8 @@ def test_class_blocks_are_the_hessian_blocks_over_reference_logits(k):
             want += q[j] * (1 - q[j]) * np.outer(np.append(row, 1), np.append(row, 1))
         want /= len(x)
         want[np.diag_indices(6)] += reg
-        weight = p[:, j] * (1 - p[:, j])
-        logistic._CURVATURE_CUT, cut = 0.0, logistic._CURVATURE_CUT  # every row
-        try:
-            chol = logistic._class_block(x, weight, len(x), reg)
-        finally:
-            logistic._CURVATURE_CUT = cut
+        monkeypatch.setattr(logistic, "_CURVATURE_CUT", 0.0)  # every row
+        chol = logistic._class_block(x, p[:, j] * (1 - p[:, j]), len(x), reg)
         np.testing.assert_allclose(chol @ chol.T, want, rtol=1e-5, atol=1e-9)
 
 
