@@ -5,12 +5,13 @@ The probe is scikit-learn's ``StandardScaler`` + ``LogisticRegression(C=1)`` est
 solvers reach its optimum, and the faster one for the problem's shape is used:
 
 - ``"lbfgs"``: :mod:`poolkit.compare.logistic` (preconditioned L-BFGS over row blocks on
-  every CPU, warm starts across CV folds) for many rows of few labels' worth of features,
-  e.g. token-level NER: on WNUT-17's `first` candidate 2.4 s on an idle 2-core machine
-  against newton-cg's 33.9 s on one BLAS thread, the same predictions;
-- ``"newton-cg"``: scikit-learn's, where the Hessian is cheap next to the data: binary
-  problems (2.7x faster than L-BFGS over SST-2's eleven candidates) and wide features on
-  few rows (SemEval-2010's 1536-d candidates, 1.6-2.7x), both on a loaded machine.
+  every CPU, warm starts across CV folds) for many rows per feature, e.g. token-level NER:
+  on WNUT-17's `first` candidate 2.4 s on an idle 2-core machine against newton-cg's 33.9 s
+  on one BLAS thread, the same predictions; SST-2's eleven binary candidates (6920 rows)
+  1.8 s in all against 2.1 s, the same predictions;
+- ``"newton-cg"``: scikit-learn's, where the Hessian is cheap next to the data: wide
+  features on few rows (SemEval-2010's 768-2304-d candidates on 6000 relations: 45 s in all
+  against L-BFGS's 68 s, idle).
 
 ``tests/test_compare_probes.py`` pins the L-BFGS figures to scikit-learn's converged probe;
 ``bench/bench_probes.py`` checks them on WNUT-17 and times the probes against embedding.
@@ -31,14 +32,14 @@ __all__ = ["SEED", "Solver", "cv_predict", "fit_predict", "folds_for", "solver_f
 
 SEED = 0
 Solver = Literal["auto", "lbfgs", "newton-cg"]
-# L-BFGS wins once rows outnumber features this many times over (WNUT-17: 80-160x;
-# SemEval-2010's 384-d candidates: 17x, faster; its 768/1536-d ones: 8x/4x, slower).
+# L-BFGS wins once rows outnumber features this many times over (WNUT-17: 80-160x, much
+# faster; SST-2's 384-d candidates: 18x, as fast; SemEval-2010's 768-2304-d: 3-8x, slower).
 _ROWS_PER_FEATURE = 10
 
 
-def solver_for(rows: int, features: int, labels: int) -> Literal["lbfgs", "newton-cg"]:
-    """The faster solver for ``rows`` x ``features`` with ``labels`` distinct labels."""
-    return "lbfgs" if labels >= 3 and rows >= _ROWS_PER_FEATURE * features else "newton-cg"
+def solver_for(rows: int, features: int) -> Literal["lbfgs", "newton-cg"]:
+    """The faster solver for a ``rows`` x ``features`` training matrix."""
+    return "lbfgs" if rows >= _ROWS_PER_FEATURE * features else "newton-cg"
 
 
 def _newton_cg(train: np.ndarray, codes: np.ndarray) -> object:
@@ -63,7 +64,7 @@ def _fit_predict(
     classes, codes = np.unique(np.asarray(y_train), return_inverse=True)
     train, test = logistic.standardize(x_train, x_test)
     if solver == "auto":
-        solver = solver_for(*train.shape, len(classes))
+        solver = solver_for(*train.shape)
     if solver == "newton-cg":
         return classes[_newton_cg(train, codes).predict(test)], None
     same = (
