@@ -291,7 +291,7 @@ def test_clear_error_without_openvino(tmp_path, minilm_dir):
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [
-        (["--quantize", "int8"], "--quantize int8 needs --backend onnx"),
+        (["--quantize", "int8"], "--quantize int8 works with --backend onnx; add --backend onnx."),
         (["--dtype", "float16"], "--dtype float16: the openvino backend runs float32 or bfloat16"),
         (["--layers", "last4"], "--layers: the openvino backend returns the last layer only"),
     ],

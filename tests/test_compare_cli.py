@@ -308,7 +308,7 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
         (["p.csv", "--task", "retrieval", "--train", "p.csv"], {"p.csv": "query,document\na,b\n"}, ["--train: --task retrieval has no training step"]),
         (["c.txt", "--task", "clustering", "--query-column", "q"], {"c.txt": "1 a\n0 b\n"}, ["--query-column: only for --task retrieval"]),
         (["c.txt", "--task", "clustering"], {"c.txt": "1 a\n1 b\n"}, ["only one label; clustering needs at least two"]),
-        (["c.txt", "--task", "sts", "--quantize", "int8"], {"c.txt": "1 a\n0 b\n"}, ["--quantize int8 needs --backend onnx"]),
+        (["c.txt", "--task", "sts", "--quantize", "int8"], {"c.txt": "1 a\n0 b\n"}, ["--quantize int8 works with --backend onnx; add --backend onnx."]),
         (["c.txt", "--task", "sts", "--backend", "onnx", "--layers"], {"c.txt": "1 a\n0 b\n"}, ["--layers: the onnx backend returns the last layer only"]),
         (["c.txt", "--task", "sts", "--int8-rows", "all"], {"c.txt": "1 a\n0 b\n"}, ["--int8-rows: only with --backend onnx --quantize int8"]),
         (["c.txt", "--task", "sts", "--bootstrap", "-1"], {"c.txt": "1 a\n0 b\n"}, ["--bootstrap -1: expected 0 (off) or at least 2"]),

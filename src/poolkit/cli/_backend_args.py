@@ -38,7 +38,7 @@ def check_backend_args(args: argparse.Namespace) -> None:
     if quantize is not None and QUANTIZED_BY[quantize] != backend:
         raise ValueError(f"--quantize {quantize} works with --backend {QUANTIZED_BY[quantize]}; "
                          f"add --backend {QUANTIZED_BY[quantize]}.")  # fmt: skip
-    if args.calibrate is not None and quantize != "int8-static":
+    if getattr(args, "calibrate", None) is not None and quantize != "int8-static":
         raise ValueError("--calibrate: only with --backend openvino --quantize int8-static "
                          "(the other modes need no calibration); drop --calibrate.")  # fmt: skip
     dtype = getattr(args, "dtype", None)

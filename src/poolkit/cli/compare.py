@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from poolkit.cli._backend_args import check_backend_args
 from poolkit.cli._common import add_common, flag_message, guess_note, report_error, require_extra
 from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
 
@@ -147,23 +148,12 @@ def _check_options(args: argparse.Namespace) -> None:
         ):  # fmt: skip
             if value != default:
                 raise _UsageError(f"{flag}: only for --task retrieval.")
-    if args.quantize and args.backend != "onnx":
-        raise _UsageError("--quantize int8 needs --backend onnx (int8 runs in ONNX Runtime).")
     if args.int8_rows and not args.quantize:
         raise _UsageError("--int8-rows: only with --backend onnx --quantize int8.")
-    if args.backend in ("onnx", "openvino"):
-        if args.layers is not None:
-            raise _UsageError(f"--layers: the {args.backend} backend returns the last layer "
-                              "only; drop --layers or use --backend torch.")  # fmt: skip
-        if args.backend == "onnx" and args.dtype not in (None, "float32"):
-            raise _UsageError(f"--dtype {args.dtype}: the onnx backend runs float32 (or "
-                              "--quantize int8); drop --dtype.")  # fmt: skip
-        if args.backend == "openvino" and args.dtype not in (None, "float32", "bfloat16"):
-            raise _UsageError(f"--dtype {args.dtype}: the openvino backend runs float32 or "
-                              "bfloat16; drop --dtype.")  # fmt: skip
-        if args.device not in ("auto", "cpu"):
-            raise _UsageError(f"--device {args.device}: the {args.backend} backend runs on "
-                              "the CPU.")  # fmt: skip
+    if args.backend in ("onnx", "openvino") and args.layers is not None:
+        raise _UsageError(f"--layers: the {args.backend} backend returns the last layer only; "
+                          "drop --layers or use --backend torch.")  # fmt: skip
+    check_backend_args(args)  # --backend, --quantize, --dtype, --device; the extras they need
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -176,10 +166,6 @@ def _run(args: argparse.Namespace) -> int:
         require_extra("--plot", "matplotlib", "matplotlib", "compare")
     if args.task != "sts":
         require_extra(f"--task {args.task}", "sklearn", "scikit-learn", "compare")
-    if args.backend == "onnx":
-        require_extra("--backend onnx", "onnxruntime", "onnxruntime", "onnx")
-    if args.backend == "openvino":
-        require_extra("--backend openvino", "openvino", "openvino", "openvino")
     layers = args.layers
     if layers is not None and not layers:
         layers = ["last", "last4", "first_last"]
