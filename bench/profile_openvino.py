@@ -7,11 +7,12 @@ calibrated as bench_speed's ``ov-int8`` (300 STS-B *train* texts), and compiles 
 with OpenVINO's per-node counters on: as poolkit does (dynamic shapes, one stream, every
 thread) and for the fixed shape ``(any batch, length)``. Runs one ``(batch, length)`` batch
 of random ids on each, ``repeats`` times in alternation, and prints for each the time per
-batch, its compile time and the share of each node type; then the multiply-accumulates per
-second reached by the fully connected layers against a large int8 GEMM on the same threads
-(``torch._int_mm``, 4096 x 1024 x 1024), and the time the batch would take with those
-layers at the GEMM's rate and the faster of the two attention subgraphs: a bound on what
-any runtime of the same graph and kernels can gain on long texts.
+batch, its compile time and the median time and share of each node type; then the
+multiply-accumulates per second reached by the fully connected layers against a large int8
+GEMM on the same threads (``torch._int_mm``, 4096 x 1024 x 1024, median of 20), and the
+time the batch would take with those layers at the GEMM's rate and the faster of the two
+attention subgraphs: a bound on what the same graph on these kernels can gain on long
+texts.
 """
 
 from __future__ import annotations
@@ -31,19 +32,19 @@ ATTENTION = "Subgraph"  # OpenVINO's node type for its fused attention
 
 
 def int8_gemm_rate(threads: int) -> float:
-    """Multiply-accumulates per second of a 4096 x 1024 x 1024 int8 GEMM (best of 10)."""
+    """Multiply-accumulates per second of a 4096 x 1024 x 1024 int8 GEMM (median of 20)."""
     import torch
 
     torch.set_num_threads(threads)
     a = torch.randint(-100, 100, (4096, 1024), dtype=torch.int8)
     b = torch.randint(-100, 100, (1024, 1024), dtype=torch.int8)
     torch._int_mm(a, b)
-    best = float("inf")
-    for _ in range(10):
+    times = []
+    for _ in range(20):
         start = time.perf_counter()
         torch._int_mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 4096 * 1024 * 1024 / best
+        times.append(time.perf_counter() - start)
+    return 4096 * 1024 * 1024 / float(np.median(times))
 
 
 def main() -> int:
@@ -80,16 +81,26 @@ def main() -> int:
     for request in requests.values():
         for _ in range(5):
             request.infer(feed)
-    per_type = {name: collections.Counter() for name in requests}
+    # Per node type, the median over repeats of its time in one batch (the machine's load
+    # comes and goes; a median of each is steadier than a sum).
+    samples: dict[str, dict[str, list[float]]] = {
+        n: collections.defaultdict(list) for n in requests
+    }
     walls: dict[str, list[float]] = {name: [] for name in requests}
     for _ in range(args.repeats):
         for name, request in requests.items():
             start = time.perf_counter()
             request.infer(feed)
             walls[name].append(time.perf_counter() - start)
+            batch: collections.Counter[str] = collections.Counter()
             for node in request.profiling_info:
-                seconds = node.real_time.total_seconds() / args.repeats
-                per_type[name][f"{node.node_type} ({node.exec_type})"] += seconds
+                batch[f"{node.node_type} ({node.exec_type})"] += node.real_time.total_seconds()
+            for node_type, seconds in batch.items():
+                samples[name][node_type].append(seconds)
+    per_type = {
+        name: collections.Counter({t: float(np.median(v)) for t, v in types.items()})
+        for name, types in samples.items()
+    }
     for name, types in per_type.items():
         wall = float(np.median(walls[name]))
         print(f"{name}: batch {args.batch} x {args.length} tokens: {wall * 1e3:.1f} ms median "
