@@ -36,12 +36,13 @@ from typing import Any
 import numpy as np
 
 from poolkit._cache import cache_root
+from poolkit._cpus import available_cpus
 from poolkit._errors import expected, missing_extra
 from poolkit.backends.rowquant import quantize_rows
 from poolkit.errors import ExportError, MissingDependencyError
 from poolkit.io.integrity import IntegrityWarning, fast_file_digest
 
-__all__ = ["OnnxBackend", "OnnxRunner", "default_threads", "load_onnx_runner", "onnx_cache_root"]
+__all__ = ["OnnxBackend", "OnnxRunner", "load_onnx_runner", "onnx_cache_root"]
 
 # Bump when the export recipe changes, so old cache entries are not reused.
 _FORMAT = 4  # 2: files hashed (SHA-256); 3: int8 with per-row activations; 4: XXH3-128
@@ -90,14 +91,6 @@ def _import_onnx() -> Any:
     return onnx
 
 
-def default_threads() -> int:
-    """Number of CPU cores this process may use (the intra-op thread count ORT gets)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS / Windows
-        return max(1, os.cpu_count() or 1)
-
-
 def onnx_cache_root(cache_dir: str | os.PathLike[str] | None = None, kind: str = "onnx") -> Path:
     """Folder holding cached exports: ``cache_dir``, else ``$POOLKIT_CACHE``, else
     ``~/.cache/poolkit``, plus ``/<kind>`` (``onnx``; ``openvino`` for its converted models)."""
@@ -133,7 +126,7 @@ class OnnxRunner:
         self.path = Path(path)
         self.output = output
         self.settings: dict[str, Any] = dict(settings or {})
-        self.threads = threads or default_threads()
+        self.threads = threads or available_cpus()
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
         # One graph, run op by op: a second pool would only fight the first for the same cores.

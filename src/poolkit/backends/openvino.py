@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._cpus import available_cpus
 from poolkit._errors import expected, missing_extra
 from poolkit.backends import onnx as _onnx
 from poolkit.errors import ExportError, MissingDependencyError
@@ -127,7 +128,7 @@ class OpenVinoRunner:
             )
         self.path = Path(path)
         self.settings: dict[str, Any] = dict(settings or {})
-        self.threads = threads or _onnx.default_threads()
+        self.threads = threads or available_cpus()
         precision = self.settings.get("precision", "f32")
         config = {
             "PERFORMANCE_HINT": "LATENCY",

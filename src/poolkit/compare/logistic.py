@@ -37,10 +37,11 @@ stopping test are float64.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from poolkit._cpus import available_cpus
 
 __all__ = ["BLOCK", "MAX_ITER", "REFRESH_AT", "TOL", "C", "Fit", "fit", "standardize"]
 
@@ -117,14 +118,6 @@ def _class_curvature(codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
         return np.array([p[1] * p[0]]), np.ones((1, 1))
     mu, r = np.linalg.eigh(np.diag(p) - np.outer(p, p))
     return np.clip(mu, 0.0, None), r
-
-
-def _threads() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _block_sums(
@@ -325,7 +318,7 @@ def fit(
         theta = coords.pack(np.zeros((d, m)), b0)
     else:
         theta = coords.pack(init.coef, init.intercept)
-    workers = min(threads or _threads(), len(blocks))
+    workers = min(threads or available_cpus(), len(blocks))
     # Stage 2 only where its blocks fit in memory (wide features of many classes do not).
     staged = (k - 1) * (d + 1) ** 2 <= _MAX_BLOCKS
     iterations = 0
