@@ -108,3 +108,82 @@ def test_embed_and_compare_read_a_table_the_same_way(tmp_path, name, data):
     data_read = read_task("classification", path, Columns())
     assert data_read.texts == texts
     assert "\n" in texts[0] or "\t" in texts[0] or texts[0] == "café"
+
+
+# STS-B's own lines: quotes are text, some open a field, some never close, one pair spans a
+# tab (sentence1 opens a quote that sentence2 closes), some wrap a whole sentence.
+STSB_QUOTES = [
+    ["1.8", "\"Oh, you're such a good person!", "You're such a bad person!\""],
+    ["0", '"Would you like to pay for others health care?"', '"Would you like to wear it?"'],
+    ["3.0", '"They were tossed around like feathers," Gordon said.', "Plain."],
+    ["2.5", 'A man plays a "flute".', '"Then the captain was gone.'],
+    ["4.0", "Last one, no quote.", "Still none."],
+]
+
+
+@pytest.mark.parametrize("reader", ["records", "texts"])
+def test_tsv_bare_quotes_are_text(tmp_path, reader):
+    """The TSV convention: fields end at tabs and are not quoted, so a bare `"` (STS-B's
+    files hold many) is part of the text, and embed and compare read the same rows."""
+    from poolkit.io.readers import read_records
+
+    path = tmp_path / "pairs.tsv"
+    lines = ["score\tsentence1\tsentence2", *("\t".join(r) for r in STSB_QUOTES)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if reader == "texts":
+        assert read_all(path, text_column="sentence2") == [r[2] for r in STSB_QUOTES]
+        return
+    names, records = read_records(path)
+    assert names == ["score", "sentence1", "sentence2"]
+    assert [w for w, _ in records] == [f"{path}:{n}" for n in range(2, 7)]
+    assert [[r[k] for k in names] for _, r in records] == STSB_QUOTES
+
+
+def test_tsv_bare_quotes_in_compare(tmp_path):
+    from poolkit.compare.datasets import read_task
+
+    path = tmp_path / "pairs.tsv"
+    rows = ["score\tsentence1\tsentence2", *("\t".join(r) for r in STSB_QUOTES)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    data = read_task("sts", path)
+    assert data.sentence1 == [r[1] for r in STSB_QUOTES]
+    assert data.sentence2 == [r[2] for r in STSB_QUOTES]
+    assert data.scores.tolist() == [float(r[0]) for r in STSB_QUOTES]
+
+
+QUOTED_TEXTS = ['say "hi"', "a\ttab", "two\nlines", '"whole"', '"', "", "plain", '"Hi," he said']
+
+
+@pytest.mark.parametrize("quoting", ["minimal", "all", "nonnumeric", "pandas"])
+def test_tsv_written_by_csv_writers_reads_back(tmp_path, quoting):
+    """Files that csv writers quote (pandas' to_csv(sep='\\t'), Python's csv) still read
+    back as written: quoted fields with doubled quotes, tabs and line ends inside."""
+    import csv
+
+    path = tmp_path / "w.tsv"
+    texts = [*QUOTED_TEXTS, *(r[1] for r in STSB_QUOTES)]
+    if quoting == "pandas":
+        import pandas as pd
+
+        pd.DataFrame({"id": range(len(texts)), "text": texts}).to_csv(path, sep="\t", index=False)
+    else:
+        mode = {"minimal": csv.QUOTE_MINIMAL, "all": csv.QUOTE_ALL,
+                "nonnumeric": csv.QUOTE_NONNUMERIC}[quoting]  # fmt: skip
+        with path.open("w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f, delimiter="\t", lineterminator="\n", quoting=mode)
+            writer.writerow(["id", "text"])
+            writer.writerows(enumerate(texts))
+    assert read_all(path, text_column="text") == texts
+    with open(path, "rb") as f:  # the streaming parser (Ray's URIs) agrees
+        assert [
+            t for c in read_stream(f, "tsv", where="w.tsv", text_column="text") for t in c
+        ] == texts
+
+
+def test_tsv_problems_name_the_line(tmp_path):
+    path = tmp_path / "r.tsv"
+    path.write_text('text\tlabel\n"a" b\tx\nc\td\te\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"r\.tsv: line 3 has 3 fields, more than the header's 2"):
+        read_all(path)
+    path.write_text('text\tlabel\n"two\nlines"\tx\nok\t"unclosed\n', encoding="utf-8")
+    assert read_all(path) == ["two\nlines", "ok"]

@@ -7,13 +7,15 @@
 - ``.jsonl``: one JSON object per line, text in ``text_column`` (default ``"text"``);
   a line may also be a bare JSON string. Blank lines are skipped.
 - ``.csv`` / ``.tsv``: a header row, then records; text in ``text_column`` (default
-  ``"text"``, or the only column).
+  ``"text"``, or the only column). In ``.tsv`` quotes are text (fields end at tabs), except
+  in a field quoted as csv and pandas write TSV (``"a ""b"" c"``, which may hold tabs).
 - ``.parquet``: a string column ``text_column`` (default ``"text"``, or the only column).
 - ``-``: standard input, read as ``fmt`` (default ``txt``).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import json
@@ -173,12 +175,100 @@ def pick_column(columns: list[str], column: str | None, where: str) -> str:
     )
 
 
+# A quoted TSV field may span at most this many lines; beyond it its quote is read as text.
+_TSV_QUOTED_LINES = 10_000
+
+
+def _tsv_rows(numbered: Iterator[tuple[int, str]], current: list[int]) -> Iterator[list[str]]:
+    """The records of TSV lines. Fields end at tabs and quotes are text (the TSV
+    convention), so STS-B's ``"Hi," he said`` reads as written. A field quoted as csv
+    writers (pandas, Python's csv, R) write TSV is unquoted: it opens with ``"``, doubles
+    every quote inside, closes with ``"`` before a tab or the line end, and holds a quote,
+    a tab or a line end (a field without those is unquoted only when the header's fields
+    are all quoted: a writer that quotes every field). A record whose field count differs
+    from the header's while its line split at tabs matches it is read split at tabs.
+    ``current[0]``: the last line number read.
+    """
+    pending: collections.deque[tuple[int, str]] = collections.deque()
+
+    def pull() -> tuple[int, str] | None:
+        return pending.popleft() if pending else next(numbered, None)
+
+    def quoted(line: str, pos: int, taken: list) -> tuple[str, str, int] | None:
+        # (text, the line it closed on, index after the closing quote); None: not quoted.
+        parts: list[str] = []
+        mark = len(taken)
+        i = pos + 1
+        while True:
+            j = line.find('"', i)
+            if j < 0:
+                parts.append(line[i:] + "\n")
+                nxt = pull() if len(taken) - mark < _TSV_QUOTED_LINES else None
+                if nxt is None:
+                    break
+                taken.append(nxt)
+                line, i = nxt[1], 0
+                continue
+            parts.append(line[i:j])
+            if line.startswith('"', j + 1):  # a doubled quote: one quote of text
+                parts.append('"')
+                i = j + 2
+                continue
+            if j + 1 < len(line) and line[j + 1] != "\t":
+                break
+            return "".join(parts), line, j + 1
+        pending.extendleft(reversed(taken[mark:]))
+        del taken[mark:]
+        return None
+
+    def fields_of(line: str, taken: list, all_quoted: bool) -> tuple[list[str], list[bool]]:
+        fields: list[str] = []
+        was_quoted: list[bool] = []
+        pos = 0
+        while True:
+            got = quoted(line, pos, taken) if line.startswith('"', pos) else None
+            if got is not None and (all_quoted or any(c in got[0] for c in '"\t\n')):
+                text, line, pos = got
+                fields.append(text)
+                was_quoted.append(True)
+                if pos == len(line):
+                    return fields, was_quoted
+                pos += 1  # the tab after the closing quote
+                continue
+            end = line.find("\t", pos)
+            fields.append(line[pos:] if end < 0 else line[pos:end])
+            was_quoted.append(False)
+            if end < 0:
+                return fields, was_quoted
+            pos = end + 1
+
+    width = -1  # the header's field count, once read
+    all_quoted = True  # every header field quoted: unquote every csv-quoted field
+    while (item := pull()) is not None:
+        number, line = item
+        current[0] = number
+        if not line:
+            yield []  # a blank line: no fields, as csv reads it
+            continue
+        taken: list[tuple[int, str]] = []
+        fields, was_quoted = fields_of(line, taken, all_quoted)
+        if width < 0:
+            width, all_quoted = len(fields), all(was_quoted)
+        elif len(fields) != width and line.count("\t") + 1 == width:
+            pending.extendleft(reversed(taken))
+            fields, taken = line.split("\t"), []
+        if taken:
+            current[0] = taken[-1][0]
+        yield fields
+
+
 def _delimited_records(
     stream: IO[bytes], where: str, delimiter: str
 ) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
     """The header and the (line number, record) pairs of a CSV/TSV stream.
 
-    Quoted fields may hold the delimiter and line ends; a record may have fewer fields
+    CSV: quoted fields may hold the delimiter and line ends. TSV: :func:`_tsv_rows` (quotes
+    are text unless a field is quoted as csv writes it). A record may have fewer fields
     than the header (the missing ones are absent from its dict) but never more.
     """
     numbered = numbered_lines(stream, where)
@@ -190,15 +280,15 @@ def _delimited_records(
             # The line end goes back in: inside a quoted field it is part of the text.
             yield line + "\n"
 
-    kind = "CSV" if delimiter == "," else "TSV"
-
     def bad(e: csv.Error) -> InputError:
-        return InputError(
-            f"{where}: line {current[0]} is not valid {kind} ({e}); check its quotes."
-        )
+        return InputError(f"{where}: line {current[0]} is not valid CSV ({e}); check its quotes.")
 
     # strict: a quote left open would otherwise swallow the rest of the file silently.
-    reader = csv.reader(lines(), delimiter=delimiter, strict=True)
+    reader: Iterator[list[str]] = (
+        csv.reader(lines(), delimiter=delimiter, strict=True)
+        if delimiter == ","
+        else _tsv_rows(numbered, current)
+    )
     try:
         header = next(reader, [])
     except csv.Error as e:
