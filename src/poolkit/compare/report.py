@@ -18,8 +18,10 @@ __all__ = [
     "MAIN_METRIC",
     "METRICS",
     "UNITS",
+    "Cells",
     "Result",
     "bootstrap_info",
+    "cells",
     "footer",
     "rank",
     "table",
@@ -134,19 +136,21 @@ def _vs_cells(vs: Paired | None) -> list[str]:
     return [_paired_text(vs), "yes" if vs.significant else "no"] if vs else ["", "-"]
 
 
-def table(
-    task: str,
-    results: Sequence[Result],
-    intended_note: str = "",
-    bootstrap: dict | None = None,
-    winner: str = "",
-) -> str:
-    """The terminal table, best first, one row per recipe (named as ``--recipe`` takes it):
-    ``*`` marks the intended pooling, ``=`` after a rank a tie, ``(= ...)`` the recipes a
-    merged row stands for; with ``bootstrap`` (:func:`bootstrap_info`) each metric carries
-    its 95% interval and the ``vs *`` / ``sig`` columns compare each row with the intended
-    one (paired). Then the footer lines, and ``winner`` (the command that embeds the best
-    row) last."""
+@dataclass(frozen=True)
+class Cells:
+    """The table as cells, best first: ``head``, one list of strings per row of ``ranked``,
+    and which columns hold numbers (right-aligned). The terminal table and the HTML report
+    print these same cells."""
+
+    head: list[str]
+    rows: list[list[str]]
+    numeric: list[bool]
+    ranked: list[Result]
+    ties: list[bool]
+
+
+def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -> Cells:
+    """The cells of :func:`table` (see there for what each column holds)."""
     names = METRICS[task]
     main = names[0]
     ranked = rank(results, main)
@@ -182,20 +186,37 @@ def table(
                 *(_vs_cells(vs) if has_vs else []),
             ]
         )  # fmt: skip
-    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
     n_text = 2 + show_backend
     numeric = [False] * n_text + [True] * (len(head) - n_text)
+    return Cells(head, rows, numeric, ranked, ties)
 
-    def line(cells: list[str]) -> str:
+
+def table(
+    task: str,
+    results: Sequence[Result],
+    intended_note: str = "",
+    bootstrap: dict | None = None,
+    winner: str = "",
+) -> str:
+    """The terminal table, best first, one row per recipe (named as ``--recipe`` takes it):
+    ``*`` marks the intended pooling, ``=`` after a rank a tie, ``(= ...)`` the recipes a
+    merged row stands for; with ``bootstrap`` (:func:`bootstrap_info`) each metric carries
+    its 95% interval and the ``vs *`` / ``sig`` columns compare each row with the intended
+    one (paired). Then the footer lines, and ``winner`` (the command that embeds the best
+    row) last."""
+    c = cells(task, results, bootstrap)
+    widths = [max(len(x) for x in col) for col in zip(c.head, *c.rows, strict=True)]
+
+    def line(row: list[str]) -> str:
         return "  ".join(
-            c.rjust(w) if num or j == 0 else c.ljust(w)
-            for j, (c, w, num) in enumerate(zip(cells, widths, numeric, strict=True))
+            x.rjust(w) if num or j == 0 else x.ljust(w)
+            for j, (x, w, num) in enumerate(zip(row, widths, c.numeric, strict=True))
         ).rstrip()
 
-    out = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    out = [line(c.head), line(["-" * w for w in widths]), *(line(r) for r in c.rows)]
     if intended_note:
         out.append(intended_note)
-    out.extend(footer(task, ranked, ties, bootstrap))
+    out.extend(footer(task, c.ranked, c.ties, bootstrap))
     if winner:
         out.append(winner)
     return "\n".join(out)
