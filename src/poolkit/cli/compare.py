@@ -72,7 +72,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "model's default prompt, if any)")  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the main metric")
-    p.add_argument("--overwrite", action="store_true", help="replace existing --json/--plot files")
+    p.add_argument(
+        "--report", metavar="FILE.html",
+        help="write one self-contained HTML page: the table, the intervals drawn, the notes, "
+        "the data set, model and versions, and each row's embed and export commands",
+    )  # fmt: skip
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace existing --json/--plot/--report files"
+    )
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default: 5)")
     p.add_argument(
         "--bootstrap", type=int, default=DEFAULT_RESAMPLES, metavar="N",
@@ -161,6 +168,10 @@ def _run(args: argparse.Namespace) -> int:
 
     json_path = _output(args.json, "--json", ".json", args.overwrite)
     plot_path = _output(args.plot, "--plot", ".png", args.overwrite)
+    report_path = _output(args.report, "--report", ".html", args.overwrite)
+    outputs = [p for p in (json_path, plot_path, report_path) if p]
+    if len({p.resolve() for p in outputs}) < len(outputs):
+        raise _UsageError("--json, --plot and --report name the same file; give each its own.")
     _check_options(args)
     if plot_path:
         require_extra("--plot", "matplotlib", "matplotlib", "compare")
@@ -238,22 +249,104 @@ def _run(args: argparse.Namespace) -> int:
     if plot_path:
         report.write_plot(plot_path, args.task, model, results)
     best = report.rank(results, report.MAIN_METRIC[args.task])[0]
-    print(
-        report.table(
-            args.task, results, _intended_note(encoder.info, results, args.task), boot,
-            winner_command(args, best.recipe, best.quantize),
-        ),
-        flush=True,
-    )  # fmt: skip
-    for note in dict.fromkeys(settings.notes):
-        print(f"note: {note}", file=sys.stderr)
+    intended_note = _intended_note(encoder.info, results, args.task)
+    winner = winner_command(args, best.recipe, best.quantize)
     unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
+    notes = list(dict.fromkeys(settings.notes))
+    if report_path:
+        from poolkit.compare.html_report import write_report
+
+        page = _page(args, encoder.info, results, boot, data, train, unit, notes, seconds)
+        write_report(report_path, page)
+    print(report.table(args.task, results, intended_note, boot, winner), flush=True)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     print(
         f"{args.task}: {len(data)} {unit}, {len(results)} rows, {model}, "
-        f"{seconds:.1f} s" + "".join(f"; wrote {p}" for p in (json_path, plot_path) if p),
+        f"{seconds:.1f} s" + "".join(f"; wrote {p}" for p in outputs),
         file=sys.stderr,
     )
     return 0
+
+
+def _page(
+    args: argparse.Namespace, info: Any, results: list, boot: dict | None, data: Any,
+    train: Any, unit: str, notes: list[str], seconds: float,
+) -> Any:  # fmt: skip
+    """What ``--report`` shows: the table's rows with their commands, and the run."""
+    import platform
+
+    from poolkit.compare import report
+    from poolkit.compare.html_report import Page
+
+    ranked = report.rank(results, report.MAIN_METRIC[args.task])
+    commands = [
+        (
+            embed_command(args, r.recipe, r.quantize),
+            export_command(args, r.recipe, r.quantize, info.is_decoder),
+        )
+        for r in ranked
+    ]
+    size = f"{len(data)} {unit}"
+    facts = [("task", args.task), ("data", args.data), ("size", size)]
+    documents = getattr(data, "doc_ids", None)
+    if documents is not None:
+        facts.append(("documents", str(len(documents))))
+    if train is not None:
+        facts.append(("train", f"{args.train} ({len(train)} {unit})"))
+    elif args.task in ("classification", "relation"):
+        facts.append(("probe", f"stratified {args.folds}-fold cross-validation"))
+    facts += [
+        ("model", info.reference),
+        ("model folder", str(info.path)),
+        ("intended pooling", f"{info.pooling} (from {info.pooling_source})"),
+        ("backend", args.backend + (f", with {args.quantize} rows" if args.quantize else "")),
+        ("bootstrap", f"{args.bootstrap} resamples, seed {args.seed}" if boot else "off"),
+        ("time", f"{seconds:.1f} s"),
+        ("python", f"{platform.python_version()} ({platform.platform(terse=True)})"),
+    ]
+    packages = ["torch", "transformers", "tokenizers", "numpy", "scipy", "scikit-learn"]
+    packages += {"onnx": ["onnxruntime"], "openvino": ["openvino"]}.get(args.backend, [])
+    if args.quantize:
+        packages.append("onnxruntime")
+    no_export = (
+        "export pools whole texts: word and span rows are embedded with the call shown"
+        if args.task in ("ner", "relation")
+        else ""
+    )
+    if args.task == "retrieval":
+        if args.document_prompt_name is not None:
+            how = f"with --prompt-name {shlex.quote(args.document_prompt_name)} in its place"
+        elif args.prompt_name is not None:
+            how = "without --prompt-name (the model's default prompt)"
+        else:
+            how = "with the same command"
+        notes = [
+            *notes,
+            f"retrieval: embed writes the queries' vectors; embed the documents {how}.",
+        ]
+    return Page(
+        task=args.task, model=info.reference, results=results, bootstrap=boot,
+        data=args.data, size=len(data), unit=unit, commands=commands,
+        intended_note=_intended_note(info, results, args.task),
+        winner=winner_command(args, ranked[0].recipe, ranked[0].quantize),
+        no_export=no_export, notes=notes, facts=facts,
+        versions=_versions(dict.fromkeys(packages)), command=compare_command(args),
+    )  # fmt: skip
+
+
+def _versions(packages: Any) -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from poolkit import __version__
+
+    out: dict[str, str | None] = {"poolkit": __version__}
+    for name in packages:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def _intended_note(info: Any, results: list, task: str) -> str:
@@ -269,11 +362,17 @@ def winner_command(args: argparse.Namespace, recipe: Any, quantize: str | None =
     """The command (or call) that writes the winner's vectors for your own texts: the same
     vectors this table scored, for the same model, backend (``quantize``: the winner is a
     quantised row) and settings."""
+    return "embed with the winner: " + embed_command(args, recipe, quantize)
+
+
+def embed_command(args: argparse.Namespace, recipe: Any, quantize: str | None = None) -> str:
+    """The ``poolkit embed`` command (word and span rows: the library call) that writes the
+    vectors of ``recipe``'s row (``quantize``: a quantised row) for the texts of INPUT."""
     name = shlex.quote(str(recipe))
     if recipe.level != "sequence":
         fn = "embed_words(words" if recipe.level == "word" else "embed_spans(texts, char_spans"
         model = "" if args.model is None else f", {args.model!r}"
-        return f"embed with the winner: poolkit.{fn}{model}, recipe={str(recipe)!r})"
+        return f"poolkit.{fn}{model}, recipe={str(recipe)!r})"
     parts = ["poolkit", "embed", "INPUT", "-o", "vectors.npy", "--recipe", name]
     for flag, value in (("--model", args.model), ("--max-length", args.max_length),
                         ("--dtype", args.dtype)):  # fmt: skip
@@ -285,4 +384,62 @@ def winner_command(args: argparse.Namespace, recipe: Any, quantize: str | None =
         parts += ["--backend", args.backend]
     if args.long_text != "truncate":
         parts += ["--long-text", args.long_text]
-    return "embed with the winner: " + " ".join(parts)
+    if args.prompt_name is not None:  # retrieval: the queries' prompt
+        parts += ["--prompt-name", shlex.quote(args.prompt_name)]
+    return " ".join(parts)
+
+
+def export_command(
+    args: argparse.Namespace, recipe: Any, quantize: str | None = None, decoder: bool = False
+) -> str | None:
+    """The ``poolkit export`` command that writes the model with ``recipe``'s pooling as a
+    folder: sentence-transformers where its Pooling module can express the recipe, else
+    ONNX (also for decoders, the onnx backend and quantised rows). None for word and span
+    rows, which export cannot pool."""
+    from poolkit.deploy.stfolder import st_refusal
+
+    if recipe.level != "sequence":
+        return None
+    parts = ["poolkit", "export"]
+    if args.model is not None:
+        parts.append(shlex.quote(str(args.model)))
+    parts += ["-o", "exported", "--recipe", shlex.quote(str(recipe))]
+    if quantize:
+        parts += ["--format", "onnx", "--quantize", quantize]
+    elif decoder or args.backend == "onnx" or st_refusal(recipe) is not None:
+        parts += ["--format", "onnx"]
+    return " ".join(parts)
+
+
+def compare_command(args: argparse.Namespace) -> str:
+    """The ``poolkit compare`` command that scores this table again (its output options
+    left out)."""
+    parts = ["poolkit", "compare", shlex.quote(args.data), "--task", args.task]
+
+    def add(flag: str, value: Any, default: Any = None) -> None:
+        if value is not None and value != default:
+            parts.extend([flag, shlex.quote(str(value))])
+
+    add("--train", args.train)
+    if args.strategies:
+        parts += ["--strategies", *map(shlex.quote, args.strategies)]
+    if args.layers is not None:
+        parts += ["--layers", *map(shlex.quote, args.layers)]
+    add("--prompt-name", args.prompt_name)
+    add("--document-prompt-name", args.document_prompt_name)
+    add("--folds", args.folds, 5)
+    add("--bootstrap", args.bootstrap, DEFAULT_RESAMPLES)
+    add("--seed", args.seed, 0)
+    add("--backend", args.backend, "torch")
+    add("--quantize", args.quantize)
+    add("--int8-rows", args.int8_rows)
+    add("--split", args.split)
+    for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
+        add(f"--{name}-column", getattr(args, f"{name}_column"), name)
+    add("--model", args.model)
+    add("--max-length", args.max_length)
+    add("--device", args.device, "auto")
+    add("--dtype", args.dtype)
+    add("--batch-tokens", args.batch_tokens)
+    add("--long-text", args.long_text, "truncate")
+    return " ".join(parts)
