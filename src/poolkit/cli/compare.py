@@ -169,9 +169,7 @@ def _run(args: argparse.Namespace) -> int:
     json_path = _output(args.json, "--json", ".json", args.overwrite)
     plot_path = _output(args.plot, "--plot", ".png", args.overwrite)
     report_path = _output(args.report, "--report", ".html", args.overwrite)
-    outputs = [p for p in (json_path, plot_path, report_path) if p]
-    if len({p.resolve() for p in outputs}) < len(outputs):
-        raise _UsageError("--json, --plot and --report name the same file; give each its own.")
+    outputs = [p for p in (json_path, plot_path, report_path) if p]  # suffixes keep them apart
     _check_options(args)
     if plot_path:
         require_extra("--plot", "matplotlib", "matplotlib", "compare")

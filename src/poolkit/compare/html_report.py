@@ -158,7 +158,7 @@ def render(page: Page) -> str:
         out.append(f'<p>The comparison itself:</p><p class="winner">{_e(page.command)}</p>')
     if page.versions:
         out += [
-            '<table class="versions">',
+            '<table id="versions-table" class="versions">',
             "<thead><tr><th>package</th><th>version</th></tr></thead>",
             "<tbody>",
             *(
@@ -242,15 +242,15 @@ def _ticks(lo: float, hi: float, want: int = 6) -> list[float]:
 def _figures(page: Page, c: Cells) -> list[str]:
     has_ci = all(r.ci for r in c.ranked) and page.bootstrap is not None
     level = round(100 * page.bootstrap["level"]) if page.bootstrap else 95
+    main = METRICS[page.task][0]
     if has_ci:
-        what = (
-            f"Each row's point value (dot) and its {level}% bootstrap interval (bar). "
-            "Orange: the intended pooling (*); its value is the dashed line. "
-            f"A hollow dot: not significantly different from * on {METRICS[page.task][0]} "
-            "(sig: no)."
-        )
+        what = f"Each row's point value (dot) and its {level}% bootstrap interval (bar)."
     else:
         what = "Point values only: the bootstrap was off (--bootstrap 0), so no intervals."
+    if any(r.intended for r in c.ranked):
+        what += " Orange: the intended pooling (*); its value is the dashed line."
+    if "sig" in c.head:
+        what += f" A hollow dot: not significantly different from * on {main} (sig: no)."
     out = [f"<p>{_e(what)}</p>"]
     for name in METRICS[page.task]:
         out.append("<figure>")
