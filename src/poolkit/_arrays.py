@@ -177,30 +177,77 @@ def dense_path(x: Array, *others: Array | None) -> bool:
     )
 
 
-class Checks:
-    """Data-dependent validations of the vectorised path, read back in one host sync.
+CHECK_MODES = ("async", "full")
+"""Data-check modes of the vectorised torch path; ``False`` (no data checks) besides.
 
-    Each check is a 0-d bool tensor that is True when the input is bad, and a function
-    that raises the precise error (it may copy to the host: it only runs on failure).
-    ``run`` copies all flags at once, so a forward pass syncs once, not once per check.
+``"async"`` (the default; ``True`` spells it too): the checks run on the tensor's device as
+one combined 0-d flag and nothing waits for the host. On the CPU the flag already sits in
+host memory, so it is read at once and a failure raises the exact error; on an
+accelerator it goes to ``torch._assert_async``, which fails at the device's next
+synchronisation with a message naming the checks. ``"full"``: the flags are read back
+once per call (one host sync on an accelerator) and a failure raises the exact error,
+naming the row, span or value, on every device.
+"""
+
+
+def check_mode(check: Any) -> str | None:
+    """``"async"`` for ``True``/``"async"``, ``"full"``, or None for ``False`` (no checks)."""
+    if check is True or (isinstance(check, str) and check == "async"):
+        return "async"
+    if isinstance(check, str) and check == "full":
+        return "full"
+    if check is False:
+        return None
+    value_error(
+        "check",
+        "True or 'async' (checks on the device, no host wait), 'full' (exact errors, one "
+        "host read per call) or False (no data checks)",
+        repr(check),
+    )
+
+
+class Checks:
+    """Data-dependent validations of the vectorised path, without a host wait by default.
+
+    Each check is a 0-d bool tensor that is True when the input is fine, a function that
+    raises the precise error (it may copy to the host: it runs only once its flag is known
+    to be False) and a short phrase naming the problem. ``run`` finishes them by mode (see
+    ``CHECK_MODES``): ``"full"`` copies all flags at once, one sync; ``"async"`` reads each
+    flag directly on the CPU (host memory: nothing to wait for) and hands it to
+    ``torch._assert_async`` on any other device and under ``torch.compile`` (which traces
+    it), one tiny operation per check either way.
     """
 
-    def __init__(self) -> None:
-        self._items: list[tuple[Any, Any]] = []
+    def __init__(self, mode: str = "async") -> None:
+        self.mode = mode
+        self._items: list[tuple[Any, Any, str]] = []
 
-    def add(self, failed: Any, fail: Any) -> None:
-        self._items.append((failed, fail))
+    def add(self, ok: Any, fail: Any, problem: str) -> None:
+        self._items.append((ok, fail, problem))
 
     def run(self) -> None:
-        if not self._items:
+        items, self._items = self._items, []
+        if not items:
             return
         import torch
 
-        flags = torch.stack([f for f, _ in self._items]).cpu().tolist()  # the one sync
-        for flag, (_, fail) in zip(flags, self._items, strict=True):
-            if flag:
-                fail()
-        self._items.clear()
+        if self.mode == "full":
+            flags = torch.stack([ok for ok, _, _ in items]).cpu().tolist()  # the one sync
+            for flag, (_, fail, _) in zip(flags, items, strict=True):
+                if not flag:
+                    fail()
+            return
+        for ok, fail, problem in items:
+            if ok.device.type == "cpu" and not torch.compiler.is_compiling():
+                if not ok:
+                    fail()
+            else:
+                torch._assert_async(
+                    ok,
+                    f"poolkit: invalid input ({problem}), found on the device. Call again with "
+                    "check='full' (or on CPU tensors) for the exact error, which names the "
+                    "row, span or value.",
+                )
 
 
 def device_mask(
@@ -208,9 +255,9 @@ def device_mask(
 ) -> Any:
     """A 0/1 mask of ``shape`` as a bool tensor on ``like``'s device.
 
-    Torch masks are checked on their device (the 0/1 test is deferred to ``checks``,
-    skipped when it is None); anything else is validated on the host by ``host_mask``,
-    which needs no device sync, then moved over.
+    Torch masks are checked on the device (the 0/1 test goes to ``checks``, skipped when it
+    is None; shape and dtype are metadata, checked here); anything else is validated on the
+    host by ``host_mask``, which needs no device sync, then moved over.
     """
     import torch
 
@@ -230,22 +277,34 @@ def device_mask(
             f"of shape {shape} (the leading dimensions of `hidden`)",
             f"shape {tuple(mask.shape)}",
         )
+    mask = mask.to(like.device)
     if mask.dtype == torch.bool:
-        return mask.to(like.device)
+        return mask
+    real = mask != 0
     if checks is not None:
-        checks.add(((mask != 0) & (mask != 1)).any(), lambda: host_mask(mask, shape, arg))
-    return (mask != 0).to(like.device)
+        # an integer equals its own != 0 test (as 0/1) exactly when it is 0 or 1
+        checks.add(
+            (mask == real).all(),
+            lambda: host_mask(mask, shape, arg),
+            f"`{arg}` holds a value other than 0 and 1",
+        )
+    return real
 
 
 def finite_check(checks: Checks | None, out: Any, arg: str = "hidden") -> None:
     """Defer ``check_finite`` of a torch result to ``checks``."""
     if checks is not None:
-        import torch
-
         checks.add(
-            ~torch.isfinite(out).all(),
+            all_finite(out),
             lambda: check_finite(array_api_compat.array_namespace(out), out, arg),
+            "NaN or inf reached the result",
         )
+
+
+def all_finite(out: Any) -> Any:
+    """0-d bool tensor: no NaN or inf in ``out``. ``x * 0`` is 0 for every finite ``x`` and
+    NaN for NaN and +-inf: three operations, where ``torch.isfinite(x).all()`` is five."""
+    return (out * 0 == 0).all()
 
 
 def result_dtype(x: Any) -> Any:

@@ -74,25 +74,25 @@ def row_bounds(keep: Any) -> tuple[Any, Any, Any]:
     return first, last, keep.sum(dim=1)
 
 
-def span_problems(start: Any, end: Any, padded: Any, length: int, real: Any | None) -> Any:
-    """0-d bool tensor: some live span is negative, reversed, past ``L`` or over padding."""
+def spans_valid(start: Any, end: Any, padded: Any, length: int, real: Any | None) -> Any:
+    """0-d bool tensor: every live span is ``0 <= start <= end < L`` and, with ``real``,
+    lies on real tokens only (padded spans count as valid)."""
     import torch
 
-    live = ~padded
-    bad = (start < 0) | (end < 0) | (start > end) | (end >= length)
+    good = (start >= 0) & (start <= end) & (end < length)
     if real is not None and length:
-        prefix = torch.nn.functional.pad(torch.cumsum(real.long(), dim=1), (1, 0))
+        prefix = torch.nn.functional.pad(torch.cumsum(real, dim=1), (1, 0))
         s_c, e_c = start.clamp(0, length - 1), end.clamp(0, length - 1)
         inside = prefix.gather(1, e_c + 1) - prefix.gather(1, s_c)
-        bad = bad | (inside != e_c - s_c + 1)
-    return (live & bad).any()
+        good = good & (inside == e_c - s_c + 1)
+    return (padded | good).all()
 
 
 def device_word_spans(ids: Any, num_words: int) -> tuple[Any, Any]:
     """Word spans ``(B, W, 2)`` from word ids ``(B, L)`` (-1 = no word), on their device.
 
     Returns the spans (``[-1, -1]`` for a word without sub-tokens) and a 0-d bool tensor
-    that is True when an id is below -1 or >= ``num_words``, or a word's sub-tokens are
+    that is False when an id is below -1 or >= ``num_words``, or a word's sub-tokens are
     not adjacent (``word_spans`` on the host then names the problem).
     """
     import torch
@@ -109,7 +109,7 @@ def device_word_spans(ids: Any, num_words: int) -> tuple[Any, Any]:
     first, last, count = first[:, :num_words], last[:, :num_words], count[:, :num_words]
     present = count > 0
     spans = torch.where(present[..., None], torch.stack([first, last], dim=-1), -1)
-    bad = (
-        (ids < -1).any() | (ids >= num_words).any() | (present & (last - first + 1 != count)).any()
-    )
-    return spans, bad
+    # every id in -1..num_words-1, and each word's sub-tokens one contiguous run
+    in_range = ((ids >= -1) & (ids < num_words)).all()
+    adjacent = (~present | (last - first + 1 == count)).all()
+    return spans, in_range & adjacent

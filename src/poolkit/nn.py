@@ -5,11 +5,21 @@ only what must be learned: an attention scorer or a width embedding. Tensors tha
 a gradient, live on an accelerator or are bfloat16 take the vectorised path: a fixed
 number of tensor operations whatever the batch size, planned on the tensor's device.
 
-Every module takes ``check=True``: the data-dependent checks (0/1 masks, empty rows,
-span bounds, word-id adjacency, NaN/inf) run once per forward pass, with one host sync.
-``check=False`` skips them, so a forward pass never synchronises with an accelerator and
-``torch.compile(module, fullgraph=True)`` traces it without graph breaks; invalid input
-then gives unspecified values (empty rows give zeros) instead of an error.
+Every module takes ``check``, which decides how the data-dependent checks (0/1 masks,
+empty rows, span bounds, word-id adjacency, NaN/inf) run; shape and dtype are checked
+from metadata in every mode, which costs nothing:
+
+* ``True`` or ``"async"`` (default): the checks run on the tensors' device and are folded
+  into one flag; a forward pass never waits for the host. On the CPU that flag is read at
+  once (it is host memory already) and a failure raises the exact error; on an
+  accelerator it goes to ``torch._assert_async``, so a bad batch fails at the next
+  synchronisation with a message that names the checks (the device is unusable after a
+  device-side assert, as after any). ``torch.compile(module, fullgraph=True)`` traces it.
+* ``"full"``: the flags are read back once per forward pass (one host sync on an
+  accelerator) and a failure raises the exact ``ValueError``/``TypeError`` naming the
+  row, span or value, on every device. Use it to find what was wrong with a batch.
+* ``False``: no data checks. Invalid input gives unspecified values (empty rows give
+  zeros) instead of an error.
 
     >>> import torch
     >>> from poolkit.nn import SpanExtractor
@@ -26,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from poolkit._arrays import Checks, device_mask
+from poolkit._arrays import Checks, check_mode, device_mask
 from poolkit._errors import value_error
 from poolkit._plan import row_bounds
 from poolkit.sequence import parse_sequence_strategy, sequence_dense, sequence_embedding
@@ -44,7 +54,8 @@ from poolkit.words import WORD_STRATEGIES, word_embeddings, words_dense
 class Pooler(nn.Module):
     """Sequence pooling: ``(B, L, H)`` + mask ``(B, L)`` -> ``(B, D)``; see ``sequence_embedding``.
 
-    ``check=False`` skips the data checks (see the module docstring): no host sync.
+    ``check``: ``True``/``"async"`` (default), ``"full"`` or ``False``; see the module
+    docstring.
     """
 
     def __init__(
@@ -52,11 +63,12 @@ class Pooler(nn.Module):
         strategy: str | Sequence[str] = "mean",
         *,
         exclude_special: bool = False,
-        check: bool = True,
+        check: bool | str = True,
     ):
         super().__init__()
         self.strategy = parse_sequence_strategy(strategy)
         self.exclude_special = exclude_special
+        check_mode(check)
         self.check = check
 
     def output_dim(self, hidden_size: int) -> int:
@@ -68,20 +80,19 @@ class Pooler(nn.Module):
         mask: torch.Tensor | None = None,
         special_tokens_mask: Any = None,
     ) -> torch.Tensor:
-        pool = sequence_embedding if self.check else sequence_dense
-        kwargs = {} if self.check else {"check": False}
-        return pool(
+        mode = check_mode(self.check)
+        return (sequence_embedding if mode else sequence_dense)(
             hidden,
             mask,
             self.strategy,
             special_tokens_mask=special_tokens_mask,
             exclude_special=self.exclude_special,
-            **kwargs,
+            check=mode or False,
         )
 
     def extra_repr(self) -> str:
         return f"strategy={'+'.join(self.strategy)!r}, exclude_special={self.exclude_special}" + (
-            "" if self.check else ", check=False"
+            _check_repr(self.check)
         )
 
 
@@ -90,44 +101,53 @@ class AttentionPooler(nn.Module):
 
     One logit per token from ``Linear(H, 1)``, softmax over the row's real tokens only
     (padding gets no weight), weighted sum. Rows must have at least one real token
-    (checked unless ``check=False``).
+    (checked unless ``check=False``; modes as in the module docstring).
     """
 
-    def __init__(self, hidden_size: int, *, check: bool = True):
+    def __init__(self, hidden_size: int, *, check: bool | str = True):
         super().__init__()
         self.scorer = nn.Linear(hidden_size, 1)
+        check_mode(check)
         self.check = check
 
     def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         b, length, _ = hidden.shape
         scores = self.scorer(hidden).squeeze(-1)
-        checks = Checks() if self.check else None
+        mode = check_mode(self.check)
+        checks = Checks(mode) if mode else None
         if mask is None:
             real = torch.ones(b, length, dtype=torch.bool, device=hidden.device)
         else:
             real = device_mask(mask, (b, length), hidden, "mask", checks)
         first, last, count = row_bounds(real)
         if checks is not None:
-            checks.add((count == 0).any(), lambda: _no_real_token(count))
+            checks.add(
+                count.all(), lambda: _no_real_token(count), "a row of `mask` has no real token"
+            )
         # each row is one span from its first to its last real token; holes get no weight
         scores = torch.where(real, scores, torch.finfo(scores.dtype).min)
         spans = torch.stack([first, last], dim=-1)[:, None, :]
         return spans_dense(
-            hidden, spans, ("attention",), scores=scores, check=self.check, checks=checks
+            hidden, spans, ("attention",), scores=scores, check=mode or False, checks=checks
         )[:, 0]
+
+    def extra_repr(self) -> str:
+        return f"hidden_size={self.scorer.in_features}" + _check_repr(self.check)
 
 
 class WordPooler(nn.Module):
     """Sub-token vectors to word vectors: ``(B, L, H)`` + word ids ``(B, L)`` -> ``(B, W, D)``.
 
-    With ``check=False`` pass ``num_words`` too, for a forward pass without host sync.
+    Pass ``num_words`` for a forward pass without host sync: without it the output width
+    is read from the ids. ``check``: see the module docstring.
     """
 
-    def __init__(self, strategy: str = "first", *, check: bool = True):
+    def __init__(self, strategy: str = "first", *, check: bool | str = True):
         super().__init__()
         if strategy not in WORD_STRATEGIES:
             value_error("strategy", f"one of {', '.join(WORD_STRATEGIES)}", repr(strategy))
         self.strategy = strategy
+        check_mode(check)
         self.check = check
 
     def output_dim(self, hidden_size: int) -> int:
@@ -136,12 +156,13 @@ class WordPooler(nn.Module):
     def forward(
         self, hidden: torch.Tensor, word_ids: Any, num_words: int | None = None
     ) -> torch.Tensor:
-        if self.check:
-            return word_embeddings(hidden, word_ids, self.strategy, num_words=num_words)
+        mode = check_mode(self.check)
+        if mode:
+            return word_embeddings(hidden, word_ids, self.strategy, num_words=num_words, check=mode)
         return words_dense(hidden, word_ids, self.strategy, num_words=num_words, check=False)
 
     def extra_repr(self) -> str:
-        return f"strategy={self.strategy!r}"
+        return f"strategy={self.strategy!r}" + _check_repr(self.check)
 
 
 class SpanExtractor(nn.Module):
@@ -151,7 +172,8 @@ class SpanExtractor(nn.Module):
     which come out as zeros. ``attention`` terms use a learned ``Linear(H, 1)`` scorer
     (Lee et al. 2017). ``width_embedding_dim`` appends a learned embedding of the span's
     width bucket (``width_buckets``, default log buckets). ``D = output_dim``.
-    ``check=False`` skips the span and mask checks (see the module docstring).
+    ``check``: ``True``/``"async"`` (default), ``"full"`` or ``False``; see the module
+    docstring.
     """
 
     def __init__(
@@ -161,9 +183,10 @@ class SpanExtractor(nn.Module):
         *,
         width_embedding_dim: int | None = None,
         width_buckets: Any = "log",
-        check: bool = True,
+        check: bool | str = True,
     ):
         super().__init__()
+        check_mode(check)
         self.check = check
         self.hidden_size = hidden_size
         self.strategy = parse_span_strategy(strategy)
@@ -188,16 +211,15 @@ class SpanExtractor(nn.Module):
         span_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         scores = self.scorer(hidden).squeeze(-1) if self.scorer is not None else None
-        pool = span_embeddings if self.check else spans_dense
-        kwargs = {} if self.check else {"check": False}
-        out = pool(
+        mode = check_mode(self.check)
+        out = (span_embeddings if mode else spans_dense)(
             hidden,
             spans,
             self.strategy,
             mask=mask,
             span_mask=span_mask,
             scores=scores,
-            **kwargs,
+            check=mode or False,
         )
         if self.width_embedding is None:
             return out
@@ -214,7 +236,13 @@ class SpanExtractor(nn.Module):
         return torch.cat([out, width], dim=-1)
 
     def extra_repr(self) -> str:
-        return f"hidden_size={self.hidden_size}, strategy={','.join(self.strategy)!r}"
+        return f"hidden_size={self.hidden_size}, strategy={','.join(self.strategy)!r}" + (
+            _check_repr(self.check)
+        )
+
+
+def _check_repr(check: bool | str) -> str:
+    return "" if check_mode(check) == "async" else f", check={check!r}"
 
 
 def _no_real_token(count: torch.Tensor) -> None:

@@ -35,6 +35,7 @@ from poolkit._arrays import (
     Array,
     Checks,
     check_finite,
+    check_mode,
     cpu_fast_path,
     dense_path,
     device_mask,
@@ -62,6 +63,7 @@ SEQUENCE_STRATEGIES: tuple[str, ...] = (
 )
 
 Empty = Literal["raise", "zeros"]
+Check = bool | Literal["async", "full"]
 
 
 def parse_sequence_strategy(strategy: str | Sequence[str]) -> tuple[str, ...]:
@@ -99,6 +101,7 @@ def sequence_embedding(
     special_tokens_mask: Any = None,
     exclude_special: bool = False,
     empty: Empty = "raise",
+    check: Check = True,
 ) -> Array:
     """Pool token vectors into one vector per text.
 
@@ -114,6 +117,14 @@ def sequence_embedding(
             the first real token by definition). Needs ``special_tokens_mask``.
         empty: what a row with no selected token gives: ``"raise"`` (default) raises a
             ``ValueError`` naming the row; ``"zeros"`` returns a zero vector for it.
+        check: the data checks (0/1 masks, empty rows, NaN/inf) of the vectorised path
+            (tensors that need a gradient, live on an accelerator or are bfloat16).
+            ``True`` or ``"async"`` (default): checked on the device without waiting for
+            it; on the CPU a failure raises the exact error at once, on an accelerator the
+            call fails asynchronously (``torch._assert_async``) with a message naming the
+            checks. ``"full"``: exact errors everywhere, for one host read per call.
+            ``False``: no data checks (empty rows give zeros). NumPy input and CPU tensors
+            without gradient are always checked exactly: their checks run on the host.
 
     Returns:
         ``(D,)`` or ``(B, D)`` with ``D = H x number of strategies``; the input's kind and
@@ -133,7 +144,7 @@ def sequence_embedding(
     names = parse_sequence_strategy(strategy)
     return pool_named(
         hidden, mask, names, special_tokens_mask=special_tokens_mask,
-        exclude_special=exclude_special, empty=empty,
+        exclude_special=exclude_special, empty=empty, check=check,
     )  # fmt: skip
 
 
@@ -145,10 +156,12 @@ def pool_named(
     special_tokens_mask: Any = None,
     exclude_special: bool = False,
     empty: Empty = "raise",
+    check: Check = True,
 ) -> Array:
     """:func:`sequence_embedding` for strategy names validated already (a
     :class:`poolkit.Recipe`'s parts): the strategy is not parsed again per batch."""
     float_hidden(hidden)
+    mode = check_mode(check)
     if dense_path(hidden):
         return sequence_dense(
             hidden,
@@ -157,6 +170,7 @@ def pool_named(
             special_tokens_mask=special_tokens_mask,
             exclude_special=exclude_special,
             empty=empty,
+            check=mode or False,
         )
     (hidden,), restore = cpu_fast_path(hidden)
     xp, out_dtype = float_hidden(hidden)
@@ -205,14 +219,15 @@ def sequence_dense(
     special_tokens_mask: Any = None,
     exclude_special: bool = False,
     empty: Empty = "raise",
-    check: bool = True,
+    check: Check = True,
 ) -> Any:
     """``sequence_embedding`` on the vectorised torch path (``names`` already parsed).
 
     Every rule is a masked whole-batch operation: a fixed number of tensor operations
-    whatever ``B``, on ``hidden``'s device. With ``check=False`` the checks that read
-    data back to the host (0/1 masks, empty rows, NaN/inf) are skipped, so the call
-    never synchronises; empty rows then give zeros.
+    whatever ``B``, on ``hidden``'s device. ``check`` as in ``sequence_embedding``: by
+    default the data checks (0/1 masks, empty rows, NaN/inf) never wait for the device;
+    ``"full"`` reads them back once for the exact error; ``False`` skips them, and
+    empty rows then give zeros.
     """
     import torch
 
@@ -224,12 +239,13 @@ def sequence_dense(
             "Cast it first, e.g. hidden.astype('float32') or hidden.float().",
         )
     _check_args(hidden, empty, exclude_special, special_tokens_mask)
+    mode = check_mode(check)
     dtype = result_dtype(hidden)
     batched = hidden.ndim == 3
     h = hidden if batched else hidden[None, ...]
     b, length, hid = h.shape
     lead = (b, length) if batched else (length,)
-    checks = Checks() if check else None
+    checks = Checks(mode) if mode else None
     if mask is None:
         real = torch.ones((b, length), dtype=torch.bool, device=h.device)
     else:
@@ -238,23 +254,29 @@ def sequence_dense(
     if exclude_special:
         special = device_mask(special_tokens_mask, lead, h, "special_tokens_mask", checks)
         selected = real & ~special.reshape(b, length)
+    # Rows left empty raise when checked (empty="raise"), so the rules need not zero them.
+    zero_empty = checks is None or empty == "zeros"
+    rows = {False: _Rows(real, dtype, zero_empty)}
+    if exclude_special:
+        rows[True] = _Rows(selected, dtype, zero_empty)
     parts = []
     for name in names:
-        keep = real if name == "cls" else selected
+        kept = rows[exclude_special and name != "cls"]
         if length == 0:
             parts.append(torch.zeros((b, hid), dtype=dtype, device=h.device))
         else:
-            parts.append(_DENSE[name](h, keep, dtype))
+            parts.append(_DENSE[name](h, kept))
     out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
     if checks is not None:
         if empty == "raise":
-            for dropped in sorted({exclude_special and name != "cls" for name in names}):
-                keep = selected if dropped else real
+            for dropped, kept in rows.items():
                 checks.add(
-                    ~keep.any(dim=1).all(),
-                    lambda keep=keep, dropped=dropped: _check_empty(
+                    kept.nonempty(),
+                    lambda keep=kept.keep, dropped=dropped: _check_empty(
                         plan_rows(to_host(keep, "mask")), "raise", dropped
                     ),
+                    "a row of `mask` has no real token"
+                    + (" left after dropping special tokens" if dropped else ""),
                 )
         finite_check(checks, out)
         checks.run()
@@ -362,9 +384,48 @@ def _at(which: str) -> Callable[[Any, Array, RowPlan, Any], Array]:
     return pooled
 
 
-# The vectorised rules: (B, L, H) hidden, (B, L) bool keep, result dtype -> (B, H).
+# The vectorised rules: (B, L, H) hidden and a ``_Rows`` of the kept positions -> (B, H).
 # Positions outside ``keep`` are replaced (``where``), never multiplied by zero, so NaN
 # or inf in padding cannot reach a result, and they receive zero gradient.
+
+
+class _Rows:
+    """A ``(B, L)`` bool ``keep`` mask and the per-row quantities the rules share (each
+    computed once per call). ``zero_empty``: rows without a kept token must give zeros;
+    when False they raise after the call, so the rules skip the zeroing."""
+
+    def __init__(self, keep: Any, dtype: Any, zero_empty: bool) -> None:
+        self.keep, self.dtype, self.zero_empty = keep, dtype, zero_empty
+        self._cache: dict[str, Any] = {}
+
+    def _get(self, key: str, make: Callable[[], Any]) -> Any:
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def count(self) -> Any:
+        """``(B,)`` kept tokens per row, in the result dtype."""
+        return self._get("count", lambda: self.keep.sum(dim=1, dtype=self.dtype))
+
+    def divisor(self) -> Any:
+        """``(B, 1)`` count to divide by; 1 for empty rows when they must give zeros."""
+        count = self.count()
+        return (count.clamp(min=1) if self.zero_empty else count)[:, None]
+
+    def any(self) -> Any:
+        return self._get("any", lambda: self.keep.any(dim=1))
+
+    def bounds(self) -> tuple[Any, Any, Any]:
+        return self._get("bounds", lambda: row_bounds(self.keep))
+
+    def nonempty(self) -> Any:
+        """0-d bool: every row keeps a token (from whatever the rules computed already)."""
+        for key in ("count", "any"):
+            if key in self._cache:
+                return self._cache[key].all()
+        if "bounds" in self._cache:
+            return self._cache["bounds"][2].all()
+        return self.any().all()
 
 
 def _masked(h: Any, keep: Any, fill: float = 0.0) -> Any:
@@ -373,61 +434,58 @@ def _masked(h: Any, keep: Any, fill: float = 0.0) -> Any:
     return torch.where(keep[..., None], h, torch.full((), fill, dtype=h.dtype, device=h.device))
 
 
-def _dense_sum(h: Any, keep: Any, dtype: Any) -> Any:
-    return _masked(h, keep).sum(dim=1, dtype=dtype)
+def _dense_sum(h: Any, rows: _Rows) -> Any:
+    return _masked(h, rows.keep).sum(dim=1, dtype=rows.dtype)
 
 
-def _dense_count(keep: Any, dtype: Any) -> Any:
-    return keep.sum(dim=1, dtype=dtype).clamp(min=1)[:, None]  # empty rows: 0 / 1 = 0
+def _dense_mean(h: Any, rows: _Rows) -> Any:
+    return _dense_sum(h, rows) / rows.divisor()
 
 
-def _dense_mean(h: Any, keep: Any, dtype: Any) -> Any:
-    return _dense_sum(h, keep, dtype) / _dense_count(keep, dtype)
+def _dense_mean_sqrt_len(h: Any, rows: _Rows) -> Any:
+    return _dense_sum(h, rows) / rows.divisor().sqrt()
 
 
-def _dense_mean_sqrt_len(h: Any, keep: Any, dtype: Any) -> Any:
-    return _dense_sum(h, keep, dtype) / _dense_count(keep, dtype).sqrt()
-
-
-def _dense_weighted_mean(h: Any, keep: Any, dtype: Any) -> Any:
+def _dense_weighted_mean(h: Any, rows: _Rows) -> Any:
     import torch
 
-    k = keep.to(dtype)
+    k = rows.keep.to(rows.dtype)
     weights = torch.cumsum(k, dim=1) * k  # rank counted from the row's first kept token
-    n = _dense_count(keep, dtype)
+    n = rows.divisor()
     total = n * (n + 1) / 2
-    return torch.bmm(weights[:, None, :], _masked(h, keep).to(dtype))[:, 0] / total
+    return torch.bmm(weights[:, None, :], _masked(h, rows.keep).to(rows.dtype))[:, 0] / total
 
 
-def _dense_extreme(pick: str) -> Callable[[Any, Any, Any], Any]:
-    def pooled(h: Any, keep: Any, dtype: Any) -> Any:
+def _dense_extreme(pick: str) -> Callable[[Any, _Rows], Any]:
+    def pooled(h: Any, rows: _Rows) -> Any:
         import torch
 
         info = torch.finfo(h.dtype)
         # the dtype's own limit, never a -1e9 that overflows in float16
-        seg = _masked(h, keep, info.min if pick == "max" else info.max)
+        seg = _masked(h, rows.keep, info.min if pick == "max" else info.max)
         # max/min with indices, not amax/amin: the backward scatters into one position
         # per column instead of comparing the whole input again (2x faster fwd+bwd); on
         # exact ties the gradient goes to one of the tied tokens rather than split evenly
-        out = (seg.max(dim=1) if pick == "max" else seg.min(dim=1)).values.to(dtype)
-        return torch.where(keep.any(dim=1)[:, None], out, 0.0)
+        out = (seg.max(dim=1) if pick == "max" else seg.min(dim=1)).values.to(rows.dtype)
+        return torch.where(rows.any()[:, None], out, 0.0) if rows.zero_empty else out
 
     return pooled
 
 
-def _dense_at(which: str) -> Callable[[Any, Any, Any], Any]:
-    def pooled(h: Any, keep: Any, dtype: Any) -> Any:
+def _dense_at(which: str) -> Callable[[Any, _Rows], Any]:
+    def pooled(h: Any, rows: _Rows) -> Any:
         import torch
 
-        first, last, count = row_bounds(keep)
+        first, last, count = rows.bounds()
         pos = (first if which == "first" else last).clamp(0, h.shape[1] - 1)
         out = torch.gather(h, 1, pos[:, None, None].expand(-1, 1, h.shape[2]))[:, 0]
-        return torch.where((count > 0)[:, None], out.to(dtype), 0.0)
+        out = out.to(rows.dtype)
+        return torch.where((count > 0)[:, None], out, 0.0) if rows.zero_empty else out
 
     return pooled
 
 
-_DENSE: dict[str, Callable[[Any, Any, Any], Any]] = {
+_DENSE: dict[str, Callable[[Any, _Rows], Any]] = {
     "cls": _dense_at("first"),
     "last": _dense_at("last"),
     "mean": _dense_mean,

@@ -34,7 +34,9 @@ import numpy as np
 from poolkit._arrays import (
     Array,
     Checks,
+    all_finite,
     check_finite,
+    check_mode,
     cpu_fast_path,
     dense_path,
     device_mask,
@@ -47,7 +49,7 @@ from poolkit._arrays import (
     to_host,
 )
 from poolkit._errors import type_error, value_error
-from poolkit._plan import span_problems
+from poolkit._plan import spans_valid
 
 SPAN_STRATEGIES: tuple[str, ...] = ("endpoints", "mean", "max", "attention", "diff_sum")
 _ALIASES = {"endpoints": ("x", "y"), "diff_sum": ("y-x", "y+x")}
@@ -119,6 +121,7 @@ def span_embeddings(
     span_mask: Any = None,
     scores: Array | None = None,
     width_buckets: Any = None,
+    check: bool | str = True,
 ) -> Array:
     """Represent token spans ``[start, end]`` (both ends **inclusive**).
 
@@ -133,6 +136,13 @@ def span_embeddings(
             example from a learned ``Linear(H, 1)``); gradients flow through them.
         width_buckets: ``None`` (no width feature), ``"log"`` (``LOG_WIDTH_BUCKETS``) or
             ascending lower bounds of width buckets; appends a one-hot bucket vector.
+        check: the data checks (span bounds, spans over padding, 0/1 masks, NaN/inf) of
+            the vectorised path (tensors that need a gradient, live on an accelerator or
+            are bfloat16). ``True`` or ``"async"`` (default): checked on the device without
+            waiting for it; on the CPU a failure raises the exact error at once, on an
+            accelerator the call fails asynchronously (``torch._assert_async``). ``"full"``:
+            exact errors everywhere, for one host read per call. ``False``: no data checks.
+            NumPy input and CPU tensors without gradient are always checked exactly.
 
     Returns:
         ``(S, D)`` or ``(B, S, D)``, ``D = span_output_dim(H, strategy, width_buckets)``,
@@ -151,6 +161,7 @@ def span_embeddings(
     """
     terms = parse_span_strategy(strategy)
     float_hidden(hidden)
+    mode = check_mode(check)
     if dense_path(hidden, scores):
         return spans_dense(
             hidden,
@@ -160,6 +171,7 @@ def span_embeddings(
             span_mask=span_mask,
             scores=scores,
             width_buckets=width_buckets,
+            check=mode or False,
         )
     return _spans_by_rows(
         hidden,
@@ -423,7 +435,7 @@ def spans_dense(
     span_mask: Any = None,
     scores: Any = None,
     width_buckets: Any = None,
-    check: bool = True,
+    check: bool | str = True,
     checks: Checks | None = None,
 ) -> Any:
     """``span_embeddings`` on the vectorised torch path (``terms`` already parsed).
@@ -431,13 +443,15 @@ def spans_dense(
     Memory beyond the ``(B, S, D)`` result: ``O(B L H)`` for the prefix sums of
     ``mean``/``attention``, ``O(B L H log2 L)`` for the doubling table of ``max``, and
     ``O(B S L)`` for the span-by-token softmax of ``attention``; never ``(B, S, L, H)``.
-    Prefix sums and the attention matmul read whole rows: with checks on, a non-finite
-    result is recomputed on the per-row path (exact, or the per-row error).
-    ``check=False`` skips the checks that read data back to the host (span bounds, 0/1
-    masks, NaN/inf), so the call never synchronises; invalid spans then give unspecified
-    values (indices are clamped, never out of range) instead of an error, and a NaN/inf
-    anywhere in a row (padding included) can reach its spans. ``checks`` lets a caller
-    add its own checks to the same single sync.
+    ``check`` as in ``span_embeddings``. Prefix sums and the attention matmul read whole
+    rows, so a NaN/inf outside every span (padding included) can reach a ``mean`` or
+    ``attention`` result: on the CPU (default mode) and with ``"full"`` such a call is
+    recomputed on the per-row path (exact, or the per-row error); on an accelerator the
+    default mode cannot reroute without waiting, so its asynchronous check fails instead.
+    ``check=False`` skips the data checks (span bounds, 0/1 masks, NaN/inf); invalid
+    spans then give unspecified values (indices are clamped, never out of range) instead
+    of an error, and a NaN/inf anywhere in a row can reach its spans. ``checks`` lets a
+    caller add its own checks to the same ones (its mode wins over ``check``).
     """
     import torch
 
@@ -454,8 +468,9 @@ def spans_dense(
     batched = hidden.ndim == 3
     h = hidden if batched else hidden[None, ...]
     b, length, hid = h.shape
-    if checks is None and check:
-        checks = Checks()
+    mode = check_mode(check)
+    if checks is None and mode:
+        checks = Checks(mode)
     sp = _device_spans(spans, batched, b, h)
     n_spans = sp.shape[1]
     padded = (sp == -1).all(dim=-1)
@@ -470,7 +485,7 @@ def spans_dense(
     start, end = sp[..., 0], sp[..., 1]
     if checks is not None:
         checks.add(
-            span_problems(start, end, padded, length, real),
+            spans_valid(start, end, padded, length, real),
             lambda: _check_spans(
                 to_host(sp, "spans"),
                 to_host(padded, "spans"),
@@ -478,6 +493,7 @@ def spans_dense(
                 None if real is None else to_host(real, "mask"),
                 batched,
             ),
+            "a span has start > end, an index outside 0..L-1, or covers padding",
         )
     score_rows = None
     if scores is not None:
@@ -505,10 +521,15 @@ def spans_dense(
         out = torch.where(padded[..., None], torch.zeros((), dtype=dtype, device=h.device), out)
     if checks is not None:
         # Prefix sums and the attention matmul read whole rows, so a NaN/inf outside every
-        # span (padding included) would reach the result. A non-finite row sum (one reduction,
-        # not an element-wise test) sends the call to the per-row path, which reads only
-        # each span's tokens: it gives the exact result or names the bad span's row.
-        checks.add(~torch.isfinite(out.sum(dim=-1)).all(), _not_finite)
+        # span (padding included) would reach the result. A non-finite result sends the
+        # call to the per-row path, which reads only each span's tokens: it gives the exact
+        # result or names the bad span's row. (Added last: it runs after the others.)
+        checks.add(
+            all_finite(out),
+            _not_finite,
+            "NaN or inf reached the result; on the vectorised path one anywhere in a row, "
+            "padding included, reaches its mean and attention terms",
+        )
         try:
             checks.run()
         except _NotFinite:

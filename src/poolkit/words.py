@@ -12,7 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._arrays import Array, Checks, dense_path, dtype_name, float_hidden, to_host
+from poolkit._arrays import (
+    Array,
+    Checks,
+    check_mode,
+    dense_path,
+    dtype_name,
+    float_hidden,
+    to_host,
+)
 from poolkit._errors import short_list, type_error, value_error
 from poolkit._plan import device_word_spans
 from poolkit.spans import span_embeddings, spans_dense
@@ -103,6 +111,7 @@ def word_embeddings(
     strategy: str = "first",
     *,
     num_words: int | None = None,
+    check: bool | str = True,
 ) -> Array:
     """Pool each word's sub-token vectors into one vector.
 
@@ -112,7 +121,14 @@ def word_embeddings(
             and padding tokens (a list of ``encoding.word_ids()`` lists works as is).
         strategy: ``first``, ``last``, ``mean``, ``max`` (H each) or ``endpoints`` (2H: first and last sub-token, as the span level's ``endpoints``).
         num_words: words per row in the output; default the largest word id + 1. Use it
-            to keep words that truncation left without sub-tokens.
+            to keep words that truncation left without sub-tokens. On the vectorised
+            path (tensors that need a gradient, live on an accelerator or are bfloat16)
+            pass it to keep the call from reading the ids back: it sets the output shape.
+        check: the data checks (word ids, adjacent sub-tokens, NaN/inf) of the vectorised
+            path, as in ``span_embeddings``: ``True``/``"async"`` (default) never waits
+            for the device, ``"full"`` reads the flags back once for the exact error,
+            ``False`` skips them. NumPy input and CPU tensors without gradient are always
+            checked exactly.
 
     Returns:
         ``(W, D)`` or ``(B, W, D)``, float32 (float64 for float64 input), the input's
@@ -130,8 +146,9 @@ def word_embeddings(
     float_hidden(hidden)
     if hidden.ndim not in (2, 3):
         value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
+    mode = check_mode(check)
     if dense_path(hidden):
-        return words_dense(hidden, word_ids, strategy, num_words=num_words)
+        return words_dense(hidden, word_ids, strategy, num_words=num_words, check=mode or False)
     spans = word_spans(word_ids, hidden.shape[-2], num_words)
     if (spans.ndim == 3) != (hidden.ndim == 3) or (
         spans.ndim == 3 and spans.shape[0] != hidden.shape[0]
@@ -150,14 +167,14 @@ def words_dense(
     strategy: str,
     *,
     num_words: int | None = None,
-    check: bool = True,
+    check: bool | str = True,
 ) -> Any:
     """``word_embeddings`` on the vectorised torch path: word spans are planned on
     ``hidden``'s device (scatter min/max of token positions), then ``spans_dense``.
 
     Without ``num_words`` the output size is the largest word id + 1, which costs one
     host sync; pass ``num_words`` to avoid it (and to compile with ``fullgraph=True``).
-    ``check=False`` skips the checks that read data back (ids, adjacency, NaN/inf).
+    ``check`` as in ``word_embeddings`` (ids, adjacency, NaN/inf).
     """
     import torch
 
@@ -194,10 +211,16 @@ def words_dense(
     if num_words is None:
         num_words = int(ids2.max()) + 1 if ids2.numel() else 0  # the one sync; see docstring
         num_words = max(num_words, 0)
-    spans, bad = device_word_spans(ids2, num_words)
-    checks = Checks() if check else None
+    spans, valid = device_word_spans(ids2, num_words)
+    mode = check_mode(check)
+    checks = Checks(mode) if mode else None
     if checks is not None:
-        checks.add(bad, lambda: word_spans(to_host(ids, "word_ids"), length, num_words))
+        checks.add(
+            valid,
+            lambda: word_spans(to_host(ids, "word_ids"), length, num_words),
+            "`word_ids` hold an id outside -1..num_words-1, or a word whose sub-tokens "
+            "are not adjacent",
+        )
     return spans_dense(
         hidden,
         spans if hidden.ndim == 3 else spans[0],
