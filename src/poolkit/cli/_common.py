@@ -18,6 +18,7 @@ __all__ = [
     "flag_message",
     "guess_note",
     "progress_bar",
+    "quiet_truncation",
     "report_error",
     "require_extra",
     "text_chunks",
@@ -134,6 +135,19 @@ def add_common(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
 def positive(value: int | None, flag: str) -> None:
     if value is not None and value < 1:
         value_error(flag, "a positive integer", value)
+
+
+@contextmanager
+def quiet_truncation(args: Any) -> Iterator[None]:
+    """With --quiet, no notice of truncated texts (embed's --quiet drops it from its summary)."""
+    import warnings
+
+    from poolkit.driver import TruncationWarning
+
+    with warnings.catch_warnings():
+        if getattr(args, "quiet", False):
+            warnings.simplefilter("ignore", TruncationWarning)
+        yield
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from poolkit._errors import expected, value_error
-from poolkit.cli._common import add_common
+from poolkit.cli._common import add_common, positive, quiet_truncation
 from poolkit.cli._jsonout import json_lines, rounded
 from poolkit.io.readers import InputError, read_records
 
@@ -84,6 +84,8 @@ def _records(args: argparse.Namespace) -> Iterator[tuple[str, list[tuple[int, in
 def run(args: argparse.Namespace) -> int:
     from poolkit.embedding import embed_spans, get_encoder
 
+    positive(args.max_length, "--max-length")
+    positive(args.batch_tokens, "--batch-tokens")
     records = list(_records(args))
     if not records:
         raise InputError(f"{args.input}: no texts found (the input is empty).")
@@ -91,8 +93,10 @@ def run(args: argparse.Namespace) -> int:
     char_spans = [s for _, s in records]
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                           max_length=args.max_length)  # fmt: skip
-    vectors, token_spans = embed_spans(texts, char_spans, encoder, args.strategy,
-                                       long_text=args.long_text, return_token_spans=True)  # fmt: skip
+    with quiet_truncation(args):
+        vectors, token_spans = embed_spans(texts, char_spans, encoder, args.strategy,
+                                           long_text=args.long_text, return_token_spans=True,
+                                           max_batch_tokens=args.batch_tokens)  # fmt: skip
     with json_lines(args.output, args.overwrite) as write:
         for row, (text, spans) in enumerate(records):
             tokens = encoder.tokenizer.convert_ids_to_tokens(encoder.tokenizer.encode(text).ids)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from poolkit.cli._common import add_common, positive, text_chunks
+from poolkit.cli._common import add_common, positive, quiet_truncation, text_chunks
 from poolkit.cli._jsonout import json_lines, rounded
 
 __all__ = ["add_parser", "run"]
@@ -43,12 +43,14 @@ def run(args: argparse.Namespace) -> int:
     from poolkit.embedding import embed_tokens, get_encoder
 
     positive(args.max_length, "--max-length")
+    positive(args.batch_tokens, "--batch-tokens")
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                           max_length=args.max_length)  # fmt: skip
     row = 0
-    with json_lines(args.output, args.overwrite) as write:
+    with json_lines(args.output, args.overwrite) as write, quiet_truncation(args):
         for chunk in text_chunks(args, 1024):
-            for text, tv in zip(chunk, embed_tokens(chunk, encoder, long_text=args.long_text),
+            for text, tv in zip(chunk, embed_tokens(chunk, encoder, long_text=args.long_text,
+                                                    max_batch_tokens=args.batch_tokens),
                                 strict=True):  # fmt: skip
                 obj: dict[str, Any] = {"id": row, "text": text, "tokens": tv.tokens,
                                        "offsets": tv.offsets.tolist()}  # fmt: skip
