@@ -349,16 +349,13 @@ def pixels(path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "task",
-    ["sts", "ner"],
-)
+@pytest.mark.parametrize("task", ["sts", "relation"])  # sequence rows; span rows
 def test_report_in_headless_chromium(tmp_path, task):
     browser = chromium()
     args = {
         "sts": [str(fixture("stsb-dev-sample.csv")), "--task", "sts", "--layers", "last4"],
-        "ner": [str(fixture("wnut17-dev-sample.conll")), "--task", "ner", "--train",
-                str(fixture("wnut17-train-sample.conll")), "--strategies", "first", "mean"],
+        "relation": [str(fixture("relations-dev.txt")), "--task", "relation", "--train",
+                     str(fixture("relations-train.txt")), "--strategies", "endpoints", "mean"],
     }[task]  # fmt: skip
     result = poolkit("compare", *args, "--report", "r.html", "--json", "r.json", "--quiet",
                      cwd=tmp_path)  # fmt: skip
