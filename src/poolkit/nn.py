@@ -39,6 +39,7 @@ from torch import nn
 from poolkit._arrays import Checks, check_mode, device_mask
 from poolkit._errors import value_error
 from poolkit._plan import row_bounds
+from poolkit.errors import InputError
 from poolkit.sequence import parse_sequence_strategy, sequence_dense, sequence_embedding
 from poolkit.spans import (
     bucket_width_tensor,
@@ -247,4 +248,4 @@ def _check_repr(check: bool | str) -> str:
 
 def _no_real_token(count: torch.Tensor) -> None:
     row = int((count == 0).nonzero()[0])
-    raise ValueError(f"Row {row} of `mask` has no real token (all padding): nothing to attend to.")
+    raise InputError(f"Row {row} of `mask` has no real token (all padding): nothing to attend to.")

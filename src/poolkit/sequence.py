@@ -50,6 +50,7 @@ from poolkit._arrays import (
 )
 from poolkit._errors import short_list, type_error, value_error
 from poolkit._plan import RowPlan, plan_rows, row_bounds
+from poolkit.errors import InputError
 
 SEQUENCE_STRATEGIES: tuple[str, ...] = (
     "cls",
@@ -290,7 +291,7 @@ def _check_empty(plan: RowPlan, empty: Empty, special_dropped: bool) -> None:
     what = (
         "no real token left after dropping special tokens" if special_dropped else "no real token"
     )
-    raise ValueError(
+    raise InputError(
         f"Row(s) {short_list(rows)} of `mask` have {what} (all padding), so there is nothing to "
         "pool. Remove those rows, or pass empty='zeros' to get zero vectors for them."
     )

@@ -50,6 +50,7 @@ from poolkit._arrays import (
 )
 from poolkit._errors import type_error, value_error
 from poolkit._plan import spans_valid
+from poolkit.errors import InputError
 
 SPAN_STRATEGIES: tuple[str, ...] = ("endpoints", "mean", "max", "attention", "diff_sum")
 _ALIASES = {"endpoints": ("x", "y"), "diff_sum": ("y-x", "y+x")}
@@ -260,7 +261,7 @@ def _check_spans(
         if len(bad):
             r, s = (int(i) for i in bad[0])
             where = f"span ({r}, {s})" if batched else f"span {s}"
-            raise ValueError(
+            raise InputError(
                 f"Invalid `spans`: {where} = [{int(start[r, s])}, {int(end[r, s])}] {problem} "
                 f"({len(bad)} span(s) affected). {fix}"
             )

@@ -23,6 +23,7 @@ from poolkit._arrays import (
 )
 from poolkit._errors import short_list, type_error, value_error
 from poolkit._plan import device_word_spans
+from poolkit.errors import InputError
 from poolkit.spans import span_embeddings, spans_dense
 
 WORD_STRATEGIES: dict[str, str] = {
@@ -66,7 +67,7 @@ def word_spans(word_ids: Any, length: int, num_words: int | None = None) -> np.n
     if split.any():
         r, w = (int(i) for i in np.argwhere(split)[0])
         where = f"row {r}, word {w}" if batched else f"word {w}"
-        raise ValueError(
+        raise InputError(
             f"Invalid `word_ids`: the sub-tokens of {where} are not adjacent (positions "
             f"{short_list(pos[(rows == r) & (words == w)].tolist())}). A word's sub-tokens must "
             "be one contiguous run, as fast tokenizers produce them."
