@@ -12,6 +12,7 @@ from typing import Any
 from poolkit.cli._backend_args import check_backend_args
 from poolkit.cli._common import add_common, flag_message, guess_note, report_error, require_extra
 from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
+from poolkit.errors import InputError
 
 __all__ = ["add_parser", "run"]
 
@@ -109,7 +110,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-class _UsageError(ValueError):
+class _UsageError(InputError):
     """Bad command-line input: exit status 2."""
 
 
