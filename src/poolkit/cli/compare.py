@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from poolkit._errors import already_exists
 from poolkit.cli._backend_args import check_backend_args
 from poolkit.cli._common import add_common, flag_message, guess_note, report_error, require_extra
 from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
@@ -131,7 +132,9 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
     if suffix and out.suffix.lower() != suffix:
         raise _UsageError(f"{option} {path}: expected a {suffix} file name.")
     if out.exists() and not overwrite:
-        raise _UsageError(f"{option} {path}: file exists; pass --overwrite to replace it.")
+        raise _UsageError(
+            already_exists(f"{option} {path}", fix="--overwrite", state="file exists")
+        )
     if not out.parent.is_dir():
         raise _UsageError(f"{option} {path}: folder {out.parent} does not exist.")
     return out
