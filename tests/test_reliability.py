@@ -330,7 +330,7 @@ def test_damaged_onnx_cache_is_rebuilt_with_one_warning(job, onnx_export, tmp_pa
 # --- compare writes on a full disk -------------------------------------------------------
 
 
-@pytest.mark.parametrize(("flag", "name", "limit"), [("--json", "c.json", 64), ("--plot", "c.png", 4096)])  # fmt: skip
+@pytest.mark.parametrize(("flag", "name", "limit"), [("--json", "c.json", 64), ("--plot", "c.png", 4096), ("--report", "c.html", 4096)])  # fmt: skip
 def test_compare_outputs_on_a_full_disk(tmp_path, flag, name, limit):
     rows = [f"{i % 2} {text}" for i, text in enumerate(sentences(20, seed=2))]
     (tmp_path / "c.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
@@ -340,5 +340,5 @@ def test_compare_outputs_on_a_full_disk(tmp_path, flag, name, limit):
     (line,) = lines_of(r.stderr)
     assert r.returncode == 1, line
     assert f"{name}: cannot write it (file larger than" in line, line
-    assert "it needs at least" in line or flag == "--json", line
+    assert "it needs at least" in line or flag in ("--json", "--report"), line  # exact sizes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
