@@ -9,9 +9,10 @@ import poolkit
 
 # Every public name, pinned: adding, removing or renaming one fails here on purpose.
 PUBLIC = [
-    "EmbedStats", "EncodedBatch", "Encoder", "ExportError", "InputError", "LAYER_PRESETS",
-    "LOG_WIDTH_BUCKETS", "MissingDependencyError", "ModelInfo", "ModelNotFoundError",
-    "PipelineError", "PoolkitError", "Recipe", "RecipeError", "SEQUENCE_STRATEGIES", "SPAN_STRATEGIES",
+    "EmbedStats", "EncodedBatch", "Encoder", "ExportError", "InputError", "InputTypeError",
+    "LAYER_PRESETS", "LOG_WIDTH_BUCKETS", "MissingDependencyError", "ModelInfo",
+    "ModelNotFoundError", "OutputExistsError", "PipelineError", "PoolkitError", "Recipe",
+    "RecipeError", "RunError", "SEQUENCE_STRATEGIES", "SPAN_STRATEGIES",
     "TokenVectors", "TruncationWarning", "WORD_STRATEGIES", "bucket_widths", "embed",
     "embed_spans", "embed_tokens", "embed_words", "export", "flat_token_embeddings", "layer_mix",
     "model_info", "parse_sequence_strategy", "parse_span_strategy", "sequence_embedding",

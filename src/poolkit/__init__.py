@@ -14,10 +14,13 @@ from poolkit.encoder import EncodedBatch, Encoder
 from poolkit.errors import (
     ExportError,
     InputError,
+    InputTypeError,
     MissingDependencyError,
     ModelNotFoundError,
+    OutputExistsError,
     PipelineError,
     PoolkitError,
+    RunError,
 )
 from poolkit.layers import LAYER_PRESETS, layer_mix
 from poolkit.model_folder import ModelInfo, model_info
@@ -45,13 +48,16 @@ __all__ = [
     "Encoder",
     "ExportError",
     "InputError",
+    "InputTypeError",
     "MissingDependencyError",
     "ModelInfo",
     "ModelNotFoundError",
+    "OutputExistsError",
     "PipelineError",
     "PoolkitError",
     "Recipe",
     "RecipeError",
+    "RunError",
     "TokenVectors",
     "TruncationWarning",
     "bucket_widths",

@@ -10,6 +10,8 @@ import re
 from collections.abc import Sequence
 from typing import NoReturn
 
+from poolkit.errors import InputError, InputTypeError
+
 
 def expected(arg: str, what: str, got: object, fix: str = "") -> str:
     """Build the standard message: names the argument, the expectation and the input.
@@ -22,11 +24,23 @@ def expected(arg: str, what: str, got: object, fix: str = "") -> str:
 
 
 def value_error(arg: str, what: str, got: object, fix: str = "") -> NoReturn:
-    raise ValueError(expected(arg, what, got, fix))
+    """Raise :class:`~poolkit.errors.InputError` (a ``ValueError``) with :func:`expected`."""
+    raise InputError(expected(arg, what, got, fix))
 
 
 def type_error(arg: str, what: str, got: object, fix: str = "") -> NoReturn:
-    raise TypeError(expected(arg, what, got, fix))
+    """Raise :class:`~poolkit.errors.InputTypeError` (a ``TypeError``) with :func:`expected`."""
+    raise InputTypeError(expected(arg, what, got, fix))
+
+
+def already_exists(
+    path: object, note: str = "", *, fix: str = "`overwrite=True`", state: str = "already exists"
+) -> str:
+    """The one refusal to replace an output: "PATH: already exists; pass FIX to replace it."
+    Library code names `overwrite=True` (the command line reports it as --overwrite);
+    ``note`` says what is kept, in parentheses; ``state`` words what was found."""
+    msg = f"{path}: {state}; pass {fix} to replace it"
+    return f"{msg} ({note})." if note else f"{msg}."
 
 
 def unmet(what: str, but: str, fix: str = "") -> str:

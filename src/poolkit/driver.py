@@ -171,7 +171,7 @@ def check_no_empty_rows(batch: Any) -> None:
     """ValueError naming the texts that have no non-special token (for ``_no_special``)."""
     rows = _rows_without_tokens(batch, (batch.attention_mask != 0) & ~batch.special_tokens_mask)
     if rows:
-        raise ValueError(
+        raise InputError(
             expected(
                 "texts",
                 "texts with at least one non-special token each (`exclude_special=True`)",

@@ -34,6 +34,7 @@ from poolkit.driver import (
     warn_truncated,
 )
 from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens, check_texts
+from poolkit.errors import InputError
 from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
 from poolkit.recipe import Recipe
 
@@ -217,7 +218,7 @@ def _unicode(value: str, arg: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
         got = f"an unpaired surrogate (\\u{ord(value[e.start]):04x}) at character {e.start}"
-        raise ValueError(expected(arg, "text", got, "Remove or replace it.")) from None
+        raise InputError(expected(arg, "text", got, "Remove or replace it.")) from None
 
 
 def check_inputs(texts: Any, words: bool = False) -> list[Any]:

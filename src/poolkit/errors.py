@@ -6,11 +6,16 @@ kind also derives from the built-in exception it always was (``ValueError``,
 
 =========================  ===================================================
 ``InputError``             bad input: a file, a text, an argument, a recipe
+``InputTypeError``         an argument of the wrong type (a ``TypeError``)
+``OutputExistsError``      an output that exists and may not be replaced
+``RunError``               a run that could not finish as asked (a file changed under it)
 ``ModelNotFoundError``     a model reference that resolves to nothing
 ``ExportError``            a compiled (ONNX) export failed or failed its check
 ``MissingDependencyError`` an optional extra is not installed (names the pip command)
 ``PipelineError``          a model pipeline module poolkit cannot apply (names the way out)
 =========================  ===================================================
+
+``poolkit.io.DiskFullError`` (an ``OSError``) is one too: a file written without room for it.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from __future__ import annotations
 __all__ = [
     "ExportError",
     "InputError",
+    "InputTypeError",
     "MissingDependencyError",
     "ModelNotFoundError",
+    "OutputExistsError",
     "PipelineError",
     "PoolkitError",
+    "RunError",
 ]
 
 
@@ -32,6 +40,19 @@ class PoolkitError(Exception):
 class InputError(PoolkitError, ValueError):
     """Input that cannot be used as given (file, text, argument, recipe); the message says
     where and how to fix it."""
+
+
+class InputTypeError(PoolkitError, TypeError):
+    """An argument of the wrong type; the message names it and what it should be."""
+
+
+class OutputExistsError(PoolkitError, FileExistsError):
+    """An output that already exists, where the call may not replace it."""
+
+
+class RunError(PoolkitError, RuntimeError):
+    """A run that could not finish as asked: an input or a cache entry changed under it, or a
+    job came back incomplete. Nothing half done was published."""
 
 
 class ModelNotFoundError(PoolkitError, ValueError):

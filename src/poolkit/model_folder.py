@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import expected
-from poolkit.errors import ModelNotFoundError  # re-exported: raised here
+from poolkit.errors import InputError, ModelNotFoundError  # re-exported: raised here
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -159,7 +159,7 @@ def _read_json(path: Path) -> Any:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"Could not parse {path}: {e}. Fix or remove the file.") from e
+        raise InputError(f"Could not parse {path}: {e}. Fix or remove the file.") from e
 
 
 def _no_config(folder: Path) -> str:
@@ -240,7 +240,7 @@ def _pooling_from_config(cfg: dict[str, Any], where: str) -> tuple[str, str] | N
         names = []
         for m in modes:
             if m not in _MODE_NAMES:
-                raise ValueError(
+                raise InputError(
                     f"{where}: unknown pooling_mode {m!r}; known: {sorted(set(_MODE_NAMES))}."
                 )
             names.append(_MODE_NAMES[m])
@@ -420,12 +420,12 @@ def load_transformers_tokenizer(path: str | os.PathLike[str]) -> Any:
     try:
         tokenizer = AutoTokenizer.from_pretrained(os.fspath(path), use_fast=True)
     except Exception as e:
-        raise ValueError(
+        raise InputError(
             f"Could not load a tokenizer from {os.fspath(path)!r}: {e}. The model directory "
             "needs tokenizer files (tokenizer.json for a fast tokenizer)."
         ) from e
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(
+        raise InputError(
             expected(
                 "model",
                 f"a directory with a fast (Rust) tokenizer ({os.fspath(path)!r})",

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._cache import cache_root
+from poolkit.errors import InputError
 
 __all__ = ["TextTokenizer", "load_tokenizer", "tokenizer_cache_key"]
 
@@ -191,7 +192,7 @@ def _read_record(file: Path) -> TextTokenizer | None:
         head, _, body = raw.partition(b"\n")
         record = json.loads(body)
         if json.loads(head)["sha256"] != bytes_digest(body):
-            raise ValueError("digest mismatch")
+            raise InputError("digest mismatch")
         return TextTokenizer.from_record(record["pipeline"], record["facts"])
     except Exception:
         warnings.warn(

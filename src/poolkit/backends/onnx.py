@@ -39,7 +39,7 @@ from poolkit._cache import cache_root
 from poolkit._cpus import available_cpus
 from poolkit._errors import expected, missing_extra
 from poolkit.backends.rowquant import quantize_rows
-from poolkit.errors import ExportError, MissingDependencyError
+from poolkit.errors import ExportError, InputError, InputTypeError, MissingDependencyError
 from poolkit.io.integrity import IntegrityWarning, fast_file_digest
 
 __all__ = ["OnnxBackend", "OnnxRunner", "load_onnx_runner", "onnx_cache_root"]
@@ -120,7 +120,7 @@ class OnnxRunner:
         if threads is not None and (
             not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
         ):
-            raise ValueError(
+            raise InputError(
                 expected("threads", "a positive int or None", repr(threads), "Pass e.g. threads=2.")
             )
         self.path = Path(path)
@@ -166,11 +166,11 @@ def checked_feed(
     ids = _as_ids("input_ids", input_ids)
     mask = _as_ids("attention_mask", attention_mask)
     if mask.shape != ids.shape:
-        raise ValueError(
+        raise InputError(
             expected("attention_mask", f"of the shape of input_ids {ids.shape}", mask.shape)
         )
     if runner.max_length is not None and ids.shape[1] > runner.max_length:
-        raise ValueError(
+        raise InputError(
             expected(
                 "input_ids",
                 f"at most {runner.max_length} tokens long (the model's position limit)",
@@ -185,7 +185,7 @@ def checked_feed(
         else:
             tt = _as_ids("token_type_ids", token_type_ids)
             if tt.shape != ids.shape:
-                raise ValueError(
+                raise InputError(
                     expected("token_type_ids", f"of the shape of input_ids {ids.shape}", tt.shape)
                 )
             feed["token_type_ids"] = tt
@@ -198,9 +198,9 @@ def _as_ids(name: str, value: Any) -> np.ndarray:
         value = value.detach().cpu().numpy()
     arr = np.asarray(value)
     if arr.ndim != 2:
-        raise ValueError(expected(name, "a 2-D (B, L) array", f"shape {arr.shape}"))
+        raise InputError(expected(name, "a 2-D (B, L) array", f"shape {arr.shape}"))
     if arr.dtype.kind not in "iub":
-        raise TypeError(expected(name, "an integer array", f"dtype {arr.dtype}"))
+        raise InputTypeError(expected(name, "an integer array", f"dtype {arr.dtype}"))
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
@@ -211,7 +211,7 @@ def transformer_dir(model_dir: str | os.PathLike[str]) -> Path:
     """The folder holding the Hugging Face model: ``model_dir`` itself or the path its ``modules.json`` gives."""
     root = Path(model_dir)
     if not root.is_dir():
-        raise ValueError(
+        raise InputError(
             expected(
                 "model_dir",
                 "an existing model folder",
@@ -226,7 +226,7 @@ def transformer_dir(model_dir: str | os.PathLike[str]) -> Path:
                 root = root / mod["path"]
                 break
     if not (root / "config.json").is_file():
-        raise ValueError(
+        raise InputError(
             expected(
                 "model_dir",
                 "a folder with a Hugging Face config.json",
@@ -304,7 +304,7 @@ def load_onnx_runner(
     """
     _import_ort()
     if quantize not in (None, "int8"):
-        raise ValueError(
+        raise InputError(
             expected(
                 "quantize",
                 "None or 'int8'",
@@ -313,7 +313,7 @@ def load_onnx_runner(
             )
         )
     if not isinstance(optimize, bool):
-        raise TypeError(expected("optimize", "a bool", repr(optimize)))
+        raise InputTypeError(expected("optimize", "a bool", repr(optimize)))
     hf_dir = transformer_dir(model_dir)
     settings = _settings(hf_dir, quantize, optimize)
     entry = onnx_cache_root(cache_dir) / _key(settings)
@@ -322,7 +322,7 @@ def load_onnx_runner(
         _build(hf_dir, settings, entry, cache_dir)
         runner = _load_verified(entry, threads)
     if runner is None:
-        raise RuntimeError(f"{entry}: the ONNX export changed while it was being published.")
+        raise ExportError(f"{entry}: the ONNX export changed while it was being published.")
     return runner
 
 
@@ -537,7 +537,7 @@ def _fuse(config: Any, src: Path, dst: Path) -> None:
         optimization_options=options,
     )
     if not fused.get_fused_operator_statistics().get("Attention"):
-        raise RuntimeError("no attention block was fused")
+        raise ExportError("no attention block was fused")
     fused.save_model_to_file(str(dst))
 
 
@@ -680,7 +680,7 @@ def refuse_unexported(inputs: Any, all_layers: bool, backend: str) -> None:
     """Refuse what an exported graph cannot give: every layer (only the last is an output)
     and position ids (not an input), named for ``backend`` (``"onnx"``, ``"openvino"``)."""
     if all_layers:
-        raise ValueError(
+        raise InputError(
             expected(
                 "layers",
                 f"None (the last layer) with backend={backend!r}",
@@ -689,7 +689,7 @@ def refuse_unexported(inputs: Any, all_layers: bool, backend: str) -> None:
             )
         )
     if "position_ids" in inputs:
-        raise ValueError(
+        raise InputError(
             expected(
                 "backend",
                 "'torch' for a left-padded decoder model",

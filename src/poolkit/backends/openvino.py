@@ -39,7 +39,7 @@ import numpy as np
 from poolkit._cpus import available_cpus
 from poolkit._errors import expected, missing_extra
 from poolkit.backends import onnx as _onnx
-from poolkit.errors import ExportError, MissingDependencyError
+from poolkit.errors import ExportError, InputError, MissingDependencyError, RunError
 
 __all__ = [
     "PRECISIONS", "SMOOTH_QUANT_ALPHA", "OpenVinoBackend", "OpenVinoRunner", "load_openvino_runner",
@@ -96,7 +96,7 @@ def precision_of(dtype: Any, quantize: str | None) -> str:
     if name in ("bf16",):
         name = "bfloat16"
     if name not in ("float32", "bfloat16"):
-        raise ValueError(
+        raise InputError(
             expected("dtype", "None, 'float32' or 'bfloat16' with backend='openvino'",
                      repr(dtype), "OpenVINO runs on the CPU, which has no float16 path here.")
         )  # fmt: skip
@@ -123,7 +123,7 @@ class OpenVinoRunner:
         if threads is not None and (
             not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
         ):
-            raise ValueError(
+            raise InputError(
                 expected("threads", "a positive int or None", repr(threads), "Pass e.g. threads=2.")
             )
         self.path = Path(path)
@@ -224,20 +224,20 @@ def load_openvino_runner(
     _import_ov()
     _onnx.require_onnx()
     if precision not in PRECISIONS:
-        raise ValueError(expected("precision", f"one of {', '.join(PRECISIONS)}", repr(precision)))
+        raise InputError(expected("precision", f"one of {', '.join(PRECISIONS)}", repr(precision)))
     quantized = precision.startswith("int8-static")
     if quantized and not calibration:
-        raise ValueError(
+        raise InputError(
             expected("calibrate", "a non-empty list of texts with quantize='int8-static'",
                      repr(calibration), "Pass some of your texts (100-300 is plenty).")
         )  # fmt: skip
     if not quantized and calibration:
-        raise ValueError(
+        raise InputError(
             expected("calibrate", "None without quantize='int8-static'", "calibration texts",
                      "Drop calibrate=, or add quantize='int8-static'.")
         )  # fmt: skip
     if precision.endswith("bf16") and not cpu_has_bf16():
-        raise ValueError(
+        raise InputError(
             expected("dtype", "'float32' on this CPU", "'bfloat16'",
                      "Its CPU has neither AVX512_BF16 nor AMX, so OpenVINO cannot run bf16 here.")
         )  # fmt: skip
@@ -249,7 +249,7 @@ def load_openvino_runner(
         _build(hf_dir, settings, entry, cache_dir, calibration)
         record = _onnx.verified_record(entry, "model.xml")
     if record is None:
-        raise RuntimeError(f"{entry}: the OpenVINO model changed while it was being published.")
+        raise RunError(f"{entry}: the OpenVINO model changed while it was being published.")
     return OpenVinoRunner(entry / "model.xml", threads=threads, settings=record)
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from poolkit.errors import InputError
+
 __all__ = ["quantize_rows"]
 
 
@@ -63,7 +65,7 @@ def quantize_rows(model: Any) -> Any:
             )
             mul = _only_user(users, cast.output[0], "Mul") if cast is not None else None
             if mul is None or scale not in _inputs_of(mul.input, producer):
-                raise ValueError(f"unexpected use of {q} by {mm.op_type} {mm.name!r}")
+                raise InputError(f"unexpected use of {q} by {mm.op_type} {mm.name!r}")
             scaled[id(mul)] = row_scale[q]
 
     out: list[Any] = []

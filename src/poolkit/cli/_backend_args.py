@@ -13,6 +13,7 @@ import argparse
 
 from poolkit.backends import QUANTIZED_BY
 from poolkit.cli._common import require_extra
+from poolkit.errors import InputError
 
 __all__ = ["add_backend_arguments", "calibration_texts", "check_backend_args"]
 
@@ -36,20 +37,20 @@ def check_backend_args(args: argparse.Namespace) -> None:
     missing extra."""
     backend, quantize = args.backend, args.quantize
     if quantize is not None and QUANTIZED_BY[quantize] != backend:
-        raise ValueError(f"--quantize {quantize} works with --backend {QUANTIZED_BY[quantize]}; "
+        raise InputError(f"--quantize {quantize} works with --backend {QUANTIZED_BY[quantize]}; "
                          f"add --backend {QUANTIZED_BY[quantize]}.")  # fmt: skip
     if getattr(args, "calibrate", None) is not None and quantize != "int8-static":
-        raise ValueError("--calibrate: only with --backend openvino --quantize int8-static "
+        raise InputError("--calibrate: only with --backend openvino --quantize int8-static "
                          "(the other modes need no calibration); drop --calibrate.")  # fmt: skip
     dtype = getattr(args, "dtype", None)
     if backend == "onnx" and dtype not in (None, "float32"):
-        raise ValueError(f"--dtype {dtype}: the onnx backend runs float32 (or --quantize int8); "
+        raise InputError(f"--dtype {dtype}: the onnx backend runs float32 (or --quantize int8); "
                          "drop --dtype, or use --backend openvino --dtype bfloat16.")  # fmt: skip
     if backend == "openvino" and dtype not in (None, "float32", "bfloat16"):
-        raise ValueError(f"--dtype {dtype}: the openvino backend runs float32 or bfloat16 (CPU).")
+        raise InputError(f"--dtype {dtype}: the openvino backend runs float32 or bfloat16 (CPU).")
     device = getattr(args, "device", "auto")
     if backend in ("onnx", "openvino") and device not in ("auto", "cpu"):
-        raise ValueError(
+        raise InputError(
             f"--device {device}: the {backend} backend runs on the CPU; drop --device."
         )
     if backend in ("onnx", "openvino"):
@@ -81,6 +82,6 @@ def calibration_texts(args: argparse.Namespace, first: list[str] | None) -> list
         texts = [t for t in (first or []) if t.strip()][:CALIBRATION_TEXTS]
         source = "the input"
     if not texts:
-        raise ValueError(f"--quantize int8-static: {source} has no non-blank text to calibrate "
+        raise InputError(f"--quantize int8-static: {source} has no non-blank text to calibrate "
                          "on; pass --calibrate FILE with some of your texts.")  # fmt: skip
     return texts

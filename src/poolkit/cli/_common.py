@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from poolkit._errors import missing_extra, value_error, with_flags
-from poolkit.errors import MissingDependencyError
+from poolkit.errors import MissingDependencyError, OutputExistsError, RunError
 from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = [
@@ -50,10 +50,18 @@ def report_error(error: BaseException) -> int:
         print(f"poolkit: error: {message}", file=sys.stderr)
         return 2
     print(
-        f"poolkit: error: {type(error).__name__}: {message} (rerun with --debug for details)",
+        f"poolkit: error: {_kind(error)}: {message} (rerun with --debug for details)",
         file=sys.stderr,
     )
     return 1
+
+
+def _kind(error: BaseException) -> str:
+    """The name printed before a runtime error's message: the family's generic kinds go by
+    the built-in kind they always were (RuntimeError, FileExistsError)."""
+    if isinstance(error, (RunError, OutputExistsError)):
+        return next(c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins")
+    return type(error).__name__
 
 
 def flag_message(error: BaseException, flags: dict[str, str]) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import already_exists
 from poolkit.io.atomic import AtomicFile
 from poolkit.io.readers import InputError
 
@@ -35,7 +36,7 @@ def json_lines(output: str | None, overwrite: bool) -> Iterator[Any]:
         return
     target = Path(output)
     if target.exists() and not overwrite:
-        raise InputError(f"{target}: already exists; pass --overwrite to replace it.")
+        raise InputError(already_exists(target, fix="--overwrite"))
     if not target.parent.is_dir():
         raise InputError(f"{target}: directory {str(target.parent)!r} does not exist.")
     out = AtomicFile(target, "w")

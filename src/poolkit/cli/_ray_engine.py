@@ -27,11 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import count, unmet
+from poolkit._errors import already_exists, count, unmet
 from poolkit.cli._backend_args import calibration_texts, check_backend_args
 from poolkit.cli._common import positive, require_extra
 from poolkit.cli._recipe_args import parse_layers
 from poolkit.cli._signals import Terminated
+from poolkit.errors import InputError, RunError
 
 __all__ = ["add_arguments", "dispatch", "run"]
 
@@ -61,7 +62,7 @@ def dispatch(args: argparse.Namespace) -> int | None:
     for name in _RAY_ONLY:
         if getattr(args, name, None) is not None:
             flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag} works with --engine ray only; add --engine ray or drop it.")
+            raise InputError(f"{flag} works with --engine ray only; add --engine ray or drop it.")
     return None
 
 
@@ -70,17 +71,17 @@ def _check_output(output: str, overwrite: bool) -> None:
         return
     path = Path(output)
     if path.exists() and not path.is_dir():
-        raise ValueError(
+        raise InputError(
             f"{output}: --engine ray writes a folder of Parquet shards, but this is a file; "
             "name a folder."
         )
     if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise ValueError(
-            f"{output}: already exists and is not empty; pass --overwrite to replace it."
+        raise InputError(
+            already_exists(output, fix="--overwrite", state="already exists and is not empty")
         )
     parent = path.resolve().parent
     if not parent.is_dir():
-        raise ValueError(f"{output}: folder {str(parent)!r} does not exist.")
+        raise InputError(f"{output}: folder {str(parent)!r} does not exist.")
 
 
 def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
@@ -121,7 +122,7 @@ def _verify(tmp: str, total: int) -> tuple[int, dict[str, int]]:
     ids = np.sort(data.to_table(columns=["id"]).column("id").to_numpy())
     if len(ids) != total or not np.array_equal(ids, np.arange(total)):
         missing = total - len(np.unique(ids))
-        raise RuntimeError(
+        raise RunError(
             unmet(
                 f"the job to write each of the {total} rows once",
                 f"it wrote {len(ids)} rows ({missing} ids missing)",
@@ -231,7 +232,7 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
 
     if "://" in output:
         if args.resume:
-            raise ValueError(
+            raise InputError(
                 f"{output}: --resume with --engine ray needs a local OUTPUT_DIR (the "
                 "checkpoint lives beside it); write locally, or rerun without --resume."
             )
@@ -268,13 +269,13 @@ def run(args: argparse.Namespace) -> int:
         import importlib.util
 
         if importlib.util.find_spec("grpc") is None:
-            raise ValueError(
+            raise InputError(
                 f"--address {args.address}: ray:// addresses need Ray Client: "
                 "pip install 'ray[client]' (or run on the cluster with --address auto)."
             )
     check_backend_args(args)
     if args.quantize == "int8-static" and args.calibrate is None:
-        raise ValueError("--quantize int8-static with --engine ray needs --calibrate FILE (every "
+        raise InputError("--quantize int8-static with --engine ray needs --calibrate FILE (every "
                          "worker must calibrate on the same texts); add --calibrate FILE.")  # fmt: skip
     args.calibration = calibration_texts(args, None)
     remote = "://" in output
@@ -422,7 +423,7 @@ class _Job:
                 except Exception as e:
                     raise _user_error(e) from None
                 if pending:
-                    raise RuntimeError(
+                    raise RunError(
                         unmet(
                             f"the job to embed every row of {len(done)} files",
                             f"{len(pending)} came back incomplete",

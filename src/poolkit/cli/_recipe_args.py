@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from poolkit.errors import InputError
+
 __all__ = ["intended_recipes", "parse_layers", "recipes_from_args"]
 
 
@@ -29,7 +31,7 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
     if args.recipe is not None and (
         args.strategy is not None or args.layers is not None or args.exclude_special
     ):
-        raise ValueError(
+        raise InputError(
             "--recipe names the strategy, layers and special tokens itself: drop "
             "-s/--strategy, --layers and --exclude-special (e.g. --recipe "
             "mean_no_special@last4)."
@@ -42,7 +44,7 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
     except (TypeError, ValueError) as e:
         flags = {"recipe": "--recipe", "strategy": "--strategy", "layers": "--layers",
                  "layer_how": "--layers", "normalize": "--normalize"}  # fmt: skip
-        raise ValueError(flag_message(e, flags)) from None
+        raise InputError(flag_message(e, flags)) from None
 
 
 def intended_recipes(

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import count
+from poolkit._errors import already_exists, count
 from poolkit.cli._backend_args import add_backend_arguments, calibration_texts, check_backend_args
 from poolkit.cli._common import (
     add_common,
@@ -29,6 +29,7 @@ from poolkit.cli._common import (
 from poolkit.cli._ray_engine import add_arguments as add_engine_arguments
 from poolkit.cli._ray_engine import dispatch as dispatch_engine
 from poolkit.cli._recipe_args import intended_recipes, recipes_from_args
+from poolkit.errors import InputError
 
 __all__ = ["add_parser", "run"]
 
@@ -154,12 +155,12 @@ def _with_note(error: Exception, note: str) -> Exception:
 def _check_stdout(args: argparse.Namespace) -> None:
     """-o - (JSON Lines on stdout) keeps no file: refuse the flags that need one."""
     if args.engine == "ray":
-        raise ValueError("-o -: --engine ray writes a folder of Parquet shards; name a folder.")
+        raise InputError("-o -: --engine ray writes a folder of Parquet shards; name a folder.")
     if args.resume:
-        raise ValueError("--resume needs an OUTPUT file: -o - streams to stdout and keeps no work "
+        raise InputError("--resume needs an OUTPUT file: -o - streams to stdout and keeps no work "
                          "directory to resume from.")  # fmt: skip
     if args.overwrite:
-        raise ValueError("--overwrite replaces an OUTPUT file; -o - writes to stdout: drop it.")
+        raise InputError("--overwrite replaces an OUTPUT file; -o - writes to stdout: drop it.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"poolkit: {output} was already complete; removed its work directory.",
                   file=sys.stderr)  # fmt: skip
             return 0
-        raise InputError(f"{output}: already exists; pass --overwrite to replace it.")
+        raise InputError(already_exists(output, fix="--overwrite"))
     if not args.resume and not to_stdout:
         check_no_work_dir(output)
 

@@ -13,7 +13,8 @@ from typing import Any
 from poolkit._errors import expected, value_error
 from poolkit.cli._common import add_common, positive, quiet_truncation
 from poolkit.cli._jsonout import json_lines, rounded
-from poolkit.io.readers import InputError, read_records
+from poolkit.errors import InputError
+from poolkit.io.readers import read_records
 
 __all__ = ["add_parser", "run"]
 
@@ -49,7 +50,7 @@ def _parse_span(value: str) -> tuple[int, int]:
     try:
         start, end = (int(x) for x in value.split(":"))
     except ValueError:
-        raise ValueError(
+        raise InputError(
             expected("--span", "START:END (character offsets, e.g. 11:20)", repr(value))
         ) from None
     return start, end

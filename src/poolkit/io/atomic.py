@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from poolkit._errors import already_exists
+from poolkit.errors import OutputExistsError
 from poolkit.io.diskfull import disk_full, is_disk_full
 
 __all__ = ["AtomicDir", "AtomicFile", "atomic_write", "fsync_dir"]
@@ -59,7 +61,8 @@ class AtomicFile:
 
     def commit(self, *, replace: bool = True) -> Path:
         """Publish the file as ``path``; with ``replace=False`` an existing ``path`` is kept
-        and :class:`FileExistsError` raised (the temporary file is removed)."""
+        and :class:`~poolkit.errors.OutputExistsError` (a ``FileExistsError``) raised (the
+        temporary file is removed)."""
         if self.file is None:
             return self.path
         try:
@@ -68,7 +71,7 @@ class AtomicFile:
             self.file.close()
             self.file = None
             if not replace and self.path.exists():
-                raise FileExistsError(self.path)
+                raise OutputExistsError(already_exists(self.path))
             os.replace(self.tmp, self.path)
         except BaseException:
             self.abort()
@@ -136,7 +139,7 @@ class AtomicDir:
         self.path = Path(path)
         self.replace = replace
         if self.path.exists() and not replace:
-            raise FileExistsError(self.path)
+            raise OutputExistsError(already_exists(self.path))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
 
@@ -165,7 +168,7 @@ class AtomicDir:
             os.chmod(self.tmp, 0o755)  # mkdtemp's 0700 is for the build, not the result
             if self.path.exists():
                 if not self.replace:
-                    raise FileExistsError(self.path)
+                    raise OutputExistsError(already_exists(self.path))
                 old = self.path.with_name(f".{self.path.name}.old-{os.urandom(4).hex()}")
                 os.replace(self.path, old)
             os.replace(self.tmp, self.path)

@@ -48,11 +48,11 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import value_error
+from poolkit._errors import already_exists, value_error
+from poolkit.errors import InputError
 from poolkit.io.atomic import atomic_write, fsync_dir
 from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
 from poolkit.io.integrity import IntegrityWarning, bytes_digest, read_verified
-from poolkit.io.readers import InputError
 
 __all__ = [
     "WORK_SUFFIX",
@@ -314,7 +314,7 @@ class Checkpoint:
         try:
             manifest = json.loads((path / _MANIFEST).read_text(encoding="utf-8"))
             if manifest.get("kind") != _KIND:
-                raise ValueError(manifest.get("kind"))
+                raise InputError(manifest.get("kind"))
         except (OSError, ValueError, AttributeError):
             raise CheckpointError(
                 f"{path}: not a poolkit work directory (no readable {_MANIFEST}); move or "
@@ -460,8 +460,10 @@ class Checkpoint:
         try:
             if self.output.exists() and not overwrite:
                 raise CheckpointError(
-                    f"{self.output}: already exists; pass `overwrite=True` to replace it (the "
-                    f"finished vectors stay in {self.path.name} for `resume=True`)."
+                    already_exists(
+                        self.output,
+                        f"the finished vectors stay in {self.path.name} for `resume=True`",
+                    )
                 )
             atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
         except BaseException:

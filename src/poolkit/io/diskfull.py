@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import os
 
+from poolkit.errors import PoolkitError
+
 __all__ = ["DiskFullError", "disk_full", "estimate_output_bytes", "is_disk_full", "size_text"]
 
 _REASONS = {
@@ -20,7 +22,7 @@ if hasattr(errno, "EDQUOT"):
     _REASONS[errno.EDQUOT] = "disk quota exceeded"
 
 
-class DiskFullError(OSError):
+class DiskFullError(PoolkitError, OSError):
     """A file could not be written for lack of space; the message names it and the need."""
 
 

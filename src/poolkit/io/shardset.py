@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import count
+from poolkit._errors import already_exists, count
 from poolkit.io.atomic import atomic_write, fsync_dir
 from poolkit.io.checkpoint import _OWN, WORK_SUFFIX, Checkpoint, CheckpointError, _short, _warn
 from poolkit.io.integrity import bytes_digest, read_verified
@@ -217,8 +217,9 @@ class ShardCheckpoint(Checkpoint):
         staged = self.path / _STAGED
         if self.output.exists() and not overwrite:
             raise CheckpointError(
-                f"{self.output}: already exists; pass `overwrite=True` to replace it (the "
-                f"finished shards stay in {self.path.name} for `resume=True`)."
+                already_exists(
+                    self.output, f"the finished shards stay in {self.path.name} for `resume=True`"
+                )
             )
         atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
         old = None

@@ -21,9 +21,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from poolkit._errors import unmet, value_error
+from poolkit._errors import already_exists, unmet, value_error
+from poolkit.errors import InputError
 from poolkit.io.atomic import AtomicFile
-from poolkit.io.readers import InputError
 
 __all__ = ["OUTPUT_FORMATS", "EmbeddingWriter", "jsonl_rows", "open_writer", "output_format"]
 
@@ -83,7 +83,7 @@ class EmbeddingWriter:
     def write(self, ids: np.ndarray, arrays: Mapping[str, np.ndarray]) -> None:
         """Append a chunk: ``ids`` ``(n,)`` int64 row ids, ``arrays`` name -> ``(n, D)``."""
         if self._file is None:
-            raise ValueError(unmet("an open writer", "it was already closed"))
+            raise InputError(unmet("an open writer", "it was already closed"))
         ids = np.asarray(ids, dtype=np.int64)
         for name in self.strategies:
             arr = np.ascontiguousarray(arrays[name], dtype=np.float32)
@@ -125,9 +125,7 @@ class EmbeddingWriter:
             try:
                 self._out.commit(replace=self.overwrite)
             except FileExistsError:
-                raise InputError(
-                    f"{self.path}: already exists; pass `overwrite=True` to replace it."
-                ) from None
+                raise InputError(already_exists(self.path)) from None
         except BaseException:
             self.abort()
             raise
@@ -150,7 +148,7 @@ class EmbeddingWriter:
             header, {"descr": "<f4", "fortran_order": False, "shape": (self.rows, dim)}
         )
         if header.tell() != _NPY_HEADER:
-            raise ValueError(
+            raise InputError(
                 unmet(f"a .npy header of {_NPY_HEADER} bytes", f"NumPy wrote {header.tell()}")
             )
         self._file.seek(0)
@@ -179,7 +177,7 @@ def check_output(path: str | os.PathLike[str], strategies: list[str], overwrite:
             "asked for; write .parquet or .jsonl instead."
         )
     if target.exists() and not overwrite:
-        raise InputError(f"{target}: already exists; pass `overwrite=True` to replace it.")
+        raise InputError(already_exists(target))
     parent = target.parent
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"

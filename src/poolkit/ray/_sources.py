@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import value_error
+from poolkit.errors import RunError
 from poolkit.io.readers import INPUT_FORMATS, InputError, input_format
 from poolkit.ray._require import quiet_remote_args_notice, require_ray
 
@@ -201,7 +202,7 @@ def _read_pieces(batch: dict[str, np.ndarray], *, text_column: str | None) -> An
         file = InputFile(str(path), str(name), str(fmt))
         texts = _piece_texts(file, int(start), int(stop), text_column)
         if len(texts) != stop - start:
-            raise RuntimeError(
+            raise RunError(
                 f"{file.path}: expected rows {start}..{stop - 1}, but the file now has "
                 f"{start + len(texts)} rows; did it change during the job?"
             )
