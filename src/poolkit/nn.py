@@ -40,7 +40,7 @@ from poolkit._arrays import Checks, check_mode, device_mask
 from poolkit._errors import value_error
 from poolkit._plan import row_bounds
 from poolkit.errors import InputError
-from poolkit.sequence import parse_sequence_strategy, sequence_dense, sequence_embedding
+from poolkit.sequence import parse_sequence_strategy, pool_named, sequence_dense
 from poolkit.spans import (
     bucket_width_tensor,
     num_width_buckets,
@@ -82,7 +82,7 @@ class Pooler(nn.Module):
         special_tokens_mask: Any = None,
     ) -> torch.Tensor:
         mode = check_mode(self.check)
-        return (sequence_embedding if mode else sequence_dense)(
+        return (pool_named if mode else sequence_dense)(
             hidden,
             mask,
             self.strategy,

@@ -161,9 +161,8 @@ def pool_named(
 ) -> Array:
     """:func:`sequence_embedding` for strategy names validated already (a
     :class:`poolkit.Recipe`'s parts): the strategy is not parsed again per batch."""
-    float_hidden(hidden)
     mode = check_mode(check)
-    if dense_path(hidden):
+    if dense_path(hidden):  # torch only; sequence_dense checks the dtype itself
         return sequence_dense(
             hidden,
             mask,
@@ -173,6 +172,7 @@ def pool_named(
             empty=empty,
             check=mode or False,
         )
+    float_hidden(hidden)
     (hidden,), restore = cpu_fast_path(hidden)
     xp, out_dtype = float_hidden(hidden)
     _check_args(hidden, empty, exclude_special, special_tokens_mask)
