@@ -18,6 +18,44 @@ settings.register_profile(
 settings.load_profile("poolkit")
 
 
+# --- fast by default, slow on request ------------------------------------------------
+#
+# `python -m pytest -q` runs the fast set: unit and property tests and small end-to-end CLI
+# runs, every module of src/ among them, in a few minutes on a 2-core machine.
+# `python -m pytest -q --slow` adds the tests marked `slow` (whole jobs in subprocesses,
+# kills and resumes, Ray clusters, the docs' examples, the reference figures);
+# `python -m pytest -q -m slow` runs only those (CI, after the fast set). An explicit `-m`
+# expression, or a test named by its node id (`tests/test_x.py::test_y`), is left alone.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        help="also run the tests marked slow (end-to-end; about 15 more minutes on 2 cores)",
+    )
+
+
+def _runs_slow(config: pytest.Config) -> bool:
+    named = any("::" in arg for arg in config.args)
+    return config.getoption("--slow") or bool(config.option.markexpr) or named
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _runs_slow(config):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if _runs_slow(config):
+        return None
+    return "slow tests: deselected (run them too with --slow, only them with -m slow)"
+
+
 # --- real model and data (encoder / embed / CLI tests) -------------------------------
 
 

@@ -150,6 +150,7 @@ def figures(evaluation) -> np.ndarray:
     return np.asarray(evaluation.point())
 
 
+@pytest.mark.slow  # scikit-learn's solver on every candidate: 15-35 s
 def test_ner_figures_match_sklearn_on_wnut17_fixture(minilm):
     train = read_task("ner", fixture("wnut17-train-sample.conll"))
     test = read_task("ner", fixture("wnut17-dev-sample.conll"))
@@ -169,6 +170,7 @@ def test_ner_figures_match_sklearn_on_wnut17_fixture(minilm):
         assert f[1][0] > 0.1  # a real tagger, not an all-O one
 
 
+@pytest.mark.slow  # scikit-learn's solver on every candidate: 15-40 s
 def test_relation_figures_match_sklearn_on_semeval_fixture(minilm):
     train = read_task("relation", fixture("relations-train.txt"))
     test = read_task("relation", fixture("relations-dev.txt"))

@@ -341,6 +341,7 @@ def test_default_mode_reads_only_its_flags_on_the_cpu():
 # -- torch.compile(fullgraph=True): no graph breaks, same results, gradients flow
 
 
+@pytest.mark.slow  # torch.compile
 def test_modules_compile_without_graph_breaks():
     hidden, cases = module_cases(3, check=False)
     for module, args, kwargs in cases:

@@ -86,8 +86,21 @@ def test_family_matches_its_pipeline(loaded, name):
     assert 5 in stats.truncated
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("name", FAMILIES)
+def _slow_but(names, fast):
+    """``names`` as parameters, those not in ``fast`` marked slow (run with --slow)."""
+    return [pytest.param(n, marks=() if n in fast else pytest.mark.slow) for n in names]
+
+
+# Every family x every mode with --slow; the fast set keeps a diagonal, one mode per family,
+# so that every family and every mode still runs.
+EVERY_MODE = [
+    pytest.param(name, mode, marks=() if i % len(MODES) == j else pytest.mark.slow)
+    for i, name in enumerate(FAMILIES)
+    for j, mode in enumerate(MODES)
+]
+
+
+@pytest.mark.parametrize(("name", "mode"), EVERY_MODE)
 def test_family_every_pooling_mode(loaded, name, mode):
     enc, st = loaded(name)
     pooling = st[1]
@@ -269,7 +282,8 @@ def test_inspect_rows_show_the_pipeline_and_prompts(loaded):
 ENCODER_FAMILIES = [n for n in FAMILIES if not n.startswith("qwen3")]
 
 
-@pytest.mark.parametrize("name", ENCODER_FAMILIES)
+# fast: WordPiece, byte-level BPE and SentencePiece-style tokenizers; all with --slow
+@pytest.mark.parametrize("name", _slow_but(ENCODER_FAMILIES, ("bert_dense", "roberta", "t5")))
 def test_family_onnx_agrees_with_torch(loaded, family_dirs, name, tmp_path, monkeypatch):
     monkeypatch.setenv("POOLKIT_CACHE", str(tmp_path))
     enc, _ = loaded(name)
@@ -279,7 +293,7 @@ def test_family_onnx_agrees_with_torch(loaded, family_dirs, name, tmp_path, monk
 
 # The OpenVINO model is converted from the same ONNX export that the test above checks on
 # every family; three unlike ones keep the suite short (all eight passed when it was added).
-@pytest.mark.parametrize("name", ["bert_dense", "modernbert", "t5"])
+@pytest.mark.parametrize("name", _slow_but(["bert_dense", "modernbert", "t5"], ("bert_dense",)))
 def test_family_openvino_agrees_with_torch(loaded, family_dirs, name, tmp_path, monkeypatch):
     pytest.importorskip("openvino")
     monkeypatch.setenv("POOLKIT_CACHE", str(tmp_path))

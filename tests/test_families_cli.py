@@ -47,8 +47,9 @@ def texts_file(tmp_path_factory):
     ("flags", "kw"),
     [
         ((), {}),
-        (("--prompt-name", "query"), {"prompt_name": "query"}),
-        (("--prompt", "search: "), {"prompt": "search: "}),
+        # each CLI run is a process that imports torch: the prompts run with --slow
+        pytest.param(("--prompt-name", "query"), {"prompt_name": "query"}, marks=pytest.mark.slow),
+        pytest.param(("--prompt", "search: "), {"prompt": "search: "}, marks=pytest.mark.slow),
     ],
 )
 def test_cli_embed_is_the_model_pipeline(dense_dir, st, texts_file, tmp_path, flags, kw):
@@ -61,6 +62,7 @@ def test_cli_embed_is_the_model_pipeline(dense_dir, st, texts_file, tmp_path, fl
     assert float(np.abs(got - st.encode(TEXTS, **kw)).max()) <= 1e-5
 
 
+@pytest.mark.slow  # CLI processes: 5-25 s each on 2 cores
 def test_cli_pooled_only(dense_dir, st, texts_file, tmp_path):
     from sentence_transformers import SentenceTransformer
 
@@ -77,6 +79,7 @@ def test_cli_pooled_only(dense_dir, st, texts_file, tmp_path):
     assert float(np.abs(np.load(out) - ref).max()) <= 1e-5
 
 
+@pytest.mark.slow  # CLI processes: 5-25 s each on 2 cores
 @pytest.mark.parametrize(
     ("flags", "fragments"),
     [
@@ -125,6 +128,7 @@ def test_compare_intended_row_is_the_full_pipeline(dense_dir, st):
     assert any(n.startswith("cls+mean: pooled vectors") for n in settings.notes)
 
 
+@pytest.mark.slow  # CLI processes: 5-25 s each on 2 cores
 def test_cli_compare_with_prompt_names(dense_dir, st, tmp_path):
     """Retrieval with a prompt per side scores what the model's own pipeline gives for
     queries (``query`` prompt) and documents (``passage`` prompt): nDCG@10 of the intended

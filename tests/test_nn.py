@@ -86,6 +86,7 @@ def test_span_extractor_output_dim_contract_and_gradients(batch):
     assert hidden.grad.abs().sum() > 0
 
 
+@pytest.mark.slow  # torch.compile: 15-35 s on 2 cores
 def test_modules_work_under_torch_compile(batch):
     hidden, mask = batch
     spans = torch.tensor([[[0, 1]], [[2, 5]], [[1, 4]]])
