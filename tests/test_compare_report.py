@@ -379,3 +379,29 @@ def test_report_in_headless_chromium(tmp_path, task):
     assert grey.std() > 0.05, grey.std()  # not one colour: text, table lines, the chart
     assert (grey < 0.5).mean() > 0.002  # dark ink (text) covers part of it
     assert len({tuple(p) for p in image[::8, ::8, :3].reshape(-1, 3).round(2)}) > 8
+    if task == "sts":
+        reproduce_a_row(tmp_path, PageText(rendered), doc)
+
+
+def reproduce_a_row(folder: Path, page: PageText, doc: dict) -> None:
+    """The last row's embed command, run as the page prints it on each side of the pairs,
+    gives back that row's Spearman figure."""
+    import numpy as np
+    from scipy.stats import spearmanr
+    from testdata import read_sts_pairs
+
+    pairs = read_sts_pairs(fixture("stsb-dev-sample.csv"))
+    _, _, embed, _ = page.tables["commands-table"]["rows"][-1]
+    vectors = []
+    for side in (1, 2):
+        (folder / f"s{side}.txt").write_text("\n".join(p[side] for p in pairs) + "\n")
+        argv = shlex.split(embed)
+        argv[argv.index("INPUT")] = f"s{side}.txt"
+        argv[argv.index("-o") + 1] = f"s{side}.npy"
+        r = poolkit(*argv[1:], "--quiet", cwd=folder)
+        assert r.returncode == 0, r.stderr.decode()
+        vectors.append(np.load(folder / f"s{side}.npy").astype(np.float64))
+    a, b = vectors
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    rho = spearmanr(cos, [p[0] for p in pairs]).statistic
+    assert abs(rho - doc["results"][-1]["spearman"]) <= 1e-6, (embed, rho)
