@@ -185,3 +185,21 @@ def test_unknown_check_mode_is_refused():
         Pooler("mean", check="sometimes")
     with pytest.raises(ValueError, match="Expected `check` to be True or 'async'"):
         sequence_embedding(torch.zeros(2, 3), check="yes")
+
+
+@pytest.mark.parametrize(
+    ("values", "finite"),
+    [
+        ([1.0, -2.0], True),
+        ([3.0e38, 3.0e38, 3.0e38], True),  # a float32 sum would overflow; float64 does not
+        ([1.0, float("nan")], False),
+        ([float("inf"), 1.0], False),
+        ([float("-inf"), 1.0], False),
+        ([float("inf"), float("-inf")], False),
+    ],
+)
+def test_all_finite_flag(values, finite):
+    from poolkit._arrays import all_finite
+
+    for dtype in (torch.float32, torch.float64):
+        assert bool(all_finite(torch.tensor(values, dtype=dtype).reshape(-1, 1))) is finite
