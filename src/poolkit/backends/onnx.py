@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Iterator
@@ -39,7 +38,14 @@ from poolkit._cache import cache_root
 from poolkit._cpus import available_cpus
 from poolkit._errors import expected, missing_extra
 from poolkit.backends.rowquant import quantize_rows
-from poolkit.errors import ExportError, InputError, InputTypeError, MissingDependencyError
+from poolkit.errors import (
+    ExportError,
+    InputError,
+    InputTypeError,
+    MissingDependencyError,
+    OutputExistsError,
+)
+from poolkit.io.atomic import AtomicDir
 from poolkit.io.integrity import IntegrityWarning, fast_file_digest
 
 __all__ = ["OnnxBackend", "OnnxRunner", "load_onnx_runner", "onnx_cache_root"]
@@ -390,7 +396,10 @@ def _build(
         fp32_path = load_onnx_runner(
             hf_dir, quantize=None, cache_dir=cache_dir, optimize=settings["optimize"]
         ).path
-    work = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".building-"))
+    build = building(entry)
+    if build is None:
+        return
+    work = build.tmp
     try:
         model = load_torch(hf_dir)
         record = dict(settings)
@@ -412,22 +421,32 @@ def _build(
                 record["check"] = _check(model, work / "model.onnx", settings)
             (work / "raw.onnx").unlink(missing_ok=True)
         record["build_seconds"] = round(time.perf_counter() - started, 2)
-        publish(work, entry, record)
+        publish(build, record)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        build.abort()  # nothing left once published
 
 
-def publish(work: Path, entry: Path, record: dict[str, Any]) -> None:
-    """Record the hash of every file of the finished folder ``work`` in its
-    ``settings.json`` (with ``record``) and rename it to ``entry`` in one step."""
+def building(entry: Path) -> AtomicDir | None:
+    """The folder to build cache ``entry`` in (:attr:`AtomicDir.tmp`), or None when another
+    process has published ``entry`` meanwhile (theirs is as good as ours)."""
+    try:
+        return AtomicDir(entry)
+    except OutputExistsError:
+        return None
+
+
+def publish(build: AtomicDir, record: dict[str, Any]) -> None:
+    """Record the hash of every file of the finished folder in its ``settings.json`` (with
+    ``record``) and publish it as the cache entry in one step (:meth:`AtomicDir.commit`)."""
+    work = build.tmp
     record["files"] = {p.name: fast_file_digest(p) for p in sorted(work.iterdir()) if p.is_file()}
     (work / "settings.json").write_text(json.dumps(record, indent=2, sort_keys=True),
                                         encoding="utf-8")  # fmt: skip
     try:
-        work.rename(entry)
+        build.commit()
     except OSError:
         # Another process published the same entry first; theirs is as good as ours.
-        if not (entry / "settings.json").is_file():
+        if not (build.path / "settings.json").is_file():
             raise
 
 

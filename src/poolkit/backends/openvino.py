@@ -27,8 +27,6 @@ import io
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -264,7 +262,10 @@ def _build(
     source = _onnx.load_onnx_runner(hf_dir, quantize=None, cache_dir=cache_dir).path
     entry.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    work = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".building-"))
+    build = _onnx.building(entry)
+    if build is None:
+        return
+    work = build.tmp
     try:
         model = ov.convert_model(str(source))
         if settings["precision"].startswith("int8-static"):
@@ -274,9 +275,9 @@ def _build(
         record = dict(settings)
         record["check"] = _check(hf_dir, work / "model.xml", settings, calibration)
         record["build_seconds"] = round(time.perf_counter() - started, 2)
-        _onnx.publish(work, entry, record)
+        _onnx.publish(build, record)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        build.abort()  # nothing left once published
 
 
 def _calibrate(

@@ -1,9 +1,12 @@
-"""Whole-file writes that are never seen half done: a temporary file, then a rename."""
+"""Files and folders that are never seen half done: built under a temporary name, then
+fsynced and renamed into place (:func:`publish_file`, :func:`publish_dir`), once for the
+package."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +16,7 @@ from poolkit._errors import already_exists
 from poolkit.errors import OutputExistsError
 from poolkit.io.diskfull import disk_full, is_disk_full
 
-__all__ = ["AtomicDir", "AtomicFile", "atomic_write", "fsync_dir"]
+__all__ = ["AtomicDir", "AtomicFile", "atomic_write", "fsync_dir", "publish_dir", "publish_file"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -29,14 +32,75 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def publish_file(tmp: Path, path: Path, *, replace: bool = True) -> Path:
+    """Publish the finished file ``tmp`` as ``path``: fsync it, rename it onto ``path`` (in
+    the same filesystem), fsync the directory. The one file rename of the package.
+
+    With ``replace=False`` an existing ``path`` is kept and
+    :class:`~poolkit.errors.OutputExistsError` (a ``FileExistsError``) raised; ``tmp`` is
+    left to the caller."""
+    _fsync_file(tmp)
+    if not replace and path.exists():
+        raise OutputExistsError(already_exists(path))
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return path
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def publish_dir(tmp: Path, path: Path, *, replace: bool = False, aside: Path | None = None) -> Path:
+    """Publish the finished folder ``tmp`` as ``path``: fsync its files and folders, rename
+    it onto ``path``, fsync the parent. The one folder rename of the package.
+
+    An existing ``path`` (folder or file) is refused with
+    :class:`~poolkit.errors.OutputExistsError` unless ``replace``; then it is first renamed to
+    ``aside`` (default a hidden name beside it), put back if the rename of ``tmp`` fails,
+    and removed once the new folder is in place."""
+    for f in sorted(tmp.rglob("*")):
+        if f.is_file() and not f.is_symlink():
+            _fsync_file(f)
+        elif f.is_dir():
+            fsync_dir(f)
+    fsync_dir(tmp)
+    old = None
+    if path.exists() or path.is_symlink():
+        if not replace:
+            raise OutputExistsError(already_exists(path))
+        old = aside or path.with_name(f".{path.name}.old-{os.urandom(4).hex()}")
+        _remove(old)
+        os.replace(path, old)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        if old is not None and not path.exists():
+            os.replace(old, path)
+        raise
+    fsync_dir(path.parent)
+    if old is not None:
+        _remove(old)
+    return path
+
+
 class AtomicFile:
     """A file written under a temporary name beside ``path`` and published whole.
 
-    The one temp-then-rename of the package: :func:`atomic_write`, the streaming
+    The one temp-then-rename of the package for files: :func:`atomic_write`, the streaming
     embedding writers and ``poolkit spans``/``tokens`` output all use it.
-    :meth:`commit` flushes, fsyncs, renames onto ``path`` and fsyncs the directory;
-    :meth:`abort` removes the temporary file and leaves ``path`` as it was. As a context
-    manager it commits on success and aborts on any exception.
+    :meth:`commit` flushes and publishes it with :func:`publish_file` (fsync, rename onto
+    ``path``, fsync of the directory); :meth:`abort` removes the temporary file and leaves
+    ``path`` as it was. As a context manager it commits on success and aborts on any
+    exception.
     """
 
     def __init__(self, path: Path, mode: str = "wb") -> None:
@@ -67,16 +131,12 @@ class AtomicFile:
             return self.path
         try:
             self.file.flush()
-            os.fsync(self.file.fileno())
             self.file.close()
             self.file = None
-            if not replace and self.path.exists():
-                raise OutputExistsError(already_exists(self.path))
-            os.replace(self.tmp, self.path)
+            publish_file(self.tmp, self.path, replace=replace)
         except BaseException:
             self.abort()
             raise
-        fsync_dir(self.path.parent)
         return self.path
 
     def abort(self) -> None:
@@ -95,52 +155,53 @@ def atomic_write(
     """Write ``path`` through ``write(f)`` so that it is either absent, as before, or whole.
 
     ``write`` gets a binary file in ``path``'s directory; once it returns, the file is
-    fsynced, renamed onto ``path`` and the directory fsynced. If ``write`` raises, the
-    temporary file is removed, ``path`` is left as it was and the error propagates; a full
-    disk (or file size limit) becomes :class:`~poolkit.io.diskfull.DiskFullError` naming
-    ``path`` and ``size`` (the file's size when known, else the bytes written before the
-    failure, as a lower bound). The new file has mode 0600 (from :func:`tempfile.mkstemp`).
+    published by :class:`AtomicFile` (fsync, rename onto ``path``, fsync of the directory).
+    If ``write`` raises, the temporary file is removed, ``path`` is left as it was and the
+    error propagates; a full disk (or file size limit) becomes
+    :class:`~poolkit.io.diskfull.DiskFullError` naming ``path`` and ``size`` (the file's
+    size when known, else the bytes written before the failure, as a lower bound). The new
+    file has mode 0600 (from :func:`tempfile.mkstemp`).
     """
-    tmp = None
+    out = None
     written = 0
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            try:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            finally:
-                with contextlib.suppress(OSError, ValueError):
-                    written = f.tell()
-        os.replace(tmp, path)
+        out = AtomicFile(path)
+        assert out.file is not None
+        try:
+            write(out.file)
+            out.file.flush()
+        finally:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                written = out.file.tell()  # type: ignore[union-attr]
+        out.commit()
     except BaseException as e:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        if out is not None:
+            out.abort()
         if is_disk_full(e):
             assert isinstance(e, OSError)
             raise disk_full(e, path, size or written, at_least=size is None) from e
         raise
-    fsync_dir(path.parent)
 
 
 class AtomicDir:
     """A folder built under a temporary name beside ``path`` and published whole.
 
-    Fill :attr:`tmp`, then :meth:`commit` renames it onto ``path`` (with ``replace=True``
-    an existing ``path`` is first moved aside, then removed once the new one is in place);
-    :meth:`abort` removes it. As a context manager it commits on success and aborts on any
-    exception, so a failed build leaves nothing behind and ``path`` as it was. A full disk
-    while filling it becomes :class:`~poolkit.io.diskfull.DiskFullError` naming ``path``.
+    Fill :attr:`tmp`, then :meth:`commit` publishes it with :func:`publish_dir` (with
+    ``replace=True`` an existing ``path`` is first moved aside, then removed once the new
+    one is in place); :meth:`abort` removes it. As a context manager it commits on success
+    and aborts on any exception, so a failed build leaves nothing behind and ``path`` as it
+    was. A full disk while filling it becomes :class:`~poolkit.io.diskfull.DiskFullError`
+    naming ``path``. ``parents``: create missing parent folders first (else the temporary
+    folder cannot be made and the ``OSError`` propagates).
     """
 
-    def __init__(self, path: Path, *, replace: bool = False) -> None:
+    def __init__(self, path: Path, *, replace: bool = False, parents: bool = True) -> None:
         self.path = Path(path)
         self.replace = replace
         if self.path.exists() and not replace:
             raise OutputExistsError(already_exists(self.path))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if parents:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
 
     def __enter__(self) -> Path:
@@ -157,34 +218,14 @@ class AtomicDir:
 
     def commit(self) -> Path:
         """Publish the folder as ``path`` (see the class doc)."""
-        import shutil
-
-        old = None
         try:
-            for f in self.tmp.rglob("*"):
-                if f.is_file():
-                    with open(f, "rb") as handle:
-                        os.fsync(handle.fileno())
             os.chmod(self.tmp, 0o755)  # mkdtemp's 0700 is for the build, not the result
-            if self.path.exists():
-                if not self.replace:
-                    raise OutputExistsError(already_exists(self.path))
-                old = self.path.with_name(f".{self.path.name}.old-{os.urandom(4).hex()}")
-                os.replace(self.path, old)
-            os.replace(self.tmp, self.path)
+            publish_dir(self.tmp, self.path, replace=self.replace)
         except BaseException:
-            if old is not None and not self.path.exists():
-                os.replace(old, self.path)
-                old = None
             self.abort()
             raise
-        fsync_dir(self.path.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
         return self.path
 
     def abort(self) -> None:
         """Remove the temporary folder; ``path`` is left as it was."""
-        import shutil
-
         shutil.rmtree(self.tmp, ignore_errors=True)

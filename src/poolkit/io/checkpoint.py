@@ -40,7 +40,6 @@ import os
 import re
 import shutil
 import struct
-import tempfile
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -49,8 +48,8 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import already_exists, value_error
-from poolkit.errors import InputError
-from poolkit.io.atomic import atomic_write, fsync_dir
+from poolkit.errors import InputError, OutputExistsError
+from poolkit.io.atomic import AtomicDir, atomic_write, fsync_dir, publish_file
 from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
 from poolkit.io.integrity import IntegrityWarning, bytes_digest, read_verified
 
@@ -284,7 +283,11 @@ class Checkpoint:
         try:
             # Built under a temporary name and renamed, so a work directory always has
             # its manifest.
-            staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=out.parent))
+            staging = AtomicDir(path, parents=False)
+        except OutputExistsError:
+            raise CheckpointError(
+                f"{path}: another poolkit process started this output at the same time."
+            ) from None
         except OSError as e:
             raise CheckpointError(
                 f"{out}: cannot create the work directory {path.name} in "
@@ -292,21 +295,19 @@ class Checkpoint:
             ) from None
         try:
             atomic_write(
-                staging / _MANIFEST,
+                staging.tmp / _MANIFEST,
                 lambda f: f.write(json.dumps(manifest, indent=1, sort_keys=True).encode()),
             )
-            lock = _lock(staging / "lock")
+            lock = _lock(staging.tmp / "lock")
             try:
-                os.rename(staging, path)
+                staging.commit()
             except OSError:
                 lock.close()
                 raise CheckpointError(
                     f"{path}: another poolkit process started this output at the same time."
                 ) from None
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        fsync_dir(out.parent)
+        finally:
+            staging.abort()  # nothing left once committed
         return cls(out, path, settings, lock)
 
     @classmethod
@@ -469,8 +470,7 @@ class Checkpoint:
         except BaseException:
             staged.unlink(missing_ok=True)  # a full copy of OUTPUT: do not keep it around
             raise
-        os.replace(staged, self.output)
-        fsync_dir(self.output.parent)
+        publish_file(staged, self.output)
         self.discard()
         return self.output
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import already_exists, count
-from poolkit.io.atomic import atomic_write, fsync_dir
+from poolkit.io.atomic import atomic_write, fsync_dir, publish_dir
 from poolkit.io.checkpoint import _OWN, WORK_SUFFIX, Checkpoint, CheckpointError, _short, _warn
 from poolkit.io.integrity import bytes_digest, read_verified
 
@@ -222,24 +222,11 @@ class ShardCheckpoint(Checkpoint):
                 )
             )
         atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
-        old = None
-        if self.output.exists():
-            old = self.output.with_name(f".{self.output.name}{WORK_SUFFIX}.trash-old")
-            self._remove_path(old)
-            os.rename(self.output, old)
-        os.replace(staged, self.output)
-        fsync_dir(self.output.parent)
-        if old is not None:
-            self._remove_path(old)
+        # An old OUTPUT waits under a trash name that Checkpoint.open clears after a crash.
+        old = self.output.with_name(f".{self.output.name}{WORK_SUFFIX}.trash-old")
+        publish_dir(staged, self.output, replace=True, aside=old)
         self.discard()
         return self.output
-
-    @staticmethod
-    def _remove_path(path: Path) -> None:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
 
     @staticmethod
     def finished(output: str | os.PathLike[str]) -> bool:
