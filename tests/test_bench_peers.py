@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -51,15 +52,21 @@ def test_bad_repeats_is_refused():
 WORKER = textwrap.dedent(
     """
     import sys
+    import time
     import numpy as np
     sys.path.insert(0, sys.argv[1])
     import _workers
+
+    def lengths(texts):
+        time.sleep(0.1 * len(texts))  # a known cost: the answered seconds must include it
+        return np.array([[len(t), 1.0] for t in texts])
 
     def build():
         if sys.argv[2] == "fail":
             raise RuntimeError("no such backend here")
         print("library chatter on stdout")  # must not reach the protocol
-        return (lambda texts: np.array([[len(t), 1.0] for t in texts])), {"kind": "lengths"}
+        time.sleep(0.3)  # a known load time
+        return lengths, {"kind": "lengths"}
 
     _workers.serve(build)
     """
@@ -76,13 +83,18 @@ def start(tmp_path: Path, mode: str) -> _workers.Worker:
 def test_worker_answers_times_and_outputs(tmp_path):
     texts = ["a", "bb", "ccc", "dddd"]
     (tmp_path / "t.json").write_text(json.dumps(texts), encoding="utf-8")
+    began = time.perf_counter()
     w = start(tmp_path, "ok")
     try:
         w.wait_ready()
-        assert w.info == {"kind": "lengths"} and w.load_seconds >= 0
+        # The worker times the build (0.3 s of sleep), within the wall time seen here.
+        assert w.info == {"kind": "lengths"}
+        assert 0.3 <= w.load_seconds <= time.perf_counter() - began
         w.request(op="texts", name="s", path=str(tmp_path / "t.json"))
+        asked = time.perf_counter()
         reply = w.request(op="embed", name="s", limit=3, out=str(tmp_path / "o.npy"))
-        assert reply["seconds"] >= 0
+        # Three texts at 0.1 s each, within the wall time of the request seen here.
+        assert 0.3 <= reply["seconds"] <= time.perf_counter() - asked
         out = np.load(tmp_path / "o.npy")
         assert out.dtype == np.float32
         np.testing.assert_array_equal(out, [[1, 1], [2, 1], [3, 1]])

@@ -15,6 +15,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import pool_row, span_reference
 
 from poolkit import (
     SEQUENCE_STRATEGIES,
@@ -96,6 +97,28 @@ def check(call, args: tuple[str, ...]) -> object | None:
     return out
 
 
+def _as64(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(torch.float64).numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def _batched(x, hidden) -> np.ndarray:
+    """``x`` as float64 NumPy with a batch axis: ``hidden`` ``(L, H)`` is one unbatched row."""
+    arr = _as64(x)
+    return arr if len(hidden.shape) == 3 else arr[None]
+
+
+def _close(got, want: np.ndarray, hidden) -> None:
+    """Equal up to the rounding of ``hidden``'s dtype (results are float32 at least)."""
+    got = _as64(got)
+    name = str(hidden.dtype).removeprefix("torch.")
+    tol = {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}.get(name, 1e-5)
+    scale = max(1.0, float(np.abs(want).max())) if np.size(want) else 1.0
+    assert got.shape == np.shape(want), (got.shape, np.shape(want))
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale)
+
+
 @settings(max_examples=300)
 @given(
     case=hostile(),
@@ -114,16 +137,39 @@ def test_sequence_embedding(case, strategy, empty):
 @settings(max_examples=300)
 @given(case=hostile())
 def test_token_embeddings(case):
-    check(lambda: token_embeddings(case["hidden"], None, case["mask"]), ("hidden", "mask"))
+    out = check(lambda: token_embeddings(case["hidden"], None, case["mask"]), ("hidden", "mask"))
+    if out is None:
+        return
+    # Against the reference: each row's tokens where the mask is non-zero, in order.
+    h = case["hidden"]
+    hidden, mask = _batched(h, h), _batched(case["mask"], h)
+    rows = out if isinstance(out, list) else [out]
+    assert len(rows) == hidden.shape[0]
+    for b, got in enumerate(rows):
+        _close(got, hidden[b][mask[b] != 0], case["hidden"])
 
 
 @settings(max_examples=300)
 @given(case=hostile(), strategy=st.sampled_from(list(WORD_STRATEGIES)))
 def test_word_embeddings(case, strategy):
-    check(
+    out = check(
         lambda: word_embeddings(case["hidden"], case["word_ids"], strategy),
         ("hidden", "word_ids", "strategy"),
     )
+    if out is None:
+        return
+    # Against the reference: word w of row b pools the tokens whose id is w (zeros if none).
+    h = case["hidden"]
+    hidden, ids = _batched(h, h), _batched(case["word_ids"], h)
+    got = _batched(out, h)
+    for b in range(hidden.shape[0]):
+        for w in range(got.shape[1]):
+            tokens = hidden[b][ids[b] == w]
+            want = (np.zeros(got.shape[-1]) if not len(tokens)
+                    else np.concatenate([tokens[0], tokens[-1]]) if strategy == "endpoints"
+                    else pool_row(tokens, strategy if strategy not in ("first", "last")
+                                  else {"first": "cls", "last": "last"}[strategy]))  # fmt: skip
+            _close(got[b, w], want, case["hidden"])
 
 
 @settings(max_examples=300)
@@ -132,10 +178,21 @@ def test_word_embeddings(case, strategy):
     strategy=st.sampled_from(["endpoints", "mean", "max", "attention", "diff_sum", "x/y"]),
 )
 def test_span_embeddings(case, strategy):
-    check(
+    out = check(
         lambda: span_embeddings(case["hidden"], case["spans"], strategy, mask=case["mask"]),
         ("hidden", "spans", "strategy", "mask"),
     )
+    if out is None or strategy in ("attention", "x/y"):  # no closed form in reference.py
+        return
+    # Against the reference: each inclusive span pooled alone; [-1, -1] pads with zeros.
+    h = case["hidden"]
+    hidden, spans = _batched(h, h), _batched(case["spans"], h).astype(np.int64)
+    got = _batched(out, h)
+    for b in range(spans.shape[0]):
+        for k, (start, end) in enumerate(spans[b]):
+            want = (np.zeros(got.shape[-1]) if start == end == -1
+                    else span_reference(hidden[b], int(start), int(end), strategy))  # fmt: skip
+            _close(got[b, k], want, case["hidden"])
 
 
 @settings(max_examples=300)
@@ -172,3 +229,23 @@ def test_non_arrays_are_type_errors(bad):
         sequence_embedding(bad)
     with pytest.raises(TypeError, match="`hidden`"):
         span_embeddings(bad, np.zeros((0, 2), np.int64))
+
+
+@settings(max_examples=100)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 6), st.integers(1, 4)),
+    n_spans=st.integers(1, 3),
+    strategy=st.sampled_from(["endpoints", "mean", "max", "diff_sum", "x,y,x*y", "x-y"]),
+    kind=st.sampled_from(["numpy", "torch", "torch_grad"]),
+)
+def test_valid_spans_equal_the_reference(seed, shape, n_spans, strategy, kind):
+    """Hostile spans are nearly always refused; valid ones must pool what reference.py does."""
+    rng = np.random.default_rng(seed)
+    hidden = make(rng, shape, "float32", kind, "")
+    ends = np.sort(rng.integers(0, shape[1], size=(shape[0], n_spans, 2)), axis=-1)
+    got = _as64(span_embeddings(hidden, ends, strategy))
+    for b in range(shape[0]):
+        for k, (start, end) in enumerate(ends[b]):
+            want = span_reference(_as64(hidden)[b], int(start), int(end), strategy)
+            _close(got[b, k], want, hidden)
