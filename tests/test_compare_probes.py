@@ -54,7 +54,7 @@ def test_logistic_reaches_sklearns_optimum_on_a_synthetic_problem(monkeypatch, k
     train, _ = logistic.standardize(x, x)
     np.testing.assert_allclose(train, ref[0].transform(x), atol=1e-5)
     fit = logistic.fit(train, codes, k)
-    assert fit.grad_max <= 1e-5  # TOL, or where float32 products stop the line search
+    assert fit.grad_max <= logistic.TOL  # float64 finishes what float32 rounding stalls
     coef = ref[-1].coef_.T  # (D, 1) binomial, (D, k) multinomial: the same parametrisation
     assert fit.coef.shape == coef.shape
     np.testing.assert_allclose(fit.coef, coef, atol=2e-3 * np.abs(coef).max())
@@ -150,8 +150,30 @@ def figures(evaluation) -> np.ndarray:
     return np.asarray(evaluation.point())
 
 
-@pytest.mark.slow  # scikit-learn's solver on every candidate: 15-35 s
-def test_ner_figures_match_sklearn_on_wnut17_fixture(minilm):
+# sklearn's newton-cg at tol 1e-6 leaves logits up to 0.05 from the exact optimum (tol 1e-10)
+# on the WNUT-17 fixture; the probe 4e-4. A word whose reference logits are this far from a
+# tie is decided by the optimum, and every solver that reaches it must label it alike.
+DECIDED = 0.1
+
+
+def objective(x: np.ndarray, codes: np.ndarray, coef: np.ndarray, intercept: np.ndarray) -> float:
+    """scikit-learn's multinomial objective (C=1) over ``N``, in float64, written out."""
+    z = x.astype(np.float64) @ coef + intercept
+    top = z.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(z - top).sum(axis=1)) + top[:, 0]
+    return float((lse - z[np.arange(len(z)), codes]).mean() + (coef**2).sum() / (2 * len(z)))
+
+
+def margins(z: np.ndarray) -> np.ndarray:
+    """The gap between the two largest logits of each row of ``z`` ``(N, K)``."""
+    top2 = np.sort(z, axis=1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
+
+
+@pytest.fixture(scope="module")
+def wnut17_fixture(minilm):
+    """Word vectors of every candidate on the WNUT-17 fixtures: (test tags, candidates,
+    train vectors, test vectors, train labels)."""
     train = read_task("ner", fixture("wnut17-train-sample.conll"))
     test = read_task("ner", fixture("wnut17-dev-sample.conll"))
     cands = candidates("word", None, None)
@@ -159,15 +181,68 @@ def test_ner_figures_match_sklearn_on_wnut17_fixture(minilm):
     x_test = embed_words(minilm, test, cands, Settings("ner"), "test")
     y_train = np.asarray([t for s in train.tags for t in s])
     assert len(set(y_train)) > 2  # multinomial
-    cuts = np.cumsum([len(s) for s in test.tags])[:-1]
+    return test.tags, cands, x_train, x_test, y_train
+
+
+@pytest.mark.slow  # scikit-learn's solver on every candidate: 15-35 s
+def test_ner_figures_match_sklearn_on_wnut17_fixture(wnut17_fixture):
+    tags, cands, x_train, x_test, y_train = wnut17_fixture
+    classes, codes = np.unique(y_train, return_inverse=True)
+    cuts = np.cumsum([len(s) for s in tags])[:-1]
     for c in cands:
+        train, test = logistic.standardize(x_train[c], x_test[c])
+        fit = logistic.fit(train, codes, len(classes))
+        assert fit.grad_max <= logistic.TOL, (c, fit.grad_max)  # it did not stop early
         ours = probes.fit_predict(x_train[c], y_train, x_test[c], solver="lbfgs")
-        theirs = sklearn_probe(x_train[c], y_train).predict(x_test[c])
         assert ours.dtype == y_train.dtype
-        f = [figures(TagEval(test.tags, [list(p) for p in np.split(pred, cuts)]))
+        assert np.array_equal(ours, classes[fit.predict(test)])
+        ref = sklearn_probe(x_train[c], y_train)
+        theirs = ref.predict(x_test[c])
+        # At least as low an objective as the reference reached, on the same matrix.
+        lr = ref[-1]
+        assert (
+            objective(train, codes, fit.coef, fit.intercept)
+            <= objective(train, codes, lr.coef_.T, lr.intercept_) + 1e-12
+        ), c
+        # The same label for every word the optimum decides.
+        decided = margins(ref.decision_function(x_test[c])) >= DECIDED
+        assert decided.mean() > 0.9, c
+        assert np.array_equal(ours[decided], theirs[decided]), (c, (ours != theirs).sum())
+        f = [figures(TagEval(tags, [list(p) for p in np.split(pred, cuts)]))
              for pred in (ours, theirs)]  # fmt: skip
-        assert np.abs(f[0] - f[1]).max() <= POINTS, (c, f)
+        # With ~20 entities one word moves entity F1 by ~4 points: the figures are compared
+        # where no undecided word is labelled differently.
+        if np.array_equal(ours, theirs):
+            assert np.abs(f[0] - f[1]).max() <= POINTS, (c, f)
+        else:
+            assert (ours != theirs).sum() <= 1, (c, f)
         assert f[1][0] > 0.1  # a real tagger, not an all-O one
+
+
+@pytest.mark.slow  # five candidates x four roundings: 20-40 s
+@pytest.mark.parametrize("block", [700, logistic.BLOCK])
+def test_ner_probe_converges_whatever_the_float32_rounding(monkeypatch, wnut17_fixture, block):
+    # Another CPU's float32 kernels round the products differently; here the rows are
+    # perturbed at float32's rounding level and summed in other blocks. Before the float64
+    # stage an Intel Xeon (AMX) stopped the `max` row at max |gradient| 1e-4 and moved one
+    # word's label (entity F1 28.6 vs 32.8), and this test stopped `first` and `max` there
+    # with blocks of 700 rows.
+    _, cands, x_train, x_test, y_train = wnut17_fixture
+    classes, codes = np.unique(y_train, return_inverse=True)
+    rng = np.random.default_rng(block)
+    for c in cands:
+        train, test = logistic.standardize(x_train[c], x_test[c])
+        base = logistic.fit(train, codes, len(classes))
+        monkeypatch.setattr(logistic, "BLOCK", block)
+        noise = rng.standard_normal(train.shape, dtype=np.float32) * np.float32(3e-7)
+        fit = logistic.fit(train * (1 + noise), codes, len(classes))
+        monkeypatch.undo()
+        assert fit.grad_max <= logistic.TOL, (c, fit.grad_max)
+        z, z0 = fit.logits(test), base.logits(test)
+        gap = np.abs((z - z.mean(1, keepdims=True)) - (z0 - z0.mean(1, keepdims=True))).max()
+        assert gap <= 5e-3, (c, gap)  # both within reach of the one optimum
+        decided = margins(z0) >= 1e-2
+        assert np.array_equal(fit.predict(test)[decided], base.predict(test)[decided]), c
 
 
 @pytest.mark.slow  # scikit-learn's solver on every candidate: 15-40 s
