@@ -7,6 +7,7 @@ message by hand ("Expected ...", f"Expected ..."), so a drifting copy cannot com
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -16,19 +17,25 @@ from poolkit._errors import arg_names, expected, renamed, unmet, value_error, wi
 SRC = Path(__file__).resolve().parents[1] / "src" / "poolkit"
 
 
+_OPENING = re.compile(r"\bExpected\b")  # the template's opening word, wherever it stands
+
+
 def _hand_written(source: str) -> list[int]:
-    """Line numbers of string literals (plain or f-strings) that begin with "Expected"."""
+    """Line numbers of string literals (plain, or any piece of an f-string) that hold the
+    template's opening "Expected": at the start, after a prefix (f"{path}: Expected ..."),
+    or in a piece built up with + or a format string. Docstrings are not messages."""
+    tree = ast.parse(source)
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body and isinstance(node.body[0], ast.Expr)
+    }  # fmt: skip
     lines = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.JoinedStr) and node.values:
-            first = node.values[0]
-            text = first.value if isinstance(first, ast.Constant) else ""
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value
-        else:
-            continue
-        if isinstance(text, str) and text.lstrip().startswith("Expected"):
-            lines.append(node.lineno)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            if _OPENING.search(node.value):
+                lines.append(node.lineno)
     return sorted(set(lines))
 
 
@@ -38,6 +45,11 @@ def test_the_scan_finds_hand_written_messages():
     assert _hand_written('raise TypeError(\n    "Expected a str, "\n    "but got int.")') == [2]
     assert _hand_written('m = f"""\n  Expected {a}"""') == [1]
     assert _hand_written('expected("x", "1", y)  # "Expected" only in a comment') == []
+    # Not only at the start of a literal: after a prefix, in a later piece, in a template.
+    assert _hand_written('raise ValueError(f"{path}: Expected a file, but got {x}.")') == [1]
+    assert _hand_written('m = "line 3: " + "Expected `x` to be 1."') == [1]
+    assert _hand_written('m = "{}: Expected {}".format(a, b)') == [1]
+    assert _hand_written('def f():\n    """Expected to be called once."""') == []
 
 
 def test_no_message_is_written_by_hand_outside_errors_module():

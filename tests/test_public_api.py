@@ -36,8 +36,11 @@ def test_all_is_exactly_the_public_names():
 
 
 def test_one_exception_family():
+    import numpy as np
+
     from poolkit.compare.datasets import DataError
     from poolkit.io.checkpoint import CheckpointError
+    from poolkit.io.diskfull import DiskFullError
     from poolkit.io.readers import InputError
     from poolkit.ray import RayNotInstalledError
 
@@ -46,13 +49,28 @@ def test_one_exception_family():
         poolkit.ExportError: RuntimeError, poolkit.MissingDependencyError: ImportError,
         poolkit.RecipeError: ValueError, InputError: ValueError, CheckpointError: ValueError,
         DataError: ValueError, RayNotInstalledError: ImportError,
+        poolkit.InputTypeError: TypeError, poolkit.RunError: RuntimeError,
+        poolkit.OutputExistsError: FileExistsError, DiskFullError: OSError,
     }  # fmt: skip
     for kind, builtin in family.items():
         assert issubclass(kind, poolkit.PoolkitError) and issubclass(kind, builtin), kind
     assert InputError is poolkit.InputError
     for kind in (poolkit.RecipeError, CheckpointError, DataError):
         assert issubclass(kind, poolkit.InputError), kind
-    # Raised for real: a bad recipe name and a missing model.
+    # Raised for real, through the argument checks most calls go through (value_error and
+    # type_error): before the family covered them, these were plain ValueError/TypeError.
+    for call, builtin in (
+        (lambda: poolkit.embed(["a"], max_batch_tokens=0), ValueError),
+        (lambda: poolkit.sequence_embedding(np.ones((1, 2, 3)), None, "avg"), ValueError),
+        (lambda: poolkit.sequence_embedding("not an array"), TypeError),
+    ):
+        try:
+            call()
+        except Exception as e:  # the kind is what is checked
+            assert isinstance(e, poolkit.PoolkitError) and isinstance(e, builtin), repr(e)
+        else:
+            raise AssertionError("no error")
+    # A bad recipe name and a missing model.
     try:
         poolkit.Recipe.parse("meen")
     except poolkit.PoolkitError as e:
