@@ -342,8 +342,10 @@ def test_default_mode_reads_only_its_flags_on_the_cpu():
 
 
 @pytest.mark.slow  # torch.compile
-def test_modules_compile_without_graph_breaks():
-    hidden, cases = module_cases(3, check=False)
+@pytest.mark.parametrize("check", [False, True])
+def test_modules_compile_without_graph_breaks(check):
+    """check=False has no checks; the default's become device asserts, which trace."""
+    hidden, cases = module_cases(3, check=check)
     for module, args, kwargs in cases:
         eager_h = hidden.clone().requires_grad_(True)
         eager = module(eager_h, *args, **kwargs)

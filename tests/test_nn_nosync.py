@@ -169,6 +169,7 @@ def test_check_false_raises_nothing_and_gives_zeros_for_empty_rows():
     assert torch.equal(out[1], torch.zeros(H))
 
 
+@pytest.mark.slow  # torch.compile
 def test_async_assert_names_the_problem():
     """Under torch.compile the default mode asserts on the device even for CPU tensors;
     the message names the problem and how to get the exact error."""
