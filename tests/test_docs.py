@@ -1,13 +1,25 @@
 """Every example in the README and the docs runs as shown.
 
+Which blocks run (README.md and every ``docs/**/*.md``):
+
 - ``python`` blocks run (pytest-examples), each in a scratch folder, and every ``print``
   shows its output on the ``#>`` lines under it.
 - ``console`` blocks: each ``$ command`` runs in a scratch folder that holds the README's
   ``texts.txt`` and the repository's ``tests/`` (so ``tests/data/...`` paths work as in a
   clone); its standard output must be the lines shown under it (``...`` matches anything, as
   in doctest).
-- ``python -m pytest tests/test_docs.py --update-examples`` (pytest-examples' option) rewrites
-  the shown output of both kinds from a real run instead of comparing.
+- Any other block, and a ``python`` or ``console`` block that must not run, carries the
+  reason on the line right above its opening fence, as an HTML comment (invisible on the
+  site)::
+
+      <!-- not run: it downloads Qwen3-Embedding-0.6B (1.2 GB) -->
+      ```python
+
+  ``test_every_code_block_runs_or_says_why_not`` fails on a block with neither.
+- Both example tests are ``slow`` (they load the real model, or start ``poolkit``): they run
+  with ``python -m pytest --slow``. The checks of the docs' structure are fast.
+- ``python -m pytest tests/test_docs.py --slow --update-examples`` (pytest-examples' option)
+  rewrites the shown output of both kinds from a real run instead of comparing.
 - The README starts with the install-and-run command and the test command, and CI runs the
   latter.
 """
@@ -26,7 +38,7 @@ import pytest
 from pytest_examples import CodeExample, EvalExample, find_examples
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", ROOT / "RELIABILITY.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TEXTS = "John works at Google.\nA man is playing a guitar.\n"  # the README's texts.txt
 
 
@@ -34,7 +46,43 @@ def _id(example: CodeExample) -> str:
     return f"{example.path.name}:{example.start_line}"
 
 
-PYTHON = [e for e in find_examples(*DOCS) if e.prefix in ("python", "py")]
+NOT_RUN = re.compile(r"^<!-- not run: (?P<reason>\S.*?) -->$")
+FENCE = re.compile(r"^```(?P<lang>[\w+-]*)")
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int  # 1-based line of the opening fence
+    lang: str
+    not_run: str | None  # the reason, when the line above says the block is not run
+
+
+def code_blocks(path: Path) -> list[Block]:
+    """Every fenced block of ``path`` (fences at the start of a line), with its marker."""
+    blocks = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    inside = False
+    for number, line in enumerate(lines, 1):
+        fence = FENCE.match(line)
+        if not fence:
+            continue
+        if inside:
+            inside = False
+            continue
+        inside = True
+        marker = NOT_RUN.match(lines[number - 2].strip()) if number > 1 else None
+        blocks.append(Block(path, number, fence["lang"], marker and marker["reason"]))
+    return blocks
+
+
+BLOCKS = [b for path in DOCS for b in code_blocks(path)]
+SKIPPED = {(b.path, b.line) for b in BLOCKS if b.not_run}
+PYTHON = [
+    e
+    for e in find_examples(*DOCS)
+    if e.prefix in ("python", "py") and (e.path, e.start_line) not in SKIPPED
+]
 
 
 @pytest.mark.slow
@@ -91,7 +139,7 @@ def console_commands(path: Path) -> list[Command]:
     current: list = []
     for number, line in enumerate(lines, 1):
         if line.startswith("```"):
-            inside = line.strip() == "```console"
+            inside = line.strip() == "```console" and (path, number) not in SKIPPED
             if current:
                 out.append(Command(path, current[0], current[1], "\n".join(current[2])))
                 current = []
@@ -163,6 +211,90 @@ def test_readme_starts_with_install_and_test_commands():
     assert test_command in ci, f"CI must run the README's test command: {test_command}"
 
 
+def test_the_readme_says_which_test_command_runs_which():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    for command in ("python -m pytest -q", "python -m pytest -q --slow"):
+        assert f"`{command}`" in readme, command
+    assert "python -m pytest -q -m slow" in ci, "CI runs the slow set after the fast one"
+    assert "mkdocs build --strict" in ci and "mkdocs build --strict" in readme
+
+
 def test_the_readme_outputs_are_ignored_by_git():
     ignored = (ROOT / ".gitignore").read_text().split()
     assert "/texts.txt" in ignored and "/vectors.npy" in ignored
+
+
+# --- the docs' structure (fast) ---------------------------------------------------------
+
+
+def test_every_code_block_runs_or_says_why_not():
+    """A block runs (``python``, ``console``) or says why not on the line above it."""
+    unmarked = [
+        f"{b.path.relative_to(ROOT)}:{b.line} ```{b.lang}"
+        for b in BLOCKS
+        if b.lang not in ("python", "py", "console") and not b.not_run
+    ]
+    assert not unmarked, (
+        "each of these blocks is neither run by the tests nor marked "
+        f"`<!-- not run: REASON -->` on the line above it: {unmarked}"
+    )
+    assert PYTHON and CONSOLE
+
+
+def test_the_readme_is_a_front_page():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme):
+        if "://" not in target:
+            assert (ROOT / target).exists(), f"README links to a missing file: {target}"
+
+
+def _api_directives() -> set[str]:
+    return {
+        m
+        for page in (ROOT / "docs" / "api").glob("*.md")
+        for m in re.findall(r"^::: (\S+)$", page.read_text(encoding="utf-8"), flags=re.M)
+    }
+
+
+def test_the_api_reference_documents_every_public_name():
+    import inspect
+
+    import poolkit
+    import poolkit.errors
+    import poolkit.nn
+
+    directives = _api_directives()
+
+    def documented(module: str, name: str) -> bool:
+        # named itself, or its module is (`::: poolkit.errors` documents its members)
+        return f"{module}.{name}" in directives or module in directives
+
+    def home(name: str) -> str:
+        obj = getattr(poolkit, name)
+        return obj.__module__ if inspect.isclass(obj) else "poolkit"
+
+    missing = [
+        f"poolkit.{n}"
+        for n in poolkit.__all__
+        if not documented("poolkit", n) and not documented(home(n), n)
+    ]
+    for module in (poolkit.nn, poolkit.errors):
+        names = getattr(module, "__all__", None) or [
+            n
+            for n, obj in vars(module).items()
+            if not n.startswith("_")
+            and (inspect.isclass(obj) or inspect.isfunction(obj))
+            and obj.__module__ == module.__name__
+        ]
+        assert names, module
+        missing += [f"{module.__name__}.{n}" for n in names if not documented(module.__name__, n)]
+    assert not missing, f"not in docs/api/*.md as a `::: name` line: {missing}"
+
+
+def test_every_docs_page_is_in_the_nav():
+    mkdocs = (ROOT / "mkdocs.yml").read_text()
+    nav = set(re.findall(r"^\s+- .*?([\w/.-]+\.md)$", mkdocs, flags=re.M))
+    pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
+    assert pages == nav, (pages - nav, nav - pages)
