@@ -399,7 +399,7 @@ def _pooled_width(encoder: Encoder, recipe: Recipe) -> int:
     """Width of ``recipe``'s pooled vectors on ``encoder``'s model (before any head)."""
     hidden = encoder.info.hidden_size
     if hidden:
-        return recipe.output_dim(int(hidden))
+        return recipe.pooled_dim(int(hidden))
     # No hidden size in the config: a forward pass of one word says it.
     probe, _ = embed_recipes(["x"], encoder, {"x": recipe}, pipeline="pooled", prompt="")
     return int(probe["x"].shape[1])

@@ -5,7 +5,7 @@ layers and how they mix, whether special tokens are dropped, and L2 normalisatio
 name is what ``poolkit compare`` prints for a row and what ``poolkit embed --recipe``
 takes::
 
-    [LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw]
+    [LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw][/DIMS][/PRECISION]
 
     mean                       the mean of the last layer's tokens
     cls+mean_no_special        cls, concatenated with the mean over non-special tokens
@@ -14,7 +14,14 @@ takes::
     mean/raw                   never L2-normalised (``/l2``: always; neither: as the model)
     word:endpoints             word level: first and last sub-token of each word
     span:x,y,x*y               span level: a span_embeddings strategy
+    mean/256                   the first 256 dimensions (L2-normalised again where the
+                               recipe normalises: Matryoshka truncation)
+    mean/256/int8              ... stored as int8 (float32, float16, int8, uint8, binary,
+                               ubinary; int8/uint8 need calibration ranges)
+    mean/binary                sign bits, packed 8 per byte
 
+The output stage (``/DIMS``, ``/PRECISION``) is sequence level only; its segments come in
+that order after ``/l2`` or ``/raw``, and ``/float32`` (the default) is not written.
 ``Recipe.parse(str(r)) == r`` for every recipe ``r``. The compare table's older form
 ``mean [last4]`` is accepted too.
 """
@@ -29,6 +36,7 @@ from typing import Any
 from poolkit._errors import expected, renamed, value_error
 from poolkit.errors import InputError
 from poolkit.layers import LAYER_COMBINATIONS, LAYER_PRESETS
+from poolkit.output import PRECISIONS, bytes_per_vector
 from poolkit.sequence import SEQUENCE_STRATEGIES
 from poolkit.spans import parse_span_strategy, span_output_dim
 from poolkit.words import WORD_STRATEGIES
@@ -37,11 +45,13 @@ __all__ = ["LEVELS", "NO_SPECIAL", "Recipe", "RecipeError"]
 
 LEVELS = ("sequence", "word", "span")
 NO_SPECIAL = "_no_special"
-JSON_VERSION = 1
+JSON_VERSION = 2  # 2 adds the output stage (dims, precision); 1 is still read and written
+JSON_VERSIONS = (1, 2)
 
 _FORMS = (
-    "[LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw], e.g. mean, cls+mean, mean_no_special, "
-    "mean@last4, mean@-1,-2:concat, word:first, span:x,y,x*y"
+    "[LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw][/DIMS][/PRECISION], e.g. mean, cls+mean, "
+    "mean_no_special, mean@last4, mean@-1,-2:concat, mean/256/int8, mean/binary, word:first, "
+    "span:x,y,x*y"
 )
 
 
@@ -92,6 +102,10 @@ class Recipe:
             or means no (word and span level).
         exclude_special: derived: True when every sequence part drops special tokens.
             Passing ``exclude_special=True`` adds ``_no_special`` to every part.
+        dims: keep the first ``dims`` dimensions (Matryoshka truncation; L2-normalised
+            again where the recipe normalises); ``None``: all. Sequence level only.
+        precision: how each vector is stored (:data:`poolkit.output.PRECISIONS`);
+            ``None`` (or ``"float32"``): float32. Sequence level only.
     """
 
     strategy: str = "mean"
@@ -100,6 +114,8 @@ class Recipe:
     layer_how: str = "mean"
     normalize: bool | None = None
     exclude_special: bool = False
+    dims: int | None = None
+    precision: str | None = None
 
     def __post_init__(self) -> None:
         level = self.level
@@ -117,6 +133,9 @@ class Recipe:
         if self.layer_how not in LAYER_COMBINATIONS:
             _fail(f"one of {', '.join(LAYER_COMBINATIONS)}", self.layer_how, arg="layer_how")
         set_ = object.__setattr__
+        dims, precision = _check_output_stage(level, self.dims, self.precision)
+        set_(self, "dims", dims)
+        set_(self, "precision", precision)
         set_(self, "strategy", canon)
         set_(self, "layers", layers)
         # One layer never mixes: "how" is then meaningless, so it takes its default.
@@ -146,6 +165,8 @@ class Recipe:
             # A name is one argument: the message names `recipe`, whichever part failed.
             msg = renamed(str(e), "recipe")
             msg = msg.split(" Closest valid name:")[0]
+            if " Closest: " in msg or "/DIMS, /PRECISION" in msg:  # the fix is said already
+                raise RecipeError(msg) from None
             raise RecipeError(f"{msg} Closest valid name: {_closest(raw)}.") from None
 
     @classmethod
@@ -154,9 +175,11 @@ class Recipe:
         if not isinstance(data, Mapping):
             _fail("a JSON object", type(data).__name__)
         version = data.get("version")
-        if version != JSON_VERSION:
-            _fail(f"JSON of version {JSON_VERSION}", version)
+        if version not in JSON_VERSIONS:
+            _fail(f"JSON of version {' or '.join(map(str, JSON_VERSIONS))}", version)
         keys = {"version", "level", "strategy", "layers", "layer_how", "normalize"}
+        if version >= 2:
+            keys |= {"dims", "precision"}
         extra = sorted(set(data) - keys)
         if extra:
             _fail(f"JSON with keys among {sorted(keys)}", extra)
@@ -169,18 +192,26 @@ class Recipe:
             layers=layers,
             layer_how=data.get("layer_how", "mean"),
             normalize=data.get("normalize"),
+            dims=data.get("dims"),
+            precision=data.get("precision"),
         )
 
     def to_json(self) -> dict[str, Any]:
-        """A stable, versioned, JSON-ready dict; :meth:`from_json` reads it back."""
-        return {
-            "version": JSON_VERSION,
+        """A stable, versioned, JSON-ready dict; :meth:`from_json` reads it back.
+
+        Version 1 (what poolkit wrote before output stages) unless the recipe has one:
+        version 2 adds ``dims`` and ``precision``."""
+        out: dict[str, Any] = {
+            "version": 1,
             "level": self.level,
             "strategy": self.strategy,
             "layers": list(self.layers) if isinstance(self.layers, tuple) else self.layers,
             "layer_how": self.layer_how,
             "normalize": self.normalize,
         }
+        if self.has_output_stage:
+            out.update(version=2, dims=self.dims, precision=self.precision)
+        return out
 
     def replace(self, **changes: Any) -> Recipe:
         """A copy with some fields changed (validated again, as any new recipe)."""
@@ -190,6 +221,8 @@ class Recipe:
             "layers": self.layers,
             "layer_how": self.layer_how,
             "normalize": self.normalize,
+            "dims": self.dims,
+            "precision": self.precision,
         }
         fields.update(changes)
         return Recipe(**fields)
@@ -209,7 +242,21 @@ class Recipe:
                 name += f":{self.layer_how}"
         if self.normalize is not None:
             name += "/l2" if self.normalize else "/raw"
+        if self.dims is not None:
+            name += f"/{self.dims}"
+        if self.precision is not None:
+            name += f"/{self.precision}"
         return name
+
+    @property
+    def has_output_stage(self) -> bool:
+        """Whether the recipe truncates or stores at a precision other than float32."""
+        return self.dims is not None or self.precision is not None
+
+    @property
+    def pooling(self) -> Recipe:
+        """The same recipe without its output stage: the float32 vectors it starts from."""
+        return self.replace(dims=None, precision=None) if self.has_output_stage else self
 
     @property
     def parts(self) -> tuple[tuple[str, bool], ...]:
@@ -228,7 +275,21 @@ class Recipe:
         return self.layers is not None
 
     def output_dim(self, hidden_size: int) -> int:
-        """Width of one output vector for a model with ``hidden_size`` (H)."""
+        """Width of one output vector for a model with ``hidden_size`` (H): ``dims`` when
+        the recipe truncates (checked against the pooled width), else the pooled width.
+        Packed bits store ``ceil(output_dim / 8)`` bytes: see :meth:`bytes_per_vector`."""
+        width = self.pooled_dim(hidden_size)
+        if self.dims is None:
+            return width
+        check_dims(self.dims, width, str(self))
+        return self.dims
+
+    def bytes_per_vector(self, hidden_size: int) -> int:
+        """Bytes one stored vector takes for a model with ``hidden_size``."""
+        return bytes_per_vector(self.output_dim(hidden_size), self.precision)
+
+    def pooled_dim(self, hidden_size: int) -> int:
+        """Width of the pooled vector (before any model module and the output stage)."""
         if not isinstance(hidden_size, int) or hidden_size < 1:
             value_error("hidden_size", "a positive integer", repr(hidden_size))
         width = hidden_size
@@ -250,15 +311,68 @@ class Recipe:
 # ---------------------------------------------------------------------- helpers
 
 
+def check_dims(dims: int, width: int, recipe: str) -> None:
+    """Refuse ``dims`` wider than the vectors it truncates (one line naming the fix)."""
+    if dims > width:
+        raise RecipeError(
+            expected("dims", f"at most the recipe's width {width}", dims,
+                     f"Keep at most {width} dimensions of {recipe.rsplit('/', 1)[0]!r}, "
+                     f"e.g. '/{min(256, width)}'.")
+        )  # fmt: skip
+
+
+def _check_output_stage(level: str, dims: Any, precision: Any) -> tuple[int | None, str | None]:
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        _fail("a positive number of dimensions, e.g. /256", dims, arg="dims")
+    if precision is not None:
+        if not isinstance(precision, str) or precision.strip().lower() not in PRECISIONS:
+            got = precision
+            close = difflib.get_close_matches(str(got).lower(), PRECISIONS, n=1)
+            hint = f" Closest: {close[0]}." if close else ""
+            raise RecipeError(expected("precision", f"one of {', '.join(PRECISIONS)}",
+                                       repr(got), hint.strip()))  # fmt: skip
+        precision = precision.strip().lower()
+        if precision == "float32":
+            precision = None
+    if level != "sequence" and (dims is not None or precision is not None):
+        what = "dims" if dims is not None else "precision"
+        got = f"/{dims if what == 'dims' else precision}"
+        raise RecipeError(
+            expected(what, f"no output stage (/DIMS, /PRECISION) at the {level} level", got,
+                     "An output stage stores one vector per text: use a sequence-level "
+                     "recipe, or drop it.")
+        )  # fmt: skip
+    return dims, precision
+
+
+def _output_segment(segment: str) -> tuple[str, Any] | None:
+    low = segment.strip().lower()
+    if low in ("l2", "raw"):
+        return "normalize", low == "l2"
+    if low.isdigit():
+        return "dims", int(low)
+    if low in PRECISIONS:
+        return "precision", low
+    return None
+
+
 def _split_name(text: str, level: str) -> dict[str, Any]:
     """``text`` cut into Recipe fields (not yet validated)."""
     out: dict[str, Any] = {"level": level}
-    low = text.lower()
-    for suffix, value in (("/l2", True), ("/raw", False)):
-        if low.endswith(suffix):
-            out["normalize"] = value
-            text = text[: -len(suffix)]
+    # Trailing /SEGMENTs: /l2 or /raw, /DIMS, /PRECISION (a span strategy may hold '/': only
+    # segments that name one of these are taken).
+    while "/" in text:
+        head, _, tail = text.rpartition("/")
+        seg = _output_segment(tail)
+        if seg is None:
+            if level == "sequence" and difflib.get_close_matches(tail.lower(), PRECISIONS, n=1):
+                _check_output_stage(level, None, tail)  # "mean/int4": says which precisions
             break
+        key, value = seg
+        if key in out:
+            _fail(f"at most one /{key} segment", f"/{tail}")
+        out[key] = value
+        text = head
     # The compare table's older spelling: "mean [last4]".
     if text.endswith("]") and " [" in text:
         text, _, bracket = text[:-1].rpartition(" [")
