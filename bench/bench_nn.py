@@ -147,7 +147,7 @@ def timed(run: Callable[[], None], repeat: int, device: torch.device) -> float:
     return (time.perf_counter() - start) / repeat * 1e3
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--batch", type=int, default=32)
@@ -158,7 +158,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--repeat", type=int, default=3, help="calls per timed round")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    return parser
+
+
+def run(args: argparse.Namespace) -> bool:
+    """Check, time and print the table for ``args`` (``build_parser``'s); True when every
+    case meets its target on this device."""
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -239,16 +244,23 @@ def main() -> None:
         f"{'case':<40} {'poolkit':>21} {'check=full':>21} {'check=False':>21} "
         f"{'plain torch':>21} {'ratio':>6} {'(full)':>6} {'(c=F)':>6} {'target':>6}"
     )
+    met = True
     for (label, *_, targets), per_slot in zip(cases, times, strict=True):
         cells = [f"{statistics.median(t):6.2f} [{min(t):.2f}-{max(t):.2f}]" for t in per_slot]
         plain_ms = statistics.median(per_slot[-1])
         ratios = [statistics.median(t) / plain_ms for t in per_slot[:-1]]
         target = targets[0] if device.type == "cpu" else targets[1]
         verdict = "ok" if ratios[0] <= target else "MISS"
+        met = met and ratios[0] <= target
         print(
             f"{label:<40} {' '.join(f'{c:>21}' for c in cells)} "
             f"{' '.join(f'{r:5.2f}x' for r in ratios)} {target:>5}x {verdict}"
         )
+    return met
+
+
+def main() -> None:
+    run(build_parser().parse_args())
 
 
 if __name__ == "__main__":
