@@ -1,0 +1,78 @@
+"""``poolkit export`` end to end in the fast set, on the tiny CLS-trained BERT.
+
+``test_export.py`` checks every recipe and both formats on the real model (slow); this file
+runs the same path in a few seconds (tests/tiny_models.py: 2 layers, hidden 32), so that the
+README's test command still covers ``poolkit.deploy``, ``poolkit export`` and the per-token
+int8 rewrite: the sentence-transformers folder and the ONNX graph give ``poolkit.embed``'s
+vectors, the int8 graph stays close to them and records its agreement.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import poolkit as pk
+from poolkit.cli import main
+
+TEXTS = ["a man plays a guitar", "hello", "a much longer sentence about nothing at all"]
+TOL = 1e-5
+
+
+def _run_onnx(folder: Path, texts: list[str]) -> np.ndarray:
+    """The folder as a server runs it: onnxruntime and tokenizers, nothing of poolkit."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.enable_padding(pad_id=tok.padding["pad_id"], pad_token=tok.padding["pad_token"])
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    enc = tok.encode_batch(texts)
+    feed = {
+        "input_ids": [e.ids for e in enc],
+        "attention_mask": [e.attention_mask for e in enc],
+        "token_type_ids": [e.type_ids for e in enc],
+    }
+    feed = {k: np.array(v, dtype=np.int64) for k, v in feed.items() if k in names}
+    return session.run(["sentence_embedding"], feed)[0]
+
+
+@pytest.fixture
+def model(tiny_dirs, tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("POOLKIT_CACHE", str(tmp_path / "cache"))
+    return tiny_dirs["bert_cls"]
+
+
+def test_sentence_transformers_folder_gives_embeds_vectors(model, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    out = pk.export(model, tmp_path / "st", recipe="cls+mean")
+    want = pk.embed(TEXTS, model=model, recipe="cls+mean")
+    got = SentenceTransformer(str(out), device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(got, want, atol=TOL)
+    assert json.loads((out / "poolkit-export.json").read_text())["recipe"] == "cls+mean"
+    assert "cls+mean" in (out / "README.md").read_text()
+    with pytest.raises(ValueError, match="format='onnx'"):
+        pk.export(model, tmp_path / "refused", recipe="min")
+    assert not (tmp_path / "refused").exists()
+
+
+def test_onnx_folder_and_its_int8_twin_through_the_cli(model, tmp_path, capsys):
+    recipe = "mean_no_special"
+    code = main(["export", str(model), "-o", str(tmp_path / "onnx"),
+                 "--format", "onnx", "--recipe", recipe, "--quiet"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    want = pk.embed(TEXTS, model=model, recipe=recipe)
+    np.testing.assert_allclose(_run_onnx(tmp_path / "onnx", TEXTS), want, atol=TOL)
+
+    out = pk.export(model, tmp_path / "int8", recipe=recipe, format="onnx", quantize="int8")
+    got = _run_onnx(out, TEXTS)
+    cosine = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert cosine.min() > 0.97, cosine
+    record = json.loads((out / "poolkit-export.json").read_text())
+    assert record["onnx"]["quantize"] == "int8" and record["recipe"] == recipe
+    assert record["agreement"]["int8"]["mean_cosine"] > 0.97
