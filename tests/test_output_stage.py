@@ -170,3 +170,103 @@ def test_hamming_distances_are_exact(vectors, precision) -> None:
     d = hamming_distances(stored[:7], stored, dims)
     ref = (bits[:7, None, :] != bits[None, :, :]).sum(-1)
     assert np.array_equal(d, ref)
+
+
+# --------------------------------------------------------------------- library: embed
+
+
+@pytest.fixture(scope="module")
+def st_reference(minilm_dir):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(minilm_dir), device="cpu")
+
+    def encode(texts, k=None, **kw):
+        return model.encode(texts, batch_size=64, truncate_dim=k, **kw)
+
+    return encode
+
+
+@pytest.fixture(scope="module")
+def texts(sts_dev) -> list[str]:
+    return sts_dev[:120]
+
+
+@pytest.mark.parametrize("k", [384, 256, 64])
+def test_embed_truncates_as_sentence_transformers(minilm_dir, st_reference, texts, k) -> None:
+    import poolkit
+
+    ref = st_reference(texts, k, normalize_embeddings=True)  # the model normalises
+    ours = poolkit.embed(texts, minilm_dir, recipe=f"mean/{k}", device="cpu")
+    assert ours.shape == ref.shape and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, ref, atol=1e-6)
+    # The keyword spelling is the same recipe; /raw keeps the truncated values as they are.
+    assert np.array_equal(poolkit.embed(texts, minilm_dir, dims=k, device="cpu"), ours)
+    raw = poolkit.embed(texts, minilm_dir, recipe=f"mean/raw/{k}", device="cpu", pipeline="pooled")
+    plain = st_reference(texts, k, normalize_embeddings=False, output_value="sentence_embedding")
+    unnormalised = poolkit.embed(texts, minilm_dir, recipe="mean/raw", pipeline="pooled",
+                                 device="cpu")  # fmt: skip
+    np.testing.assert_allclose(raw, unnormalised[:, :k], atol=0)
+    assert plain.shape == raw.shape
+
+
+@pytest.mark.parametrize("precision", ["binary", "ubinary"])
+def test_embed_binary_as_sentence_transformers(minilm_dir, st_reference, texts, precision) -> None:
+    import poolkit
+
+    ref = st_reference(texts, 128, normalize_embeddings=True, precision=precision)
+    ours = poolkit.embed(texts, minilm_dir, recipe=f"mean/128/{precision}", device="cpu")
+    assert ours.dtype == ref.dtype and ours.shape == (len(texts), 16)
+    assert np.array_equal(ours, ref)
+
+
+@pytest.mark.parametrize("precision", ["int8", "uint8"])
+def test_embed_int8_with_calibration(minilm_dir, st_reference, sts_dev, texts, precision) -> None:
+    import poolkit
+
+    calib_texts = sts_dev[120:320]
+    floats = poolkit.embed(texts, minilm_dir, recipe="mean/256", device="cpu")
+    calib = poolkit.embed(calib_texts, minilm_dir, recipe="mean/256", device="cpu")
+    name = f"mean/256/{precision}"
+    ours, stats = poolkit.embed(texts, minilm_dir, recipe=name, device="cpu",
+                                calibration=calib_texts, return_stats=True)  # fmt: skip
+    # Bit for bit with quantize_embeddings on the same vectors and calibration vectors.
+    assert np.array_equal(
+        ours, quantize_embeddings(floats, precision, calibration_embeddings=calib)
+    )
+    # The ranges come back, and quantise the next batch (queries) the same way.
+    cal = stats.calibration[name]
+    assert cal.dims == 256 and f"{len(calib_texts)} calibration texts" in cal.source
+    again = poolkit.embed(texts, minilm_dir, recipe=name, device="cpu", calibration=cal)
+    assert np.array_equal(again, ours)
+    # Calibration vectors, of the truncated or the full width, give the same ranges.
+    full = poolkit.embed(calib_texts, minilm_dir, device="cpu")
+    for vectors in (calib, full):
+        out = poolkit.embed(texts, minilm_dir, recipe=name, device="cpu", calibration=vectors)
+        assert np.array_equal(out, ours)
+    # sentence-transformers end to end: its float vectors differ by ~3e-8, so a value on a
+    # bucket's edge may land one bucket over.
+    st_floats = st_reference(texts, 256, normalize_embeddings=True)
+    st_calib = st_reference(calib_texts, 256, normalize_embeddings=True)
+    ref = quantize_embeddings(st_floats, precision, calibration_embeddings=st_calib)
+    assert ours.dtype == ref.dtype
+    diff = np.abs(ours.astype(np.int16) - ref.astype(np.int16))
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.999
+
+
+def test_embed_output_stage_errors_are_one_line(minilm_dir, texts) -> None:
+    import poolkit
+
+    cases = [
+        (dict(recipe="mean/int8"), r"`calibration`.*int8 recipe 'mean/int8'.*Pass calibration="),
+        (dict(recipe="mean/999"), r"`dims`.*at most the recipe's width 384"),
+        (dict(recipe="mean", calibration=texts), r"`calibration`.*None for recipes without"),
+        (dict(recipe="mean/256", dims=128), r"`dims`.*as the recipe 'mean/256' says"),
+        (dict(precision="int4"), r"`precision`.*one of float32"),
+        (dict(recipe="mean/64/int8", calibration=Calibration.from_vectors(np.ones((2, 8)))),
+         r"ranges for 64 dimensions"),
+    ]  # fmt: skip
+    for kwargs, match in cases:
+        with pytest.raises(ValueError, match=match) as info:
+            poolkit.embed(texts[:3], minilm_dir, device="cpu", **kwargs)
+        assert "\n" not in str(info.value)

@@ -9,9 +9,9 @@ import poolkit
 
 # Every public name, pinned: adding, removing or renaming one fails here on purpose.
 PUBLIC = [
-    "EmbedStats", "EncodedBatch", "Encoder", "ExportError", "InputError", "InputTypeError",
+    "Calibration", "EmbedStats", "EncodedBatch", "Encoder", "ExportError", "InputError", "InputTypeError",
     "LAYER_PRESETS", "LOG_WIDTH_BUCKETS", "MissingDependencyError", "ModelInfo",
-    "ModelNotFoundError", "OutputExistsError", "PipelineError", "PoolkitError", "Recipe",
+    "ModelNotFoundError", "OutputExistsError", "PRECISIONS", "PipelineError", "PoolkitError", "Recipe",
     "RecipeError", "RunError", "SEQUENCE_STRATEGIES", "SPAN_STRATEGIES",
     "TokenVectors", "TruncationWarning", "WORD_STRATEGIES", "bucket_widths", "embed",
     "embed_spans", "embed_tokens", "embed_words", "export", "flat_token_embeddings", "layer_mix",

@@ -24,6 +24,7 @@ from poolkit.errors import (
 )
 from poolkit.layers import LAYER_PRESETS, layer_mix
 from poolkit.model_folder import ModelInfo, model_info
+from poolkit.output import PRECISIONS, Calibration
 from poolkit.recipe import Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES, parse_sequence_strategy, sequence_embedding
 from poolkit.spans import (
@@ -40,9 +41,11 @@ from poolkit.words import WORD_STRATEGIES, word_embeddings, word_spans
 __all__ = [
     "LAYER_PRESETS",
     "LOG_WIDTH_BUCKETS",
+    "PRECISIONS",
     "SEQUENCE_STRATEGIES",
     "SPAN_STRATEGIES",
     "WORD_STRATEGIES",
+    "Calibration",
     "EmbedStats",
     "EncodedBatch",
     "Encoder",

@@ -49,7 +49,10 @@ class EmbedStats:
         max_length: the max length used.
         max_batch_tokens: the token budget per forward batch actually used.
         seconds: wall time of the call (tokenization, forward, pooling).
-        dims: output width per recipe name.
+        dims: output width per recipe name (dimensions kept, before any bit packing).
+        calibration: the int8/uint8 ranges used, per recipe name (a
+            :class:`poolkit.output.Calibration`: pass it as ``calibration=`` to quantise
+            the next batch, e.g. queries, with the same ranges).
     """
 
     num_texts: int = 0
@@ -59,6 +62,7 @@ class EmbedStats:
     max_batch_tokens: int = 0
     seconds: float = 0.0
     dims: dict[str, int] = field(default_factory=dict)
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_truncated(self) -> int:

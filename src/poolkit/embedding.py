@@ -35,8 +35,9 @@ from poolkit.driver import (
 )
 from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens, check_texts
 from poolkit.errors import InputError
+from poolkit.output import Calibration, needs_calibration, quantize, truncate
 from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
-from poolkit.recipe import Recipe
+from poolkit.recipe import Recipe, check_dims
 
 __all__ = [
     "EmbedStats",
@@ -255,6 +256,9 @@ def embed(
     prompt_name: str | None = None,
     prompt: str | None = None,
     pipeline: str = "full",
+    dims: int | None = None,
+    precision: str | None = None,
+    calibration: Any = None,
 ) -> Any:
     """Embed texts, one vector each, with the model's intended pooling by default.
 
@@ -292,25 +296,49 @@ def embed(
             or a module poolkit cannot apply, raises :class:`~poolkit.PipelineError`.
             ``"pooled"``: the pooled vectors, before any of them (``normalize=None``
             then means no normalisation).
+        dims, precision: the recipe's output stage, spelled as keywords
+            (``dims=256, precision="int8"`` is the recipe ``"mean/256/int8"``): keep the
+            first ``dims`` dimensions (L2-normalised again where the recipe normalises),
+            stored at ``precision`` (see :mod:`poolkit.output`).
+        calibration: the int8/uint8 ranges: texts (embedded with the recipe, before
+            quantisation), float calibration vectors ``(M, D)`` (``D`` the full or the
+            truncated width), a :class:`poolkit.output.Calibration` (e.g.
+            ``stats.calibration[name]`` of the corpus' call, for its queries), or a dict
+            of these per recipe name. Required for int8/uint8, refused otherwise.
 
     Returns:
-        float32 NumPy ``(N, D)`` in input order, or for a list a dict name ->
-        ``(N, D_name)``; with ``return_stats=True`` a pair ``(result, stats)``.
-        ``N = 0`` gives ``(0, D)`` arrays. Padding never changes a row's value.
+        NumPy ``(N, D)`` in input order, or for a list a dict name -> ``(N, D_name)``;
+        with ``return_stats=True`` a pair ``(result, stats)`` (``stats.calibration``:
+        the ranges used). float32 unless the recipe says a precision: float16; int8
+        (``int8``, and ``binary``'s packed bytes offset by 128) or uint8 (``uint8``,
+        ``ubinary``), ``ceil(D / 8)`` bytes a row for bits, as sentence-transformers'
+        ``quantize_embeddings`` gives them. ``N = 0`` gives ``(0, D)`` arrays. Padding
+        never changes a row's value.
     """
     texts = check_inputs(texts)
     check_batch_tokens(max_batch_tokens)  # before the model loads
     check_pipeline(pipeline)
     wanted, as_dict = resolve_recipes(strategy, recipe, layers=layers, layer_how=layer_how,
                                       exclude_special=exclude_special, normalize=normalize)  # fmt: skip
+    if wanted is not None:
+        wanted = with_output_stage(wanted, dims, precision)
+    else:
+        Recipe(dims=dims, precision=precision)  # the keywords checked before the model loads
+    if calibration is not None and not isinstance(calibration, Mapping | Calibration):
+        calibration = _calibration_source(calibration)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     if wanted is None:
         pooling = encoder.info.pooling
-        wanted = {pooling: Recipe(pooling, layers=layers, layer_how=layer_how,
-                                  exclude_special=exclude_special, normalize=normalize)}  # fmt: skip
+        intended = Recipe(pooling, layers=layers, layer_how=layer_how,
+                          exclude_special=exclude_special, normalize=normalize)  # fmt: skip
+        wanted = with_output_stage({pooling: intended}, dims, precision)
+    ranges = calibrate_recipes(encoder, wanted, calibration, long_text=long_text,
+                               max_batch_tokens=max_batch_tokens, prompt_name=prompt_name,
+                               prompt=prompt, pipeline=pipeline)  # fmt: skip
     result, stats = embed_recipes(texts, encoder, wanted, long_text=long_text,
                                   max_batch_tokens=max_batch_tokens, progress=progress,
-                                  prompt_name=prompt_name, prompt=prompt, pipeline=pipeline)  # fmt: skip
+                                  prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
+                                  calibration=ranges)  # fmt: skip
     warn_truncated(stats)
     out: Any = result if as_dict else next(iter(result.values()))
     return (out, stats) if return_stats else out
@@ -328,8 +356,11 @@ def embed_recipes(
     prompt_name: str | None = None,
     prompt: str | None = None,
     pipeline: str = "full",
+    calibration: Mapping[str, Calibration] | None = None,
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
-    """Sequence vectors of checked ``texts`` for each recipe: ``{name: (N, D) float32}``.
+    """Sequence vectors of checked ``texts`` for each recipe: ``{name: (N, D) float32}``,
+    or the stored form of a recipe with an output stage (``calibration``: the ranges of
+    its int8/uint8 recipes, by name; see :func:`calibrate_recipes`).
 
     The one sequence path: :func:`embed`, the CLI, the Ray ``Embedder`` and ``poolkit
     compare`` call it, so a recipe gives the same vectors everywhere. ``empty`` as in
@@ -342,7 +373,10 @@ def embed_recipes(
     out: dict[str, np.ndarray] = {}
     text = resolve_prompt(encoder.info, prompt_name, prompt)
     check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
+    staged = {name: r for name, r in recipes.items() if r.has_output_stage}
+    recipes = {name: r.pooling for name, r in recipes.items()}  # float vectors first
     heads, model_normalize, _ = head_plan(encoder, recipes, pipeline)
+    ranges = check_output_stages(encoder, staged, heads, calibration or {})
 
     def on_batch(batch: EncodedBatch) -> None:
         vectors = sequence_vectors(LayerViews(batch), recipes.values(), empty=empty,
@@ -362,7 +396,141 @@ def embed_recipes(
             head = heads.get(r)
             out[name] = np.empty((0, head.out_dim(width) if head else width), np.float32)
     stats.dims = {k: int(v.shape[1]) for k, v in out.items()}
+    for name, r in staged.items():
+        vec = truncate(out[name], r.dims, normalize=r.resolved_normalize(model_normalize))
+        stats.dims[name] = int(vec.shape[1])
+        out[name] = quantize(vec, r.precision, ranges.get(name))
+    stats.calibration = dict(ranges)
     return out, stats
+
+
+def with_output_stage(
+    recipes: Mapping[str, Recipe], dims: int | None, precision: str | None
+) -> dict[str, Recipe]:
+    """``recipes`` with the output stage of the ``dims``/``precision`` keywords (or flags)
+    added; a recipe naming another stage is refused. A key that was the recipe's name
+    becomes the new name."""
+    if dims is None and precision is None:
+        return dict(recipes)
+    stage = Recipe(dims=dims, precision=precision)  # validates the keywords once
+    out: dict[str, Recipe] = {}
+    for name, r in recipes.items():
+        for arg, mine, asked in (("dims", r.dims, stage.dims),
+                                 ("precision", r.precision, stage.precision)):  # fmt: skip
+            if mine is not None and asked is not None and mine != asked:
+                value_error(arg, f"None or {mine!r}, as the recipe {str(r)!r} says", asked,
+                            "Drop one of the two.")  # fmt: skip
+        new = r.replace(dims=r.dims if stage.dims is None else stage.dims,
+                        precision=r.precision or stage.precision)  # fmt: skip
+        out[str(new) if name == str(r) else name] = new
+    return out
+
+
+def check_output_stages(
+    encoder: Encoder,
+    staged: Mapping[str, Recipe],
+    heads: Mapping[Recipe, Any],
+    calibration: Mapping[str, Calibration],
+) -> dict[str, Calibration]:
+    """Before any forward pass: each recipe's ``dims`` fits its width, and each int8/uint8
+    recipe has ranges of that many dimensions. Returns the ranges by name."""
+    ranges: dict[str, Calibration] = {}
+    for name, r in staged.items():
+        width = _pooled_width(encoder, r)
+        head = heads.get(r.pooling)
+        if head is not None:
+            width = head.out_dim(width)
+        dims = width if r.dims is None else r.dims
+        check_dims(dims, width, str(r))
+        cal = calibration.get(name)
+        if not needs_calibration(r.precision):
+            continue
+        if cal is None:
+            value_error(
+                "calibration", f"ranges for the {r.precision} recipe {str(r)!r}", "none",
+                "Pass calibration= (texts or vectors like the corpus', or the Calibration "
+                "of an earlier call's stats.calibration).",
+            )  # fmt: skip
+        if cal.dims != dims:
+            value_error("calibration", f"ranges for {dims} dimensions ({str(r)!r})",
+                        f"ranges for {cal.dims}")  # fmt: skip
+        ranges[name] = cal
+    return ranges
+
+
+class _CalibrationTexts(list):  # type: ignore[type-arg]
+    """Texts to calibrate on (a marked list: not calibration vectors)."""
+
+
+def _calibration_source(value: Any) -> Any:
+    """``calibration=``: texts (a marked list), vectors (an ndarray) or a Calibration."""
+    if isinstance(value, str):
+        type_error("calibration", "texts, vectors or a Calibration", "a single string",
+                   "Wrap it in a list, or better pass a few hundred texts like the corpus'.")  # fmt: skip
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, Sequence) and value and all(isinstance(t, str) for t in value):
+        return _CalibrationTexts(check_inputs(value))
+    try:
+        arr = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.ndim != 2 or not arr.size:
+        type_error("calibration", "texts, float vectors (M, D) or a Calibration",
+                   f"{type(value).__name__} ({value!r:.40})")  # fmt: skip
+    return arr
+
+
+def calibrate_recipes(
+    encoder: Encoder,
+    recipes: Mapping[str, Recipe],
+    calibration: Any,
+    **embed_options: Any,
+) -> dict[str, Calibration]:
+    """The int8/uint8 ranges of ``recipes`` by name, from ``calibration`` (see
+    :func:`embed`): texts are embedded with each recipe's float vectors (truncated as it
+    says); vectors wider than the recipe's ``dims`` are truncated first. Other recipes
+    refuse a calibration (it would be silently unused)."""
+    needing = {name: r for name, r in recipes.items() if needs_calibration(r.precision)}
+    if calibration is None:
+        return {}
+    if not needing:
+        kind = "texts" if isinstance(calibration, _CalibrationTexts) else "a calibration"
+        value_error("calibration", "None for recipes without int8/uint8", kind,
+                    "Drop calibration=, or ask for precision int8 or uint8.")  # fmt: skip
+    per_name = (
+        dict(calibration) if isinstance(calibration, Mapping)
+        else dict.fromkeys(needing, calibration)
+    )  # fmt: skip
+    unknown = sorted(set(per_name) - set(needing))
+    if unknown:
+        value_error("calibration", f"keys among the int8/uint8 recipes {sorted(needing)}",
+                    unknown)  # fmt: skip
+    out: dict[str, Calibration] = {}
+    texts_for: dict[str, Recipe] = {}
+    for name, source in per_name.items():
+        r = needing[name]
+        if isinstance(source, Calibration):
+            out[name] = source
+            continue
+        if not isinstance(source, np.ndarray | _CalibrationTexts):
+            source = _calibration_source(source)
+        if isinstance(source, _CalibrationTexts):
+            texts_for[name] = r
+            continue
+        vectors = source
+        if r.dims is not None and vectors.shape[1] > r.dims:
+            pipeline = embed_options.get("pipeline", "full")
+            _, model_normalize, _ = head_plan(encoder, {name: r.pooling}, pipeline)
+            normalize = r.resolved_normalize(model_normalize)
+            vectors = truncate(vectors, r.dims, normalize=normalize)
+        out[name] = Calibration.from_vectors(vectors, f"{len(vectors)} calibration vectors")
+    for name, r in texts_for.items():
+        texts = per_name[name]
+        floats = {name: r.replace(precision=None)}
+        vecs, _ = embed_recipes(list(texts), encoder, floats, **embed_options)
+        out[name] = Calibration.from_vectors(vecs[name], f"{len(texts)} calibration texts")
+    return out
 
 
 def head_plan(

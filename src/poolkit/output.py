@@ -175,6 +175,9 @@ class Calibration:
         h.update(np.asarray(self.steps, np.float32).tobytes())
         return h.hexdigest()
 
+    def __repr__(self) -> str:
+        return f"Calibration(dims={self.dims}, source={self.source!r}, sha256={self.digest()[:12]})"
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Calibration) and self.digest() == other.digest()
 
