@@ -23,7 +23,7 @@ row's first real token, so padding never changes a result.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,7 +35,15 @@ from poolkit.errors import InputTypeError
 from poolkit.model_folder import ModelInfo, read_model_info, resolve_model
 from poolkit.tokenizer import TextTokenizer, load_tokenizer
 
-__all__ = ["Backend", "EncodedBatch", "Encoder", "SpecialTokens", "Tokenized"]
+__all__ = [
+    "Backend",
+    "EncodedBatch",
+    "Encoder",
+    "SpecialTokens",
+    "Tokenized",
+    "device_batch_tokens",
+    "prefetched",
+]
 
 LongText = Literal["truncate", "window"]
 
@@ -137,6 +145,96 @@ class SpecialTokens:
 CPU_BATCH_TOKENS = 2048
 CALIBRATION_TEXTS = 300  # texts of ``calibrate=`` used (NNCF's default subset size)
 ACCELERATOR_BATCH_TOKENS = 16384
+# The CUDA budget rule (device_batch_tokens): the share of the free memory a batch may
+# take, and the bounds of the budget (a power of two).
+CUDA_MEMORY_SHARE = 0.4
+CUDA_BATCH_TOKENS = (1024, 131072)
+
+
+def device_batch_tokens(
+    free_bytes: int,
+    *,
+    hidden: int,
+    layers: int,
+    heads: int,
+    intermediate: int,
+    max_length: int,
+    dtype_bytes: int,
+) -> int:
+    """The token budget of a batch on a CUDA device with ``free_bytes`` free: a pure rule.
+
+    A token of a forward pass holds, in the model's dtype (``dtype_bytes``), every layer's
+    output (``(layers + 1) * hidden``: kept when a recipe mixes layers), one layer's working
+    set (query/key/value/output ``4 * hidden`` and the feed-forward ``intermediate``), and
+    its row of attention scores where the kernel materialises them (``heads *
+    max_length``); then pooling's float32 copy and result (``8 * hidden`` bytes). The budget
+    is :data:`CUDA_MEMORY_SHARE` of the free memory over that, rounded down to a power of
+    two and kept within :data:`CUDA_BATCH_TOKENS`.
+    """
+    per_token = (
+        dtype_bytes * ((layers + 1) * hidden + 4 * hidden + intermediate + heads * max_length)
+        + 8 * hidden
+    )
+    tokens = int(free_bytes * CUDA_MEMORY_SHARE) // max(per_token, 1)
+    low, high = CUDA_BATCH_TOKENS
+    power = 1 << (max(tokens, 1).bit_length() - 1)
+    return min(max(power, low), high)
+
+
+def prefetched(
+    items: Sequence[Any], prepare: Callable[[Any], Any], *, enabled: bool = True
+) -> Iterator[tuple[Any, Any]]:
+    """``(item, prepare(item))`` for each of ``items``, in order.
+
+    With ``enabled``, ``prepare`` of the next item runs on one background thread while the
+    caller works on the current one: one slot, so at most one item is prepared ahead and
+    memory stays that of two batches. ``prepare`` must not depend on the caller's work.
+    An exception raised by ``prepare`` is raised here, at its item, after every earlier
+    item was delivered; leaving the loop early waits for (and drops) the prepared item.
+    """
+    if not enabled or len(items) < 2:
+        for item in items:
+            yield item, prepare(item)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="poolkit-prefetch")
+    try:
+        ahead = pool.submit(prepare, items[0])
+        for k, item in enumerate(items):
+            ready = ahead.result()
+            if k + 1 < len(items):
+                ahead = pool.submit(prepare, items[k + 1])
+            yield item, ready
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _default_batch_tokens(backend: Any, max_length: int) -> int:
+    """``max_batch_tokens=None``: :data:`CPU_BATCH_TOKENS` on the CPU, the
+    :func:`device_batch_tokens` rule on CUDA (from the free memory and the model's config),
+    :data:`ACCELERATOR_BATCH_TOKENS` elsewhere or when the model's shape is unknown."""
+    device = str(getattr(backend, "device", "cpu"))
+    if device == "cpu":
+        # CPU matmuls run best on batches that stay in cache: 2048 tokens measured ~2x
+        # the throughput of 16384 (bench/bench_speed.py); accelerators want big batches.
+        return CPU_BATCH_TOKENS
+    config = getattr(getattr(backend, "model", None), "config", None)
+    if not device.startswith("cuda") or config is None:
+        return ACCELERATOR_BATCH_TOKENS
+    import torch
+
+    hidden = getattr(config, "hidden_size", None)
+    layers = getattr(config, "num_hidden_layers", None)
+    heads = getattr(config, "num_attention_heads", None)
+    if not all(isinstance(v, int) and v > 0 for v in (hidden, layers, heads)):
+        return ACCELERATOR_BATCH_TOKENS
+    inner = getattr(config, "intermediate_size", None) or getattr(config, "d_ff", None)
+    dtype = getattr(backend, "dtype", None) or torch.float32
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return device_batch_tokens(free, hidden=hidden, layers=layers, heads=heads,
+                               intermediate=int(inner or 4 * hidden), max_length=max_length,
+                               dtype_bytes=torch.empty((), dtype=dtype).element_size())  # fmt: skip
 
 
 class Encoder:
@@ -147,11 +245,16 @@ class Encoder:
             ``None`` for the default,
             ``sentence-transformers/all-MiniLM-L6-v2`` (:data:`~poolkit.model_folder.DEFAULT_MODEL`).
         device: ``"auto"`` (CUDA, then MPS, then CPU), or a torch device string.
-        dtype: ``None`` (float32), ``"float16"``, ``"bfloat16"`` or a ``torch.dtype``.
+        dtype: ``None``, ``"float16"``, ``"bfloat16"``, ``"float32"`` or a ``torch.dtype``.
+            ``None``: float32 on the CPU; on CUDA the checkpoint's stored type, as
+            sentence-transformers loads it (float32 for most models; see
+            :func:`poolkit.backends.pytorch.default_dtype`).
         max_length: tokens per sequence, specials included; ``None`` uses the model's
             (:attr:`ModelInfo.max_length`).
         max_batch_tokens: token budget per batch, ``rows * padded length``; ``None``:
-            ``CPU_BATCH_TOKENS`` (2048) on the CPU, ``ACCELERATOR_BATCH_TOKENS`` (16384) else.
+            ``CPU_BATCH_TOKENS`` (2048) on the CPU; on CUDA sized to the device by
+            :func:`device_batch_tokens` (its free memory, the model's width, depth and
+            max length, within 1024..131072); ``ACCELERATOR_BATCH_TOKENS`` (16384) else.
         max_batch_size: optional cap on rows per batch.
         append_eos: add the EOS token to every sequence when the tokenizer does not;
             ``None`` (default): no, like the model's own pipeline (sentence-transformers
@@ -177,6 +280,10 @@ class Encoder:
         max_length: effective max tokens per sequence.
         special_tokens: the prefix/suffix ids around each text and the ids counted as
             special (:class:`SpecialTokens`).
+        prefetch: lay out the next batch (padded ids, masks, offsets) on a background
+            thread while the current one runs (:func:`prefetched`); on by default off the
+            CPU, where the host would otherwise leave the device idle between batches.
+            Batches, their order and their values are the same either way.
     """
 
     def __init__(
@@ -272,11 +379,10 @@ class Encoder:
             self.backend = backend
         self.device = str(getattr(self.backend, "device", "cpu"))
         if max_batch_tokens is None:
-            # CPU matmuls run best on batches that stay in cache: 2048 tokens measured ~2x
-            # the throughput of 16384 (bench/bench_speed.py); accelerators want big batches.
-            on_cpu = self.device == "cpu"
-            max_batch_tokens = CPU_BATCH_TOKENS if on_cpu else ACCELERATOR_BATCH_TOKENS
+            max_batch_tokens = _default_batch_tokens(self.backend, self.max_length)
         self.max_batch_tokens: int = max_batch_tokens
+        # Lay out the next batch while the device runs this one (see prefetched()).
+        self.prefetch: bool = self.device != "cpu"
 
     def _calibration(self, texts: Any) -> list[dict[str, np.ndarray]]:
         """One ``(1, L)`` input dict per calibration text (the first
@@ -441,9 +547,11 @@ class Encoder:
         lengths = kept + specials
         order = np.argsort(-lengths, kind="stable")
         budget = check_batch_tokens(max_batch_tokens) or self.max_batch_tokens
-        for rows in self._plan(order, lengths, budget):
+        plan = list(self._plan(order, lengths, budget))
+        for rows, lay in prefetched(plan, lambda rows: self._layout(tok, rows, kept),
+                                    enabled=self.prefetch):  # fmt: skip
             batch = self._run(tok, rows, kept, truncated & (long_text == "truncate"),
-                              content + specials, all_layers, long_text, stride)  # fmt: skip
+                              content + specials, all_layers, long_text, stride, lay)  # fmt: skip
             if skip:
                 batch.pool_mask = _skip_first(batch.attention_mask, skip)
             yield batch
@@ -533,8 +641,8 @@ class Encoder:
         all_layers: bool,
         long_text: str,
         stride: int | None,
+        lay: dict[str, Any],
     ) -> EncodedBatch:
-        lay = self._layout(tok, rows, kept)
         if long_text == "window" and int(kept[rows].max()) > self._text_room:
             out = self._windowed(tok, rows, kept, lay, all_layers, stride)
         else:

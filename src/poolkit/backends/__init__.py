@@ -48,9 +48,10 @@ def _cpu_only(backend: str, device: str | None, runtime: str) -> None:
 
 def _torch(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None,
            calibration: Any):  # fmt: skip
-    from poolkit.backends.pytorch import TorchBackend, pick_device, torch_dtype
+    from poolkit.backends.pytorch import TorchBackend, pick_device, resolve_dtype
 
-    return TorchBackend(path, device=pick_device(device), dtype=torch_dtype(dtype))
+    where = pick_device(device)
+    return TorchBackend(path, device=where, dtype=resolve_dtype(dtype, where, path))
 
 
 def _onnx(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None,

@@ -11,7 +11,15 @@ import numpy as np
 
 from poolkit._errors import value_error
 
-__all__ = ["TorchBackend", "model_class", "pick_device", "torch_dtype"]
+__all__ = [
+    "TorchBackend",
+    "default_dtype",
+    "model_class",
+    "pick_device",
+    "resolve_dtype",
+    "stored_dtype",
+    "torch_dtype",
+]
 
 
 def pick_device(device: str | None) -> str:
@@ -44,6 +52,51 @@ def torch_dtype(dtype: Any) -> Any:
     return names[str(dtype)]
 
 
+def stored_dtype(path: str | os.PathLike[str]) -> str | None:
+    """The float type the checkpoint at ``path`` says it is stored in (``config.json``'s
+    ``dtype``, or ``torch_dtype`` as older files spell it): ``"float32"``, ``"float16"``,
+    ``"bfloat16"``, or ``None`` when it says none or something else."""
+    import json
+
+    try:
+        with open(os.path.join(os.fspath(path), "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    value = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
+    name = str(value).removeprefix("torch.") if value else None
+    return name if name in ("float32", "float16", "bfloat16") else None
+
+
+def default_dtype(device_type: str, stored: str | None, bf16_supported: bool) -> str:
+    """The dtype ``dtype=None`` means, by where the model runs: the rule, kept pure.
+
+    On the CPU (and MPS): ``"float32"``, always. On CUDA: what sentence-transformers
+    (on transformers 5, ``dtype="auto"``) loads, the checkpoint's stored ``stored`` type,
+    so that the same GPU gives the same vectors as ``SentenceTransformer(model)``: a
+    float16 or bfloat16 checkpoint runs in that type (bfloat16 only where the GPU has it,
+    else float32, since bfloat16-trained weights may overflow float16), a float32 one in
+    float32. Half precision for a float32 checkpoint is asked for with ``dtype=``.
+    """
+    if device_type != "cuda" or stored not in ("float16", "bfloat16"):
+        return "float32"
+    if stored == "bfloat16" and not bf16_supported:
+        return "float32"
+    return stored
+
+
+def resolve_dtype(dtype: Any, device: str, path: str | os.PathLike[str]) -> Any:
+    """The torch dtype to load the model at ``path`` in on ``device``: ``dtype`` when
+    given (see :func:`torch_dtype`), else :func:`default_dtype`'s choice."""
+    import torch
+
+    if dtype is not None:
+        return torch_dtype(dtype)
+    kind = torch.device(device).type
+    bf16 = kind == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return torch_dtype(default_dtype(kind, stored_dtype(path) if kind == "cuda" else None, bf16))
+
+
 def model_class(path: str | os.PathLike[str], default: Any) -> Any:
     """The ``transformers`` class to load: for an encoder-decoder (T5, mT5, UMT5) its
     encoder-only class (``T5EncoderModel``), as sentence-t5 pipelines run it, since
@@ -72,9 +125,16 @@ _ENCODER_ONLY = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5
 
 class TorchBackend:
     """The default :class:`~poolkit.backends.base.Backend`: a ``transformers``
-    ``AutoModel`` in eval mode on ``device``, in ``dtype``."""
+    ``AutoModel`` in eval mode on ``device``, in ``dtype``.
 
-    def __init__(self, path: str | os.PathLike[str], *, device: str, dtype: Any) -> None:
+    Attention runs through PyTorch's ``scaled_dot_product_attention`` (``"sdpa"``: fused
+    kernels on CUDA) where ``transformers`` implements it for the architecture, else the
+    eager path; :attr:`attention` says which. ``attention="eager"`` forces the latter.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, device: str, dtype: Any, attention: str = "sdpa"
+    ) -> None:
         import torch
         from transformers import AutoModel
 
@@ -82,8 +142,17 @@ class TorchBackend:
         self.dtype = dtype
         from poolkit._quiet import quiet_loading
 
+        cls = model_class(path, AutoModel)
         with quiet_loading():  # transformers' loading bar; poolkit has its own progress
-            model = model_class(path, AutoModel).from_pretrained(os.fspath(path), dtype=dtype)
+            try:
+                model = cls.from_pretrained(os.fspath(path), dtype=dtype,
+                                            attn_implementation=attention)  # fmt: skip
+            except ValueError as e:  # no SDPA for this architecture: refused before loading
+                if attention != "sdpa" or "scaled_dot_product_attention" not in str(e):
+                    raise
+                model = cls.from_pretrained(os.fspath(path), dtype=dtype,
+                                            attn_implementation="eager")  # fmt: skip
+        self.attention: str = str(getattr(model.config, "_attn_implementation", None) or "eager")
         self.model = model.to(self.device)
         self.model.eval()
         params = inspect.signature(self.model.forward).parameters
