@@ -430,10 +430,11 @@ def check_output_stages(
     encoder: Encoder,
     staged: Mapping[str, Recipe],
     heads: Mapping[Recipe, Any],
-    calibration: Mapping[str, Calibration],
+    calibration: Mapping[str, Calibration] | None,
 ) -> dict[str, Calibration]:
     """Before any forward pass: each recipe's ``dims`` fits its width, and each int8/uint8
-    recipe has ranges of that many dimensions. Returns the ranges by name."""
+    recipe has ranges of that many dimensions (``calibration=None``: not checked yet).
+    Returns the ranges by name."""
     ranges: dict[str, Calibration] = {}
     for name, r in staged.items():
         width = _pooled_width(encoder, r)
@@ -442,9 +443,9 @@ def check_output_stages(
             width = head.out_dim(width)
         dims = width if r.dims is None else r.dims
         check_dims(dims, width, str(r))
-        cal = calibration.get(name)
-        if not needs_calibration(r.precision):
+        if calibration is None or not needs_calibration(r.precision):
             continue
+        cal = calibration.get(name)
         if cal is None:
             value_error(
                 "calibration", f"ranges for the {r.precision} recipe {str(r)!r}", "none",

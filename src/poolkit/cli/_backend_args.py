@@ -28,20 +28,25 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
                         "calibrated on --calibrate FILE, else on the first 300 input texts "
                         "(--backend openvino) (default: none, float32)")  # fmt: skip
     parser.add_argument("--calibrate", default=None, metavar="FILE",
-                        help="texts to calibrate --quantize int8-static on, read like INPUT "
-                        "(format from its extension; --text-column for jsonl/csv/tsv/parquet); the first 300 are used")  # fmt: skip
+                        help="texts to calibrate on, read like INPUT (format from its "
+                        "extension; --text-column for jsonl/csv/tsv/parquet): --quantize "
+                        "int8-static uses the first 300, and on poolkit embed --precision "
+                        "int8/uint8 takes the vectors' ranges from the first 1000")  # fmt: skip
 
 
-def check_backend_args(args: argparse.Namespace) -> None:
+def check_backend_args(args: argparse.Namespace, *, output_ranges: bool = False) -> None:
     """Refuse flag combinations no backend would honour; MissingDependencyError for a
-    missing extra."""
+    missing extra. ``output_ranges``: the vectors are stored as int8/uint8, whose ranges
+    ``--calibrate`` may calibrate too (``poolkit embed``)."""
     backend, quantize = args.backend, args.quantize
     if quantize is not None and QUANTIZED_BY[quantize] != backend:
         raise InputError(f"--quantize {quantize} works with --backend {QUANTIZED_BY[quantize]}; "
                          f"add --backend {QUANTIZED_BY[quantize]}.")  # fmt: skip
     if getattr(args, "calibrate", None) is not None and quantize != "int8-static":
-        raise InputError("--calibrate: only with --backend openvino --quantize int8-static "
-                         "(the other modes need no calibration); drop --calibrate.")  # fmt: skip
+        if not output_ranges:
+            raise InputError("--calibrate: only with --backend openvino --quantize int8-static "
+                             "or --precision int8/uint8 (the other modes need no calibration); "
+                             "drop --calibrate.")  # fmt: skip
     dtype = getattr(args, "dtype", None)
     if backend == "onnx" and dtype not in (None, "float32"):
         raise InputError(f"--dtype {dtype}: the onnx backend runs float32 (or --quantize int8); "

@@ -11,6 +11,11 @@ from poolkit.errors import InputError
 __all__ = ["intended_recipes", "parse_layers", "recipes_from_args"]
 
 
+_FLAGS = {"recipe": "--recipe", "strategy": "--strategy", "layers": "--layers",
+          "layer_how": "--layers", "normalize": "--normalize", "dims": "--dims",
+          "precision": "--precision"}  # fmt: skip
+
+
 def parse_layers(value: str | None) -> Any:
     if value is None:
         return None
@@ -36,15 +41,21 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
             "-s/--strategy, --layers and --exclude-special (e.g. --recipe "
             "mean_no_special@last4)."
         )
+    from poolkit.embedding import with_output_stage
+    from poolkit.recipe import Recipe
+
     try:
-        return resolve_recipes(
+        wanted, as_dict = resolve_recipes(
             args.strategy, args.recipe, layers=parse_layers(args.layers),
             exclude_special=args.exclude_special, normalize=args.normalize,
         )  # fmt: skip
+        dims, precision = getattr(args, "dims", None), getattr(args, "precision", None)
+        Recipe(dims=dims, precision=precision)
+        if wanted is not None:
+            wanted = with_output_stage(wanted, dims, precision)
+        return wanted, as_dict
     except (TypeError, ValueError) as e:
-        flags = {"recipe": "--recipe", "strategy": "--strategy", "layers": "--layers",
-                 "layer_how": "--layers", "normalize": "--normalize"}  # fmt: skip
-        raise InputError(flag_message(e, flags)) from None
+        raise InputError(flag_message(e, _FLAGS)) from None
 
 
 def intended_recipes(
@@ -53,8 +64,15 @@ def intended_recipes(
     """``wanted``, or the model's intended pooling shaped by the shorthand flags."""
     if wanted is not None:
         return wanted
+    from poolkit.cli._common import flag_message
+    from poolkit.embedding import with_output_stage
     from poolkit.recipe import Recipe
 
     pooling = encoder.info.pooling
-    return {pooling: Recipe(pooling, layers=parse_layers(args.layers),
-                            exclude_special=args.exclude_special, normalize=args.normalize)}  # fmt: skip
+    intended = {pooling: Recipe(pooling, layers=parse_layers(args.layers),
+                                exclude_special=args.exclude_special, normalize=args.normalize)}  # fmt: skip
+    try:
+        return with_output_stage(intended, getattr(args, "dims", None),
+                                 getattr(args, "precision", None))  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise InputError(flag_message(e, _FLAGS)) from None

@@ -47,7 +47,9 @@ class StdoutSink:
         if len(self.blank) < first_row + n:  # a real text arrived: write what was held
             self._flush()
 
-    def publish(self, num_chunks: int, strategies: list[str], *, overwrite: bool) -> str:
+    def publish(
+        self, num_chunks: int, strategies: list[str], *, overwrite: bool, metadata: object = None
+    ) -> str:
         self._flush()
         return self.path
 

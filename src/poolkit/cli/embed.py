@@ -26,6 +26,13 @@ from poolkit.cli._common import (
     progress_bar,
     text_chunks,
 )
+from poolkit.cli._output_args import (
+    add_output_arguments,
+    check_output_flags,
+    output_metadata,
+    output_ranges,
+    wants_ranges,
+)
 from poolkit.cli._ray_engine import add_arguments as add_engine_arguments
 from poolkit.cli._ray_engine import dispatch as dispatch_engine
 from poolkit.cli._recipe_args import intended_recipes, recipes_from_args
@@ -80,6 +87,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="texts read, embedded and written at a time (default: 4096)")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     add_backend_arguments(parser)  # --backend, --quantize, --calibrate
+    add_output_arguments(parser)  # --dims, --precision, --ranges
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted job from OUTPUT.poolkit-work (same "
                         "command, same settings); finished chunks (--engine ray: finished "
@@ -144,6 +152,22 @@ def _check_pipeline_and_prompt(args: argparse.Namespace, encoder: Any, recipes: 
     head_plan(encoder, recipes, _pipeline(args))
 
 
+def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
+    """A recipe's /DIMS (or --dims) wider than its vectors: one line naming the flag."""
+    from poolkit._errors import with_flags
+    from poolkit.embedding import check_output_stages, head_plan
+
+    staged = {n: r for n, r in recipes.items() if r.has_output_stage}
+    if not staged:
+        return
+    heads, _, _ = head_plan(encoder, {n: r.pooling for n, r in staged.items()}, _pipeline(args))
+    try:
+        check_output_stages(encoder, staged, heads, None)
+    except ValueError as e:
+        flag = "--dims" if args.dims is not None else "--recipe"
+        raise InputError(with_flags(str(e), {"dims": flag})) from None
+
+
 def _with_note(error: Exception, note: str) -> Exception:
     """The same kind of error with ``note`` appended (the CLI prints one line)."""
     try:
@@ -167,6 +191,8 @@ def run(args: argparse.Namespace) -> int:
     to_stdout = args.output == "-"
     if to_stdout:
         _check_stdout(args)
+    wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
+    check_output_flags(args, wanted)  # before Ray starts: its engine refuses an output stage
     if (status := dispatch_engine(args)) is not None:  # --engine ray
         return status
     from poolkit.embedding import check_inputs, embed_recipes, get_encoder
@@ -178,8 +204,7 @@ def run(args: argparse.Namespace) -> int:
     positive(args.chunk_size, "--chunk-size")
     positive(args.batch_tokens, "--batch-tokens")
     positive(args.max_length, "--max-length")
-    wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
-    check_backend_args(args)
+    check_backend_args(args, output_ranges=wants_ranges(args, wanted))
     if args.input != "-" and Path(args.input).is_dir():
         raise InputError(
             f"{args.input}: is a folder; poolkit embed reads one file (or - for stdin). Add "
@@ -212,6 +237,10 @@ def run(args: argparse.Namespace) -> int:
                           calibrate=calibration)  # fmt: skip
     recipes = intended_recipes(wanted, encoder, args)
     _check_pipeline_and_prompt(args, encoder, recipes)
+    options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
+               "prompt": args.prompt, "pipeline": _pipeline(args)}  # fmt: skip
+    _check_output_widths(args, encoder, recipes)
+    ranges = output_ranges(args, encoder, recipes, first, **options)
     names = list(recipes)
     blank: list[int] = []
     checkpoint: Any
@@ -223,6 +252,8 @@ def run(args: argparse.Namespace) -> int:
         settings = _settings(args, encoder, recipes)
         if calibration is not None:  # a resumed job must calibrate on the same texts
             settings["calibration"] = texts_digest(calibration)
+        if ranges:  # ... and quantise its vectors with the same ranges
+            settings["output_ranges"] = {n: c.digest() for n, c in ranges.items()}
         checkpoint = Checkpoint.open(output, settings, resume=args.resume)
     if wanted is None and encoder.info.pooling_is_guess:  # said once the job is on
         print(f"poolkit: note: {guess_note(encoder.info)}", file=sys.stderr)
@@ -247,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
                     result, stats = embed_recipes(
                         check_inputs(chunk), encoder, recipes, long_text=args.long_text,
                         progress=bar.update, prompt_name=args.prompt_name, prompt=args.prompt,
-                        pipeline=_pipeline(args),
+                        pipeline=_pipeline(args), calibration=ranges,
                     )  # fmt: skip
                     if stamp is not None:  # never checkpoint texts read from a changing file
                         stamp.check()
@@ -266,7 +297,15 @@ def run(args: argparse.Namespace) -> int:
             )
         if not dims:
             dims = {n: int(a.shape[1]) for n, a in checkpoint.load(0)[1].items()}
-        checkpoint.publish(num_chunks, names, overwrite=args.overwrite)
+            for n, r in recipes.items():  # stored bytes of packed bits: the dimensions kept
+                if r.precision in ("binary", "ubinary"):
+                    dims[n] = r.dims or dims[n] * 8
+        metadata = output_metadata(recipes, dims, ranges)
+        checkpoint.publish(num_chunks, names, overwrite=args.overwrite, metadata=metadata)
+        if ranges and to_stdout and not args.quiet:
+            print("poolkit: note: -o - records no int8/uint8 ranges (they came from "
+                  f"{next(iter(ranges.values())).source}); write a file to keep them.",
+                  file=sys.stderr)  # fmt: skip
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli._signals.Terminated)
         checkpoint.close()
         if to_stdout:

@@ -367,9 +367,8 @@ class Checkpoint:
             value_error("arrays", "of one row count", f"row counts {sorted(rows)}")
         meta = {"index": index, "first_row": first_row, "rows": rows.pop(),
                 "texts_sha256": digest, "strategies": names}  # fmt: skip
-        payload = {
-            f"s{k}": np.ascontiguousarray(arrays[n], np.float32) for k, n in enumerate(names)
-        }
+        # Stored forms (float16, int8, uint8) are kept as they are; anything else is float32.
+        payload = {f"s{k}": _stored(arrays[n]) for k, n in enumerate(names)}
         buffer = io.BytesIO()  # serialised first: the file name carries its hash
         np.savez(buffer, meta=np.array(json.dumps(meta)), **payload)
         data = buffer.getbuffer()
@@ -426,9 +425,18 @@ class Checkpoint:
 
     # -- the end ------------------------------------------------------------------------
 
-    def publish(self, num_chunks: int, strategies: list[str], *, overwrite: bool) -> Path:
+    def publish(
+        self,
+        num_chunks: int,
+        strategies: list[str],
+        *,
+        overwrite: bool,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Path:
         """Write chunks ``0..num_chunks-1`` into ``output`` (atomic), then remove the work
-        directory. Returns ``output``.
+        directory. Returns ``output``. ``metadata`` (an output stage's record) goes into a
+        Parquet output's metadata, or, for ``.npy``/``.jsonl``, into the JSON file
+        :func:`poolkit.io.writers.sidecar_path` names, published before the output.
 
         Raises:
             CheckpointError: a chunk is missing, or ``output`` exists and not ``overwrite``.
@@ -443,7 +451,8 @@ class Checkpoint:
         # rename is atomic); a kill here leaves only work-directory files behind.
         staged = self.path / f"assembled.{fmt}"
         try:
-            with EmbeddingWriter(staged, fmt, list(strategies), overwrite=True) as writer:
+            with EmbeddingWriter(staged, fmt, list(strategies), overwrite=True,
+                                 metadata=metadata) as writer:  # fmt: skip
                 for k in range(num_chunks):
                     ids, arrays = self.load(k)
                     writer.write(ids, arrays)
@@ -470,6 +479,14 @@ class Checkpoint:
         except BaseException:
             staged.unlink(missing_ok=True)  # a full copy of OUTPUT: do not keep it around
             raise
+        if fmt != "parquet":
+            from poolkit.io.writers import sidecar_path
+
+            if metadata:
+                side = json.dumps(metadata, indent=1).encode("utf-8")
+                atomic_write(sidecar_path(self.output), lambda f: f.write(side))
+            elif overwrite:  # a replaced output's record would describe other vectors
+                sidecar_path(self.output).unlink(missing_ok=True)
         publish_file(staged, self.output)
         self.discard()
         return self.output
@@ -536,6 +553,12 @@ class Checkpoint:
     def chunks(self) -> Iterator[int]:
         """Committed chunk indices, ascending."""
         return iter(sorted(self.done))
+
+
+def _stored(arr: Any) -> np.ndarray:
+    a = np.asarray(arr)
+    keep = a.dtype in (np.float32, np.float16, np.int8, np.uint8)
+    return np.ascontiguousarray(a if keep else a.astype(np.float32))
 
 
 def _parse_meta(data: bytes) -> dict[str, Any] | None:

@@ -9,6 +9,12 @@ it, so a half-written output never exists under the output's name.
 - ``.npy``: one float32 ``(N, D)`` matrix in input order (one strategy only).
 - ``.parquet``: ``id`` (int64) plus one ``fixed_size_list<float32>[D]`` column per strategy.
 - ``.jsonl``: one object per row: ``{"id": i, "<strategy>": [...], ...}``.
+
+A recipe with an output stage (``mean/256/int8``) keeps its stored dtype: float16, int8
+or uint8 (packed bits: ``ceil(D / 8)`` bytes a row), as ``fixed_size_list<int8>`` etc. in
+Parquet and integers in JSON Lines. ``metadata`` (JSON-ready) goes into the Parquet
+schema's metadata under ``poolkit``; :func:`sidecar_path` names the JSON file written
+beside a ``.npy`` or ``.jsonl`` output for it.
 """
 
 from __future__ import annotations
@@ -25,10 +31,30 @@ from poolkit._errors import already_exists, unmet, value_error
 from poolkit.errors import InputError
 from poolkit.io.atomic import AtomicFile
 
-__all__ = ["OUTPUT_FORMATS", "EmbeddingWriter", "jsonl_rows", "open_writer", "output_format"]
+__all__ = [
+    "OUTPUT_FORMATS",
+    "EmbeddingWriter",
+    "jsonl_rows",
+    "open_writer",
+    "output_format",
+    "sidecar_path",
+]
 
 OUTPUT_FORMATS = ("npy", "parquet", "jsonl")
 _NPY_HEADER = 128  # bytes reserved for the .npy header, written once the row count is known
+_STORED = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def sidecar_path(path: str | os.PathLike[str]) -> Path:
+    """The JSON beside a ``.npy``/``.jsonl`` output that records its recipe's output stage
+    (dims, precision, stored shape, int8/uint8 ranges): ``OUTPUT + ".poolkit.json"``."""
+    return Path(os.fspath(path) + ".poolkit.json")
+
+
+def _stored(arr: np.ndarray) -> np.ndarray:
+    """``arr`` as stored: float16/int8/uint8 as they are, anything else as float32."""
+    a = np.asarray(arr)
+    return np.ascontiguousarray(a if a.dtype in _STORED else a.astype(np.float32))
 
 
 def output_format(path: str | os.PathLike[str]) -> str:
@@ -45,7 +71,10 @@ def output_format(path: str | os.PathLike[str]) -> str:
 def jsonl_rows(ids: np.ndarray, arrays: Mapping[str, np.ndarray], strategies: list[str]) -> str:
     """JSON Lines of a chunk, each line ending in a newline:
     ``{"id": i, "<strategy>": [...], ...}``; ``ids`` ``(n,)``, ``arrays`` name -> ``(n, D)``."""
-    lists = {name: np.asarray(arrays[name], np.float32).tolist() for name in strategies}
+    lists = {}
+    for name in strategies:
+        a = np.asarray(arrays[name])
+        lists[name] = (a if a.dtype.kind in "iu" else a.astype(np.float32)).tolist()
     lines = []
     for k, i in enumerate(np.asarray(ids, dtype=np.int64).tolist()):
         row: dict[str, Any] = {"id": i}
@@ -58,8 +87,17 @@ def jsonl_rows(ids: np.ndarray, arrays: Mapping[str, np.ndarray], strategies: li
 class EmbeddingWriter:
     """Streams chunks into a temporary file; :meth:`close` renames it to ``path``."""
 
-    def __init__(self, path: Path, fmt: str, strategies: list[str], overwrite: bool) -> None:
+    def __init__(
+        self,
+        path: Path,
+        fmt: str,
+        strategies: list[str],
+        overwrite: bool,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
         self.path = path
+        self.metadata = dict(metadata) if metadata else None
+        self._dtype: np.dtype[Any] | None = None
         self.fmt = fmt
         self.strategies = strategies
         self.overwrite = overwrite
@@ -86,12 +124,15 @@ class EmbeddingWriter:
             raise InputError(unmet("an open writer", "it was already closed"))
         ids = np.asarray(ids, dtype=np.int64)
         for name in self.strategies:
-            arr = np.ascontiguousarray(arrays[name], dtype=np.float32)
+            arr = _stored(arrays[name])
             dim = self._dims.setdefault(name, arr.shape[1])
             if arr.shape != (len(ids), dim):
                 value_error(f"arrays[{name!r}]", f"of shape ({len(ids)}, {dim})", arr.shape)
         if self.fmt == "npy":
-            self._file.write(np.ascontiguousarray(arrays[self.strategies[0]], np.float32).data)
+            arr = _stored(arrays[self.strategies[0]])
+            if self._dtype is None:
+                self._dtype = arr.dtype
+            self._file.write(arr.astype(self._dtype, copy=False).data)
         elif self.fmt == "jsonl":
             self._file.write(jsonl_rows(ids, arrays, self.strategies).encode("utf-8"))
         else:
@@ -104,10 +145,12 @@ class EmbeddingWriter:
 
         columns = [pa.array(ids, pa.int64())]
         for name in self.strategies:
-            arr = np.ascontiguousarray(arrays[name], np.float32)
-            flat = pa.array(arr.reshape(-1), pa.float32())
+            arr = _stored(arrays[name])
+            flat = pa.array(arr.reshape(-1), pa.from_numpy_dtype(arr.dtype))
             columns.append(pa.FixedSizeListArray.from_arrays(flat, arr.shape[1]))
         table = pa.Table.from_arrays(columns, names=["id", *self.strategies])
+        if self.metadata:
+            table = table.replace_schema_metadata({"poolkit": json.dumps(self.metadata)})
         if self._parquet is None:
             self._parquet = pq.ParquetWriter(self._file, table.schema)
         self._parquet.write_table(table)
@@ -144,8 +187,9 @@ class EmbeddingWriter:
         assert self._file is not None
         dim = self._dims.get(self.strategies[0], 0)
         header = io.BytesIO()
+        descr = npy.dtype_to_descr(self._dtype or np.dtype(np.float32))
         npy.write_array_header_1_0(
-            header, {"descr": "<f4", "fortran_order": False, "shape": (self.rows, dim)}
+            header, {"descr": descr, "fortran_order": False, "shape": (self.rows, dim)}
         )
         if header.tell() != _NPY_HEADER:
             raise InputError(
@@ -188,7 +232,11 @@ def check_output(path: str | os.PathLike[str], strategies: list[str], overwrite:
 
 
 def open_writer(
-    path: str | os.PathLike[str], strategies: list[str], *, overwrite: bool = False
+    path: str | os.PathLike[str],
+    strategies: list[str],
+    *,
+    overwrite: bool = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> EmbeddingWriter:
     """Start writing ``path`` (format from its extension) with one column per strategy.
 
@@ -197,4 +245,4 @@ def open_writer(
             without ``overwrite``, or a missing directory.
     """
     fmt = check_output(path, strategies, overwrite)
-    return EmbeddingWriter(Path(path), fmt, list(strategies), overwrite)
+    return EmbeddingWriter(Path(path), fmt, list(strategies), overwrite, metadata)

@@ -1,0 +1,167 @@
+"""``poolkit embed``'s output stage: ``--dims K``, ``--precision P`` (spellings of a recipe's
+``/DIMS/PRECISION``), the int8/uint8 ranges (``--ranges FILE``, ``--calibrate FILE``, or the
+first ``RANGE_TEXTS`` texts of INPUT) and the record written with the vectors.
+
+``--calibrate FILE`` is the one "texts to calibrate on" flag: it calibrates OpenVINO's
+static int8 model (``--quantize int8-static``) and the int8/uint8 vectors' ranges alike,
+each from the same representative texts. ``--ranges FILE`` reuses the ranges an earlier
+``poolkit embed`` recorded (its Parquet output, or the ``.poolkit.json`` beside its
+``.npy``/``.jsonl``): queries must be quantised with the corpus' ranges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from poolkit.errors import InputError
+from poolkit.output import PRECISIONS, Calibration, needs_calibration, stored_dtype, stored_width
+
+__all__ = [
+    "RANGE_TEXTS",
+    "add_output_arguments",
+    "output_metadata",
+    "output_ranges",
+    "wants_output_stage",
+]
+
+RANGE_TEXTS = 1000  # texts of INPUT the int8/uint8 ranges come from without --calibrate
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dims", type=int, default=None, metavar="K",
+                        help="keep the first K dimensions (Matryoshka truncation; "
+                        "L2-normalised again where the recipe normalises): the recipe's /K")  # fmt: skip
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help="store vectors as float32, float16, int8, uint8, binary or ubinary "
+                        "(sign bits, 8 per byte): the recipe's /PRECISION; int8/uint8 take "
+                        f"their ranges from --ranges, --calibrate, else the first {RANGE_TEXTS} "
+                        "input texts")  # fmt: skip
+    parser.add_argument("--ranges", default=None, metavar="FILE",
+                        help="int8/uint8: reuse the ranges an earlier poolkit embed recorded "
+                        "(its .parquet, or the .poolkit.json beside its .npy/.jsonl), e.g. to "
+                        "quantise queries like their corpus")  # fmt: skip
+
+
+def wants_output_stage(args: argparse.Namespace, wanted: dict[str, Any] | None) -> bool:
+    """Whether the flags ask for an output stage (a recipe's or --dims/--precision)."""
+    if getattr(args, "dims", None) is not None or getattr(args, "precision", None) is not None:
+        return True
+    return bool(wanted) and any(r.has_output_stage for r in wanted.values())
+
+
+def wants_ranges(args: argparse.Namespace, wanted: dict[str, Any] | None) -> bool:
+    if needs_calibration(getattr(args, "precision", None)):
+        return True
+    return bool(wanted) and any(needs_calibration(r.precision) for r in wanted.values())
+
+
+def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) -> None:
+    """Refusals before any model loads: --ranges without int8/uint8, an output stage on
+    the Ray engine."""
+    if args.ranges is not None and not wants_ranges(args, wanted):
+        raise InputError("--ranges: only with --precision int8 or uint8 (or such a --recipe); "
+                         "drop --ranges.")  # fmt: skip
+    if args.ranges is not None and args.calibrate is not None and args.quantize is None:
+        raise InputError("--ranges and --calibrate both give int8 ranges: keep one.")
+    if getattr(args, "engine", "local") == "ray" and wants_output_stage(args, wanted):
+        raise InputError(
+            "--engine ray: the output stage (--dims, --precision, or /DIMS, /PRECISION in "
+            "--recipe) is not supported on Ray yet; run without --engine ray."
+        )
+
+
+def _read_record(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"--ranges {path}: no such file; name the .parquet or the "
+                         ".poolkit.json an earlier poolkit embed wrote.")  # fmt: skip
+    try:
+        if p.suffix.lower() in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            meta = pq.read_schema(p).metadata or {}
+            return dict(json.loads(meta.get(b"poolkit", b"{}")))
+        return dict(json.loads(p.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as e:
+        raise InputError(f"--ranges {path}: not a record poolkit embed wrote ({e}).") from None
+
+
+def _ranges_from_file(path: str, name: str, recipe: Any) -> Calibration:
+    columns = _read_record(path).get("columns") or {}
+    found = {n: c for n, c in columns.items() if isinstance(c, dict) and c.get("calibration")}
+    pick = found.get(name) or (next(iter(found.values())) if len(found) == 1 else None)
+    if pick is None:
+        raise InputError(f"--ranges {path}: holds no int8/uint8 ranges for {name!r} (it has "
+                         f"{sorted(found) or 'none'}); name the output of the corpus' run.")  # fmt: skip
+    cal = Calibration.from_json(pick["calibration"])
+    if cal.dims != (recipe.dims or cal.dims):
+        raise InputError(f"--ranges {path}: ranges for {cal.dims} dimensions, but {name!r} keeps "
+                         f"{recipe.dims}; use the same --dims as the corpus.")  # fmt: skip
+    return dataclasses.replace(cal, source=f"--ranges {path}")
+
+
+def output_ranges(
+    args: argparse.Namespace,
+    encoder: Any,
+    recipes: dict[str, Any],
+    first: list[str],
+    **embed_options: Any,
+) -> dict[str, Calibration]:
+    """The int8/uint8 ranges of ``recipes`` by name: from --ranges, --calibrate FILE (its
+    first RANGE_TEXTS texts) or the first RANGE_TEXTS non-blank texts of ``first`` (the
+    input's first chunk); each records its source."""
+    from poolkit.embedding import _CalibrationTexts, calibrate_recipes
+
+    need = {n: r for n, r in recipes.items() if needs_calibration(r.precision)}
+    if not need:
+        return {}
+    if args.ranges is not None:
+        return {n: _ranges_from_file(args.ranges, n, r) for n, r in need.items()}
+    if args.calibrate is not None:
+        from poolkit.io.readers import input_format, read_texts
+
+        column = None if input_format(args.calibrate, None) == "txt" else args.text_column
+        chunk = next(read_texts(args.calibrate, text_column=column, chunk_size=RANGE_TEXTS))
+        texts = [t for t in chunk if t.strip()]
+        source = f"--calibrate {args.calibrate} ({len(texts)} texts)"
+    else:
+        kept = [i for i, t in enumerate(first) if t.strip()][:RANGE_TEXTS]
+        texts = [first[i] for i in kept]
+        last = kept[-1] if kept else -1
+        source = f"the first {len(texts)} non-blank input texts (ids 0..{last})"
+    if not texts:
+        raise InputError(f"--precision int8/uint8: {source} has no non-blank text to take "
+                         "ranges from; pass --calibrate FILE with some of your texts.")  # fmt: skip
+    found = calibrate_recipes(encoder, need, _CalibrationTexts(texts), **embed_options)
+    return {n: dataclasses.replace(c, source=source) for n, c in found.items()}
+
+
+def output_metadata(
+    recipes: dict[str, Any], dims: dict[str, int], ranges: dict[str, Calibration]
+) -> dict[str, Any] | None:
+    """The record of the output stage written with the vectors (None without one)."""
+    if not any(r.has_output_stage for r in recipes.values()):
+        return None
+    from poolkit import __version__
+
+    columns = {}
+    for name, r in recipes.items():
+        k = dims[name]
+        columns[name] = {
+            "recipe": str(r),
+            "recipe_json": r.to_json(),
+            "dims": k,
+            "precision": r.precision or "float32",
+            "stored_dtype": stored_dtype(r.precision).name,
+            "stored_width": stored_width(k, r.precision),
+            "bytes_per_vector": stored_dtype(r.precision).itemsize * stored_width(k, r.precision),
+            "bits": "packed 8 per byte, first dimension in the high bit; binary: byte - 128"
+            if r.precision in ("binary", "ubinary")
+            else None,
+            "calibration": ranges[name].to_json() if name in ranges else None,
+        }
+    return {"poolkit": __version__, "columns": columns}
