@@ -270,3 +270,11 @@ def test_embed_output_stage_errors_are_one_line(minilm_dir, texts) -> None:
         with pytest.raises(ValueError, match=match) as info:
             poolkit.embed(texts[:3], minilm_dir, device="cpu", **kwargs)
         assert "\n" not in str(info.value)
+
+
+def test_export_refuses_an_output_stage_before_writing(minilm_dir, tmp_path) -> None:
+    import poolkit
+
+    with pytest.raises(ValueError, match=r"without an output stage.*Export 'mean'") as info:
+        poolkit.export(minilm_dir, tmp_path / "out", recipe="mean/256/int8")
+    assert "\n" not in str(info.value) and not (tmp_path / "out").exists()

@@ -183,6 +183,16 @@ def export(
                 "Export pools whole texts; use e.g. mean or cls.",
             )
         )
+    if parsed.has_output_stage:
+        raise InputError(
+            expected(
+                "recipe",
+                "a recipe without an output stage (/DIMS, /PRECISION)",
+                repr(str(parsed)),
+                f"Export {str(parsed.pooling)!r}, and truncate/quantise its vectors with "
+                "poolkit.output (or poolkit embed --recipe) where they are stored.",
+            )
+        )
     normalize = parsed.resolved_normalize(info.normalize)
     hidden = int(info.hidden_size or 0)
     record: dict[str, Any] = {
