@@ -151,7 +151,7 @@ def figures(evaluation) -> np.ndarray:
 
 
 # sklearn's newton-cg at tol 1e-6 leaves logits up to 0.05 from the exact optimum (tol 1e-10)
-# on the WNUT-17 fixture; the probe 4e-4. A word whose reference logits are this far from a
+# on the WNUT-17 fixture; the probe 4e-3. A word whose reference logits are this far from a
 # tie is decided by the optimum, and every solver that reaches it must label it alike.
 DECIDED = 0.1
 
@@ -240,7 +240,7 @@ def test_ner_probe_converges_whatever_the_float32_rounding(monkeypatch, wnut17_f
         assert fit.grad_max <= logistic.TOL, (c, fit.grad_max)
         z, z0 = fit.logits(test), base.logits(test)
         gap = np.abs((z - z.mean(1, keepdims=True)) - (z0 - z0.mean(1, keepdims=True))).max()
-        assert gap <= 5e-3, (c, gap)  # both within reach of the one optimum
+        assert gap <= 1e-2, (c, gap)  # both near the one optimum (an early stop: 5)
         decided = margins(z0) >= 1e-2
         assert np.array_equal(fit.predict(test)[decided], base.predict(test)[decided]), c
 

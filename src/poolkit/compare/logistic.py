@@ -38,8 +38,8 @@ stopping test are float64.
    and L-BFGS's line search fails: where, depends on the CPU's float32 kernels (on the WNUT-17
    fixture an Intel Xeon's stopped at max |gradient| 1e-4, logits up to 5 from the optimum,
    where an AMD EPYC's went on to 3e-7). Then the evaluations switch to float64 (each block
-   cast as it is read) and L-BFGS restarts from the point reached, with the stage-2 Hessian
-   rebuilt there, until the gradient test passes: :data:`TOL` is met on every CPU, and with
+   cast as it is read) and L-BFGS restarts from the point reached, in the same coordinates,
+   until the gradient test passes: :data:`TOL` is met on every CPU, and with
    it the same predictions wherever the optimum decides them. Only a float64 line search that
    finds no lower value (its own rounding) ends a fit short of :data:`TOL`.
 """
@@ -55,10 +55,10 @@ from poolkit._cpus import available_cpus
 __all__ = ["BLOCK", "MAX_ITER", "REFRESH_AT", "TOL", "C", "Fit", "fit", "standardize"]
 
 C = 1.0  # inverse L2 strength: scikit-learn's default
-# Max |gradient| (mean-scaled) to stop at. On WNUT-17's fixtures 1e-7 left logits 1e-3..4e-3
-# from the exact optimum, 1e-8 2e-4..4e-4 (4-15 more iterations); test words lie 3e-3 from a
-# tie. scikit-learn's newton-cg at its tol 1e-6 is 5e-3..5e-2 away.
-TOL = 1e-8
+# Max |gradient| (mean-scaled) to stop at. On WNUT-17's fixture it leaves logits 1e-3..4e-3
+# from the exact optimum, where scikit-learn's newton-cg at its tol 1e-6 leaves 5e-3..5e-2;
+# 1e-8 (2e-4..4e-4) cost WNUT-17's five probes 60% more work, most of it in float64.
+TOL = 1e-7
 MAX_ITER = 3000
 REFRESH_AT = 30  # iterations of the first stage (WNUT-17: 20-40 took 10.8-13 s over five probes)
 _CURVATURE_CUT = 1e-2  # rows below this share of a class's largest weight leave its block
@@ -365,13 +365,14 @@ def fit(
             stalled = res.nit < limit  # the line search found no lower value
             if last["grad_max"] <= tol or (stalled and exact):
                 break
-            if stalled and (stage > 1 or not staged):
+            if stage == 1 and staged:
+                coords = class_blocks(w, b)
+            else:
                 # Where float32 rounding of the loss swamps the decrease left to find, the
                 # optimum is within reach of float64 only. Which point that is depends on
                 # the CPU's float32 kernels (tests/test_compare_probes.py, the fixtures).
+                # The preconditioner stays: it was built near here.
                 at["dtype"] = np.float64
-            if staged:
-                coords = class_blocks(w, b)
             stage += 1
             theta = coords.pack(w, b)
     return Fit(w, b, iterations, float(last["grad_max"]))
