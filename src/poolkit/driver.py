@@ -28,6 +28,7 @@ __all__ = [
     "TruncationWarning",
     "drive",
     "l2_normalize",
+    "on_accelerator",
     "sequence_vectors",
     "to_float32_numpy",
     "warn_truncated",
@@ -211,6 +212,10 @@ def sequence_vectors(
 ) -> dict[Recipe, np.ndarray]:
     """Every sequence recipe for one batch: float32 ``(B, D_r)`` NumPy, batch row order.
 
+    Where the hidden states live on an accelerator, pooling, the model's modules after
+    pooling (``heads``) and the normalisation run there, in float32, and the batch comes
+    to the host in one copy for all recipes; on the CPU they run in NumPy as before.
+
     Each distinct (layers, special-token choice) view is pooled by one
     :func:`poolkit.sequence.pool_named` call (the recipe validated the names) over all the names it needs; a recipe's parts
     are concatenated in its order, then L2-normalised as the recipe resolves it against
@@ -238,31 +243,62 @@ def sequence_vectors(
             owner.setdefault(key, r)
             if name not in wanted.setdefault(key, []):
                 wanted[key].append(name)
-    pieces: dict[tuple[Any, str, bool, str], np.ndarray] = {}
+    pieces: dict[tuple[Any, str, bool, str], Any] = {}
+    device = False  # pooled on an accelerator: the rest stays there, one copy at the end
     for key, names in wanted.items():
         hidden = views[owner[key]]
         drop = key[2]
-        pooled = to_float32_numpy(
-            pool_named(
-                hidden,
-                mask,
-                tuple(names),
-                special_tokens_mask=batch.special_tokens_mask if drop else None,
-                exclude_special=drop,
-                empty=empty,  # type: ignore[arg-type]
-            )
+        pooled = pool_named(
+            hidden,
+            mask,
+            tuple(names),
+            special_tokens_mask=batch.special_tokens_mask if drop else None,
+            exclude_special=drop,
+            empty=empty,  # type: ignore[arg-type]
         )
+        device = on_accelerator(pooled)
+        pooled = pooled.float() if device else to_float32_numpy(pooled)
         width = pooled.shape[-1] // len(names)
         for k, name in enumerate(names):
             pieces[(*key, name)] = pooled[:, k * width : (k + 1) * width]
-    out: dict[Recipe, np.ndarray] = {}
+    out: dict[Recipe, Any] = {}
     for r in recipes:
         parts = [pieces[(r.layers, r.layer_how, drop, name)] for name, drop in r.parts]
-        vec = np.ascontiguousarray(parts[0]) if len(parts) == 1 else np.concatenate(parts, -1)
+        if device:
+            import torch
+
+            vec = parts[0] if len(parts) == 1 else torch.cat(parts, -1)
+        else:
+            vec = np.ascontiguousarray(parts[0]) if len(parts) == 1 else np.concatenate(parts, -1)
         head = heads.get(r) if heads else None
         if head is not None:
             from poolkit.head import apply_head
 
-            vec = apply_head(head, vec, normalize=False).astype(np.float32, copy=False)
-        out[r] = l2_normalize(vec) if r.resolved_normalize(model_normalize) else vec
-    return out
+            vec = apply_head(head, vec, normalize=False)
+            vec = vec if device else vec.astype(np.float32, copy=False)
+        if r.resolved_normalize(model_normalize):
+            vec = _l2_on_device(vec) if device else l2_normalize(vec)
+        out[r] = vec
+    return _one_copy_to_host(out) if device else out
+
+
+def on_accelerator(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor on a device other than the CPU (CUDA, MPS, ...)."""
+    return hasattr(x, "detach") and getattr(getattr(x, "device", None), "type", "cpu") != "cpu"
+
+
+def _l2_on_device(x: Any) -> Any:
+    """:func:`l2_normalize` for a float32 tensor, where it lives (zero rows stay zero)."""
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def _one_copy_to_host(vectors: dict[Recipe, Any]) -> dict[Recipe, np.ndarray]:
+    """Every recipe's ``(B, D_r)`` device tensor brought to the host in one copy: they are
+    concatenated on the device, copied once, and split into float32 NumPy views."""
+    import torch
+
+    keys = list(vectors)
+    widths = [int(vectors[k].shape[-1]) for k in keys]
+    host = torch.cat([vectors[k] for k in keys], -1).cpu().numpy()
+    cuts = np.cumsum(widths)[:-1]
+    return dict(zip(keys, np.split(host, cuts, axis=-1), strict=True))

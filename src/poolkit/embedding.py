@@ -29,6 +29,7 @@ from poolkit.driver import (
     TruncationWarning,
     drive,
     l2_normalize,
+    on_accelerator,
     sequence_vectors,
     to_float32_numpy,
     warn_truncated,
@@ -614,6 +615,8 @@ def embed_tokens(
         drop = batch.special_tokens_mask
         if batch.prompt_mask is not None:
             drop = drop | batch.prompt_mask  # the prompt's tokens are not the user's text
+        if on_accelerator(hidden):  # one copy of the batch, not one per row
+            hidden = to_float32_numpy(hidden)
         per_row = token_embeddings(hidden, drop, batch.attention_mask)
         keep = (batch.attention_mask != 0) & ~drop
         for j, i in enumerate(batch.indices):
