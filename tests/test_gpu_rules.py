@@ -237,3 +237,143 @@ def test_prefetch_changes_no_batch(minilm, sts_dev):
         np.testing.assert_array_equal(a.input_ids, b.input_ids)
         np.testing.assert_array_equal(a.offsets, b.offsets)
         assert torch.equal(a.hidden, b.hidden)
+
+
+# --- pooling and the output stage on the device, one copy to the host per batch ----------
+
+
+@pytest.fixture(scope="module")
+def dense_dir(tmp_path_factory):
+    from tiny_models import build_family
+
+    logging.disable(logging.WARNING)
+    try:  # a pipeline with a Dense module and Normalize after pooling
+        return build_family("bert_dense", tmp_path_factory.mktemp("dense") / "bert_dense")
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_device_output_stage_matches_the_host_and_copies_once(dense_dir, monkeypatch):
+    """The accelerator branch of sequence_vectors, run on CPU tensors: same vectors as the
+    NumPy branch, and one host copy per batch for all recipes."""
+    from tiny_models import FAMILY_CORPUS
+
+    import poolkit.driver as driver
+    from poolkit import embed
+    from poolkit.encoder import Encoder
+
+    enc = Encoder(dense_dir, device="cpu", max_length=64)
+    texts = list(FAMILY_CORPUS) * 3
+    asks = [{}, {"strategy": ["mean", "cls+max"], "pipeline": "pooled", "normalize": True},
+            {"recipe": ["mean@first_last/raw", "max"], "pipeline": "pooled"}]  # fmt: skip
+    host = [embed(texts, enc, max_batch_tokens=64, **kw) for kw in asks]
+    copies = []
+    real = driver._one_copy_to_host
+
+    def counted(vectors):
+        copies.append(len(vectors))
+        return real(vectors)
+
+    monkeypatch.setattr(driver, "on_accelerator", lambda x: hasattr(x, "detach"))
+    monkeypatch.setattr(driver, "_one_copy_to_host", counted)
+    for kw, want in zip(asks, host, strict=True):
+        copies.clear()
+        got = embed(texts, enc, max_batch_tokens=64, **kw)
+        batches = len(list(enc.iter_batches(texts, max_batch_tokens=64)))
+        assert len(copies) == batches > 1  # one copy a batch, every recipe in it
+        assert copies[0] == (len(want) if isinstance(want, dict) else 1)
+        for a, b in zip(want.values() if isinstance(want, dict) else [want],
+                        got.values() if isinstance(got, dict) else [got], strict=True):  # fmt: skip
+            assert a.dtype == b.dtype == np.float32
+            np.testing.assert_allclose(a, b, atol=2e-6, rtol=0)
+
+
+def test_on_accelerator():
+    from poolkit.driver import on_accelerator
+
+    assert not on_accelerator(torch.zeros(2))
+    assert not on_accelerator(np.zeros(2))
+    assert on_accelerator(torch.zeros(2, device="meta"))
+
+
+@cuda
+def test_cuda_embed_matches_the_cpu(minilm_dir, sts_dev):
+    from poolkit import embed
+    from poolkit.encoder import Encoder
+
+    texts = sts_dev[:200]
+    cpu = embed(texts, minilm_dir, ["mean", "cls"], device="cpu")
+    gpu = embed(texts, Encoder(minilm_dir, device="cuda"), ["mean", "cls"])
+    half = embed(texts, Encoder(minilm_dir, device="cuda", dtype="float16"), ["mean", "cls"])
+    for name in cpu:
+        np.testing.assert_allclose(gpu[name], cpu[name], atol=1e-4, rtol=0)
+        cos = (half[name] * cpu[name]).sum(1)  # unit vectors
+        assert cos.min() > 1 - 1e-3
+
+
+# --- --engine ray --gpus-per-worker: placed on GPUs, or refused in one line ---------------
+
+
+def test_ray_worker_placement_rule():
+    from poolkit.cli._ray_engine import default_workers
+
+    assert default_workers({"CPU": 16}, 2, None) == 8
+    assert default_workers({"CPU": 16, "GPU": 2}, 2, 1) == 2  # one worker a GPU
+    assert default_workers({"CPU": 16, "GPU": 2}, 2, 0.5) == 4  # two workers share a GPU
+    assert default_workers({"CPU": 4, "GPU": 8}, 2, 1) == 2  # CPUs bound it too
+    assert default_workers({"CPU": 1}, 2, None) == 1
+
+
+def test_ray_cluster_gpu_check():
+    from argparse import Namespace
+
+    from poolkit.cli._ray_engine import cluster_gpus
+    from poolkit.errors import InputError
+
+    assert cluster_gpus(Namespace(gpus_per_worker=None), {"CPU": 4}) == ""
+    assert cluster_gpus(Namespace(gpus_per_worker=1.0), {"GPU": 2}) == " + 1 GPU"
+    with pytest.raises(InputError, match=r"^--gpus-per-worker 1: the Ray cluster has no GPU"):
+        cluster_gpus(Namespace(gpus_per_worker=1.0), {"CPU": 4})
+    with pytest.raises(InputError, match="has 2 GPUs in all; ask for at most 2"):
+        cluster_gpus(Namespace(gpus_per_worker=3.0), {"GPU": 2})
+
+
+@pytest.fixture
+def lines(tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("one text\nanother text\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without GPU")
+def test_gpus_per_worker_is_refused_without_a_visible_gpu(lines, tmp_path):
+    pytest.importorskip("ray.data")
+    from clitools import one_error_line, poolkit
+
+    out = tmp_path / "out"
+    run = poolkit("embed", str(lines), "-o", str(out), "--engine", "ray", "--gpus-per-worker",
+                  "1", cwd=tmp_path)  # fmt: skip
+    one_error_line(run, 2, "--gpus-per-worker 1: this machine has no CUDA GPU visible to "
+                   "PyTorch; drop --gpus-per-worker to run the workers on CPUs")  # fmt: skip
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--gpus-per-worker", "1"], "--gpus-per-worker works with --engine ray only"),
+        (["--engine", "ray", "--gpus-per-worker", "0"],
+         "Expected --gpus-per-worker to be a positive number of GPUs"),
+        (["--engine", "ray", "--gpus-per-worker", "1", "--backend", "onnx"],
+         "--backend onnx runs on the CPU; drop --gpus-per-worker"),
+        (["--engine", "ray", "--gpus-per-worker", "1", "--device", "cpu"],
+         "pass --device auto or cuda"),
+    ],
+)  # fmt: skip
+def test_gpus_per_worker_flag_refusals(lines, tmp_path, flags, fragment):
+    if "ray" in flags:
+        pytest.importorskip("ray.data")
+    from clitools import one_error_line, poolkit
+
+    run = poolkit("embed", str(lines), "-o", str(tmp_path / "out"), *flags, cwd=tmp_path)
+    one_error_line(run, 2, fragment)

@@ -319,6 +319,8 @@ RAY_TREATMENT = {
     "--model": "run_a", "--max-length": "run_a", "--device": "run_a", "--dtype": "run_a",
     "--batch-tokens": "run_a", "--long-text": "run_a", "--quiet": "run_a", "--debug": "traceback",
     "--engine": "run_a", "--address": "run_a", "--workers": "run_a", "--cpus-per-worker": "run_a",
+    "--gpus-per-worker": "refused on a cluster without GPUs (below; test_gpu_rules.py: without "
+                         "a visible GPU, and the placement rule)",
 }  # fmt: skip
 
 
@@ -421,6 +423,16 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     static = _vectors(local, "mean")
     assert np.abs(_vectors(ray_out, "mean") - static).max() < 1e-4
     assert np.abs(static - poolkit.embed(texts, minilm_dir, "mean")).max() > 1e-3  # int8 ran
+
+    # --gpus-per-worker on a cluster with no GPU resource: one line, after joining it.
+    if not ray_cluster.cluster_resources().get("GPU"):
+        no_gpu = _poolkit("embed", str(tmp_path / "pairs.tsv"), "-o", str(tmp_path / "g"),
+                          "--engine", "ray", "--address", address, "--gpus-per-worker", "1")  # fmt: skip
+        assert no_gpu.returncode == 2 and no_gpu.stderr.count("\n") == 1, no_gpu.stderr
+        assert no_gpu.stderr.startswith(
+            "poolkit: error: --gpus-per-worker 1: the Ray cluster has no GPU resource;"
+        )
+        assert not (tmp_path / "g").exists()
 
     # --debug shows the traceback (here of a --resume into a remote folder, refused).
     refused = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",

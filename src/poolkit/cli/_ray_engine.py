@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import already_exists, count, unmet
+from poolkit._errors import already_exists, count, unmet, value_error
 from poolkit.cli._backend_args import calibration_texts, check_backend_args
 from poolkit.cli._common import positive, require_extra
 from poolkit.cli._recipe_args import parse_layers
@@ -36,11 +36,12 @@ from poolkit.errors import InputError, RunError
 
 __all__ = ["add_arguments", "dispatch", "run"]
 
-_RAY_ONLY = ("address", "workers", "cpus_per_worker")
+_RAY_ONLY = ("address", "workers", "cpus_per_worker", "gpus_per_worker")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """--engine, --address, --workers, --cpus-per-worker on ``poolkit embed``."""
+    """--engine, --address, --workers, --cpus-per-worker, --gpus-per-worker on
+    ``poolkit embed``."""
     group = parser.add_argument_group("engine (--engine ray: see docs/scaling.md)")
     group.add_argument("--engine", choices=["local", "ray"], default="local",
                        help="local: this process; ray: a Ray cluster, OUTPUT a folder of "
@@ -53,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "--cpus-per-worker")  # fmt: skip
     group.add_argument("--cpus-per-worker", type=int, default=None, metavar="C",
                        help="CPUs (torch threads) per worker (default: 1)")  # fmt: skip
+    group.add_argument("--gpus-per-worker", type=float, default=None, metavar="G",
+                       help="GPUs per worker (Ray's num_gpus; 0.5 puts two workers on a GPU); "
+                       "refused where no GPU is visible (default: none, CPUs only)")  # fmt: skip
 
 
 def dispatch(args: argparse.Namespace) -> int | None:
@@ -64,6 +68,60 @@ def dispatch(args: argparse.Namespace) -> int | None:
             flag = "--" + name.replace("_", "-")
             raise InputError(f"{flag} works with --engine ray only; add --engine ray or drop it.")
     return None
+
+
+def check_gpu_args(args: argparse.Namespace) -> None:
+    """--gpus-per-worker checked before Ray starts: a positive number, a backend and a
+    --device that run on a GPU, and (for a local cluster) a GPU this machine can see."""
+    gpus = args.gpus_per_worker
+    if gpus is None:
+        return
+    if not gpus > 0:
+        value_error("--gpus-per-worker", "a positive number of GPUs (e.g. 1, or 0.5)", gpus)
+    if args.backend != "torch":
+        raise InputError(f"--gpus-per-worker: --backend {args.backend} runs on the CPU; drop "
+                         "--gpus-per-worker, or use --backend torch.")  # fmt: skip
+    if args.device not in ("auto", "cuda", None):
+        raise InputError(f"--gpus-per-worker with --device {args.device}: Ray shows each worker "
+                         "its own GPUs as cuda; pass --device auto or cuda.")  # fmt: skip
+    if args.address is None and not _cuda_visible():
+        raise InputError(no_gpu(gpus, "this machine has no CUDA GPU visible to PyTorch"))
+
+
+def no_gpu(gpus: float, why: str) -> str:
+    """The one line refusing --gpus-per-worker where no GPU is visible."""
+    return (f"--gpus-per-worker {gpus:g}: {why}; drop --gpus-per-worker to run the workers "
+            "on CPUs, or run where a GPU is.")  # fmt: skip
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def cluster_gpus(args: argparse.Namespace, resources: dict[str, float]) -> str:
+    """With --gpus-per-worker, refuse a cluster without enough GPU resource for one worker;
+    returns the summary's " + G GPU" part ("" without the flag)."""
+    gpus = args.gpus_per_worker
+    if gpus is None:
+        return ""
+    have = float(resources.get("GPU", 0))
+    if have <= 0:
+        raise InputError(no_gpu(gpus, "the Ray cluster has no GPU resource"))
+    if gpus > have:
+        raise InputError(f"--gpus-per-worker {gpus:g}: the Ray cluster has {have:g} GPUs in all; "
+                         f"ask for at most {have:g}.")  # fmt: skip
+    return f" + {gpus:g} GPU"
+
+
+def default_workers(resources: dict[str, float], cpus: int, gpus: float | None) -> int:
+    """--workers by default: the cluster's CPUs // --cpus-per-worker, and with GPUs no more
+    than its GPUs // --gpus-per-worker (at least one)."""
+    workers = int(resources.get("CPU", 1) // cpus)
+    if gpus:
+        workers = min(workers, int(resources.get("GPU", 0) / gpus + 1e-9))
+    return max(1, workers)
 
 
 def _check_output(output: str, overwrite: bool) -> None:
@@ -196,6 +254,7 @@ def _settings(args: argparse.Namespace, wanted: Any, model_dir: Path | None, blo
         "text_column": args.text_column,
         "device": args.device,
         "dtype": args.dtype,
+        "gpus_per_worker": args.gpus_per_worker,
         "block_rows": block,
         "versions": {"poolkit": __version__, "torch": installed("torch"),
                      "transformers": installed("transformers"),
@@ -274,6 +333,7 @@ def run(args: argparse.Namespace) -> int:
                 "pip install 'ray[client]' (or run on the cluster with --address auto)."
             )
     check_backend_args(args)
+    check_gpu_args(args)
     if args.quantize == "int8-static" and args.calibrate is None:
         raise InputError("--quantize int8-static with --engine ray needs --calibrate FILE (every "
                          "worker must calibrate on the same texts); add --calibrate FILE.")  # fmt: skip
@@ -301,7 +361,9 @@ def run(args: argparse.Namespace) -> int:
         context.max_errored_blocks = 0  # a block that fails after its retries fails the job
         context.enable_progress_bars = not args.quiet
         cpus = args.cpus_per_worker or 1
-        workers = args.workers or max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
+        resources = ray.cluster_resources()
+        gpus = cluster_gpus(args, resources)
+        workers = args.workers or default_workers(resources, cpus, args.gpus_per_worker)
         corpus = Corpus.scan(args.input, text_column=args.text_column, fmt=args.input_format)
         block = corpus.balanced_block_rows(workers, args.chunk_size)
         job = _Job(args, corpus, wanted, workers, cpus)
@@ -329,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
             f"[{shape}] in "
             f"{total:.1f} s, {done / max(total, 1e-9):.1f} texts/s "
             f"({done / max(spent, 1e-9):.1f} texts/s after Ray start), "
-            f"{count(workers, 'worker')} x {count(cpus, 'CPU')} (Ray){note}",
+            f"{count(workers, 'worker')} x {count(cpus, 'CPU')}{gpus} (Ray){note}",
             file=sys.stderr,
         )
     return 0
@@ -367,6 +429,7 @@ class _Job:
         return embed_dataset(
             self.corpus.dataset(block, only), args.model, text_column="text", keep_text=False,
             workers=self.workers, cpus_per_worker=self.cpus, batch_size=None, spare_cpus=0,
+            gpus_per_worker=args.gpus_per_worker or 0,
             **pooling, **options,
         )  # fmt: skip
 
