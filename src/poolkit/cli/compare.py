@@ -101,6 +101,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--int8-rows", choices=["intended", "all"], default=None,
                    help="rows that get an int8 twin (default: the intended row, or all rows "
                    "when none is intended)")  # fmt: skip
+    p.add_argument("--dims", nargs="+", type=int, default=None, metavar="K",
+                   help="sts, retrieval: add rows that keep the first K dimensions of the "
+                   "intended row's vectors (L2-normalised again where it normalises), e.g. "
+                   "384 256 128 64; each with every --precision")  # fmt: skip
+    p.add_argument("--precision", nargs="+", default=None, metavar="P",
+                   help="sts, retrieval: add rows storing the vectors as P (float32, float16, "
+                   "int8, uint8, binary, ubinary; int8/uint8 ranges calibrated on the data "
+                   "compared), scored on the stored form; retrieval: binary also gets a "
+                   "+rescore row")  # fmt: skip
+    p.add_argument("--budget-rows", choices=["intended", "all"], default=None,
+                   help="rows that get --dims/--precision rows (default: the intended row, or "
+                   "all rows when none is intended)")  # fmt: skip
     p.add_argument("--split", default=None, metavar="NAME",
                    help="retrieval, BEIR folder: qrels/NAME.tsv (default: test, or the only one)")  # fmt: skip
     for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
@@ -159,12 +171,55 @@ def _check_options(args: argparse.Namespace) -> None:
         ):  # fmt: skip
             if value != default:
                 raise _UsageError(f"{flag}: only for --task retrieval.")
+    _check_budget(args)
     if args.int8_rows and not args.quantize:
         raise _UsageError("--int8-rows: only with --backend onnx --quantize int8.")
     if args.backend in ("onnx", "openvino") and args.layers is not None:
         raise _UsageError(f"--layers: the {args.backend} backend returns the last layer only; "
                           "drop --layers or use --backend torch.")  # fmt: skip
     check_backend_args(args)  # --backend, --quantize, --dtype, --device; the extras they need
+
+
+def _check_budget(args: argparse.Namespace) -> None:
+    """--dims/--precision/--budget-rows: refused in one line before the model loads."""
+    from poolkit._errors import expected
+    from poolkit.compare.budget import BUDGET_TASKS
+    from poolkit.output import PRECISIONS
+
+    if args.dims is None and args.precision is None:
+        if args.budget_rows:
+            raise _UsageError("--budget-rows: only with --dims or --precision (it chooses "
+                              "which rows get them); add one, or drop --budget-rows.")  # fmt: skip
+        return
+    flag = "--dims" if args.dims is not None else "--precision"
+    if args.task not in BUDGET_TASKS:
+        raise _UsageError(
+            f"{flag}: only for --task {' and '.join(BUDGET_TASKS)} (similarity on the stored "
+            f"vectors); --task {args.task} trains on float vectors: drop {flag}."
+        )
+    if args.quantize:
+        raise _UsageError(f"{flag} and --quantize: one at a time (budget rows or int8 model "
+                          "rows); drop one.")  # fmt: skip
+    for k in args.dims or ():
+        if k < 1:
+            raise _UsageError(expected("--dims", "positive numbers of dimensions", k,
+                                       "e.g. --dims 384 256 128 64."))  # fmt: skip
+    for p in args.precision or ():
+        if p not in PRECISIONS:
+            raise _UsageError(expected("--precision", f"among {', '.join(PRECISIONS)}",
+                                       repr(p), "e.g. --precision float32 int8 binary."))  # fmt: skip
+
+
+def _budget(args: argparse.Namespace) -> Any:
+    from poolkit.compare.budget import Budget
+
+    if args.dims is None and args.precision is None:
+        return None
+    return Budget(
+        tuple(dict.fromkeys(args.dims)) if args.dims else (None,),
+        tuple(dict.fromkeys(args.precision)) if args.precision else ("float32",),
+        args.budget_rows or "intended",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -210,7 +265,7 @@ def _run(args: argparse.Namespace) -> int:
         long_text=args.long_text, bootstrap=args.bootstrap, seed=args.seed,
         backend=args.backend if args.quantize else None,
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
-        document_prompt_name=args.document_prompt_name,
+        document_prompt_name=args.document_prompt_name, budget=_budget(args),
     )  # fmt: skip
     # Unknown strategies and unusable labels fail here, before the model loads.
     try:
@@ -237,7 +292,12 @@ def _run(args: argparse.Namespace) -> int:
             args.model, max_length=args.max_length, max_batch_tokens=args.batch_tokens,
             backend="onnx", quantize=args.quantize,
         )  # fmt: skip
-    results = compare(encoder, data, settings, train, quantized)
+    from poolkit.compare.budget import BudgetError
+
+    try:
+        results = compare(encoder, data, settings, train, quantized)
+    except BudgetError as e:
+        raise _UsageError(flag_message(e, {"dims": "--dims"})) from None
     seconds = time.perf_counter() - start
     model = encoder.info.reference
     boot = (
@@ -388,6 +448,8 @@ def embed_command(args: argparse.Namespace, recipe: Any, quantize: str | None = 
         parts += ["--long-text", args.long_text]
     if args.prompt_name is not None:  # retrieval: the queries' prompt
         parts += ["--prompt-name", shlex.quote(args.prompt_name)]
+    if recipe.precision in ("int8", "uint8"):  # the ranges: texts like those compared
+        parts += ["--calibrate", "FILE"]
     return " ".join(parts)
 
 
@@ -435,6 +497,11 @@ def compare_command(args: argparse.Namespace) -> str:
     add("--backend", args.backend, "torch")
     add("--quantize", args.quantize)
     add("--int8-rows", args.int8_rows)
+    if args.dims:
+        parts += ["--dims", *map(str, args.dims)]
+    if args.precision:
+        parts += ["--precision", *map(shlex.quote, args.precision)]
+    add("--budget-rows", args.budget_rows)
     add("--split", args.split)
     for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
         add(f"--{name}-column", getattr(args, f"{name}_column"), name)

@@ -65,6 +65,12 @@ class Result:
     differ, :mod:`poolkit.compare.grouping`), ``strategy`` first; ``backend``/``quantize``:
     set when ``compare`` ran a quantised model beside the full-precision one; ``vs_fp32``
     and ``speedup`` then compare an int8 row with its fp32 row.
+
+    With budget rows (``--dims``/``--precision``) every row has ``dims`` (the stored
+    width) and ``bytes_per_vector``; a budget row's recipe has the output stage, its
+    ``vs_fp32`` compares it with its float32 full-width row, ``rescore`` marks a binary
+    retrieval row re-scored with float queries, ``calibration`` says what the int8/uint8
+    ranges were computed on, ``search_ms`` (retrieval) is the exact search's time per query.
     """
 
     recipe: Recipe
@@ -78,11 +84,20 @@ class Result:
     quantize: str | None = None
     vs_fp32: Paired | None = None
     speedup: float | None = None
+    dims: int | None = None
+    bytes_per_vector: int | None = None
+    rescore: bool = False
+    search_ms: float | None = None
+    calibration: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The recipe's name, ``+rescore`` after it for a re-scored binary row."""
+        return str(self.recipe) + (" +rescore" if self.rescore else "")
 
     @property
     def label(self) -> str:
-        name = str(self.recipe)
-        return f"{name} [{self.quantize}]" if self.quantize else name
+        return f"{self.name} [{self.quantize}]" if self.quantize else self.name
 
     @property
     def strategy(self) -> str:
@@ -156,11 +171,13 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
     ranked = rank(results, main)
     ties = tied(ranked, main)
     show_backend = any(r.quantize for r in ranked)
+    show_bytes = any(r.bytes_per_vector is not None for r in ranked)
     has_ci = bootstrap is not None and all(r.ci for r in ranked)
     has_vs = has_ci and any(r.vs_intended is not None for r in ranked)
     head = [
         "#", "recipe",
         *(["backend"] if show_backend else []),
+        *(["bytes"] if show_bytes else []),
         *(f"{n} [95% CI]" if has_ci else n for n in names),
         *(["vs * [95% CI]", "sig"] if has_vs else []),
     ]  # fmt: skip
@@ -179,9 +196,10 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
         rows.append(
             [
                 f"{place}=" if tie else str(i),
-                str(r.recipe) + (" *" if r.intended else "")
+                r.name + (" *" if r.intended else "")
                 + (f" (= {', '.join(r.member_names()[1:])})" if len(r.members) > 1 else ""),
                 *([f"{r.backend or 'torch'} {r.quantize or 'fp32'}"] if show_backend else []),
+                *([str(r.bytes_per_vector or "")] if show_bytes else []),
                 *(metric(r, n) for n in names),
                 *(_vs_cells(vs) if has_vs else []),
             ]
@@ -261,13 +279,58 @@ def footer(
     elif len(ranked) > 1:
         out.append(f"top rows: #1 {ranked[0].label} is better than every other row on {main} "
                    f"(paired {level}% intervals exclude 0).")  # fmt: skip
+    out.extend(_budget_footer(task, ranked))
     for r in ranked:
-        if r.vs_fp32 is not None:
+        if r.vs_fp32 is not None and r.quantize:
             speed = f", {r.speedup:.1f}x faster" if r.speedup else ""
             out.append(
                 f"{r.quantize} ({r.recipe}): {_paired_text(r.vs_fp32)} {main} vs fp32{speed} "
                 f"(model time, same run)."
             )
+    return out
+
+
+_STORED_SCORES = {
+    "sts": "cosine of the stored values, int8 as integers; 1 - hamming/dims for bits",
+    "retrieval": "exact search: cosine for floats, int8 dot products, Hamming distance for bits",
+}
+
+
+def _budget_footer(task: str, ranked: Sequence[Result]) -> list[str]:
+    """Lines on budget rows: what bytes and the scores mean, the int8 ranges, the rescore
+    rows, the search time per query."""
+    budget = [r for r in ranked if r.recipe.has_output_stage and r.bytes_per_vector]
+    if not budget:
+        return []
+    out = [
+        "bytes: per stored vector. /DIMS, /PRECISION rows: the float32 vectors truncated "
+        f"and stored as the recipe says, scored on the stored form ({_STORED_SCORES[task]}); "
+        "vs *: paired with the float32 full-width intended row."
+    ]
+    cal = next((r.calibration for r in budget if r.calibration), None)
+    if cal:
+        queries = "; queries quantised with the documents' ranges" if task == "retrieval" else ""
+        out.append(
+            f"int8/uint8 ranges: per-dimension min and max of the {cal}' vectors{queries}; "
+            "`poolkit embed` calibrates on --calibrate FILE (texts like these; "
+            "--ranges FILE reuses a corpus' ranges)."
+        )
+    if any(r.rescore for r in budget):
+        from poolkit.compare.budget import RESCORE_FACTOR
+        from poolkit.compare.retrieval import DEPTH
+
+        out.append(
+            f"+rescore: the {RESCORE_FACTOR * DEPTH} nearest documents by Hamming distance "
+            "re-ranked by the float query's dot product with their bits as ±1 (documents "
+            "stored as the row's recipe; queries embedded without /binary)."
+        )
+    timed = [r for r in ranked if r.search_ms is not None]
+    if timed:
+        out.append(
+            "search per query (exact, this run): "
+            + "; ".join(f"{r.label} {r.search_ms:.3f} ms" for r in timed)
+            + "."
+        )
     return out
 
 
@@ -299,11 +362,16 @@ def to_json(
     ``ci`` ({metric: [lo, hi]} or null), ``significant`` (vs the intended row; null for it,
     without one, or with the bootstrap off), ``difference`` ({"metric", "value", "ci"} vs
     the intended row, or null), ``members``, ``tied``; with a quantised run also
-    ``backend``, ``quantize``, ``vs_fp32`` and ``speedup``.
+    ``backend``, ``quantize``, ``vs_fp32`` and ``speedup``; with budget rows
+    (``--dims``/``--precision``) also ``dims``, ``precision``, ``bytes_per_vector``,
+    ``rescore``, ``vs_float32`` (a budget row vs its float32 full-width row),
+    ``calibration`` (what int8/uint8 ranges came from) and, for retrieval,
+    ``search_ms_per_query``. A ``rescore`` row's ``recipe`` is its documents' recipe.
     """
     metric = MAIN_METRIC[task]
     ranked = rank(results, metric)
     quantized = any(r.quantize for r in ranked)
+    budget = any(r.bytes_per_vector is not None for r in ranked)
     rows = []
     for r, tie in zip(ranked, tied(ranked, metric), strict=True):
         row = {
@@ -323,6 +391,15 @@ def to_json(
                 backend=r.backend, quantize=r.quantize,
                 vs_fp32=_paired_json(r.vs_fp32, metric), speedup=r.speedup,
             )  # fmt: skip
+        if budget:
+            row.update(
+                dims=r.dims, precision=r.recipe.precision or "float32",
+                bytes_per_vector=r.bytes_per_vector, rescore=r.rescore,
+                vs_float32=None if r.quantize else _paired_json(r.vs_fp32, metric),
+                calibration=r.calibration,
+            )  # fmt: skip
+            if task == "retrieval":
+                row["search_ms_per_query"] = r.search_ms
         rows.append(row)
     return {"task": task, "model": model, "metric": metric, "bootstrap": bootstrap,
             "results": rows}  # fmt: skip

@@ -22,7 +22,8 @@ decreasing order (trec_eval's order). Every metric is the mean over queries.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ __all__ = [
     "read_retrieval",
     "score",
     "top_k",
+    "top_k_by",
 ]
 
 METRICS = ("ndcg_at_10", "mrr_at_10", "recall_at_100", "map_at_100")
@@ -289,27 +291,51 @@ def top_k(
     running top-k.
     """
     q_unit, d_unit = _unit_rows(queries), _unit_rows(documents)
-    n = len(d_unit)
+    return top_k_by(
+        lambda q0, q1, d0, d1: q_unit[q0:q1] @ d_unit[d0:d1].T, len(q_unit), len(d_unit), k,
+        id_order, query_block, doc_block,
+    )  # fmt: skip
+
+
+def top_k_by(
+    scores_of: Callable[[int, int, int, int], np.ndarray],
+    n_queries: int,
+    n_docs: int,
+    k: int,
+    id_order: np.ndarray | None = None,
+    query_block: int = 256,
+    doc_block: int = 16384,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` by any score: ``scores_of(q0, q1, d0, d1)`` gives the scores of
+    queries ``q0:q1`` against documents ``d0:d1`` (higher is better); ties and blocks as in
+    :func:`top_k`. Returns indices int64 and the scores, both ``(Q, min(k, N))``."""
+    n = n_docs
     k = min(k, n)
     order_key = np.arange(n) if id_order is None else np.asarray(id_order)
-    out_i = np.empty((len(q_unit), k), dtype=np.int64)
-    out_s = np.empty((len(q_unit), k), dtype=np.float32)
-    for q0 in range(0, len(q_unit), query_block):
-        block = q_unit[q0 : q0 + query_block]
-        best_s = np.empty((len(block), 0), dtype=np.float32)
-        best_i = np.empty((len(block), 0), dtype=np.int64)
+    out_i = np.empty((n_queries, k), dtype=np.int64)
+    out_s: np.ndarray | None = None
+    for q0 in range(0, n_queries, query_block):
+        q1 = min(q0 + query_block, n_queries)
+        best_s: np.ndarray | None = None
+        best_i = np.empty((q1 - q0, 0), dtype=np.int64)
         for d0 in range(0, n, doc_block):
-            scores = block @ d_unit[d0 : d0 + doc_block].T
+            scores = scores_of(q0, q1, d0, min(d0 + doc_block, n))
             idx = np.broadcast_to(np.arange(d0, d0 + scores.shape[1]), scores.shape)
-            best_s, best_i = np.hstack([best_s, scores]), np.hstack([best_i, idx])
+            best_s = scores if best_s is None else np.hstack([best_s, scores])
+            best_i = np.hstack([best_i, idx])
             if best_s.shape[1] > k:
                 keep = np.argpartition(-best_s, k - 1, axis=1)[:, :k]
                 best_s = np.take_along_axis(best_s, keep, axis=1)
                 best_i = np.take_along_axis(best_i, keep, axis=1)
+        assert best_s is not None
+        if out_s is None:
+            out_s = np.empty((n_queries, k), dtype=best_s.dtype)
         # Best first; equal scores: larger id first (trec_eval sorts ties by docno, decreasing).
         rank = np.lexsort((-order_key[best_i], -best_s), axis=1)
-        out_i[q0 : q0 + len(block)] = np.take_along_axis(best_i, rank, axis=1)
-        out_s[q0 : q0 + len(block)] = np.take_along_axis(best_s, rank, axis=1)
+        out_i[q0:q1] = np.take_along_axis(best_i, rank, axis=1)
+        out_s[q0:q1] = np.take_along_axis(best_s, rank, axis=1)
+    if out_s is None:
+        out_s = np.empty((n_queries, k), dtype=np.float32)
     return out_i, out_s
 
 
@@ -391,8 +417,27 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
         documents = embed_sequences(encoder, data.documents, cands, settings,
                                     f"embedding {data.source} documents",
                                     settings.document_prompt_name)  # fmt: skip
+    stages = getattr(settings, "stages", None) or {}
+    facts = getattr(settings, "budget_facts", {})
+    per_query = 1000 / max(len(data.queries), 1)
     for c in cands:
+        start = time.perf_counter()
         ranked, _ = top_k(queries[c], documents[c], DEPTH, ties)
+        if stages:
+            facts[(c, None)] = {"search_ms": (time.perf_counter() - start) * per_query}
         out[c] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
         del ranked
+    # Budget rows (poolkit.compare.budget): the stored forms of each base row's vectors,
+    # int8 ranges from the documents, each searched exactly and timed.
+    from poolkit.compare.budget import retrieval_rows
+
+    for base, stage in stages.items():
+        rows = retrieval_rows(queries[base], documents[base], stage, DEPTH, ties)
+        for (r, rescore), (ranked, seconds, cal) in rows.items():
+            key = (r, "rescore" if rescore else "stored")
+            out[key] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
+            facts[key] = {
+                "search_ms": seconds * per_query,
+                "calibration": f"{len(data.documents)} documents" if cal else None,
+            }
     return out

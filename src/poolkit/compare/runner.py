@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from poolkit.compare import bootstrap as bs
+from poolkit.compare import budget as budgets
 from poolkit.compare import clustering, metrics, probes, retrieval
+from poolkit.compare.budget import BUDGET_TASKS, Budget, Stage
 from poolkit.compare.candidates import candidates, default_strategies
 from poolkit.compare.datasets import (
     DataError,
@@ -32,6 +34,7 @@ from poolkit.compare.report import Result
 from poolkit.compare.summary import Row, summarize
 from poolkit.compare.timing import TimedEncoder
 from poolkit.driver import LayerViews, drive, l2_normalize, to_float32_numpy
+from poolkit.output import bytes_per_vector
 from poolkit.recipe import Recipe
 
 __all__ = ["LEVELS", "Settings", "compare"]
@@ -55,7 +58,10 @@ class Settings:
     runs beside (None: not reported); ``int8_rows``: ``"intended"`` or ``"all"`` rows get a
     quantised twin; ``prompt_name``: the model's prompt before every text of a sequence
     task (retrieval: every query), ``document_prompt_name``: before every retrieval
-    document (``None``: the model's default prompt, if any).
+    document (``None``: the model's default prompt, if any); ``budget``: budget rows
+    (:mod:`poolkit.compare.budget`, tasks ``sts`` and ``retrieval``). ``stages`` and
+    ``budget_facts`` are filled by :func:`compare` and the scorers (each budget row's
+    calibration, each retrieval row's search time).
     """
 
     task: str
@@ -71,6 +77,9 @@ class Settings:
     int8_rows: str = "intended"
     prompt_name: str | None = None
     document_prompt_name: str | None = None
+    budget: Budget | None = None
+    stages: dict[Recipe, Stage] = field(default_factory=dict)
+    budget_facts: dict[Any, dict[str, Any]] = field(default_factory=dict)
 
 
 def compare(
@@ -108,14 +117,34 @@ def compare(
     chosen = intended if intended in cands else None
     grouped = groups(cands, settings.task, chosen)
     reps = [g[0] for g in grouped]
+    widths = _plan_budget(encoder, settings, chosen, reps, quantized)
     score = _SCORERS[settings.task]
     timed = TimedEncoder(encoder)
-    evaluations = {(c, None): e for c, e in score(timed, data, train, reps, settings).items()}
+    evaluations = {
+        k if isinstance(k, tuple) else (k, None): e
+        for k, e in score(timed, data, train, reps, settings).items()
+    }
+    facts = settings.budget_facts
     rows = [
         Row((g[0], None), g[0], tuple(c.strategy for c in g), intended=g[0] == chosen,
-            backend=settings.backend)
+            backend=settings.backend, dims=widths.get(g[0]),
+            bytes_per_vector=bytes_per_vector(widths[g[0]], None) if g[0] in widths else None,
+            search_ms=facts.get((g[0], None), {}).get("search_ms"))
         for g in grouped
     ]  # fmt: skip
+    for base, stage in settings.stages.items():
+        for r in stage.recipes:
+            for kind in ("stored", "rescore"):
+                if (r, kind) not in evaluations:
+                    continue
+                fact = facts.get((r, kind), {})
+                dims = r.dims or stage.width
+                rows.append(
+                    Row((r, kind), r, (r.strategy,), backend=settings.backend, dims=dims,
+                        bytes_per_vector=bytes_per_vector(dims, r.precision),
+                        rescore=kind == "rescore", reference=(base, None),
+                        search_ms=fact.get("search_ms"), calibration=fact.get("calibration"))
+                )  # fmt: skip
     if quantized is not None:
         twins = [chosen] if settings.int8_rows == "intended" and chosen else reps
         timed_q = TimedEncoder(quantized)
@@ -130,6 +159,32 @@ def compare(
                         reference=(g[0], None), speedup=speedup)
                 )  # fmt: skip
     return summarize(settings.task, rows, evaluations, settings.bootstrap, settings.seed)
+
+
+def _plan_budget(
+    encoder: Any, settings: Settings, chosen: Recipe | None, reps: Sequence[Recipe], quantized: Any
+) -> dict[Recipe, int]:
+    """Fill ``settings.stages`` (before any forward pass: a dims wider than a row's vectors
+    fails here); returns every row's float32 width (empty without a budget)."""
+    settings.stages = {}
+    settings.budget_facts = {}
+    budget = settings.budget
+    if budget is None:
+        return {}
+    if settings.task not in BUDGET_TASKS:
+        raise DataError(
+            f"--dims/--precision: only for --task {' and '.join(BUDGET_TASKS)} (similarity on "
+            f"the stored vectors); --task {settings.task} scores float vectors."
+        )
+    if quantized is not None:
+        raise DataError("--dims/--precision with --quantize int8: one at a time; drop one.")
+    bases = [chosen] if budget.rows == "intended" and chosen is not None else list(reps)
+    settings.stages = budgets.plan(encoder, budget, bases)
+    widths = {base: st.width for base, st in settings.stages.items()}
+    for c in reps:
+        if c not in widths:
+            widths[c] = budgets.row_width(encoder, c)[0]
+    return widths
 
 
 # ---------------------------------------------------------------------------- embedding
@@ -246,8 +301,19 @@ def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Sco
     a = np.fromiter((where[t] for t in data.sentence1), np.int64, count=len(data))
     b = np.fromiter((where[t] for t in data.sentence2), np.int64, count=len(data))
     vectors = embed_sequences(encoder, unique, cands, settings, f"embedding {data.source}")
-    return {c: PairEval(metrics.cosine_rows(vectors[c][a], vectors[c][b]), data.scores)
-            for c in cands}  # fmt: skip
+    out: dict[Any, bs.Evaluation] = {
+        c: PairEval(metrics.cosine_rows(vectors[c][a], vectors[c][b]), data.scores) for c in cands
+    }
+    # Budget rows: the stored form of each base row's vectors, int8 ranges from them all.
+    for base, stage in settings.stages.items():
+        for r in stage.recipes:
+            stored, floats, cal = budgets.stored(vectors[base], r, stage.normalize)
+            sim = budgets.pair_similarity(stored[a], stored[b], r.precision, floats.shape[1])
+            out[(r, "stored")] = PairEval(sim, data.scores)
+            settings.budget_facts[(r, "stored")] = {
+                "calibration": f"{len(unique)} distinct sentences" if cal else None
+            }
+    return out
 
 
 def check_labels(data: TaskData, train: TaskData | None, settings: Settings) -> None:

@@ -19,7 +19,10 @@ class Row:
     """What a result row is: its evaluation ``key`` and how it is labelled.
 
     ``recipe``: the row's candidate (its name); ``members``: every strategy it stands for,
-    its own first; ``reference``: for a quantised row, the key of its full-precision row.
+    its own first; ``reference``: for a quantised row, the key of its full-precision row
+    (a budget row: its float32 full-width row); ``dims``, ``bytes_per_vector``,
+    ``rescore``, ``search_ms``, ``calibration``: set with budget rows (``--dims``,
+    ``--precision``), see :class:`~poolkit.compare.report.Result`.
     """
 
     key: Hashable
@@ -30,6 +33,11 @@ class Row:
     quantize: str | None = None
     reference: Hashable | None = None
     speedup: float | None = None
+    dims: int | None = None
+    bytes_per_vector: int | None = None
+    rescore: bool = False
+    search_ms: float | None = None
+    calibration: str | None = None
 
 
 def summarize(
@@ -63,6 +71,11 @@ def summarize(
             quantize=r.quantize,
             vs_fp32=vs(r.key, r.reference),
             speedup=r.speedup,
+            dims=r.dims,
+            bytes_per_vector=r.bytes_per_vector,
+            rescore=r.rescore,
+            search_ms=r.search_ms,
+            calibration=r.calibration,
         )
         for r in rows
     ]

@@ -1,0 +1,216 @@
+"""Budget rows of `poolkit compare` (``--dims``, ``--precision``): a recipe's output stage
+scored on the stored form, derived from the float32 vectors already embedded (no extra
+forward pass).
+
+For each base row (the intended one, or every row with ``--budget-rows all``) and each
+(dims, precision) pair, the float32 vectors are truncated (L2-normalised again where the
+recipe normalises) and quantised with :mod:`poolkit.output`, int8/uint8 with ranges
+calibrated on the data being compared (``sts``: every sentence; ``retrieval``: the
+documents, queries quantised with the documents' ranges). Scoring on the stored form:
+
+- ``sts``: cosine similarity of the float values, or of the int8/uint8 integers (float64);
+  ``1 - hamming / dims`` for binary/ubinary bits.
+- ``retrieval``: exact search. Cosine for float rows, integer dot products for int8/uint8
+  rows, Hamming distance for bits; a ``+rescore`` row per binary row re-ranks the top
+  :data:`RESCORE_FACTOR` x 100 Hamming candidates by the dot product of the float query
+  with the documents' unpacked ±1 bits. The search time per query of every row is
+  measured in the same run.
+
+Other tasks train probes or clusters on float vectors and take no budget rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from poolkit._errors import expected
+from poolkit.errors import InputError
+from poolkit.output import Calibration, needs_calibration, quantize, truncate, unpack_bits
+from poolkit.recipe import Recipe
+
+__all__ = [
+    "BUDGET_TASKS",
+    "RESCORE_FACTOR",
+    "Budget",
+    "BudgetError",
+    "Stage",
+    "pair_similarity",
+    "plan",
+    "retrieval_rows",
+    "stored",
+]
+
+BUDGET_TASKS = ("sts", "retrieval")
+RESCORE_FACTOR = 4  # +rescore: candidates = 4 x the deepest cut-off, by Hamming distance
+_BITS = ("binary", "ubinary")
+
+
+class BudgetError(InputError):
+    """A budget the model's vectors cannot take (a dims wider than they are)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What ``--dims``/``--precision``/``--budget-rows`` ask: ``dims`` (None: the full
+    width), ``precisions`` (float32 included or not) and which rows get budget twins
+    (``"intended"``, or ``"all"``; with no intended row, every row)."""
+
+    dims: tuple[int | None, ...] = (None,)
+    precisions: tuple[str, ...] = ("float32",)
+    rows: str = "intended"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One base row's budget rows: its float32 ``width``, whether its recipe normalises,
+    and the budget ``recipes`` (output stage set), in (dims, precision) order."""
+
+    width: int
+    normalize: bool
+    recipes: tuple[Recipe, ...]
+
+
+def row_width(encoder: Any, recipe: Recipe) -> tuple[int, bool]:
+    """Width of ``recipe``'s float32 vectors in ``compare`` (after the model's modules
+    where they fit) and whether the recipe normalises them; no forward pass."""
+    from poolkit.embedding import _pooled_width, head_plan
+
+    heads, model_normalize, _ = head_plan(encoder, {str(recipe): recipe}, "fit")
+    width = _pooled_width(encoder, recipe)
+    head = heads.get(recipe)
+    if head is not None:
+        width = head.out_dim(width)
+    return width, bool(recipe.resolved_normalize(model_normalize))
+
+
+def plan(encoder: Any, budget: Budget, bases: Sequence[Recipe]) -> dict[Recipe, Stage]:
+    """The budget rows of each base recipe. A dims wider than the vectors raises
+    :class:`BudgetError` naming the fix (before any forward pass). The pair
+    (full width, float32) is the base row itself and is left out."""
+    out: dict[Recipe, Stage] = {}
+    for base in bases:
+        width, normalize = row_width(encoder, base)
+        recipes: list[Recipe] = []
+        for d in budget.dims:
+            if d is not None and d > width:
+                raise BudgetError(
+                    expected("dims", f"at most {width}, the width of {base}'s vectors", d,
+                             f"Keep at most {width} dimensions, e.g. {min(256, width)}.")
+                )  # fmt: skip
+            for p in budget.precisions:
+                r = base.replace(dims=d, precision=p)
+                if r.precision is None and (d is None or d == width):
+                    continue
+                if r not in recipes:
+                    recipes.append(r)
+        out[base] = Stage(width, normalize, tuple(recipes))
+    return out
+
+
+def stored(
+    vectors: np.ndarray, recipe: Recipe, normalize: bool, calibration: Calibration | None = None
+) -> tuple[np.ndarray, np.ndarray, Calibration | None]:
+    """``recipe``'s stored form of float32 ``vectors``: ``(stored, truncated floats,
+    calibration)``; int8/uint8 ranges from ``calibration`` or, when None, from these
+    vectors (per dimension min and max, as ``quantize_embeddings`` calibrates)."""
+    floats = truncate(vectors, recipe.dims, normalize=normalize)
+    if needs_calibration(recipe.precision) and calibration is None:
+        calibration = Calibration.from_vectors(floats, f"{len(floats)} vectors compared")
+    return quantize(floats, recipe.precision, calibration), floats, calibration
+
+
+def _dims(floats: np.ndarray) -> int:
+    return int(floats.shape[1])
+
+
+def pair_similarity(a: np.ndarray, b: np.ndarray, precision: str | None, dims: int) -> np.ndarray:
+    """``sts`` similarity of stored rows ``a[i]``, ``b[i]``: ``1 - hamming / dims`` for
+    bits, else the cosine of the stored values (int8/uint8 as integers) in float64."""
+    if precision in _BITS:
+        differ = unpack_bits(a, dims) != unpack_bits(b, dims)
+        return 1.0 - differ.sum(axis=1) / dims
+    x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    norms = np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)
+    dots = np.einsum("ij,ij->i", x, y)
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+
+
+def _signs(stored_bits: np.ndarray, dims: int) -> np.ndarray:
+    return unpack_bits(stored_bits, dims).astype(np.float32) * 2 - 1
+
+
+def _dots(queries: np.ndarray, documents: np.ndarray) -> Any:
+    """Score blocks for :func:`~poolkit.compare.retrieval.top_k_by`: dot products."""
+    return lambda q0, q1, d0, d1: queries[q0:q1] @ documents[d0:d1].T
+
+
+def _exact_dtype(precision: str | None, dims: int) -> type:
+    """float32 while every integer dot product is exact in it (< 2**24), else float64."""
+    top = 255 if precision == "uint8" else 128
+    return np.float32 if dims * top * top < 2**24 else np.float64
+
+
+def retrieval_rows(
+    queries: np.ndarray,
+    documents: np.ndarray,
+    stage: Stage,
+    depth: int,
+    ties: np.ndarray,
+) -> dict[tuple[Recipe, bool], tuple[np.ndarray, float, Calibration | None]]:
+    """Every budget row of one base recipe: ``(recipe, rescored) -> (ranked (Q, depth)
+    document indices, search seconds, calibration)`` from float32 ``queries`` and
+    ``documents``. int8/uint8 ranges come from the documents; queries use them too."""
+    from poolkit.compare.retrieval import top_k, top_k_by
+
+    out: dict[tuple[Recipe, bool], tuple[np.ndarray, float, Calibration | None]] = {}
+    n_q, n_d = len(queries), len(documents)
+    for r in stage.recipes:
+        d_stored, _, cal = stored(documents, r, stage.normalize)
+        q_stored, q_floats, _ = stored(queries, r, stage.normalize, cal)
+        dims = _dims(q_floats)
+        if r.precision in _BITS:
+            q_signs, d_signs = _signs(q_stored, dims), _signs(d_stored, dims)
+            start = time.perf_counter()
+            # q . d on ±1 signs = dims - 2 hamming: the same order as the Hamming distance.
+            ranked, _ = top_k_by(_dots(q_signs, d_signs), n_q, n_d, depth, ties)
+            out[(r, False)] = (ranked, time.perf_counter() - start, cal)
+            start = time.perf_counter()
+            ranked = _rescored(q_floats, q_signs, d_signs, depth, ties)
+            out[(r, True)] = (ranked, time.perf_counter() - start, cal)
+        elif needs_calibration(r.precision):
+            dtype = _exact_dtype(r.precision, dims)
+            qi, di = q_stored.astype(dtype), d_stored.astype(dtype)
+            start = time.perf_counter()
+            ranked, _ = top_k_by(_dots(qi, di), n_q, n_d, depth, ties)
+            out[(r, False)] = (ranked, time.perf_counter() - start, cal)
+        else:  # float32, float16: cosine of the stored values
+            qf, df = q_stored.astype(np.float32), d_stored.astype(np.float32)
+            start = time.perf_counter()
+            ranked, _ = top_k(qf, df, depth, ties)
+            out[(r, False)] = (ranked, time.perf_counter() - start, cal)
+    return out
+
+
+def _rescored(
+    q_floats: np.ndarray, q_signs: np.ndarray, d_signs: np.ndarray, depth: int, ties: np.ndarray
+) -> np.ndarray:
+    """Top ``depth`` documents per query: the ``RESCORE_FACTOR * depth`` nearest by Hamming
+    distance, re-ranked by the float query's dot product with their ±1 bits (ties: larger
+    ``ties`` first, as everywhere)."""
+    from poolkit.compare.retrieval import top_k_by
+
+    n_q, n_d = len(q_signs), len(d_signs)
+    wide = min(n_d, RESCORE_FACTOR * depth)
+    candidates, _ = top_k_by(_dots(q_signs, d_signs), n_q, n_d, wide, ties)
+    out = np.empty((n_q, min(depth, wide)), dtype=np.int64)
+    for q0 in range(0, n_q, 64):  # (64, wide, dims) float32 at a time
+        cand = candidates[q0 : q0 + 64]
+        scores = np.einsum("qd,qkd->qk", q_floats[q0 : q0 + 64], d_signs[cand])
+        order = np.lexsort((-ties[cand], -scores), axis=1)[:, :depth]
+        out[q0 : q0 + 64] = np.take_along_axis(cand, order, axis=1)
+    return out
