@@ -424,10 +424,12 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     assert np.abs(_vectors(ray_out, "mean") - static).max() < 1e-4
     assert np.abs(static - poolkit.embed(texts, minilm_dir, "mean")).max() > 1e-3  # int8 ran
 
-    # --gpus-per-worker on a cluster with no GPU resource: one line, after joining it.
+    # --gpus-per-worker on a cluster with no GPU resource: one line, after joining it
+    # (--quiet: without it Ray's own INFO lines on joining come first).
     if not ray_cluster.cluster_resources().get("GPU"):
         no_gpu = _poolkit("embed", str(tmp_path / "pairs.tsv"), "-o", str(tmp_path / "g"),
-                          "--engine", "ray", "--address", address, "--gpus-per-worker", "1")  # fmt: skip
+                          "--engine", "ray", "--address", address, "--gpus-per-worker", "1",
+                          "--quiet")  # fmt: skip
         assert no_gpu.returncode == 2 and no_gpu.stderr.count("\n") == 1, no_gpu.stderr
         assert no_gpu.stderr.startswith(
             "poolkit: error: --gpus-per-worker 1: the Ray cluster has no GPU resource;"
