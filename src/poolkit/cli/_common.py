@@ -120,14 +120,16 @@ def add_common(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
         _add(parser, "--device", default="auto",
              help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:1, mps (default: auto)")  # fmt: skip
         _add(parser, "--dtype", default=None, choices=["float32", "float16", "bfloat16"],
-             help="weights and activations (default: float32)")  # fmt: skip
+             help="weights and activations (default: float32; on CUDA the checkpoint's "
+             "stored type, as sentence-transformers loads it)")  # fmt: skip
         _add(
             parser,
             "--batch-tokens",
             type=int,
             default=None,
             metavar="N",
-            help="token budget per forward batch (default: 2048 on CPU, 16384 on GPU)",
+            help="token budget per forward batch (default: 2048 on CPU; on CUDA sized to the "
+            "GPU's free memory and the model, 1024 to 131072; 16384 on other accelerators)",
         )
         _add(
             parser,
