@@ -258,7 +258,7 @@ def footer(
         )
     if bootstrap is None:
         out.append("no confidence intervals (--bootstrap 0).")
-        return out
+        return out + _budget_footer(task, ranked)
     level = round(100 * bootstrap["level"])
     out.append(
         f"[{level}% CI]: percentile bootstrap, {bootstrap['resamples']} resamples of the "
