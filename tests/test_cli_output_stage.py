@@ -31,6 +31,7 @@ def _model(minilm_dir: Path) -> list[str]:
     return ["-m", str(minilm_dir), "--device", "cpu", "-q"]
 
 
+@pytest.mark.slow  # whole embed jobs in processes: 15-25 s each on 2 cores
 def test_npy_int8_with_calibrate_and_ranges_for_queries(work, minilm_dir, sts_dev) -> None:
     out = work / "corpus.npy"
     r = run("embed", "corpus.txt", "-o", str(out), "--recipe", "mean/256/int8",
@@ -56,6 +57,7 @@ def test_npy_int8_with_calibrate_and_ranges_for_queries(work, minilm_dir, sts_de
     assert np.array_equal(q, ref)
 
 
+@pytest.mark.slow  # whole embed jobs in processes: 15-25 s each on 2 cores
 def test_parquet_binary_and_stdout_ubinary(work, minilm_dir, sts_dev) -> None:
     r = run("embed", "corpus.txt", "-o", "bits.parquet", "--dims", "128", "--precision",
             "binary", *_model(minilm_dir), cwd=work)  # fmt: skip
@@ -78,6 +80,7 @@ def test_parquet_binary_and_stdout_ubinary(work, minilm_dir, sts_dev) -> None:
                                         device="cpu"))  # fmt: skip
 
 
+@pytest.mark.slow  # whole embed jobs in processes: 15-25 s each on 2 cores
 def test_int8_on_the_first_texts_and_resume_with_other_ranges(work, minilm_dir) -> None:
     texts = (work / "corpus.txt").read_text().splitlines()[:12]
     rows = [json.dumps({"text": t if i != 9 else 5}) for i, t in enumerate(texts)]

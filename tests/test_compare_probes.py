@@ -260,6 +260,7 @@ def test_relation_figures_match_sklearn_on_semeval_fixture(minilm):
         assert np.abs(f[0] - f[1]).max() <= POINTS, (c, f)
 
 
+@pytest.mark.slow  # scikit-learn's solver on every candidate, 5 folds: 7-80 s
 def test_binary_cv_figures_match_sklearn_on_sentiment_fixture(minilm):
     data = read_task("classification", fixture("sentiment.txt"))
     cands = candidates("sequence", None, None)

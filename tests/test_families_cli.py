@@ -95,6 +95,7 @@ def test_cli_embed_refusals_are_one_line(dense_dir, texts_file, tmp_path, flags,
     assert not out.exists() and not list(tmp_path.glob("v.npy*"))
 
 
+@pytest.mark.slow  # CLI processes: 5-25 s each on 2 cores
 def test_cli_inspect_shows_pipeline_and_prompts(dense_dir, tmp_path):
     result = poolkit("inspect", str(dense_dir), cwd=tmp_path)
     assert result.returncode == 0, result.stderr.decode()
