@@ -605,9 +605,13 @@ class Encoder:
             start += count
 
     def _layout(self, tok: Tokenized, rows: np.ndarray, kept: np.ndarray) -> dict[str, np.ndarray]:
-        """Padded ``(B, L)`` arrays for rows ``prefix + content[:kept] + suffix``."""
+        """Padded ``(B, L)`` arrays for rows ``prefix + content[:kept] + suffix``.
+
+        Built in bulk: each row's kept tokens are sliced once, concatenated, and scattered
+        to their padded positions with one indexed assignment per array."""
         p, s = len(self._prefix), len(self._suffix)
-        lens = kept[rows] + p + s
+        k = kept[rows]
+        lens = k + p + s
         b, length = len(rows), int(lens.max())
         ids = np.full((b, length), self._pad_id, dtype=np.int64)
         special = np.zeros((b, length), dtype=bool)
@@ -617,19 +621,31 @@ class Encoder:
         pos = np.arange(length)
         starts = (length - lens) if self._left else np.zeros(b, dtype=np.int64)
         mask = ((pos >= starts[:, None]) & (pos < (starts + lens)[:, None])).astype(np.int64)
-        prefix, suffix = np.asarray(self._prefix, np.int64), np.asarray(self._suffix, np.int64)
-        for j, i in enumerate(rows):
-            k, a = int(kept[i]), int(starts[j])
-            ids[j, a : a + p] = prefix
-            ids[j, a + p : a + p + k] = tok.ids[i][:k]
-            ids[j, a + p + k : a + p + k + s] = suffix
-            special[j, a : a + p] = True
-            special[j, a + p : a + p + k] = tok.special[i][:k]
-            special[j, a + p + k : a + p + k + s] = True
-            offsets[j, a + p : a + p + k] = tok.offsets[i][:k]
-            word_ids[j, a + p : a + p + k] = tok.word_ids[i][:k]
-            if tok.prompt is not None:
-                in_prompt[j, a + p : a + p + k] = tok.prompt[i][:k]
+        # Content tokens: row j's t-th kept token goes to column starts[j] + p + t.
+        counts = [int(c) for c in k]
+        row_of = np.repeat(np.arange(b), k)
+        first = np.cumsum(k) - k  # each row's first index into the concatenated content
+        col = np.arange(int(k.sum())) - np.repeat(first, k) + np.repeat(starts + p, k)
+
+        def gather(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate([x[:c] for x, c in zip(parts, counts, strict=True)])
+
+        picked = [int(i) for i in rows]
+        ids[row_of, col] = gather([tok.ids[i] for i in picked])
+        special[row_of, col] = gather([tok.special[i] for i in picked])
+        offsets[row_of, col] = gather([tok.offsets[i] for i in picked])
+        word_ids[row_of, col] = gather([tok.word_ids[i] for i in picked])
+        if tok.prompt is not None:
+            in_prompt[row_of, col] = gather([tok.prompt[i] for i in picked])
+        # The template: prefix before each row's content, suffix after it.
+        every = np.arange(b)[:, None]
+        if p:
+            ids[every, starts[:, None] + np.arange(p)] = np.asarray(self._prefix, np.int64)
+            special[every, starts[:, None] + np.arange(p)] = True
+        if s:
+            after = (starts + p + k)[:, None] + np.arange(s)
+            ids[every, after] = np.asarray(self._suffix, np.int64)
+            special[every, after] = True
         return {"input_ids": ids, "attention_mask": mask, "special": special,
                 "offsets": offsets, "word_ids": word_ids,
                 "prompt": in_prompt if tok.prompt is not None else None}  # fmt: skip
