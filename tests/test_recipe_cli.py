@@ -167,3 +167,69 @@ def test_compare_names_the_strategies_flag(tmp_path: Path) -> None:
     sts_pairs_table(tmp_path / DATA)
     r = poolkit("compare", DATA, "--task", "sts", "--strategies", "meen", cwd=tmp_path)
     one_error_line(r, 2, "`--strategies` to be", "Closest valid name: mean.")
+
+
+# ---------------------------------------------------------------- budget rows (--dims/--precision)
+
+
+def _page_commands(page: str) -> dict[str, str]:
+    """recipe -> embed command of the report's commands table (as the browser shows them)."""
+    import html
+    import re
+
+    found = re.findall(r'<tr><td>[^<]*</td><td><code>(.*?)</code></td><td class="cmd">(.*?)</td>',
+                       page)  # fmt: skip
+    return {html.unescape(name): html.unescape(cmd) for name, cmd in found}
+
+
+def _stored_similarity(a: np.ndarray, b: np.ndarray, precision: str, dims: int) -> np.ndarray:
+    """The documented score of stored vectors: 1 - hamming/dims on the bits (int8 bytes
+    offset by -128, as sentence-transformers packs them), else the cosine of the values."""
+    if precision == "binary":
+        assert a.dtype == b.dtype == np.int8
+        bits_a = np.unpackbits((a.astype(np.int16) + 128).astype(np.uint8), axis=1, count=dims)
+        bits_b = np.unpackbits((b.astype(np.int16) + 128).astype(np.uint8), axis=1, count=dims)
+        return 1.0 - (bits_a != bits_b).sum(1) / dims
+    return cosine_rows(a, b)
+
+
+def test_every_budget_row_embeds_to_the_stored_vectors_compare_scored(tmp_path: Path) -> None:
+    """Each budget row's printed command, run on the texts compare embedded (each distinct
+    sentence of the pairs once, in compare's order; int8: --calibrate on the same texts,
+    the ranges compare took), gives back the row's figures from the stored vectors alone.
+    (Embedding each column on its own batches the texts differently; float noise of ~1e-7
+    then flips a few int8 roundings and moves the int8 row's Pearson by ~5e-6.)"""
+    cwd, doc, _ = _sts_compare(tmp_path, "--strategies", "mean", "cls", "--dims", "128",
+                               "--precision", "float32", "int8", "binary",
+                               "--report", "page.html")  # fmt: skip
+    budget = [row for row in doc["results"] if row["recipe"].count("/")]
+    assert sorted(r["recipe"] for r in budget) == ["mean/128", "mean/128/binary", "mean/128/int8"]
+    commands = _page_commands((cwd / "page.html").read_text(encoding="utf-8"))
+    pairs = read_sts_pairs(fixture("stsb-dev-sample.csv"))
+    distinct = list(dict.fromkeys([p[1] for p in pairs] + [p[2] for p in pairs]))
+    assert not any("\n" in t for t in distinct) and len(distinct) == 330
+    (cwd / "compared.txt").write_text("\n".join(distinct) + "\n", encoding="utf-8")
+    where = {t: i for i, t in enumerate(distinct)}
+    a = np.array([where[p[1]] for p in pairs])
+    b = np.array([where[p[2]] for p in pairs])
+    gold = gold_scores()
+    for row in budget:
+        name, dims, precision = row["recipe"], row["dims"], row["precision"]
+        argv = shlex.split(commands[name])
+        assert argv[:2] == ["poolkit", "embed"] and argv[argv.index("--recipe") + 1] == name
+        assert ("--calibrate" in argv) == (precision == "int8"), argv
+        argv[argv.index("INPUT")] = "compared.txt"
+        if "--calibrate" in argv:
+            argv[argv.index("--calibrate") + 1] = "compared.txt"
+        out = f"{name.replace('/', '_')}.npy"
+        argv[argv.index("-o") + 1] = out
+        r = poolkit(*argv[1:], "--quiet", cwd=cwd)
+        assert r.returncode == 0, r.stderr.decode()
+        stored = np.load(cwd / out)
+        width = {"float32": (np.float32, dims), "int8": (np.int8, dims),
+                 "binary": (np.int8, dims // 8)}[precision]  # fmt: skip
+        assert (stored.dtype, stored.shape) == (width[0], (330, width[1])), (name, stored.shape)
+        assert stored.nbytes // 330 == row["bytes_per_vector"]
+        sim = _stored_similarity(stored[a], stored[b], precision, dims)
+        assert abs(spearmanr(sim, gold).statistic - row["spearman"]) <= 1e-6, row
+        assert abs(pearsonr(sim, gold).statistic - row["pearson"]) <= 1e-6, row
