@@ -321,6 +321,8 @@ RAY_TREATMENT = {
     "--engine": "run_a", "--address": "run_a", "--workers": "run_a", "--cpus-per-worker": "run_a",
     "--gpus-per-worker": "refused on a cluster without GPUs (below; test_gpu_rules.py: without "
                          "a visible GPU, and the placement rule)",
+    "--dims": "refused: test_cli_output_stage.py", "--precision": "refused: test_cli_output_stage.py",
+    "--ranges": "refused with the output stage it needs: test_cli_output_stage.py",
 }  # fmt: skip
 
 
