@@ -11,7 +11,9 @@ documents, queries quantised with the documents' ranges). Scoring on the stored 
 - ``sts``: cosine similarity of the float values, or of the int8/uint8 integers (float64);
   ``1 - hamming / dims`` for binary/ubinary bits.
 - ``retrieval``: exact search. Cosine for float rows, integer dot products for int8/uint8
-  rows, Hamming distance for bits; a ``+rescore`` row per binary row re-ranks the top
+  rows, Hamming distance for bits (:class:`~poolkit.compare.hamming.HammingIndex`:
+  faiss' ``IndexBinaryFlat`` where installed, else a NumPy/BLAS product; the same
+  ranking); a ``+rescore`` row per binary row re-ranks the top
   :data:`RESCORE_FACTOR` x 100 Hamming candidates by the dot product of the float query
   with the documents' unpacked ±1 bits. The search time per query of every row is
   measured in the same run.
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import expected
+from poolkit.compare.hamming import HammingIndex
 from poolkit.errors import InputError
 from poolkit.output import Calibration, needs_calibration, quantize, truncate, unpack_bits
 from poolkit.recipe import Recipe
@@ -174,13 +177,12 @@ def retrieval_rows(
         q_stored, q_floats, _ = stored(queries, r, stage.normalize, cal)
         dims = _dims(q_floats)
         if r.precision in _BITS:
-            q_signs, d_signs = _signs(q_stored, dims), _signs(d_stored, dims)
+            index = HammingIndex(d_stored, ties)  # faiss where installed, else NumPy
             start = time.perf_counter()
-            # q . d on ±1 signs = dims - 2 hamming: the same order as the Hamming distance.
-            ranked, _ = top_k_by(_dots(q_signs, d_signs), n_q, n_d, depth, ties)
+            ranked, _ = index.search(q_stored, depth)
             out[(r, False)] = (ranked, time.perf_counter() - start, cal)
             start = time.perf_counter()
-            ranked = _rescored(q_floats, q_signs, d_signs, depth, ties)
+            ranked = _rescored(q_floats, q_stored, d_stored, index, depth, ties)
             out[(r, True)] = (ranked, time.perf_counter() - start, cal)
         elif needs_calibration(r.precision):
             dtype = _exact_dtype(r.precision, dims)
@@ -197,20 +199,24 @@ def retrieval_rows(
 
 
 def _rescored(
-    q_floats: np.ndarray, q_signs: np.ndarray, d_signs: np.ndarray, depth: int, ties: np.ndarray
+    q_floats: np.ndarray,
+    q_stored: np.ndarray,
+    d_stored: np.ndarray,
+    index: HammingIndex,
+    depth: int,
+    ties: np.ndarray,
 ) -> np.ndarray:
     """Top ``depth`` documents per query: the ``RESCORE_FACTOR * depth`` nearest by Hamming
     distance, re-ranked by the float query's dot product with their ±1 bits (ties: larger
     ``ties`` first, as everywhere)."""
-    from poolkit.compare.retrieval import top_k_by
-
-    n_q, n_d = len(q_signs), len(d_signs)
-    wide = min(n_d, RESCORE_FACTOR * depth)
-    candidates, _ = top_k_by(_dots(q_signs, d_signs), n_q, n_d, wide, ties)
-    out = np.empty((n_q, min(depth, wide)), dtype=np.int64)
-    for q0 in range(0, n_q, 64):  # (64, wide, dims) float32 at a time
+    dims = _dims(q_floats)
+    wide = min(len(d_stored), RESCORE_FACTOR * depth)
+    candidates, _ = index.search(q_stored, wide)
+    out = np.empty((len(q_stored), min(depth, wide)), dtype=np.int64)
+    for q0 in range(0, len(q_stored), 64):  # (64, wide, dims) float32 at a time
         cand = candidates[q0 : q0 + 64]
-        scores = np.einsum("qd,qkd->qk", q_floats[q0 : q0 + 64], d_signs[cand])
+        signs = _signs(d_stored[cand.ravel()], dims).reshape(*cand.shape, dims)
+        scores = np.einsum("qd,qkd->qk", q_floats[q0 : q0 + 64], signs)
         order = np.lexsort((-ties[cand], -scores), axis=1)[:, :depth]
         out[q0 : q0 + 64] = np.take_along_axis(cand, order, axis=1)
     return out
