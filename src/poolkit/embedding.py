@@ -393,7 +393,7 @@ def embed_recipes(
                   prompt=text)  # fmt: skip
     for name, r in recipes.items():
         if name not in out:
-            width = _pooled_width(encoder, r)
+            width = pooled_width(encoder, r)
             head = heads.get(r)
             out[name] = np.empty((0, head.out_dim(width) if head else width), np.float32)
     stats.dims = {k: int(v.shape[1]) for k, v in out.items()}
@@ -438,7 +438,7 @@ def check_output_stages(
     Returns the ranges by name."""
     ranges: dict[str, Calibration] = {}
     for name, r in staged.items():
-        width = _pooled_width(encoder, r)
+        width = pooled_width(encoder, r)
         head = heads.get(r.pooling)
         if head is not None:
             width = head.out_dim(width)
@@ -460,7 +460,7 @@ def check_output_stages(
     return ranges
 
 
-class _CalibrationTexts(list):  # type: ignore[type-arg]
+class CalibrationTexts(list):  # type: ignore[type-arg]
     """Texts to calibrate on (a marked list: not calibration vectors)."""
 
 
@@ -472,7 +472,7 @@ def _calibration_source(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value
     if isinstance(value, Sequence) and value and all(isinstance(t, str) for t in value):
-        return _CalibrationTexts(check_inputs(value))
+        return CalibrationTexts(check_inputs(value))
     try:
         arr = np.asarray(value, dtype=np.float32)
     except (TypeError, ValueError):
@@ -497,7 +497,7 @@ def calibrate_recipes(
     if calibration is None:
         return {}
     if not needing:
-        kind = "texts" if isinstance(calibration, _CalibrationTexts) else "a calibration"
+        kind = "texts" if isinstance(calibration, CalibrationTexts) else "a calibration"
         value_error("calibration", "None for recipes without int8/uint8", kind,
                     "Drop calibration=, or ask for precision int8 or uint8.")  # fmt: skip
     per_name = (
@@ -515,9 +515,9 @@ def calibrate_recipes(
         if isinstance(source, Calibration):
             out[name] = source
             continue
-        if not isinstance(source, np.ndarray | _CalibrationTexts):
+        if not isinstance(source, np.ndarray | CalibrationTexts):
             source = _calibration_source(source)
-        if isinstance(source, _CalibrationTexts):
+        if isinstance(source, CalibrationTexts):
             texts_for[name] = r
             continue
         vectors = source
@@ -554,7 +554,7 @@ def head_plan(
     heads: dict[Recipe, Any] = {}
     skipped: list[str] = []
     for name, r in recipes.items():
-        width = _pooled_width(encoder, r)
+        width = pooled_width(encoder, r)
         if pipeline == "full":
             head.check(width, name, encoder.info.reference)
         elif head.refused or not head.fits(width):
@@ -565,7 +565,7 @@ def head_plan(
     return heads, head.normalize, skipped
 
 
-def _pooled_width(encoder: Encoder, recipe: Recipe) -> int:
+def pooled_width(encoder: Encoder, recipe: Recipe) -> int:
     """Width of ``recipe``'s pooled vectors on ``encoder``'s model (before any head)."""
     hidden = encoder.info.hidden_size
     if hidden:

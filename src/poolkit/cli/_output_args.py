@@ -114,7 +114,7 @@ def output_ranges(
     """The int8/uint8 ranges of ``recipes`` by name: from --ranges, --calibrate FILE (its
     first RANGE_TEXTS texts) or the first RANGE_TEXTS non-blank texts of ``first`` (the
     input's first chunk); each records its source."""
-    from poolkit.embedding import _CalibrationTexts, calibrate_recipes
+    from poolkit.embedding import CalibrationTexts, calibrate_recipes
 
     need = {n: r for n, r in recipes.items() if needs_calibration(r.precision)}
     if not need:
@@ -136,7 +136,7 @@ def output_ranges(
     if not texts:
         raise InputError(f"--precision int8/uint8: {source} has no non-blank text to take "
                          "ranges from; pass --calibrate FILE with some of your texts.")  # fmt: skip
-    found = calibrate_recipes(encoder, need, _CalibrationTexts(texts), **embed_options)
+    found = calibrate_recipes(encoder, need, CalibrationTexts(texts), **embed_options)
     return {n: dataclasses.replace(c, source=source) for n, c in found.items()}
 
 

@@ -81,10 +81,10 @@ class Stage:
 def row_width(encoder: Any, recipe: Recipe) -> tuple[int, bool]:
     """Width of ``recipe``'s float32 vectors in ``compare`` (after the model's modules
     where they fit) and whether the recipe normalises them; no forward pass."""
-    from poolkit.embedding import _pooled_width, head_plan
+    from poolkit.embedding import head_plan, pooled_width
 
     heads, model_normalize, _ = head_plan(encoder, {str(recipe): recipe}, "fit")
-    width = _pooled_width(encoder, recipe)
+    width = pooled_width(encoder, recipe)
     head = heads.get(recipe)
     if head is not None:
         width = head.out_dim(width)
