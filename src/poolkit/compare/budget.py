@@ -213,10 +213,15 @@ def _rescored(
     wide = min(len(d_stored), RESCORE_FACTOR * depth)
     candidates, _ = index.search(q_stored, wide)
     out = np.empty((len(q_stored), min(depth, wide)), dtype=np.int64)
-    for q0 in range(0, len(q_stored), 64):  # (64, wide, dims) float32 at a time
-        cand = candidates[q0 : q0 + 64]
-        signs = _signs(d_stored[cand.ravel()], dims).reshape(*cand.shape, dims)
-        scores = np.einsum("qd,qkd->qk", q_floats[q0 : q0 + 64], signs)
+    for q0 in range(0, len(q_stored), 64):
+        cand, q = candidates[q0 : q0 + 64], q_floats[q0 : q0 + 64]
+        used, where = np.unique(cand, return_inverse=True)
+        if len(used) <= 4 * cand.shape[1]:  # few distinct candidates (a small corpus)
+            every = q.astype(np.float64) @ _signs(d_stored[used], dims).T.astype(np.float64)
+            scores = np.take_along_axis(every, where.reshape(cand.shape), axis=1)
+        else:  # (64, wide, dims) float32 gathered
+            signs = _signs(d_stored[cand.ravel()], dims).reshape(*cand.shape, dims)
+            scores = np.einsum("qd,qkd->qk", q, signs)
         order = np.lexsort((-ties[cand], -scores), axis=1)[:, :depth]
         out[q0 : q0 + 64] = np.take_along_axis(cand, order, axis=1)
     return out

@@ -35,6 +35,7 @@ __all__ = ["ENGINES", "HammingIndex", "default_engine"]
 
 ENGINES = ("faiss", "numpy")
 _SMALL_BATCH = 8  # fewer queries than this: faiss searches on one thread (see _threads)
+_SMALL_WORK = 1 << 22  # ... and fewer query x document pairs than this
 
 
 def _faiss() -> Any | None:
@@ -63,10 +64,11 @@ def _raw_bits(packed: np.ndarray, what: str) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def _threads(faiss: Any, n_queries: int) -> Iterator[None]:
-    """faiss splits a search over its queries; a query or a few get one thread, so no
-    OpenMP team spins waiting on a busy CPU for work that is not there."""
-    if n_queries >= _SMALL_BATCH:
+def _threads(faiss: Any, n_queries: int, n_docs: int) -> Iterator[None]:
+    """faiss splits a search over its queries; a query or a few, or little work (a few
+    million pairs: milliseconds), get one thread, so no OpenMP team spins waiting on a
+    busy CPU for work that is not there."""
+    if n_queries >= _SMALL_BATCH and n_queries * n_docs >= _SMALL_WORK:
         yield
         return
     before = faiss.omp_get_max_threads()
@@ -140,7 +142,7 @@ class HammingIndex:
         # for half as many again, and more only for the queries that need it.
         wide = min(self.n, k + max(16, k // 2))
         while todo.size:
-            with _threads(faiss, todo.size):
+            with _threads(faiss, todo.size, self.n):
                 dist, idx = self._index.search(raw[todo], wide)
             dist = dist.astype(np.int64)
             # Every document tied with the k-th is among the `wide` returned when the last
