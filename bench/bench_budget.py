@@ -4,7 +4,7 @@ budget rows added to a whole `compare` run.
 (a) Search. 100k random 384-dimensional float32 vectors (standard normal, seeded) and
 their sign bits (384 bits = 48 bytes each, packed as ``--precision binary`` stores them).
 The exact float32 search ``compare`` uses for its float rows
-(:func:`poolkit.compare.retrieval.top_k`: cosine, blocked BLAS products + top-k; timed on
+(:func:`poolkit.compare.search.top_k`: cosine, blocked BLAS products + top-k; timed on
 vectors normalised once beforehand, which ``top_k`` redoes per call: this only helps it) against the exact Hamming
 search of its binary rows (:class:`poolkit.compare.hamming.HammingIndex`: faiss'
 ``IndexBinaryFlat`` where installed, and the NumPy/BLAS fallback), top 100 per query, for a
@@ -84,7 +84,7 @@ def interleaved(
 
 def bench_search(rounds: int) -> bool:
     from poolkit.compare.hamming import HammingIndex, default_engine
-    from poolkit.compare.retrieval import top_k, top_k_by
+    from poolkit.compare.search import top_k, top_k_by
     from poolkit.output import quantize
 
     rng = np.random.default_rng(0)

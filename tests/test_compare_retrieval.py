@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from poolkit.compare.datasets import DataError
-from poolkit.compare.retrieval import id_order, query_metrics, read_retrieval, top_k
+from poolkit.compare.retrieval import query_metrics, read_retrieval
+from poolkit.compare.search import id_order, top_k
 
 FIXTURE = Path(__file__).parent / "data" / "stsb-images-retrieval"
 

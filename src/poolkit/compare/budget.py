@@ -148,7 +148,7 @@ def _signs(stored_bits: np.ndarray, dims: int) -> np.ndarray:
 
 
 def _dots(queries: np.ndarray, documents: np.ndarray) -> Any:
-    """Score blocks for :func:`~poolkit.compare.retrieval.top_k_by`: dot products."""
+    """Score blocks for :func:`~poolkit.compare.search.top_k_by`: dot products."""
     return lambda q0, q1, d0, d1: queries[q0:q1] @ documents[d0:d1].T
 
 
@@ -168,7 +168,7 @@ def retrieval_rows(
     """Every budget row of one base recipe: ``(recipe, rescored) -> (ranked (Q, depth)
     document indices, search seconds, calibration)`` from float32 ``queries`` and
     ``documents``. int8/uint8 ranges come from the documents; queries use them too."""
-    from poolkit.compare.retrieval import top_k, top_k_by
+    from poolkit.compare.search import top_k, top_k_by
 
     out: dict[tuple[Recipe, bool], tuple[np.ndarray, float, Calibration | None]] = {}
     n_q, n_d = len(queries), len(documents)

@@ -6,7 +6,7 @@ retrieval --precision binary``.
 per query, the ``k`` nearest documents by Hamming distance. The order is fully defined, so
 every engine returns the same ranking: smaller distance first; equal distances: the larger
 ``ties`` value first (``compare`` passes the rank of the document ids: the rule of
-:func:`poolkit.compare.retrieval.top_k_by` and trec_eval; default: the document index, as
+:func:`poolkit.compare.search.top_k_by` and trec_eval; default: the document index, as
 there), then the smaller document index.
 
 Two engines, the same results:
@@ -18,7 +18,7 @@ Two engines, the same results:
   the rule above picks among every tied document, not among those faiss kept.
 - ``"numpy"`` (no faiss installed): the distances as ``(bits - s_q . s_d) / 2`` from a
   float32 BLAS product of the ±1 signs (exact integers), blocked as
-  :func:`~poolkit.compare.retrieval.top_k_by` blocks float scores.
+  :func:`~poolkit.compare.search.top_k_by` blocks float scores.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class HammingIndex:
         return out_i, out_d
 
     def _search_numpy(self, raw: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        from poolkit.compare.retrieval import top_k_by
+        from poolkit.compare.search import top_k_by
 
         signs = np.unpackbits(raw, axis=1).astype(np.float32) * 2 - 1
         bits, n, position = self.bits, self.n, self._position
