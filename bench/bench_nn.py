@@ -23,7 +23,7 @@ unattended on CPU or CUDA (``--device auto``: CUDA when torch sees one); needs n
 and no data files.
 
     python bench/bench_nn.py [--device auto|cpu|cuda --batch 32 --length 128 --hidden 768
-                              --spans 16 --max-width 10 --rounds 15 --repeat 3]
+                              --spans 16 --max-width 10 --rounds 15 --repeat 3 --plot PNG]
 """
 
 from __future__ import annotations
@@ -158,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--repeat", type=int, default=3, help="calls per timed round")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", metavar="PNG", help="also draw the table's times to PNG")
     return parser
 
 
@@ -256,6 +257,18 @@ def run(args: argparse.Namespace) -> bool:
             f"{label:<40} {' '.join(f'{c:>21}' for c in cells)} "
             f"{' '.join(f'{r:5.2f}x' for r in ratios)} {target:>5}x {verdict}"
         )
+    if args.plot:
+        from _plot import interval_bars
+
+        contenders = ("poolkit (default)", "check='full'", "check=False", "plain torch")
+        interval_bars(
+            args.plot,
+            f"poolkit.nn forward + backward, ({b}, {length}, {hid}) float32, {args.device} "
+            f"({name}), torch {torch.__version__}, {torch.get_num_threads()} threads",
+            [(label, list(zip(contenders, per_slot, strict=True)))
+             for (label, *_), per_slot in zip(cases, times, strict=True)],
+            "ms",
+        )  # fmt: skip
     return met
 
 
