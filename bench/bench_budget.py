@@ -22,7 +22,7 @@ float32 int8 binary``, interleaved. Before any time: the rows both runs share ha
 figures, so the budget rows cost no forward pass and change nothing else. Target: with /
 without <= 1.05 (median of the rounds).
 
-    python bench/bench_budget.py [--rounds 5] [--threads 2] [--skip-compare]
+    python bench/bench_budget.py [--rounds 5] [--threads 2] [--plot PNG] [--skip-compare]
 
 Prints the CPU, the load average (the machine may be shared: the figures move with it),
 medians with min and max, and the ratios; exit status 1 if outputs disagree or a target is
@@ -82,7 +82,7 @@ def interleaved(
 # ------------------------------------------------------------------------ (a) the search
 
 
-def bench_search(rounds: int) -> bool:
+def bench_search(rounds: int, plot: str | None = None) -> bool:
     from poolkit.compare.hamming import HammingIndex, default_engine
     from poolkit.compare.search import top_k, top_k_by
     from poolkit.output import quantize
@@ -155,6 +155,18 @@ def bench_search(rounds: int) -> bool:
             print(f"    {how:6s}: float32 / hamming({e}) = {ratio:5.1f}x{target}")
             if e == "faiss":
                 good &= bool(ratio >= 5)
+    if plot:
+        from _plot import interval_bars
+
+        names = ["float32", *(f"hamming/{e}" for e in engines)]
+        interval_bars(
+            plot,
+            f"exact top {DEPTH} over {N_DOCS} random {DIMS}-d vectors (float32 vs sign bits)",
+            [(f"per query, {how}", [(n, [t * 1e3 for t in per_query[f"{n} {how}"]])
+                                    for n in names])
+             for how in ("batch", "single")],
+            "ms per query",
+        )  # fmt: skip
     return good
 
 
@@ -218,6 +230,7 @@ def main() -> int:
     parser.add_argument("--skip-compare", action="store_true", help="(a) only")
     parser.add_argument("--skip-search", action="store_true", help="(b) only")
     parser.add_argument("--skip-sts", action="store_true", help="(b) on the fixture only")
+    parser.add_argument("--plot", metavar="PNG", help="also draw (a)'s search times to PNG")
     args = parser.parse_args()
 
     import torch
@@ -235,7 +248,7 @@ def main() -> int:
     good = True
     with threadpool_limits(args.threads):
         if not args.skip_search:
-            good &= bench_search(args.rounds)
+            good &= bench_search(args.rounds, args.plot)
         if not args.skip_compare:
             good &= bench_compare(args.rounds, sts=not args.skip_sts)
     print(cpu_line())  # the load again, after
