@@ -50,7 +50,8 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
             exclude_special=args.exclude_special, normalize=args.normalize,
         )  # fmt: skip
         dims, precision = getattr(args, "dims", None), getattr(args, "precision", None)
-        Recipe(dims=dims, precision=precision)
+        if dims is not None or precision is not None:  # checked before the model loads
+            Recipe(dims=dims, precision=precision)
         if wanted is not None:
             wanted = with_output_stage(wanted, dims, precision)
         return wanted, as_dict
