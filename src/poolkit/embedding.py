@@ -38,7 +38,7 @@ from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens,
 from poolkit.errors import InputError
 from poolkit.output import Calibration, needs_calibration, quantize, truncate
 from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
-from poolkit.recipe import Recipe, check_dims
+from poolkit.recipe import Recipe, check_dims, check_output_stage
 
 __all__ = [
     "EmbedStats",
@@ -413,16 +413,16 @@ def with_output_stage(
     becomes the new name."""
     if dims is None and precision is None:
         return dict(recipes)
-    stage = Recipe(dims=dims, precision=precision)  # validates the keywords once
+    dims, precision = check_output_stage("sequence", dims, precision)  # once, for all
     out: dict[str, Recipe] = {}
     for name, r in recipes.items():
-        for arg, mine, asked in (("dims", r.dims, stage.dims),
-                                 ("precision", r.precision, stage.precision)):  # fmt: skip
+        for arg, mine, asked in (("dims", r.dims, dims),
+                                 ("precision", r.precision, precision)):  # fmt: skip
             if mine is not None and asked is not None and mine != asked:
                 value_error(arg, f"None or {mine!r}, as the recipe {str(r)!r} says", asked,
                             "Drop one of the two.")  # fmt: skip
-        new = r.replace(dims=r.dims if stage.dims is None else stage.dims,
-                        precision=r.precision or stage.precision)  # fmt: skip
+        new = r.replace(dims=r.dims if dims is None else dims,
+                        precision=r.precision or precision)  # fmt: skip
         out[str(new) if name == str(r) else name] = new
     return out
 

@@ -133,7 +133,7 @@ class Recipe:
         if self.layer_how not in LAYER_COMBINATIONS:
             _fail(f"one of {', '.join(LAYER_COMBINATIONS)}", self.layer_how, arg="layer_how")
         set_ = object.__setattr__
-        dims, precision = _check_output_stage(level, self.dims, self.precision)
+        dims, precision = check_output_stage(level, self.dims, self.precision)
         set_(self, "dims", dims)
         set_(self, "precision", precision)
         set_(self, "strategy", canon)
@@ -321,7 +321,9 @@ def check_dims(dims: int, width: int, recipe: str) -> None:
         )  # fmt: skip
 
 
-def _check_output_stage(level: str, dims: Any, precision: Any) -> tuple[int | None, str | None]:
+def check_output_stage(level: str, dims: Any, precision: Any) -> tuple[int | None, str | None]:
+    """``(dims, precision)`` checked for ``level`` and normalised (``float32`` -> None); one
+    :class:`RecipeError` line naming the argument otherwise. No strategy is parsed."""
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         _fail("a positive number of dimensions, e.g. /256", dims, arg="dims")
     if precision is not None:
@@ -366,7 +368,7 @@ def _split_name(text: str, level: str) -> dict[str, Any]:
         seg = _output_segment(tail)
         if seg is None:
             if level == "sequence" and difflib.get_close_matches(tail.lower(), PRECISIONS, n=1):
-                _check_output_stage(level, None, tail)  # "mean/int4": says which precisions
+                check_output_stage(level, None, tail)  # "mean/int4": says which precisions
             break
         key, value = seg
         if key in out:

@@ -42,7 +42,7 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
             "mean_no_special@last4)."
         )
     from poolkit.embedding import with_output_stage
-    from poolkit.recipe import Recipe
+    from poolkit.recipe import check_output_stage
 
     try:
         wanted, as_dict = resolve_recipes(
@@ -50,8 +50,7 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
             exclude_special=args.exclude_special, normalize=args.normalize,
         )  # fmt: skip
         dims, precision = getattr(args, "dims", None), getattr(args, "precision", None)
-        if dims is not None or precision is not None:  # checked before the model loads
-            Recipe(dims=dims, precision=precision)
+        check_output_stage("sequence", dims, precision)  # before the model loads
         if wanted is not None:
             wanted = with_output_stage(wanted, dims, precision)
         return wanted, as_dict
