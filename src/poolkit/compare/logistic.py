@@ -35,9 +35,9 @@ in block order, so the result does not depend on the thread count; parameters, l
 stopping test are float64.
 
 3. Near the optimum the decrease left to find drops below the rounding of a float32 loss,
-   and L-BFGS's line search fails: where, depends on the CPU's float32 kernels (on the WNUT-17
-   fixture an Intel Xeon's stopped at max |gradient| 1e-4, logits up to 5 from the optimum,
-   where an AMD EPYC's went on to 3e-7). Then the evaluations switch to float64 (each block
+   and L-BFGS's line search fails: where, depends on the CPU's float32 kernels (an Intel
+   Xeon's moved one WNUT-17 fixture word's label; rows perturbed at float32 rounding here
+   stopped at max |gradient| 1e-4, logits up to 5 from the optimum). Then the evaluations switch to float64 (each block
    cast as it is read) and L-BFGS restarts from the point reached, in the same coordinates,
    until the gradient test passes: :data:`TOL` is met on every CPU, and with
    it the same predictions wherever the optimum decides them. Only a float64 line search that
