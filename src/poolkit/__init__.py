@@ -1,5 +1,7 @@
 """poolkit: sequence, token, word and span representations from transformer encoders."""
 
+from poolkit.chunkers import Chunker
+from poolkit.chunking import DocumentChunks, embed_chunks
 from poolkit.deploy import export
 from poolkit.embedding import (
     EmbedStats,
@@ -46,6 +48,8 @@ __all__ = [
     "SPAN_STRATEGIES",
     "WORD_STRATEGIES",
     "Calibration",
+    "Chunker",
+    "DocumentChunks",
     "EmbedStats",
     "EncodedBatch",
     "Encoder",
@@ -65,6 +69,7 @@ __all__ = [
     "TruncationWarning",
     "bucket_widths",
     "embed",
+    "embed_chunks",
     "embed_spans",
     "embed_tokens",
     "embed_words",

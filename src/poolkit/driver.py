@@ -81,12 +81,14 @@ def drive(
     is_split_into_words: bool = False,
     progress: Callable[[int], None] | None = None,
     prompt: str | None = None,
+    stride: int | None = None,
 ) -> EmbedStats:
     """Run ``encoder`` over ``inputs`` and hand every batch to ``on_batch``.
 
-    ``inputs`` are ``N`` texts (or word lists with ``is_split_into_words``);
-    ``progress`` is called with the rows finished after each batch; ``prompt`` goes before
-    every input (:meth:`poolkit.Encoder.iter_batches`). Returns the
+    ``inputs`` are ``N`` texts (or word lists with ``is_split_into_words``, or a
+    :class:`poolkit.encoder.Tokenized`); ``progress`` is called with the rows finished
+    after each batch; ``prompt`` goes before every input and ``stride`` is the window step
+    of ``long_text="window"`` (:meth:`poolkit.Encoder.iter_batches`). Returns the
     :class:`EmbedStats` of the run (``dims`` left for the caller).
     """
     start = time.perf_counter()
@@ -101,6 +103,7 @@ def drive(
         max_batch_tokens=max_batch_tokens,
         is_split_into_words=is_split_into_words,
         prompt=prompt,
+        stride=stride,
     ):
         on_batch(batch)
         stats.num_tokens += int(batch.attention_mask.sum())

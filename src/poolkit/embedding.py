@@ -329,10 +329,9 @@ def embed(
         calibration = _calibration_source(calibration)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     if wanted is None:
-        pooling = encoder.info.pooling
-        intended = Recipe(pooling, layers=layers, layer_how=layer_how,
-                          exclude_special=exclude_special, normalize=normalize)  # fmt: skip
-        wanted = with_output_stage({pooling: intended}, dims, precision)
+        wanted = intended_recipes(encoder, layers=layers, layer_how=layer_how,
+                                  exclude_special=exclude_special, normalize=normalize,
+                                  dims=dims, precision=precision)  # fmt: skip
     ranges = calibrate_recipes(encoder, wanted, calibration, long_text=long_text,
                                max_batch_tokens=max_batch_tokens, prompt_name=prompt_name,
                                prompt=prompt, pipeline=pipeline)  # fmt: skip
@@ -343,6 +342,24 @@ def embed(
     warn_truncated(stats)
     out: Any = result if as_dict else next(iter(result.values()))
     return (out, stats) if return_stats else out
+
+
+def intended_recipes(
+    encoder: Encoder,
+    *,
+    layers: Layers = None,
+    layer_how: str = "mean",
+    exclude_special: bool = False,
+    normalize: bool | None = None,
+    dims: int | None = None,
+    precision: str | None = None,
+) -> dict[str, Recipe]:
+    """``{name: Recipe}`` of the model's intended pooling with the shorthands and output
+    stage asked for (what ``strategy=None`` means once the model is loaded)."""
+    pooling = encoder.info.pooling
+    intended = Recipe(pooling, layers=layers, layer_how=layer_how,
+                      exclude_special=exclude_special, normalize=normalize)  # fmt: skip
+    return with_output_stage({pooling: intended}, dims, precision)
 
 
 def embed_recipes(
@@ -396,13 +413,26 @@ def embed_recipes(
             width = pooled_width(encoder, r)
             head = heads.get(r)
             out[name] = np.empty((0, head.out_dim(width) if head else width), np.float32)
+    apply_output_stages(out, staged, model_normalize, ranges, stats)
+    return out, stats
+
+
+def apply_output_stages(
+    out: dict[str, np.ndarray],
+    staged: Mapping[str, Recipe],
+    model_normalize: bool,
+    ranges: Mapping[str, Calibration],
+    stats: EmbedStats,
+) -> None:
+    """The float vectors ``out`` (by name, changed in place) in the stored form of the
+    ``staged`` recipes: truncated, re-normalised where the recipe normalises, quantised
+    with ``ranges``; ``stats.dims`` and ``stats.calibration`` filled in."""
     stats.dims = {k: int(v.shape[1]) for k, v in out.items()}
     for name, r in staged.items():
         vec = truncate(out[name], r.dims, normalize=r.resolved_normalize(model_normalize))
         stats.dims[name] = int(vec.shape[1])
         out[name] = quantize(vec, r.precision, ranges.get(name))
     stats.calibration = dict(ranges)
-    return out, stats
 
 
 def with_output_stage(

@@ -408,6 +408,11 @@ class Encoder:
         )
 
     @property
+    def text_room(self) -> int:
+        """Tokens of a text one sequence holds: ``max_length`` less the special tokens."""
+        return self._text_room
+
+    @property
     def special_tokens(self) -> SpecialTokens:
         """The template around each text and the ids counted as special (a copy)."""
         return SpecialTokens(

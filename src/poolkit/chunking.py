@@ -1,0 +1,379 @@
+"""Long documents as chunk vectors: ``embed_chunks``, naive or late.
+
+A chunker (:mod:`poolkit.chunkers`) cuts each document into character spans; each chunk
+then becomes one vector in one of two ways, one parameter apart:
+
+- **naive** (``late=False``): each chunk's text ``document[start:end]`` is encoded alone,
+  exactly as :func:`poolkit.embed` (and ``SentenceTransformer.encode``) encode a text.
+- **late** (``late=True``): the whole document goes through the encoder once and each chunk
+  pools the document's *contextual* token vectors that overlap its characters. Documents
+  past the model's limit run in overlapping windows, each token taken from the window
+  where it sits furthest from an edge (``long_text="window"``; ``stride`` sets the step,
+  half a window by default). The recipe's sequence strategy (``mean``, ``max``, ...,
+  layers, the model's modules after pooling, normalisation, output stage) applies to the
+  chunk's tokens; a chunk holds no [CLS]/[SEP], so ``cls`` and ``last``, which name one
+  of the sequence's own tokens, are refused, and ``_no_special`` changes nothing unless
+  the text itself types special tokens. A prompt goes before the document, outside every
+  chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from poolkit._errors import value_error
+from poolkit.chunkers import Chunker, check_spans, sentence_spans, token_spans
+from poolkit.driver import EmbedStats, LayerViews, drive, sequence_vectors, warn_truncated
+from poolkit.embedding import (
+    Layers,
+    ModelRef,
+    apply_output_stages,
+    calibrate_recipes,
+    char_to_token_spans,
+    check_inputs,
+    check_output_stages,
+    embed_recipes,
+    get_encoder,
+    head_plan,
+    intended_recipes,
+    resolve_recipes,
+    with_output_stage,
+)
+from poolkit.encoder import EncodedBatch, Encoder, check_batch_tokens
+from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
+from poolkit.recipe import Recipe
+
+__all__ = ["DocumentChunks", "chunk_documents", "embed_chunks"]
+
+# Strategies that name one token of the encoded sequence ([CLS], the last one): a late
+# chunk, a run of tokens inside the document, has no such token of its own.
+_POSITIONAL = ("cls", "last")
+# Documents handed to one embed_recipes call on the naive path (progress and memory).
+_NAIVE_GROUP = 64
+
+
+@dataclass(frozen=True)
+class DocumentChunks:
+    """One document's chunks.
+
+    Attributes:
+        spans: ``(C, 2)`` int64 half-open character spans: chunk ``k`` is
+            ``document[spans[k, 0]:spans[k, 1]]``.
+        vectors: ``(C, D)`` (float32 unless the recipe names a precision), or a dict
+            name -> ``(C, D_name)`` when a list of recipes was asked for.
+    """
+
+    spans: np.ndarray
+    vectors: Any
+
+    def texts(self, document: str) -> list[str]:
+        """The chunks' texts, cut from ``document``."""
+        return [document[a:b] for a, b in self.spans.tolist()]
+
+
+def chunk_documents(
+    documents: Sequence[str],
+    chunks: Chunker | str | Sequence[Any],
+    encoder: Encoder,
+) -> list[np.ndarray]:
+    """Every document's chunk spans, ``(C_i, 2)`` int64 each, checked.
+
+    ``chunks`` is a chunker or its spelling (``"tokens:128"``, ``"tokens:256:32"``,
+    ``"sentences"``), or the user's spans: one list of ``(start, end)`` pairs per document.
+    Token counts use ``encoder``'s tokenizer; ``SIZE`` may be at most its text room
+    (``max_length`` less the special tokens).
+
+    Raises:
+        InputError: a chunk size out of range, spans outside a document, out of order or
+            overlapping, or a document that gives no chunk (empty or whitespace only).
+    """
+    if isinstance(chunks, Chunker | str):
+        chunker = Chunker.parse(chunks)
+        if chunker.kind == "column":
+            value_error("chunks", "per-document spans for column:NAME", str(chunker),
+                        "The library takes the span lists themselves: chunks=[[(0, 10), ...], ...].")  # fmt: skip
+        if chunker.kind == "tokens":
+            room = encoder.text_room
+            if chunker.size is not None and chunker.size > room:
+                value_error("chunks", f"a SIZE of at most {room} tokens (the model reads "
+                            f"{encoder.max_length}, {encoder.max_length - room} of them special)",
+                            str(chunker))  # fmt: skip
+            tok = encoder.tokenize(documents)
+            spans = [token_spans(tok.offsets[i], chunker.size or 1, chunker.overlap)
+                     for i in range(len(documents))]  # fmt: skip
+        else:
+            spans = [sentence_spans(doc) for doc in documents]
+    else:
+        if isinstance(chunks, np.ndarray | str) or not isinstance(chunks, Sequence):
+            value_error("chunks", "a chunker name or one list of spans per document",
+                        type(chunks).__name__)  # fmt: skip
+        if len(chunks) != len(documents):
+            value_error("chunks", f"one list of spans per document ({len(documents)})",
+                        len(chunks))  # fmt: skip
+        spans = [check_spans(doc, s, f"chunks[{i}]") for i, (doc, s) in
+                 enumerate(zip(documents, chunks, strict=True))]  # fmt: skip
+    for i, s in enumerate(spans):
+        if not len(s):
+            value_error(f"documents[{i}]", "a document with text to chunk",
+                        f"{documents[i]!r:.40} (no chunk)", "Remove it or give it some text.")  # fmt: skip
+    return spans
+
+
+def embed_chunks(
+    documents: Sequence[str],
+    chunks: Chunker | str | Sequence[Any] = "tokens:128",
+    model: ModelRef = None,
+    strategy: str | Sequence[str] | None = None,
+    *,
+    late: bool = False,
+    recipe: Recipe | str | Sequence[Recipe | str] | None = None,
+    normalize: bool | None = None,
+    layers: Layers = None,
+    layer_how: str = "mean",
+    exclude_special: bool = False,
+    stride: int | None = None,
+    max_length: int | None = None,
+    max_batch_tokens: int | None = None,
+    device: str = "auto",
+    dtype: Any = None,
+    return_stats: bool = False,
+    progress: Callable[[int], None] | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    pipeline: str = "full",
+    dims: int | None = None,
+    precision: str | None = None,
+    calibration: Any = None,
+) -> Any:
+    """Per document, its chunks' spans and vectors.
+
+    Args:
+        documents: ``N`` strings, each with some text.
+        chunks: where to cut (see :mod:`poolkit.chunkers`): ``"tokens:SIZE[:OVERLAP]"``
+            (default ``"tokens:128"``), ``"sentences"``, a :class:`~poolkit.chunkers.Chunker`,
+            or one list of ``(start, end)`` character spans per document.
+        late: ``False`` encodes each chunk's text alone (naive chunking); ``True`` pools
+            each chunk from its document's contextual token vectors (late chunking).
+        stride: window step in tokens for late chunks of documents past the model's
+            limit (default: half a window); refused with ``late=False``.
+        strategy, recipe, normalize, layers, layer_how, exclude_special, max_length,
+        max_batch_tokens, device, dtype, prompt_name, prompt, pipeline, dims, precision,
+        calibration: as for :func:`poolkit.embed`, applied to each chunk.
+        return_stats: also return an :class:`EmbedStats` (``num_texts`` counts documents;
+            ``truncated`` lists the documents with a naive chunk cut at the max length).
+        progress: called with the number of documents finished.
+
+    Returns:
+        ``N`` :class:`DocumentChunks` in input order (then the stats with
+        ``return_stats``).
+
+    Raises:
+        InputError: a bad chunker or spans (:func:`chunk_documents`), ``cls``/``last`` with
+            ``late=True``, or any argument :func:`poolkit.embed` refuses.
+    """
+    documents = check_inputs(documents)
+    for i, doc in enumerate(documents):
+        if not doc.strip():
+            value_error(f"documents[{i}]", "a document with text to chunk",
+                        f"{doc!r:.40}", "Remove it or give it some text.")  # fmt: skip
+    if not isinstance(chunks, Chunker | str) and not isinstance(chunks, Sequence):
+        value_error("chunks", "a chunker name or one list of spans per document",
+                    type(chunks).__name__)  # fmt: skip
+    if isinstance(chunks, str):
+        chunks = Chunker.parse(chunks)  # the spelling checked before the model loads
+    if not isinstance(late, bool):
+        value_error("late", "True or False", repr(late))
+    if stride is not None and not late:
+        value_error("stride", "None with late=False", stride,
+                    "The window step applies to late chunks only.")  # fmt: skip
+    if stride is not None and (
+        isinstance(stride, bool) or not isinstance(stride, int) or stride < 1
+    ):
+        value_error("stride", "a positive number of tokens", repr(stride))
+    check_batch_tokens(max_batch_tokens)
+    check_pipeline(pipeline)
+    wanted, as_dict = resolve_recipes(strategy, recipe, layers=layers, layer_how=layer_how,
+                                      exclude_special=exclude_special, normalize=normalize)  # fmt: skip
+    if wanted is not None:
+        wanted = with_output_stage(wanted, dims, precision)
+        _check_late(wanted, late)
+    encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
+    if wanted is None:
+        wanted = intended_recipes(encoder, layers=layers, layer_how=layer_how,
+                                  exclude_special=exclude_special, normalize=normalize,
+                                  dims=dims, precision=precision)  # fmt: skip
+        _check_late(wanted, late)
+    spans = chunk_documents(documents, chunks, encoder)
+    options = {"max_batch_tokens": max_batch_tokens, "prompt_name": prompt_name,
+               "prompt": prompt, "pipeline": pipeline}  # fmt: skip
+    ranges = calibrate_recipes(encoder, wanted, calibration, **options)
+    if late:
+        flat, stats = late_chunk_vectors(documents, spans, encoder, wanted, stride=stride,
+                                         progress=progress, calibration=ranges, **options)  # fmt: skip
+    else:
+        flat, stats = naive_chunk_vectors(documents, spans, encoder, wanted, progress=progress,
+                                          calibration=ranges, **options)  # fmt: skip
+        warn_truncated(stats, "documents (a chunk of each)")
+    cuts = np.cumsum([len(s) for s in spans])[:-1]
+    per_name = {name: np.split(v, cuts) for name, v in flat.items()}
+    out = []
+    for i, s in enumerate(spans):
+        vectors = {name: parts[i] for name, parts in per_name.items()}
+        out.append(DocumentChunks(s, vectors if as_dict else next(iter(vectors.values()))))
+    return (out, stats) if return_stats else out
+
+
+def _check_late(recipes: Mapping[str, Recipe], late: bool) -> None:
+    if not late:
+        return
+    for name, r in recipes.items():
+        bad = [s for s, _ in r.parts if s in _POSITIONAL]
+        if bad:
+            value_error("recipe", "a strategy that pools a late chunk's tokens (mean, max, ...)",
+                        f"{name!r}, whose {bad[0]!r} names one token of the whole sequence",
+                        "A late chunk has no [CLS] or last token of its own: use mean or max, "
+                        "or late=False.")  # fmt: skip
+
+
+def naive_chunk_vectors(
+    documents: list[str],
+    spans: list[np.ndarray],
+    encoder: Encoder,
+    recipes: Mapping[str, Recipe],
+    *,
+    progress: Callable[[int], None] | None = None,
+    **options: Any,
+) -> tuple[dict[str, np.ndarray], EmbedStats]:
+    """Naive chunk vectors: ``{name: (sum C_i, D)}`` in document then chunk order.
+
+    Each chunk text is embedded by :func:`poolkit.embedding.embed_recipes` (truncated at
+    the max length where a chunk is longer), ``_NAIVE_GROUP`` documents at a time.
+    ``options`` go to it (``max_batch_tokens``, ``prompt_name``, ``prompt``, ``pipeline``,
+    ``calibration``)."""
+    stats = EmbedStats(num_texts=len(documents), max_length=encoder.max_length)
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in recipes}
+    for g in range(0, len(documents), _NAIVE_GROUP):
+        docs = range(g, min(g + _NAIVE_GROUP, len(documents)))
+        texts = [documents[i][a:b] for i in docs for a, b in spans[i].tolist()]
+        owner = np.repeat(np.asarray(docs, np.int64), [len(spans[i]) for i in docs])
+        vecs, s = embed_recipes(texts, encoder, recipes, long_text="truncate", **options)
+        for name, v in vecs.items():
+            parts[name].append(v)
+        stats.num_tokens += s.num_tokens
+        stats.truncated.extend(sorted({int(owner[k]) for k in s.truncated}))
+        stats.max_batch_tokens, stats.dims, stats.calibration = (
+            s.max_batch_tokens, s.dims, s.calibration)  # fmt: skip
+        stats.seconds += s.seconds
+        if progress is not None:
+            progress(len(docs))
+    return {name: np.concatenate(p) for name, p in parts.items()}, stats
+
+
+@dataclass
+class _ChunkRows:
+    """Chunks of one batch as rows of their own, for :func:`sequence_vectors`: each row
+    holds one chunk's run of tokens (``(K, Lc, H)`` views gathered from the documents'
+    rows, padded at the end), the masks to match, and the document index per row."""
+
+    indices: np.ndarray
+    attention_mask: np.ndarray
+    special_tokens_mask: np.ndarray
+    hidden: Any
+    hidden_states: tuple[Any, ...] | None
+    pool_mask: None = None
+
+
+def _gather(h: Any, flat: np.ndarray, shape: tuple[int, int]) -> Any:
+    """Rows ``flat`` of ``h`` flattened to ``(B * L, H)``, shaped ``(*shape, H)``."""
+    if hasattr(h, "index_select"):
+        import torch
+
+        idx = torch.from_numpy(flat.reshape(-1)).to(h.device)
+        return h.reshape(-1, h.shape[-1]).index_select(0, idx).reshape(*shape, -1)
+    arr = np.asarray(h)
+    return arr.reshape(-1, arr.shape[-1])[flat.reshape(-1)].reshape(*shape, -1)
+
+
+def chunk_rows(batch: EncodedBatch, token_spans: list[np.ndarray]) -> _ChunkRows:
+    """One row per chunk of ``batch``: ``token_spans[j]`` holds row ``j``'s chunks as
+    inclusive ``(C_j, 2)`` token positions ``[first, last]`` in that row."""
+    counts = [len(s) for s in token_spans]
+    rows = np.repeat(np.arange(len(token_spans)), counts)
+    both = np.concatenate(token_spans).reshape(-1, 2)
+    first, size = both[:, 0], both[:, 1] - both[:, 0] + 1
+    width = int(size.max())
+    steps = np.arange(width)
+    mask = steps[None, :] < size[:, None]
+    # Padding positions point at the chunk's first token (gathered, then masked out).
+    pos = first[:, None] + np.where(mask, steps[None, :], 0)
+    length = batch.attention_mask.shape[1]
+    flat = rows[:, None] * length + pos
+    shape = (len(rows), width)
+    layers = None
+    if batch.hidden_states is not None:
+        layers = tuple(_gather(h, flat, shape) for h in batch.hidden_states)
+    return _ChunkRows(
+        indices=batch.indices[rows],
+        attention_mask=mask.astype(np.int64),
+        special_tokens_mask=batch.special_tokens_mask[rows[:, None], pos] & mask,
+        hidden=layers[-1] if layers is not None else _gather(batch.hidden, flat, shape),
+        hidden_states=layers,
+    )
+
+
+def late_chunk_vectors(
+    documents: list[str],
+    spans: list[np.ndarray],
+    encoder: Encoder,
+    recipes: Mapping[str, Recipe],
+    *,
+    stride: int | None = None,
+    max_batch_tokens: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    pipeline: str = "full",
+    calibration: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, np.ndarray], EmbedStats]:
+    """Late chunk vectors: ``{name: (sum C_i, D)}`` in document then chunk order.
+
+    One pass of each document (overlapping windows past the model's limit); a chunk pools
+    the document's tokens that overlap its characters (prompt and special tokens never
+    do), with each recipe's strategy, modules after pooling, normalisation and output
+    stage, as :func:`poolkit.embedding.embed_recipes` applies them to whole texts.
+    """
+    text = resolve_prompt(encoder.info, prompt_name, prompt)
+    check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
+    staged = {name: r for name, r in recipes.items() if r.has_output_stage}
+    floats = {name: r.pooling for name, r in recipes.items()}
+    heads, model_normalize, _ = head_plan(encoder, floats, pipeline)
+    ranges = check_output_stages(encoder, staged, heads, calibration or {})
+    starts = np.concatenate([[0], np.cumsum([len(s) for s in spans])])
+    out: dict[str, np.ndarray] = {}
+
+    def on_batch(batch: EncodedBatch) -> None:
+        valid = (batch.attention_mask != 0) & ~batch.special_tokens_mask
+        if batch.prompt_mask is not None:
+            valid &= ~batch.prompt_mask
+        token_spans = [char_to_token_spans(batch.offsets[j], valid[j], spans[i], row=int(i))
+                       for j, i in enumerate(batch.indices)]  # fmt: skip
+        rows = chunk_rows(batch, token_spans)
+        vectors = sequence_vectors(LayerViews(rows), floats.values(),  # type: ignore[arg-type]
+                                   model_normalize=model_normalize, heads=heads)  # fmt: skip
+        at = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in batch.indices])
+        for name, r in floats.items():
+            arr = vectors[r]
+            if name not in out:
+                out[name] = np.empty((int(starts[-1]), arr.shape[1]), dtype=np.float32)
+            out[name][at] = arr
+
+    stats = drive(encoder, documents, on_batch,
+                  all_layers=any(r.all_layers for r in floats.values()), long_text="window",
+                  max_batch_tokens=max_batch_tokens, progress=progress, prompt=text,
+                  stride=stride)  # fmt: skip
+    apply_output_stages(out, staged, model_normalize, ranges, stats)
+    return out, stats
