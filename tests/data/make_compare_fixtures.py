@@ -68,6 +68,54 @@ def retrieval() -> None:
                 w.writerow([s1, s2])
 
 
+N_DOCS = 32  # stsb-images-longdocs: 32 documents, 3 queries each
+
+
+def longdocs() -> None:
+    """Long documents for chunked retrieval: each is 36-84 `images` captions joined with a
+    space (350-960 WordPiece tokens, beyond all-MiniLM-L6-v2's 256), three of them the
+    sentence2 of a query's pair, one in each third of the document (query ``i`` goes to
+    document ``i mod 32``); the other captions are fillers, in file order."""
+    train = stsb_images("sts-train.csv")
+    # The first 96 usable pairs scored >= 4 that stsb-images-retrieval skips (it takes every
+    # second one); a pair whose text is already a query or target is skipped.
+    queries, targets, qrels = {}, set(), []  # query text -> id; (qid, target, grade)
+    for pid, score, s1, s2 in [p for p in train if p[1] >= 4.0][1::2]:
+        if len(qrels) < N_DOCS * 3 and s1 != s2 and s1 not in queries and s1 not in targets:
+            if s2 not in targets and s2 not in queries:
+                queries[s1] = f"q{pid}"
+                targets.add(s2)
+                qrels.append((f"q{pid}", s2, 2 if score >= 4.5 else 1))
+    # Fillers: every other `images` caption, train then dev, file order, each once.
+    fillers, seen = [], set(queries) | targets
+    for _, _, s1, s2 in train + stsb_images("sts-dev.csv"):
+        for s in (s1, s2):
+            if s not in seen:
+                seen.add(s)
+                fillers.append(s)
+    folder = HERE / "stsb-images-longdocs"
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    docs, grades, nxt = [], [], iter(fillers)
+    for d in range(N_DOCS):
+        m = 36 + (d * 17) % 49  # captions in the document: 36..84
+        mine = qrels[d::N_DOCS]  # queries d, d + N_DOCS, d + 2 * N_DOCS
+        slots = {(j * m + (d * 11) % m) // 3: q for j, q in enumerate(mine)}
+        parts = [slots[k][1] if k in slots else next(nxt) for k in range(m)]
+        did = f"d{d + 1:02d}"
+        docs.append((did, " ".join(parts)))
+        grades += [(qid, did, g) for qid, _, g in mine]
+    with (folder / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for did, text in docs:
+            f.write(json.dumps({"_id": did, "title": "", "text": text}) + "\n")
+    with (folder / "queries.jsonl").open("w", encoding="utf-8") as f:
+        for text, qid in queries.items():
+            f.write(json.dumps({"_id": qid, "text": text}) + "\n")
+    with (folder / "qrels" / "test.tsv").open("w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for qid, did, g in sorted(grades):
+            f.write(f"{qid}\t{did}\t{g}\n")
+
+
 def clustering() -> None:
     """WNUT-17 train sentences whose entities all have one type; label = that type."""
     sentences, cur = [], []
@@ -93,4 +141,5 @@ def clustering() -> None:
 
 if __name__ == "__main__":
     retrieval()
+    longdocs()
     clustering()
