@@ -86,21 +86,24 @@ class Chunker:
         return "sentences" if self.kind == "sentences" else f"column:{self.column}"
 
 
-def token_spans(offsets: np.ndarray, size: int, overlap: int = 0) -> np.ndarray:
+def token_spans(text: str, offsets: np.ndarray, size: int, overlap: int = 0) -> np.ndarray:
     """Chunks of ``size`` tokens, consecutive ones sharing ``overlap``.
 
     Args:
-        offsets: ``(n, 2)`` int half-open character offsets of a document's tokens (no
-            special tokens), in order.
+        text: the document.
+        offsets: ``(n, 2)`` int half-open character offsets of its tokens (no special
+            tokens), in order.
         size, overlap: tokens per chunk and tokens shared by neighbours (``0 <= overlap <
             size``).
 
     Returns:
         ``(C, 2)`` int64 character spans: from the first token's start to the last token's
-        end. A chunk starts at token ``k * (size - overlap)`` and the last one holds the rest;
-        a cut that would separate two tokens sharing a character moves back to the start of
-        the first of them, so no character is split (a chunk may then hold fewer tokens).
-        Tokens without characters (empty offsets) neither start nor end a chunk.
+        end, less any whitespace at either edge (a ``▁word`` token's offsets may hold the
+        space before it). A chunk starts at token ``k * (size - overlap)`` and the last one
+        holds the rest; a cut that would separate two tokens sharing a character moves back
+        to the start of the first of them, so no character is split (a chunk may then hold
+        fewer tokens). Tokens without characters (empty offsets) are not counted; a chunk
+        of whitespace tokens only is dropped.
     """
     offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     real = offsets[offsets[:, 1] > offsets[:, 0]]
@@ -118,14 +121,18 @@ def token_spans(offsets: np.ndarray, size: int, overlap: int = 0) -> np.ndarray:
             end -= 1
         while end < n and not cut_ok[end]:  # one unsplittable run longer than the chunk
             end += 1
-        spans.append((int(real[start, 0]), int(real[start:end, 1].max())))
+        a, b = int(real[start, 0]), int(real[start:end, 1].max())
+        piece = text[a:b]
+        trimmed = (a + len(piece) - len(piece.lstrip()), b - len(piece) + len(piece.rstrip()))
+        if piece.strip() and (not spans or spans[-1] != trimmed):  # a repeat says nothing new
+            spans.append(trimmed)
         if end >= n:
             break
         nxt = max(end - overlap, start + 1)
         while nxt < end and not cut_ok[nxt]:
             nxt += 1
         start = nxt
-    return np.asarray(spans, dtype=np.int64)
+    return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
 
 
 # A sentence ends at . ! ? or … (runs of them), with any closing quotes or brackets, before
