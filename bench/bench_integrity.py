@@ -6,15 +6,17 @@
    without the model.onnx check; and the load before issue 17 (source weights fingerprinted
    with BLAKE2b, no check). All runners must give identical outputs before any
    time is printed.
-2. Checkpoint: a work directory of ``--chunks`` chunks of 4096 x 384 float32 (the default
-   chunk of a MiniLM job). Times ``Checkpoint.open(resume=True)`` (hashes every chunk) and
-   ``publish`` (hashes each chunk again as it copies it), next to the pure SHA-256 time of
-   those bytes, and next to the model time of one chunk (4096 texts embedded by the real
-   model, measured on ``--texts`` texts and scaled).
+2. Checkpoint: a work directory of ``--parts`` parts of 4096 x 384 float32 (the default
+   part of a MiniLM job, ``poolkit embed --part-size 4096``). Times
+   ``Checkpoint.open(resume=True)`` (hashes every part) and ``publish`` (hashes each part
+   again as it copies it), next to the pure SHA-256 time of those bytes, and next to the
+   model time of one part (4096 texts embedded by the real model, measured on ``--texts``
+   texts and scaled).
 3. The ``--engine ray`` checkpoint: ``ShardCheckpoint.add_shard`` per 4096 x 384 block
-   (Parquet, SHA-256, fsync on the driver) and a resume's ``keep`` (hashes every shard).
+   (Parquet, SHA-256, fsync on the driver; ``--parts`` blocks) and a resume's ``keep``
+   (hashes every shard).
 
-Run: ``PYTHONPATH=src python bench/bench_integrity.py [--rounds 7] [--chunks 12] [--cache DIR]
+Run: ``PYTHONPATH=src python bench/bench_integrity.py [--rounds 7] [--parts 12] [--cache DIR]
 [--skip-checkpoint]``.
 """
 
@@ -71,7 +73,7 @@ def bench_onnx(model_dir: Path, cache: Path, rounds: int) -> None:
     print(f"  a verified load takes {extra:+.1%} over an unverified one (median/median)")
 
 
-def bench_checkpoint(chunks: int, rounds: int, model_dir: Path, texts: int) -> None:
+def bench_checkpoint(parts: int, rounds: int, model_dir: Path, texts: int) -> None:
     from poolkit.embedding import embed, get_encoder
     from poolkit.io.checkpoint import Checkpoint, texts_digest
     from poolkit.io.integrity import bytes_digest
@@ -81,10 +83,11 @@ def bench_checkpoint(chunks: int, rounds: int, model_dir: Path, texts: int) -> N
     try:
         settings = {"strategies": ["mean"]}
         cp = Checkpoint.open(root / "src.npy", settings, resume=False)
-        for k in range(chunks):
+        for k in range(parts):
             vecs = rng.standard_normal((4096, 384)).astype(np.float32)
             cp.commit(k, k * 4096, texts_digest([str(k)]), {"mean": vecs})
         cp.close()
+        # Part files keep their old names, chunk-NNNNNNNN-<sha256>.npz.
         size = sum(p.stat().st_size for p in (root / "src.npy.poolkit-work").glob("chunk-*"))
         times: dict[str, list[float]] = {"open(resume)": [], "publish": [], "sha256 x2": []}
         for r in range(rounds):
@@ -94,7 +97,7 @@ def bench_checkpoint(chunks: int, rounds: int, model_dir: Path, texts: int) -> N
             cp = Checkpoint.open(out, settings, resume=True)
             times["open(resume)"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            cp.publish(chunks, ["mean"], overwrite=False)
+            cp.publish(parts, ["mean"], overwrite=False)
             times["publish"].append(time.perf_counter() - t)
             out.unlink()
             t = time.perf_counter()
@@ -106,21 +109,21 @@ def bench_checkpoint(chunks: int, rounds: int, model_dir: Path, texts: int) -> N
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(
-        f"Checkpoint of {chunks} chunks x 4096 x 384 float32 ({size / 1e6:.0f} MB), {rounds} rounds:"
+        f"Checkpoint of {parts} parts x 4096 x 384 float32 ({size / 1e6:.0f} MB), {rounds} rounds:"
     )
     for name, values in times.items():
         print(f"  {name:12s} {median_spread(values)}")
     hashing = statistics.median(times["sha256 x2"])
-    print(f"  hashing per chunk (open + publish): {hashing / chunks * 1e3:.1f} ms")
+    print(f"  hashing per part (open + publish): {hashing / parts * 1e3:.1f} ms")
 
     encoder = get_encoder(str(model_dir), device="cpu")
     sample = [f"sentence number {i} about a river, a stone and some light" for i in range(texts)]
     embed(sample[:32], encoder)  # warm-up
     t = time.perf_counter()
     embed(sample, encoder)
-    per_chunk = (time.perf_counter() - t) / texts * 4096
-    print(f"  model time per chunk of 4096 texts (measured on {texts}): {per_chunk * 1e3:.0f} ms;"
-          f" verification is {hashing / chunks / per_chunk:.2%} of it")  # fmt: skip
+    per_part = (time.perf_counter() - t) / texts * 4096
+    print(f"  model time per part of 4096 texts (measured on {texts}): {per_part * 1e3:.0f} ms;"
+          f" verification is {hashing / parts / per_part:.2%} of it")  # fmt: skip
 
 
 def bench_shards(shards: int, rounds: int) -> None:
@@ -167,7 +170,11 @@ def bench_shards(shards: int, rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--chunks", type=int, default=12)
+    parser.add_argument("--parts", type=int, default=12,
+                        help="checkpoint parts and Ray shards to time (default: 12)")  # fmt: skip
+    # The old name of --parts (a chunk is now a piece of a document), still accepted.
+    parser.add_argument("--chunks", dest="parts", type=int, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("--texts", type=int, default=256)
     parser.add_argument("--skip-checkpoint", action="store_true",
                         help="time the ONNX cache load only")  # fmt: skip
@@ -184,8 +191,8 @@ def main() -> None:
         if args.cache is None:
             shutil.rmtree(cache, ignore_errors=True)
     if not args.skip_checkpoint:
-        bench_shards(args.chunks, args.rounds)
-        bench_checkpoint(args.chunks, args.rounds, model_dir, args.texts)
+        bench_shards(args.parts, args.rounds)
+        bench_checkpoint(args.parts, args.rounds, model_dir, args.texts)
 
 
 if __name__ == "__main__":

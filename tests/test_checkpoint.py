@@ -1,4 +1,4 @@
-"""The checkpoint store on real files: atomic chunks, resume, fingerprints, publication."""
+"""The checkpoint store on real files: atomic parts, resume, fingerprints, publication."""
 
 from __future__ import annotations
 
@@ -21,25 +21,26 @@ from poolkit.io.integrity import IntegrityWarning
 from poolkit.io.writers import open_writer
 
 SETTINGS = {"model_files": {"config.json": "ab", "model.safetensors": "cd"},
-            "strategies": ["mean"], "normalize": True, "max_length": 256}  # fmt: skip
+            "strategies": ["mean"], "normalize": True, "max_length": 256,
+            "chunk_size": 4096}  # fmt: skip
 TEXTS = [[f"text {i}" for i in range(k * 5, k * 5 + 5)] for k in range(4)]
 
 
-def chunk_arrays(k: int, names: list[str], dim: int = 6) -> dict[str, np.ndarray]:
+def part_arrays(k: int, names: list[str], dim: int = 6) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(k)
     return {n: rng.standard_normal((len(TEXTS[k]), dim + j)).astype(np.float32)
             for j, n in enumerate(names)}  # fmt: skip
 
 
 def direct(path, names: list[str]) -> None:
-    """The uninterrupted path: every chunk straight through the writer."""
+    """The uninterrupted path: every part straight through the writer."""
     with open_writer(path, names) as out:
         for k in range(len(TEXTS)):
-            out.write(np.arange(k * 5, k * 5 + 5), chunk_arrays(k, names))
+            out.write(np.arange(k * 5, k * 5 + 5), part_arrays(k, names))
 
 
 def commit(cp: Checkpoint, k: int, names: list[str]) -> None:
-    cp.commit(k, k * 5, texts_digest(TEXTS[k]), chunk_arrays(k, names))
+    cp.commit(k, k * 5, texts_digest(TEXTS[k]), part_arrays(k, names))
 
 
 @pytest.mark.parametrize(
@@ -66,8 +67,8 @@ def test_interrupted_and_resumed_equals_uninterrupted_byte_for_byte(tmp_path, ex
     direct(tmp_path / f"ref.{ext}", names)
     assert out.read_bytes() == (tmp_path / f"ref.{ext}").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"out.{ext}", f"ref.{ext}"]
-    # And the values are the chunks', independently of the writer.
-    expected = {n: np.concatenate([chunk_arrays(k, names)[n] for k in range(4)]) for n in names}
+    # And the values are the parts', independently of the writer.
+    expected = {n: np.concatenate([part_arrays(k, names)[n] for k in range(4)]) for n in names}
     if ext == "npy":
         np.testing.assert_array_equal(np.load(out), expected["mean"])
     elif ext == "parquet":
@@ -90,7 +91,7 @@ def test_existing_work_dir_without_resume_is_reported_and_kept(tmp_path):
     cp.close()
     before = sorted(os.listdir(work_dir_for(out)))
     with pytest.raises(
-        CheckpointError, match=r"out.npy.poolkit-work: .*1 chunks done.*`resume=True`"
+        CheckpointError, match=r"out.npy.poolkit-work: .*1 part done.*`resume=True`"
     ):
         Checkpoint.open(out, SETTINGS, resume=False)
     assert sorted(os.listdir(work_dir_for(out))) == before
@@ -102,6 +103,8 @@ def test_existing_work_dir_without_resume_is_reported_and_kept(tmp_path):
         ({"strategies": ["cls"]}, 'strategies: ["mean"] then, ["cls"] now'),
         ({"normalize": False}, "normalize: true then, false now"),
         ({"max_length": 128}, "max_length: 256 then, 128 now"),
+        # --part-size, stored under its old key (older work directories resume), shown as such
+        ({"chunk_size": 2}, "part_size: 4096 then, 2 now"),
         (
             {"model_files": {"config.json": "ab", "model.safetensors": "XX"}},
             "model_files: model.safetensors differ",
@@ -208,7 +211,7 @@ def test_missing_chunk_is_not_published(tmp_path):
     out = tmp_path / "out.npy"
     cp = Checkpoint.open(out, SETTINGS, resume=False)
     commit(cp, 0, ["mean"])
-    with pytest.raises(CheckpointError, match=r"chunks \[1, 2\] are missing"):
+    with pytest.raises(CheckpointError, match=r"parts \[1, 2\] are missing"):
         cp.publish(3, ["mean"], overwrite=False)
     assert not out.exists()
     cp.close()
@@ -272,11 +275,11 @@ def test_chunk_damaged_after_the_resume_check_is_caught_when_publishing(tmp_path
     data = bytearray(path.read_bytes())
     data[-200] ^= 0x01  # one bit, after the check
     path.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=rf"{path.name}: checkpoint chunk damaged after"):
+    with pytest.raises(CheckpointError, match=rf"{path.name}: checkpoint part damaged after"):
         cp.publish(len(TEXTS), ["mean"], overwrite=False)
     cp.close()
     assert not out.exists() and not path.exists()
-    with pytest.warns(IntegrityWarning, match="missing chunks 2; they will be recomputed"):
+    with pytest.warns(IntegrityWarning, match="missing parts 2; they will be recomputed"):
         cp = Checkpoint.open(out, SETTINGS, resume=True)
     assert cp.done == {0, 1, 3}
     cp.close()

@@ -45,7 +45,7 @@ def test_formats_columns_and_strategies(tmp_path, reference):
         "n,body\n" + "\n".join(f'{i},"{t}"' for i, t in enumerate(TEXTS))
     )
     r = poolkit("embed", "in.jsonl", "--text-column", "body", "-o", "o.parquet",
-                "-s", "mean", "cls+mean", "--no-normalize", "--chunk-size", "2", cwd=tmp_path)  # fmt: skip
+                "-s", "mean", "cls+mean", "--no-normalize", "--part-size", "2", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr.decode()
     table = pq.read_table(tmp_path / "o.parquet")
     assert table.column_names == ["id", "mean", "cls+mean"] and table["id"].to_pylist() == [0, 1, 2]
@@ -103,9 +103,9 @@ def test_input_errors_are_one_line_exit_2(tmp_path):
 
 def test_no_half_written_output_when_a_later_chunk_fails(tmp_path):
     (tmp_path / "in.txt").write_bytes(b"one\ntwo\nthree\n\xff\n")
-    r = poolkit("embed", "in.txt", "-o", "o.parquet", "--chunk-size", "1", cwd=tmp_path)
-    one_error_line(r, 2, "line 4 is not valid UTF-8", "3 finished chunks are kept", "--resume")
-    # No OUTPUT; the finished chunks wait in the work directory (see test_resume.py).
+    r = poolkit("embed", "in.txt", "-o", "o.parquet", "--part-size", "1", cwd=tmp_path)
+    one_error_line(r, 2, "line 4 is not valid UTF-8", "3 finished parts are kept", "--resume")
+    # No OUTPUT; the finished parts wait in the work directory (see test_resume.py).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.parquet.poolkit-work"]
 
 
@@ -164,17 +164,17 @@ def test_resume_with_another_batch_budget_is_refused(tmp_path):
     """The manifest records the budget actually used (it recorded the Encoder's default
     whatever --batch-tokens said, so a resume with another budget went unnoticed)."""
     (tmp_path / "in.txt").write_bytes(b"one text\ntwo text\n\xff bad\n")
-    first = poolkit("embed", "in.txt", "-o", "o.npy", "--chunk-size", "2", "--batch-tokens",
+    first = poolkit("embed", "in.txt", "-o", "o.npy", "--part-size", "2", "--batch-tokens",
                     "512", cwd=tmp_path)  # fmt: skip
-    one_error_line(first, 2, "line 3 is not valid UTF-8", "1 finished chunks are kept")
+    one_error_line(first, 2, "line 3 is not valid UTF-8", "1 finished part is kept")
     manifest = json.loads((tmp_path / "o.npy.poolkit-work" / "manifest.json").read_text())
     assert manifest["settings"]["batch_tokens"] == 512
     assert manifest["settings"]["recipes"] == ["mean"]
     (tmp_path / "in.txt").write_bytes(b"one text\ntwo text\nthree\n")  # the bad line fixed
-    again = poolkit("embed", "in.txt", "-o", "o.npy", "--chunk-size", "2", "--batch-tokens",
+    again = poolkit("embed", "in.txt", "-o", "o.npy", "--part-size", "2", "--batch-tokens",
                     "1024", "--resume", cwd=tmp_path)  # fmt: skip
     one_error_line(again, 2, "batch_tokens: 512 then, 1024 now")
-    done = poolkit("embed", "in.txt", "-o", "o.npy", "--chunk-size", "2", "--batch-tokens",
+    done = poolkit("embed", "in.txt", "-o", "o.npy", "--part-size", "2", "--batch-tokens",
                    "512", "--resume", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()
     assert np.load(tmp_path / "o.npy").shape == (3, 384)

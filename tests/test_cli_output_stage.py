@@ -85,7 +85,7 @@ def test_int8_on_the_first_texts_and_resume_with_other_ranges(work, minilm_dir) 
     texts = (work / "corpus.txt").read_text().splitlines()[:12]
     rows = [json.dumps({"text": t if i != 9 else 5}) for i, t in enumerate(texts)]
     (work / "part.jsonl").write_text("\n".join(rows) + "\n")
-    args = ["embed", "part.jsonl", "-o", "part.npy", "--precision", "uint8", "--chunk-size", "4",
+    args = ["embed", "part.jsonl", "-o", "part.npy", "--precision", "uint8", "--part-size", "4",
             *_model(minilm_dir)]  # fmt: skip
     r = run(*args, cwd=work)
     assert r.returncode == 2 and "rerun with --resume" in r.stderr.decode()
@@ -99,7 +99,7 @@ def test_int8_on_the_first_texts_and_resume_with_other_ranges(work, minilm_dir) 
     assert r.returncode == 0, r.stderr.decode()
     col = json.loads((work / "part.npy.poolkit.json").read_text())["columns"]["mean/uint8"]
     assert "first 4 non-blank input texts (ids 0..3)" in col["calibration"]["source"]
-    # The same batches as the command's chunks of 4 (a batch's padding moves a float32
+    # The same batches as the command's parts of 4 (a batch's padding moves a float32
     # vector by ~1e-8, which may cross a bucket's edge).
     _, stats = poolkit.embed(texts[:4], minilm_dir, recipe="mean/uint8", device="cpu",
                              calibration=texts[:4], return_stats=True)  # fmt: skip

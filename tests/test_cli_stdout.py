@@ -28,9 +28,9 @@ def poolkit(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.Com
 def test_stdout_json_lines_equal_the_npy_output(tmp_path):
     data = ("\n".join(TEXTS) + "\n").encode()
     (tmp_path / "in.txt").write_bytes(data)
-    npy = poolkit("embed", "in.txt", "-o", "out.npy", "--chunk-size", "2", cwd=tmp_path)
+    npy = poolkit("embed", "in.txt", "-o", "out.npy", "--part-size", "2", cwd=tmp_path)
     assert npy.returncode == 0, npy.stderr.decode()
-    streamed = poolkit("embed", "-", "-o", "-", "--chunk-size", "2", cwd=tmp_path, stdin=data)
+    streamed = poolkit("embed", "-", "-o", "-", "--part-size", "2", cwd=tmp_path, stdin=data)
     assert streamed.returncode == 0, streamed.stderr.decode()
     rows = [json.loads(line) for line in streamed.stdout.decode().splitlines()]
     assert [r["id"] for r in rows] == list(range(len(TEXTS)))
@@ -76,7 +76,7 @@ def test_flags_that_need_a_file_are_refused(tmp_path, argv, message):
 
 
 def test_only_blank_texts_write_nothing(tmp_path):
-    result = poolkit("embed", "-", "-o", "-", "--chunk-size", "1", cwd=tmp_path,
+    result = poolkit("embed", "-", "-o", "-", "--part-size", "1", cwd=tmp_path,
                      stdin=b"\n  \n\n")  # fmt: skip
     assert result.returncode == 2 and result.stdout == b""
     assert result.stderr.decode() == (

@@ -22,7 +22,7 @@ def test_stdout_json_lines_equal_the_npy_output(tiny_dirs, tmp_path, capfd):
     model = str(tiny_dirs["bert_plain"])
     src = tmp_path / "in.txt"
     src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    args = ["--model", model, "--chunk-size", "2"]
+    args = ["--model", model, "--part-size", "2"]
     assert main(["embed", str(src), "-o", str(tmp_path / "out.npy"), "--quiet", *args]) == 0
     capfd.readouterr()
     assert main(["embed", str(src), "-o", "-", *args]) == 0

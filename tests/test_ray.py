@@ -186,7 +186,7 @@ def test_cli_matches_local_cli(ray_cluster, corpus, tmp_path):
     address = ray_cluster.get_runtime_context().gcs_address
     out = tmp_path / "out"
     run = _poolkit("embed", f"{folder}/*", "-o", str(out), "--engine", "ray",
-                   "--address", address, "--workers", "2", "--chunk-size", "64")  # fmt: skip
+                   "--address", address, "--workers", "2", "--part-size", "64")  # fmt: skip
     assert run.returncode == 0, run.stderr
     summary = run.stderr.strip().splitlines()[-1]
     assert summary.startswith("poolkit: 350 texts -> ")
@@ -312,7 +312,8 @@ def test_ray_client_address_without_grpc(tmp_path):
 RAY_TREATMENT = {
     "input": "run_a", "--output": "run_a", "--recipe": "run_b", "--strategy": "run_a",
     "--normalize": "run_a", "--text-column": "run_a", "--input-format": "run_a",
-    "--layers": "run_a", "--exclude-special": "run_a", "--chunk-size": "run_a",
+    "--layers": "run_a", "--exclude-special": "run_a", "--part-size": "run_a",
+    "--chunk-size": "run_b (the old, hidden spelling of --part-size)",
     "--overwrite": "run_b", "--backend": "run_c", "--quantize": "run_c", "--calibrate": "run_d",
     "--resume": "test_ray_resume.py", "--prompt": "run_a", "--pooled-only": "run_c",
     "--prompt-name": "test_families_cli.py (the Ray Embedder with a model's named prompt)",
@@ -367,13 +368,13 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     assert _embed_options() == set(RAY_TREATMENT)
     address = ray_cluster.get_runtime_context().gcs_address
     # run_a: every pooling, reading and encoder flag at a non-default value. The Ray blocks
-    # (167 rows / 4) and the local chunks are the same 42 texts, so batches match too.
+    # (167 rows / 4) and the local parts are the same 42 texts, so batches match too.
     # The data under a .txt name: only an honoured --input-format reads it as a table.
     sts_pairs_table(tmp_path / "pairs.txt")
     flags = ["--text-column", "sentence2", "--input-format", "tsv", "-s", "cls+mean", "max",
              "--layers", "last4", "--exclude-special", "--no-normalize", "--max-length", "12",
              "--batch-tokens", "96", "--long-text", "window", "--device", "cpu", "--dtype",
-             "float32", "--chunk-size", "42", "--model", str(minilm_dir), "--prompt", "query: ",
+             "float32", "--part-size", "42", "--model", str(minilm_dir), "--prompt", "query: ",
              "--quiet"]  # fmt: skip
     local, ray_out, remote = _ray_and_local(tmp_path, "a", address, *flags,
                                             data=tmp_path / "pairs.txt")  # fmt: skip
@@ -391,7 +392,8 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     plain = poolkit.embed(texts[:5], minilm_dir, "cls+mean")
     assert np.abs(_vectors(local, "cls+mean")[:5] - plain).max() > 0.05
 
-    # run_b: --recipe, and --overwrite replacing run_b's folder.
+    # run_b: --recipe, and --overwrite replacing run_b's folder; --chunk-size, the old
+    # spelling of --part-size, is taken by both engines.
     local, ray_out, _ = _ray_and_local(tmp_path, "b", address, "--recipe",
                                        "mean_no_special@first_last/raw", "--chunk-size", "42",
                                        "--text-column", "sentence1")  # fmt: skip
@@ -405,7 +407,7 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     # run_c: the ONNX backend with int8 on the workers, as on one machine; --pooled-only
     # (MiniLM's pipeline after pooling is Normalize: pooled vectors are not unit length).
     local, ray_out, _ = _ray_and_local(tmp_path, "c", address, "--backend", "onnx",
-                                       "--quantize", "int8", "--chunk-size", "42",
+                                       "--quantize", "int8", "--part-size", "42",
                                        "--text-column", "sentence1", "--pooled-only")  # fmt: skip
     int8 = _vectors(local, "mean")
     assert np.abs(_vectors(ray_out, "mean") - int8).max() < 1e-4
@@ -421,7 +423,7 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     calib.write_text("\n".join(texts[:25]) + "\n", encoding="utf-8")
     local, ray_out, _ = _ray_and_local(tmp_path, "d", address, "--backend", "openvino",
                                        "--quantize", "int8-static", "--calibrate", str(calib),
-                                       "--chunk-size", "42", "--text-column", "sentence2")  # fmt: skip
+                                       "--part-size", "42", "--text-column", "sentence2")  # fmt: skip
     static = _vectors(local, "mean")
     assert np.abs(_vectors(ray_out, "mean") - static).max() < 1e-4
     assert np.abs(static - poolkit.embed(texts, minilm_dir, "mean")).max() > 1e-3  # int8 ran

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 FILES = 6
-# Rows per file: with --chunk-size 32, 2 workers make blocks of 30 rows (about 4 blocks per
+# Rows per file: with --part-size 32, 2 workers make blocks of 30 rows (about 4 blocks per
 # worker), 1 worker blocks of 32: a resume with --workers 1 must still cut 30.
 ROWS = 40
 
@@ -57,7 +57,7 @@ def _argv(
 ) -> list[str]:
     return [sys.executable, "-m", "poolkit.cli", "embed", str(folder), "-o", str(out),
             "--engine", "ray", "--address", address, "--workers", str(workers),
-            "--chunk-size", "32", "--model", str(model), *extra]  # fmt: skip
+            "--part-size", "32", "--model", str(model), *extra]  # fmt: skip
 
 
 def _poolkit(argv: list[str]) -> subprocess.CompletedProcess[str]:

@@ -1,7 +1,7 @@
 """Hostile environments, through the real CLI: damaged checkpoints and caches, SIGTERM,
 full disks, inputs changing under the job.
 
-The job: 400 generated sentences, 8 chunks of 50, ``--max-length 16`` (the checkpoint
+The job: 400 generated sentences, 8 parts of 50, ``--max-length 16`` (the checkpoint
 logic does not depend on model time). Faults are made for real: bytes overwritten in
 files, ``kill``/``SIGTERM`` sent to the process, a file size limit (``RLIMIT_FSIZE``) set
 in the child so that its writes fail with ``EFBIG``. Every repaired run is compared byte
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -26,8 +27,8 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-N, CHUNK = 400, 50
-OPTIONS = ["--chunk-size", str(CHUNK), "--max-length", "16"]
+N, PART = 400, 50
+OPTIONS = ["--part-size", str(PART), "--max-length", "16"]
 WORK = ".poolkit-work"
 _WORDS = ("river stone light quiet market seven glass winter orange paper engine slow "
           "garden music bright cold window early story north silver train small field").split()  # fmt: skip
@@ -67,7 +68,7 @@ def run(cwd: Path, cmd: list[str], limit: int | None = None, **kw) -> subprocess
     )  # fmt: skip
 
 
-def chunk_files(work: Path) -> list[Path]:
+def part_files(work: Path) -> list[Path]:  # parts keep their old file names
     return sorted(work.glob("chunk-*.npz")) if work.is_dir() else []
 
 
@@ -119,44 +120,44 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def stalled(job: Path) -> Path:
     """The work directory of a job whose final write failed for lack of space: the output
-    (400 x 384 float32, 614 kB) is over the file size limit, every chunk (77 kB) under it."""
+    (400 x 384 float32, 614 kB) is over the file size limit, every part (77 kB) under it."""
     out = "stalled.npy"
     r = run(job, embed_cmd("in.txt", out), limit=200_000)
     (line,) = lines_of(r.stderr)
     assert r.returncode == 1, line
     assert f"{out}: cannot write it (file larger than" in line
-    assert "it needs 614.5 kB" in line and "8 finished chunks are kept" in line, line
-    assert not (job / out).exists() and len(chunk_files(job / (out + WORK))) == 8
+    assert "it needs 614.5 kB" in line and "8 finished parts are kept" in line, line
+    assert not (job / out).exists() and len(part_files(job / (out + WORK))) == 8
     no_debris(job)
     return job / (out + WORK)
 
 
-def interrupted(stalled: Path, out: str, chunks: int) -> Path:
-    """A work directory for ``out`` holding chunks 0..chunks-1, as a killed job leaves it."""
+def interrupted(stalled: Path, out: str, parts: int) -> Path:
+    """A work directory for ``out`` holding parts 0..parts-1, as a killed job leaves it."""
     work = shutil.copytree(stalled, stalled.parent / (out + WORK))
-    for path in chunk_files(work)[chunks:]:
+    for path in part_files(work)[parts:]:
         path.unlink()
-    assert len(chunk_files(work)) == chunks
+    assert len(part_files(work)) == parts
     return work
 
 
 def test_final_write_and_chunk_commit_on_a_full_disk(job: Path, stalled: Path):
     out = "full.npy"
-    # 1. The final write failed (the fixture): the chunks are kept, nothing else is left.
-    # 2. Resumed with chunks 6.. gone, under a limit no chunk fits: the first new commit fails.
+    # 1. The final write failed (the fixture): the parts are kept, nothing else is left.
+    # 2. Resumed with parts 6.. gone, under a limit no part fits: the first new commit fails.
     work = interrupted(stalled, out, 6)
     r = run(job, embed_cmd("in.txt", out, "--resume"), limit=50_000)
     (line,) = lines_of(r.stderr)
     assert r.returncode == 1, line
     assert f"{out}{WORK}/chunk-00000006-" in line and "it needs 77.9 kB" in line, line
-    assert "6 finished chunks are kept" in line and "--resume" in line, line
-    assert not (job / out).exists() and len(chunk_files(work)) == 6
+    assert "6 finished parts are kept" in line and "--resume" in line, line
+    assert not (job / out).exists() and len(part_files(work)) == 6
     no_debris(job)
 
     # 3. Space freed: the same command with --resume finishes, byte for byte.
     r = run(job, embed_cmd("in.txt", out, "--resume"))
     assert r.returncode == 0, r.stderr.decode()
-    assert resumed_texts(r.stderr.decode()) == 6 * CHUNK
+    assert resumed_texts(r.stderr.decode()) == 6 * PART
     assert (job / out).read_bytes() == (job / "clean.npy").read_bytes()
     assert not work.exists()
 
@@ -164,7 +165,7 @@ def test_final_write_and_chunk_commit_on_a_full_disk(job: Path, stalled: Path):
 def test_damaged_chunks_are_found_before_any_new_work_and_recomputed(job: Path, stalled: Path):
     out = "damaged.npy"
     work = interrupted(stalled, out, 7)
-    files = chunk_files(work)
+    files = part_files(work)
     flipped, truncated, deleted = files[1], files[3], files[4]
     data = bytearray(flipped.read_bytes())
     data[len(data) // 2 : len(data) // 2 + 64] = bytes(
@@ -179,17 +180,17 @@ def test_damaged_chunks_are_found_before_any_new_work_and_recomputed(job: Path, 
     r = run(job, embed_cmd("in.txt", out, "--resume"))
     assert r.returncode == 0, r.stderr.decode()
     lines = lines_of(r.stderr)
-    # The checks run when the work directory is opened, before any chunk is embedded: the
+    # The checks run when the work directory is opened, before any part is embedded: the
     # repair notices come first, one line per fault, then the summary.
     assert len(lines) == 6 and lines[-1].startswith(f"poolkit: {N} texts -> {out}"), lines
     assert all(line.startswith("poolkit: warning: ") for line in lines[:-1])
     for line, path in zip(lines[:2], (flipped, truncated), strict=True):
-        assert f"{out}{WORK}/{path.name}: damaged checkpoint chunk" in line, line
-    assert lines[2].endswith("missing chunks 4; they will be recomputed."), lines[2]
+        assert f"{out}{WORK}/{path.name}: damaged checkpoint part" in line, line
+    assert lines[2].endswith("missing parts 4; they will be recomputed."), lines[2]
     assert "ignoring 2 files poolkit did not write (chunk-00000009.npz, notes.txt)" in lines[3]
     assert "kept, it holds 2 files poolkit did not write" in lines[4], lines[4]
-    # 7 chunks were there, 3 damaged or gone: 4 resumed, the rest recomputed.
-    assert resumed_texts(lines[-1]) == 4 * CHUNK
+    # 7 parts were there, 3 damaged or gone: 4 resumed, the rest recomputed.
+    assert resumed_texts(lines[-1]) == 4 * PART
     assert (job / out).read_bytes() == (job / "clean.npy").read_bytes()
     # Files poolkit did not write are never deleted: the directory keeps only them.
     assert sorted(os.listdir(work)) == ["chunk-00000009.npz", "notes.txt"]
@@ -204,7 +205,7 @@ def test_sigterm_at_a_seeded_random_moment_then_resume(job: Path):
     seen: dict[str, float] = {}
 
     def moment(cwd: Path) -> bool:
-        if len(chunk_files(work)) < target:
+        if len(part_files(work)) < target:
             return False
         seen.setdefault("t", time.monotonic())
         return time.monotonic() - seen["t"] >= delay
@@ -213,18 +214,18 @@ def test_sigterm_at_a_seeded_random_moment_then_resume(job: Path):
     (line,) = lines_of(err)
     assert status == 143, line
     assert line.startswith("poolkit: terminated (SIGTERM); ") and "--resume" in line, line
-    kept = len(chunk_files(work))
+    kept = len(part_files(work))
     assert kept >= target and not (job / out).exists()
     no_debris(job)
-    for path in chunk_files(work):
+    for path in part_files(work):
         with np.load(path) as z:
-            assert z["s0"].shape == (CHUNK, 384) and np.isfinite(z["s0"]).all()
+            assert z["s0"].shape == (PART, 384) and np.isfinite(z["s0"]).all()
 
     r = run(job, embed_cmd("in.txt", out, "--resume"))
     assert r.returncode == 0, r.stderr.decode()
-    assert resumed_texts(r.stderr.decode()) == kept * CHUNK
+    assert resumed_texts(r.stderr.decode()) == kept * PART
     assert (job / out).read_bytes() == (job / "clean.npy").read_bytes()
-    print(f"SIGTERM after chunk {target} + {delay:.2f} s: {kept} chunks kept")
+    print(f"SIGTERM after part {target} + {delay:.2f} s: {kept} parts kept")
 
 
 def test_sigterm_while_loading_the_model_leaves_nothing(job: Path):
@@ -242,7 +243,7 @@ def test_sigterm_while_loading_the_model_leaves_nothing(job: Path):
 @pytest.mark.parametrize("change", ["append", "truncate", "rewrite slowly"])
 def test_input_changed_while_reading_is_reported_then_resumed(job: Path, change: str):
     """With "rewrite slowly" the test empties the file, then writes its first 300 lines
-    back in pieces cut mid-line: the job reads a half-written file, and no chunk of it may
+    back in pieces cut mid-line: the job reads a half-written file, and no part of it may
     be checkpointed."""
     texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()
     stem = change.replace(" ", "-")
@@ -251,11 +252,11 @@ def test_input_changed_while_reading_is_reported_then_resumed(job: Path, change:
     work = job / (out + WORK)
 
     def modify(cwd: Path) -> bool:
-        if len(chunk_files(work)) < 1:
+        if len(part_files(work)) < 1:
             return False
         if change == "append":  # more lines, the same texts again: known vectors
             with open(job / name, "a", encoding="utf-8") as f:
-                f.write("\n".join(texts[:CHUNK]) + "\n")
+                f.write("\n".join(texts[:PART]) + "\n")
         elif change == "truncate":  # cut after line 300 in one call, the done part intact
             os.truncate(job / name, len(("\n".join(texts[:300]) + "\n").encode()))
         else:
@@ -279,13 +280,13 @@ def test_input_changed_while_reading_is_reported_then_resumed(job: Path, change:
     assert proc.returncode == 2, line
     grew = "grew from" if change == "append" else "shrank from"
     assert "the input changed while it was being read" in line and grew in line, line
-    assert "finished chunks are kept" in line and not (job / out).exists(), line
+    assert re.search(r"\d+ finished parts? (is|are) kept", line) and not (job / out).exists(), line
     no_debris(job)
 
     r = run(job, embed_cmd(name, out, "--resume"))
     assert r.returncode == 0, r.stderr.decode()
     clean = np.load(job / "clean.npy")
-    expected = np.concatenate([clean, clean[:CHUNK]]) if change == "append" else clean[:300]
+    expected = np.concatenate([clean, clean[:PART]]) if change == "append" else clean[:300]
     np.testing.assert_array_equal(np.load(job / out), expected)
 
 

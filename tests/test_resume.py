@@ -1,9 +1,9 @@
 """Long jobs survive interruption: the real CLI, killed with SIGKILL/SIGINT, then resumed.
 
-The job: 2000 real STS-B sentences, 10 chunks of 200 (``--max-length 8`` keeps the model
+The job: 2000 real STS-B sentences, 10 parts of 200 (``--max-length 8`` keeps the model
 time small; the checkpoint logic does not depend on it). Kill points are found by polling
-the work directory for chunk files, so no test hook exists in the production code; the
-mid-chunk delays come from a seeded RNG. Every resumed output is compared byte for byte
+the work directory for part files, so no test hook exists in the production code; the
+mid-part delays come from a seeded RNG. Every resumed output is compared byte for byte
 (``.npy``, ``.jsonl``) with an uninterrupted run.
 """
 
@@ -24,8 +24,8 @@ from testdata import sentences
 
 pytestmark = pytest.mark.slow
 
-N, CHUNK = 2000, 200
-OPTIONS = ["--chunk-size", str(CHUNK), "--max-length", "8"]
+N, PART = 2000, 200
+OPTIONS = ["--part-size", str(PART), "--max-length", "8"]
 WORK = ".poolkit-work"
 
 
@@ -38,7 +38,7 @@ def run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command(*args), cwd=cwd, capture_output=True, timeout=300)
 
 
-def chunks_done(work: Path) -> int:
+def parts_done(work: Path) -> int:  # parts keep their old file names, chunk-*.npz
     return len(list(work.glob("chunk-*.npz"))) if work.is_dir() else 0
 
 
@@ -62,13 +62,13 @@ def start_and_kill(cwd: Path, args: list[str], when, sig: int = signal.SIGKILL) 
 
 
 def assert_intact(cwd: Path, output: str) -> int:
-    """No OUTPUT, and every committed chunk loads whole; returns the number of chunks."""
+    """No OUTPUT, and every committed part loads whole; returns the number of parts."""
     assert not (cwd / output).exists(), "a killed job left an OUTPUT"
     work = cwd / (output + WORK)
     for path in work.glob("chunk-*.npz"):
         with np.load(path) as z:
-            assert z["s0"].shape == (CHUNK, 384) and np.isfinite(z["s0"]).all()
-    return chunks_done(work)
+            assert z["s0"].shape == (PART, 384) and np.isfinite(z["s0"]).all()
+    return parts_done(work)
 
 
 def resumed_texts(stderr: str) -> int:
@@ -96,32 +96,32 @@ def test_sigkill_at_several_points_then_resume_is_byte_identical(job: Path):
     out = "killed.npy"
     tried = []
 
-    # 1. Right after the first chunk is committed.
-    status, _ = start_and_kill(job, ["in.txt", out], lambda w: chunks_done(w) >= 1)
+    # 1. Right after the first part is committed.
+    status, _ = start_and_kill(job, ["in.txt", out], lambda w: parts_done(w) >= 1)
     assert status == -signal.SIGKILL
     tried.append(assert_intact(job, out))
 
-    # 2. Mid-chunk, twice: a random moment after some chunk appears.
+    # 2. Mid-part, twice: a random moment after some part appears.
     for _ in range(2):
         target, delay = tried[-1] + rng.randint(1, 3), rng.uniform(0.05, 1.0)
         seen: dict[str, float] = {}
 
-        def mid_chunk(
+        def mid_part(
             w: Path, target: int = target, delay: float = delay, seen: dict = seen
         ) -> bool:
-            if chunks_done(w) < target:
+            if parts_done(w) < target:
                 return False
             seen.setdefault("t", time.monotonic())
             return time.monotonic() - seen["t"] > delay
 
-        status, _ = start_and_kill(job, ["in.txt", out, "--resume"], mid_chunk)
+        status, _ = start_and_kill(job, ["in.txt", out, "--resume"], mid_part)
         assert status == -signal.SIGKILL
         tried.append(assert_intact(job, out))
         assert tried[-1] >= target
 
-    # 3. The moment the last chunk is committed: the final assembly and rename.
-    last = N // CHUNK
-    status, _ = start_and_kill(job, ["in.txt", out, "--resume"], lambda w: chunks_done(w) >= last)
+    # 3. The moment the last part is committed: the final assembly and rename.
+    last = N // PART
+    status, _ = start_and_kill(job, ["in.txt", out, "--resume"], lambda w: parts_done(w) >= last)
     assert status in (-signal.SIGKILL, 0)
     if (job / out).exists():  # the kill came after the atomic rename: OUTPUT is complete
         assert (job / out).read_bytes() == (job / "clean.npy").read_bytes()
@@ -129,18 +129,18 @@ def test_sigkill_at_several_points_then_resume_is_byte_identical(job: Path):
     else:
         tried.append(assert_intact(job, out))
 
-    before = chunks_done(job / (out + WORK))
+    before = parts_done(job / (out + WORK))
     final = run(job, "in.txt", out, "--resume")
     assert final.returncode == 0, final.stderr.decode()
     # Only work that was not committed is recomputed.
-    assert resumed_texts(final.stderr.decode()) == before * CHUNK
+    assert resumed_texts(final.stderr.decode()) == before * PART
     assert (job / out).read_bytes() == (job / "clean.npy").read_bytes()
     assert not (job / (out + WORK)).exists()
-    print(f"kill points (chunks done at each kill): {tried}")
+    print(f"kill points (parts done at each kill): {tried}")
 
 
 def test_sigkill_during_final_write_of_jsonl(job: Path):
-    texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()[: 3 * CHUNK]
+    texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()[: 3 * PART]
     (job / "small.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = "killed.jsonl"
     work = job / (out + WORK)
@@ -154,20 +154,20 @@ def test_sigkill_during_final_write_of_jsonl(job: Path):
     assert assert_intact(job, out) == 3
     final = run(job, "small.txt", out, "--resume")
     assert final.returncode == 0, final.stderr.decode()
-    assert resumed_texts(final.stderr.decode()) == 3 * CHUNK and not work.exists()
-    # The same chunks as the long job's first three: the same texts give the same bits.
-    clean = np.load(job / "clean.npy")[: 3 * CHUNK]
+    assert resumed_texts(final.stderr.decode()) == 3 * PART and not work.exists()
+    # The same parts as the long job's first three: the same texts give the same bits.
+    clean = np.load(job / "clean.npy")[: 3 * PART]
     rows = [json.loads(line) for line in (job / out).read_text().splitlines()]
-    assert [r["id"] for r in rows] == list(range(3 * CHUNK))
+    assert [r["id"] for r in rows] == list(range(3 * PART))
     np.testing.assert_array_equal(np.array([r["mean"] for r in rows], np.float32), clean)
 
 
 def test_sigint_exits_130_with_checkpoint_intact_and_resumes(job: Path):
-    texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()[: 3 * CHUNK]
+    texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()[: 3 * PART]
     (job / "small.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = "interrupted.npy"
     status, err = start_and_kill(
-        job, ["small.txt", out], lambda w: chunks_done(w) >= 1, signal.SIGINT
+        job, ["small.txt", out], lambda w: parts_done(w) >= 1, signal.SIGINT
     )
     assert status == 130, err
     lines = err.strip().splitlines()
@@ -178,14 +178,14 @@ def test_sigint_exits_130_with_checkpoint_intact_and_resumes(job: Path):
     assert not list((job / (out + WORK)).glob("*.tmp"))
     final = run(job, "small.txt", out, "--resume")
     assert final.returncode == 0, final.stderr.decode()
-    assert resumed_texts(final.stderr.decode()) == kept * CHUNK
-    # The same first chunks as the long job: the same texts give the same bits.
-    np.testing.assert_array_equal(np.load(job / out), np.load(job / "clean.npy")[: 3 * CHUNK])
+    assert resumed_texts(final.stderr.decode()) == kept * PART
+    # The same first parts as the long job: the same texts give the same bits.
+    np.testing.assert_array_equal(np.load(job / out), np.load(job / "clean.npy")[: 3 * PART])
 
 
 def test_changed_input_or_settings_are_refused_on_resume(job: Path, tiny_dirs):
     out = "changed.npy"
-    status, _ = start_and_kill(job, ["in.txt", out], lambda w: chunks_done(w) >= 1)
+    status, _ = start_and_kill(job, ["in.txt", out], lambda w: parts_done(w) >= 1)
     assert status == -signal.SIGKILL
     texts = (job / "in.txt").read_text(encoding="utf-8").splitlines()
     texts[5] = texts[5] + " (edited)"
@@ -208,7 +208,7 @@ def test_changed_input_or_settings_are_refused_on_resume(job: Path, tiny_dirs):
         err = r.stderr.decode()
         assert r.returncode == 2 and fragment in err and err.count("\n") == 1, err
         assert "Traceback" not in err
-    assert chunks_done(job / (out + WORK)) >= 1 and not (job / out).exists()
+    assert parts_done(job / (out + WORK)) >= 1 and not (job / out).exists()
     if os.environ.get("POOLKIT_KEEP_TEST_WORK") is None:
         import shutil
 

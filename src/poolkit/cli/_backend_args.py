@@ -68,7 +68,7 @@ def check_backend_args(args: argparse.Namespace, *, output_ranges: bool = False)
 
 def calibration_texts(args: argparse.Namespace, first: list[str] | None) -> list[str] | None:
     """The texts ``--quantize int8-static`` calibrates on: ``--calibrate FILE`` (read with
-    poolkit's reader), else the non-blank texts of ``first`` (the input's first chunk);
+    poolkit's reader), else the non-blank texts of ``first`` (the input's first part);
     None for other modes. At most ``CALIBRATION_TEXTS`` are kept."""
     from poolkit.encoder import CALIBRATION_TEXTS
 
@@ -79,9 +79,9 @@ def calibration_texts(args: argparse.Namespace, first: list[str] | None) -> list
 
         # A .txt has no columns: --text-column names INPUT's column, not this file's.
         column = None if input_format(args.calibrate, None) == "txt" else args.text_column
-        chunk = next(read_texts(args.calibrate, text_column=column,
-                                chunk_size=CALIBRATION_TEXTS))  # fmt: skip
-        texts = [t for t in chunk if t.strip()]
+        head = next(read_texts(args.calibrate, text_column=column,
+                               chunk_size=CALIBRATION_TEXTS))  # fmt: skip
+        texts = [t for t in head if t.strip()]
         source = f"--calibrate {args.calibrate}"
     else:
         texts = [t for t in (first or []) if t.strip()][:CALIBRATION_TEXTS]

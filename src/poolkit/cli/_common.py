@@ -21,7 +21,7 @@ __all__ = [
     "quiet_truncation",
     "report_error",
     "require_extra",
-    "text_chunks",
+    "text_parts",
 ]
 
 # Errors the user can fix by changing the command line, the input or the installed extras
@@ -173,8 +173,9 @@ def progress_bar(args: Any, unit: str = "texts") -> Iterator[Any]:
         bar.close()
 
 
-def text_chunks(args: Any, chunk_size: int = 4096) -> Iterator[list[str]]:
-    """Texts from ``args.input`` (or ``--text``), in chunks."""
+def text_parts(args: Any, part_size: int = 4096) -> Iterator[list[str]]:
+    """Texts from ``args.input`` (or ``--text``), ``part_size`` at a time (``--text``: one
+    part)."""
     from poolkit.io.readers import read_texts
 
     if getattr(args, "text", None):
@@ -186,5 +187,5 @@ def text_chunks(args: Any, chunk_size: int = 4096) -> Iterator[list[str]]:
         args.input,
         text_column=getattr(args, "text_column", None),
         fmt=getattr(args, "input_format", None),
-        chunk_size=chunk_size,
+        chunk_size=part_size,  # the reader's keyword for the texts per list
     )

@@ -113,7 +113,7 @@ def output_ranges(
 ) -> dict[str, Calibration]:
     """The int8/uint8 ranges of ``recipes`` by name: from --ranges, --calibrate FILE (its
     first RANGE_TEXTS texts) or the first RANGE_TEXTS non-blank texts of ``first`` (the
-    input's first chunk); each records its source."""
+    input's first part, --part-size texts); each records its source."""
     from poolkit.embedding import CalibrationTexts, calibrate_recipes
 
     need = {n: r for n, r in recipes.items() if needs_calibration(r.precision)}
@@ -125,8 +125,8 @@ def output_ranges(
         from poolkit.io.readers import input_format, read_texts
 
         column = None if input_format(args.calibrate, None) == "txt" else args.text_column
-        chunk = next(read_texts(args.calibrate, text_column=column, chunk_size=RANGE_TEXTS))
-        texts = [t for t in chunk if t.strip()]
+        head = next(read_texts(args.calibrate, text_column=column, chunk_size=RANGE_TEXTS))
+        texts = [t for t in head if t.strip()]
         source = f"--calibrate {args.calibrate} ({len(texts)} texts)"
     else:
         kept = [i for i, t in enumerate(first) if t.strip()][:RANGE_TEXTS]

@@ -249,7 +249,8 @@ def _settings(args: argparse.Namespace, wanted: Any, model_dir: Path | None, blo
         "backend": args.backend,
         "quantize": args.quantize,
         "calibration": _calibration_digest(args),
-        "chunk_size": args.chunk_size,
+        # Key kept from before --part-size: work directories of older versions still resume.
+        "chunk_size": args.part_size,
         "input_format": args.input_format,
         "text_column": args.text_column,
         "device": args.device,
@@ -314,7 +315,7 @@ def run(args: argparse.Namespace) -> int:
     from poolkit.ray import Corpus, list_inputs, require_ray
 
     for value, flag in ((args.workers, "--workers"), (args.cpus_per_worker, "--cpus-per-worker"),
-                        (args.chunk_size, "--chunk-size"), (args.batch_tokens, "--batch-tokens"),
+                        (args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
                         (args.max_length, "--max-length")):  # fmt: skip
         positive(value, flag)
     wanted, _ = recipes_from_args(args)  # the one parse of the pooling flags on this path
@@ -365,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
         gpus = cluster_gpus(args, resources)
         workers = args.workers or default_workers(resources, cpus, args.gpus_per_worker)
         corpus = Corpus.scan(args.input, text_column=args.text_column, fmt=args.input_format)
-        block = corpus.balanced_block_rows(workers, args.chunk_size)
+        block = corpus.balanced_block_rows(workers, args.part_size)
         job = _Job(args, corpus, wanted, workers, cpus)
         if remote:
             shards, dims = job.write_remote(output, block)

@@ -1,9 +1,9 @@
-"""``poolkit embed ... -o -``: JSON Lines on stdout, chunk by chunk, as they are embedded.
+"""``poolkit embed ... -o -``: JSON Lines on stdout, part by part, as they are embedded.
 
 :class:`StdoutSink` stands in for the :class:`~poolkit.io.checkpoint.Checkpoint` of a file
-output: same ``commit`` / ``publish`` / ``close`` / ``discard``, but each chunk goes to
+output: same ``commit`` / ``publish`` / ``close`` / ``discard``, but each part goes to
 stdout at once (lines as in a ``.jsonl`` output) and nothing is kept for ``--resume``.
-Chunks made only of blank texts are held back until a real text arrives, so that an input
+Parts made only of blank texts are held back until a real text arrives, so that an input
 of blank texts only is refused with nothing written, as for a file.
 """
 
@@ -21,7 +21,7 @@ __all__ = ["StdoutSink"]
 
 
 class StdoutSink:
-    """Writes committed chunks to stdout as JSON Lines (see the module docstring).
+    """Writes committed parts to stdout as JSON Lines (see the module docstring).
 
     Args:
         strategies: the columns of each line, in order.
@@ -40,7 +40,7 @@ class StdoutSink:
     def commit(
         self, index: int, first_row: int, digest: str, arrays: Mapping[str, np.ndarray]
     ) -> None:
-        """Write chunk ``index`` (rows ``first_row`` ...) to stdout; ``digest`` is unused."""
+        """Write part ``index`` (rows ``first_row`` ...) to stdout; ``digest`` is unused."""
         n = len(next(iter(arrays.values())))
         text = jsonl_rows(np.arange(first_row, first_row + n), arrays, self.strategies)
         self._held.append(text)
@@ -48,7 +48,7 @@ class StdoutSink:
             self._flush()
 
     def publish(
-        self, num_chunks: int, strategies: list[str], *, overwrite: bool, metadata: object = None
+        self, num_parts: int, strategies: list[str], *, overwrite: bool, metadata: object = None
     ) -> str:
         self._flush()
         return self.path

@@ -1,6 +1,6 @@
 """Repair notices from the library as one ``poolkit: warning:`` line each on stderr.
 
-The library reports a damaged cache entry or checkpoint chunk that it rebuilds with an
+The library reports a damaged cache entry or checkpoint part that it rebuilds with an
 :class:`~poolkit.io.integrity.IntegrityWarning`; Python's default display takes two
 lines and a source excerpt, which is noise for a command-line user. Other warnings keep
 the default display.

@@ -1,9 +1,10 @@
 """``poolkit embed INPUT -o OUTPUT``: one vector per text, written atomically.
 
-Work is committed chunk by chunk (``--chunk-size`` texts) to ``OUTPUT.poolkit-work/``
+Work is committed part by part (``--part-size`` texts) to ``OUTPUT.poolkit-work/``
 (:mod:`poolkit.io.checkpoint`); OUTPUT appears, complete, only at the end. After a crash,
 ``kill -9`` or Ctrl-C (exit status 130), the same command with ``--resume`` recomputes at
-most the chunk that was in flight and writes the same bytes an uninterrupted run would.
+most the part that was in flight and writes the same bytes an uninterrupted run would.
+(``--chunk-size`` is the old, hidden spelling of ``--part-size``.)
 Blank texts are kept as empty texts (one vector each, so row ids stay line-aligned) with a
 warning; an input made only of blank texts is refused.
 """
@@ -24,7 +25,7 @@ from poolkit.cli._common import (
     guess_note,
     positive,
     progress_bar,
-    text_chunks,
+    text_parts,
 )
 from poolkit.cli._output_args import (
     add_output_arguments,
@@ -83,14 +84,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--pooled-only", action="store_true",
                         help="the pooled vectors, before the model's modules after pooling "
                         "(Dense, LayerNorm, Normalize); default: the model's whole pipeline")  # fmt: skip
-    parser.add_argument("--chunk-size", type=int, default=4096, metavar="N",
-                        help="texts read, embedded and written at a time (default: 4096)")  # fmt: skip
+    parser.add_argument("--part-size", type=int, default=4096, metavar="N",
+                        help="texts read, embedded and committed at a time (default: 4096)")  # fmt: skip
+    # The old spelling, before "chunk" came to mean a piece of a document: still accepted,
+    # same dest, not shown in --help.
+    parser.add_argument("--chunk-size", dest="part_size", type=int, default=argparse.SUPPRESS,
+                        metavar="N", help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     add_backend_arguments(parser)  # --backend, --quantize, --calibrate
     add_output_arguments(parser)  # --dims, --precision, --ranges
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted job from OUTPUT.poolkit-work (same "
-                        "command, same settings); finished chunks (--engine ray: finished "
+                        "command, same settings); finished parts (--engine ray: finished "
                         "input files) are not recomputed")  # fmt: skip
     add_common(parser)
     add_engine_arguments(parser)  # --engine ray, --address, --workers, --cpus-per-worker
@@ -123,7 +128,8 @@ def _settings(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -
         "batch_tokens": encoder.max_batch_tokens,
         "backend": args.backend,
         "quantize": args.quantize,
-        "chunk_size": args.chunk_size,
+        # Key kept from before --part-size: work directories of older versions still resume.
+        "chunk_size": args.part_size,
         "input_format": input_format(args.input, args.input_format),
         "text_column": args.text_column,
         "output_format": output_format(args.output),
@@ -168,6 +174,11 @@ def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -
         raise InputError(with_flags(str(e), {"dims": flag})) from None
 
 
+def _kept(done: Any, noun: str) -> str:
+    """``"1 part is kept"``, ``"3 parts are kept"``: the committed parts left for --resume."""
+    return f"{count(len(done), noun)} {'is' if len(done) == 1 else 'are'} kept"
+
+
 def _with_note(error: Exception, note: str) -> Exception:
     """The same kind of error with ``note`` appended (the CLI prints one line)."""
     try:
@@ -201,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     from poolkit.io.readers import InputError
     from poolkit.io.writers import check_output
 
-    positive(args.chunk_size, "--chunk-size")
+    positive(args.part_size, "--part-size")
     positive(args.batch_tokens, "--batch-tokens")
     positive(args.max_length, "--max-length")
     check_backend_args(args, output_ranges=wants_ranges(args, wanted))
@@ -226,9 +237,9 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     stamp = InputStamp.take(args.input)  # compared before each commit and after the last read
-    # Read the first chunk before loading the model: input errors surface in a moment.
-    chunks = text_chunks(args, args.chunk_size)
-    first = next(chunks)
+    # Read the first part before loading the model: input errors surface in a moment.
+    parts = text_parts(args, args.part_size)
+    first = next(parts)
     calibration = calibration_texts(args, first)  # int8-static only
     # Every encoder setting goes to the Encoder, once: the manifest reads them back from it.
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
@@ -261,22 +272,22 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:  # a folder poolkit wrote: say which choice it carries
             print(f"poolkit: pooling {encoder.info.pooling} ({encoder.info.pooling_source})",
                   file=sys.stderr)  # fmt: skip
-    done = truncated = resumed = num_chunks = 0
+    done = truncated = resumed = num_parts = 0
     nothing = False
     dims: dict[str, int] = {}
     try:
         with progress_bar(args) as bar:
-            for k, chunk in enumerate(itertools.chain([first], chunks)):
-                digest = texts_digest(chunk)
-                blank.extend(done + i for i, text in enumerate(chunk) if not text.strip())
+            for k, part in enumerate(itertools.chain([first], parts)):
+                digest = texts_digest(part)
+                blank.extend(done + i for i, text in enumerate(part) if not text.strip())
                 if k in checkpoint.done:
                     checkpoint.verify(k, done, digest)
-                    resumed += len(chunk)
-                    bar.update(len(chunk))
+                    resumed += len(part)
+                    bar.update(len(part))
                 else:
                     # Truncation is reported once, in the summary line (no warning here).
                     result, stats = embed_recipes(
-                        check_inputs(chunk), encoder, recipes, long_text=args.long_text,
+                        check_inputs(part), encoder, recipes, long_text=args.long_text,
                         progress=bar.update, prompt_name=args.prompt_name, prompt=args.prompt,
                         pipeline=_pipeline(args), calibration=ranges,
                     )  # fmt: skip
@@ -285,12 +296,12 @@ def run(args: argparse.Namespace) -> int:
                     checkpoint.commit(k, done, digest, result)
                     truncated += stats.num_truncated
                     dims = stats.dims
-                done += len(chunk)
-                num_chunks = k + 1
+                done += len(part)
+                num_parts = k + 1
         if stamp is not None:
             stamp.check()
         if len(blank) == done:
-            nothing = True  # the chunks hold nothing worth resuming
+            nothing = True  # the parts hold nothing worth resuming
             raise InputError(
                 f"{args.input}: all {done} texts are blank (empty or whitespace only); "
                 "nothing to embed."
@@ -301,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
                 if r.precision in ("binary", "ubinary"):
                     dims[n] = r.dims or dims[n] * 8
         metadata = output_metadata(recipes, dims, ranges)
-        checkpoint.publish(num_chunks, names, overwrite=args.overwrite, metadata=metadata)
+        checkpoint.publish(num_parts, names, overwrite=args.overwrite, metadata=metadata)
         if ranges and to_stdout and not args.quiet:
             print("poolkit: note: -o - records no int8/uint8 ranges (they came from "
                   f"{next(iter(ranges.values())).source}); write a file to keep them.",
@@ -311,8 +322,8 @@ def run(args: argparse.Namespace) -> int:
         if to_stdout:
             raise
         print(
-            f"poolkit: {getattr(e, 'what', 'interrupted')}; {len(checkpoint.done)} chunks are "
-            f"kept in {checkpoint.path}: rerun the same command with --resume to continue.",
+            f"poolkit: {getattr(e, 'what', 'interrupted')}; {_kept(checkpoint.done, 'part')} "
+            f"in {checkpoint.path}: rerun the same command with --resume to continue.",
             file=sys.stderr,
         )
         return getattr(e, "exit_status", 130)
@@ -327,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint.close()
             raise _with_note(
                 e,
-                f"({len(checkpoint.done)} finished chunks are kept in {checkpoint.path}; "
+                f"({_kept(checkpoint.done, 'finished part')} in {checkpoint.path}; "
                 "fix the problem and rerun with --resume.)",
             ) from e
         checkpoint.discard()

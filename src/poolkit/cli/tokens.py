@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from poolkit.cli._common import add_common, positive, quiet_truncation, text_chunks
+from poolkit.cli._common import add_common, positive, quiet_truncation, text_parts
 from poolkit.cli._jsonout import json_lines, rounded
 
 __all__ = ["add_parser", "run"]
@@ -48,9 +48,9 @@ def run(args: argparse.Namespace) -> int:
                           max_length=args.max_length)  # fmt: skip
     row = 0
     with json_lines(args.output, args.overwrite) as write, quiet_truncation(args):
-        for chunk in text_chunks(args, 1024):
-            for text, tv in zip(chunk, embed_tokens(chunk, encoder, long_text=args.long_text,
-                                                    max_batch_tokens=args.batch_tokens),
+        for part in text_parts(args, 1024):
+            for text, tv in zip(part, embed_tokens(part, encoder, long_text=args.long_text,
+                                                   max_batch_tokens=args.batch_tokens),
                                 strict=True):  # fmt: skip
                 obj: dict[str, Any] = {"id": row, "text": text, "tokens": tv.tokens,
                                        "offsets": tv.offsets.tolist()}  # fmt: skip

@@ -1,8 +1,9 @@
-"""Reading texts from files and writing embeddings to files, in chunks.
+"""Reading texts from files and writing embeddings to files, part by part.
 
-Readers yield chunks of texts (``list[str]``) so memory stays bounded and the embed
-loop can restart per chunk; writers accept chunks and publish the output file only
-when complete (temporary file + atomic rename).
+Readers yield lists of texts (``chunk_size`` at a time: the parts of ``poolkit embed
+--part-size``) so memory stays bounded and the embed loop can restart per part; writers
+accept parts and publish the output file only when complete (temporary file + atomic
+rename).
 """
 
 from poolkit.io.atomic import atomic_write

@@ -1,30 +1,33 @@
-"""Checkpoints for long ``poolkit embed`` jobs: chunks committed beside the output.
+"""Checkpoints for long ``poolkit embed`` jobs: parts committed beside the output.
 
-A job writing ``OUTPUT`` keeps its work in ``OUTPUT.poolkit-work/``:
+A part is the unit of work of ``poolkit embed --part-size N``: N texts read, embedded and
+committed at a time. A job writing ``OUTPUT`` keeps its work in ``OUTPUT.poolkit-work/``:
 
 - ``manifest.json``: the settings the vectors depend on (model files, strategies,
-  normalisation, max length, batching, chunk size, library versions, ...), written once;
-- ``chunk-00000000-<sha256>.npz`` ...: one per committed chunk of texts: row ids, one
-  float32 ``(n, D)`` array per strategy, and the SHA-256 of the chunk's texts. The name
-  carries the SHA-256 of the file's own bytes, so chunk and hash appear in one rename;
+  normalisation, max length, batching, part size, library versions, ...), written once;
+- ``chunk-00000000-<sha256>.npz`` ...: one per committed part of texts: row ids, one
+  float32 ``(n, D)`` array per strategy, and the SHA-256 of the part's texts. The name
+  carries the SHA-256 of the file's own bytes, so part and hash appear in one rename.
+  (The ``chunk-`` file names and the manifest's ``chunk_size`` key date from before the
+  unit was called a part; they stay, so that work directories of older versions resume.)
 - ``lock``: held (``flock``) while a process works on the directory.
 
 Every file appears atomically (temporary file, ``fsync``, ``rename``, ``fsync`` of the
-directory), so after a crash or ``kill -9`` a chunk is either fully there or absent: a
-resumed job recomputes at most the chunk that was in flight. :meth:`Checkpoint.publish`
-streams the chunks, in order, through the same writer an uninterrupted run uses into a
+directory), so after a crash or ``kill -9`` a part is either fully there or absent: a
+resumed job recomputes at most the part that was in flight. :meth:`Checkpoint.publish`
+streams the parts, in order, through the same writer an uninterrupted run uses into a
 file inside the work directory, then renames it onto ``OUTPUT``: a resumed job's output is
 byte-for-byte the one an uninterrupted run writes, and ``OUTPUT`` never exists half-written.
 
-No chunk is trusted unverified: reopening a work directory hashes every chunk before any
-new work (a bit-flipped or truncated chunk is deleted and recomputed, a gap is recomputed,
+No part is trusted unverified: reopening a work directory hashes every part before any
+new work (a bit-flipped or truncated part is deleted and recomputed, a gap is recomputed,
 each with one :class:`~poolkit.io.integrity.IntegrityWarning` naming it; files poolkit did
-not write are named and left alone), and :meth:`Checkpoint.publish` hashes each chunk
+not write are named and left alone), and :meth:`Checkpoint.publish` hashes each part
 again as it copies it into the output.
 
-Why the input is identified by content per chunk, not by size and mtime: a resumed job
-re-reads the input anyway to reach its first missing chunk, so hashing the texts of each
-done chunk costs only that read (disk speed, against hours of model time). The check is
+Why the input is identified by content per part, not by size and mtime: a resumed job
+re-reads the input anyway to reach its first missing part, so hashing the texts of each
+done part costs only that read (disk speed, against hours of model time). The check is
 exact: an edit inside the done part is refused (its vectors would be stale), while a copy,
 a ``touch`` or a fix *after* the done part (say, the one malformed line that stopped the
 job) is accepted, and the output equals a fresh run on the input as it is now.
@@ -67,7 +70,8 @@ WORK_SUFFIX = ".poolkit-work"
 _MANIFEST = "manifest.json"
 _PUBLISHED = "published"
 _KIND = "poolkit-checkpoint"
-_VERSION = 2  # 2: chunk names carry their SHA-256
+_VERSION = 2  # 2: part file names carry their SHA-256
+# A committed part's file: named chunk-... as by older versions (their work dirs resume).
 _CHUNK = re.compile(r"^chunk-(\d{8})-([0-9a-f]{64})\.npz$")
 _OWN = re.compile(r"^(manifest\.json|lock|published|assembled\.\w+|\..*\.tmp)$")
 
@@ -83,7 +87,7 @@ def work_dir_for(output: str | os.PathLike[str]) -> Path:
 
 
 def texts_digest(texts: Sequence[str]) -> str:
-    """SHA-256 (hex) of a chunk of texts; each is length-prefixed, so boundaries count."""
+    """SHA-256 (hex) of a part of texts; each is length-prefixed, so boundaries count."""
     h = hashlib.sha256()
     for text in texts:
         data = text.encode("utf-8", "surrogatepass")
@@ -134,6 +138,11 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# Manifest keys shown under another name: ``chunk_size`` is --part-size's value, stored
+# under its old name so that work directories of older versions still resume.
+_SHOWN_AS = {"chunk_size": "part_size"}
+
+
 def settings_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Human-readable differences between two settings dicts (empty when equal)."""
     diffs = []
@@ -141,11 +150,12 @@ def settings_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         a, b = old.get(key), new.get(key)
         if a == b:
             continue
+        shown = _SHOWN_AS.get(key, key)
         if isinstance(a, dict) and isinstance(b, dict) and key.endswith("files"):
             changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-            diffs.append(f"{key}: {', '.join(changed[:3])} differ")
+            diffs.append(f"{shown}: {', '.join(changed[:3])} differ")
         else:
-            diffs.append(f"{key}: {_describe(a)} then, {_describe(b)} now")
+            diffs.append(f"{shown}: {_describe(a)} then, {_describe(b)} now")
     return diffs
 
 
@@ -164,7 +174,7 @@ def check_no_work_dir(output: str | os.PathLike[str], kind: type[Checkpoint] | N
 class Checkpoint:
     """A work directory for one output, held (locked) by this process.
 
-    Use :meth:`open`, then per chunk ``k`` (in order) either :meth:`verify` (done) or
+    Use :meth:`open`, then per part ``k`` (in order) either :meth:`verify` (done) or
     :meth:`commit` (new); finally :meth:`publish`, which writes ``OUTPUT`` and removes the
     directory. :meth:`close` releases the lock and keeps the directory for ``--resume``.
 
@@ -172,7 +182,7 @@ class Checkpoint:
         output: the final output path.
         path: the work directory.
         settings: what the vectors depend on (JSON values), as stored in the manifest.
-        done: indices of the committed chunks.
+        done: indices of the committed parts.
     """
 
     def __init__(self, output: Path, path: Path, settings: dict[str, Any], lock: Any) -> None:
@@ -181,8 +191,8 @@ class Checkpoint:
         self.settings = settings
         self._lock = lock
         self.done: set[int] = set()
-        self._files: dict[int, str] = {}  # chunk index -> file name
-        self._metas: dict[int, dict[str, Any]] = {}  # chunk index -> its verified meta
+        self._files: dict[int, str] = {}  # part index -> file name
+        self._metas: dict[int, dict[str, Any]] = {}  # part index -> its verified meta
         self.foreign: list[str] = []  # files poolkit did not write: named, left alone
         self._damaged: set[int] = set()
         self._scan()
@@ -198,7 +208,7 @@ class Checkpoint:
         return bool(_CHUNK.match(entry) or _OWN.match(entry))
 
     def _scan(self) -> None:
-        """Adopt the verified chunks of the work directory; collect foreign names."""
+        """Adopt the verified parts of the work directory; collect foreign names."""
         for entry in sorted(os.listdir(self.path)):
             match = _CHUNK.match(entry)
             if match and int(match.group(1)) not in self._files:
@@ -211,10 +221,10 @@ class Checkpoint:
                 self.foreign.append(entry)
         gaps = sorted(set(range(max(self.done, default=-1))) - self.done - self._damaged)
         if gaps:
-            _warn(f"{self.path}: missing chunks {_short(gaps)}; they will be recomputed.")
+            _warn(f"{self.path}: missing parts {_short(gaps)}; they will be recomputed.")
 
     def _adopt(self, index: int, name: str) -> None:
-        """Take chunk file ``name`` as chunk ``index`` if its bytes match the hash in its
+        """Take part file ``name`` as part ``index`` if its bytes match the hash in its
         name; otherwise delete it (it will be recomputed) with one warning."""
         digest = _CHUNK.match(name).group(2)  # type: ignore[union-attr]
         data = read_verified(self.path / name, digest)
@@ -225,7 +235,7 @@ class Checkpoint:
             fsync_dir(self.path)
             self._damaged.add(index)
             _warn(
-                f"{self.path / name}: damaged checkpoint chunk (its content does not match "
+                f"{self.path / name}: damaged checkpoint part (its content does not match "
                 "its recorded SHA-256); deleted, it will be recomputed."
             )
             return
@@ -275,7 +285,8 @@ class Checkpoint:
     @classmethod
     def _progress(cls, path: Path) -> str:
         """How much finished work the directory at ``path`` holds, for messages."""
-        return f"{cls._count(path)} chunks done"
+        n = cls._count(path)
+        return f"{n} part{'' if n == 1 else 's'} done"
 
     @classmethod
     def _create(cls, out: Path, path: Path, settings: dict[str, Any]) -> Checkpoint:
@@ -345,20 +356,20 @@ class Checkpoint:
                 if entry.startswith(prefix):
                     shutil.rmtree(out.parent / entry, ignore_errors=True)
 
-    # -- chunks -------------------------------------------------------------------------
+    # -- parts --------------------------------------------------------------------------
 
-    def _chunk_path(self, index: int) -> Path:
+    def _part_path(self, index: int) -> Path:
         return self.path / self._files[index]
 
     def commit(
         self, index: int, first_row: int, digest: str, arrays: Mapping[str, np.ndarray]
     ) -> None:
-        """Store chunk ``index`` atomically.
+        """Store part ``index`` atomically.
 
         Args:
-            index: 0-based chunk number.
-            first_row: row id of the chunk's first text.
-            digest: :func:`texts_digest` of the chunk's texts.
+            index: 0-based part number.
+            first_row: row id of the part's first text.
+            digest: :func:`texts_digest` of the part's texts.
             arrays: strategy name -> float32 ``(n, D)``, rows in input order.
         """
         names = list(arrays)
@@ -372,7 +383,7 @@ class Checkpoint:
         buffer = io.BytesIO()  # serialised first: the file name carries its hash
         np.savez(buffer, meta=np.array(json.dumps(meta)), **payload)
         data = buffer.getbuffer()
-        name = f"chunk-{index:08d}-{bytes_digest(data)}.npz"
+        name = f"chunk-{index:08d}-{bytes_digest(data)}.npz"  # the old name: see _CHUNK
         atomic_write(self.path / name, lambda f: f.write(data), size=len(data))
         old = self._files.get(index)
         if old is not None and old != name:
@@ -386,22 +397,22 @@ class Checkpoint:
         return self._metas[index]
 
     def _read(self, index: int) -> bytes:
-        """The verified bytes of chunk ``index``; a chunk damaged since it was checked is
+        """The verified bytes of part ``index``; a part damaged since it was checked is
         deleted (so that ``--resume`` recomputes it) and reported."""
-        path = self._chunk_path(index)
+        path = self._part_path(index)
         data = read_verified(path, _CHUNK.match(path.name).group(2))  # type: ignore[union-attr]
         if data is None:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             self.done.discard(index)
             raise CheckpointError(
-                f"{path}: checkpoint chunk damaged after it was written (its content no "
+                f"{path}: checkpoint part damaged after it was written (its content no "
                 "longer matches its SHA-256); deleted, rerun with `resume=True` to recompute it."
             )
         return data
 
     def verify(self, index: int, first_row: int, digest: str) -> None:
-        """Check that done chunk ``index`` was made from these texts.
+        """Check that done part ``index`` was made from these texts.
 
         Raises:
             CheckpointError: the input changed inside the part already embedded.
@@ -416,7 +427,7 @@ class Checkpoint:
             )
 
     def load(self, index: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Row ids ``(n,)`` int64 and strategy -> float32 ``(n, D)`` of chunk ``index``."""
+        """Row ids ``(n,)`` int64 and strategy -> float32 ``(n, D)`` of part ``index``."""
         meta = self._meta(index)
         with np.load(io.BytesIO(self._read(index)), allow_pickle=False) as z:
             arrays = {n: z[f"s{k}"] for k, n in enumerate(meta["strategies"])}
@@ -427,25 +438,25 @@ class Checkpoint:
 
     def publish(
         self,
-        num_chunks: int,
+        num_parts: int,
         strategies: list[str],
         *,
         overwrite: bool,
         metadata: Mapping[str, Any] | None = None,
     ) -> Path:
-        """Write chunks ``0..num_chunks-1`` into ``output`` (atomic), then remove the work
+        """Write parts ``0..num_parts-1`` into ``output`` (atomic), then remove the work
         directory. Returns ``output``. ``metadata`` (an output stage's record) goes into a
         Parquet output's metadata, or, for ``.npy``/``.jsonl``, into the JSON file
         :func:`poolkit.io.writers.sidecar_path` names, published before the output.
 
         Raises:
-            CheckpointError: a chunk is missing, or ``output`` exists and not ``overwrite``.
+            CheckpointError: a part is missing, or ``output`` exists and not ``overwrite``.
         """
         from poolkit.io.writers import EmbeddingWriter, output_format
 
-        missing = [k for k in range(num_chunks) if k not in self.done]
+        missing = [k for k in range(num_parts) if k not in self.done]
         if missing:
-            raise CheckpointError(f"{self.path}: chunks {missing[:5]} are missing.")
+            raise CheckpointError(f"{self.path}: parts {missing[:5]} are missing.")
         fmt = output_format(self.output)
         # Assembled inside the work directory (same filesystem as OUTPUT, so the final
         # rename is atomic); a kill here leaves only work-directory files behind.
@@ -453,13 +464,13 @@ class Checkpoint:
         try:
             with EmbeddingWriter(staged, fmt, list(strategies), overwrite=True,
                                  metadata=metadata) as writer:  # fmt: skip
-                for k in range(num_chunks):
+                for k in range(num_parts):
                     ids, arrays = self.load(k)
                     writer.write(ids, arrays)
         except OSError as e:
             if not is_disk_full(e):
                 raise
-            rows = sum(int(self._metas[k]["rows"]) for k in range(num_chunks))
+            rows = sum(int(self._metas[k]["rows"]) for k in range(num_parts))
             ids, arrays = self.load(0)
             dims = [int(arrays[n].shape[1]) for n in strategies]
             raise disk_full(e, self.output, estimate_output_bytes(fmt, rows, dims)) from e
@@ -512,7 +523,7 @@ class Checkpoint:
         directory stays with only those, and one warning names them. The ``published``
         marker goes last, so a kill midway leaves a directory still recognised as done."""
         path = work_dir_for(output)
-        last = ("lock", _MANIFEST, _PUBLISHED)  # chunks first: a kill leaves a usable dir
+        last = ("lock", _MANIFEST, _PUBLISHED)  # parts first: a kill leaves a usable dir
         entries = sorted(os.listdir(path), key=lambda e: last.index(e) if e in last else -1)
         foreign = [e for e in entries if not cls._owned(e)]
         for entry in entries:
@@ -550,9 +561,11 @@ class Checkpoint:
     def __exit__(self, *_: Any) -> None:
         self.close()
 
-    def chunks(self) -> Iterator[int]:
-        """Committed chunk indices, ascending."""
+    def parts(self) -> Iterator[int]:
+        """Committed part indices, ascending."""
         return iter(sorted(self.done))
+
+    chunks = parts  # the name from before the unit was called a part
 
 
 def _stored(arr: Any) -> np.ndarray:
@@ -565,7 +578,7 @@ def _parse_meta(data: bytes) -> dict[str, Any] | None:
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
-    except Exception:  # any damage the hash did not catch: not a usable chunk
+    except Exception:  # any damage the hash did not catch: not a usable part
         return None
     return meta if isinstance(meta, dict) else None
 

@@ -3,9 +3,9 @@
 A job reads its input once, front to back, over minutes or hours. If another process
 appends to or truncates the file meanwhile, the texts read are a mix of two versions. The
 file's size and modification time are taken before the first read and compared before
-each chunk is checkpointed and after the last read; a difference is reported instead of
+each part is checkpointed and after the last read; a difference is reported instead of
 publishing vectors of a mixed input. (What was already checkpointed stays valid: it was
-read before the change, and each chunk keeps the SHA-256 of its texts, which ``--resume``
+read before the change, and each part keeps the SHA-256 of its texts, which ``--resume``
 checks against the input as it is then.)
 """
 

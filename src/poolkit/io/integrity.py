@@ -1,7 +1,7 @@
-"""Content hashes of files poolkit writes and later trusts (checkpoint chunks, ONNX cache).
+"""Content hashes of files poolkit writes and later trusts (checkpoint parts, ONNX cache).
 
 A file is trusted only when its bytes hash to the value recorded when it was written.
-Checkpoint chunks and shards use SHA-256 (their names are their hashes; the cost is small
+Checkpoint parts and shards use SHA-256 (their names are their hashes; the cost is small
 next to embedding them). The ONNX cache is hashed on every model load, where SHA-256 cost
 a quarter of the load (51 ms for a 90 MB model on the project's CPU): it uses XXH3-128
 (4 ms), which catches any accidental corruption just as well; nothing here defends against

@@ -1,7 +1,7 @@
-"""Embeddings to files, chunk by chunk, published atomically.
+"""Embeddings to files, part by part, published atomically.
 
 :func:`open_writer` returns an :class:`EmbeddingWriter`; call :meth:`~EmbeddingWriter.write`
-per chunk (row ids + one float32 ``(n, D)`` array per strategy), then
+per part (row ids + one float32 ``(n, D)`` array per strategy), then
 :meth:`~EmbeddingWriter.close`. Data goes to a temporary file beside the output and is
 renamed into place only on ``close``; an error (or :meth:`~EmbeddingWriter.abort`) removes
 it, so a half-written output never exists under the output's name.
@@ -69,7 +69,7 @@ def output_format(path: str | os.PathLike[str]) -> str:
 
 
 def jsonl_rows(ids: np.ndarray, arrays: Mapping[str, np.ndarray], strategies: list[str]) -> str:
-    """JSON Lines of a chunk, each line ending in a newline:
+    """JSON Lines of a part (a block of rows), each line ending in a newline:
     ``{"id": i, "<strategy>": [...], ...}``; ``ids`` ``(n,)``, ``arrays`` name -> ``(n, D)``."""
     lists = {}
     for name in strategies:
@@ -85,7 +85,7 @@ def jsonl_rows(ids: np.ndarray, arrays: Mapping[str, np.ndarray], strategies: li
 
 
 class EmbeddingWriter:
-    """Streams chunks into a temporary file; :meth:`close` renames it to ``path``."""
+    """Streams parts into a temporary file; :meth:`close` renames it to ``path``."""
 
     def __init__(
         self,
@@ -119,7 +119,7 @@ class EmbeddingWriter:
             self.abort()
 
     def write(self, ids: np.ndarray, arrays: Mapping[str, np.ndarray]) -> None:
-        """Append a chunk: ``ids`` ``(n,)`` int64 row ids, ``arrays`` name -> ``(n, D)``."""
+        """Append a part: ``ids`` ``(n,)`` int64 row ids, ``arrays`` name -> ``(n, D)``."""
         if self._file is None:
             raise InputError(unmet("an open writer", "it was already closed"))
         ids = np.asarray(ids, dtype=np.int64)
