@@ -2,8 +2,9 @@
 
 Which blocks run (README.md and every ``docs/**/*.md``):
 
-- ``python`` blocks run (pytest-examples), each in a scratch folder, and every ``print``
-  shows its output on the ``#>`` lines under it.
+- ``python`` blocks run (pytest-examples), each in a scratch folder that holds the
+  repository's ``tests/`` (so ``tests/data/...`` paths work as in a clone), and every
+  ``print`` shows its output on the ``#>`` lines under it.
 - ``console`` blocks: each ``$ command`` runs in a scratch folder that holds the README's
   ``texts.txt`` and the repository's ``tests/`` (so ``tests/data/...`` paths work as in a
   clone); its standard output must be the lines shown under it (``...`` matches anything, as
@@ -90,6 +91,7 @@ PYTHON = [
 def test_python_examples_print_what_they_show(example, eval_example: EvalExample, tmp_path):
     if "import ray" in example.source:
         return _run_in_a_fresh_interpreter(example, tmp_path)
+    (tmp_path / "tests").symlink_to(ROOT / "tests")  # tests/data/... as in a clone
     cwd = Path.cwd()
     os.chdir(tmp_path)
     try:
