@@ -115,7 +115,14 @@ def test_int8_static_close_to_torch_and_independent_of_its_batch(ov_int8, minilm
     record = ov_int8.backend.runner.settings
     assert record["precision"] == "int8-static" and record["calibration"]["texts"] == 30
     assert record["calibration"]["smooth_quant_alpha"] == SMOOTH_QUANT_ALPHA
-    assert record["check"]["mean_token_cosine"] >= 0.97
+    # The token vectors themselves, measured here on other texts than the load check's (its
+    # recorded figure passed a gate of 0.97 by construction: restating it could not fail).
+    from poolkit import embed_tokens
+
+    ours, ref = embed_tokens(texts, model=ov_int8), embed_tokens(texts, model=minilm)
+    token_cos = np.concatenate([_cos(a.vectors, b.vectors) for a, b in zip(ours, ref, strict=True)])
+    assert token_cos.mean() > 0.97, token_cos.mean()
+    assert abs(token_cos.mean() - record["check"]["mean_token_cosine"]) < 0.02
 
 
 # Forum-style sentences written for this test, like the STS-B dev texts (answers-forums) that
