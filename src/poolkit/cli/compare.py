@@ -113,6 +113,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--budget-rows", choices=["intended", "all"], default=None,
                    help="rows that get --dims/--precision rows (default: the intended row, or "
                    "all rows when none is intended)")  # fmt: skip
+    p.add_argument("--chunk-tokens", nargs="+", type=int, default=None, metavar="N",
+                   help="retrieval: add rows of the intended pooling with each document "
+                   "whole through windows, and cut into chunks of N tokens, naive (each "
+                   "chunk's text alone) and late (pooled from the whole document), a "
+                   "document scored by its best chunk; N at most the model's max length "
+                   "less its special tokens, e.g. 64 128 254 for all-MiniLM-L6-v2")  # fmt: skip
     p.add_argument("--split", default=None, metavar="NAME",
                    help="retrieval, BEIR folder: qrels/NAME.tsv (default: test, or the only one)")  # fmt: skip
     for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
@@ -172,6 +178,7 @@ def _check_options(args: argparse.Namespace) -> None:
             if value != default:
                 raise _UsageError(f"{flag}: only for --task retrieval.")
     _check_budget(args)
+    _check_chunks(args)
     if args.int8_rows and not args.quantize:
         raise _UsageError("--int8-rows: only with --backend onnx --quantize int8.")
     if args.backend in ("onnx", "openvino") and args.layers is not None:
@@ -208,6 +215,25 @@ def _check_budget(args: argparse.Namespace) -> None:
         if p not in PRECISIONS:
             raise _UsageError(expected("--precision", f"among {', '.join(PRECISIONS)}",
                                        repr(p), "e.g. --precision float32 int8 binary."))  # fmt: skip
+
+
+def _check_chunks(args: argparse.Namespace) -> None:
+    """--chunk-tokens: refused in one line before the model loads (sizes past the model's
+    text room are refused once it is loaded, before any forward pass)."""
+    from poolkit._errors import expected
+
+    if args.chunk_tokens is None:
+        return
+    if args.task != "retrieval":
+        raise _UsageError(f"--chunk-tokens: only for --task retrieval (documents scored by "
+                          f"their best chunk); --task {args.task} has no documents to chunk.")  # fmt: skip
+    if args.quantize:
+        raise _UsageError("--chunk-tokens and --quantize: one at a time (document rows or int8 "
+                          "model rows); drop one.")  # fmt: skip
+    for n in args.chunk_tokens:
+        if n < 1:
+            raise _UsageError(expected("--chunk-tokens", "chunk sizes of at least 1 token", n,
+                                       "e.g. --chunk-tokens 64 128 254."))  # fmt: skip
 
 
 def _budget(args: argparse.Namespace) -> Any:
@@ -266,6 +292,7 @@ def _run(args: argparse.Namespace) -> int:
         backend=args.backend if args.quantize else None,
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
         document_prompt_name=args.document_prompt_name, budget=_budget(args),
+        chunk_tokens=tuple(args.chunk_tokens or ()),
     )  # fmt: skip
     # Unknown strategies and unusable labels fail here, before the model loads.
     try:
@@ -293,11 +320,14 @@ def _run(args: argparse.Namespace) -> int:
             backend="onnx", quantize=args.quantize,
         )  # fmt: skip
     from poolkit.compare.budget import BudgetError
+    from poolkit.compare.documents import ChunkError
 
     try:
         results = compare(encoder, data, settings, train, quantized)
     except BudgetError as e:
         raise _UsageError(flag_message(e, {"dims": "--dims"})) from None
+    except ChunkError as e:
+        raise _UsageError(flag_message(e, {"chunk_tokens": "--chunk-tokens"})) from None
     seconds = time.perf_counter() - start
     model = encoder.info.reference
     boot = (
@@ -305,14 +335,16 @@ def _run(args: argparse.Namespace) -> int:
         if args.bootstrap
         else None
     )
-    doc = report.to_json(args.task, model, results, boot)
+    chunked = any(r.documents for r in results)
+    doc = report.to_json(args.task, model, results, boot,
+                         (lambda r: row_command(args, r)) if chunked else None)  # fmt: skip
     if json_path:
         report.write_json(json_path, doc)
     if plot_path:
         report.write_plot(plot_path, args.task, model, results)
     best = report.rank(results, report.MAIN_METRIC[args.task])[0]
     intended_note = _intended_note(encoder.info, results, args.task)
-    winner = winner_command(args, best.recipe, best.quantize)
+    winner = winner_command(args, best.recipe, best.quantize, best.documents)
     unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
     notes = list(dict.fromkeys(settings.notes))
     if report_path:
@@ -344,8 +376,8 @@ def _page(
     ranked = report.rank(results, report.MAIN_METRIC[args.task])
     commands = [
         (
-            embed_command(args, r.recipe, r.quantize),
-            export_command(args, r.recipe, r.quantize, info.is_decoder),
+            row_command(args, r),
+            None if r.documents else export_command(args, r.recipe, r.quantize, info.is_decoder),
         )
         for r in ranked
     ]
@@ -354,6 +386,10 @@ def _page(
     documents = getattr(data, "doc_ids", None)
     if documents is not None:
         facts.append(("documents", str(len(documents))))
+    shown = [r.documents for r in results if r.documents]
+    if shown:
+        facts.append(("document rows", f"{', '.join(shown)} (the intended pooling); a chunked "
+                      "document scores its best chunk's cosine"))  # fmt: skip
     if train is not None:
         facts.append(("train", f"{args.train} ({len(train)} {unit})"))
     elif args.task in ("classification", "relation"):
@@ -376,6 +412,9 @@ def _page(
         if args.task in ("ner", "relation")
         else ""
     )
+    if any(r.documents for r in results):
+        no_export = ("export pools one text up to the max length: window and chunk rows' "
+                     "documents are embedded with the command shown")  # fmt: skip
     if args.task == "retrieval":
         if args.document_prompt_name is not None:
             how = f"with --prompt-name {shlex.quote(args.document_prompt_name)} in its place"
@@ -383,15 +422,18 @@ def _page(
             how = "without --prompt-name (the model's default prompt)"
         else:
             how = "with the same command"
+        mark = "; a row with \u00b7 shows its documents' command (its queries: as the * row's)"
         notes = [
             *notes,
-            f"retrieval: embed writes the queries' vectors; embed the documents {how}.",
+            f"retrieval: embed writes the queries' vectors; embed the documents {how}"
+            + (mark if any(r.documents for r in results) else "")
+            + ".",
         ]
     return Page(
         task=args.task, model=info.reference, results=results, bootstrap=boot,
         data=args.data, size=len(data), unit=unit, commands=commands,
         intended_note=_intended_note(info, results, args.task),
-        winner=winner_command(args, ranked[0].recipe, ranked[0].quantize),
+        winner=winner_command(args, ranked[0].recipe, ranked[0].quantize, ranked[0].documents),
         no_export=no_export, notes=notes, facts=facts,
         versions=_versions(dict.fromkeys(packages)), command=compare_command(args),
     )  # fmt: skip
@@ -420,11 +462,52 @@ def _intended_note(info: Any, results: list, task: str) -> str:
     return f"the model's intended pooling ({source}) is not among these candidates"
 
 
-def winner_command(args: argparse.Namespace, recipe: Any, quantize: str | None = None) -> str:
+def winner_command(
+    args: argparse.Namespace, recipe: Any, quantize: str | None = None,
+    documents: str | None = None,
+) -> str:  # fmt: skip
     """The command (or call) that writes the winner's vectors for your own texts: the same
     vectors this table scored, for the same model, backend (``quantize``: the winner is a
-    quantised row) and settings."""
+    quantised row) and settings; ``documents``: a document row's (its documents')."""
+    if documents:
+        return "embed with the winner (documents): " + document_command(args, recipe, documents)
     return "embed with the winner: " + embed_command(args, recipe, quantize)
+
+
+def row_command(args: argparse.Namespace, result: Any) -> str:
+    """The ``poolkit embed`` command of one result row: :func:`document_command` for a
+    document row, else :func:`embed_command`."""
+    if result.documents:
+        return document_command(args, result.recipe, result.documents)
+    return embed_command(args, result.recipe, result.quantize)
+
+
+def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> str:
+    """The ``poolkit embed`` command that writes a document row's document vectors for the
+    documents of CORPUS: ``window`` -> ``--long-text window`` (one vector per document),
+    ``naive tokens:N`` -> ``--chunks tokens:N``, ``late tokens:N`` -> ``--chunks tokens:N
+    --late`` (one row per chunk, with its span: a table)."""
+    kind, _, chunks = documents.partition(" ")
+    if kind == "window":
+        parts = ["poolkit", "embed", "CORPUS", "-o", "docs.npy", "--long-text", "window"]
+    else:
+        parts = ["poolkit", "embed", "CORPUS", "-o", "chunks.parquet", "--chunks", chunks]
+        if kind == "late":
+            parts.append("--late")
+    parts += ["--recipe", shlex.quote(str(recipe))]
+    for flag, value in (("--model", args.model), ("--max-length", args.max_length),
+                        ("--dtype", args.dtype)):  # fmt: skip
+        if value is not None:
+            parts += [flag, shlex.quote(str(value))]
+    if args.backend != "torch":
+        parts += ["--backend", args.backend]
+    # The documents' prompt, as compare gave it to them (the queries' when none is named).
+    prompt = (
+        args.document_prompt_name if args.document_prompt_name is not None else args.prompt_name
+    )
+    if prompt is not None:
+        parts += ["--prompt-name", shlex.quote(prompt)]
+    return " ".join(parts)
 
 
 def embed_command(args: argparse.Namespace, recipe: Any, quantize: str | None = None) -> str:
@@ -502,6 +585,8 @@ def compare_command(args: argparse.Namespace) -> str:
     if args.precision:
         parts += ["--precision", *map(shlex.quote, args.precision)]
     add("--budget-rows", args.budget_rows)
+    if args.chunk_tokens:
+        parts += ["--chunk-tokens", *map(str, args.chunk_tokens)]
     add("--split", args.split)
     for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
         add(f"--{name}-column", getattr(args, f"{name}_column"), name)

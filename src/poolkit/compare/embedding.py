@@ -14,7 +14,7 @@ import numpy as np
 
 from poolkit.recipe import Recipe
 
-__all__ = ["embed_sequences", "progress"]
+__all__ = ["embed_sequences", "embed_sequences_with_stats", "progress"]
 
 
 def embed_sequences(
@@ -38,12 +38,27 @@ def embed_sequences(
     overlapping windows and pooled over all their tokens. A row left with no token after
     dropping special tokens gives zeros for ``_no_special`` parts (``embed`` refuses it).
     """
+    return embed_sequences_with_stats(encoder, texts, cands, settings, desc, prompt_name)[0]
+
+
+def embed_sequences_with_stats(
+    encoder: Any,
+    texts: Sequence[str],
+    cands: Sequence[Recipe],
+    settings: Any,
+    desc: str,
+    prompt_name: str | None = None,
+    long_text: str | None = None,
+) -> tuple[dict[Recipe, np.ndarray], Any]:
+    """:func:`embed_sequences` and the run's :class:`~poolkit.driver.EmbedStats` (which
+    texts were truncated); ``long_text`` (default ``settings.long_text``) as there."""
     from poolkit.embedding import embed_recipes, head_plan
 
     named = {str(c): c for c in cands}
     with progress(settings, desc, len(texts), "text") as bar:
         vectors, stats = embed_recipes(
-            list(texts), encoder, named, long_text=settings.long_text, progress=bar.update,
+            list(texts), encoder, named, long_text=long_text or settings.long_text,
+            progress=bar.update,
             empty="zeros", pipeline="fit",
             prompt_name=prompt_name if prompt_name is not None else settings.prompt_name,
         )  # fmt: skip
@@ -60,7 +75,7 @@ def embed_sequences(
             f"{desc}: {stats.num_truncated} of {len(texts)} texts truncated at "
             f"{encoder.max_length} tokens."
         )
-    return {c: vectors[name] for name, c in named.items()}
+    return {c: vectors[name] for name, c in named.items()}, stats
 
 
 def progress(settings: Any, desc: str, total: int, unit: str) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +15,7 @@ from poolkit.io.atomic import atomic_write
 from poolkit.recipe import Recipe
 
 __all__ = [
+    "DOCUMENT_MARK",
     "MAIN_METRIC",
     "METRICS",
     "UNITS",
@@ -50,6 +51,8 @@ UNITS = {
     "clustering": "texts (cluster assignments kept)",
 }
 MAIN_METRIC = {task: names[0] for task, names in METRICS.items()}
+# Between a document row's recipe and its documents' representation (``mean · window``).
+DOCUMENT_MARK = "\u00b7"
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,11 @@ class Result:
     ``vs_fp32`` compares it with its float32 full-width row, ``rescore`` marks a binary
     retrieval row re-scored with float queries, ``calibration`` says what the int8/uint8
     ranges were computed on, ``search_ms`` (retrieval) is the exact search's time per query.
+
+    A document row of retrieval (``--chunk-tokens``) has ``documents``: how its documents
+    were represented, ``"window"``, ``"naive tokens:N"`` or ``"late tokens:N"``
+    (:mod:`poolkit.compare.documents`); None for every other row (each document one text,
+    as the strategy rows embed it).
     """
 
     recipe: Recipe
@@ -89,11 +97,17 @@ class Result:
     rescore: bool = False
     search_ms: float | None = None
     calibration: str | None = None
+    documents: str | None = None
 
     @property
     def name(self) -> str:
-        """The recipe's name, ``+rescore`` after it for a re-scored binary row."""
-        return str(self.recipe) + (" +rescore" if self.rescore else "")
+        """The recipe's name, ``+rescore`` after it for a re-scored binary row, `` · `` and
+        the documents' representation for a document row (``mean · late tokens:128``)."""
+        return (
+            str(self.recipe)
+            + (f" {DOCUMENT_MARK} {self.documents}" if self.documents else "")
+            + (" +rescore" if self.rescore else "")
+        )
 
     @property
     def label(self) -> str:
@@ -258,7 +272,7 @@ def footer(
         )
     if bootstrap is None:
         out.append("no confidence intervals (--bootstrap 0).")
-        return out + _budget_footer(task, ranked)
+        return out + _budget_footer(task, ranked) + _document_footer(ranked)
     level = round(100 * bootstrap["level"])
     out.append(
         f"[{level}% CI]: percentile bootstrap, {bootstrap['resamples']} resamples of the "
@@ -280,6 +294,7 @@ def footer(
         out.append(f"top rows: #1 {ranked[0].label} is better than every other row on {main} "
                    f"(paired {level}% intervals exclude 0).")  # fmt: skip
     out.extend(_budget_footer(task, ranked))
+    out.extend(_document_footer(ranked))
     for r in ranked:
         if r.vs_fp32 is not None and r.quantize:
             speed = f", {r.speedup:.1f}x faster" if r.speedup else ""
@@ -334,6 +349,44 @@ def _budget_footer(task: str, ranked: Sequence[Result]) -> list[str]:
     return out
 
 
+def _document_footer(ranked: Sequence[Result]) -> list[str]:
+    """Lines on document rows (``--chunk-tokens``): what each representation is, and how a
+    chunked document is scored."""
+    kinds = {r.documents.split()[0] for r in ranked if r.documents}
+    if not kinds:
+        return []
+    # No window row only when the strategy rows already run windows (--long-text window).
+    what = [
+        "rows without \u00b7: each document one text, cut at the model's max length"
+        if "window" in kinds
+        else "rows without \u00b7: each document one text, whole through windows (--long-text "
+        "window)"
+    ]
+    if "window" in kinds:
+        what.append(
+            "\u00b7 window: each document whole, through overlapping windows, pooled over "
+            "all its tokens (one vector per document)"
+        )
+    if "naive" in kinds:
+        what.append(
+            "\u00b7 naive tokens:N: each document cut into chunks of N of the model's "
+            "tokens, each chunk's text embedded alone"
+        )
+    if "late" in kinds:
+        what.append(
+            "\u00b7 late tokens:N: the same chunks pooled from the whole document's "
+            "contextual token vectors (one pass of the document, windows past the limit)"
+        )
+    out = ["documents: " + "; ".join(what) + "."]
+    if kinds & {"naive", "late"}:
+        out.append(
+            "chunked documents: a document's score for a query is its best chunk's (max "
+            "cosine over its chunks); queries are embedded whole, as in every row; vs *: "
+            "paired with the intended row."
+        )
+    return out
+
+
 def bootstrap_info(task: str, resamples: int, seed: int, units: int) -> dict:
     """The ``bootstrap`` record of the JSON file and the table footer."""
     from poolkit.compare.bootstrap import LEVEL
@@ -353,7 +406,11 @@ def _paired_json(p: Paired | None, metric: str) -> dict | None:
 
 
 def to_json(
-    task: str, model: str, results: Sequence[Result], bootstrap: dict | None = None
+    task: str,
+    model: str,
+    results: Sequence[Result],
+    bootstrap: dict | None = None,
+    embed_command: Callable[[Result], str] | None = None,
 ) -> dict:
     """``{"task", "model", "metric", "bootstrap", "results": [...]}``, results best first.
 
@@ -367,11 +424,16 @@ def to_json(
     ``rescore``, ``vs_float32`` (a budget row vs its float32 full-width row),
     ``calibration`` (what int8/uint8 ranges came from) and, for retrieval,
     ``search_ms_per_query``. A ``rescore`` row's ``recipe`` is its documents' recipe.
+    With document rows (``--chunk-tokens``) every row also has ``documents`` (``"window"``,
+    ``"naive tokens:N"``, ``"late tokens:N"``; null: each document one text, as the
+    strategy rows embed it) and, when ``embed_command`` is given, ``embed_command``: the
+    command that writes the row's document vectors (the queries' for the other rows).
     """
     metric = MAIN_METRIC[task]
     ranked = rank(results, metric)
     quantized = any(r.quantize for r in ranked)
     budget = any(r.bytes_per_vector is not None for r in ranked)
+    chunked = any(r.documents for r in ranked)
     rows = []
     for r, tie in zip(ranked, tied(ranked, metric), strict=True):
         row = {
@@ -400,6 +462,10 @@ def to_json(
             )  # fmt: skip
             if task == "retrieval":
                 row["search_ms_per_query"] = r.search_ms
+        if chunked:
+            row["documents"] = r.documents
+            if embed_command is not None:
+                row["embed_command"] = embed_command(r)
         rows.append(row)
     return {"task": task, "model": model, "metric": metric, "bootstrap": bootstrap,
             "results": rows}  # fmt: skip

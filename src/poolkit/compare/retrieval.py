@@ -306,7 +306,7 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
     """``compare``'s scorer: one forward pass over the distinct query and document texts,
     then per candidate an exact top-100 search and the per-query metrics
     (:class:`~poolkit.compare.evaluation.QueryEval`)."""
-    from poolkit.compare.embedding import embed_sequences
+    from poolkit.compare.embedding import embed_sequences, embed_sequences_with_stats
     from poolkit.compare.evaluation import QueryEval
 
     ties = id_order(data.doc_ids)
@@ -317,9 +317,11 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
         q_rows = np.fromiter((where[t] for t in data.queries), np.int64, count=len(data.queries))
         d_rows = np.fromiter((where[t] for t in data.documents), np.int64,
                              count=len(data.documents))  # fmt: skip
-        vectors = embed_sequences(encoder, texts, cands, settings, f"embedding {data.source}")
+        vectors, stats = embed_sequences_with_stats(encoder, texts, cands, settings,
+                                                    f"embedding {data.source}")  # fmt: skip
         queries = {c: vectors[c][q_rows] for c in cands}
         documents = {c: vectors[c][d_rows] for c in cands}
+        cut = int(np.isin(d_rows, stats.truncated).sum())
     else:  # an asymmetric model: a prompt per side, so each side is embedded apart
         queries = embed_sequences(
             encoder,
@@ -329,9 +331,11 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
             f"embedding {data.source} queries",
             settings.prompt_name,
         )
-        documents = embed_sequences(encoder, data.documents, cands, settings,
-                                    f"embedding {data.source} documents",
-                                    settings.document_prompt_name)  # fmt: skip
+        documents, stats = embed_sequences_with_stats(
+            encoder, data.documents, cands, settings, f"embedding {data.source} documents",
+            settings.document_prompt_name,
+        )  # fmt: skip
+        cut = stats.num_truncated
     stages = getattr(settings, "stages", None) or {}
     facts = getattr(settings, "budget_facts", {})
     per_query = 1000 / max(len(data.queries), 1)
@@ -342,6 +346,25 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
             facts[(c, None)] = {"search_ms": (time.perf_counter() - start) * per_query}
         out[c] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
         del ranked
+    # Document rows (poolkit.compare.documents): the intended recipe's documents whole
+    # (windows) and in chunks, each document scored by its best chunk.
+    base = getattr(settings, "document_base", None)
+    if base is not None:
+        from poolkit.compare.documents import document_rows
+
+        ranked_by = document_rows(encoder, data.documents, base, settings.chunk_tokens,
+                                  queries[base], settings, DEPTH, ties, data.source)  # fmt: skip
+        for label, ranked in ranked_by.items():
+            out[(base, label)] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
+    elif cut and getattr(settings, "long_text", "truncate") == "truncate":
+        from poolkit.compare.documents import suggested_sizes
+
+        settings.notes.append(
+            f"{cut} of {len(data.documents)} documents are longer than the model's "
+            f"{encoder.max_length} tokens and were truncated in every row; --chunk-tokens "
+            f"{suggested_sizes(encoder.text_room)} adds rows of whole documents (windows) "
+            "and chunked documents."
+        )
     # Budget rows (poolkit.compare.budget): the stored forms of each base row's vectors,
     # int8 ranges from the documents, each searched exactly and timed.
     from poolkit.compare.budget import retrieval_rows

@@ -17,6 +17,7 @@ import numpy as np
 from poolkit.compare import bootstrap as bs
 from poolkit.compare import budget as budgets
 from poolkit.compare import clustering, metrics, probes, retrieval
+from poolkit.compare import documents as docrows
 from poolkit.compare.budget import BUDGET_TASKS, Budget, Stage
 from poolkit.compare.candidates import candidates, default_strategies
 from poolkit.compare.datasets import (
@@ -61,7 +62,10 @@ class Settings:
     document (``None``: the model's default prompt, if any); ``budget``: budget rows
     (:mod:`poolkit.compare.budget`, tasks ``sts`` and ``retrieval``). ``stages`` and
     ``budget_facts`` are filled by :func:`compare` and the scorers (each budget row's
-    calibration, each retrieval row's search time).
+    calibration, each retrieval row's search time). ``chunk_tokens``: chunk sizes of the
+    document rows (:mod:`poolkit.compare.documents`, task ``retrieval``: the intended
+    recipe with documents whole through windows, and in naive and late chunks of each
+    size); ``document_base`` (the intended recipe) is filled by :func:`compare`.
     """
 
     task: str
@@ -80,6 +84,8 @@ class Settings:
     budget: Budget | None = None
     stages: dict[Recipe, Stage] = field(default_factory=dict)
     budget_facts: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    chunk_tokens: Sequence[int] = ()
+    document_base: Recipe | None = None
 
 
 def compare(
@@ -118,6 +124,7 @@ def compare(
     grouped = groups(cands, settings.task, chosen)
     reps = [g[0] for g in grouped]
     widths = _plan_budget(encoder, settings, chosen, reps, quantized)
+    _plan_documents(encoder, settings, chosen, quantized)
     score = _SCORERS[settings.task]
     timed = TimedEncoder(encoder)
     evaluations = {
@@ -145,6 +152,13 @@ def compare(
                         rescore=kind == "rescore", reference=(base, None),
                         search_ms=fact.get("search_ms"), calibration=fact.get("calibration"))
                 )  # fmt: skip
+    base = settings.document_base
+    if base is not None:
+        window = settings.long_text != "window"
+        for label in docrows.labels(settings.chunk_tokens, window, docrows.late_ok(base)):
+            if (base, label) in evaluations:
+                rows.append(Row((base, label), base, (base.strategy,), backend=settings.backend,
+                                documents=label))  # fmt: skip
     if quantized is not None:
         twins = [chosen] if settings.int8_rows == "intended" and chosen else reps
         timed_q = TimedEncoder(quantized)
@@ -185,6 +199,28 @@ def _plan_budget(
         if c not in widths:
             widths[c] = budgets.row_width(encoder, c)[0]
     return widths
+
+
+def _plan_documents(encoder: Any, settings: Settings, chosen: Recipe | None, quantized: Any):
+    """Set ``settings.document_base`` for ``--chunk-tokens`` (the intended recipe), the
+    sizes checked against the model's text room before any forward pass."""
+    settings.document_base = None
+    if not settings.chunk_tokens:
+        return
+    if settings.task not in docrows.DOCUMENT_TASKS:
+        raise DataError(
+            f"--chunk-tokens: only for --task retrieval (documents scored by their best "
+            f"chunk); --task {settings.task} has no documents to chunk."
+        )
+    if quantized is not None:
+        raise DataError("--chunk-tokens with --quantize int8: one at a time; drop one.")
+    if chosen is None:
+        raise DataError(
+            f"--chunk-tokens: chunks the documents of the model's intended pooling "
+            f"({encoder.info.pooling}), which --strategies leaves out; add it to --strategies."
+        )
+    settings.chunk_tokens = docrows.check_sizes(encoder, settings.chunk_tokens)
+    settings.document_base = chosen
 
 
 # ---------------------------------------------------------------------------- embedding

@@ -22,7 +22,8 @@ class Row:
     its own first; ``reference``: for a quantised row, the key of its full-precision row
     (a budget row: its float32 full-width row); ``dims``, ``bytes_per_vector``,
     ``rescore``, ``search_ms``, ``calibration``: set with budget rows (``--dims``,
-    ``--precision``), see :class:`~poolkit.compare.report.Result`.
+    ``--precision``), see :class:`~poolkit.compare.report.Result`; ``documents``: a
+    document row's representation (``--chunk-tokens``, :mod:`poolkit.compare.documents`).
     """
 
     key: Hashable
@@ -38,6 +39,7 @@ class Row:
     rescore: bool = False
     search_ms: float | None = None
     calibration: str | None = None
+    documents: str | None = None
 
 
 def summarize(
@@ -76,6 +78,7 @@ def summarize(
             rescore=r.rescore,
             search_ms=r.search_ms,
             calibration=r.calibration,
+            documents=r.documents,
         )
         for r in rows
     ]
