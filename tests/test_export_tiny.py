@@ -76,3 +76,28 @@ def test_onnx_folder_and_its_int8_twin_through_the_cli(model, tmp_path, capsys):
     record = json.loads((out / "poolkit-export.json").read_text())
     assert record["onnx"]["quantize"] == "int8" and record["recipe"] == recipe
     assert record["agreement"]["int8"]["mean_cosine"] > 0.97
+
+
+def test_from_compare_skips_document_rows_no_folder_can_carry(minilm_dir, tmp_path):
+    """A chunked or windowed document row on top (compare --chunk-tokens): the best row a
+    model folder holds is exported, and the card says which row that was and why."""
+    from poolkit.deploy.card import choice_text, read_compare
+    from poolkit.model_folder import resolve_model
+
+    rows = [
+        {"recipe": "mean", "documents": "naive tokens:64", "ndcg_at_10": 0.41},
+        {"recipe": "mean", "documents": "window", "ndcg_at_10": 0.29},
+        {"recipe": "mean_no_special", "documents": None, "ndcg_at_10": 0.26},
+        {"recipe": "mean", "intended": True, "ndcg_at_10": 0.25},
+    ]
+    doc = {"model": str(minilm_dir), "task": "retrieval", "metric": "ndcg_at_10",
+           "results": rows}  # fmt: skip
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    recipe, choice = read_compare(tmp_path / "r.json", resolve_model(str(minilm_dir)))
+    assert str(recipe) == "mean_no_special" and choice["rank"] == 3 and choice["value"] == 0.26
+    text = choice_text(choice)
+    assert "row 3, the best a model folder holds" in text and "0.2600" in text
+    doc["results"] = rows[2:]  # no document row: the top row, as before
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    recipe, choice = read_compare(tmp_path / "r.json", resolve_model(str(minilm_dir)))
+    assert choice["rank"] == 1 and "the top row of 2" in choice_text(choice)

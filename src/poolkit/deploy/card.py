@@ -46,7 +46,10 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
     rows = doc.get("results") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
         raise _bad(path, "has no rows under `results`")
-    top = rows[0]
+    # A document row (window, naive or late chunks) is a way to cut a corpus, which no
+    # model folder carries: the top row a folder can hold is the choice.
+    rank, top = next(((k, r) for k, r in enumerate(rows, 1) if isinstance(r, dict)
+                      and not r.get("documents")), (1, rows[0]))  # fmt: skip
     try:
         recipe = Recipe.parse(top["recipe"])
     except (KeyError, TypeError, ValueError):
@@ -74,7 +77,7 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
         "file": path.name,
         "task": doc.get("task"),
         "metric": metric,
-        "rank": 1,
+        "rank": rank,
         "rows": len(rows),
         "recipe": top["recipe"],
         "value": top.get(metric),
@@ -100,9 +103,13 @@ def choice_text(choice: dict[str, Any]) -> str:
     if by == "poolkit compare":
         ci = choice.get("ci")
         interval = f" (95% CI {_num(ci[0])} to {_num(ci[1])})" if isinstance(ci, list) else ""
+        rank = choice.get("rank", 1)
+        which = "the top row" if rank == 1 else (
+            f"row {rank}, the best a model folder holds (the rows above it cut documents "
+            "into chunks or windows),")  # fmt: skip
         text = (
-            f"chosen by `poolkit compare --task {choice['task']}` ({choice['file']}): the top "
-            f"row of {choice['rows']}, {choice['metric']} {_num(choice['value'])}{interval}"
+            f"chosen by `poolkit compare --task {choice['task']}` ({choice['file']}): {which} "
+            f"of {choice['rows']}, {choice['metric']} {_num(choice['value'])}{interval}"
         )
         if choice.get("quantize"):
             text += f" (an {choice['quantize']} row)"
