@@ -42,12 +42,14 @@ def families(tmp_path_factory):
 
 
 def _hf_offsets(path, text):
-    """The Hugging Face tokenizer's own offsets of ``text``'s tokens (no special tokens)."""
+    """The Hugging Face tokenizer's own offsets of ``text``'s tokens (no special tokens),
+    and their word ids."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path))
     enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-    return np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    return offsets, np.asarray([-1 if w is None else w for w in enc.word_ids()], np.int64)
 
 
 # -- chunkers ----------------------------------------------------------------------------
@@ -72,9 +74,10 @@ def test_chunker_spellings_round_trip():
 def test_token_chunks_slice_the_text_and_count_the_tokenizers_tokens(families, name, size,
                                                                      overlap):  # fmt: skip
     for text in DOCS:
-        offsets = _hf_offsets(families[name], text)
+        offsets, word_ids = _hf_offsets(families[name], text)
         real = offsets[offsets[:, 1] > offsets[:, 0]]
-        spans = token_spans(text, offsets, size, overlap)
+        words = word_ids[offsets[:, 1] > offsets[:, 0]]
+        spans = token_spans(text, offsets, size, overlap, word_ids)
         assert len(spans) and spans.dtype == np.int64
         covered = set()
         prev = (-1, -1)
@@ -91,6 +94,15 @@ def test_token_chunks_slice_the_text_and_count_the_tokenizers_tokens(families, n
             assert all(not text[x : max(x, a)].strip() and not text[min(y, b) : y].strip()
                        for x, y in real[cut].tolist())  # fmt: skip
             assert len(inside) <= size or np.all(real[inside[1:], 0] < real[inside[:-1], 1])
+            # Cut between words: a chunk starts or ends inside a word only when that word
+            # alone has more tokens than a chunk.
+            first, last = inside[0], inside[-1]
+            while first > 0 and not text[real[first - 1, 0] : real[first - 1, 1]].strip():
+                first -= 1  # a "▁" token of the chunk's first word, trimmed off the span
+            if first > 0 and words[first] == words[first - 1]:
+                assert real[first, 0] > real[first - 1, 1] or (words == words[first]).sum() > size
+            if last + 1 < len(real) and words[last] == words[last + 1]:
+                assert real[last + 1, 0] > real[last, 1] or (words == words[last]).sum() > size
             # Chunks move forward (two may start at one character when whitespace tokens,
             # counted as tokens, are trimmed off the first).
             assert a >= prev[0] and b >= prev[1] and (a, b) != prev

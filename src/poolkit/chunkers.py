@@ -6,10 +6,11 @@ special token). Three kinds, spelled as ``embed_chunks(chunks=...)`` and ``poolk
 --chunks`` take them:
 
 ==========================  =================================================================
-``tokens:SIZE[:OVERLAP]``   ``SIZE`` of the model's tokens per chunk, consecutive chunks
-                            sharing ``OVERLAP`` tokens (default 0); the last chunk holds the
-                            rest. A cut never falls inside a token, nor between two tokens
-                            that share a character (a byte-level BPE emoji split in pieces).
+``tokens:SIZE[:OVERLAP]``   at most ``SIZE`` of the model's tokens per chunk, consecutive
+                            chunks sharing about ``OVERLAP`` tokens (default 0), cut between
+                            words (:func:`token_spans`); never inside a token, nor between
+                            two tokens that share a character (a byte-level BPE emoji split
+                            in pieces).
 ``sentences``               the rule of :func:`sentence_spans`: no model, no download.
 ``column:NAME``             the user's spans (``poolkit embed``: a field of the input; the
                             library takes the lists themselves): in the text, not empty, in
@@ -86,8 +87,14 @@ class Chunker:
         return "sentences" if self.kind == "sentences" else f"column:{self.column}"
 
 
-def token_spans(text: str, offsets: np.ndarray, size: int, overlap: int = 0) -> np.ndarray:
-    """Chunks of ``size`` tokens, consecutive ones sharing ``overlap``.
+def token_spans(
+    text: str,
+    offsets: np.ndarray,
+    size: int,
+    overlap: int = 0,
+    word_ids: np.ndarray | None = None,
+) -> np.ndarray:
+    """Chunks of at most ``size`` tokens, consecutive ones sharing about ``overlap``.
 
     Args:
         text: the document.
@@ -95,44 +102,69 @@ def token_spans(text: str, offsets: np.ndarray, size: int, overlap: int = 0) -> 
             tokens), in order.
         size, overlap: tokens per chunk and tokens shared by neighbours (``0 <= overlap <
             size``).
+        word_ids: ``(n,)`` int word index of each token (the tokenizer's pre-tokenizer
+            words), so that cuts fall between words; ``None``: between tokens.
 
     Returns:
         ``(C, 2)`` int64 character spans: from the first token's start to the last token's
         end, less any whitespace at either edge (a ``▁word`` token's offsets may hold the
-        space before it). A chunk starts at token ``k * (size - overlap)`` and the last one
-        holds the rest; a cut that would separate two tokens sharing a character moves back
-        to the start of the first of them, so no character is split (a chunk may then hold
-        fewer tokens). Tokens without characters (empty offsets) are not counted; a chunk
-        of whitespace tokens only is dropped.
+        space before it). A chunk takes ``size`` tokens from its start and ends at the
+        last cut within them; the next one starts ``overlap`` tokens before that end, at the
+        first word start from there (else the last one before). A cut falls where a word starts; where a chunk's tokens hold no
+        word start (one word longer than the chunk), where a token shares no character
+        with the one before (never inside a token, nor between the byte pieces of one
+        character), then past the run. Tokens without characters (empty offsets) are not
+        counted; a chunk of whitespace tokens only, or one repeating the last, is dropped.
     """
     offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-    real = offsets[offsets[:, 1] > offsets[:, 0]]
+    has_text = offsets[:, 1] > offsets[:, 0]
+    real = offsets[has_text]
     n = len(real)
     if n == 0:
         return np.zeros((0, 2), np.int64)
-    # cut_ok[t]: a chunk may start at token t (it shares no character with token t - 1).
-    cut_ok = np.ones(n, bool)
-    cut_ok[1:] = real[1:, 0] >= np.maximum.accumulate(real[:-1, 1])
-    spans = []
+    # token_cut[t]: token t shares no character with the tokens before it.
+    token_cut = np.ones(n + 1, bool)
+    token_cut[1:n] = real[1:, 0] >= np.maximum.accumulate(real[:-1, 1])
+    word_cut = token_cut.copy()  # ... and starts a word
+    if word_ids is not None:
+        words = np.asarray(word_ids, dtype=np.int64)[has_text]
+        word_cut[1:n] &= (words[1:] != words[:-1]) | (real[1:, 0] > real[:-1, 1])
+
+    def last_cut(lo: int, hi: int) -> int:
+        """The last cut in ``(lo, hi]``: a word start, else a token boundary, else the end
+        of the unsplittable run from ``lo``."""
+        for cuts in (word_cut, token_cut):
+            hits = np.flatnonzero(cuts[lo + 1 : hi + 1])
+            if hits.size:
+                return lo + 1 + int(hits[-1])
+        return lo + 1 + int(np.flatnonzero(token_cut[lo + 1 :])[0])
+
+    spans: list[tuple[int, int]] = []
     start = 0
     while True:
-        end = min(start + size, n)  # exclusive token index
-        while end < n and not cut_ok[end] and end > start + 1:
-            end -= 1
-        while end < n and not cut_ok[end]:  # one unsplittable run longer than the chunk
-            end += 1
+        end = n if start + size >= n else last_cut(start, start + size)
         a, b = int(real[start, 0]), int(real[start:end, 1].max())
         piece = text[a:b]
         trimmed = (a + len(piece) - len(piece.lstrip()), b - len(piece) + len(piece.rstrip()))
-        if piece.strip() and (not spans or spans[-1] != trimmed):  # a repeat says nothing new
+        if piece.strip() and (not spans or spans[-1] != trimmed):
             spans.append(trimmed)
         if end >= n:
             break
-        nxt = max(end - overlap, start + 1)
-        while nxt < end and not cut_ok[nxt]:
-            nxt += 1
-        start = nxt
+        start = _next_start(max(end - overlap, start + 1), start, end, word_cut, token_cut)
     return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+
+
+def _next_start(nxt: int, start: int, end: int, word_cut: np.ndarray, token_cut: np.ndarray) -> int:
+    """Where the chunk after ``[start, end)`` starts, ``nxt`` asked: the first word start in
+    ``[nxt, end]``, else the last in ``(start, nxt)`` (a little more overlap rather than half
+    a word), else the first token cut in ``[nxt, end]``."""
+    ahead = np.flatnonzero(word_cut[nxt : end + 1])
+    if ahead.size:
+        return nxt + int(ahead[0])
+    behind = np.flatnonzero(word_cut[start + 1 : nxt])
+    if behind.size:
+        return start + 1 + int(behind[-1])
+    return nxt + int(np.flatnonzero(token_cut[nxt : end + 1])[0])
 
 
 # A sentence ends at . ! ? or … (runs of them), with any closing quotes or brackets, before

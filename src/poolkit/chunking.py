@@ -103,8 +103,8 @@ def chunk_documents(
                             f"{encoder.max_length}, {encoder.max_length - room} of them special)",
                             str(chunker))  # fmt: skip
             tok = encoder.tokenize(documents)
-            spans = [token_spans(doc, tok.offsets[i], chunker.size or 1, chunker.overlap)
-                     for i, doc in enumerate(documents)]  # fmt: skip
+            spans = [token_spans(doc, tok.offsets[i], chunker.size or 1, chunker.overlap,
+                                 tok.word_ids[i]) for i, doc in enumerate(documents)]  # fmt: skip
         else:
             spans = [sentence_spans(doc) for doc in documents]
     else:
