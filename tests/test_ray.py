@@ -324,6 +324,9 @@ RAY_TREATMENT = {
                          "a visible GPU, and the placement rule)",
     "--dims": "refused: test_cli_output_stage.py", "--precision": "refused: test_cli_output_stage.py",
     "--ranges": "refused with the output stage it needs: test_cli_output_stage.py",
+    "--chunks": "refused: test_cli_chunks.py", "--late": "refused with --chunks, which it needs",
+    "--stride": "refused with --chunks, which it needs",
+    "--chunk-text": "refused with --chunks, which it needs",
 }  # fmt: skip
 
 

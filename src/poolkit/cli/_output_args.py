@@ -109,11 +109,14 @@ def output_ranges(
     encoder: Any,
     recipes: dict[str, Any],
     first: list[str],
+    *,
+    first_source: str | None = None,
     **embed_options: Any,
 ) -> dict[str, Calibration]:
     """The int8/uint8 ranges of ``recipes`` by name: from --ranges, --calibrate FILE (its
     first RANGE_TEXTS texts) or the first RANGE_TEXTS non-blank texts of ``first`` (the
-    input's first part, --part-size texts); each records its source."""
+    input's first part, --part-size texts; or, described by ``first_source``, texts the
+    caller took from it: ``--chunks``' chunk texts); each records its source."""
     from poolkit.embedding import CalibrationTexts, calibrate_recipes
 
     need = {n: r for n, r in recipes.items() if needs_calibration(r.precision)}
@@ -128,6 +131,9 @@ def output_ranges(
         head = next(read_texts(args.calibrate, text_column=column, chunk_size=RANGE_TEXTS))
         texts = [t for t in head if t.strip()]
         source = f"--calibrate {args.calibrate} ({len(texts)} texts)"
+    elif first_source is not None:
+        texts = [t for t in first if t.strip()][:RANGE_TEXTS]
+        source = first_source
     else:
         kept = [i for i, t in enumerate(first) if t.strip()][:RANGE_TEXTS]
         texts = [first[i] for i in kept]

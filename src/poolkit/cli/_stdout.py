@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,9 +39,24 @@ class StdoutSink:
         self._held: list[str] = []
 
     def commit(
-        self, index: int, first_row: int, digest: str, arrays: Mapping[str, np.ndarray]
+        self,
+        index: int,
+        first_row: int,
+        digest: str,
+        arrays: Mapping[str, np.ndarray],
+        *,
+        ids: np.ndarray | None = None,
+        columns: Mapping[str, Any] | None = None,
+        texts: int | None = None,
     ) -> None:
-        """Write part ``index`` (rows ``first_row`` ...) to stdout; ``digest`` is unused."""
+        """Write part ``index`` (rows ``first_row`` ..., or ``ids`` with their extra
+        ``columns``, as :meth:`Checkpoint.commit <poolkit.io.checkpoint.Checkpoint.commit>`
+        takes them) to stdout; ``digest`` and ``texts`` are unused."""
+        if ids is not None:  # rows of their own (--chunks): blank texts gave none
+            if len(ids):
+                self._held.append(jsonl_rows(ids, arrays, self.strategies, columns))
+                self._flush()
+            return
         n = len(next(iter(arrays.values())))
         text = jsonl_rows(np.arange(first_row, first_row + n), arrays, self.strategies)
         self._held.append(text)

@@ -7,6 +7,11 @@ most the part that was in flight and writes the same bytes an uninterrupted run 
 (``--chunk-size`` is the old, hidden spelling of ``--part-size``.)
 Blank texts are kept as empty texts (one vector each, so row ids stay line-aligned) with a
 warning; an input made only of blank texts is refused.
+
+``--chunks SPEC`` (:mod:`poolkit.cli._chunk_args`) writes one row per chunk of each text
+instead: ``id`` (the text's row id), ``chunk``, ``start``, ``end`` (``--chunk-text``:
+``text``), then the vectors, naive or ``--late``; parts, ``--resume`` and ``-o -`` work
+the same. A blank text gives no chunk (skipped, with a warning).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from poolkit._errors import already_exists, count
 from poolkit.cli._backend_args import add_backend_arguments, calibration_texts, check_backend_args
+from poolkit.cli._chunk_args import add_chunk_arguments, check_chunk_flags
 from poolkit.cli._common import (
     add_common,
     guess_note,
@@ -47,7 +53,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "embed",
         help="embed the texts of a file",
         description="Embed every text of INPUT and write the vectors to OUTPUT, in input "
-        "order, with the model's intended pooling unless --strategy says otherwise.",
+        "order, with the model's intended pooling unless --strategy says otherwise. With "
+        "--chunks, long texts (documents) are cut into chunks and each chunk gets a row of "
+        "its own: id (the document's), chunk, start, end, vectors (naive, or --late).",
     )
     parser.add_argument("input", metavar="INPUT",
                         help=".txt (one text per line), .jsonl, .csv, .tsv, .parquet, or - for stdin")  # fmt: skip
@@ -93,6 +101,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     add_backend_arguments(parser)  # --backend, --quantize, --calibrate
     add_output_arguments(parser)  # --dims, --precision, --ranges
+    add_chunk_arguments(parser)  # --chunks, --late, --stride, --chunk-text
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted job from OUTPUT.poolkit-work (same "
                         "command, same settings); finished parts (--engine ray: finished "
@@ -202,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
     to_stdout = args.output == "-"
     if to_stdout:
         _check_stdout(args)
+    chunker = check_chunk_flags(args)  # --chunks (None without), refused on Ray
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
     check_output_flags(args, wanted)  # before Ray starts: its engine refuses an output stage
     if (status := dispatch_engine(args)) is not None:  # --engine ray
@@ -238,9 +248,17 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     stamp = InputStamp.take(args.input)  # compared before each commit and after the last read
     # Read the first part before loading the model: input errors surface in a moment.
-    parts = text_parts(args, args.part_size)
+    parts: Any
+    if chunker is None:
+        parts = text_parts(args, args.part_size)
+    else:  # the texts with where each was read (and column:NAME's spans beside them)
+        from poolkit.io.readers import read_rows
+
+        parts = read_rows(args.input, text_column=args.text_column, fmt=args.input_format,
+                          column=chunker.column, chunk_size=args.part_size)  # fmt: skip
     first = next(parts)
-    calibration = calibration_texts(args, first)  # int8-static only
+    first_texts = first if chunker is None else first.texts
+    calibration = calibration_texts(args, first_texts)  # int8-static only
     # Every encoder setting goes to the Encoder, once: the manifest reads them back from it.
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                           max_length=args.max_length, backend=args.backend,
@@ -251,9 +269,19 @@ def run(args: argparse.Namespace) -> int:
     options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
                "prompt": args.prompt, "pipeline": _pipeline(args)}  # fmt: skip
     _check_output_widths(args, encoder, recipes)
-    ranges = output_ranges(args, encoder, recipes, first, **options)
+    chunking = first_chunks = None
+    if chunker is None:
+        ranges = output_ranges(args, encoder, recipes, first, **options)
+    else:
+        from poolkit.cli._chunk_args import PartChunker
+        from poolkit.cli._output_args import RANGE_TEXTS
+
+        chunking = PartChunker(args, chunker, encoder, recipes)
+        first_chunks = chunking.chunk(first, 0)  # bad spans refused before the work dir
+        texts, source = chunking.calibration_texts(first_chunks, RANGE_TEXTS)
+        ranges = output_ranges(args, encoder, recipes, texts, first_source=source, **options)
     names = list(recipes)
-    blank: list[int] = []
+    blank: list[int] = []  # ids of blank texts (--chunks: of the documents giving no chunk)
     checkpoint: Any
     if to_stdout:
         from poolkit.cli._stdout import StdoutSink
@@ -265,6 +293,8 @@ def run(args: argparse.Namespace) -> int:
             settings["calibration"] = texts_digest(calibration)
         if ranges:  # ... and quantise its vectors with the same ranges
             settings["output_ranges"] = {n: c.digest() for n, c in ranges.items()}
+        if chunking is not None:
+            settings["chunks"] = chunking.settings()
         checkpoint = Checkpoint.open(output, settings, resume=args.resume)
     if wanted is None and encoder.info.pooling_is_guess:  # said once the job is on
         print(f"poolkit: note: {guess_note(encoder.info)}", file=sys.stderr)
@@ -272,12 +302,39 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:  # a folder poolkit wrote: say which choice it carries
             print(f"poolkit: pooling {encoder.info.pooling} ({encoder.info.pooling_source})",
                   file=sys.stderr)  # fmt: skip
-    done = truncated = resumed = num_parts = 0
+    done = truncated = resumed = num_parts = rows = 0
     nothing = False
     dims: dict[str, int] = {}
     try:
-        with progress_bar(args) as bar:
+        with progress_bar(args, "texts" if chunking is None else "documents") as bar:
             for k, part in enumerate(itertools.chain([first], parts)):
+                if chunking is not None:  # one row per chunk: its own loop body
+                    if k in checkpoint.done:
+                        checkpoint.verify(k, done, chunking.digest(part))
+                        ids = checkpoint.load_part(k)[0]
+                        blank.extend(sorted(set(range(done, done + len(part))) - set(ids.tolist())))
+                        resumed += len(part)
+                        bar.update(len(part))
+                    else:
+                        piece = first_chunks if k == 0 else chunking.chunk(part, done)
+                        blank.extend(piece.skipped)
+                        bar.update(len(piece.skipped))
+                        result, stats = chunking.embed(
+                            piece, progress=bar.update, calibration=ranges,
+                            prompt_name=args.prompt_name, prompt=args.prompt,
+                            pipeline=_pipeline(args),
+                        )  # fmt: skip
+                        ids, columns = piece.rows(chunking.with_text)
+                        if stamp is not None:
+                            stamp.check()
+                        checkpoint.commit(k, done, chunking.digest(part), result, ids=ids,
+                                          columns=columns, texts=len(part))  # fmt: skip
+                        truncated += len(stats.truncated)
+                        dims = _dims_of(result, recipes) if len(ids) else dims
+                    rows += len(ids)
+                    done += len(part)
+                    num_parts = k + 1
+                    continue
                 digest = texts_digest(part)
                 blank.extend(done + i for i, text in enumerate(part) if not text.strip())
                 if k in checkpoint.done:
@@ -302,16 +359,16 @@ def run(args: argparse.Namespace) -> int:
             stamp.check()
         if len(blank) == done:
             nothing = True  # the parts hold nothing worth resuming
+            what = "texts are blank" if chunking is None else "documents gave no chunk"
             raise InputError(
-                f"{args.input}: all {done} texts are blank (empty or whitespace only); "
-                "nothing to embed."
+                f"{args.input}: all {done} {what} (empty or whitespace only); nothing to embed."
             )
-        if not dims:
-            dims = {n: int(a.shape[1]) for n, a in checkpoint.load(0)[1].items()}
-            for n, r in recipes.items():  # stored bytes of packed bits: the dimensions kept
-                if r.precision in ("binary", "ubinary"):
-                    dims[n] = r.dims or dims[n] * 8
+        if not dims:  # every part resumed: the widths stored in the first part with rows
+            stored = next(k for k in range(num_parts) if checkpoint.rows(k))
+            dims = _dims_of(checkpoint.load(stored)[1], recipes)
         metadata = output_metadata(recipes, dims, ranges)
+        if chunking is not None:
+            metadata = chunking.metadata(metadata)
         checkpoint.publish(num_parts, names, overwrite=args.overwrite, metadata=metadata)
         if ranges and to_stdout and not args.quiet:
             print("poolkit: note: -o - records no int8/uint8 ranges (they came from "
@@ -349,11 +406,21 @@ def run(args: argparse.Namespace) -> int:
         kept = (
             "was kept as an empty text, id" if len(blank) == 1 else "were kept as empty texts, ids"
         )
-        print(
-            f"poolkit: warning: {count(len(blank), 'blank text')} (empty or whitespace only) "
-            f"{kept} {shown}.",
-            file=sys.stderr,
-        )
+        if chunking is not None:
+            print(f"poolkit: warning: {count(len(blank), 'blank document')} (empty or whitespace "
+                  f"only, or no token of text) gave no chunk, id{'s' * (len(blank) > 1)} "
+                  f"{shown}.", file=sys.stderr)  # fmt: skip
+        else:
+            print(
+                f"poolkit: warning: {count(len(blank), 'blank text')} (empty or whitespace only) "
+                f"{kept} {shown}.",
+                file=sys.stderr,
+            )
+    if chunking is not None:
+        if not args.quiet:
+            counts = (done, rows, resumed, truncated)
+            _chunks_summary(args, checkpoint, dims, counts, encoder.max_length, seconds)
+        return 0
     if not args.quiet:
         shape = ", ".join(f"{k}={v}" for k, v in dims.items())
         note = ""
@@ -369,3 +436,38 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _dims_of(arrays: Any, recipes: dict[str, Any]) -> dict[str, int]:
+    """The dimensions kept per column, from stored arrays (packed bits: 8 a byte)."""
+    dims = {n: int(a.shape[1]) for n, a in arrays.items()}
+    for n, r in recipes.items():  # stored bytes of packed bits: the dimensions kept
+        if r.precision in ("binary", "ubinary"):
+            dims[n] = r.dims or dims[n] * 8
+    return dims
+
+
+def _chunks_summary(
+    args: argparse.Namespace,
+    checkpoint: Any,
+    dims: dict[str, int],
+    counts: tuple[int, int, int, int],
+    max_length: int,
+    seconds: float,
+) -> None:
+    """``poolkit: N documents -> M chunks -> OUTPUT [...] in ...`` (``--chunks``);
+    ``counts``: documents, chunks, documents resumed, documents with a chunk cut."""
+    done, rows, resumed, truncated = counts
+    shape = ", ".join(f"{k}={v}" for k, v in dims.items())
+    note = ""
+    if truncated:
+        note = f" (documents with a chunk longer than {max_length} tokens, cut there)"
+    if resumed:
+        note += f"; {count(resumed, 'document')} resumed from the checkpoint"
+    out = checkpoint.path if args.output == "-" else args.output
+    print(
+        f"poolkit: {count(done, 'document')} -> {count(rows, 'chunk')} -> {out} [{shape}] in "
+        f"{seconds:.1f} s, {(done - resumed) / max(seconds, 1e-9):.1f} documents/s, "
+        f"{truncated} truncated{note}",
+        file=sys.stderr,
+    )

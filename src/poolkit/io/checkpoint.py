@@ -6,7 +6,9 @@ committed at a time. A job writing ``OUTPUT`` keeps its work in ``OUTPUT.poolkit
 - ``manifest.json``: the settings the vectors depend on (model files, strategies,
   normalisation, max length, batching, part size, library versions, ...), written once;
 - ``chunk-00000000-<sha256>.npz`` ...: one per committed part of texts: row ids, one
-  float32 ``(n, D)`` array per strategy, and the SHA-256 of the part's texts. The name
+  float32 ``(n, D)`` array per strategy, and the SHA-256 of the part's texts (a part of
+  ``poolkit embed --chunks`` also stores each row's id, a text's rows not being one per
+  text, and its extra columns: ``chunk``, ``start``, ``end``, ``text``). The name
   carries the SHA-256 of the file's own bytes, so part and hash appear in one rename.
   (The ``chunk-`` file names and the manifest's ``chunk_size`` key date from before the
   unit was called a part; they stay, so that work directories of older versions resume.)
@@ -38,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import os
 import re
@@ -362,7 +365,15 @@ class Checkpoint:
         return self.path / self._files[index]
 
     def commit(
-        self, index: int, first_row: int, digest: str, arrays: Mapping[str, np.ndarray]
+        self,
+        index: int,
+        first_row: int,
+        digest: str,
+        arrays: Mapping[str, np.ndarray],
+        *,
+        ids: np.ndarray | None = None,
+        columns: Mapping[str, Any] | None = None,
+        texts: int | None = None,
     ) -> None:
         """Store part ``index`` atomically.
 
@@ -371,15 +382,28 @@ class Checkpoint:
             first_row: row id of the part's first text.
             digest: :func:`texts_digest` of the part's texts.
             arrays: strategy name -> float32 ``(n, D)``, rows in input order.
+            ids: each row's id ``(n,)`` (default: ``first_row`` onwards, one per text).
+            columns: extra columns for the writer, name -> ``n`` ints (an integer array)
+                or strings (a list).
+            texts: how many texts the part holds (default: its row count).
         """
         names = list(arrays)
         rows = {int(np.shape(a)[0]) for a in arrays.values()}
+        extra = dict(columns or {})
+        rows |= {len(v) for v in extra.values()} | (set() if ids is None else {len(ids)})
         if len(rows) != 1:
             value_error("arrays", "of one row count", f"row counts {sorted(rows)}")
-        meta = {"index": index, "first_row": first_row, "rows": rows.pop(),
-                "texts_sha256": digest, "strategies": names}  # fmt: skip
+        meta: dict[str, Any] = {"index": index, "first_row": first_row, "rows": rows.pop(),
+                                "texts_sha256": digest, "strategies": names}  # fmt: skip
         # Stored forms (float16, int8, uint8) are kept as they are; anything else is float32.
         payload = {f"s{k}": _stored(arrays[n]) for k, n in enumerate(names)}
+        if ids is not None:  # parts of one row per text keep their files as they were
+            meta["texts"] = meta["rows"] if texts is None else int(texts)
+            payload["ids"] = np.asarray(ids, dtype=np.int64)
+        if extra:
+            meta["columns"] = list(extra)
+            for k, values in enumerate(extra.values()):
+                payload.update(_column_payload(f"c{k}", values))
         buffer = io.BytesIO()  # serialised first: the file name carries its hash
         np.savez(buffer, meta=np.array(json.dumps(meta)), **payload)
         data = buffer.getbuffer()
@@ -419,20 +443,35 @@ class Checkpoint:
         """
         meta = self._meta(index)
         if meta["first_row"] != first_row or meta["texts_sha256"] != digest:
+            last = first_row + meta.get("texts", meta["rows"]) - 1
             raise CheckpointError(
                 f"{self.path}: cannot resume, the input changed inside the part already "
-                f"embedded (texts {first_row}..{first_row + meta['rows'] - 1} differ from "
+                f"embedded (texts {first_row}..{last} differ from "
                 "the checkpoint). Restore the original input, or delete the work directory "
                 "to start over."
             )
 
     def load(self, index: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Row ids ``(n,)`` int64 and strategy -> float32 ``(n, D)`` of part ``index``."""
+        ids, arrays, _ = self.load_part(index)
+        return ids, arrays
+
+    def load_part(self, index: int) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, Any]]:
+        """:meth:`load` with the part's extra columns (name -> int64 array or list of
+        strings; empty for a part committed without)."""
         meta = self._meta(index)
         with np.load(io.BytesIO(self._read(index)), allow_pickle=False) as z:
             arrays = {n: z[f"s{k}"] for k, n in enumerate(meta["strategies"])}
-        start = int(meta["first_row"])
-        return np.arange(start, start + int(meta["rows"]), dtype=np.int64), arrays
+            columns = {n: _column_from(z, f"c{k}") for k, n in enumerate(meta.get("columns", []))}
+            ids = z["ids"] if "ids" in z.files else None
+        if ids is None:
+            start = int(meta["first_row"])
+            ids = np.arange(start, start + int(meta["rows"]), dtype=np.int64)
+        return ids, arrays, columns
+
+    def rows(self, index: int) -> int:
+        """How many rows committed part ``index`` holds."""
+        return int(self._meta(index)["rows"])
 
     # -- the end ------------------------------------------------------------------------
 
@@ -465,13 +504,16 @@ class Checkpoint:
             with EmbeddingWriter(staged, fmt, list(strategies), overwrite=True,
                                  metadata=metadata) as writer:  # fmt: skip
                 for k in range(num_parts):
-                    ids, arrays = self.load(k)
-                    writer.write(ids, arrays)
+                    if not self.rows(k):  # a part whose texts gave no row (--chunks)
+                        continue
+                    ids, arrays, columns = self.load_part(k)
+                    writer.write(ids, arrays, columns)
         except OSError as e:
             if not is_disk_full(e):
                 raise
-            rows = sum(int(self._metas[k]["rows"]) for k in range(num_parts))
-            ids, arrays = self.load(0)
+            rows = sum(self.rows(k) for k in range(num_parts))
+            first = next((k for k in range(num_parts) if self.rows(k)), 0)
+            ids, arrays = self.load(first)
             dims = [int(arrays[n].shape[1]) for n in strategies]
             raise disk_full(e, self.output, estimate_output_bytes(fmt, rows, dims)) from e
         # mkstemp files are private (0600); OUTPUT gets the mode any new file would get.
@@ -572,6 +614,25 @@ def _stored(arr: Any) -> np.ndarray:
     a = np.asarray(arr)
     keep = a.dtype in (np.float32, np.float16, np.int8, np.uint8)
     return np.ascontiguousarray(a if keep else a.astype(np.float32))
+
+
+def _column_payload(key: str, values: Any) -> dict[str, np.ndarray]:
+    """An extra column as npz arrays: ints as ``key`` (int64); strings as their UTF-8
+    bytes ``key + "_utf8"`` and the ``n + 1`` byte offsets ``key + "_at"`` (no pickles,
+    and no fixed-width padding to the longest string)."""
+    if isinstance(values, np.ndarray):
+        return {key: values.astype(np.int64)}
+    data = [str(v).encode("utf-8", "surrogatepass") for v in values]
+    at = np.zeros(len(data) + 1, np.int64)
+    at[1:] = np.cumsum([len(b) for b in data], dtype=np.int64)
+    return {f"{key}_utf8": np.frombuffer(b"".join(data), np.uint8), f"{key}_at": at}
+
+
+def _column_from(z: Any, key: str) -> Any:
+    if key in z.files:
+        return z[key]
+    data, at = z[f"{key}_utf8"].tobytes(), z[f"{key}_at"].tolist()
+    return [data[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(at)]
 
 
 def _parse_meta(data: bytes) -> dict[str, Any] | None:

@@ -1,6 +1,8 @@
 """Texts from files, in chunks: ``.txt``, ``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``, stdin.
 
-:func:`read_texts` yields ``list[str]`` chunks in file order. Problems raise
+:func:`read_texts` yields ``list[str]`` chunks in file order; :func:`read_rows` yields
+:class:`Rows`: the same texts with the value of one more field beside each (``poolkit
+embed --chunks column:NAME`` reads chunk spans so) and where each was read. Problems raise
 :class:`InputError` with the file, the line (or row) number and the fix.
 
 - ``.txt``: one text per line (line ends stripped; empty lines are empty texts).
@@ -22,6 +24,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,10 +34,12 @@ from poolkit.errors import InputError  # the family's; raised here for unreadabl
 __all__ = [
     "INPUT_FORMATS",
     "InputError",
+    "Rows",
     "input_format",
     "pick_column",
     "read_all",
     "read_records",
+    "read_rows",
     "read_stream",
     "read_texts",
 ]
@@ -97,11 +102,20 @@ def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _txt(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
+# Items of a line-based input: (1-based line number, text, the extra field's value or None).
+_Item = tuple[int, str, Any]
+
+
+def _txt(
+    stream: IO[bytes], where: str, column: str | None, extra: str | None = None
+) -> Iterator[_Item]:
     if column is not None:
         raise InputError(f"{where}: a .txt input has no columns; leave `text_column` unset.")
-    for _, line in numbered_lines(stream, where):
-        yield line
+    if extra is not None:
+        raise InputError(f"{where}: a .txt input has no columns to read {extra!r} from; use "
+                         ".jsonl, .csv, .tsv or .parquet.")  # fmt: skip
+    for number, line in numbered_lines(stream, where):
+        yield number, line, None
 
 
 def _json_line(line: str, where: str, number: int) -> Any:
@@ -111,19 +125,22 @@ def _json_line(line: str, where: str, number: int) -> Any:
         raise InputError(f"{where}: line {number} is not valid JSON ({e.msg}).") from None
 
 
-def _jsonl(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
+def _jsonl(
+    stream: IO[bytes], where: str, column: str | None, extra: str | None = None
+) -> Iterator[_Item]:
     key = column or "text"
     for number, line in numbered_lines(stream, where):
         if not line.strip():
             continue
         value = _json_line(line, where, number)
-        if isinstance(value, str) and column is None:
-            yield _unicode(value, where, number)
+        if isinstance(value, str) and column is None and extra is None:
+            yield number, _unicode(value, where, number), None
             continue
         if not isinstance(value, dict):
+            fields = f'a "{key}" field' + (f' and a "{extra}" field' if extra else "")
             raise InputError(
                 f"{where}: line {number} is a JSON {type(value).__name__}; expected an object "
-                f'with a "{key}" field.'
+                f"with {fields}."
             )
         if key not in value:
             keys = ", ".join(map(str, value)) or "(none)"
@@ -131,12 +148,17 @@ def _jsonl(stream: IO[bytes], where: str, column: str | None) -> Iterator[str]:
                 f'{where}: line {number} has no "{key}" field; its fields are: {keys}. '
                 "Choose one with `text_column`."
             )
+        if extra is not None and extra not in value:
+            keys = ", ".join(map(str, value)) or "(none)"
+            raise InputError(
+                f'{where}: line {number} has no "{extra}" field; its fields are: {keys}.'
+            )
         text = value[key]
         if not isinstance(text, str):
             raise InputError(
                 f'{where}: line {number}: "{key}" is {type(text).__name__}, not a string.'
             )
-        yield _unicode(text, where, number)
+        yield number, _unicode(text, where, number), None if extra is None else value[extra]
 
 
 def _unicode(text: str, where: str, number: int) -> str:
@@ -311,18 +333,22 @@ def _delimited_records(
     return header, records()
 
 
-def _delimited(stream: IO[bytes], where: str, column: str | None, delimiter: str) -> Iterator[str]:
+def _delimited(
+    stream: IO[bytes], where: str, column: str | None, delimiter: str, extra: str | None = None
+) -> Iterator[_Item]:
     header, records = _delimited_records(stream, where, delimiter)
     if not header:
         return
     name = pick_column(header, column, where)
+    names = [name] if extra is None else [name, pick_column(header, extra, where)]
     for number, record in records:
-        if name not in record:
-            raise InputError(
-                f"{where}: line {number} has {len(record)} fields, fewer than the "
-                f"header's {len(header)}; column {name!r} is missing."
-            )
-        yield record[name]
+        for wanted in names:
+            if wanted not in record:
+                raise InputError(
+                    f"{where}: line {number} has {len(record)} fields, fewer than the "
+                    f"header's {len(header)}; column {wanted!r} is missing."
+                )
+        yield number, record[name], None if extra is None else record[names[1]]
 
 
 def read_records(
@@ -375,8 +401,9 @@ def read_records(
 
 
 def _parquet(
-    path: str | IO[bytes], where: str, column: str | None, size: int
-) -> Iterator[list[str]]:
+    path: str | IO[bytes], where: str, column: str | None, size: int, extra: str | None = None
+) -> Iterator[tuple[list[str], list[Any] | None]]:
+    """Batches of ``size`` texts (and the ``extra`` column's values, or None)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -388,14 +415,15 @@ def _parquet(
     kind = pfile.schema_arrow.field(name).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise InputError(f"{where}: column {name!r} has type {kind}, not string.")
+    names = [name] if extra is None else [name, pick_column(pfile.schema_arrow.names, extra, where)]
     row = 0
-    for batch in pfile.iter_batches(batch_size=size, columns=[name]):
+    for batch in pfile.iter_batches(batch_size=size, columns=names):
         values = batch.column(0).to_pylist()
         for k, v in enumerate(values):
             if v is None:
                 raise InputError(f"{where}: row {row + k} of column {name!r} is null.")
         row += len(values)
-        yield values
+        yield values, None if extra is None else batch.column(1).to_pylist()
 
 
 def read_stream(
@@ -426,19 +454,26 @@ def read_stream(
     """
     kind = input_format(where, fmt)
     if kind == "parquet":
-        yield from _parquet(source, where, text_column, chunk_size)
+        for texts, _ in _parquet(source, where, text_column, chunk_size):
+            yield texts
         return
+    items = _items(source, kind, where, text_column, None)
+    yield from _chunks((text for _, text, _ in items), chunk_size)
+
+
+def _items(
+    source: str | IO[bytes], kind: str, where: str, column: str | None, extra: str | None
+) -> Iterator[_Item]:
+    """The (line number, text, extra value) items of a line-based input."""
     if isinstance(source, str):
         type_error(
             "source", f"a binary stream for {kind}", "a str", "Open it with open(path, 'rb')."
         )
     if kind == "txt":
-        texts = _txt(source, where, text_column)
-    elif kind == "jsonl":
-        texts = _jsonl(source, where, text_column)
-    else:
-        texts = _delimited(source, where, text_column, "," if kind == "csv" else "\t")
-    yield from _chunks(texts, chunk_size)
+        return _txt(source, where, column, extra)
+    if kind == "jsonl":
+        return _jsonl(source, where, column, extra)
+    return _delimited(source, where, column, "," if kind == "csv" else "\t", extra)
 
 
 def read_texts(
@@ -489,6 +524,79 @@ def _exists(where: str) -> None:
         raise InputError(f"{where}: no such file.")
     if os.path.isdir(where):
         raise InputError(f"{where}: is a directory, not a file.")
+
+
+@dataclass
+class Rows:
+    """One part of an input read by :func:`read_rows`.
+
+    Attributes:
+        texts: the texts, in file order.
+        values: the other field's value beside each text (as the file holds it: a JSON
+            value for ``.jsonl``, a string for ``.csv``/``.tsv``, a Python value for
+            ``.parquet``); ``None`` each when no other field was asked for.
+        where: where each text was read, for messages: ``"PATH: line N"`` (line-based
+            formats, 1-based file lines) or ``"PATH: row N"`` (Parquet, 1-based).
+    """
+
+    texts: list[str] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+    where: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def read_rows(
+    path: str | os.PathLike[str],
+    *,
+    text_column: str | None = None,
+    column: str | None = None,
+    fmt: str | None = None,
+    chunk_size: int = 4096,
+    stdin: IO[bytes] | None = None,
+) -> Iterator[Rows]:
+    """Like :func:`read_texts` (same texts, same parts, same errors), with the value of
+    field/column ``column`` beside each text and where each was read.
+
+    Raises:
+        InputError: as :func:`read_texts`; also a record without ``column`` (naming its
+            line, or the available columns), or a ``column`` asked of a ``.txt`` input.
+    """
+    where = "<stdin>" if os.fspath(path) == "-" else os.fspath(path)
+    if where != "<stdin>":
+        _exists(where)
+    kind = input_format(path, fmt)
+    total = 0
+    with contextlib.ExitStack() as stack:
+        if where == "<stdin>":
+            if kind == "parquet":
+                raise InputError("Parquet cannot be read from stdin; pass a file path.")
+            source: str | IO[bytes] = stdin if stdin is not None else sys.stdin.buffer
+        else:
+            source = where if kind == "parquet" else stack.enter_context(open(where, "rb"))
+        if kind == "parquet":
+            for texts, values in _parquet(source, where, text_column, chunk_size, column):
+                rows = range(total + 1, total + len(texts) + 1)
+                total += len(texts)
+                yield Rows(
+                    texts, values or [None] * len(texts), [f"{where}: row {r}" for r in rows]
+                )
+        else:
+            part = Rows()
+            for number, text, value in _items(source, kind, where, text_column, column):
+                part.texts.append(text)
+                part.values.append(value)
+                part.where.append(f"{where}: line {number}")
+                if len(part) >= chunk_size:
+                    total += len(part)
+                    yield part
+                    part = Rows()
+            if len(part):
+                total += len(part)
+                yield part
+    if total == 0:
+        raise InputError(f"{where}: no texts found (the input is empty).")
 
 
 def read_all(path: str | os.PathLike[str], **kwargs: Any) -> list[str]:

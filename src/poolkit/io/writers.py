@@ -10,6 +10,11 @@ it, so a half-written output never exists under the output's name.
 - ``.parquet``: ``id`` (int64) plus one ``fixed_size_list<float32>[D]`` column per strategy.
 - ``.jsonl``: one object per row: ``{"id": i, "<strategy>": [...], ...}``.
 
+A part may carry extra columns, written between ``id`` and the vectors (``.parquet``,
+``.jsonl``; ``.npy`` has no place for them): ``poolkit embed --chunks`` writes ``chunk``,
+``start``, ``end`` (int64) and ``text`` (string) so, ``id`` then naming each chunk's
+document. Integer arrays are written as int64, lists of strings as strings.
+
 A recipe with an output stage (``mean/256/int8``) keeps its stored dtype: float16, int8
 or uint8 (packed bits: ``ceil(D / 8)`` bytes a row), as ``fixed_size_list<int8>`` etc. in
 Parquet and integers in JSON Lines. ``metadata`` (JSON-ready) goes into the Parquet
@@ -68,20 +73,36 @@ def output_format(path: str | os.PathLike[str]) -> str:
     return ext
 
 
-def jsonl_rows(ids: np.ndarray, arrays: Mapping[str, np.ndarray], strategies: list[str]) -> str:
+def jsonl_rows(
+    ids: np.ndarray,
+    arrays: Mapping[str, np.ndarray],
+    strategies: list[str],
+    columns: Mapping[str, Any] | None = None,
+) -> str:
     """JSON Lines of a part (a block of rows), each line ending in a newline:
-    ``{"id": i, "<strategy>": [...], ...}``; ``ids`` ``(n,)``, ``arrays`` name -> ``(n, D)``."""
+    ``{"id": i, <columns>..., "<strategy>": [...], ...}``; ``ids`` ``(n,)``, ``arrays``
+    name -> ``(n, D)``, ``columns`` (optional) name -> ``n`` ints or strings."""
     lists = {}
     for name in strategies:
         a = np.asarray(arrays[name])
         lists[name] = (a if a.dtype.kind in "iu" else a.astype(np.float32)).tolist()
+    extra = {name: _column_values(values) for name, values in (columns or {}).items()}
     lines = []
     for k, i in enumerate(np.asarray(ids, dtype=np.int64).tolist()):
         row: dict[str, Any] = {"id": i}
+        for name, values in extra.items():
+            row[name] = values[k]
         for name in strategies:
             row[name] = lists[name][k]
-        lines.append(json.dumps(row, separators=(",", ":")) + "\n")
+        lines.append(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")
     return "".join(lines)
+
+
+def _column_values(values: Any) -> list[Any]:
+    """An extra column as a list: int64 numbers, or strings as they are."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.int64).tolist()
+    return list(values)
 
 
 class EmbeddingWriter:
@@ -103,6 +124,7 @@ class EmbeddingWriter:
         self.overwrite = overwrite
         self.rows = 0
         self._dims: dict[str, int] = {}
+        self._columns: list[str] | None = None  # the extra columns, set by the first part
         self._out = AtomicFile(path)
         self._file: IO[bytes] | None = self._out.file
         self._parquet: Any = None
@@ -118,8 +140,16 @@ class EmbeddingWriter:
         else:
             self.abort()
 
-    def write(self, ids: np.ndarray, arrays: Mapping[str, np.ndarray]) -> None:
-        """Append a part: ``ids`` ``(n,)`` int64 row ids, ``arrays`` name -> ``(n, D)``."""
+    def write(
+        self,
+        ids: np.ndarray,
+        arrays: Mapping[str, np.ndarray],
+        columns: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append a part: ``ids`` ``(n,)`` int64 row ids, ``arrays`` name -> ``(n, D)``,
+        ``columns`` (optional; not for ``.npy``) name -> ``n`` ints (an integer array) or
+        strings (a list), written between ``id`` and the vectors; every part gives the
+        same names."""
         if self._file is None:
             raise InputError(unmet("an open writer", "it was already closed"))
         ids = np.asarray(ids, dtype=np.int64)
@@ -128,27 +158,47 @@ class EmbeddingWriter:
             dim = self._dims.setdefault(name, arr.shape[1])
             if arr.shape != (len(ids), dim):
                 value_error(f"arrays[{name!r}]", f"of shape ({len(ids)}, {dim})", arr.shape)
+        columns = dict(columns or {})
+        if self.fmt == "npy" and columns:
+            value_error("columns", "none for a .npy output (one matrix, no other column)",
+                        sorted(columns), "Write .parquet or .jsonl.")  # fmt: skip
+        if self._columns is None:
+            self._columns = list(columns)
+        if list(columns) != self._columns:
+            value_error("columns", f"the columns of the first part {self._columns}",
+                        list(columns))  # fmt: skip
+        for name, values in columns.items():
+            if len(values) != len(ids):
+                value_error(f"columns[{name!r}]", f"{len(ids)} values, one per row", len(values))
         if self.fmt == "npy":
             arr = _stored(arrays[self.strategies[0]])
             if self._dtype is None:
                 self._dtype = arr.dtype
             self._file.write(arr.astype(self._dtype, copy=False).data)
         elif self.fmt == "jsonl":
-            self._file.write(jsonl_rows(ids, arrays, self.strategies).encode("utf-8"))
+            text = jsonl_rows(ids, arrays, self.strategies, columns)
+            self._file.write(text.encode("utf-8"))
         else:
-            self._write_parquet(ids, arrays)
+            self._write_parquet(ids, arrays, columns)
         self.rows += len(ids)
 
-    def _write_parquet(self, ids: np.ndarray, arrays: Mapping[str, np.ndarray]) -> None:
+    def _write_parquet(
+        self, ids: np.ndarray, arrays: Mapping[str, np.ndarray], extra: Mapping[str, Any]
+    ) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         columns = [pa.array(ids, pa.int64())]
+        for values in extra.values():
+            if isinstance(values, np.ndarray):
+                columns.append(pa.array(values.astype(np.int64), pa.int64()))
+            else:
+                columns.append(pa.array(list(values), pa.string()))
         for name in self.strategies:
             arr = _stored(arrays[name])
             flat = pa.array(arr.reshape(-1), pa.from_numpy_dtype(arr.dtype))
             columns.append(pa.FixedSizeListArray.from_arrays(flat, arr.shape[1]))
-        table = pa.Table.from_arrays(columns, names=["id", *self.strategies])
+        table = pa.Table.from_arrays(columns, names=["id", *extra, *self.strategies])
         if self.metadata:
             table = table.replace_schema_metadata({"poolkit": json.dumps(self.metadata)})
         if self._parquet is None:

@@ -1,0 +1,280 @@
+"""``poolkit embed --chunks``: long documents written as one row per chunk.
+
+``--chunks SPEC`` cuts each text of INPUT (a document) into chunks with a chunker of
+:mod:`poolkit.chunkers` (``tokens:SIZE[:OVERLAP]``, ``sentences``, ``column:NAME``: the
+spans in field NAME of each record) and writes one row per chunk: ``id`` (the document's
+row id, as without ``--chunks``), ``chunk`` (its index within the document), ``start``,
+``end`` (int64 character offsets: the chunk is ``text[start:end]``), ``text`` (with
+``--chunk-text``), then the vectors, as :func:`poolkit.embed_chunks` computes them (naive,
+or ``--late``). The job runs part by part as without ``--chunks``: each part's documents
+are chunked, embedded and committed together, so ``--resume`` and ``-o -`` work the same.
+A blank document gives no chunk: it is skipped, and one warning names the skipped ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from poolkit.chunkers import Chunker
+from poolkit.errors import InputError
+
+__all__ = ["ChunkedPart", "PartChunker", "add_chunk_arguments", "check_chunk_flags"]
+
+# The flags that mean something only with --chunks: (dest, flag).
+_WITH_CHUNKS = (("late", "--late"), ("stride", "--stride"), ("chunk_text", "--chunk-text"))
+# The extra columns of a chunk row, between `id` and the vectors.
+COLUMNS = ("chunk", "start", "end")
+
+
+def add_chunk_arguments(parser: argparse.ArgumentParser) -> None:
+    """--chunks, --late, --stride, --chunk-text on ``poolkit embed``."""
+    group = parser.add_argument_group("chunks (long documents: one row per chunk)")
+    group.add_argument("--chunks", default=None, metavar="SPEC",
+                       help="cut each text into chunks and write one row per chunk (id of "
+                       "the document, chunk, start, end, vectors; .parquet, .jsonl or -o -): "
+                       "tokens:SIZE[:OVERLAP] (SIZE model tokens, OVERLAP shared by "
+                       "neighbours), sentences, or column:NAME (each record's [start, end] "
+                       "character spans in field NAME)")  # fmt: skip
+    group.add_argument("--late", action="store_true",
+                       help="with --chunks: late chunking, each chunk pooled from its whole "
+                       "document's contextual token vectors (documents past the max length "
+                       "in windows); without it each chunk's text is embedded alone")  # fmt: skip
+    group.add_argument("--stride", type=int, default=None, metavar="N",
+                       help="with --late: the step in tokens between the windows of a document "
+                       "past the max length (default: half a window)")  # fmt: skip
+    group.add_argument(
+        "--chunk-text",
+        action="store_true",
+        help="with --chunks: also write each chunk's text (a text column)",
+    )
+
+
+def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
+    """The chunker --chunks names (None without it), after the refusals that need no model:
+    a flag of --chunks without it, a bad spelling, --engine ray, --stride without --late
+    or below 1, --long-text window, a .npy OUTPUT."""
+    from poolkit.cli._common import positive
+    from poolkit.io.writers import output_format
+
+    if args.chunks is None:
+        given = [flag for dest, flag in _WITH_CHUNKS if getattr(args, dest) not in (None, False)]
+        if given:
+            raise InputError(f"{given[0]}: only with --chunks (one row per chunk of each text); "
+                             f"add --chunks, e.g. --chunks tokens:128, or drop {given[0]}.")  # fmt: skip
+        return None
+    try:
+        chunker = Chunker.parse(args.chunks)
+    except (ValueError, TypeError) as e:
+        raise type(e)(str(e).replace("`chunks`", "--chunks")) from None
+    if getattr(args, "engine", "local") == "ray":
+        raise InputError("--chunks: not supported with --engine ray yet; run without --engine ray.")
+    if args.stride is not None and not args.late:
+        raise InputError("--stride: the window step of late chunks; add --late, or drop --stride.")
+    positive(args.stride, "--stride")
+    if args.long_text != "truncate":
+        raise InputError("--long-text window: with --chunks a chunk is embedded whole (a naive "
+                         "chunk longer than the max length is cut and counted); for documents "
+                         "past the limit read in windows use --late; drop --long-text.")  # fmt: skip
+    if args.output != "-" and output_format(args.output) == "npy":
+        raise InputError(f"{args.output}: --chunks writes one row per chunk with its document id "
+                         "and span, which a .npy matrix cannot hold; write .parquet or .jsonl.")  # fmt: skip
+    return chunker
+
+
+@dataclass
+class ChunkedPart:
+    """One part of documents, chunked.
+
+    Attributes:
+        documents: the documents that gave chunks, in input order.
+        ids: their row ids ``(n,)``.
+        spans: their ``(C_i, 2)`` character spans.
+        skipped: the ids of the part's documents that gave no chunk (blank ones).
+    """
+
+    documents: list[str]
+    ids: np.ndarray
+    spans: list[np.ndarray]
+    skipped: list[int]
+
+    def chunk_texts(self) -> list[str]:
+        return [d[a:b] for d, s in zip(self.documents, self.spans, strict=True)
+                for a, b in s.tolist()]  # fmt: skip
+
+    def rows(self, with_text: bool) -> tuple[np.ndarray, dict[str, Any]]:
+        """Each chunk's document id and the extra columns (chunk, start, end[, text])."""
+        counts = [len(s) for s in self.spans]
+        both = np.concatenate(self.spans) if self.spans else np.zeros((0, 2), np.int64)
+        columns: dict[str, Any] = {
+            "chunk": np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
+            if counts else np.zeros(0, np.int64),
+            "start": both[:, 0].astype(np.int64),
+            "end": both[:, 1].astype(np.int64),
+        }  # fmt: skip
+        if with_text:
+            columns["text"] = self.chunk_texts()
+        return np.repeat(self.ids.astype(np.int64), counts), columns
+
+
+class PartChunker:
+    """Chunks and embeds the parts of one ``poolkit embed --chunks`` job.
+
+    Checks, once the model is loaded: a ``tokens:SIZE`` that fits the model, and recipes
+    that pool a late chunk (no ``cls``/``last``)."""
+
+    def __init__(
+        self, args: argparse.Namespace, chunker: Chunker, encoder: Any, recipes: dict[str, Any]
+    ) -> None:
+        self.chunker, self.encoder, self.recipes = chunker, encoder, recipes
+        self.late, self.stride, self.with_text = bool(args.late), args.stride, args.chunk_text
+        self.column = chunker.column if chunker.kind == "column" else None
+        room = encoder.text_room
+        if chunker.kind == "tokens" and (chunker.size or 0) > room:
+            raise InputError(f"--chunks {chunker}: a chunk holds at most {room} tokens with this "
+                             f"model (it reads {encoder.max_length}, "
+                             f"{encoder.max_length - room} of them special); use tokens:{room} "
+                             "or less.")  # fmt: skip
+        if self.late:
+            from poolkit.chunking import _check_late
+
+            try:
+                _check_late(recipes, True)
+            except ValueError as e:
+                message = str(e).replace("`recipe`", "--recipe/--strategy")
+                raise InputError(message.replace("late=False", "drop --late")) from None
+
+    def settings(self) -> dict[str, Any]:
+        """What the rows depend on beside embed's settings (the manifest)."""
+        return {"chunker": str(self.chunker), "late": self.late, "stride": self.stride,
+                "chunk_text": self.with_text}  # fmt: skip
+
+    def metadata(self, record: dict[str, Any] | None) -> dict[str, Any]:
+        """``record`` (the output stage's, or None) with the chunks' own entry."""
+        from poolkit import __version__
+
+        out = dict(record) if record else {"poolkit": __version__}
+        out["chunks"] = {
+            **self.settings(),
+            "columns": ["id", *COLUMNS, *(["text"] if self.with_text else [])],
+            "id": "the document's row id in the input",
+            "offsets": "character offsets into the document: text[start:end] is the chunk",
+        }
+        return out
+
+    def digest(self, rows: Any) -> str:
+        """SHA-256 of a part's texts, and of its spans with ``column:NAME``."""
+        from poolkit.io.checkpoint import texts_digest
+
+        if self.column is None:
+            return texts_digest(rows.texts)
+        spans = json.dumps(rows.values, sort_keys=True, default=str)
+        return texts_digest([*rows.texts, spans])
+
+    def chunk(self, rows: Any, first_id: int) -> ChunkedPart:
+        """The chunks of a part (:class:`poolkit.io.readers.Rows`) whose first document has
+        id ``first_id``. Blank documents, and under ``tokens:`` documents with no token of
+        text, give no chunk; bad spans raise one line naming the input row."""
+        from poolkit.chunking import chunk_documents
+        from poolkit.embedding import check_inputs
+
+        texts = rows.texts
+        kept = [i for i, t in enumerate(texts) if t.strip()]
+        skipped = [i for i, t in enumerate(texts) if not t.strip()]
+        docs = check_inputs([texts[i] for i in kept]) if kept else []
+        if self.column is not None:
+            values = [self._spans_value(rows, i, first_id) for i in kept]
+            try:
+                spans = chunk_documents(docs, values, self.encoder) if docs else []
+            except (ValueError, TypeError) as e:
+                raise self._at_row(e, rows, kept, first_id) from None
+        else:
+            spans, dropped = self._spans(docs)
+            if dropped:
+                gone = set(dropped)
+                skipped = sorted(skipped + [kept[j] for j in gone])
+                kept = [i for j, i in enumerate(kept) if j not in gone]
+                docs = [texts[i] for i in kept]
+        return ChunkedPart(docs, first_id + np.asarray(kept, np.int64), spans,
+                           [first_id + i for i in skipped])  # fmt: skip
+
+    def _spans(self, docs: list[str]) -> tuple[list[np.ndarray], list[int]]:
+        """The spans of ``docs`` and the indices of those that give no chunk (text the
+        tokenizer drops whole, such as a zero-width space), found one by one only when
+        the whole part is refused for one."""
+        from poolkit.chunking import chunk_documents
+
+        if not docs:
+            return [], []
+        try:
+            return chunk_documents(docs, self.chunker, self.encoder), []
+        except ValueError as e:
+            if "(no chunk)" not in str(e):
+                raise
+        spans, dropped = [], []
+        for j, doc in enumerate(docs):
+            try:
+                spans.extend(chunk_documents([doc], self.chunker, self.encoder))
+            except ValueError as e:
+                if "(no chunk)" not in str(e):
+                    raise
+                dropped.append(j)
+        return spans, dropped
+
+    def _spans_value(self, rows: Any, i: int, first_id: int) -> Any:
+        value = rows.values[i]
+        if not isinstance(value, str):
+            return value
+        try:  # csv/tsv hold text: the spans are written as JSON there
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{rows.where[i]} (id {first_id + i}): {self.column!r} is not JSON "
+                             f"({e.msg}); write the spans as a JSON list of [start, end] "
+                             "pairs, e.g. [[0, 120], [121, 300]].") from None  # fmt: skip
+
+    def _at_row(self, error: Exception, rows: Any, kept: list[int], first_id: int) -> Exception:
+        """``chunk_documents``' error naming ``chunks[j]`` (the j-th document kept from
+        the part) rewritten to name the input line/row, its id and the span field."""
+        message = str(error)
+        found = re.search(r"`chunks\[(\d+)\]", message)
+        if found is None:
+            return error
+        i = kept[int(found.group(1))]
+        message = message.replace(found.group(0), f"`{self.column}", 1)
+        return type(error)(f"{rows.where[i]} (id {first_id + i}): {message}")
+
+    def embed(
+        self, part: ChunkedPart, *, progress: Any, calibration: Any, **options: Any
+    ) -> tuple[dict[str, np.ndarray], Any]:
+        """``{name: (sum C_i, D)}`` and the stats of a chunked part (an empty part gives
+        ``(0, 0)`` arrays); ``options``: ``prompt_name``, ``prompt``, ``pipeline``."""
+        from poolkit.chunking import late_chunk_vectors, naive_chunk_vectors
+        from poolkit.driver import EmbedStats
+
+        if not part.documents:
+            empty = {name: np.zeros((0, 0), np.float32) for name in self.recipes}
+            return empty, EmbedStats(num_texts=0, max_length=self.encoder.max_length)
+        if self.late:
+            return late_chunk_vectors(part.documents, part.spans, self.encoder, self.recipes,
+                                      stride=self.stride, progress=progress,
+                                      calibration=calibration, **options)  # fmt: skip
+        return naive_chunk_vectors(part.documents, part.spans, self.encoder, self.recipes,
+                                   progress=progress, calibration=calibration, **options)  # fmt: skip
+
+    def calibration_texts(self, part: ChunkedPart, limit: int) -> tuple[list[str], str]:
+        """The int8/uint8 ranges' texts without --calibrate/--ranges: the first ``limit``
+        chunks of the first part (what the vectors are made of), and their description."""
+        texts, last = [], -1
+        for doc, doc_id, spans in zip(part.documents, part.ids.tolist(), part.spans,
+                                      strict=True):  # fmt: skip
+            if len(texts) >= limit:
+                break
+            texts.extend(doc[a:b] for a, b in spans.tolist()[: limit - len(texts)])
+            last = doc_id
+        first = int(part.ids[0]) if len(part.ids) else 0
+        return texts, f"the first {len(texts)} chunks of the input (documents {first}..{last})"
