@@ -130,16 +130,20 @@ def test_compare_intended_row_is_the_full_pipeline(dense_dir, st):
 
 
 @pytest.mark.slow  # CLI processes: 5-25 s each on 2 cores
-def test_cli_compare_with_prompt_names(dense_dir, st, tmp_path):
+@pytest.mark.parametrize("document_prompt", ["passage", None])
+def test_cli_compare_with_prompt_names(dense_dir, st, tmp_path, document_prompt):
     """Retrieval with a prompt per side scores what the model's own pipeline gives for
-    queries (``query`` prompt) and documents (``passage`` prompt): nDCG@10 of the intended
-    row against ``SentenceTransformer.encode`` and pytrec_eval."""
+    queries (``query`` prompt) and documents (``passage`` prompt; none named: the model's
+    default, here none, never the queries'): nDCG@10 of the intended row against
+    ``SentenceTransformer.encode`` and pytrec_eval."""
     pytrec_eval = pytest.importorskip("pytrec_eval")
     folder = DATA / "stsb-images-retrieval"
+    sides = ["--query-prompt-name", "query"]
+    if document_prompt:
+        sides += ["--document-prompt-name", document_prompt]
     result = poolkit("compare", str(folder), "--task", "retrieval",
                      "--model", str(dense_dir), "--strategies", "mean", "cls", "--bootstrap", "0",
-                     "--query-prompt-name", "query", "--document-prompt-name", "passage",
-                     "--json", str(tmp_path / "r.json"), cwd=tmp_path)  # fmt: skip
+                     *sides, "--json", str(tmp_path / "r.json"), cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
     intended = next(r for r in json.loads((tmp_path / "r.json").read_text())["results"]
                     if r["intended"])  # fmt: skip
@@ -150,7 +154,7 @@ def test_cli_compare_with_prompt_names(dense_dir, st, tmp_path):
         q, d, score = line.rstrip("\n").split("\t")
         qrels.setdefault(q, {})[d] = int(score)
     docs = st.encode([(d["title"] + " " + d["text"]).strip() for d in corpus],
-                     prompt_name="passage", normalize_embeddings=True)  # fmt: skip
+                     prompt_name=document_prompt, normalize_embeddings=True)  # fmt: skip
     qvec = st.encode([queries[q] for q in qrels], prompt_name="query", normalize_embeddings=True)
     sims = qvec @ docs.T
     run = {q: {d["_id"]: float(sims[i, j]) for j, d in enumerate(corpus)}
@@ -158,6 +162,8 @@ def test_cli_compare_with_prompt_names(dense_dir, st, tmp_path):
     per = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
     expected = float(np.mean([per[q]["ndcg_cut_10"] for q in qrels]))
     assert intended["ndcg_at_10"] == pytest.approx(expected, abs=1e-6)
+    if document_prompt is None:
+        return
     bad = poolkit("compare", str(DATA / "stsb-dev-sample.csv"), "--task", "sts",
                   "--model", str(dense_dir), "--document-prompt-name", "passage", cwd=tmp_path)  # fmt: skip
     one_error_line(bad, 2, "--document-prompt-name", "only for --task retrieval")

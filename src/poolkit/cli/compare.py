@@ -501,12 +501,9 @@ def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> s
             parts += [flag, shlex.quote(str(value))]
     if args.backend != "torch":
         parts += ["--backend", args.backend]
-    # The documents' prompt, as compare gave it to them (the queries' when none is named).
-    prompt = (
-        args.document_prompt_name if args.document_prompt_name is not None else args.prompt_name
-    )
-    if prompt is not None:
-        parts += ["--prompt-name", shlex.quote(prompt)]
+    # The documents' prompt, as compare gave it to them (none named: the model's default).
+    if args.document_prompt_name is not None:
+        parts += ["--prompt-name", shlex.quote(args.document_prompt_name)]
     return " ".join(parts)
 
 

@@ -172,8 +172,8 @@ def document_vectors(
     """Every document row's vectors: label -> (float32 ``(sum C_i, D)`` in document then
     chunk order, chunks per document ``(N,)``).
 
-    ``settings`` gives the documents' prompt (``document_prompt_name``, else
-    ``prompt_name``, as the strategy rows' documents get it), ``long_text`` (``"window"``:
+    ``settings`` gives the documents' prompt (``document_prompt_name``, else the model's
+    default, as the strategy rows' documents get it), ``long_text`` (``"window"``:
     no window row, the strategy rows already are) and ``notes`` (chunk texts truncated,
     late rows left out). Window: one pass of the documents; naive: one pass over each
     size's chunk texts; late: one pass of the documents for every size together."""
@@ -181,11 +181,9 @@ def document_vectors(
     from poolkit.chunking import chunk_documents, late_chunk_vectors, naive_chunk_vectors
 
     name = str(recipe)
-    # The prompt the strategy rows' documents got (retrieval.score: embed_sequences falls
-    # back on the queries' prompt when no document prompt is named).
+    # The prompt the strategy rows' documents got (retrieval.score): the one named for
+    # documents, else the model's default (None), never the queries'.
     prompt_name = settings.document_prompt_name
-    if prompt_name is None:
-        prompt_name = settings.prompt_name
     options = {"prompt_name": prompt_name, "pipeline": "fit"}
     n_docs = len(documents)
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}

@@ -17,21 +17,26 @@ from poolkit.recipe import Recipe
 __all__ = ["embed_sequences", "embed_sequences_with_stats", "progress"]
 
 
+# ``prompt_name`` left out: the settings' (``--prompt-name``); ``None``: the model's default.
+SETTINGS_PROMPT: Any = object()
+
+
 def embed_sequences(
     encoder: Any,
     texts: Sequence[str],
     cands: Sequence[Recipe],
     settings: Any,
     desc: str,
-    prompt_name: str | None = None,
+    prompt_name: str | None = SETTINGS_PROMPT,
 ) -> dict[Recipe, np.ndarray]:
     """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order, as
     :func:`poolkit.embed` gives them (normalised as the recipe says, else as the model).
 
     The model's modules after pooling (``Dense``, ``LayerNorm``) apply to every candidate
     whose width they take, the intended row included (its full pipeline); the others are
-    scored on their pooled vectors, and a note names them. ``prompt_name`` (default
-    ``settings.prompt_name``, else the model's default prompt) goes before every text.
+    scored on their pooled vectors, and a note names them. ``prompt_name`` (left out:
+    ``settings.prompt_name``; ``None``: the model's default prompt, if any) goes before
+    every text.
 
     Texts over the encoder's max length are truncated (the model's intended use; the
     count goes to ``settings.notes``) or, with ``settings.long_text="window"``, embedded in
@@ -47,7 +52,7 @@ def embed_sequences_with_stats(
     cands: Sequence[Recipe],
     settings: Any,
     desc: str,
-    prompt_name: str | None = None,
+    prompt_name: str | None = SETTINGS_PROMPT,
     long_text: str | None = None,
 ) -> tuple[dict[Recipe, np.ndarray], Any]:
     """:func:`embed_sequences` and the run's :class:`~poolkit.driver.EmbedStats` (which
@@ -60,7 +65,7 @@ def embed_sequences_with_stats(
             list(texts), encoder, named, long_text=long_text or settings.long_text,
             progress=bar.update,
             empty="zeros", pipeline="fit",
-            prompt_name=prompt_name if prompt_name is not None else settings.prompt_name,
+            prompt_name=settings.prompt_name if prompt_name is SETTINGS_PROMPT else prompt_name,
         )  # fmt: skip
     _, _, pooled = head_plan(encoder, named, "fit")
     if pooled and (encoder.head.steps or encoder.head.refused):
