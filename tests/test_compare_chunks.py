@@ -161,6 +161,33 @@ def test_document_rows_match_pytrec_eval_table_json_and_report(tmp_path, minilm)
     assert table.rstrip().splitlines()[-1].endswith(best["embed_command"])
     assert "--chunk-tokens 64 128" not in result.stderr.decode()  # the hint: only without it
 
+    # Every document row reproduces from the command it prints: the rows `poolkit embed`
+    # writes (one per chunk, with its document's row id), each document scored by its best
+    # chunk against the * row's query vectors, give the row's figures.
+    import pyarrow.parquet as pq
+
+    (tmp_path / "queries.txt").write_text("\n".join(queries) + "\n")
+    argv = commands[("mean", None)].split()[1:]
+    argv[argv.index("INPUT")], argv[argv.index("-o") + 1] = "queries.txt", "q.npy"
+    made = poolkit(*argv, "--quiet", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr.decode()
+    q_cli = np.load(tmp_path / "q.npy")
+    for label in ("window", "naive tokens:64", "late tokens:64"):
+        out = "docs.npy" if label == "window" else f"{label.split()[0]}.parquet"
+        argv = commands[("mean", label)].split()[1:]
+        argv[argv.index("CORPUS")] = str(LONGDOCS / "corpus.jsonl")
+        argv[argv.index("-o") + 1] = out
+        made = poolkit(*argv, "--quiet", cwd=tmp_path)
+        assert made.returncode == 0, made.stderr.decode()
+        if label == "window":
+            scores = _unit(q_cli) @ _unit(np.load(tmp_path / out)).T
+        else:
+            t = pq.read_table(tmp_path / out).to_pydict()
+            ids, vecs = np.asarray(t["id"]), np.asarray(t["mean"], np.float32)
+            scores = _best_chunk(q_cli, [vecs[ids == i] for i in range(len(dids))])
+        for metric, value in _trec(qrels, qids, dids, scores).items():
+            assert rows[("mean", label)][metric] == pytest.approx(value, abs=1e-6), (label, metric)
+
     # The report: the rows, their commands, and the footer.
     page = (tmp_path / "r.html").read_text()
     assert "mean \u00b7 late tokens:64" in page

@@ -47,7 +47,7 @@ from poolkit.encoder import EncodedBatch, Encoder, check_batch_tokens
 from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
 from poolkit.recipe import Recipe
 
-__all__ = ["DocumentChunks", "chunk_documents", "embed_chunks"]
+__all__ = ["DocumentChunks", "check_late", "chunk_documents", "embed_chunks"]
 
 # Strategies that name one token of the encoded sequence ([CLS], the last one): a late
 # chunk, a run of tokens inside the document, has no such token of its own.
@@ -200,13 +200,13 @@ def embed_chunks(
                                       exclude_special=exclude_special, normalize=normalize)  # fmt: skip
     if wanted is not None:
         wanted = with_output_stage(wanted, dims, precision)
-        _check_late(wanted, late)
+        check_late(wanted, late)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     if wanted is None:
         wanted = intended_recipes(encoder, layers=layers, layer_how=layer_how,
                                   exclude_special=exclude_special, normalize=normalize,
                                   dims=dims, precision=precision)  # fmt: skip
-        _check_late(wanted, late)
+        check_late(wanted, late)
     spans = chunk_documents(documents, chunks, encoder)
     options = {"max_batch_tokens": max_batch_tokens, "prompt_name": prompt_name,
                "prompt": prompt, "pipeline": pipeline}  # fmt: skip
@@ -227,7 +227,9 @@ def embed_chunks(
     return (out, stats) if return_stats else out
 
 
-def _check_late(recipes: Mapping[str, Recipe], late: bool) -> None:
+def check_late(recipes: Mapping[str, Recipe], late: bool) -> None:
+    """With ``late``: refuse a recipe whose strategy names one token of the sequence
+    (``cls``, ``last``), which a late chunk does not have."""
     if not late:
         return
     for name, r in recipes.items():

@@ -141,10 +141,10 @@ class PartChunker:
                              f"{encoder.max_length - room} of them special); use tokens:{room} "
                              "or less.")  # fmt: skip
         if self.late:
-            from poolkit.chunking import _check_late
+            from poolkit.chunking import check_late
 
             try:
-                _check_late(recipes, True)
+                check_late(recipes, True)
             except ValueError as e:
                 message = str(e).replace("`recipe`", "--recipe/--strategy")
                 raise InputError(message.replace("late=False", "drop --late")) from None
