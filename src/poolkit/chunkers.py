@@ -103,18 +103,20 @@ def token_spans(
         size, overlap: tokens per chunk and tokens shared by neighbours (``0 <= overlap <
             size``).
         word_ids: ``(n,)`` int word index of each token (the tokenizer's pre-tokenizer
-            words), so that cuts fall between words; ``None``: between tokens.
+            words), for the cuts of text without spaces; ``None``: none.
 
     Returns:
         ``(C, 2)`` int64 character spans: from the first token's start to the last token's
         end, less any whitespace at either edge (a ``▁word`` token's offsets may hold the
         space before it). A chunk takes ``size`` tokens from its start and ends at the
-        last cut within them; the next one starts ``overlap`` tokens before that end, at the
-        first word start from there (else the last one before). A cut falls where a word starts; where a chunk's tokens hold no
-        word start (one word longer than the chunk), where a token shares no character
-        with the one before (never inside a token, nor between the byte pieces of one
-        character), then past the run. Tokens without characters (empty offsets) are not
-        counted; a chunk of whitespace tokens only, or one repeating the last, is dropped.
+        last cut within them (of the best kind in their second half, else in all); the next one starts ``overlap`` tokens before that end, at the
+        first cut from there (else the last one before). Cuts, best first: where whitespace
+        separates two tokens (so a chunk holds whole words: "dog's" is not cut after its
+        apostrophe); between two of the tokenizer's words (text without spaces, such as
+        CJK); between tokens that share no character (one word longer than a chunk; never
+        inside a token, nor between the byte pieces of one character); else past the run.
+        Tokens without characters (empty offsets) are not counted; a chunk of whitespace
+        tokens only, or one repeating the last, is dropped.
     """
     offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     has_text = offsets[:, 1] > offsets[:, 0]
@@ -125,18 +127,32 @@ def token_spans(
     # token_cut[t]: token t shares no character with the tokens before it.
     token_cut = np.ones(n + 1, bool)
     token_cut[1:n] = real[1:, 0] >= np.maximum.accumulate(real[:-1, 1])
-    word_cut = token_cut.copy()  # ... and starts a word
+    # space_cut[t]: ... and whitespace lies between token t - 1's text and token t's (a gap
+    # in the offsets, or a space the offsets of either token hold: "▁word", raw "Ġword").
+    gap = real[1:, 0] > real[:-1, 1]
+    lead = np.fromiter((text[a].isspace() for a in real[1:, 0].tolist()), bool, n - 1)
+    trail = np.fromiter((text[b - 1].isspace() for b in real[:-1, 1].tolist()), bool, n - 1)
+    space_cut = token_cut.copy()
+    space_cut[1:n] &= gap | lead | trail
+    word_cut = token_cut.copy()  # ... or starts another of the tokenizer's words
     if word_ids is not None:
         words = np.asarray(word_ids, dtype=np.int64)[has_text]
-        word_cut[1:n] &= (words[1:] != words[:-1]) | (real[1:, 0] > real[:-1, 1])
+        word_cut[1:n] &= (words[1:] != words[:-1]) | gap
+    else:
+        word_cut = space_cut
+    levels = (space_cut, word_cut)
 
     def last_cut(lo: int, hi: int) -> int:
-        """The last cut in ``(lo, hi]``: a word start, else a token boundary, else the end
-        of the unsplittable run from ``lo``."""
-        for cuts in (word_cut, token_cut):
-            hits = np.flatnonzero(cuts[lo + 1 : hi + 1])
+        """The last cut in ``(lo, hi]``: of the best level with one in the chunk's second
+        half, else in all of it (an early space does not cut a CJK chunk short), else the
+        end of the unsplittable run from ``lo``."""
+        half = lo + max(1, (hi - lo) // 2)
+        for first, cuts in [(half, c) for c in levels] + [
+            (lo + 1, c) for c in (*levels, token_cut)
+        ]:
+            hits = np.flatnonzero(cuts[first : hi + 1])
             if hits.size:
-                return lo + 1 + int(hits[-1])
+                return first + int(hits[-1])
         return lo + 1 + int(np.flatnonzero(token_cut[lo + 1 :])[0])
 
     spans: list[tuple[int, int]] = []
@@ -150,20 +166,23 @@ def token_spans(
             spans.append(trimmed)
         if end >= n:
             break
-        start = _next_start(max(end - overlap, start + 1), start, end, word_cut, token_cut)
+        start = _next_start(max(end - overlap, start + 1), start, end, levels, token_cut)
     return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
 
 
-def _next_start(nxt: int, start: int, end: int, word_cut: np.ndarray, token_cut: np.ndarray) -> int:
-    """Where the chunk after ``[start, end)`` starts, ``nxt`` asked: the first word start in
-    ``[nxt, end]``, else the last in ``(start, nxt)`` (a little more overlap rather than half
-    a word), else the first token cut in ``[nxt, end]``."""
-    ahead = np.flatnonzero(word_cut[nxt : end + 1])
-    if ahead.size:
-        return nxt + int(ahead[0])
-    behind = np.flatnonzero(word_cut[start + 1 : nxt])
-    if behind.size:
-        return start + 1 + int(behind[-1])
+def _next_start(
+    nxt: int, start: int, end: int, levels: tuple[np.ndarray, ...], token_cut: np.ndarray
+) -> int:
+    """Where the chunk after ``[start, end)`` starts, ``nxt`` asked: of the best level of cuts
+    that has one, the first in ``[nxt, end]``, else the last in ``(start, nxt)`` (a little
+    more overlap rather than half a word); else the first token cut in ``[nxt, end]``."""
+    for cuts in levels:
+        ahead = np.flatnonzero(cuts[nxt : end + 1])
+        if ahead.size:
+            return nxt + int(ahead[0])
+        behind = np.flatnonzero(cuts[start + 1 : nxt])
+        if behind.size:
+            return start + 1 + int(behind[-1])
     return nxt + int(np.flatnonzero(token_cut[nxt : end + 1])[0])
 
 
