@@ -144,3 +144,20 @@ def test_fixture_is_valid_beir():
     data = read_retrieval(FIXTURE)
     assert len(data) == 129 and len(data.documents) == 481
     assert set(np.unique(data.qrels[:, 2])) == {1, 2}
+
+
+def test_a_tie_at_the_cut_keeps_the_documents_trec_eval_ranks_first():
+    """Many documents tie at the k-th score across blocks: the ones kept are those the
+    tie rule (larger id first) ranks first, as a full sort of every score gives them."""
+    rng = np.random.default_rng(1)
+    docs = rng.normal(size=(300, 4)).astype(np.float32)
+    docs[::3] = docs[0]  # 100 documents with one vector: a tie far wider than k
+    queries = np.stack([docs[0], rng.normal(size=4).astype(np.float32)])
+    ids = [f"d{(i * 7919) % 1000:03d}" for i in range(300)]  # id order unlike index order
+    ranked, _ = top_k(queries, docs, 20, id_order(ids), query_block=1, doc_block=37)
+    unit_q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    unit_d = docs / np.linalg.norm(docs, axis=1, keepdims=True)
+    scores = (unit_q @ unit_d.T).astype(np.float32)
+    order = id_order(ids)
+    for q in range(2):
+        assert ranked[q].tolist() == np.lexsort((-order, -scores[q]))[:20].tolist()

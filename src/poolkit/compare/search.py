@@ -68,7 +68,7 @@ def top_k_by(
             best_s = scores if best_s is None else np.hstack([best_s, scores])
             best_i = np.hstack([best_i, idx])
             if best_s.shape[1] > k:
-                keep = np.argpartition(-best_s, k - 1, axis=1)[:, :k]
+                keep = _keep_top(best_s, best_i, k, order_key)
                 best_s = np.take_along_axis(best_s, keep, axis=1)
                 best_i = np.take_along_axis(best_i, keep, axis=1)
         assert best_s is not None
@@ -81,6 +81,20 @@ def top_k_by(
     if out_s is None:
         out_s = np.empty((n_queries, k), dtype=np.float32)
     return out_i, out_s
+
+
+def _keep_top(scores: np.ndarray, idx: np.ndarray, k: int, order_key: np.ndarray) -> np.ndarray:
+    """Columns of the ``k`` best of each row of ``scores`` ``(B, M)``, ties at the ``k``-th
+    score going to the larger ``order_key[idx]`` as the final sort orders them (a bare
+    partition would keep an arbitrary one of them, and the ranking could lose a document
+    that trec_eval ranks ``k``-th)."""
+    keep = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    kth = np.take_along_axis(scores, keep, axis=1).min(axis=1, keepdims=True)
+    tied_all = (scores == kth).sum(axis=1)
+    tied_kept = (np.take_along_axis(scores, keep, axis=1) == kth).sum(axis=1)
+    for r in np.flatnonzero(tied_all > tied_kept):  # rare: only rows with a tie cut at k
+        keep[r] = np.lexsort((-order_key[idx[r]], -scores[r]))[:k]
+    return keep
 
 
 def id_order(ids: Sequence[str]) -> np.ndarray:
