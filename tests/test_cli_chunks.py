@@ -2,12 +2,12 @@
 
 - The rows (``id``, ``chunk``, ``start``, ``end``, ``text``, vectors) equal
   ``poolkit.embed_chunks`` on the same documents, naive and ``--late``, through
-  ``.parquet``, ``.jsonl`` and ``-o -``, the job cut into parts of 2 documents; a blank
-  document gives no row and one warning.
+  ``.parquet``, ``.jsonl`` and ``-o -``, the job cut into parts of 2 documents.
 - ``column:NAME`` reads the spans beside the text (jsonl lists, csv JSON strings).
 - ``kill -9`` after the first part, then ``--resume``: the bytes of an uninterrupted run;
   a resume with other chunk settings is refused.
-- Every refusal is one line, exit status 2, nothing left behind.
+- Every refusal is one line, exit status 2, nothing left behind (an empty document in a
+  later part: the finished parts kept for ``--resume``, no output).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def long_documents(n: int) -> list[str]:
 
 
 def documents() -> list[str]:
-    """Two documents past the model's 256 tokens, a short one, a blank one, one more."""
+    """Two documents past the model's 256 tokens, two short ones, one more."""
     first, second, third = long_documents(3)
-    return [first, "A short one. Two sentences!", "  ", second, third[:300]]
+    return [first, "A short one. Two sentences!", "Three words here.", second, third[:300]]
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:
@@ -54,12 +54,11 @@ def job(tmp_path_factory, minilm_dir):
 
 
 def expected_rows(docs: list[str], chunks, model: Path, **kwargs) -> dict:
-    """``embed_chunks`` on the non-blank documents, flattened to the CLI's rows."""
+    """``embed_chunks`` on the documents, flattened to the CLI's rows."""
     import poolkit
 
-    kept = [i for i, d in enumerate(docs) if d.strip()]
-    spans = chunks if isinstance(chunks, str) else [chunks[i] for i in kept]
-    out = poolkit.embed_chunks([docs[i] for i in kept], spans, model=model, **kwargs)
+    kept = list(range(len(docs)))
+    out = poolkit.embed_chunks(docs, chunks, model=model, **kwargs)
     both = np.concatenate([c.spans for c in out])
     return {
         "id": np.concatenate([[i] * len(c.spans) for i, c in zip(kept, out, strict=True)]),
@@ -97,7 +96,7 @@ def test_rows_equal_embed_chunks_in_every_format(job, minilm_dir, late):
     cwd, model = job
     docs = documents()
     want = expected_rows(docs, CHUNKS, minilm_dir, late=late)
-    assert len(set(want["id"].tolist())) == 4 and want["start"].max() > 1000  # past 256 tokens
+    assert len(set(want["id"].tolist())) == 5 and want["start"].max() > 1000  # past 256 tokens
     flags = ["--chunks", CHUNKS, "--chunk-text", "--part-size", "2", *model,
              *(["--late"] if late else [])]  # fmt: skip
     name = "late" if late else "naive"
@@ -110,11 +109,9 @@ def test_rows_equal_embed_chunks_in_every_format(job, minilm_dir, late):
     record = json.loads(pq.read_schema(cwd / f"{name}.parquet").metadata[b"poolkit"])
     assert record["chunks"]["chunker"] == CHUNKS and record["chunks"]["late"] is late
     err = run.stderr.decode().splitlines()
-    assert err[0] == ("poolkit: warning: 1 blank document (empty or whitespace only, or no "
-                      "token of text) gave no chunk, id 2.")  # fmt: skip
-    assert err[1].startswith(f"poolkit: 5 documents -> {len(want['id'])} chunks -> {name}.parquet "
+    assert err[0].startswith(f"poolkit: 5 documents -> {len(want['id'])} chunks -> {name}.parquet "
                              "[mean=384] in ")  # fmt: skip
-    assert len(err) == 2
+    assert len(err) == 1
 
     streamed = poolkit("embed", "-", "--input-format", "jsonl", "-o", "-", *flags, cwd=cwd,
                        stdin=(cwd / "docs.jsonl").read_bytes())  # fmt: skip
@@ -132,8 +129,8 @@ def test_rows_equal_embed_chunks_in_every_format(job, minilm_dir, late):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::poolkit.driver.TruncationWarning")  # the reference's
 def test_column_spans_from_jsonl_and_csv(tmp_path, minilm_dir):
-    docs = ["Hello world. Bye now.", "", long_documents(1)[0]]
-    spans = [[[0, 12], [13, 21]], [], [[0, 40], [41, len(docs[2])]]]  # past 256 tokens
+    docs = ["Hello world. Bye now.", "Second doc.", long_documents(1)[0]]
+    spans = [[[0, 12], [13, 21]], [[0, 6]], [[0, 40], [41, len(docs[2])]]]  # past 256 tokens
     write_jsonl(tmp_path / "docs.jsonl", [{"text": d, "spans": s} for d, s in
                                           zip(docs, spans, strict=True)])  # fmt: skip
     with open(tmp_path / "docs.csv", "w", encoding="utf-8", newline="") as f:
@@ -148,7 +145,7 @@ def test_column_spans_from_jsonl_and_csv(tmp_path, minilm_dir):
         assert list(rows) == ["id", "chunk", "start", "end", "mean"]
         check_rows(rows, want, docs)
         # The 1504-character chunk is longer than the model reads: cut, and counted.
-        assert "4 chunks" in run.stderr.decode() and ", 1 truncated (" in run.stderr.decode()
+        assert "5 chunks" in run.stderr.decode() and ", 1 truncated (" in run.stderr.decode()
 
 
 def _parts(work: Path) -> int:
@@ -157,7 +154,7 @@ def _parts(work: Path) -> int:
 
 @pytest.mark.slow
 def test_killed_after_the_first_part_then_resumed_is_byte_identical(tmp_path, minilm_dir):
-    write_jsonl(tmp_path / "docs.jsonl", [{"text": d} for d in [*long_documents(6), " "]])
+    write_jsonl(tmp_path / "docs.jsonl", [{"text": d} for d in long_documents(6)])
     flags = ["--chunks", CHUNKS, "--chunk-text", "--part-size", "1", "--model", str(minilm_dir)]
     clean = poolkit("embed", "docs.jsonl", "-o", "clean.parquet", *flags, cwd=tmp_path)
     assert clean.returncode == 0, clean.stderr.decode()
@@ -180,7 +177,7 @@ def test_killed_after_the_first_part_then_resumed_is_byte_identical(tmp_path, mi
             proc.wait()
     assert proc.returncode == -signal.SIGKILL and not (tmp_path / "out.parquet").exists()
     kept = _parts(work)
-    assert 1 <= kept < 7
+    assert 1 <= kept < 6
 
     # Other chunk settings: refused, naming them; the work directory stays as it was.
     other = poolkit("embed", "docs.jsonl", "-o", "out.parquet", *flags, "--late", "--resume",
@@ -194,7 +191,6 @@ def test_killed_after_the_first_part_then_resumed_is_byte_identical(tmp_path, mi
     assert (tmp_path / "out.parquet").read_bytes() == (tmp_path / "clean.parquet").read_bytes()
     err = resumed.stderr.decode()
     assert f"; {kept} document{'s' * (kept > 1)} resumed from the checkpoint" in err, err
-    assert "gave no chunk, id 6." in err  # the blank document, in the last part
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.parquet", "docs.jsonl",
                                                           "out.parquet"]  # fmt: skip
 
@@ -247,11 +243,18 @@ def test_refused_once_the_model_is_known(tmp_path, minilm_dir):
     one_error_line(bad, 2, "spans.jsonl: line 3 (id 1): Expected `spans[1]` to be (start, end) "
                    "with 0 <= start < end <= len(text) = 5, but got (6, 99).")  # fmt: skip
 
-    # Only blank documents: nothing to embed, as without --chunks.
-    write_jsonl(tmp_path / "blank.jsonl", [{"text": " "}, {"text": ""}])
+    # An empty document gives no chunk: refused, naming its line and id. In the first part:
+    # nothing is left; in a later one: the finished parts are kept for --resume, no output.
+    write_jsonl(tmp_path / "blank.jsonl", [{"text": " "}, {"text": "Fine."}])
     blank = poolkit("embed", "blank.jsonl", "-o", "out.parquet", "--chunks", "sentences",
                     *model, cwd=tmp_path)  # fmt: skip
-    one_error_line(blank, 2, "blank.jsonl: all 2 documents gave no chunk (empty or whitespace "
-                   "only); nothing to embed.")  # fmt: skip
+    one_error_line(blank, 2, "blank.jsonl: line 1 (id 0): an empty document (empty or "
+                   "whitespace only) gives no chunk; remove it from INPUT.")  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blank.jsonl", "docs.jsonl",
                                                           "spans.jsonl"]  # fmt: skip
+    write_jsonl(tmp_path / "late.jsonl", [{"text": "One."}, {"text": "Two."}, {"text": ""}])
+    late = poolkit("embed", "late.jsonl", "-o", "out.parquet", "--chunks", "sentences",
+                   "--part-size", "1", *model, cwd=tmp_path)  # fmt: skip
+    one_error_line(late, 2, "late.jsonl: line 3 (id 2): an empty document", "(2 finished parts "
+                   "are kept in out.parquet.poolkit-work; fix the problem and rerun with --resume.)")  # fmt: skip
+    assert not (tmp_path / "out.parquet").exists()

@@ -8,7 +8,8 @@ row id, as without ``--chunks``), ``chunk`` (its index within the document), ``s
 ``--chunk-text``), then the vectors, as :func:`poolkit.embed_chunks` computes them (naive,
 or ``--late``). The job runs part by part as without ``--chunks``: each part's documents
 are chunked, embedded and committed together, so ``--resume`` and ``-o -`` work the same.
-A blank document gives no chunk: it is skipped, and one warning names the skipped ids.
+A document that gives no chunk (empty or whitespace only) is refused in one line naming
+its input line and id, as bad spans are.
 """
 
 from __future__ import annotations
@@ -92,16 +93,14 @@ class ChunkedPart:
     """One part of documents, chunked.
 
     Attributes:
-        documents: the documents that gave chunks, in input order.
+        documents: the documents of the part, in input order.
         ids: their row ids ``(n,)``.
         spans: their ``(C_i, 2)`` character spans.
-        skipped: the ids of the part's documents that gave no chunk (blank ones).
     """
 
     documents: list[str]
     ids: np.ndarray
     spans: list[np.ndarray]
-    skipped: list[int]
 
     def chunk_texts(self) -> list[str]:
         return [d[a:b] for d, s in zip(self.documents, self.spans, strict=True)
@@ -178,53 +177,26 @@ class PartChunker:
 
     def chunk(self, rows: Any, first_id: int) -> ChunkedPart:
         """The chunks of a part (:class:`poolkit.io.readers.Rows`) whose first document has
-        id ``first_id``. Blank documents, and under ``tokens:`` documents with no token of
-        text, give no chunk; bad spans raise one line naming the input row."""
+        id ``first_id``. A document that gives no chunk (blank, or under ``tokens:`` no
+        token of text) and bad spans are refused in one line naming the input row."""
         from poolkit.chunking import chunk_documents
         from poolkit.embedding import check_inputs
 
         texts = rows.texts
-        kept = [i for i, t in enumerate(texts) if t.strip()]
-        skipped = [i for i, t in enumerate(texts) if not t.strip()]
-        docs = check_inputs([texts[i] for i in kept]) if kept else []
+        blank = next((i for i, t in enumerate(texts) if not t.strip()), None)
+        if blank is not None:
+            raise InputError(f"{rows.where[blank]} (id {first_id + blank}): an empty document "
+                             "(empty or whitespace only) gives no chunk; remove it from INPUT.")  # fmt: skip
+        docs = check_inputs(texts)
         if self.column is not None:
-            values = [self._spans_value(rows, i, first_id) for i in kept]
-            try:
-                spans = chunk_documents(docs, values, self.encoder) if docs else []
-            except (ValueError, TypeError) as e:
-                raise self._at_row(e, rows, kept, first_id) from None
+            source: Any = [self._spans_value(rows, i, first_id) for i in range(len(docs))]
         else:
-            spans, dropped = self._spans(docs)
-            if dropped:
-                gone = set(dropped)
-                skipped = sorted(skipped + [kept[j] for j in gone])
-                kept = [i for j, i in enumerate(kept) if j not in gone]
-                docs = [texts[i] for i in kept]
-        return ChunkedPart(docs, first_id + np.asarray(kept, np.int64), spans,
-                           [first_id + i for i in skipped])  # fmt: skip
-
-    def _spans(self, docs: list[str]) -> tuple[list[np.ndarray], list[int]]:
-        """The spans of ``docs`` and the indices of those that give no chunk (text the
-        tokenizer drops whole, such as a zero-width space), found one by one only when
-        the whole part is refused for one."""
-        from poolkit.chunking import chunk_documents
-
-        if not docs:
-            return [], []
+            source = self.chunker
         try:
-            return chunk_documents(docs, self.chunker, self.encoder), []
-        except ValueError as e:
-            if "(no chunk)" not in str(e):
-                raise
-        spans, dropped = [], []
-        for j, doc in enumerate(docs):
-            try:
-                spans.extend(chunk_documents([doc], self.chunker, self.encoder))
-            except ValueError as e:
-                if "(no chunk)" not in str(e):
-                    raise
-                dropped.append(j)
-        return spans, dropped
+            spans = chunk_documents(docs, source, self.encoder)
+        except (ValueError, TypeError) as e:
+            raise self._at_row(e, rows, first_id) from None
+        return ChunkedPart(docs, first_id + np.arange(len(docs), dtype=np.int64), spans)
 
     def _spans_value(self, rows: Any, i: int, first_id: int) -> Any:
         value = rows.values[i]
@@ -237,15 +209,16 @@ class PartChunker:
                              f"({e.msg}); write the spans as a JSON list of [start, end] "
                              "pairs, e.g. [[0, 120], [121, 300]].") from None  # fmt: skip
 
-    def _at_row(self, error: Exception, rows: Any, kept: list[int], first_id: int) -> Exception:
-        """``chunk_documents``' error naming ``chunks[j]`` (the j-th document kept from
-        the part) rewritten to name the input line/row, its id and the span field."""
+    def _at_row(self, error: Exception, rows: Any, first_id: int) -> Exception:
+        """``chunk_documents``' error naming ``chunks[i]`` or ``documents[i]`` (the i-th
+        document of the part) rewritten to name the input line/row and its id."""
         message = str(error)
-        found = re.search(r"`chunks\[(\d+)\]", message)
+        found = re.search(r"`(chunks|documents)\[(\d+)\]", message)
         if found is None:
             return error
-        i = kept[int(found.group(1))]
-        message = message.replace(found.group(0), f"`{self.column}", 1)
+        i = int(found.group(2))
+        name = f"`{self.column}" if found.group(1) == "chunks" else "`document"
+        message = message.replace(found.group(0), name, 1)
         return type(error)(f"{rows.where[i]} (id {first_id + i}): {message}")
 
     def embed(

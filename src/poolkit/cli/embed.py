@@ -11,7 +11,7 @@ warning; an input made only of blank texts is refused.
 ``--chunks SPEC`` (:mod:`poolkit.cli._chunk_args`) writes one row per chunk of each text
 instead: ``id`` (the text's row id), ``chunk``, ``start``, ``end`` (``--chunk-text``:
 ``text``), then the vectors, naive or ``--late``; parts, ``--resume`` and ``-o -`` work
-the same. A blank text gives no chunk (skipped, with a warning).
+the same. A blank text gives no chunk: it is refused in one line naming it.
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         texts, source = chunking.calibration_texts(first_chunks, RANGE_TEXTS)
         ranges = output_ranges(args, encoder, recipes, texts, first_source=source, **options)
     names = list(recipes)
-    blank: list[int] = []  # ids of blank texts (--chunks: of the documents giving no chunk)
+    blank: list[int] = []  # ids of blank texts (kept as empty texts; --chunks refuses them)
     checkpoint: Any
     if to_stdout:
         from poolkit.cli._stdout import StdoutSink
@@ -312,13 +312,10 @@ def run(args: argparse.Namespace) -> int:
                     if k in checkpoint.done:
                         checkpoint.verify(k, done, chunking.digest(part))
                         ids = checkpoint.load_part(k)[0]
-                        blank.extend(sorted(set(range(done, done + len(part))) - set(ids.tolist())))
                         resumed += len(part)
                         bar.update(len(part))
                     else:
                         piece = first_chunks if k == 0 else chunking.chunk(part, done)
-                        blank.extend(piece.skipped)
-                        bar.update(len(piece.skipped))
                         result, stats = chunking.embed(
                             piece, progress=bar.update, calibration=ranges,
                             prompt_name=args.prompt_name, prompt=args.prompt,
@@ -359,9 +356,9 @@ def run(args: argparse.Namespace) -> int:
             stamp.check()
         if len(blank) == done:
             nothing = True  # the parts hold nothing worth resuming
-            what = "texts are blank" if chunking is None else "documents gave no chunk"
             raise InputError(
-                f"{args.input}: all {done} {what} (empty or whitespace only); nothing to embed."
+                f"{args.input}: all {done} texts are blank (empty or whitespace only); nothing "
+                "to embed."
             )
         if not dims:  # every part resumed: the widths stored in the first part with rows
             stored = next(k for k in range(num_parts) if checkpoint.rows(k))
@@ -406,16 +403,11 @@ def run(args: argparse.Namespace) -> int:
         kept = (
             "was kept as an empty text, id" if len(blank) == 1 else "were kept as empty texts, ids"
         )
-        if chunking is not None:
-            print(f"poolkit: warning: {count(len(blank), 'blank document')} (empty or whitespace "
-                  f"only, or no token of text) gave no chunk, id{'s' * (len(blank) > 1)} "
-                  f"{shown}.", file=sys.stderr)  # fmt: skip
-        else:
-            print(
-                f"poolkit: warning: {count(len(blank), 'blank text')} (empty or whitespace only) "
-                f"{kept} {shown}.",
-                file=sys.stderr,
-            )
+        print(
+            f"poolkit: warning: {count(len(blank), 'blank text')} (empty or whitespace only) "
+            f"{kept} {shown}.",
+            file=sys.stderr,
+        )
     if chunking is not None:
         if not args.quiet:
             counts = (done, rows, resumed, truncated)
