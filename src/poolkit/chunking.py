@@ -160,9 +160,10 @@ def embed_chunks(
             each chunk from its document's contextual token vectors (late chunking).
         stride: window step in tokens for late chunks of documents past the model's
             limit (default: half a window); refused with ``late=False``.
-        strategy, recipe, normalize, layers, layer_how, exclude_special, max_length,
-        max_batch_tokens, device, dtype, prompt_name, prompt, pipeline, dims, precision,
-        calibration: as for :func:`poolkit.embed`, applied to each chunk.
+        strategy: as for :func:`poolkit.embed`, applied to each chunk, as are ``recipe``,
+            ``normalize``, ``layers``, ``layer_how``, ``exclude_special``, ``max_length``,
+            ``max_batch_tokens``, ``device``, ``dtype``, ``prompt_name``, ``prompt``,
+            ``pipeline``, ``dims``, ``precision`` and ``calibration``.
         return_stats: also return an :class:`EmbedStats` (``num_texts`` counts documents;
             ``truncated`` lists the documents with a naive chunk cut at the max length).
         progress: called with the number of documents finished.
