@@ -70,9 +70,9 @@ def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
                              f"add --chunks, e.g. --chunks tokens:128, or drop {given[0]}.")  # fmt: skip
         return None
     try:
-        chunker = Chunker.parse(args.chunks)
-    except (ValueError, TypeError) as e:
-        raise type(e)(str(e).replace("`chunks`", "--chunks")) from None
+        chunker = Chunker.parse(args.chunks)  # a string here: only InputError can come
+    except InputError as e:
+        raise InputError(str(e).replace("`chunks`", "--chunks")) from None
     if getattr(args, "engine", "local") == "ray":
         raise InputError("--chunks: not supported with --engine ray yet; run without --engine ray.")
     if args.stride is not None and not args.late:
@@ -209,17 +209,17 @@ class PartChunker:
                              f"({e.msg}); write the spans as a JSON list of [start, end] "
                              "pairs, e.g. [[0, 120], [121, 300]].") from None  # fmt: skip
 
-    def _at_row(self, error: Exception, rows: Any, first_id: int) -> Exception:
+    def _at_row(self, error: Exception, rows: Any, first_id: int) -> InputError:
         """``chunk_documents``' error naming ``chunks[i]`` or ``documents[i]`` (the i-th
-        document of the part) rewritten to name the input line/row and its id."""
+        document of the part) as one naming the input line/row and its id."""
         message = str(error)
         found = re.search(r"`(chunks|documents)\[(\d+)\]", message)
         if found is None:
-            return error
+            return InputError(message)
         i = int(found.group(2))
         name = f"`{self.column}" if found.group(1) == "chunks" else "`document"
         message = message.replace(found.group(0), name, 1)
-        return type(error)(f"{rows.where[i]} (id {first_id + i}): {message}")
+        return InputError(f"{rows.where[i]} (id {first_id + i}): {message}")
 
     def embed(
         self, part: ChunkedPart, *, progress: Any, calibration: Any, **options: Any
