@@ -44,7 +44,10 @@ def parts_done(work: Path) -> int:  # parts keep their old file names, chunk-*.n
 
 def start_and_kill(cwd: Path, args: list[str], when, sig: int = signal.SIGKILL) -> tuple[int, str]:
     """Start the CLI, poll until ``when(work_dir)`` is true, send ``sig``; (status, stderr)."""
-    proc = subprocess.Popen(command(*args), cwd=cwd, stderr=subprocess.PIPE)
+    # SIGINT at its default in the job, as at a terminal: a shell's background job (a CI
+    # step started with `&`) inherits it ignored, and Python then keeps ignoring it.
+    proc = subprocess.Popen(command(*args), cwd=cwd, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     work = cwd / (args[1] + WORK)
     deadline = time.monotonic() + 240
     try:
