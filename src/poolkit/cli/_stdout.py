@@ -52,7 +52,7 @@ class StdoutSink:
         """Write part ``index`` (rows ``first_row`` ..., or ``ids`` with their extra
         ``columns``, as :meth:`Checkpoint.commit <poolkit.io.checkpoint.Checkpoint.commit>`
         takes them) to stdout; ``digest`` and ``texts`` are unused."""
-        if ids is not None:  # rows of their own (--chunks): blank texts gave none
+        if ids is not None:  # --chunks: rows of their own, with their document ids
             if len(ids):
                 self._held.append(jsonl_rows(ids, arrays, self.strategies, columns))
                 self._flush()

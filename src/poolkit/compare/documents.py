@@ -31,7 +31,7 @@ import numpy as np
 
 from poolkit._errors import expected
 from poolkit.compare.embedding import embed_sequences_with_stats, progress
-from poolkit.compare.search import top_k_by
+from poolkit.compare.search import top_k_by, unit_rows
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -106,12 +106,6 @@ def check_sizes(encoder: Any, sizes: Sequence[int]) -> tuple[int, ...]:
     return out
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
-
-
 def max_chunk_top_k(
     queries: np.ndarray,
     chunks: np.ndarray,
@@ -123,7 +117,7 @@ def max_chunk_top_k(
     its chunks: ``chunks`` ``(sum counts, D)`` in document order, ``counts`` ``(N,)``
     chunks per document (each >= 1). Ties: larger ``ties`` first, as in
     :func:`~poolkit.compare.search.top_k`. Returns int64 ``(Q, min(depth, N))``."""
-    q_unit, c_unit = _unit(queries), _unit(chunks)
+    q_unit, c_unit = unit_rows(queries), unit_rows(chunks)
     counts = np.asarray(counts, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)])
     n_docs = len(counts)

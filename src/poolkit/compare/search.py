@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["id_order", "top_k", "top_k_by"]
+__all__ = ["id_order", "top_k", "top_k_by", "unit_rows"]
 
 
-def _unit_rows(x: np.ndarray) -> np.ndarray:
+def unit_rows(x: np.ndarray) -> np.ndarray:
     """``x`` ``(N, D)`` as float32 rows of unit length (zero rows stay zero)."""
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
@@ -34,7 +34,7 @@ def top_k(
     doc_block`` score blocks, so memory is the unit-length float32 vectors plus the
     running top-k.
     """
-    q_unit, d_unit = _unit_rows(queries), _unit_rows(documents)
+    q_unit, d_unit = unit_rows(queries), unit_rows(documents)
     return top_k_by(
         lambda q0, q1, d0, d1: q_unit[q0:q1] @ d_unit[d0:d1].T, len(q_unit), len(d_unit), k,
         id_order, query_block, doc_block,
