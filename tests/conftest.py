@@ -50,6 +50,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    import testdata
+
+    testdata.running_marked_data = item.get_closest_marker("data") is not None
+
+
 def pytest_report_header(config: pytest.Config) -> str | None:
     if _runs_slow(config):
         return None

@@ -98,6 +98,7 @@ def test_sts_metric_interval_and_paired_test(tmp_path, hf):
     assert rows[("cls", "last")]["significant"] == (diff[0] > 0 or diff[1] < 0)
 
 
+@pytest.mark.data
 def test_classification_metric_and_interval_over_out_of_fold_predictions(tmp_path, hf):
     lines = full_data("sst2/stsa.binary.dev").read_text(encoding="utf-8").splitlines()[4::8]
     (tmp_path / "sst2.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -149,6 +150,7 @@ def test_ner_metric_and_interval_over_sentences(tmp_path, hf):
     assert row["ci"]["entity_f1"] == pytest.approx(expected, abs=1e-9)
 
 
+@pytest.mark.data
 def test_relation_metric_and_interval(tmp_path, hf):
     lines = full_data("semeval2010_task8/TRAIN_FILE.TXT").read_text(encoding="utf-8").splitlines()
     (tmp_path / "train.txt").write_text("\n".join(lines[:600]) + "\n", encoding="utf-8")

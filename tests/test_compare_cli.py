@@ -107,6 +107,7 @@ def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) ->
     assert main == sorted(main, reverse=True)
 
 
+@pytest.mark.data
 def test_sts_matches_the_published_reference(tmp_path):
     result = poolkit(
         "compare", str(full_data("stsb/sts-dev.csv")), "--task", "sts",

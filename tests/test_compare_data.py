@@ -32,6 +32,7 @@ def test_stsb_native_keeps_first_seven_fields_and_literal_quotes(tmp_path):
     assert data.sentence1[-1] == '"Quoted" words'
 
 
+@pytest.mark.data
 def test_stsb_full_dev_file():
     path = full_data("stsb/sts-dev.csv")
     data = read_task("sts", path)
@@ -48,6 +49,7 @@ def test_sst2_native():
     assert data.labels == [line.split(" ", 1)[0] for line in lines]
 
 
+@pytest.mark.data
 def test_sst2_full_dev_file():
     data = read_task("classification", full_data("sst2/stsa.binary.dev"))
     assert len(data) == 872 and set(data.labels) == {"0", "1"}
@@ -63,6 +65,7 @@ def test_conll_sentences_and_tags():
     assert data.tags == [[t for _, t in s] for s in expected]
 
 
+@pytest.mark.data
 def test_conll_full_dev_file():
     data = read_task("ner", full_data("wnut17/emerging.dev.conll"))
     assert len(data) == 1009
@@ -80,6 +83,7 @@ def test_semeval_markers_stripped_and_spans_recorded():
     assert not any("<e1>" in t or "</e2>" in t for t in data.texts)
 
 
+@pytest.mark.data
 def test_semeval_full_train_file():
     data = read_task("relation", full_data("semeval2010_task8/TRAIN_FILE.TXT"))
     assert len(data) == 8000

@@ -52,6 +52,7 @@ def test_matches_sentence_transformers_on_stsb(minilm, minilm_st, sts_dev):
 
 
 @pytest.mark.slow  # the full data set: 3000 sentences, twice
+@pytest.mark.data
 def test_matches_sentence_transformers_on_all_of_stsb_dev(minilm, minilm_st):
     texts = sts_sentences(full_data("stsb/sts-dev.csv"))
     assert len(texts) == 3000

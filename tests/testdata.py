@@ -6,7 +6,9 @@
 - ``full_data(relative)``: a file of the full public data sets, read from the folder named by
   ``POOLKIT_TEST_DATA`` (default: ``../shared/data`` beside the repository). When it is absent
   the calling test is skipped with one reason, ``needs the data sets (set POOLKIT_TEST_DATA)``.
-  Only tests whose point is a full-data reference figure use it; ``.ci/run`` sets it.
+  Only tests whose point is a full-data reference figure use it; ``.ci/run`` sets it. Such a
+  test is marked ``@pytest.mark.data`` (``full_data`` fails an unmarked caller): CI runs
+  ``-m "slow or data"`` with the data sets, and the fast set in a fresh clone without them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "data"
 SKIP_REASON = "needs the data sets (set POOLKIT_TEST_DATA)"
+# Whether the running test carries @pytest.mark.data (set by conftest before its setup).
+running_marked_data = False
 
 
 def data_root() -> Path:
@@ -29,6 +33,9 @@ def data_root() -> Path:
 
 def full_data(relative: str) -> Path:
     """``data_root() / relative``; skips the calling test when the file is not there."""
+    # Checked before the skip, so an unmarked test fails in a fresh clone too: without the
+    # mark, CI's data run (-m "slow or data") would never select a fast caller.
+    assert running_marked_data, "a test that reads full_data() needs @pytest.mark.data"
     path = data_root() / relative
     if not path.is_file():
         pytest.skip(SKIP_REASON)
