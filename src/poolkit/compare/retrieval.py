@@ -21,7 +21,6 @@ decreasing order (trec_eval's order). Every metric is the mean over queries.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from poolkit.compare.datasets import DataError, _lines, _read_table
+from poolkit.compare.datasets import DataError
 from poolkit.compare.search import id_order, top_k
+from poolkit.io.readers import read_records
 
 __all__ = [
     "METRICS",
@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 METRICS = ("ndcg_at_10", "mrr_at_10", "recall_at_100", "map_at_100")
+_QRELS_COLUMNS = ("query-id", "corpus-id", "score")
 DEPTH = 100  # deepest cut-off of METRICS
 
 
@@ -71,7 +72,9 @@ def read_retrieval(
     document_column: str = "document",
 ) -> RetrievalData:
     """Read a BEIR folder (``split``: the qrels file, default ``test`` or the only one) or a
-    (query, document) table. Raises :class:`DataError` naming the file and line."""
+    (query, document) table, by :func:`poolkit.io.readers.read_records`. Raises
+    :class:`~poolkit.errors.InputError` (:class:`DataError` for unusable data) naming the
+    file and line."""
     path = Path(path)
     if path.is_dir():
         return _read_beir(path, split)
@@ -85,19 +88,7 @@ def read_retrieval(
 def _jsonl_records(path: Path) -> list[tuple[str, dict]]:
     if not path.is_file():
         raise DataError(f"{path}: missing (a BEIR folder has corpus.jsonl, queries.jsonl, qrels/).")
-    out = []
-    for number, line in _lines(path):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: not valid JSON ({e.msg}).") from None
-        if not isinstance(rec, dict):
-            raise DataError(f"{where}: expected a JSON object per line.")
-        out.append((where, rec))
-    return out
+    return read_records(path, "jsonl")[1]
 
 
 def _text(rec: dict, name: str, where: str, required: bool = True) -> str:
@@ -151,19 +142,17 @@ def _read_beir(folder: Path, split: str | None) -> RetrievalData:
     judged: dict[tuple[int, int], str] = {}
     rows: list[tuple[int, int, int]] = []
     first_line: dict[int, str] = {}
-    for number, line in _lines(qrels_path):
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        where = f"{qrels_path}:{number}"
-        if number == 1 and fields[0].strip().lower() in ("query-id", "query_id", "qid"):
-            continue  # header
+    _, records = read_records(qrels_path, "tsv", names=list(_QRELS_COLUMNS))
+    for k, (where, rec) in enumerate(records):
+        fields = [f.strip() for f in rec.values()]
+        if not any(fields) or (k == 0 and fields[0].lower() in ("query-id", "query_id", "qid")):
+            continue  # a blank line, or the header
         if len(fields) != 3:
             raise DataError(
-                f"{where}: expected 3 tab-separated fields (query-id, corpus-id, score), "
+                f"{where}: expected 3 tab-separated fields ({', '.join(_QRELS_COLUMNS)}), "
                 f"but got {len(fields)}."
             )
-        qid, did, score = (f.strip() for f in fields)
+        qid, did, score = fields
         if qid not in query_index:
             raise DataError(f"{where}: query-id {qid!r} is not in queries.jsonl.")
         if did not in doc_index:
@@ -230,7 +219,7 @@ def _read_pairs(path: Path, query_column: str, document_column: str) -> Retrieva
             f"{path}: expected a BEIR folder or a .jsonl/.csv/.tsv/.parquet table with "
             f"columns {query_column}, {document_column}."
         )
-    names, records = _read_table(path)
+    names, records = read_records(path)
     for option, name in (("query", query_column), ("document", document_column)):
         if name not in names:
             raise DataError(

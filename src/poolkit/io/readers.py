@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import csv
+import itertools
 import json
 import os
 import sys
@@ -118,21 +119,23 @@ def _txt(
         yield number, line, None
 
 
-def _json_line(line: str, where: str, number: int) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{where}: line {number} is not valid JSON ({e.msg}).") from None
+def _json_values(stream: IO[bytes], where: str) -> Iterator[tuple[int, Any]]:
+    """(line number, JSON value) of each non-blank line of a JSON Lines stream."""
+    for number, line in numbered_lines(stream, where):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{where}: line {number} is not valid JSON ({e.msg}).") from None
+        yield number, value
 
 
 def _jsonl(
     stream: IO[bytes], where: str, column: str | None, extra: str | None = None
 ) -> Iterator[_Item]:
     key = column or "text"
-    for number, line in numbered_lines(stream, where):
-        if not line.strip():
-            continue
-        value = _json_line(line, where, number)
+    for number, value in _json_values(stream, where):
         if isinstance(value, str) and column is None and extra is None:
             yield number, _unicode(value, where, number), None
             continue
@@ -201,7 +204,9 @@ def pick_column(columns: list[str], column: str | None, where: str) -> str:
 _TSV_QUOTED_LINES = 10_000
 
 
-def _tsv_rows(numbered: Iterator[tuple[int, str]], current: list[int]) -> Iterator[list[str]]:
+def _tsv_rows(
+    numbered: Iterator[tuple[int, str]], current: list[int], width: int = -1
+) -> Iterator[list[str]]:
     """The records of TSV lines. Fields end at tabs and quotes are text (the TSV
     convention), so STS-B's ``"Hi," he said`` reads as written. A field quoted as csv
     writers (pandas, Python's csv, R) write TSV is unquoted: it opens with ``"``, doubles
@@ -209,7 +214,8 @@ def _tsv_rows(numbered: Iterator[tuple[int, str]], current: list[int]) -> Iterat
     a tab or a line end (a field without those is unquoted only when the header's fields
     are all quoted: a writer that quotes every field). A record whose field count differs
     from the header's while its line split at tabs matches it is read split at tabs.
-    ``current[0]``: the last line number read.
+    ``current[0]``: the last line number read; ``width``: the field count of a file without
+    a header row (-1: the first row is the header).
     """
     pending: collections.deque[tuple[int, str]] = collections.deque()
 
@@ -264,8 +270,7 @@ def _tsv_rows(numbered: Iterator[tuple[int, str]], current: list[int]) -> Iterat
                 return fields, was_quoted
             pos = end + 1
 
-    width = -1  # the header's field count, once read
-    all_quoted = True  # every header field quoted: unquote every csv-quoted field
+    all_quoted = width < 0  # every header field quoted: unquote every csv-quoted field
     while (item := pull()) is not None:
         number, line = item
         current[0] = number
@@ -285,9 +290,10 @@ def _tsv_rows(numbered: Iterator[tuple[int, str]], current: list[int]) -> Iterat
 
 
 def _delimited_records(
-    stream: IO[bytes], where: str, delimiter: str
+    stream: IO[bytes], where: str, delimiter: str, names: list[str] | None = None
 ) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
-    """The header and the (line number, record) pairs of a CSV/TSV stream.
+    """The header (``names`` for a file without a header row) and the (line number, record)
+    pairs of a CSV/TSV stream.
 
     CSV: quoted fields may hold the delimiter and line ends. TSV: :func:`_tsv_rows` (quotes
     are text unless a field is quoted as csv writes it). A record may have fewer fields
@@ -309,12 +315,13 @@ def _delimited_records(
     reader: Iterator[list[str]] = (
         csv.reader(lines(), delimiter=delimiter, strict=True)
         if delimiter == ","
-        else _tsv_rows(numbered, current)
+        else _tsv_rows(numbered, current, -1 if names is None else len(names))
     )
     try:
-        header = next(reader, [])
+        header = next(reader, []) if names is None else names
     except csv.Error as e:
         raise bad(e) from None
+    most = f"the header's {len(header)}" if names is None else f"{len(header)} ({', '.join(names)})"
 
     def records() -> Iterator[tuple[int, dict[str, str]]]:
         try:
@@ -323,8 +330,8 @@ def _delimited_records(
                     continue
                 if len(record) > len(header):
                     raise InputError(
-                        f"{where}: line {current[0]} has {len(record)} fields, more than the "
-                        f"header's {len(header)}; quote fields that contain {delimiter!r}."
+                        f"{where}: line {current[0]} has {len(record)} fields, more than "
+                        f"{most}; quote fields that contain {delimiter!r}."
                     )
                 yield current[0], dict(zip(header, record, strict=False))
         except csv.Error as e:
@@ -352,14 +359,16 @@ def _delimited(
 
 
 def read_records(
-    path: str | os.PathLike[str], fmt: str | None = None
+    path: str | os.PathLike[str], fmt: str | None = None, *, names: list[str] | None = None
 ) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
     """Column names and ``(row name, record)`` pairs of a jsonl/csv/tsv/parquet table.
 
-    The one table reader: ``poolkit embed`` (through :func:`read_texts`) and
-    ``poolkit compare`` decode a file the same way (UTF-8 only, BOM dropped, NUL refused,
-    quoted newlines kept, ragged rows refused when longer than the header). Row names are
-    ``"path:LINE"`` (line-based formats) or ``"path: row N"`` (Parquet), 1-based.
+    The one table reader: its loops (JSON lines, CSV/TSV records, Parquet rows) are those
+    :func:`read_texts`, :func:`read_rows` and :func:`read_stream` take texts from, so
+    ``poolkit embed`` and ``poolkit compare`` decode a file the same way (UTF-8 only, BOM
+    dropped, NUL refused, quoted newlines kept, ragged rows refused when longer than the
+    header). Row names are ``"path:LINE"`` (line-based formats) or ``"path: row N"``
+    (Parquet), 1-based. ``names``: the columns of a csv/tsv file without a header row.
 
     Raises:
         InputError: a missing, undecodable or malformed file, naming the line or row.
@@ -368,62 +377,86 @@ def read_records(
     where = os.fspath(path)
     _exists(where)
     if kind == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            pfile = pq.ParquetFile(where)
-            names = list(pfile.schema_arrow.names)
-            rows = [r for b in pfile.iter_batches() for r in b.to_pylist()]
-        except (OSError, pa.ArrowInvalid) as e:
-            raise InputError(f"{where}: not a readable Parquet file ({e}).") from None
-        return names, [(f"{where}: row {i + 1}", r) for i, r in enumerate(rows)]
+        pfile = _parquet_file(where, where)
+        rows = _parquet_rows(pfile, where)
+        return list(pfile.schema_arrow.names), [(f"{where}: row {n}", r) for n, r in rows]
+    if kind == "txt":
+        raise InputError(f"{where}: a .txt file has no columns; use jsonl/csv/tsv/parquet.")
     with open(where, "rb") as stream:
         if kind == "jsonl":
-            names: list[str] = []
+            columns: list[str] = []
             out: list[tuple[str, dict[str, Any]]] = []
-            for number, line in numbered_lines(stream, where):
-                if not line.strip():
-                    continue
-                value = _json_line(line, where, number)
+            for number, value in _json_values(stream, where):
                 if not isinstance(value, dict):
                     raise InputError(
                         f"{where}: line {number} is a JSON {type(value).__name__}; expected "
                         "an object per line."
                     )
-                names.extend(k for k in value if k not in names)
+                columns.extend(k for k in value if k not in columns)
                 out.append((f"{where}:{number}", value))
-            return names, out
-        if kind == "txt":
-            raise InputError(f"{where}: a .txt file has no columns; use jsonl/csv/tsv/parquet.")
-        header, records = _delimited_records(stream, where, "," if kind == "csv" else "\t")
+            return columns, out
+        header, records = _delimited_records(stream, where, _DELIMITERS[kind], names)
         return header, [(f"{where}:{number}", rec) for number, rec in records]
 
 
-def _parquet(
-    path: str | IO[bytes], where: str, column: str | None, size: int, extra: str | None = None
-) -> Iterator[tuple[list[str], list[Any] | None]]:
-    """Batches of ``size`` texts (and the ``extra`` column's values, or None)."""
+_DELIMITERS = {"csv": ",", "tsv": "\t"}
+
+
+def _parquet_file(source: str | IO[bytes], where: str) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        pfile = pq.ParquetFile(path)
+        return pq.ParquetFile(source)
     except (OSError, pa.ArrowInvalid) as e:
         raise InputError(f"{where}: not a readable Parquet file ({e}).") from None
-    name = pick_column(pfile.schema_arrow.names, column, where)
+
+
+def _parquet_rows(
+    pfile: Any, where: str, columns: list[str] | None = None, rows: range | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based row number, row of ``columns``) of a Parquet file; ``rows``: only these
+    (0-based), read from just the row groups that hold them."""
+    import pyarrow as pa
+
+    start, stop = (0, pfile.metadata.num_rows) if rows is None else (rows.start, rows.stop)
+    groups, first, row = [], 0, 0
+    for g in range(pfile.num_row_groups):
+        n = pfile.metadata.row_group(g).num_rows
+        if row + n > start and row < stop:
+            first = row if not groups else first
+            groups.append(g)
+        row += n
+    row = first
+    try:
+        # Small batches: memory stays bounded whatever the row groups' size.
+        for batch in pfile.iter_batches(1024, groups, columns) if groups else ():
+            lo, hi = max(start - row, 0), min(stop - row, batch.num_rows)
+            if lo < hi:
+                yield from enumerate(batch.slice(lo, hi - lo).to_pylist(), row + lo + 1)
+            row += batch.num_rows
+            if row >= stop:
+                return
+    except (OSError, pa.ArrowInvalid) as e:
+        raise InputError(f"{where}: not a readable Parquet file ({e}).") from None
+
+
+def _parquet(
+    source: str | IO[bytes], where: str, column: str | None, extra: str | None, rows: range | None
+) -> Iterator[_Item]:
+    import pyarrow as pa
+
+    pfile = _parquet_file(source, where)
+    names = pfile.schema_arrow.names
+    name = pick_column(names, column, where)
     kind = pfile.schema_arrow.field(name).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise InputError(f"{where}: column {name!r} has type {kind}, not string.")
-    names = [name] if extra is None else [name, pick_column(pfile.schema_arrow.names, extra, where)]
-    row = 0
-    for batch in pfile.iter_batches(batch_size=size, columns=names):
-        values = batch.column(0).to_pylist()
-        for k, v in enumerate(values):
-            if v is None:
-                raise InputError(f"{where}: row {row + k} of column {name!r} is null.")
-        row += len(values)
-        yield values, None if extra is None else batch.column(1).to_pylist()
+    wanted = [name] if extra is None else [name, pick_column(names, extra, where)]
+    for number, record in _parquet_rows(pfile, where, wanted, rows):
+        if record[name] is None:
+            raise InputError(f"{where}: row {number - 1} of column {name!r} is null.")
+        yield number, record[name], None if extra is None else record[wanted[1]]
 
 
 def read_stream(
@@ -433,6 +466,7 @@ def read_stream(
     where: str,
     text_column: str | None = None,
     chunk_size: int = 4096,
+    rows: range | None = None,
 ) -> Iterator[list[str]]:
     """Yield the texts of one open input in order, ``chunk_size`` at a time.
 
@@ -447,33 +481,39 @@ def read_stream(
         where: how messages name the input (a path or URI).
         text_column: the field/column holding the text (jsonl, csv, tsv, parquet).
         chunk_size: texts per yielded list.
+        rows: only these texts (0-based, step 1): Parquet reads just the row groups that
+            hold them, the other formats are parsed up to ``rows.stop``.
 
     Raises:
         InputError: unknown ``fmt``, or an undecodable or malformed line (with its number),
             or a missing column (with the available ones).
     """
-    kind = input_format(where, fmt)
-    if kind == "parquet":
-        for texts, _ in _parquet(source, where, text_column, chunk_size):
-            yield texts
-        return
-    items = _items(source, kind, where, text_column, None)
+    items = _items(source, input_format(where, fmt), where, text_column, None, rows)
     yield from _chunks((text for _, text, _ in items), chunk_size)
 
 
 def _items(
-    source: str | IO[bytes], kind: str, where: str, column: str | None, extra: str | None
+    source: str | IO[bytes],
+    kind: str,
+    where: str,
+    column: str | None,
+    extra: str | None,
+    rows: range | None = None,
 ) -> Iterator[_Item]:
-    """The (line number, text, extra value) items of a line-based input."""
+    """The (line or row number, text, extra value) items of an input."""
+    if kind == "parquet":
+        return _parquet(source, where, column, extra, rows)
     if isinstance(source, str):
         type_error(
             "source", f"a binary stream for {kind}", "a str", "Open it with open(path, 'rb')."
         )
     if kind == "txt":
-        return _txt(source, where, column, extra)
-    if kind == "jsonl":
-        return _jsonl(source, where, column, extra)
-    return _delimited(source, where, column, "," if kind == "csv" else "\t", extra)
+        items = _txt(source, where, column, extra)
+    elif kind == "jsonl":
+        items = _jsonl(source, where, column, extra)
+    else:
+        items = _delimited(source, where, column, _DELIMITERS[kind], extra)
+    return items if rows is None else itertools.islice(items, rows.start, rows.stop)
 
 
 def read_texts(
@@ -484,7 +524,8 @@ def read_texts(
     chunk_size: int = 4096,
     stdin: IO[bytes] | None = None,
 ) -> Iterator[list[str]]:
-    """Yield the texts of ``path`` in file order, ``chunk_size`` at a time.
+    """Yield the texts of ``path`` in file order, ``chunk_size`` at a time (the texts of
+    :func:`read_rows`).
 
     Args:
         path: a file, or ``"-"`` for standard input.
@@ -497,26 +538,10 @@ def read_texts(
         InputError: missing file, undecodable or malformed line (with its number),
             missing column (with the available ones), or no texts at all.
     """
-    where = "<stdin>" if os.fspath(path) == "-" else os.fspath(path)
-    if where != "<stdin>":
-        _exists(where)  # a folder or a missing file, before guessing a format from its name
-    kind = input_format(path, fmt)
-    total = 0
-    with contextlib.ExitStack() as stack:
-        source: str | IO[bytes]
-        if where == "<stdin>":
-            if kind == "parquet":
-                raise InputError("Parquet cannot be read from stdin; pass a file path.")
-            source = stdin if stdin is not None else sys.stdin.buffer
-        else:
-            source = where if kind == "parquet" else stack.enter_context(open(where, "rb"))
-        for chunk in read_stream(
-            source, kind, where=where, text_column=text_column, chunk_size=chunk_size
-        ):
-            total += len(chunk)
-            yield chunk
-    if total == 0:
-        raise InputError(f"{where}: no texts found (the input is empty).")
+    for part in read_rows(
+        path, text_column=text_column, fmt=fmt, chunk_size=chunk_size, stdin=stdin
+    ):
+        yield part.texts
 
 
 def _exists(where: str) -> None:
@@ -575,26 +600,19 @@ def read_rows(
             source: str | IO[bytes] = stdin if stdin is not None else sys.stdin.buffer
         else:
             source = where if kind == "parquet" else stack.enter_context(open(where, "rb"))
-        if kind == "parquet":
-            for texts, values in _parquet(source, where, text_column, chunk_size, column):
-                rows = range(total + 1, total + len(texts) + 1)
-                total += len(texts)
-                yield Rows(
-                    texts, values or [None] * len(texts), [f"{where}: row {r}" for r in rows]
-                )
-        else:
-            part = Rows()
-            for number, text, value in _items(source, kind, where, text_column, column):
-                part.texts.append(text)
-                part.values.append(value)
-                part.where.append(f"{where}: line {number}")
-                if len(part) >= chunk_size:
-                    total += len(part)
-                    yield part
-                    part = Rows()
-            if len(part):
+        label = "row" if kind == "parquet" else "line"
+        part = Rows()
+        for number, text, value in _items(source, kind, where, text_column, column):
+            part.texts.append(text)
+            part.values.append(value)
+            part.where.append(f"{where}: {label} {number}")
+            if len(part) >= chunk_size:
                 total += len(part)
                 yield part
+                part = Rows()
+        if len(part):
+            total += len(part)
+            yield part
     if total == 0:
         raise InputError(f"{where}: no texts found (the input is empty).")
 

@@ -11,6 +11,7 @@ the files are concatenated in sorted order.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
 import math
@@ -124,33 +125,43 @@ def _list_uri(uri: str, fmt: str | None) -> list[InputFile]:
 
 
 def iter_file_texts(
-    file: InputFile, *, text_column: str | None = None, chunk_size: int = 4096
+    file: InputFile,
+    *,
+    text_column: str | None = None,
+    chunk_size: int = 4096,
+    rows: range | None = None,
 ) -> Iterator[list[str]]:
-    """Texts of one file in file order, ``chunk_size`` at a time, parsed exactly as by
-    :func:`poolkit.io.readers.read_texts`. An empty file yields nothing."""
+    """Texts of one file in file order (``rows``: only these, 0-based), ``chunk_size`` at a
+    time, parsed exactly as by :func:`poolkit.io.readers.read_texts`. An empty file yields
+    nothing."""
     from poolkit.io import readers
 
     if not _is_uri(file.path):
         if os.path.getsize(file.path) == 0:
             return
-        yield from readers.read_texts(
-            file.path, text_column=text_column, fmt=file.fmt, chunk_size=chunk_size
-        )
-        return
-    import pyarrow.fs as pafs
-
-    fs, path = pafs.FileSystem.from_uri(file.path)
-    if file.fmt == "parquet":
-        with fs.open_input_file(path) as handle:  # Parquet needs random access
-            yield from readers.read_stream(
-                handle, file.fmt, where=file.path, text_column=text_column, chunk_size=chunk_size
+        if rows is None:
+            yield from readers.read_texts(
+                file.path, text_column=text_column, fmt=file.fmt, chunk_size=chunk_size
             )
-        return
-    # pyarrow streams cannot iterate lines (readline raises); the buffer adds that.
-    with fs.open_input_stream(path) as raw, io.BufferedReader(raw) as stream:
-        yield from readers.read_stream(
-            stream, file.fmt, where=file.path, text_column=text_column, chunk_size=chunk_size
-        )
+            return
+    with contextlib.ExitStack() as stack:
+        source: Any = file.path
+        if _is_uri(file.path):
+            import pyarrow.fs as pafs
+
+            fs, path = pafs.FileSystem.from_uri(file.path)
+            # Parquet needs random access; pyarrow's other streams cannot iterate lines
+            # (readline raises): the buffer adds that.
+            source = stack.enter_context(
+                fs.open_input_file(path)
+                if file.fmt == "parquet"
+                else io.BufferedReader(fs.open_input_stream(path))
+            )
+        elif file.fmt != "parquet":
+            source = stack.enter_context(open(file.path, "rb"))
+        yield from readers.read_stream(source, file.fmt, where=file.path,
+                                       text_column=text_column, chunk_size=chunk_size,
+                                       rows=rows)  # fmt: skip
 
 
 def _count(file: InputFile, text_column: str | None) -> int:
@@ -158,36 +169,11 @@ def _count(file: InputFile, text_column: str | None) -> int:
 
 
 def _piece_texts(file: InputFile, start: int, stop: int, text_column: str | None) -> list[str]:
-    """Texts ``start..stop-1`` (file rows, 0-based) of one file."""
-    if file.fmt == "parquet" and not _is_uri(file.path):
-        import pyarrow.parquet as pq
-
-        # Only the row groups that hold the piece; the values are checked by the scan.
-        pfile = pq.ParquetFile(file.path)
-        from poolkit.io.readers import pick_column
-
-        name = pick_column(pfile.schema_arrow.names, text_column, file.path)
-        groups, first, row = [], None, 0
-        for g in range(pfile.num_row_groups):
-            n = pfile.metadata.row_group(g).num_rows
-            if row + n > start and row < stop:
-                groups.append(g)
-                first = row if first is None else first
-            row += n
-        table = pfile.read_row_groups(groups, columns=[name])
-        return table.column(0).slice(start - (first or 0), stop - start).to_pylist()
-    out: list[str] = []
-    row = 0
-    # Text formats can only be skipped by parsing; pieces per file are capped (see
-    # Corpus.dataset) so that this stays linear in the file size.
-    for chunk in iter_file_texts(file, text_column=text_column):
-        lo, hi = max(start - row, 0), min(stop - row, len(chunk))
-        if lo < hi:
-            out.extend(chunk[lo:hi])
-        row += len(chunk)
-        if row >= stop:
-            break
-    return out
+    """Texts ``start..stop-1`` (file rows, 0-based) of one file: a Parquet file's row
+    groups that hold them; a text file parsed up to ``stop`` (pieces per file are capped,
+    see :meth:`Corpus.pieces`, so that this stays linear in the file size)."""
+    chunks = iter_file_texts(file, text_column=text_column, rows=range(start, stop))
+    return [text for chunk in chunks for text in chunk]
 
 
 def _read_pieces(batch: dict[str, np.ndarray], *, text_column: str | None) -> Any:
