@@ -27,24 +27,15 @@ import numpy as np
 
 from poolkit._errors import value_error
 from poolkit.chunkers import Chunker, check_spans, sentence_spans, token_spans
-from poolkit.driver import EmbedStats, LayerViews, drive, sequence_vectors, warn_truncated
+from poolkit.driver import EmbedStats, warn_truncated
 from poolkit.embedding import (
     Layers,
     ModelRef,
-    apply_output_stages,
-    calibrate_recipes,
     char_to_token_spans,
-    check_inputs,
-    check_output_stages,
     embed_recipes,
-    get_encoder,
-    head_plan,
-    intended_recipes,
-    resolve_recipes,
-    with_output_stage,
+    resolve_request,
 )
-from poolkit.encoder import EncodedBatch, Encoder, check_batch_tokens
-from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
+from poolkit.encoder import EncodedBatch, Encoder
 from poolkit.recipe import Recipe
 
 __all__ = ["DocumentChunks", "check_late", "chunk_documents", "embed_chunks"]
@@ -176,7 +167,36 @@ def embed_chunks(
         InputError: a bad chunker or spans (:func:`chunk_documents`), ``cls``/``last`` with
             ``late=True``, or any argument :func:`poolkit.embed` refuses.
     """
-    documents = check_inputs(documents)
+    req = resolve_request("sequence", documents, model, strategy, recipe, normalize=normalize,
+                          layers=layers, layer_how=layer_how, exclude_special=exclude_special,
+                          max_length=max_length, max_batch_tokens=max_batch_tokens,
+                          device=device, dtype=dtype, prompt_name=prompt_name, prompt=prompt,
+                          pipeline=pipeline, dims=dims, precision=precision,
+                          calibration=calibration,
+                          check=lambda docs: _check_chunking(docs, chunks, late, stride),
+                          refuse=lambda recipes: check_late(recipes, late))  # fmt: skip
+    spans = chunk_documents(req.inputs, req.checked, req.encoder)
+    options = {"max_batch_tokens": max_batch_tokens, "progress": progress,
+               "prompt_name": prompt_name, "prompt": prompt, "pipeline": pipeline,
+               "calibration": req.ranges}  # fmt: skip
+    if late:
+        flat, stats = late_chunk_vectors(req.inputs, spans, req.encoder, req.recipes,
+                                         stride=stride, **options)  # fmt: skip
+    else:
+        flat, stats = naive_chunk_vectors(req.inputs, spans, req.encoder, req.recipes, **options)
+        warn_truncated(stats, "documents (a chunk of each)")
+    cuts = np.cumsum([len(s) for s in spans])[:-1]
+    per_name = {name: np.split(v, cuts) for name, v in flat.items()}
+    out = []
+    for i, s in enumerate(spans):
+        vectors = {name: parts[i] for name, parts in per_name.items()}
+        out.append(DocumentChunks(s, vectors if req.as_dict else next(iter(vectors.values()))))
+    return (out, stats) if return_stats else out
+
+
+def _check_chunking(documents: list[str], chunks: Any, late: Any, stride: Any) -> Any:
+    """``chunks`` (a spelling parsed), ``late`` and ``stride`` checked, and every document
+    given some text, before the model loads."""
     for i, doc in enumerate(documents):
         if not doc.strip():
             value_error(f"documents[{i}]", "a document with text to chunk",
@@ -185,7 +205,7 @@ def embed_chunks(
         value_error("chunks", "a chunker name or one list of spans per document",
                     type(chunks).__name__)  # fmt: skip
     if isinstance(chunks, str):
-        chunks = Chunker.parse(chunks)  # the spelling checked before the model loads
+        chunks = Chunker.parse(chunks)
     if not isinstance(late, bool):
         value_error("late", "True or False", repr(late))
     if stride is not None and not late:
@@ -195,37 +215,7 @@ def embed_chunks(
         isinstance(stride, bool) or not isinstance(stride, int) or stride < 1
     ):
         value_error("stride", "a positive number of tokens", repr(stride))
-    check_batch_tokens(max_batch_tokens)
-    check_pipeline(pipeline)
-    wanted, as_dict = resolve_recipes(strategy, recipe, layers=layers, layer_how=layer_how,
-                                      exclude_special=exclude_special, normalize=normalize)  # fmt: skip
-    if wanted is not None:
-        wanted = with_output_stage(wanted, dims, precision)
-        check_late(wanted, late)
-    encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
-    if wanted is None:
-        wanted = intended_recipes(encoder, layers=layers, layer_how=layer_how,
-                                  exclude_special=exclude_special, normalize=normalize,
-                                  dims=dims, precision=precision)  # fmt: skip
-        check_late(wanted, late)
-    spans = chunk_documents(documents, chunks, encoder)
-    options = {"max_batch_tokens": max_batch_tokens, "prompt_name": prompt_name,
-               "prompt": prompt, "pipeline": pipeline}  # fmt: skip
-    ranges = calibrate_recipes(encoder, wanted, calibration, **options)
-    if late:
-        flat, stats = late_chunk_vectors(documents, spans, encoder, wanted, stride=stride,
-                                         progress=progress, calibration=ranges, **options)  # fmt: skip
-    else:
-        flat, stats = naive_chunk_vectors(documents, spans, encoder, wanted, progress=progress,
-                                          calibration=ranges, **options)  # fmt: skip
-        warn_truncated(stats, "documents (a chunk of each)")
-    cuts = np.cumsum([len(s) for s in spans])[:-1]
-    per_name = {name: np.split(v, cuts) for name, v in flat.items()}
-    out = []
-    for i, s in enumerate(spans):
-        vectors = {name: parts[i] for name, parts in per_name.items()}
-        out.append(DocumentChunks(s, vectors if as_dict else next(iter(vectors.values()))))
-    return (out, stats) if return_stats else out
+    return chunks
 
 
 def check_late(recipes: Mapping[str, Recipe], late: bool) -> None:
@@ -259,7 +249,7 @@ def naive_chunk_vectors(
     ``calibration``)."""
     stats = EmbedStats(num_texts=len(documents), max_length=encoder.max_length)
     parts: dict[str, list[np.ndarray]] = {name: [] for name in recipes}
-    for g in range(0, len(documents), _NAIVE_GROUP):
+    for g in range(0, max(len(documents), 1), _NAIVE_GROUP):  # none: (0, D) arrays
         docs = range(g, min(g + _NAIVE_GROUP, len(documents)))
         texts = [documents[i][a:b] for i in docs for a, b in spans[i].tolist()]
         owner = np.repeat(np.asarray(docs, np.int64), [len(spans[i]) for i in docs])
@@ -335,48 +325,27 @@ def late_chunk_vectors(
     recipes: Mapping[str, Recipe],
     *,
     stride: int | None = None,
-    max_batch_tokens: int | None = None,
-    progress: Callable[[int], None] | None = None,
-    prompt_name: str | None = None,
-    prompt: str | None = None,
-    pipeline: str = "full",
-    calibration: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
     """Late chunk vectors: ``{name: (sum C_i, D)}`` in document then chunk order.
 
     One pass of each document (overlapping windows past the model's limit); a chunk pools
     the document's tokens that overlap its characters (prompt and special tokens never
-    do), with each recipe's strategy, modules after pooling, normalisation and output
-    stage, as :func:`poolkit.embedding.embed_recipes` applies them to whole texts.
+    do): :func:`poolkit.embedding.embed_recipes` with each chunk a row of its own, so each
+    recipe's strategy, modules after pooling, normalisation and output stage apply as to
+    whole texts. ``options`` go to it (``max_batch_tokens``, ``progress``, ``prompt_name``,
+    ``prompt``, ``pipeline``, ``calibration``).
     """
-    text = resolve_prompt(encoder.info, prompt_name, prompt)
-    check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
-    staged = {name: r for name, r in recipes.items() if r.has_output_stage}
-    floats = {name: r.pooling for name, r in recipes.items()}
-    heads, model_normalize, _ = head_plan(encoder, floats, pipeline)
-    ranges = check_output_stages(encoder, staged, heads, calibration or {})
     starts = np.concatenate([[0], np.cumsum([len(s) for s in spans])])
-    out: dict[str, np.ndarray] = {}
 
-    def on_batch(batch: EncodedBatch) -> None:
+    def rows(batch: EncodedBatch) -> tuple[_ChunkRows, np.ndarray]:
         valid = (batch.attention_mask != 0) & ~batch.special_tokens_mask
         if batch.prompt_mask is not None:
             valid &= ~batch.prompt_mask
         token_spans = [char_to_token_spans(batch.offsets[j], valid[j], spans[i], row=int(i))
                        for j, i in enumerate(batch.indices)]  # fmt: skip
-        rows = chunk_rows(batch, token_spans)
-        vectors = sequence_vectors(LayerViews(rows), floats.values(),  # type: ignore[arg-type]
-                                   model_normalize=model_normalize, heads=heads)  # fmt: skip
         at = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in batch.indices])
-        for name, r in floats.items():
-            arr = vectors[r]
-            if name not in out:
-                out[name] = np.empty((int(starts[-1]), arr.shape[1]), dtype=np.float32)
-            out[name][at] = arr
+        return chunk_rows(batch, token_spans), at
 
-    stats = drive(encoder, documents, on_batch,
-                  all_layers=any(r.all_layers for r in floats.values()), long_text="window",
-                  max_batch_tokens=max_batch_tokens, progress=progress, prompt=text,
-                  stride=stride)  # fmt: skip
-    apply_output_stages(out, staged, model_normalize, ranges, stats)
-    return out, stats
+    return embed_recipes(documents, encoder, recipes, long_text="window", stride=stride,
+                         rows=rows, num_rows=int(starts[-1]), **options)  # fmt: skip

@@ -111,17 +111,15 @@ def get_encoder(
         quantize,
         max_batch_tokens,
     )
-    if calibrate is not None:  # calibrated on these texts: built for this call, not cached
-        return Encoder(model, device=device, dtype=dtype, max_length=max_length, backend=backend,
-                       quantize=quantize, max_batch_tokens=max_batch_tokens, calibrate=calibrate)  # fmt: skip
-    if key in _CACHE:
+    if calibrate is None and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
     encoder = Encoder(model, device=device, dtype=dtype, max_length=max_length, backend=backend,
-                      quantize=quantize, max_batch_tokens=max_batch_tokens)  # fmt: skip
-    _CACHE[key] = encoder
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+                      quantize=quantize, max_batch_tokens=max_batch_tokens, calibrate=calibrate)  # fmt: skip
+    if calibrate is None:  # calibrated on these texts: built for this call, not cached
+        _CACHE[key] = encoder
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
     return encoder
 
 
@@ -237,6 +235,70 @@ def check_inputs(texts: Any, words: bool = False) -> list[Any]:
     return items
 
 
+@dataclass(frozen=True)
+class Request:
+    """One ``embed*`` call resolved (:func:`resolve_request`): the checked ``inputs``, the
+    ``encoder``, the ``recipes`` by name (output stage included; one for tokens, words and
+    spans), ``as_dict`` (a list was asked for), the ``prompt`` text, the int8/uint8
+    ``ranges`` by name, and what the caller's ``check`` returned."""
+
+    inputs: list[Any]
+    encoder: Encoder
+    recipes: dict[str, Recipe]
+    as_dict: bool
+    prompt: str | None
+    ranges: dict[str, Calibration]
+    checked: Any = None
+
+
+def resolve_request(
+    level: str, inputs: Any, model: ModelRef, strategy: Any = None, recipe: Any = None, *,
+    normalize: bool | None = None, layers: Layers = None, layer_how: str = "mean",
+    exclude_special: bool = False, long_text: LongText = "truncate",
+    max_length: int | None = None, max_batch_tokens: int | None = None, device: str = "auto",
+    dtype: Any = None, prompt_name: str | None = None, prompt: str | None = None,
+    pipeline: str = "full", dims: int | None = None, precision: str | None = None,
+    calibration: Any = None, check: Callable[[list[Any]], Any] | None = None,
+    refuse: Callable[[dict[str, Recipe]], None] | None = None,
+) -> Request:  # fmt: skip
+    """The prologue of every ``embed*`` entry point, arguments as for :func:`embed`: all
+    that can be checked before the model loads is. ``level``: ``"sequence"`` (no recipe
+    asked: the model's intended pooling), ``"word"``/``"span"`` (one recipe) or ``"token"``
+    (the layer choice). ``check`` runs on the checked inputs first, ``refuse`` on the
+    recipes as soon as they are known."""
+    inputs = check_inputs(inputs, words=level == "word")
+    checked = None if check is None else check(inputs)
+    check_batch_tokens(max_batch_tokens)
+    check_pipeline(pipeline)
+    if level == "sequence":
+        wanted, as_dict = resolve_recipes(strategy, recipe, layers=layers, layer_how=layer_how,
+                                          exclude_special=exclude_special, normalize=normalize)  # fmt: skip
+        if wanted is None:
+            check_output_stage("sequence", dims, precision)
+        else:
+            wanted = with_output_stage(wanted, dims, precision)
+    else:  # one recipe (for tokens, a sequence recipe: only its layer choice counts)
+        one = "sequence" if level == "token" else level
+        wanted, as_dict = {one: _one_recipe(one, strategy, recipe, layers, layer_how)}, False
+    if wanted is not None and refuse is not None:
+        refuse(wanted)
+    if calibration is not None and not isinstance(calibration, Mapping | Calibration):
+        calibration = _calibration_source(calibration)
+    encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
+    if wanted is None:  # the model's pooling, with the shorthands and output stage asked for
+        pooling = encoder.info.pooling
+        intended = Recipe(pooling, layers=layers, layer_how=layer_how,
+                          exclude_special=exclude_special, normalize=normalize)  # fmt: skip
+        wanted = with_output_stage({pooling: intended}, dims, precision)
+        if refuse is not None:
+            refuse(wanted)
+    text = resolve_prompt(encoder.info, prompt_name, prompt)
+    ranges = calibrate_recipes(encoder, wanted, calibration, long_text=long_text,
+                               max_batch_tokens=max_batch_tokens, prompt_name=prompt_name,
+                               prompt=prompt, pipeline=pipeline)  # fmt: skip
+    return Request(inputs, encoder, wanted, as_dict, text, ranges, checked)
+
+
 def embed(
     texts: Sequence[str],
     model: ModelRef = None,
@@ -316,50 +378,19 @@ def embed(
         ``quantize_embeddings`` gives them. ``N = 0`` gives ``(0, D)`` arrays. Padding
         never changes a row's value.
     """
-    texts = check_inputs(texts)
-    check_batch_tokens(max_batch_tokens)  # before the model loads
-    check_pipeline(pipeline)
-    wanted, as_dict = resolve_recipes(strategy, recipe, layers=layers, layer_how=layer_how,
-                                      exclude_special=exclude_special, normalize=normalize)  # fmt: skip
-    if wanted is not None:
-        wanted = with_output_stage(wanted, dims, precision)
-    else:
-        Recipe(dims=dims, precision=precision)  # the keywords checked before the model loads
-    if calibration is not None and not isinstance(calibration, Mapping | Calibration):
-        calibration = _calibration_source(calibration)
-    encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
-    if wanted is None:
-        wanted = intended_recipes(encoder, layers=layers, layer_how=layer_how,
-                                  exclude_special=exclude_special, normalize=normalize,
-                                  dims=dims, precision=precision)  # fmt: skip
-    ranges = calibrate_recipes(encoder, wanted, calibration, long_text=long_text,
-                               max_batch_tokens=max_batch_tokens, prompt_name=prompt_name,
-                               prompt=prompt, pipeline=pipeline)  # fmt: skip
-    result, stats = embed_recipes(texts, encoder, wanted, long_text=long_text,
+    req = resolve_request("sequence", texts, model, strategy, recipe, normalize=normalize,
+                          layers=layers, layer_how=layer_how, exclude_special=exclude_special,
+                          long_text=long_text, max_length=max_length,
+                          max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
+                          prompt_name=prompt_name, prompt=prompt, pipeline=pipeline, dims=dims,
+                          precision=precision, calibration=calibration)  # fmt: skip
+    result, stats = embed_recipes(req.inputs, req.encoder, req.recipes, long_text=long_text,
                                   max_batch_tokens=max_batch_tokens, progress=progress,
                                   prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
-                                  calibration=ranges)  # fmt: skip
+                                  calibration=req.ranges)  # fmt: skip
     warn_truncated(stats)
-    out: Any = result if as_dict else next(iter(result.values()))
+    out: Any = result if req.as_dict else next(iter(result.values()))
     return (out, stats) if return_stats else out
-
-
-def intended_recipes(
-    encoder: Encoder,
-    *,
-    layers: Layers = None,
-    layer_how: str = "mean",
-    exclude_special: bool = False,
-    normalize: bool | None = None,
-    dims: int | None = None,
-    precision: str | None = None,
-) -> dict[str, Recipe]:
-    """``{name: Recipe}`` of the model's intended pooling with the shorthands and output
-    stage asked for (what ``strategy=None`` means once the model is loaded)."""
-    pooling = encoder.info.pooling
-    intended = Recipe(pooling, layers=layers, layer_how=layer_how,
-                      exclude_special=exclude_special, normalize=normalize)  # fmt: skip
-    return with_output_stage({pooling: intended}, dims, precision)
 
 
 def embed_recipes(
@@ -375,19 +406,24 @@ def embed_recipes(
     prompt: str | None = None,
     pipeline: str = "full",
     calibration: Mapping[str, Calibration] | None = None,
+    stride: int | None = None,
+    rows: Callable[[EncodedBatch], tuple[Any, np.ndarray]] | None = None,
+    num_rows: int | None = None,
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
     """Sequence vectors of checked ``texts`` for each recipe: ``{name: (N, D) float32}``,
     or the stored form of a recipe with an output stage (``calibration``: the ranges of
     its int8/uint8 recipes, by name; see :func:`calibrate_recipes`).
 
-    The one sequence path: :func:`embed`, the CLI, the Ray ``Embedder`` and ``poolkit
-    compare`` call it, so a recipe gives the same vectors everywhere. ``empty`` as in
-    :func:`poolkit.driver.sequence_vectors`; ``prompt_name``, ``prompt`` and ``pipeline``
-    as in :func:`embed`, plus ``pipeline="fit"`` (``compare``): the modules after pooling
-    apply to the recipes whose width they take, the others get pooled vectors (see
-    :func:`head_plan`). No warning is raised here.
+    The one sequence path: :func:`embed`, late chunks, the CLI, the Ray ``Embedder`` and
+    ``poolkit compare`` call it, so a recipe gives the same vectors everywhere. ``empty``
+    as in :func:`poolkit.driver.sequence_vectors`; ``prompt_name``, ``prompt`` and
+    ``pipeline`` as in :func:`embed`, plus ``pipeline="fit"`` (``compare``): the modules
+    after pooling apply to the recipes whose width they take, the others get pooled
+    vectors (see :func:`head_plan`). ``stride`` as in :func:`drive`; ``rows(batch)`` gives
+    the rows to pool instead of the batch's and their places among ``num_rows`` outputs
+    (late chunks). No warning is raised here.
     """
-    n = len(texts)
+    n = len(texts) if num_rows is None else num_rows
     out: dict[str, np.ndarray] = {}
     text = resolve_prompt(encoder.info, prompt_name, prompt)
     check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
@@ -397,42 +433,32 @@ def embed_recipes(
     ranges = check_output_stages(encoder, staged, heads, calibration or {})
 
     def on_batch(batch: EncodedBatch) -> None:
-        vectors = sequence_vectors(LayerViews(batch), recipes.values(), empty=empty,
+        pooled, at = (batch, batch.indices) if rows is None else rows(batch)
+        vectors = sequence_vectors(LayerViews(pooled), recipes.values(), empty=empty,
                                    model_normalize=model_normalize, heads=heads)  # fmt: skip
         for name, r in recipes.items():
             arr = vectors[r]
             if name not in out:
                 out[name] = np.empty((n, arr.shape[1]), dtype=np.float32)
-            out[name][batch.indices] = arr
+            out[name][at] = arr
 
     stats = drive(encoder, texts, on_batch, all_layers=any(r.all_layers for r in recipes.values()),
                   long_text=long_text, max_batch_tokens=max_batch_tokens, progress=progress,
-                  prompt=text)  # fmt: skip
+                  prompt=text, stride=stride)  # fmt: skip
     for name, r in recipes.items():
         if name not in out:
             width = pooled_width(encoder, r)
             head = heads.get(r)
             out[name] = np.empty((0, head.out_dim(width) if head else width), np.float32)
-    apply_output_stages(out, staged, model_normalize, ranges, stats)
-    return out, stats
-
-
-def apply_output_stages(
-    out: dict[str, np.ndarray],
-    staged: Mapping[str, Recipe],
-    model_normalize: bool,
-    ranges: Mapping[str, Calibration],
-    stats: EmbedStats,
-) -> None:
-    """The float vectors ``out`` (by name, changed in place) in the stored form of the
-    ``staged`` recipes: truncated, re-normalised where the recipe normalises, quantised
-    with ``ranges``; ``stats.dims`` and ``stats.calibration`` filled in."""
+    # The stored form of the staged recipes: truncated, re-normalised where the recipe
+    # normalises, quantised with the ranges.
     stats.dims = {k: int(v.shape[1]) for k, v in out.items()}
     for name, r in staged.items():
         vec = truncate(out[name], r.dims, normalize=r.resolved_normalize(model_normalize))
         stats.dims[name] = int(vec.shape[1])
         out[name] = quantize(vec, r.precision, ranges.get(name))
     stats.calibration = dict(ranges)
+    return out, stats
 
 
 def with_output_stage(
@@ -633,11 +659,10 @@ def embed_tokens(
     """
     from poolkit.tokens import token_embeddings
 
-    texts = check_inputs(texts)
-    check_batch_tokens(max_batch_tokens)
-    mix = Recipe(layers=layers, layer_how=layer_how)  # validates the layer choice once
-    encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
-    text = resolve_prompt(encoder.info, prompt_name, prompt)
+    req = resolve_request("token", texts, model, layers=layers, layer_how=layer_how,
+                          max_length=max_length, max_batch_tokens=max_batch_tokens, device=device,
+                          dtype=dtype, prompt_name=prompt_name, prompt=prompt)  # fmt: skip
+    texts, encoder, (mix,) = req.inputs, req.encoder, req.recipes.values()
     result: list[TokenVectors | None] = [None] * len(texts)
 
     def on_batch(batch: EncodedBatch) -> None:
@@ -658,7 +683,7 @@ def embed_tokens(
             )
 
     stats = drive(encoder, texts, on_batch, all_layers=mix.all_layers, long_text=long_text,
-                  max_batch_tokens=max_batch_tokens, progress=progress, prompt=text)  # fmt: skip
+                  max_batch_tokens=max_batch_tokens, progress=progress, prompt=req.prompt)  # fmt: skip
     warn_truncated(stats)
     return (result, stats) if return_stats else result
 
@@ -699,11 +724,11 @@ def embed_words(
     """
     from poolkit.words import word_embeddings
 
-    words = check_inputs(words, words=True)
-    check_batch_tokens(max_batch_tokens)
-    r = _one_recipe("word", strategy, recipe, layers, layer_how)
-    encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
-    text = resolve_prompt(encoder.info, prompt_name, prompt)
+    req = resolve_request("word", words, model, strategy, recipe, layers=layers,
+                          layer_how=layer_how, max_length=max_length,
+                          max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
+                          prompt_name=prompt_name, prompt=prompt)  # fmt: skip
+    words, encoder, (r,) = req.inputs, req.encoder, req.recipes.values()
     result: list[np.ndarray | None] = [None] * len(words)
     normalize = r.resolved_normalize(encoder.info.normalize)
 
@@ -720,7 +745,7 @@ def embed_words(
 
     stats = drive(encoder, words, on_batch, all_layers=r.all_layers, long_text=long_text,
                   max_batch_tokens=max_batch_tokens, is_split_into_words=True,
-                  progress=progress, prompt=text)  # fmt: skip
+                  progress=progress, prompt=req.prompt)  # fmt: skip
     warn_truncated(stats, "word lists")
     return (result, stats) if return_stats else result
 
@@ -878,13 +903,13 @@ def embed_spans(
     """
     from poolkit.spans import span_embeddings
 
-    texts = check_inputs(texts)
-    spans_in = _check_char_spans(texts, char_spans)
-    check_batch_tokens(max_batch_tokens)
-    r = _one_recipe("span", strategy, recipe, layers, layer_how)
-    encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
+    req = resolve_request("span", texts, model, strategy, recipe, layers=layers,
+                          layer_how=layer_how, max_length=max_length,
+                          max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
+                          prompt_name=prompt_name, prompt=prompt,
+                          check=lambda texts: _check_char_spans(texts, char_spans))  # fmt: skip
+    texts, encoder, spans_in, (r,) = req.inputs, req.encoder, req.checked, req.recipes.values()
     normalize = r.resolved_normalize(encoder.info.normalize)
-    text = resolve_prompt(encoder.info, prompt_name, prompt)
     result: list[np.ndarray | None] = [None] * len(texts)
     token_spans: list[np.ndarray | None] = [None] * len(texts)
 
@@ -908,7 +933,7 @@ def embed_spans(
             result[i] = vecs[j, : counts[j]]
 
     stats = drive(encoder, texts, on_batch, all_layers=r.all_layers, long_text=long_text,
-                  max_batch_tokens=max_batch_tokens, progress=progress, prompt=text)  # fmt: skip
+                  max_batch_tokens=max_batch_tokens, progress=progress, prompt=req.prompt)  # fmt: skip
     warn_truncated(stats)
     out: tuple[Any, ...] = (result,)
     if return_token_spans:
