@@ -161,3 +161,73 @@ def test_a_tie_at_the_cut_keeps_the_documents_trec_eval_ranks_first():
     order = id_order(ids)
     for q in range(2):
         assert ranked[q].tolist() == np.lexsort((-order, -scores[q]))[:20].tolist()
+
+
+# --- read by poolkit's one record reader (read_records): a broken line named by file and line
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "line", "problem"),
+    [
+        ("corpus.jsonl", b'{"_id": "a", "text": "x"}\n\n{"_id": "b", "text": \n', 3,
+         "is not valid JSON (Expecting value)."),
+        ("queries.jsonl", b'{"_id": "1", "text": "q"}\n["1", "q"]\n', 2,
+         "is a JSON list; expected an object per line."),
+        ("queries.jsonl", b'{"_id": "1", "text": "q"}\n{"_id": "2", "text": "caf\xe9"}\n', 2,
+         "is not valid UTF-8 (invalid continuation byte at byte 25). Convert the file to UTF-8."),
+        ("qrels/test.tsv", b"query-id\tcorpus-id\tscore\n1\ta\t1\n1\tb\t1\t1\n", 3,
+         "has 4 fields, more than 3 (query-id, corpus-id, score); quote fields that contain '\\t'."),
+        ("pairs.jsonl", b'{"query": "q", "document": "d"}\n{"query": "q2", "document": \n', 2,
+         "is not valid JSON (Expecting value)."),
+        ("pairs.csv", b"query,document\nq,d\nq2,d2,extra\n", 3,
+         "has 3 fields, more than the header's 2; quote fields that contain ','."),
+        ("pairs.tsv", b"query\tdocument\nq\td\nq2\tnul\x00\n", 3,
+         "contains a NUL byte, so this is not a UTF-8 text file (binary, or UTF-16?). "
+         "Convert it to UTF-8 text."),
+    ],
+)  # fmt: skip
+def test_a_broken_line_is_named_by_file_and_line(tmp_path, name, content, line, problem):
+    from poolkit.errors import InputError
+    from poolkit.io.readers import read_records
+
+    folder = beir(tmp_path, CORPUS, QUERIES, "1\ta\t1\n")
+    path = tmp_path / name if name.startswith("pairs") else folder / name
+    path.write_bytes(content)
+    with pytest.raises(InputError) as info:
+        read_retrieval(path if name.startswith("pairs") else folder)
+    assert str(info.value) == f"{path}: line {line} {problem}"
+    # The shared reader's own message for the file, word for word.
+    names = ["query-id", "corpus-id", "score"] if name.startswith("qrels") else None
+    with pytest.raises(InputError) as shared:
+        read_records(path, names=names)
+    assert str(shared.value) == str(info.value)
+
+
+def test_qrels_read_as_tsv_with_or_without_a_header(tmp_path):
+    """The header line is optional and may follow blank lines; a BOM, CRLF line ends,
+    blank and space-only lines and spaces around a field change nothing."""
+    plain = read_retrieval(beir(tmp_path / "plain", CORPUS, QUERIES, "2\tb\t1\n1\ta\t2\n1\tc\t0\n"))
+    assert plain.qrels.tolist() == [[0, 0, 2], [0, 2, 0], [1, 1, 1]]
+    for k, qrels in enumerate([
+        "\ufeffquery-id\tcorpus-id\tscore\r\n2\tb\t1\r\n\r\n1\ta\t2\r\n  \r\n1\tc\t0\r\n",
+        "\n\nqid\tdid\tscore\n2\t b \t1\n1\ta\t 2\n1\tc\t0\n",
+    ]):  # fmt: skip
+        data = read_retrieval(beir(tmp_path / str(k), CORPUS, QUERIES, qrels))
+        assert data.qrels.tolist() == plain.qrels.tolist()
+        assert (data.query_ids, data.doc_ids) == (plain.query_ids, plain.doc_ids)
+
+
+@pytest.mark.parametrize("form", ["beir", "pairs"])
+def test_cli_names_the_broken_line(tmp_path, form):
+    """`poolkit compare --task retrieval` on a broken file: one line naming file and line,
+    exit status 2, before any model loads."""
+    from clitools import one_error_line, poolkit
+
+    folder = beir(tmp_path, CORPUS, QUERIES, "1\ta\t1\n")
+    path = folder / "corpus.jsonl" if form == "beir" else tmp_path / "pairs.jsonl"
+    path.write_text('{"_id": "a", "query": "q", "document": "d", "text": "x"}\n\n{"_id": \n')
+    data = folder if form == "beir" else path
+    result = poolkit("compare", "--task", "retrieval", str(data), cwd=tmp_path)
+    one_error_line(
+        result, 2, f"poolkit: error: {path}: line 3 is not valid JSON (Expecting value)."
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -187,3 +188,110 @@ def test_tsv_problems_name_the_line(tmp_path):
         read_all(path)
     path.write_text('text\tlabel\n"two\nlines"\tx\nok\t"unclosed\n', encoding="utf-8")
     assert read_all(path) == ["two\nlines", "ok"]
+
+
+# --- one record loop per format: row ranges, headerless tables, one message per broken line
+
+RANGE_TEXTS = [f"text {i}, with a comma" for i in range(25)]
+
+
+def _range_files(tmp_path: Path) -> dict[str, Path]:
+    out = {fmt: tmp_path / f"r.{fmt}" for fmt in ("txt", "jsonl", "csv", "tsv", "parquet")}
+    out["txt"].write_text("".join(t + "\n" for t in RANGE_TEXTS), encoding="utf-8")
+    out["jsonl"].write_text("".join(json.dumps({"text": t}) + "\n\n" for t in RANGE_TEXTS))
+    out["csv"].write_text("n,text\n" + "".join(f'{k},"{t}"\n' for k, t in enumerate(RANGE_TEXTS)))
+    out["tsv"].write_text("n\ttext\n" + "".join(f"{k}\t{t}\n" for k, t in enumerate(RANGE_TEXTS)))
+    pq.write_table(pa.table({"n": range(25), "text": RANGE_TEXTS}), out["parquet"],
+                   row_group_size=4)  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["txt", "jsonl", "csv", "tsv", "parquet"])
+def test_read_stream_rows_reads_just_that_range(tmp_path, fmt):
+    path = _range_files(tmp_path)[fmt]
+    for start, stop in [(0, 25), (3, 18), (4, 8), (7, 9), (21, 30), (25, 25), (0, 1)]:
+        with open(path, "rb") as f:
+            source = path if fmt == "parquet" else f
+            chunks = list(read_stream(source, fmt, where=str(path), chunk_size=3,
+                                      rows=range(start, stop)))  # fmt: skip
+        assert [t for c in chunks for t in c] == RANGE_TEXTS[start:stop], (start, stop)
+        assert all(len(c) == 3 for c in chunks[:-1])
+
+
+def test_a_parquet_range_reads_only_the_row_groups_that_hold_it(tmp_path):
+    """Row group 2 (rows 20..24) is damaged: ranges before it read, a range or a whole read
+    that reaches it fails naming the file, in one line."""
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"n": range(25), "text": RANGE_TEXTS}), path, row_group_size=10,
+                   compression="none", use_dictionary=False)  # fmt: skip
+    chunk = pq.ParquetFile(path).metadata.row_group(2).column(1)
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset : chunk.data_page_offset + chunk.total_compressed_size] = (
+        b"\xff" * chunk.total_compressed_size
+    )
+    path.write_bytes(bytes(data))
+
+    def texts(rows=None):
+        return [t for c in read_stream(str(path), "parquet", where=str(path), rows=rows) for t in c]
+
+    assert texts(range(3, 20)) == RANGE_TEXTS[3:20]
+    problem = rf"^{re.escape(str(path))}: not a readable Parquet file \([^\n]+\)\.$"
+    for call in (lambda: texts(range(15, 22)), texts, lambda: read_all(path)):
+        with pytest.raises(InputError, match=problem):
+            call()
+    from poolkit.io.readers import read_records
+
+    with pytest.raises(InputError, match=problem):
+        read_records(path)
+
+
+def test_read_records_names_reads_a_table_without_a_header_row(tmp_path):
+    from poolkit.io.readers import read_records
+
+    path = tmp_path / "q.tsv"
+    path.write_text('1\ta\t2\n\n"say ""hi"""\tb\t1\n3\tc\n', encoding="utf-8")
+    names, records = read_records(path, names=["q", "d", "s"])
+    assert names == ["q", "d", "s"]
+    assert records == [
+        (f"{path}:1", {"q": "1", "d": "a", "s": "2"}),  # the first row is a record
+        (f"{path}:3", {"q": 'say "hi"', "d": "b", "s": "1"}),  # quoted as csv writes TSV
+        (f"{path}:4", {"q": "3", "d": "c"}),  # short of a field
+    ]
+    csv_path = tmp_path / "q.csv"
+    csv_path.write_text("1,a,2\n3,c,0,9\n", encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(
+        f"{csv_path}: line 2 has 4 fields, more than 3 (q, d, s); quote fields that contain ','."
+    )):  # fmt: skip
+        read_records(csv_path, names=["q", "d", "s"])
+
+
+BROKEN = {
+    "jsonl": ('{"text": "a"}\n\n{"text": "b"}\n{"text": \n{"text": "c"}\n', 4, "is not valid JSON"),
+    "csv": ('text,label\na,1\n"b\nc",2\nd,3,4\n', 5, "has 3 fields, more than the header's 2"),
+    "tsv": ("text\tlabel\na\t1\nb\t2\t3\n", 3, "has 3 fields, more than the header's 2"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", sorted(BROKEN))
+def test_every_reader_names_a_broken_line_in_one_message(tmp_path, fmt):
+    """read_records, read_texts, read_rows and read_stream take records from one loop per
+    format, so one broken line gives one message naming the file and the line."""
+    from poolkit.io.readers import read_records, read_rows
+
+    content, line, problem = BROKEN[fmt]
+    path = tmp_path / f"b.{fmt}"
+    path.write_text(content, encoding="utf-8")
+    expected = rf"^{re.escape(str(path))}: line {line} {problem}"
+
+    def stream():
+        with open(path, "rb") as f:
+            return list(read_stream(f, fmt, where=str(path), text_column="text"))
+
+    calls = [lambda: read_records(path), lambda: read_all(path, text_column="text"),
+             lambda: list(read_rows(path, text_column="text", column="text")), stream]  # fmt: skip
+    messages = set()
+    for call in calls:
+        with pytest.raises(InputError, match=expected) as info:
+            call()
+        messages.add(str(info.value))
+    assert len(messages) == 1, messages

@@ -409,7 +409,12 @@ def _parquet_file(source: str | IO[bytes], where: str) -> Any:
     try:
         return pq.ParquetFile(source)
     except (OSError, pa.ArrowInvalid) as e:
-        raise InputError(f"{where}: not a readable Parquet file ({e}).") from None
+        raise _not_parquet(where, e) from None
+
+
+def _not_parquet(where: str, e: Exception) -> InputError:
+    # pyarrow's reason may span lines; an error is one line.
+    return InputError(f"{where}: not a readable Parquet file ({' '.join(str(e).split())}).")
 
 
 def _parquet_rows(
@@ -438,7 +443,7 @@ def _parquet_rows(
             if row >= stop:
                 return
     except (OSError, pa.ArrowInvalid) as e:
-        raise InputError(f"{where}: not a readable Parquet file ({e}).") from None
+        raise _not_parquet(where, e) from None
 
 
 def _parquet(
