@@ -1,0 +1,95 @@
+"""Ray's corpus pieces are read by poolkit's readers (``read_stream(rows=)``): each piece
+holds exactly its rows, in every format, local or by URI, and a broken line is named by
+file and line, by the piece that reaches it and by ``poolkit embed --engine ray``.
+
+The reference texts are the lists written here; no Ray is needed except by the CLI test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from poolkit.io.readers import InputError
+from poolkit.ray._sources import Corpus, InputFile, _count, _piece_texts, _read_pieces, list_inputs
+
+TEXTS = [f"row {i}, a text" for i in range(23)]
+
+
+def _folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.txt").write_text("".join(t + "\n" for t in TEXTS), encoding="utf-8")
+    (folder / "b.jsonl").write_text("".join(json.dumps({"text": t}) + "\n\n" for t in TEXTS))
+    (folder / "c.csv").write_text("n,text\n" + "".join(f'{k},"{t}"\n' for k, t in enumerate(TEXTS)))
+    (folder / "d.tsv").write_text("n\ttext\n" + "".join(f"{k}\t{t}\n" for k, t in enumerate(TEXTS)))
+    pq.write_table(pa.table({"n": range(23), "text": TEXTS}), folder / "e.parquet",
+                   row_group_size=4)  # fmt: skip
+    return folder
+
+
+@pytest.mark.parametrize("uri", [False, True])
+def test_every_piece_holds_exactly_its_rows(tmp_path, uri):
+    folder = _folder(tmp_path)
+    files = list_inputs(folder.as_uri() if uri else folder)
+    corpus = Corpus(files, [_count(f, None) for f in files])
+    assert corpus.counts == [len(TEXTS)] * 5
+    pieces = corpus.pieces(5)  # Parquet pieces cross its row groups of 4 rows
+    assert len(pieces) == 25
+    table = _read_pieces({k: np.array([p[k] for p in pieces]) for k in pieces[0]},
+                         text_column=None)  # fmt: skip
+    names = ["a.txt", "b.jsonl", "c.csv", "d.tsv", "e.parquet"]
+    assert table["id"].to_pylist() == list(range(5 * len(TEXTS)))
+    assert table["text_id"].to_pylist() == [f"{n}:{r}" for n in names for r in range(len(TEXTS))]
+    assert table["text"].to_pylist() == TEXTS * 5
+
+
+def test_a_piece_names_the_broken_line_it_reaches(tmp_path):
+    path = tmp_path / "b.jsonl"
+    lines = [json.dumps({"text": t}) for t in TEXTS[:10]]
+    lines[7] = '{"text": '
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    file = InputFile(str(path), "b.jsonl", "jsonl")
+    assert _piece_texts(file, 2, 6, None) == TEXTS[2:6]  # parsed up to its stop only
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: line 8 is not valid JSON"):
+        _piece_texts(file, 6, 10, None)
+    with pytest.raises(InputError, match=r"^file://.*/b\.jsonl: line 8 is not valid JSON"):
+        _piece_texts(InputFile(path.as_uri(), "b.jsonl", "jsonl"), 6, 10, None)
+
+    parquet = tmp_path / "e.parquet"
+    values = [*TEXTS[:9], None, *TEXTS[10:]]
+    pq.write_table(pa.table({"text": values}), parquet, row_group_size=4)
+    file = InputFile(str(parquet), "e.parquet", "parquet")
+    assert _piece_texts(file, 1, 9, None) == TEXTS[1:9]
+    assert _piece_texts(file, 12, 23, None) == TEXTS[12:23]
+    with pytest.raises(InputError, match=r"e\.parquet: row 9 of column 'text' is null"):
+        _piece_texts(file, 8, 12, None)
+
+
+@pytest.mark.slow
+def test_ray_cli_names_the_broken_line(tmp_path, minilm_dir):
+    pytest.importorskip("ray")
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.txt").write_text("one\ntwo\n", encoding="utf-8")
+    (folder / "b.jsonl").write_text('{"text": "a"}\n\n{"text": \n', encoding="utf-8")
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "poolkit.cli", "embed", str(folder), "-o", str(out),
+         "--engine", "ray", "--model", str(minilm_dir)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]  # Ray logs its start above it
+    assert (
+        last == f"poolkit: error: {folder / 'b.jsonl'}: line 3 is not valid JSON (Expecting value)."
+    )
+    assert "Traceback" not in run.stderr and not out.exists()
