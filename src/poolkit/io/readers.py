@@ -425,14 +425,10 @@ def _parquet_rows(
     import pyarrow as pa
 
     start, stop = (0, pfile.metadata.num_rows) if rows is None else (rows.start, rows.stop)
-    groups, first, row = [], 0, 0
-    for g in range(pfile.num_row_groups):
-        n = pfile.metadata.row_group(g).num_rows
-        if row + n > start and row < stop:
-            first = row if not groups else first
-            groups.append(g)
-        row += n
-    row = first
+    sizes = [pfile.metadata.row_group(g).num_rows for g in range(pfile.num_row_groups)]
+    ends = [0, *itertools.accumulate(sizes)]  # row group g holds rows ends[g]..ends[g + 1] - 1
+    groups = [g for g in range(len(sizes)) if ends[g + 1] > start and ends[g] < stop]
+    row = ends[groups[0]] if groups else 0
     try:
         # Small batches: memory stays bounded whatever the row groups' size.
         for batch in pfile.iter_batches(1024, groups, columns) if groups else ():

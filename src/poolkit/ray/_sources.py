@@ -11,7 +11,6 @@ the files are concatenated in sorted order.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import io
 import math
@@ -136,32 +135,25 @@ def iter_file_texts(
     nothing."""
     from poolkit.io import readers
 
-    if not _is_uri(file.path):
-        if os.path.getsize(file.path) == 0:
-            return
-        if rows is None:
-            yield from readers.read_texts(
-                file.path, text_column=text_column, fmt=file.fmt, chunk_size=chunk_size
-            )
-            return
-    with contextlib.ExitStack() as stack:
-        source: Any = file.path
-        if _is_uri(file.path):
-            import pyarrow.fs as pafs
+    local = not _is_uri(file.path)
+    if local and os.path.getsize(file.path) == 0:
+        return
+    if local and rows is None:
+        yield from readers.read_texts(
+            file.path, text_column=text_column, fmt=file.fmt, chunk_size=chunk_size
+        )
+        return
+    import pyarrow.fs as pafs
 
-            fs, path = pafs.FileSystem.from_uri(file.path)
-            # Parquet needs random access; pyarrow's other streams cannot iterate lines
-            # (readline raises): the buffer adds that.
-            source = stack.enter_context(
-                fs.open_input_file(path)
-                if file.fmt == "parquet"
-                else io.BufferedReader(fs.open_input_stream(path))
-            )
-        elif file.fmt != "parquet":
-            source = stack.enter_context(open(file.path, "rb"))
-        yield from readers.read_stream(source, file.fmt, where=file.path,
-                                       text_column=text_column, chunk_size=chunk_size,
-                                       rows=rows)  # fmt: skip
+    fs, path = (pafs.LocalFileSystem(), file.path) if local else pafs.FileSystem.from_uri(file.path)
+    how = {"where": file.path, "text_column": text_column, "chunk_size": chunk_size, "rows": rows}
+    if file.fmt == "parquet":
+        with fs.open_input_file(path) as handle:  # Parquet needs random access
+            yield from readers.read_stream(handle, file.fmt, **how)
+        return
+    # pyarrow streams cannot iterate lines (readline raises); the buffer adds that.
+    with fs.open_input_stream(path) as raw, io.BufferedReader(raw) as stream:
+        yield from readers.read_stream(stream, file.fmt, **how)
 
 
 def _count(file: InputFile, text_column: str | None) -> int:
