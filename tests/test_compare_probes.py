@@ -198,11 +198,16 @@ def test_ner_figures_match_sklearn_on_wnut17_fixture(wnut17_fixture):
         assert np.array_equal(ours, classes[fit.predict(test)])
         ref = sklearn_probe(x_train[c], y_train)
         theirs = ref.predict(x_test[c])
-        # At least as low an objective as the reference reached, on the same matrix.
+        # At least as low an objective as the reference reached, on the same matrix, up to
+        # what our stopping rule leaves: with every gradient entry <= grad_max and the
+        # penalty making the objective (1/N)-strongly convex, ours is within
+        # |g|^2 * N / 2 of the optimum (~5e-8 here). Float noise between CPUs (AVX2 vs
+        # AVX-512 sums) moves the two by ~1e-10, so a fixed 1e-12 was a machine's figure.
         lr = ref[-1]
+        slack = (fit.coef.size + fit.intercept.size) * fit.grad_max**2 * len(train) / 2
         assert (
             objective(train, codes, fit.coef, fit.intercept)
-            <= objective(train, codes, lr.coef_.T, lr.intercept_) + 1e-12
+            <= objective(train, codes, lr.coef_.T, lr.intercept_) + slack
         ), c
         # The same label for every word the optimum decides.
         decided = margins(ref.decision_function(x_test[c])) >= DECIDED
