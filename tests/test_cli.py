@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import numpy as np
@@ -130,6 +132,24 @@ def test_inspect(tmp_path, tiny_dirs):
         "left",
     )
     one_error_line(poolkit("inspect", "./nowhere", cwd=tmp_path), 2, "is not a directory")
+
+
+def test_inspect_takes_the_model_as_every_command_does(tmp_path, tiny_dirs):
+    from poolkit.cli import main
+
+    model = str(tiny_dirs["gpt2_left"])
+    outputs = []
+    for argv in (["--model", model], ["-m", model], [model]):  # the positional: old spelling
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            assert main(["inspect", *argv, "--json"]) == 0
+        outputs.append(json.loads(out.getvalue()))
+    assert outputs[0]["pooling"] == "last" and outputs[0]["padding_side"] == "left"
+    assert outputs[0] == outputs[1] == outputs[2]
+    line = one_error_line(poolkit("inspect", "-m", model, "./other", cwd=tmp_path), 2)
+    assert line == (
+        f"poolkit: error: Expected --model to be given once, but got both --model {model} "
+        "and MODEL ./other. Drop MODEL (the old spelling).\n"
+    )
 
 
 def test_tokens_and_spans(tmp_path, minilm):

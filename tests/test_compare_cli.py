@@ -143,7 +143,7 @@ def test_sts_matches_the_published_reference(tmp_path):
 
 def test_sts_matches_independent_computation_on_the_committed_sample(tmp_path, hf):
     sample = fixture("stsb-dev-sample.csv")
-    doc = run_json(tmp_path, "sts.json", str(sample), "--task", "sts", "--strategies", "cls", "max")
+    doc = run_json(tmp_path, "sts.json", str(sample), "--task", "sts", "--recipes", "cls", "max")
     check_schema(doc, "sts", "spearman", ("spearman", "pearson"))
     rows = by_key(doc)
     pairs = read_sts_pairs(sample)
@@ -164,7 +164,7 @@ def test_sts_matches_independent_computation_on_the_committed_sample(tmp_path, h
 def test_classification_cv_layers_and_determinism(tmp_path, hf):
     lines = fixture("sentiment.txt").read_text(encoding="utf-8").splitlines()
     (tmp_path / "sst2.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    args = ("sst2.txt", "--task", "classification", "--strategies", "cls", "mean", "--layers")
+    args = ("sst2.txt", "--task", "classification", "--recipes", "cls", "mean", "--layers")
     doc = run_json(tmp_path, "a.json", *args)
     check_schema(doc, "classification", "accuracy", ("accuracy", "macro_f1"))
     assert run_json(tmp_path, "b.json", *args) == doc  # same command, same JSON
@@ -205,7 +205,7 @@ def test_ner_entity_f1_matches_independent_computation(tmp_path, hf):
     _write_conll(tmp_path / "dev.conll", dev)
     doc = run_json(
         tmp_path, "ner.json", "dev.conll", "--task", "ner", "--train", "train.conll",
-        "--strategies", "first", "mean",
+        "--recipes", "word:first", "word:mean",
     )  # fmt: skip
     check_schema(doc, "ner", "entity_f1", ("entity_f1", "token_accuracy"))
     assert not any(r["intended"] for r in doc["results"])
@@ -245,7 +245,7 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
     (tmp_path / "dev.txt").write_text("\n".join(dev_lines) + "\n", encoding="utf-8")
     doc = run_json(
         tmp_path, "rel.json", "dev.txt", "--task", "relation", "--train", "train.txt",
-        "--strategies", "endpoints", "mean",
+        "--recipes", "span:endpoints", "span:mean",
     )  # fmt: skip
     check_schema(doc, "relation", "macro_f1", ("macro_f1", "accuracy"))
 
@@ -297,9 +297,11 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
         (["r.jsonl", "--task", "relation"], {"r.jsonl": '{"text": "abc", "spans": [[0, 1], [2, 9]], "label": "x"}\n'}, ["r.jsonl:1: span 2 [2, 9) is outside the text of length 3"]),
         (["c.txt", "--task", "classification"], {"c.txt": "1 good film\n0\n"}, ["c.txt:2: expected `LABEL sentence` (SST-2 format)"]),
         (["n.conll", "--task", "ner"], {"n.conll": "John\tB-PER\n"}, ["--task ner needs --train FILE"]),
-        (["n.conll", "--task", "ner", "--train", "n.conll", "--strategies", "average"], {"n.conll": "John\tB-PER\n"}, ["`--strategies` to be one of first, last, endpoints, mean, max, but got 'average'"]),
-        (["c.txt", "--task", "classification", "--strategies", "mode"], {"c.txt": "1 a\n0 b\n"}, ["`--strategies` to be one of cls, mean", "but got 'mode'", "Closest valid name: "]),
-        (["c.txt", "--task", "classification", "--layers", "last5"], {"c.txt": "1 a\n0 b\n"}, ["`--layers` to be among last, last4, first_last, but got 'last5'"]),
+        (["n.conll", "--task", "ner", "--train", "n.conll", "--recipes", "average"], {"n.conll": "John\tB-PER\n"}, ["`--recipes` to be one of first, last, endpoints, mean, max, but got 'average'"]),
+        (["c.txt", "--task", "classification", "--recipes", "mode"], {"c.txt": "1 a\n0 b\n"}, ["`--recipes` to be one of cls, mean", "but got 'mode'", "Closest valid name: "]),
+        (["c.txt", "--task", "classification", "--strategies", "mode"], {"c.txt": "1 a\n0 b\n"}, ["`--recipes` to be one of cls, mean", "but got 'mode'"]),
+        (["c.txt", "--task", "classification", "--recipes", "span:mean"], {"c.txt": "1 a\n0 b\n"}, ["`--recipes` to be sequence-level recipes, but got 'span:mean' (span level)"]),
+        (["c.txt", "--task", "classification", "--layers", "last5"], {"c.txt": "1 a\n0 b\n"}, ["`--layers` to be one of last, last4, first_last, second_last or indices like -1,-2, but got 'last5'. Closest: last4."]),
         (["c.txt", "--task", "classification", "--plot", "x.jpg"], {"c.txt": "1 a\n0 b\n"}, ["--plot x.jpg: expected a .png file name"]),
         (["c.txt", "--task", "classification", "--json", "c.txt"], {"c.txt": "1 a\n0 b\n"}, ["--json c.txt: expected a .json file name"]),
         (["c.txt", "--task", "classification", "--json", "o.json"], {"c.txt": "1 a\n0 b\n", "o.json": "{}"}, ["--json o.json: file exists; pass --overwrite"]),

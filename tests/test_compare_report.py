@@ -245,15 +245,15 @@ def _task_args(task: str, folder: Path) -> list[str]:
     return {
         "sts": [str(fixture("stsb-dev-sample.csv")), "--task", "sts", "--layers", "first_last"],
         "classification": [str(fixture("sentiment.txt")), "--task", "classification",
-                           "--strategies", "mean", "cls", "max"],
+                           "--recipes", "mean", "cls", "max"],
         "clustering": [str(_clustering_sample(folder)), "--task", "clustering",
-                       "--strategies", "mean", "cls"],
+                       "--recipes", "mean", "cls"],
         "retrieval": [str(fixture("stsb-images-pairs.csv")), "--task", "retrieval",
-                      "--strategies", "mean", "sum", "cls", "cls+mean"],
+                      "--recipes", "mean", "sum", "cls", "cls+mean"],
         "ner": [str(fixture("wnut17-dev-sample.conll")), "--task", "ner", "--train",
-                str(fixture("wnut17-train-sample.conll")), "--strategies", "first", "mean"],
+                str(fixture("wnut17-train-sample.conll")), "--recipes", "word:first", "word:mean"],
         "relation": [str(fixture("relations-dev.txt")), "--task", "relation", "--train",
-                     str(fixture("relations-train.txt")), "--strategies", "endpoints", "mean"],
+                     str(fixture("relations-train.txt")), "--recipes", "span:endpoints", "span:mean"],
     }[task]  # fmt: skip
 
 
@@ -289,6 +289,33 @@ def test_cli_report_matches_the_terminal_table_and_the_json(tmp_path, tiny_dirs,
     if task == "sts":  # merged rows, the intended row, significance: all drawn
         assert any("(= " in r[1] for r in page.tables["results-table"]["rows"])
         assert page.tables["results-table"]["head"][-1] == "sig"
+
+
+def test_recipes_and_its_old_spelling_score_the_same_rows(tmp_path, tiny_dirs):
+    """--strategies, the old spelling of --recipes, gives the same rows; what compare prints
+    (the table, the JSON, the page's command) names --recipes either way."""
+    model = str(tiny_dirs["bert_cls"])
+    runs = []
+    for flag in ("--recipes", "--strategies"):
+        out = tmp_path / flag.strip("-")
+        out.mkdir()
+        code, stdout, stderr = compare_in_process(
+            tmp_path, str(fixture("sentiment.txt")), "--task", "classification", flag, "mean",
+            "cls+mean@first_last", "--model", model, "--bootstrap", "50", "--quiet",
+            "--json", str(out / "r.json"), "--report", str(out / "r.html"),
+        )  # fmt: skip
+        assert code == 0, stderr
+        markup = (out / "r.html").read_text(encoding="utf-8")
+        doc = json.loads((out / "r.json").read_text(encoding="utf-8"))
+        check_page(markup, stdout, doc)
+        runs.append((stdout, doc["results"], markup))
+    (table, rows, page), (old_table, old_rows, old_page) = runs
+    assert sorted(r["recipe"] for r in rows) == ["cls+mean@first_last", "mean"]
+    assert (old_table, old_rows) == (table, rows)
+    for text in (table, json.dumps(rows), page, old_page):
+        assert "--strategies" not in text
+    command = f"--recipes mean cls+mean@first_last --bootstrap 50 --model {model}"
+    assert page.count(command) == old_page.count(command) == 1
 
 
 # --- bad --report paths: one line, status 2, nothing written, before the model loads -------
@@ -355,7 +382,7 @@ def test_report_in_headless_chromium(tmp_path, task):
     args = {
         "sts": [str(fixture("stsb-dev-sample.csv")), "--task", "sts", "--layers", "last4"],
         "relation": [str(fixture("relations-dev.txt")), "--task", "relation", "--train",
-                     str(fixture("relations-train.txt")), "--strategies", "endpoints", "mean"],
+                     str(fixture("relations-train.txt")), "--recipes", "span:endpoints", "span:mean"],
     }[task]  # fmt: skip
     result = poolkit("compare", *args, "--report", "r.html", "--json", "r.json", "--quiet",
                      cwd=tmp_path)  # fmt: skip

@@ -45,10 +45,10 @@ def test_the_older_bracket_form_of_compare_rows_parses() -> None:
 
 
 def test_every_compare_row_name_round_trips() -> None:
-    from poolkit.compare.candidates import LAYER_VARIANTS, candidates
+    from poolkit.compare.candidates import candidates
 
     for level in ("sequence", "word", "span"):
-        for c in candidates(level, None, LAYER_VARIANTS):
+        for c in candidates(level, None, [*LAYER_PRESETS, "-1,-2", "3"]):
             name = str(c)
             assert Recipe.parse(name) == c, name
             assert str(Recipe.parse(name)) == name

@@ -104,7 +104,7 @@ def _sts_compare(cwd: Path, *flags: str) -> tuple[Path, dict, str]:
 def compared_onnx(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
     """compare through the ONNX backend with int8 rows: its winner command must keep the
     backend, and the int8 rows reproduce too (int8 vectors do not depend on batches)."""
-    return _sts_compare(tmp_path_factory.mktemp("recipe_onnx"), "--strategies", "mean", "cls",
+    return _sts_compare(tmp_path_factory.mktemp("recipe_onnx"), "--recipes", "mean", "cls",
                         "--backend", "onnx", "--quantize", "int8", "--int8-rows", "all")  # fmt: skip
 
 
@@ -163,10 +163,11 @@ def test_bad_recipes_are_one_line_with_status_2(tmp_path: Path, args, fragments)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
-def test_compare_names_the_strategies_flag(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", ["--recipes", "--strategies"])  # and its old spelling
+def test_compare_names_the_recipes_flag(tmp_path: Path, flag: str) -> None:
     sts_pairs_table(tmp_path / DATA)
-    r = poolkit("compare", DATA, "--task", "sts", "--strategies", "meen", cwd=tmp_path)
-    one_error_line(r, 2, "`--strategies` to be", "Closest valid name: mean.")
+    r = poolkit("compare", DATA, "--task", "sts", flag, "meen", cwd=tmp_path)
+    one_error_line(r, 2, "`--recipes` to be", "Closest valid name: mean.")
 
 
 # ---------------------------------------------------------------- budget rows (--dims/--precision)
@@ -199,7 +200,7 @@ def test_every_budget_row_embeds_to_the_stored_vectors_compare_scored(tmp_path: 
     the ranges compare took), gives back the row's figures from the stored vectors alone.
     (Embedding each column on its own batches the texts differently; float noise of ~1e-7
     then flips a few int8 roundings and moves the int8 row's Pearson by ~5e-6.)"""
-    cwd, doc, _ = _sts_compare(tmp_path, "--strategies", "mean", "cls", "--dims", "128",
+    cwd, doc, _ = _sts_compare(tmp_path, "--recipes", "mean", "cls", "--dims", "128",
                                "--precision", "float32", "int8", "binary",
                                "--report", "page.html")  # fmt: skip
     budget = [row for row in doc["results"] if row["recipe"].count("/")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 
 from poolkit._arrays import Array, float_hidden
@@ -18,24 +19,63 @@ layer's output, 1 the first transformer layer, -1 the last. ``first_last`` is th
 average of the first and the last transformer layer."""
 
 LAYER_COMBINATIONS = ("mean", "sum", "concat")
+LAYER_FORMS = f"one of {', '.join(LAYER_PRESETS)} or indices like -1,-2"
+
+LayerSpec = str | tuple[int, ...] | None
+
+
+def layer_spec(layers: object) -> LayerSpec:
+    """``layers`` in its one canonical form: ``None`` for the last layer, a
+    ``LAYER_PRESETS`` name, or a tuple of indices.
+
+    Takes ``None``, a preset name, indices as text (``"-1,-2"``, ``"2"``), an int or a
+    non-empty sequence of ints. A bad value raises one line about layers only (with the
+    closest preset for a mistyped name)."""
+    if layers is None:
+        return None
+    chosen: str | tuple[int, ...]
+    if isinstance(layers, str):
+        text = layers.strip().lower()
+        try:
+            chosen = (
+                text
+                if text in LAYER_PRESETS
+                else tuple(int(p) for p in text.split(",") if p.strip())
+            )
+        except ValueError:
+            chosen = ()
+        if not chosen:
+            close = difflib.get_close_matches(text, LAYER_PRESETS, n=1)
+            value_error(
+                "layers", LAYER_FORMS, repr(layers), f"Closest: {close[0]}." if close else ""
+            )
+    elif isinstance(layers, int) and not isinstance(layers, bool):
+        chosen = (layers,)
+    elif (
+        isinstance(layers, Sequence)
+        and layers
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in layers)
+    ):
+        chosen = tuple(int(i) for i in layers)
+    else:
+        type_error(
+            "layers", "None, a preset name, an int or a non-empty list of ints", repr(layers)
+        )
+    return None if chosen in ("last", (-1,)) else chosen
+
+
+def layer_indices(layers: object) -> tuple[int, ...]:
+    """The layer indices a layer spec selects, as written (negative from the end)."""
+    spec = layer_spec(layers)
+    if spec is None:
+        return (-1,)
+    return LAYER_PRESETS[spec] if isinstance(spec, str) else spec
 
 
 def resolve_layers(layers: str | int | Sequence[int], n_layers: int) -> tuple[int, ...]:
     """Absolute indices into a stack of ``n_layers`` hidden states (0 = embeddings)."""
-    if isinstance(layers, str):
-        if layers not in LAYER_PRESETS:
-            value_error(
-                "layers", f"one of {', '.join(LAYER_PRESETS)} or layer indices", repr(layers)
-            )
-        chosen: Sequence[int] = LAYER_PRESETS[layers]
-    elif isinstance(layers, int):
-        chosen = (layers,)
-    elif isinstance(layers, Sequence) and layers and all(isinstance(i, int) for i in layers):
-        chosen = layers
-    else:
-        type_error("layers", "a preset name, an int or a non-empty list of ints", repr(layers))
     out = []
-    for i in chosen:
+    for i in layer_indices(layers):
         if not -n_layers <= i < n_layers:
             value_error(
                 "layers",
@@ -58,7 +98,8 @@ def layer_mix(
             ``output_hidden_states=True`` gives them (index 0 = embedding output), or
             one stacked array ``(N, B, L, H)``.
         layers: a preset from ``LAYER_PRESETS`` (``last``, ``last4``, ``first_last``,
-            ``second_last``), one index or a list of indices (negative from the end).
+            ``second_last``), one index or a list of indices (negative from the end), as
+            :func:`layer_spec` reads them (``None``: the last layer).
         how: ``mean`` (accumulated in float32 or wider), ``sum`` or ``concat`` (along H).
 
     Returns:

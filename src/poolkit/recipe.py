@@ -29,13 +29,20 @@ that order after ``/l2`` or ``/raw``, and ``/float32`` (the default) is not writ
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from poolkit._errors import expected, renamed, value_error
 from poolkit.errors import InputError
-from poolkit.layers import LAYER_COMBINATIONS, LAYER_PRESETS
+from poolkit.layers import (
+    LAYER_COMBINATIONS,
+    LAYER_FORMS,
+    LAYER_PRESETS,
+    LayerSpec,
+    layer_indices,
+    layer_spec,
+)
 from poolkit.output import PRECISIONS, bytes_per_vector
 from poolkit.sequence import SEQUENCE_STRATEGIES
 from poolkit.spans import parse_span_strategy, span_output_dim
@@ -82,9 +89,6 @@ def _known_names() -> list[str]:
     return names
 
 
-Layers = str | tuple[int, ...] | None
-
-
 @dataclass(frozen=True)
 class Recipe:
     """How to pool: validated when built, never again downstream.
@@ -110,7 +114,7 @@ class Recipe:
 
     strategy: str = "mean"
     level: str = "sequence"
-    layers: Layers = None
+    layers: LayerSpec = None
     layer_how: str = "mean"
     normalize: bool | None = None
     exclude_special: bool = False
@@ -129,7 +133,10 @@ class Recipe:
         if self.normalize is not None and not isinstance(self.normalize, bool):
             _fail("True, False or None", self.normalize, arg="normalize")
         canon = _canonical_strategy(level, strategy, self.exclude_special)
-        layers = _canonical_layers(self.layers)
+        try:
+            layers = layer_spec(self.layers)
+        except (TypeError, ValueError) as e:  # a recipe refuses with a RecipeError (ValueError)
+            raise RecipeError(str(e)) from None
         if self.layer_how not in LAYER_COMBINATIONS:
             _fail(f"one of {', '.join(LAYER_COMBINATIONS)}", self.layer_how, arg="layer_how")
         set_ = object.__setattr__
@@ -139,7 +146,7 @@ class Recipe:
         set_(self, "strategy", canon)
         set_(self, "layers", layers)
         # One layer never mixes: "how" is then meaningless, so it takes its default.
-        if _layer_count(layers) == 1:
+        if len(layer_indices(layers)) == 1:
             set_(self, "layer_how", "mean")
         parts = self.parts
         set_(self, "exclude_special", level == "sequence" and all(drop for _, drop in parts))
@@ -183,13 +190,10 @@ class Recipe:
         extra = sorted(set(data) - keys)
         if extra:
             _fail(f"JSON with keys among {sorted(keys)}", extra)
-        layers = data.get("layers")
-        if isinstance(layers, list):
-            layers = tuple(layers)
         return cls(
             strategy=data.get("strategy", ""),
             level=data.get("level", "sequence"),
-            layers=layers,
+            layers=data.get("layers"),
             layer_how=data.get("layer_how", "mean"),
             normalize=data.get("normalize"),
             dims=data.get("dims"),
@@ -294,7 +298,7 @@ class Recipe:
             value_error("hidden_size", "a positive integer", repr(hidden_size))
         width = hidden_size
         if self.layer_how == "concat":
-            width *= _layer_count(self.layers) or 1
+            width *= len(layer_indices(self.layers))
         if self.level == "sequence":
             return width * len(self.parts)
         if self.level == "word":
@@ -389,45 +393,11 @@ def _split_name(text: str, level: str) -> dict[str, Any]:
         spec, colon, how = layers.partition(":")
         if colon:
             out["layer_how"] = how.strip().lower()
-        out["layers"] = _layers_from_text(spec)
+        try:
+            out["layers"] = layer_spec(spec)
+        except ValueError:  # a name's part: the message gives the forms of the whole name
+            _fail(LAYER_FORMS, spec.strip(), arg="layers")
     return out
-
-
-def _layers_from_text(spec: str) -> Layers:
-    spec = spec.strip().lower()
-    if not spec:
-        _fail("a name with layers after '@'", spec)
-    if spec in LAYER_PRESETS:
-        return spec
-    try:
-        return tuple(int(p) for p in spec.split(","))
-    except ValueError:
-        _fail(f"one of {', '.join(LAYER_PRESETS)} or indices like -1,-2", spec, arg="layers")
-
-
-def _canonical_layers(layers: Any) -> Layers:
-    if layers is None or layers == "last" or layers == (-1,) or layers == -1:
-        return None
-    if isinstance(layers, str):
-        if layers in LAYER_PRESETS:
-            return layers
-        return _layers_from_text(layers)
-    if isinstance(layers, int) and not isinstance(layers, bool):
-        return (layers,)
-    if (
-        isinstance(layers, Sequence)
-        and layers
-        and all(isinstance(i, int) and not isinstance(i, bool) for i in layers)
-    ):
-        out = tuple(int(i) for i in layers)
-        return None if out == (-1,) else out
-    _fail("None, a preset name, an int or a non-empty list of ints", layers, arg="layers")
-
-
-def _layer_count(layers: Layers) -> int:
-    if layers is None:
-        return 1
-    return len(LAYER_PRESETS[layers]) if isinstance(layers, str) else len(layers)
 
 
 def _canonical_strategy(level: str, strategy: str, exclude_special: bool) -> str:

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from poolkit.errors import InputError
+from poolkit.layers import layer_spec as parse_layers  # the name cli/_ray_engine imports
 
 __all__ = ["intended_recipes", "parse_layers", "recipes_from_args"]
 
@@ -14,17 +15,6 @@ __all__ = ["intended_recipes", "parse_layers", "recipes_from_args"]
 _FLAGS = {"recipe": "--recipe", "strategy": "--strategy", "layers": "--layers",
           "layer_how": "--layers", "normalize": "--normalize", "dims": "--dims",
           "precision": "--precision"}  # fmt: skip
-
-
-def parse_layers(value: str | None) -> Any:
-    if value is None:
-        return None
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError:
-        return value
-    return numbers[0] if len(numbers) == 1 else numbers
 
 
 def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, bool]:
@@ -46,7 +36,7 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
 
     try:
         wanted, as_dict = resolve_recipes(
-            args.strategy, args.recipe, layers=parse_layers(args.layers),
+            args.strategy, args.recipe, layers=args.layers,
             exclude_special=args.exclude_special, normalize=args.normalize,
         )  # fmt: skip
         dims, precision = getattr(args, "dims", None), getattr(args, "precision", None)
@@ -69,7 +59,7 @@ def intended_recipes(
     from poolkit.recipe import Recipe
 
     pooling = encoder.info.pooling
-    intended = {pooling: Recipe(pooling, layers=parse_layers(args.layers),
+    intended = {pooling: Recipe(pooling, layers=args.layers,
                                 exclude_special=args.exclude_special, normalize=args.normalize)}  # fmt: skip
     try:
         return with_output_stage(intended, getattr(args, "dims", None),

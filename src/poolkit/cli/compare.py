@@ -56,15 +56,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--train", metavar="FILE", help="train the probes on FILE, score on DATA")
     p.add_argument(
-        "--strategies", nargs="+", action="extend", metavar="S",
-        help="compare only these (e.g. cls mean cls+mean mean_no_special; word: first last "
-        "mean max endpoints; span: endpoints mean max diff_sum attention x,y,x*y) "
-        "(default: every candidate of the task)",
+        "--recipes", nargs="+", action="extend", metavar="NAME",
+        help="compare only these recipes, named as embed --recipe takes them (e.g. cls mean "
+        "cls+mean@last4 mean_no_special; word: word:first word:mean; span: span:endpoints "
+        "span:x,y,x*y) (default: every candidate of the task)",
     )  # fmt: skip
+    # The old spelling, before the flag took recipe names: still accepted, same dest, not
+    # shown in --help.
+    p.add_argument("--strategies", dest="recipes", nargs="+", action="extend",
+                   metavar="NAME", help=argparse.SUPPRESS)  # fmt: skip
     p.add_argument(
         "--layers", nargs="*", metavar="L", default=None,
-        help="add layer variants (last, last4 = mean of the last four, first_last = mean of "
-        "the first and last); alone: all three (default: the last layer only)",
+        help="add layer variants: last4 (mean of the last four), first_last (mean of the "
+        "first and last), second_last, or indices like --layers=-1,-2; alone: last, last4 "
+        "and first_last (default: the last layer only)",
     )  # fmt: skip
     p.add_argument("--prompt-name", "--query-prompt-name", dest="prompt_name", default=None,
                    metavar="NAME", help="one of the model's prompts before every text "
@@ -287,20 +292,20 @@ def _run(args: argparse.Namespace) -> int:
     from poolkit.compare.runner import LEVELS, Settings, check_labels, compare
 
     settings = Settings(
-        args.task, args.strategies, layers, args.folds, quiet=args.quiet,
+        args.task, args.recipes, layers, args.folds, quiet=args.quiet,
         long_text=args.long_text, bootstrap=args.bootstrap, seed=args.seed,
         backend=args.backend if args.quantize else None,
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
         document_prompt_name=args.document_prompt_name, budget=_budget(args),
         chunk_tokens=tuple(args.chunk_tokens or ()),
     )  # fmt: skip
-    # Unknown strategies and unusable labels fail here, before the model loads.
+    # Unknown recipes, layers and unusable labels fail here, before the model loads.
     try:
-        candidates(LEVELS[args.task], args.strategies, layers)
-    except ValueError as e:
+        candidates(LEVELS[args.task], args.recipes, layers)
+    except (TypeError, ValueError) as e:
         raise _UsageError(
-            flag_message(e, {"recipe": "--strategies", "strategy": "--strategies",
-                             "strategies": "--strategies", "layers": "--layers"})
+            flag_message(e, {"recipe": "--recipes", "strategy": "--recipes",
+                             "strategies": "--recipes", "layers": "--layers"})
         ) from None  # fmt: skip
     check_labels(data, train, settings)
     from poolkit.encoder import Encoder
@@ -565,8 +570,8 @@ def compare_command(args: argparse.Namespace) -> str:
             parts.extend([flag, shlex.quote(str(value))])
 
     add("--train", args.train)
-    if args.strategies:
-        parts += ["--strategies", *map(shlex.quote, args.strategies)]
+    if args.recipes:
+        parts += ["--recipes", *map(shlex.quote, args.recipes)]
     if args.layers is not None:
         parts += ["--layers", *map(shlex.quote, args.layers)]
     add("--prompt-name", args.prompt_name)

@@ -3,8 +3,9 @@
 Sequence strategies are the names of :data:`poolkit.SEQUENCE_STRATEGIES`, ``NAME_no_special``
 (the same strategy with special tokens excluded) and ``+``-joined concatenations of those.
 Word strategies are :data:`poolkit.WORD_STRATEGIES`; span strategies are those accepted by
-:func:`poolkit.span_embeddings`. Layer variants are ``layer_mix`` selections averaged
-(``how="mean"``). A row's name is ``str(recipe)``, which ``poolkit embed --recipe`` takes.
+:func:`poolkit.span_embeddings`. Layer variants are layer specs
+(:func:`poolkit.layers.layer_spec`) averaged (``how="mean"``). A row's name is
+``str(recipe)``, which ``poolkit embed --recipe`` takes.
 """
 
 from __future__ import annotations
@@ -12,19 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from poolkit._errors import expected
+from poolkit.layers import layer_spec
 from poolkit.recipe import NO_SPECIAL, Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES
 
-__all__ = [
-    "DEFAULT_LAYERS",
-    "LAYER_VARIANTS",
-    "candidates",
-    "default_strategies",
-    "layers_label",
-]
+__all__ = ["candidates", "default_strategies", "layers_label"]
 
-LAYER_VARIANTS = ("last", "last4", "first_last")
-DEFAULT_LAYERS = ("last",)
 _SEQUENCE_EXTRA = ("mean" + NO_SPECIAL, "cls+mean", "mean+max")
 _WORD_DEFAULT = ("first", "last", "mean", "max", "endpoints")
 _SPAN_DEFAULT = ("endpoints", "mean", "max", "diff_sum", "attention", "x,y,x*y")
@@ -47,20 +41,18 @@ def layers_label(recipe: Recipe) -> str:
 
 
 def candidates(
-    level: str, strategies: Sequence[str] | None, layers: Sequence[str] | None
+    level: str, strategies: Sequence[str] | None, layers: Sequence[object] | None
 ) -> list[Recipe]:
     """All recipes in a stable order: strategies outer, layer selections inner.
 
     ``strategies`` None means :func:`default_strategies`; each may be any recipe name of
-    ``level`` (a name that carries its own ``@layers`` is kept as it is). ``layers`` None
-    means ``("last",)``. Duplicates are dropped. Raises :class:`poolkit.RecipeError`
-    (a ValueError) for an unknown name.
+    ``level`` (a name that carries its own ``@layers`` is kept as it is). ``layers``: layer
+    specs (``"last4"``, ``"-1,-2"``, ...); None means the last layer only. Duplicates are
+    dropped. Raises a ValueError (:class:`poolkit.RecipeError` for a name) for an unknown
+    name or layer spec.
     """
     chosen = tuple(strategies) if strategies else default_strategies(level)
-    chosen_layers = tuple(layers) if layers else DEFAULT_LAYERS
-    for name in chosen_layers:
-        if name not in LAYER_VARIANTS:
-            raise RecipeError(expected("layers", f"among {', '.join(LAYER_VARIANTS)}", repr(name)))
+    chosen_layers = [layer_spec(x) for x in layers] if layers else [None]
     parsed = [Recipe.parse(s, level=level) for s in chosen]
     for s, r in zip(chosen, parsed, strict=True):
         if r.level != level:
