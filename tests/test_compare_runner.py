@@ -75,7 +75,7 @@ def test_candidates_order_layers_and_errors():
     ]  # fmt: skip
     with pytest.raises(ValueError, match=r"`recipe` to be one of cls, mean.* 'cls\+avg'"):
         candidates("sequence", ["cls+avg"], None)
-    with pytest.raises(ValueError, match=r"`layers` to be among last, last4, first_last"):
+    with pytest.raises(ValueError, match=r"`layers` to be one of last, last4, first_last, sec"):
         candidates("sequence", None, ["all"])
     with pytest.raises(ValueError, match=r"`strategies` to be word-level recipes"):
         candidates("word", ["span:mean"], None)

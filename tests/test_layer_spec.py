@@ -13,7 +13,7 @@ import poolkit as pk
 from poolkit import Recipe
 from poolkit.cli import build_parser, main
 from poolkit.compare.candidates import candidates
-from poolkit.layers import layer_indices, layer_mix, layer_spec
+from poolkit.layers import layer_indices, layer_mix, layer_name, layer_spec
 
 # Spelling -> the hidden states (by index, negative from the end) it averages, written out.
 SPELLINGS = [
@@ -39,6 +39,7 @@ def test_every_reader_takes_a_spelling_the_same_way(spec, indices) -> None:
     canonical = layer_spec(spec)
     assert Recipe("mean", layers=spec).layers == canonical
     assert (canonical is None) == (indices == [-1])  # the last layer has one spelling: None
+    assert layer_spec(layer_name(spec)) == canonical  # the text a row shows reads back
     if isinstance(spec, str):
         assert Recipe.parse(f"mean@{spec}").layers == canonical
         (row,) = candidates("sequence", ["mean"], [spec])

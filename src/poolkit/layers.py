@@ -33,6 +33,8 @@ def layer_spec(layers: object) -> LayerSpec:
     closest preset for a mistyped name)."""
     if layers is None:
         return None
+    if isinstance(layers, int) and not isinstance(layers, bool):
+        layers = (layers,)
     chosen: str | tuple[int, ...]
     if isinstance(layers, str):
         text = layers.strip().lower()
@@ -49,8 +51,6 @@ def layer_spec(layers: object) -> LayerSpec:
             value_error(
                 "layers", LAYER_FORMS, repr(layers), f"Closest: {close[0]}." if close else ""
             )
-    elif isinstance(layers, int) and not isinstance(layers, bool):
-        chosen = (layers,)
     elif (
         isinstance(layers, Sequence)
         and layers
@@ -66,10 +66,14 @@ def layer_spec(layers: object) -> LayerSpec:
 
 def layer_indices(layers: object) -> tuple[int, ...]:
     """The layer indices a layer spec selects, as written (negative from the end)."""
-    spec = layer_spec(layers)
-    if spec is None:
-        return (-1,)
+    spec = layer_spec(layers) or "last"
     return LAYER_PRESETS[spec] if isinstance(spec, str) else spec
+
+
+def layer_name(layers: object) -> str:
+    """A layer spec as text that :func:`layer_spec` reads back: ``last``, ``last4``, ``-1,-2``."""
+    spec = layer_spec(layers) or "last"
+    return spec if isinstance(spec, str) else ",".join(map(str, spec))
 
 
 def resolve_layers(layers: str | int | Sequence[int], n_layers: int) -> tuple[int, ...]:

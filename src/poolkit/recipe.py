@@ -41,6 +41,7 @@ from poolkit.layers import (
     LAYER_PRESETS,
     LayerSpec,
     layer_indices,
+    layer_name,
     layer_spec,
 )
 from poolkit.output import PRECISIONS, bytes_per_vector
@@ -236,12 +237,7 @@ class Recipe:
     def __str__(self) -> str:
         name = self.strategy if self.level == "sequence" else f"{self.level}:{self.strategy}"
         if self.layers is not None:
-            layers = (
-                self.layers
-                if isinstance(self.layers, str)
-                else ",".join(str(i) for i in self.layers)
-            )
-            name += f"@{layers}"
+            name += f"@{layer_name(self.layers)}"
             if self.layer_how != "mean":
                 name += f":{self.layer_how}"
         if self.normalize is not None:

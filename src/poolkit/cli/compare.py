@@ -57,19 +57,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--train", metavar="FILE", help="train the probes on FILE, score on DATA")
     p.add_argument(
         "--recipes", nargs="+", action="extend", metavar="NAME",
-        help="compare only these recipes, named as embed --recipe takes them (e.g. cls mean "
-        "cls+mean@last4 mean_no_special; word: word:first word:mean; span: span:endpoints "
-        "span:x,y,x*y) (default: every candidate of the task)",
+        help="compare only these, named as embed --recipe takes them (e.g. mean cls+mean@last4 "
+        "mean_no_special word:first span:x,y,x*y) (default: every candidate of the task)",
     )  # fmt: skip
-    # The old spelling, before the flag took recipe names: still accepted, same dest, not
-    # shown in --help.
+    # The old spelling (before the flag took recipe names): same dest, not in --help.
     p.add_argument("--strategies", dest="recipes", nargs="+", action="extend",
                    metavar="NAME", help=argparse.SUPPRESS)  # fmt: skip
     p.add_argument(
         "--layers", nargs="*", metavar="L", default=None,
-        help="add layer variants: last4 (mean of the last four), first_last (mean of the "
-        "first and last), second_last, or indices like --layers=-1,-2; alone: last, last4 "
-        "and first_last (default: the last layer only)",
+        help="add layer variants (last4 = mean of the last four, first_last, second_last, "
+        "indices like --layers=-1,-2); alone: last, last4 and first_last (default: last only)",
     )  # fmt: skip
     p.add_argument("--prompt-name", "--query-prompt-name", dest="prompt_name", default=None,
                    metavar="NAME", help="one of the model's prompts before every text "

@@ -17,7 +17,7 @@ from poolkit.layers import layer_spec
 from poolkit.recipe import NO_SPECIAL, Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES
 
-__all__ = ["candidates", "default_strategies", "layers_label"]
+__all__ = ["candidates", "default_strategies"]
 
 _SEQUENCE_EXTRA = ("mean" + NO_SPECIAL, "cls+mean", "mean+max")
 _WORD_DEFAULT = ("first", "last", "mean", "max", "endpoints")
@@ -29,15 +29,6 @@ def default_strategies(level: str) -> tuple[str, ...]:
     if level == "sequence":
         return (*SEQUENCE_STRATEGIES, *_SEQUENCE_EXTRA)
     return _WORD_DEFAULT if level == "word" else _SPAN_DEFAULT
-
-
-def layers_label(recipe: Recipe) -> str:
-    """The layer selection of ``recipe`` as the table's column shows it (``last`` = default)."""
-    if recipe.layers is None:
-        return "last"
-    if isinstance(recipe.layers, str):
-        return recipe.layers
-    return ",".join(str(i) for i in recipe.layers)
 
 
 def candidates(

@@ -10,8 +10,8 @@ from pathlib import Path
 from poolkit.compare.bootstrap import Paired
 
 # One atomic writer for the package: temporary file, fsync, rename (never half a file).
-from poolkit.compare.candidates import layers_label
 from poolkit.io.atomic import atomic_write
+from poolkit.layers import layer_name
 from poolkit.recipe import Recipe
 
 __all__ = [
@@ -119,7 +119,7 @@ class Result:
 
     @property
     def layers(self) -> str:
-        return layers_label(self.recipe)
+        return layer_name(self.recipe.layers)
 
     def member_names(self) -> list[str]:
         """The recipe name of every member (``members`` at this row's layers), row first."""
