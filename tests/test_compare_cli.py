@@ -301,7 +301,7 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
         (["c.txt", "--task", "classification", "--recipes", "mode"], {"c.txt": "1 a\n0 b\n"}, ["`--recipes` to be one of cls, mean", "but got 'mode'", "Closest valid name: "]),
         (["c.txt", "--task", "classification", "--strategies", "mode"], {"c.txt": "1 a\n0 b\n"}, ["`--recipes` to be one of cls, mean", "but got 'mode'"]),
         (["c.txt", "--task", "classification", "--recipes", "span:mean"], {"c.txt": "1 a\n0 b\n"}, ["`--recipes` to be sequence-level recipes, but got 'span:mean' (span level)"]),
-        (["c.txt", "--task", "classification", "--layers", "last5"], {"c.txt": "1 a\n0 b\n"}, ["`--layers` to be one of last, last4, first_last, second_last or indices like -1,-2, but got 'last5'. Closest: last4."]),
+        (["c.txt", "--task", "classification", "--layers", "last5"], {"c.txt": "1 a\n0 b\n"}, ["`--layers` to be one of last, last4, first_last, second_last or indices like -1,-2, but got 'last5'."]),
         (["c.txt", "--task", "classification", "--plot", "x.jpg"], {"c.txt": "1 a\n0 b\n"}, ["--plot x.jpg: expected a .png file name"]),
         (["c.txt", "--task", "classification", "--json", "c.txt"], {"c.txt": "1 a\n0 b\n"}, ["--json c.txt: expected a .json file name"]),
         (["c.txt", "--task", "classification", "--json", "o.json"], {"c.txt": "1 a\n0 b\n", "o.json": "{}"}, ["--json o.json: file exists; pass --overwrite"]),
