@@ -261,8 +261,8 @@ def resolve_request(
     calibration: Any = None, check: Callable[[list[Any]], Any] | None = None,
     refuse: Callable[[dict[str, Recipe]], None] | None = None,
 ) -> Request:  # fmt: skip
-    """The prologue of every ``embed*`` entry point, arguments as for :func:`embed`: all
-    that can be checked before the model loads is. ``level``: ``"sequence"`` (no recipe
+    """The prologue of every ``embed*`` entry point (arguments as for :func:`embed`); all
+    it can check, it checks before the model loads. ``level``: ``"sequence"`` (no recipe
     asked: the model's intended pooling), ``"word"``/``"span"`` (one recipe) or ``"token"``
     (the layer choice). ``check`` runs on the checked inputs first, ``refuse`` on the
     recipes as soon as they are known."""
