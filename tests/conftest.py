@@ -24,15 +24,17 @@ settings.load_profile("poolkit")
 # runs, every module of src/ among them, in a few minutes on a 2-core machine.
 # `python -m pytest -q --slow` adds the tests marked `slow` (whole jobs in subprocesses,
 # kills and resumes, Ray clusters, the docs' examples, the reference figures);
-# `python -m pytest -q -m slow` runs only those (CI, after the fast set). An explicit `-m`
-# expression, or a test named by its node id (`tests/test_x.py::test_y`), is left alone.
+# `python -m pytest -q -m slow` runs only those. CI runs `-m "slow or data"` (the slow set
+# and the fast tests marked `data`, which read the full data sets) with the data sets, and
+# the fast set in a fresh clone. An explicit `-m` expression, or a test named by its node id
+# (`tests/test_x.py::test_y`), is left alone.
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--slow",
         action="store_true",
-        help="also run the tests marked slow (end-to-end; about 15 more minutes on 2 cores)",
+        help="also run the tests marked slow (end-to-end; about 40 more minutes on 2 cores)",
     )
 
 
