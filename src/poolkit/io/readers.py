@@ -471,7 +471,7 @@ def read_stream(
 ) -> Iterator[list[str]]:
     """Yield the texts of one open input in order, ``chunk_size`` at a time.
 
-    This is the parser behind :func:`read_texts`, for inputs that are not local paths
+    It parses as :func:`read_texts` does, for inputs that are not local paths
     (e.g. a ``pyarrow.fs`` stream); unlike :func:`read_texts` an input without texts
     yields nothing instead of raising.
 
