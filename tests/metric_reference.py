@@ -3,6 +3,8 @@ tests."""
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def chunks_by_scanning(tags: list[str]) -> set[tuple[int, int, str]]:
     """Independent reference: conlleval's start/end-of-chunk rules, written as in conlleval."""
@@ -29,3 +31,14 @@ def entity_f1_reference(gold: list[list[str]], pred: list[list[str]]) -> float:
     precision = len(g & p) / len(p)
     recall = len(g & p) / len(g)
     return 2 * precision * recall / (precision + recall)
+
+
+def exact_unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``(n, 8)`` float32 unit vectors of four entries +-0.5: every cosine between them is a
+    sum of +-0.25 terms, exact in float32 whatever the order of the sum. (A matmul's order
+    depends on where a row sits in its block and on the CPU's kernel: equal vectors at two
+    places can differ in the last bit, so ties of random vectors are not ties everywhere.)"""
+    out = np.zeros((n, 8), np.float32)
+    for row in out:
+        row[rng.choice(8, 4, replace=False)] = rng.choice([-0.5, 0.5], 4)
+    return out

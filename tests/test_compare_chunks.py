@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clitools import one_error_line, poolkit
+from metric_reference import exact_unit_vectors
 from testdata import fixture
 
 LONGDOCS = Path(__file__).parent / "data" / "stsb-images-longdocs"
@@ -56,7 +57,8 @@ def _trec(qrels, qids, dids, scores: np.ndarray) -> dict[str, float]:
     res = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
     mrr = []
     for q, row in zip(qids, scores, strict=True):
-        top = sorted(range(len(dids)), key=lambda j, row=row: (-row[j], [-ord(c) for c in dids[j]]))
+        # Score, then id, both descending (trec_eval's order of ties: strcmp on docno).
+        top = sorted(range(len(dids)), key=lambda j, row=row: (row[j], dids[j]), reverse=True)
         first = next((k for k, j in enumerate(top[:10]) if qrels[q].get(dids[j], 0) > 0), None)
         mrr.append(0.0 if first is None else 1 / (first + 1))
     mean = {m: float(np.mean([v[m] for v in res.values()])) for m in
@@ -71,10 +73,11 @@ def test_best_chunk_search_matches_brute_force_with_ties_and_small_blocks(monkey
 
     rng = np.random.default_rng(0)
     counts = rng.integers(1, 6, size=57)
-    chunks = rng.normal(size=(int(counts.sum()), 8)).astype(np.float32)
+    # Exact scores on every CPU (see exact_unit_vectors): many ties, each broken by the rule.
+    chunks = exact_unit_vectors(rng, int(counts.sum()))
     starts = np.cumsum(counts) - counts
     chunks[starts[5]] = chunks[starts[9]]  # two documents with an equal best chunk
-    queries = rng.normal(size=(11, 8)).astype(np.float32)
+    queries = exact_unit_vectors(rng, 11)
     queries[0] = chunks[starts[9]]
     ids = [f"d{i:03d}" for i in range(len(counts))][::-1]
     monkeypatch.setattr(documents, "_CHUNK_BLOCK", 13)  # many document blocks to merge
@@ -82,9 +85,7 @@ def test_best_chunk_search_matches_brute_force_with_ties_and_small_blocks(monkey
     parts = np.split(chunks, np.cumsum(counts)[:-1])
     scores = _best_chunk(queries, parts).astype(np.float32)
     for q in range(len(queries)):
-        want = sorted(
-            range(len(counts)), key=lambda j, q=q: (-scores[q, j], [-ord(c) for c in ids[j]])
-        )
+        want = sorted(range(len(counts)), key=lambda j, q=q: (scores[q, j], ids[j]), reverse=True)
         assert ranked[q].tolist() == want[:20]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from metric_reference import exact_unit_vectors
 
 from poolkit.compare.datasets import DataError
 from poolkit.compare.retrieval import query_metrics, read_retrieval
@@ -108,9 +109,11 @@ def test_metrics_match_pytrec_eval_with_ties_and_graded_judgements():
     pytrec_eval = pytest.importorskip("pytrec_eval")
     rng = np.random.default_rng(0)
     n_q, n_d = 40, 300
-    queries = rng.normal(size=(n_q, 8)).astype(np.float32)
-    docs = rng.normal(size=(n_d, 8)).astype(np.float32)
-    docs[5], docs[100] = docs[7], 2 * docs[7]  # exact ties in cosine
+    # Cosines exact on every CPU (sums of +-0.25 terms): many ties, as in real corpora with
+    # duplicates, and none of them left to the matmul's order of summation.
+    queries = exact_unit_vectors(rng, n_q)
+    docs = exact_unit_vectors(rng, n_d)
+    docs[5], docs[100] = docs[7], 2 * docs[7]  # ties in cosine at any length
     ids = [f"doc{i}" for i in range(n_d)]
     qrels = {}
     for q in range(n_q):
@@ -135,7 +138,9 @@ def test_metrics_match_pytrec_eval_with_ties_and_graded_judgements():
             ours[q, [0, 2, 3]], [r["ndcg_cut_10"], r["recall_100"], r["map_cut_100"]], atol=1e-12
         )
         # MRR@10 as MTEB computes it: the first relevant document among the top 10.
-        top = sorted(range(n_d), key=lambda d: (-scores[q, d], [-ord(c) for c in ids[d]]))[:10]
+        # Score, then id, both descending: trec_eval's order of ties (strcmp on docno, so
+        # doc10 before doc1).
+        top = sorted(range(n_d), key=lambda d: (scores[q, d], ids[d]), reverse=True)[:10]
         first = next((k for k, d in enumerate(top) if qrels[q].get(d, 0) > 0), None)
         assert ours[q, 1] == pytest.approx(0.0 if first is None else 1 / (first + 1), abs=1e-12)
 
