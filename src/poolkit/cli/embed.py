@@ -79,7 +79,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--layers",
         default=None,
-        help="layers to mix: last4, first_last, -2, or -1,-2 (default: last)",
+        help="layers to mix: last4, first_last, --layers=-2, or --layers=-1,-2 (default: last)",
     )
     parser.add_argument("--exclude-special", action="store_true",
                         help="pool without [CLS]/[SEP]-like tokens")  # fmt: skip

@@ -217,7 +217,7 @@ def _plan_documents(encoder: Any, settings: Settings, chosen: Recipe | None, qua
     if chosen is None:
         raise DataError(
             f"--chunk-tokens: chunks the documents of the model's intended pooling "
-            f"({encoder.info.pooling}), which --strategies leaves out; add it to --strategies."
+            f"({encoder.info.pooling}), which --recipes leaves out; add it to --recipes."
         )
     settings.chunk_tokens = docrows.check_sizes(encoder, settings.chunk_tokens)
     settings.document_base = chosen
