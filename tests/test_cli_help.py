@@ -74,14 +74,14 @@ def test_the_default_model_is_named_one_way():
 
 
 def test_the_model_flag_is_spelled_one_way():
-    # Every command that takes a model by flag takes --model/-m; a positional MODEL is an
-    # old spelling (inspect) or the command's only way (export: left as it is for now).
+    # Every command takes the model as --model/-m; a positional MODEL is an old spelling
+    # (inspect, export).
     flagless = [
         name
         for name, parser in _commands().items()
         if not any(a.option_strings[:2] == ["--model", "-m"] for a in _actions(parser))
     ]
-    assert flagless == ["export"]
+    assert flagless == []
 
 
 def test_help_prints_for_every_command():

@@ -101,3 +101,28 @@ def test_from_compare_skips_document_rows_no_folder_can_carry(minilm_dir, tmp_pa
     (tmp_path / "r.json").write_text(json.dumps(doc))
     recipe, choice = read_compare(tmp_path / "r.json", resolve_model(str(minilm_dir)))
     assert choice["rank"] == 1 and "the top row of 2" in choice_text(choice)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_export_takes_the_model_as_every_command_does(model, tmp_path):
+    from clitools import one_error_line, poolkit
+
+    m = str(model)
+    # The same -o in two places: the model card names the folder.
+    for argv, cwd in ((["-m", m], "flag"), ([m], "positional")):  # positional: old spelling
+        (tmp_path / cwd).mkdir()
+        r = poolkit("export", *argv, "-o", "out", "--recipe", "cls", "--quiet", cwd=tmp_path / cwd)
+        assert r.returncode == 0, r.stderr.decode()
+    flag, positional = _files(tmp_path / "flag" / "out"), _files(tmp_path / "positional" / "out")
+    assert "model.safetensors" in flag and "poolkit-export.json" in flag
+    assert flag == positional
+    r = poolkit("export", "-m", m, "./other", "-o", "both", cwd=tmp_path)
+    line = one_error_line(r, 2)
+    assert line == (
+        f"poolkit: error: Expected --model to be given once, but got both --model {m} "
+        "and MODEL ./other. Drop MODEL (the old spelling).\n"
+    )
+    assert not (tmp_path / "both").exists()

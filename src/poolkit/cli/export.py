@@ -1,4 +1,5 @@
-"""``poolkit export MODEL -o DIR``: the pooling you chose, as a folder any runtime loads."""
+"""``poolkit export --model MODEL -o DIR``: the pooling you chose, as a folder any runtime
+loads."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import argparse
 import sys
 from typing import Any
 
+from poolkit._errors import value_error
 from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = ["add_parser", "run"]
 
-# Library argument names -> the flags that set them, for one-line errors.
+# Library argument names -> the flags that set them, for one-line errors (`model`: the
+# spelling the user typed, see run).
 _FLAGS = {
     "recipe": "--recipe",
     "from_compare": "--from-compare",
@@ -26,17 +29,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "export",
         help="write a model with a chosen pooling as a sentence-transformers or ONNX folder",
-        description="Write MODEL pooled by a recipe (default: its intended pooling, or the "
+        description="Write the model pooled by a recipe (default: its intended pooling, or the "
         "top row of --from-compare) as a folder that sentence-transformers, or ONNX Runtime "
         "with only a tokenizer, loads. The folder appears only once it is complete and checked.",
     )
-    parser.add_argument(
-        "model",
-        nargs="?",
-        default=None,
-        metavar="MODEL",
-        help=f"model directory or hub id (default: {DEFAULT_MODEL})",
-    )
+    parser.add_argument("--model", "-m", default=None,
+                        help=f"model directory or hub id (default: {DEFAULT_MODEL})")  # fmt: skip
+    # The old spelling, as a positional: still accepted (not both), as inspect's.
+    parser.add_argument("model_positional", nargs="?", default=None, metavar="MODEL",
+                        help="the same as --model (the old spelling)")  # fmt: skip
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
     parser.add_argument(
         "--recipe",
@@ -83,9 +84,15 @@ def run(args: argparse.Namespace) -> int:
     from poolkit.deploy import RECORD, export
     from poolkit.errors import PoolkitError
 
+    if args.model is not None and args.model_positional is not None:
+        value_error("--model", "given once", f"both --model {args.model} and MODEL "
+                    f"{args.model_positional}", "Drop MODEL (the old spelling).")  # fmt: skip
+    model = args.model if args.model is not None else args.model_positional
+    # A library message about `model` names the spelling given: MODEL as before, unless --model.
+    flags = {**_FLAGS, "model": "--model"} if args.model is not None else _FLAGS
     try:
         out = export(
-            args.model,
+            model,
             args.output,
             recipe=args.recipe,
             format=args.format,
@@ -95,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except PoolkitError as e:
         # Library messages name arguments; the command line names flags.
-        message = with_flags(str(e), _FLAGS)  # `overwrite=True` & co: report_error
+        message = with_flags(str(e), flags)  # `overwrite=True` & co: report_error
         raise type(e)(message) from None
     if not args.quiet:
         record = json.loads((out / RECORD).read_text(encoding="utf-8"))
