@@ -30,7 +30,6 @@ from typing import Any
 from poolkit._errors import already_exists, count, unmet, value_error
 from poolkit.cli._backend_args import calibration_texts, check_backend_args
 from poolkit.cli._common import positive, require_extra
-from poolkit.cli._recipe_args import parse_layers
 from poolkit.cli._signals import Terminated
 from poolkit.errors import InputError, RunError
 
@@ -420,7 +419,9 @@ class _Job:
             "pipeline": "pooled" if args.pooled_only else "full",
         }  # fmt: skip
         if self.wanted is None:  # the model's pooling, shaped by the shorthand flags
-            options.update(layers=parse_layers(args.layers), exclude_special=args.exclude_special)
+            # The spec as typed: each Recipe reads it (poolkit.layers.layer_spec); the CLI
+            # checked it before the cluster started (recipes_from_args).
+            options.update(layers=args.layers, exclude_special=args.exclude_special)
             pooling: dict[str, Any] = {"normalize": args.normalize}
         else:
             pooling = {"recipe": self.wanted}

@@ -7,9 +7,8 @@ import argparse
 from typing import Any
 
 from poolkit.errors import InputError
-from poolkit.layers import layer_spec as parse_layers  # the name cli/_ray_engine imports
 
-__all__ = ["intended_recipes", "parse_layers", "recipes_from_args"]
+__all__ = ["intended_recipes", "recipes_from_args"]
 
 
 _FLAGS = {"recipe": "--recipe", "strategy": "--strategy", "layers": "--layers",
