@@ -30,6 +30,7 @@ from typing import Any
 from poolkit._errors import already_exists, count, unmet, value_error
 from poolkit.cli._backend_args import calibration_texts, check_backend_args
 from poolkit.cli._common import positive, require_extra
+from poolkit.cli._job import installed_versions, job_settings, with_note
 from poolkit.cli._signals import Terminated
 from poolkit.errors import InputError, RunError
 
@@ -214,19 +215,13 @@ def _model_dir(args: argparse.Namespace) -> Path | None:
     return None  # recorded by name only
 
 
-def _settings(args: argparse.Namespace, wanted: Any, model_dir: Path | None, block: int) -> dict:
-    """Everything the shards depend on: a resumed job must present the same (``block_rows``
-    is read back from the manifest on --resume, so a resize of the cluster is no change)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from poolkit import __version__
+def _ray_settings(
+    args: argparse.Namespace, wanted: Any, model_dir: Path | None, block: int
+) -> dict[str, Any]:
+    """The Ray job's manifest settings (:func:`~poolkit.cli._job.job_settings`): the values
+    asked of its workers (``block_rows`` is read back from the manifest on --resume, so a
+    resize of the cluster is no change)."""
     from poolkit.io.checkpoint import model_fingerprint
-
-    def installed(name: str) -> str | None:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return None
 
     if wanted is None:  # the model's pooling, shaped by the shorthand flags
         pooling: dict[str, Any] = {"recipes": None, "layers": args.layers,
@@ -234,32 +229,16 @@ def _settings(args: argparse.Namespace, wanted: Any, model_dir: Path | None, blo
                                    "normalize": args.normalize}  # fmt: skip
     else:
         pooling = {"recipes": {name: str(r) for name, r in wanted.items()}}
-    return {
-        "engine": "ray",
-        "model": args.model,
-        "model_files": None if model_dir is None else model_fingerprint(model_dir),
-        **pooling,
-        "long_text": args.long_text,
-        "prompt_name": args.prompt_name,
-        "prompt": args.prompt,
-        "pooled_only": args.pooled_only,
-        "max_length": args.max_length,
-        "batch_tokens": args.batch_tokens,
-        "backend": args.backend,
-        "quantize": args.quantize,
-        "calibration": _calibration_digest(args),
-        # Key kept from before --part-size: work directories of older versions still resume.
-        "chunk_size": args.part_size,
-        "input_format": args.input_format,
-        "text_column": args.text_column,
-        "device": args.device,
-        "dtype": args.dtype,
-        "gpus_per_worker": args.gpus_per_worker,
-        "block_rows": block,
-        "versions": {"poolkit": __version__, "torch": installed("torch"),
-                     "transformers": installed("transformers"),
-                     "onnxruntime": installed("onnxruntime"), "ray": installed("ray")},
-    }  # fmt: skip
+    head = {"engine": "ray", "model": args.model,
+            "model_files": None if model_dir is None else model_fingerprint(model_dir),
+            **pooling, "prompt_name": args.prompt_name, "prompt": args.prompt,
+            "pooled_only": args.pooled_only}  # fmt: skip
+    engine = {"max_length": args.max_length, "batch_tokens": args.batch_tokens,
+              "calibration": _calibration_digest(args), "input_format": args.input_format,
+              "device": args.device, "gpus_per_worker": args.gpus_per_worker,
+              "block_rows": block}  # fmt: skip
+    versions = installed_versions("torch", "transformers", "onnxruntime", "ray")
+    return job_settings(args, head, engine, versions)
 
 
 def _calibration_digest(args: argparse.Namespace) -> str | None:
@@ -373,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             if args.resume:
                 block = _stored_block_rows(output) or block
-            settings = _settings(args, wanted, model_dir, block)
+            settings = _ray_settings(args, wanted, model_dir, block)
             outcome = job.write_checkpointed(output, block, settings)
             if isinstance(outcome, int):
                 return outcome  # interrupted: the line is printed
@@ -510,7 +489,7 @@ class _Job:
         except Exception as e:
             if checkpoint.done_files:
                 checkpoint.close()
-                raise _with_note(
+                raise with_note(
                     e,
                     f"({count(checkpoint.records_on_disk(), 'finished input file')} kept in "
                     f"{checkpoint.path}; fix the problem and rerun with --resume.)",
@@ -521,11 +500,3 @@ class _Job:
             checkpoint.close()
             raise
         return shards_count, dims, resumed
-
-
-def _with_note(error: Exception, note: str) -> Exception:
-    """The same kind of error with ``note`` appended (the CLI prints one line)."""
-    try:
-        return type(error)(f"{error} {note}")
-    except Exception:
-        return error

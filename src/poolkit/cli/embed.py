@@ -33,6 +33,7 @@ from poolkit.cli._common import (
     progress_bar,
     text_parts,
 )
+from poolkit.cli._job import installed_versions, job_settings, with_note
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,
@@ -112,19 +113,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> dict[str, Any]:
-    """Everything the vectors depend on: a resumed job must present the same."""
-    from importlib.metadata import version
-
+def _local_settings(
+    args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]
+) -> dict[str, Any]:
+    """The local job's manifest settings (:func:`~poolkit.cli._job.job_settings`): the
+    values its loaded Encoder settled on."""
     import numpy
 
-    from poolkit import __version__
     from poolkit.io.checkpoint import model_fingerprint
     from poolkit.io.readers import input_format
     from poolkit.io.writers import output_format
     from poolkit.prompts import resolve_prompt
 
-    return {
+    head = {
         "model": encoder.info.reference,
         "model_files": model_fingerprint(encoder.info.path),
         "strategies": list(recipes),
@@ -132,22 +133,12 @@ def _settings(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -
         "normalize": [r.resolved_normalize(encoder.info.normalize) for r in recipes.values()],
         "prompt": resolve_prompt(encoder.info, args.prompt_name, args.prompt),
         "pipeline": _pipeline(args),
-        "long_text": args.long_text,
-        "max_length": encoder.max_length,
-        "batch_tokens": encoder.max_batch_tokens,
-        "backend": args.backend,
-        "quantize": args.quantize,
-        # Key kept from before --part-size: work directories of older versions still resume.
-        "chunk_size": args.part_size,
-        "input_format": input_format(args.input, args.input_format),
-        "text_column": args.text_column,
-        "output_format": output_format(args.output),
-        "device": encoder.device,
-        "dtype": args.dtype,
-        # Installed versions from package metadata: importing torch to ask costs seconds.
-        "versions": {"poolkit": __version__, "torch": version("torch"),
-                     "transformers": version("transformers"), "numpy": numpy.__version__},
-    }  # fmt: skip
+    }
+    engine = {"max_length": encoder.max_length, "batch_tokens": encoder.max_batch_tokens,
+              "input_format": input_format(args.input, args.input_format),
+              "output_format": output_format(args.output), "device": encoder.device}  # fmt: skip
+    versions = {**installed_versions("torch", "transformers"), "numpy": numpy.__version__}
+    return job_settings(args, head, engine, versions)
 
 
 def _pipeline(args: argparse.Namespace) -> str:
@@ -186,14 +177,6 @@ def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -
 def _kept(done: Any, noun: str) -> str:
     """``"1 part is kept"``, ``"3 parts are kept"``: the committed parts left for --resume."""
     return f"{count(len(done), noun)} {'is' if len(done) == 1 else 'are'} kept"
-
-
-def _with_note(error: Exception, note: str) -> Exception:
-    """The same kind of error with ``note`` appended (the CLI prints one line)."""
-    try:
-        return type(error)(f"{error} {note}")
-    except Exception:
-        return error
 
 
 def _check_stdout(args: argparse.Namespace) -> None:
@@ -288,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
 
         checkpoint = StdoutSink(names, blank)
     else:
-        settings = _settings(args, encoder, recipes)
+        settings = _local_settings(args, encoder, recipes)
         if calibration is not None:  # a resumed job must calibrate on the same texts
             settings["calibration"] = texts_digest(calibration)
         if ranges:  # ... and quantise its vectors with the same ranges
@@ -390,7 +373,7 @@ def run(args: argparse.Namespace) -> int:
                 e = changed
         if checkpoint.done and not nothing:
             checkpoint.close()
-            raise _with_note(
+            raise with_note(
                 e,
                 f"({_kept(checkpoint.done, 'finished part')} in {checkpoint.path}; "
                 "fix the problem and rerun with --resume.)",

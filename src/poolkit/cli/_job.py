@@ -1,0 +1,56 @@
+"""What the two engines of ``poolkit embed`` share about a job: the settings its manifest
+records, and the note an error gets when finished work is kept for ``--resume``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["installed_versions", "job_settings", "with_note"]
+
+
+def job_settings(
+    args: argparse.Namespace, head: dict[str, Any], engine: dict[str, Any], versions: dict[str, Any]
+) -> dict[str, Any]:
+    """Everything a job's vectors depend on, as its manifest records them: a resumed job
+    must present equal settings (compared key by key, in any order).
+
+    ``head``: the model and the pooling, as the engine knows them before the job starts;
+    ``engine``: the engine's own keys (the local engine records what its loaded Encoder
+    settled on, Ray what was asked of its workers); ``versions``: installed packages."""
+    return {
+        **head,
+        "long_text": args.long_text,
+        "backend": args.backend,
+        "quantize": args.quantize,
+        # Key kept from before --part-size: work directories of older versions still resume.
+        "chunk_size": args.part_size,
+        "text_column": args.text_column,
+        "dtype": args.dtype,
+        **engine,
+        "versions": versions,
+    }
+
+
+def installed_versions(*names: str) -> dict[str, str | None]:
+    """poolkit's version and each package's installed one (None if absent), from package
+    metadata: importing torch just to ask costs seconds."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from poolkit import __version__
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    return {"poolkit": __version__, **{name: installed(name) for name in names}}
+
+
+def with_note(error: Exception, note: str) -> Exception:
+    """The same kind of error with ``note`` appended (the CLI prints one line)."""
+    try:
+        return type(error)(f"{error} {note}")
+    except Exception:
+        return error
