@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,10 +141,17 @@ def to_float32_numpy(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """Rows of ``(..., D)`` float32 scaled to unit L2 norm (zero rows stay zero)."""
+def l2_normalize(x: Any) -> Any:
+    """Rows of ``(..., D)`` scaled to unit L2 norm (zero rows stay zero): float32 NumPy, or
+    a torch tensor where it lives, in its dtype."""
+    if hasattr(x, "detach"):
+        return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     norm = np.linalg.norm(x, axis=-1, keepdims=True)
     return (x / np.maximum(norm, 1e-12)).astype(np.float32, copy=False)
+
+
+# The fields of an encoder batch that pooling reads (torch.compile traces a namedtuple).
+_Bare = namedtuple("_Bare", "hidden hidden_states attention_mask special_tokens_mask")
 
 
 class LayerViews:
@@ -157,6 +165,12 @@ class LayerViews:
         self.batch = batch
         self._cache: dict[tuple[Any, str], Any] = {}
 
+    @classmethod
+    def of(cls, hidden: Any, mask: Any = None, special_tokens_mask: Any = None) -> LayerViews:
+        """Views of bare arrays (``nn`` modules, export): ``hidden`` ``(B, L, H)``, or every
+        layer's ``(B, L, H)`` (embeddings first) for recipes that mix layers."""
+        return cls(_Bare(hidden, hidden, mask, special_tokens_mask))
+
     def __getitem__(self, recipe: Recipe) -> Any:
         if recipe.layers is None:
             return self.batch.hidden
@@ -168,76 +182,66 @@ class LayerViews:
         return self._cache[key]
 
 
-def _rows_without_tokens(batch: Any, keep: np.ndarray) -> str:
-    """The input indices (first 5) of ``batch``'s rows where ``keep`` (``(B, L)`` bool) holds
-    no token, comma-separated; "" when every row keeps one."""
-    empty = np.flatnonzero(~keep.any(axis=1))
-    return ", ".join(str(int(batch.indices[j])) for j in empty[:5])
-
-
-def check_no_empty_rows(batch: Any) -> None:
-    """ValueError naming the texts that have no non-special token (for ``_no_special``)."""
-    rows = _rows_without_tokens(batch, (batch.attention_mask != 0) & ~batch.special_tokens_mask)
-    if rows:
-        raise InputError(
-            expected(
-                "texts",
-                "texts with at least one non-special token each (`exclude_special=True`)",
-                f"texts {rows} with none (empty strings?)",
-                "Remove them or pass exclude_special=False.",
-            )
-        )
-
-
-def check_prompt_left_tokens(batch: Any) -> None:
-    """ValueError naming the texts with no token left once the prompt is kept out of pooling
+def _refuse_rows_left_empty(batch: Any, recipes: list[Recipe]) -> None:
+    """InputError naming the texts (first 5) with no token left to pool: after dropping
+    special tokens (a ``_no_special`` part), or once the prompt is kept out of pooling
     (the model's pipeline would give them a zero vector)."""
-    rows = _rows_without_tokens(batch, batch.pool_mask != 0)
-    if rows:
-        raise InputError(
-            expected(
-                "texts",
-                "texts that keep at least one token after the prompt, which the model keeps "
-                "out of pooling (include_prompt: false)",
-                f"texts {rows} that keep none (empty, or merged into the prompt's last token)",
-                "Remove them or pass prompt=''.",
-            )
-        )
+    checks = []
+    if any(drop for r in recipes for _, drop in r.parts):
+        checks.append((
+            (batch.attention_mask != 0) & ~batch.special_tokens_mask,
+            "texts with at least one non-special token each (`exclude_special=True`)",
+            "with none (empty strings?)",
+            "Remove them or pass exclude_special=False.",
+        ))  # fmt: skip
+    if getattr(batch, "pool_mask", None) is not None:  # duck-typed batches may have none
+        checks.append((
+            batch.pool_mask != 0,
+            "texts that keep at least one token after the prompt, which the model keeps out "
+            "of pooling (include_prompt: false)",
+            "that keep none (empty, or merged into the prompt's last token)",
+            "Remove them or pass prompt=''.",
+        ))  # fmt: skip
+    for keep, want, none, fix in checks:
+        empty = np.flatnonzero(~keep.any(axis=1))
+        if empty.size:
+            rows = ", ".join(str(int(batch.indices[j])) for j in empty[:5])
+            raise InputError(expected("texts", want, f"texts {rows} {none}", fix))
 
 
 def sequence_vectors(
     views: LayerViews,
     recipes: Iterable[Recipe],
     *,
-    model_normalize: bool,
+    model_normalize: bool = False,
     empty: str = "raise",
     heads: Mapping[Recipe, Any] | None = None,
-) -> dict[Recipe, np.ndarray]:
-    """Every sequence recipe for one batch: float32 ``(B, D_r)`` NumPy, batch row order.
-
-    Where the hidden states live on an accelerator, pooling, the model's modules after
-    pooling (``heads``) and the normalisation run there, in float32, and the batch comes
-    to the host in one copy for all recipes; on the CPU they run in NumPy as before.
+    check: bool | str = True,
+    host: bool = True,
+) -> dict[Recipe, Any]:
+    """Every sequence recipe for one batch, pooled by the one rule: ``(B, D_r)`` per recipe.
 
     Each distinct (layers, special-token choice) view is pooled by one
-    :func:`poolkit.sequence.pool_named` call (the recipe validated the names) over all the names it needs; a recipe's parts
-    are concatenated in its order, then L2-normalised as the recipe resolves it against
-    ``model_normalize``. ``empty="raise"`` refuses rows with no token left after dropping
-    special tokens; ``"zeros"`` gives zeros there (what ``compare`` scores). ``heads``
-    maps a recipe to the :class:`poolkit.head.Head` applied to its pooled vectors before
-    that normalisation (absent: none). Pooling uses ``batch.pool_mask`` when the batch has
-    one (prompt tokens left out), else ``batch.attention_mask``.
+    :func:`poolkit.sequence.pool_named` call over all the names it needs (``check`` as
+    there; ``False``: :func:`poolkit.sequence.sequence_dense`); a recipe's parts are
+    concatenated in its order, ``heads[recipe]`` (a :class:`poolkit.head.Head`) applies,
+    then L2 as the recipe resolves ``model_normalize``. ``empty="raise"`` refuses rows
+    with no token left (after special tokens or the prompt); ``"zeros"`` gives zeros
+    (``compare``). The mask is ``batch.pool_mask`` where given, else ``attention_mask``.
+    ``host=True``: float32 NumPy, pooled where the hidden states live (in float32 on an
+    accelerator) and copied to the host once for all recipes. ``host=False`` (``nn``,
+    traced export): as pooled (kind, device, dtype, autograd graph), checks by ``check``.
     """
-    from poolkit.sequence import pool_named
+    from poolkit._arrays import check_mode
+    from poolkit.sequence import pool_named, sequence_dense
 
+    mode = check_mode(check)
     recipes = list(recipes)
     batch = views.batch
     pool_mask = getattr(batch, "pool_mask", None)  # duck-typed batches may have none
     mask = batch.attention_mask if pool_mask is None else pool_mask
-    if empty == "raise" and any(drop for r in recipes for _, drop in r.parts):
-        check_no_empty_rows(batch)
-    if empty == "raise" and getattr(batch, "pool_mask", None) is not None:
-        check_prompt_left_tokens(batch)
+    if host and empty == "raise":
+        _refuse_rows_left_empty(batch, recipes)
     wanted: dict[tuple[Any, str, bool], list[str]] = {}
     owner: dict[tuple[Any, str, bool], Recipe] = {}
     for r in recipes:
@@ -251,23 +255,26 @@ def sequence_vectors(
     for key, names in wanted.items():
         hidden = views[owner[key]]
         drop = key[2]
-        pooled = pool_named(
+        pooled = (pool_named if mode else sequence_dense)(
             hidden,
             mask,
             tuple(names),
             special_tokens_mask=batch.special_tokens_mask if drop else None,
             exclude_special=drop,
             empty=empty,  # type: ignore[arg-type]
+            check=mode or False,
         )
-        device = on_accelerator(pooled)
-        pooled = pooled.float() if device else to_float32_numpy(pooled)
+        if host:
+            device = on_accelerator(pooled)
+            pooled = pooled.float() if device else to_float32_numpy(pooled)
         width = pooled.shape[-1] // len(names)
         for k, name in enumerate(names):
             pieces[(*key, name)] = pooled[:, k * width : (k + 1) * width]
     out: dict[Recipe, Any] = {}
     for r in recipes:
         parts = [pieces[(r.layers, r.layer_how, drop, name)] for name, drop in r.parts]
-        if device:
+        tensor = hasattr(parts[0], "detach")
+        if tensor:
             import torch
 
             vec = parts[0] if len(parts) == 1 else torch.cat(parts, -1)
@@ -278,9 +285,9 @@ def sequence_vectors(
             from poolkit.head import apply_head
 
             vec = apply_head(head, vec, normalize=False)
-            vec = vec if device else vec.astype(np.float32, copy=False)
+            vec = vec if tensor else vec.astype(np.float32, copy=False)
         if r.resolved_normalize(model_normalize):
-            vec = _l2_on_device(vec) if device else l2_normalize(vec)
+            vec = l2_normalize(vec)
         out[r] = vec
     return _one_copy_to_host(out) if device else out
 
@@ -288,11 +295,6 @@ def sequence_vectors(
 def on_accelerator(x: Any) -> bool:
     """Whether ``x`` is a torch tensor on a device other than the CPU (CUDA, MPS, ...)."""
     return hasattr(x, "detach") and getattr(getattr(x, "device", None), "type", "cpu") != "cpu"
-
-
-def _l2_on_device(x: Any) -> Any:
-    """:func:`l2_normalize` for a float32 tensor, where it lives (zero rows stay zero)."""
-    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
 def _one_copy_to_host(vectors: dict[Recipe, Any]) -> dict[Recipe, np.ndarray]:

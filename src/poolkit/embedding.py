@@ -28,7 +28,6 @@ from poolkit.driver import (
     LayerViews,
     TruncationWarning,
     drive,
-    l2_normalize,
     on_accelerator,
     sequence_vectors,
     to_float32_numpy,
@@ -722,24 +721,16 @@ def embed_words(
         ``N`` float32 arrays ``(W_i, D)`` in input order, one row per word. A word with no
         sub-token (e.g. only whitespace, or cut by truncation, which warns) gets zeros.
     """
-    from poolkit.words import word_embeddings
-
     req = resolve_request("word", words, model, strategy, recipe, layers=layers,
                           layer_how=layer_how, max_length=max_length,
                           max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
                           prompt_name=prompt_name, prompt=prompt)  # fmt: skip
     words, encoder, (r,) = req.inputs, req.encoder, req.recipes.values()
     result: list[np.ndarray | None] = [None] * len(words)
-    normalize = r.resolved_normalize(encoder.info.normalize)
 
     def on_batch(batch: EncodedBatch) -> None:
         counts = [len(words[i]) for i in batch.indices]
-        vecs = to_float32_numpy(
-            word_embeddings(LayerViews(batch)[r], batch.word_ids, r.strategy,
-                            num_words=max(max(counts), 1))
-        )  # fmt: skip
-        if normalize:
-            vecs = l2_normalize(vecs)
+        vecs = r.pool(batch, num_words=max(max(counts), 1), model_normalize=encoder.info.normalize)
         for j, i in enumerate(batch.indices):
             result[i] = vecs[j, : counts[j]]
 
@@ -901,15 +892,12 @@ def embed_spans(
     Raises:
         ValueError: a span outside its text, or covering no token.
     """
-    from poolkit.spans import span_embeddings
-
     req = resolve_request("span", texts, model, strategy, recipe, layers=layers,
                           layer_how=layer_how, max_length=max_length,
                           max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
                           prompt_name=prompt_name, prompt=prompt,
                           check=lambda texts: _check_char_spans(texts, char_spans))  # fmt: skip
     texts, encoder, spans_in, (r,) = req.inputs, req.encoder, req.checked, req.recipes.values()
-    normalize = r.resolved_normalize(encoder.info.normalize)
     result: list[np.ndarray | None] = [None] * len(texts)
     token_spans: list[np.ndarray | None] = [None] * len(texts)
 
@@ -924,11 +912,7 @@ def embed_spans(
             # Positions relative to the text's first real token, so left padding is hidden.
             first_real = int(np.argmax(batch.attention_mask[j] != 0))
             token_spans[i] = mapped - first_real
-        hidden = LayerViews(batch)[r]
-        vecs = to_float32_numpy(span_embeddings(hidden, spans, r.strategy,
-                                                mask=batch.attention_mask))  # fmt: skip
-        if normalize:
-            vecs = l2_normalize(vecs)
+        vecs = r.pool(batch, spans=spans, model_normalize=encoder.info.normalize)
         for j, i in enumerate(batch.indices):
             result[i] = vecs[j, : counts[j]]
 

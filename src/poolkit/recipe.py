@@ -46,8 +46,8 @@ from poolkit.layers import (
 )
 from poolkit.output import PRECISIONS, bytes_per_vector
 from poolkit.sequence import SEQUENCE_STRATEGIES
-from poolkit.spans import parse_span_strategy, span_output_dim
-from poolkit.words import WORD_STRATEGIES
+from poolkit.spans import parse_span_strategy, span_embeddings, span_output_dim
+from poolkit.words import WORD_STRATEGIES, word_embeddings
 
 __all__ = ["LEVELS", "NO_SPECIAL", "Recipe", "RecipeError"]
 
@@ -306,6 +306,45 @@ class Recipe:
         if self.normalize is not None:
             return self.normalize
         return bool(model_normalize) if self.level == "sequence" else False
+
+    # ------------------------------------------------------------------ applying
+
+    def pool(
+        self,
+        batch: Any,
+        *,
+        spans: Any = None,
+        num_words: int | None = None,
+        model_normalize: bool = False,
+        head: Any = None,
+        empty: str = "raise",
+        views: Any = None,
+    ) -> Any:
+        """This recipe's float32 NumPy vectors for one encoder batch, in its row order.
+
+        ``batch``: an :class:`poolkit.encoder.EncodedBatch` or alike: ``hidden``
+        ``(B, L, H)`` (``hidden_states`` when the recipe mixes layers), ``attention_mask``,
+        ``special_tokens_mask``, ``pool_mask`` (or None) and ``word_ids`` ``(B, L)``.
+        ``spans``: ``(B, S, 2)`` inclusive token spans, ``[-1, -1]`` padding; ``num_words``:
+        ``W`` (default: largest word id + 1). L2 as :meth:`resolved_normalize` of
+        ``model_normalize``, after ``head`` (a :class:`poolkit.head.Head`, sequence level).
+        ``empty`` as in :func:`poolkit.driver.sequence_vectors`, which pools the sequence
+        level; ``views``: the batch's ``LayerViews``, shared with other recipes. Returns
+        ``(B, D)``, ``(B, W, D)`` or ``(B, S, D)``, zeros for missing words and padded spans.
+        """
+        from poolkit.driver import LayerViews, l2_normalize, sequence_vectors, to_float32_numpy
+
+        views = LayerViews(batch) if views is None else views
+        if self.level == "sequence":
+            heads = {self: head} if head is not None else None
+            return sequence_vectors(views, [self], model_normalize=model_normalize, empty=empty,
+                                    heads=heads)[self]  # fmt: skip
+        if self.level == "word":
+            vecs = word_embeddings(views[self], batch.word_ids, self.strategy, num_words=num_words)
+        else:
+            vecs = span_embeddings(views[self], spans, self.strategy, mask=batch.attention_mask)
+        vecs = to_float32_numpy(vecs)
+        return l2_normalize(vecs) if self.resolved_normalize(model_normalize) else vecs
 
 
 # ---------------------------------------------------------------------- helpers

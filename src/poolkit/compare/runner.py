@@ -34,7 +34,7 @@ from poolkit.compare.grouping import groups
 from poolkit.compare.report import Result
 from poolkit.compare.summary import Row, summarize
 from poolkit.compare.timing import TimedEncoder
-from poolkit.driver import LayerViews, drive, l2_normalize, to_float32_numpy
+from poolkit.driver import LayerViews, drive
 from poolkit.output import bytes_per_vector
 from poolkit.recipe import Recipe
 
@@ -240,13 +240,10 @@ def embed_words(
     """Every word candidate for every word of ``data``: float32 ``(total words, D_c)``,
     sentences in order, words in order. Long sentences run in overlapping windows, so
     every word has sub-tokens unless the tokenizer gives it none (then zeros)."""
-    from poolkit.words import word_embeddings
-
     lengths = np.fromiter((len(w) for w in data.words), np.int64, count=len(data))
     starts = np.r_[0, np.cumsum(lengths)[:-1]]
     total = int(lengths.sum())
     out: dict[Recipe, np.ndarray] = {}
-    normalize = {c: c.resolved_normalize(encoder.info.normalize) for c in cands}
 
     def on_batch(batch: Any) -> None:
         n_words = int(lengths[batch.indices].max())
@@ -256,10 +253,9 @@ def embed_words(
         dest = (starts[batch.indices][:, None] + np.arange(n_words)[None, :])[keep]
         views = LayerViews(batch)
         for c in cands:
-            vec = to_float32_numpy(
-                word_embeddings(views[c], batch.word_ids, c.strategy, num_words=n_words)
-            )
-            _fill(out, c, dest, l2_normalize(vec[keep]) if normalize[c] else vec[keep], total)
+            vec = c.pool(batch, num_words=n_words, model_normalize=encoder.info.normalize,
+                         views=views)  # fmt: skip
+            _fill(out, c, dest, vec[keep], total)
 
     with progress(settings, desc, len(data), "text") as bar:
         drive(encoder, data.words, on_batch, all_layers=any(c.all_layers for c in cands),
@@ -272,11 +268,8 @@ def embed_span_pairs(
 ) -> dict[Recipe, np.ndarray]:
     """Every span candidate for ``data``: float32 ``(N, 2 * D_c)``, the two entity vectors
     concatenated (entity 1 first). Long texts run in overlapping windows."""
-    from poolkit.spans import span_embeddings
-
     rows = data.rows or [f"{data.source}: example {i + 1}" for i in range(len(data))]
     out: dict[Recipe, np.ndarray] = {}
-    normalize = {c: c.resolved_normalize(encoder.info.normalize) for c in cands}
 
     def on_batch(batch: Any) -> None:
         valid = (batch.attention_mask != 0) & ~batch.special_tokens_mask
@@ -286,11 +279,7 @@ def embed_span_pairs(
         )  # fmt: skip
         views = LayerViews(batch)
         for c in cands:
-            vec = to_float32_numpy(
-                span_embeddings(views[c], spans, c.strategy, mask=batch.attention_mask)
-            )
-            if normalize[c]:
-                vec = l2_normalize(vec)
+            vec = c.pool(batch, spans=spans, model_normalize=encoder.info.normalize, views=views)
             _fill(out, c, batch.indices, vec.reshape(len(batch.indices), -1), len(data))
 
     with progress(settings, desc, len(data), "text") as bar:
