@@ -39,8 +39,10 @@ from torch import nn
 from poolkit._arrays import Checks, check_mode, device_mask
 from poolkit._errors import value_error
 from poolkit._plan import row_bounds
+from poolkit.driver import LayerViews, l2_normalize, sequence_vectors
 from poolkit.errors import InputError
-from poolkit.sequence import parse_sequence_strategy, pool_named, sequence_dense
+from poolkit.recipe import Recipe
+from poolkit.sequence import parse_sequence_strategy
 from poolkit.spans import (
     bucket_width_tensor,
     num_width_buckets,
@@ -49,52 +51,51 @@ from poolkit.spans import (
     span_output_dim,
     spans_dense,
 )
-from poolkit.words import WORD_STRATEGIES, word_embeddings, words_dense
+from poolkit.words import word_embeddings, words_dense
 
 
 class Pooler(nn.Module):
-    """Sequence pooling: ``(B, L, H)`` + mask ``(B, L)`` -> ``(B, D)``; see ``sequence_embedding``.
+    """A sequence recipe as a module: ``(B, L, H)`` + mask ``(B, L)`` -> ``(B, D)``.
 
+    ``strategy``: a :class:`~poolkit.Recipe` or a name (list of names) parsed to one;
+    ``exclude_special`` adds ``_no_special`` to every part. With layers, ``hidden`` is every
+    layer's ``(B, L, H)``, embeddings first. Pooled as :func:`poolkit.embed` pools
+    (:func:`poolkit.driver.sequence_vectors`), on ``hidden``'s device, dtype and graph.
     ``check``: ``True``/``"async"`` (default), ``"full"`` or ``False``; see the module
     docstring.
     """
 
     def __init__(
         self,
-        strategy: str | Sequence[str] = "mean",
+        strategy: Recipe | str | Sequence[str] = "mean",
         *,
         exclude_special: bool = False,
         check: bool | str = True,
     ):
         super().__init__()
-        self.strategy = parse_sequence_strategy(strategy)
-        self.exclude_special = exclude_special
+        if not isinstance(strategy, str | Recipe):
+            strategy = "+".join(parse_sequence_strategy(strategy))
+        recipe = Recipe.parse(strategy)
+        if recipe.level != "sequence" or recipe.has_output_stage:
+            value_error("strategy", "a sequence recipe, no /DIMS or /PRECISION", repr(str(recipe)))
+        self.recipe = recipe.replace(exclude_special=True) if exclude_special else recipe
         check_mode(check)
         self.check = check
 
     def output_dim(self, hidden_size: int) -> int:
-        return hidden_size * len(self.strategy)
+        return self.recipe.pooled_dim(hidden_size)
 
     def forward(
         self,
-        hidden: torch.Tensor,
+        hidden: torch.Tensor | Sequence[torch.Tensor],
         mask: torch.Tensor | None = None,
         special_tokens_mask: Any = None,
     ) -> torch.Tensor:
-        mode = check_mode(self.check)
-        return (pool_named if mode else sequence_dense)(
-            hidden,
-            mask,
-            self.strategy,
-            special_tokens_mask=special_tokens_mask,
-            exclude_special=self.exclude_special,
-            check=mode or False,
-        )
+        views = LayerViews.of(hidden, mask, special_tokens_mask)
+        return sequence_vectors(views, [self.recipe], check=self.check, host=False)[self.recipe]
 
     def extra_repr(self) -> str:
-        return f"strategy={'+'.join(self.strategy)!r}, exclude_special={self.exclude_special}" + (
-            _check_repr(self.check)
-        )
+        return f"recipe={str(self.recipe)!r}" + _check_repr(self.check)
 
 
 class AttentionPooler(nn.Module):
@@ -139,31 +140,33 @@ class AttentionPooler(nn.Module):
 class WordPooler(nn.Module):
     """Sub-token vectors to word vectors: ``(B, L, H)`` + word ids ``(B, L)`` -> ``(B, W, D)``.
 
-    Pass ``num_words`` for a forward pass without host sync: without it the output width
-    is read from the ids. ``check``: see the module docstring.
+    ``strategy``: a ``WORD_STRATEGIES`` name or a word-level :class:`~poolkit.Recipe`
+    (layers and ``/l2`` as for :class:`Pooler`). Pass ``num_words`` for a forward pass
+    without host sync: without it the output width is read from the ids. ``check``: see
+    the module docstring.
     """
 
-    def __init__(self, strategy: str = "first", *, check: bool | str = True):
+    def __init__(self, strategy: Recipe | str = "first", *, check: bool | str = True):
         super().__init__()
-        if strategy not in WORD_STRATEGIES:
-            value_error("strategy", f"one of {', '.join(WORD_STRATEGIES)}", repr(strategy))
-        self.strategy = strategy
+        self.recipe = strategy if isinstance(strategy, Recipe) else Recipe(strategy, "word")
+        if self.recipe.level != "word":
+            value_error("strategy", "a word-level recipe", repr(str(self.recipe)))
         check_mode(check)
         self.check = check
 
     def output_dim(self, hidden_size: int) -> int:
-        return hidden_size * (2 if self.strategy == "endpoints" else 1)
+        return self.recipe.pooled_dim(hidden_size)
 
-    def forward(
-        self, hidden: torch.Tensor, word_ids: Any, num_words: int | None = None
-    ) -> torch.Tensor:
+    def forward(self, hidden: Any, word_ids: Any, num_words: int | None = None) -> torch.Tensor:
         mode = check_mode(self.check)
-        if mode:
-            return word_embeddings(hidden, word_ids, self.strategy, num_words=num_words, check=mode)
-        return words_dense(hidden, word_ids, self.strategy, num_words=num_words, check=False)
+        r = self.recipe
+        out = (word_embeddings if mode else words_dense)(
+            LayerViews.of(hidden)[r], word_ids, r.strategy, num_words=num_words, check=mode or False
+        )
+        return l2_normalize(out) if r.resolved_normalize(False) else out
 
     def extra_repr(self) -> str:
-        return f"strategy={self.strategy!r}" + _check_repr(self.check)
+        return f"recipe={str(self.recipe)!r}" + _check_repr(self.check)
 
 
 class SpanExtractor(nn.Module):
