@@ -3,7 +3,7 @@
 The graph takes ``input_ids`` and ``attention_mask`` (``(batch, sequence)`` int64; plus
 ``token_type_ids`` when the model has them) and returns ``sentence_embedding``
 ``(batch, D)``. Pooling inside it is poolkit's own vectorised torch rules
-(:func:`poolkit.sequence.sequence_dense`, :func:`poolkit.layers.layer_mix`) traced once, so
+(:func:`poolkit.driver.sequence_vectors`, :func:`poolkit.layers.layer_mix`) traced once, so
 the graph pools exactly as ``poolkit.embed`` does. Special tokens (for ``_no_special``) are
 the ids poolkit's Encoder treats as special, compared inside the graph. Position ids are
 counted from each row's first real token, so left and right padding give the same vectors.
@@ -57,16 +57,15 @@ def pipeline_module(
     """
     import torch
 
-    from poolkit.head import apply_head
-    from poolkit.layers import layer_mix
-    from poolkit.sequence import sequence_dense
+    from poolkit.driver import LayerViews, sequence_vectors
 
     takes_types = getattr(model.config, "type_vocab_size", 0) > 0
     positions = (
         "position_ids" in inspect.signature(model.forward).parameters
         and getattr(model.config, "model_type", None) not in _POSITIONS_FROM_IDS
     )
-    parts = recipe.parts
+    recipe = recipe.replace(normalize=normalize)  # resolved by the caller
+    heads = {recipe: head} if head is not None else None
 
     class Pipeline(torch.nn.Module):
         def __init__(self) -> None:
@@ -83,28 +82,11 @@ def pipeline_module(
             if positions:
                 kwargs["position_ids"] = (torch.cumsum(attention_mask, 1) - 1).clamp(min=0)
             out = self.model(**kwargs, output_hidden_states=recipe.all_layers)
-            if recipe.all_layers:
-                hidden = layer_mix(list(out.hidden_states), recipe.layers, recipe.layer_how)
-            else:
-                hidden = out.last_hidden_state
+            hidden = out.hidden_states if recipe.all_layers else out.last_hidden_state
             special = (input_ids[:, :, None] == self.special[None, None, :]).any(-1)
-            pooled = [
-                sequence_dense(
-                    hidden,
-                    attention_mask,
-                    (name,),
-                    special_tokens_mask=special,
-                    exclude_special=drop,
-                    check=False,
-                )
-                for name, drop in parts
-            ]
-            vec = pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=-1)
-            if head is not None:
-                vec = apply_head(head, vec, normalize=False)
-            if normalize:
-                vec = vec / vec.norm(dim=-1, keepdim=True).clamp(min=1e-12)
-            return vec
+            views = LayerViews.of(hidden, attention_mask, special)
+            # poolkit.embed's rule on the torch path (check=False: nothing to read back).
+            return sequence_vectors(views, [recipe], heads=heads, check=False, host=False)[recipe]
 
     return Pipeline().eval(), takes_types
 
