@@ -21,7 +21,8 @@ import numpy as np
 
 from poolkit._errors import expected
 from poolkit.errors import InputError
-from poolkit.recipe import Recipe
+
+# Recipes are typed Any here: poolkit.recipe imports this module (Recipe.pool), no cycle.
 
 __all__ = [
     "EmbedStats",
@@ -171,7 +172,7 @@ class LayerViews:
         layer's ``(B, L, H)`` (embeddings first) for recipes that mix layers."""
         return cls(_Bare(hidden, hidden, mask, special_tokens_mask))
 
-    def __getitem__(self, recipe: Recipe) -> Any:
+    def __getitem__(self, recipe: Any) -> Any:
         if recipe.layers is None:
             return self.batch.hidden
         key = (recipe.layers, recipe.layer_how)
@@ -182,7 +183,7 @@ class LayerViews:
         return self._cache[key]
 
 
-def _refuse_rows_left_empty(batch: Any, recipes: list[Recipe]) -> None:
+def _refuse_rows_left_empty(batch: Any, recipes: list[Any]) -> None:
     """InputError naming the texts (first 5) with no token left to pool: after dropping
     special tokens (a ``_no_special`` part), or once the prompt is kept out of pooling
     (the model's pipeline would give them a zero vector)."""
@@ -211,14 +212,14 @@ def _refuse_rows_left_empty(batch: Any, recipes: list[Recipe]) -> None:
 
 def sequence_vectors(
     views: LayerViews,
-    recipes: Iterable[Recipe],
+    recipes: Iterable[Any],
     *,
     model_normalize: bool = False,
     empty: str = "raise",
-    heads: Mapping[Recipe, Any] | None = None,
+    heads: Mapping[Any, Any] | None = None,
     check: bool | str = True,
     host: bool = True,
-) -> dict[Recipe, Any]:
+) -> dict[Any, Any]:
     """Every sequence recipe for one batch, pooled by the one rule: ``(B, D_r)`` per recipe.
 
     Each distinct (layers, special-token choice) view is pooled by one
@@ -243,7 +244,7 @@ def sequence_vectors(
     if host and empty == "raise":
         _refuse_rows_left_empty(batch, recipes)
     wanted: dict[tuple[Any, str, bool], list[str]] = {}
-    owner: dict[tuple[Any, str, bool], Recipe] = {}
+    owner: dict[tuple[Any, str, bool], Any] = {}
     for r in recipes:
         for name, drop in r.parts:
             key = (r.layers, r.layer_how, drop)
@@ -270,7 +271,7 @@ def sequence_vectors(
         width = pooled.shape[-1] // len(names)
         for k, name in enumerate(names):
             pieces[(*key, name)] = pooled[:, k * width : (k + 1) * width]
-    out: dict[Recipe, Any] = {}
+    out: dict[Any, Any] = {}
     for r in recipes:
         parts = [pieces[(r.layers, r.layer_how, drop, name)] for name, drop in r.parts]
         tensor = hasattr(parts[0], "detach")
@@ -297,7 +298,7 @@ def on_accelerator(x: Any) -> bool:
     return hasattr(x, "detach") and getattr(getattr(x, "device", None), "type", "cpu") != "cpu"
 
 
-def _one_copy_to_host(vectors: dict[Recipe, Any]) -> dict[Recipe, np.ndarray]:
+def _one_copy_to_host(vectors: dict[Any, Any]) -> dict[Any, np.ndarray]:
     """Every recipe's ``(B, D_r)`` device tensor brought to the host in one copy: they are
     concatenated on the device, copied once, and split into float32 NumPy views."""
     import torch
