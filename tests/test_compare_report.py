@@ -174,7 +174,7 @@ def made_up(task: str, rnd: random.Random, boot: bool, quantize: bool) -> list[r
             report.Result(
                 Recipe.parse(level + s), metrics, intended=i == 0 and not level,
                 ci=ci if boot else {}, vs_intended=None if level else vs, vs_best=vs,
-                members=("mean", "sum") if s == "mean" and not level else (),
+                members=(Recipe("mean"), Recipe("sum")) if s == "mean" and not level else (),
                 quantize="int8" if quantize and i == 1 else None,
                 vs_fp32=vs if quantize and i == 1 else None,
             )

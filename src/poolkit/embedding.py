@@ -37,7 +37,7 @@ from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens,
 from poolkit.errors import InputError
 from poolkit.output import Calibration, needs_calibration, quantize, truncate
 from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
-from poolkit.recipe import Recipe, check_dims, check_output_stage
+from poolkit.recipe import Recipe, check_dims, check_output_stage, check_shorthands
 
 __all__ = [
     "EmbedStats",
@@ -171,8 +171,7 @@ def resolve_recipes(
         named = {str(r): r if normalize is None else _with_normalize(r, normalize) for r in parsed}
     elif strategy is None:
         # The model's pooling, once known; still validate the shorthands now.
-        Recipe(level=level, strategy=_DEFAULT[level], layers=layers, layer_how=layer_how,
-               exclude_special=exclude_special, normalize=normalize)  # fmt: skip
+        check_shorthands(layers, layer_how, exclude_special, normalize)
         return None, False
     else:
         items, arg = _as_list(strategy, "strategy", (str,))
@@ -286,8 +285,9 @@ def resolve_request(
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     if wanted is None:  # the model's pooling, with the shorthands and output stage asked for
         pooling = encoder.info.pooling
-        intended = Recipe(pooling, layers=layers, layer_how=layer_how,
-                          exclude_special=exclude_special, normalize=normalize)  # fmt: skip
+        intended = encoder.info.intended_recipe(layers=layers, layer_how=layer_how,
+                                                exclude_special=exclude_special,
+                                                normalize=normalize)  # fmt: skip
         wanted = with_output_stage({pooling: intended}, dims, precision)
         if refuse is not None:
             refuse(wanted)

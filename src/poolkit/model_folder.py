@@ -129,6 +129,14 @@ class ModelInfo:
     ignored_modules: tuple[str, ...] = ()
     pipeline: tuple[Any, ...] = ()
 
+    def intended_recipe(self, **shorthands: Any) -> Any:
+        """The model's intended pooling as a sequence :class:`~poolkit.Recipe`: the one place
+        it is built. ``shorthands``: the recipe fields a caller sets on it (``layers``,
+        ``layer_how``, ``exclude_special``, ``normalize``)."""
+        from poolkit.recipe import Recipe  # recipe.py needs nothing from here: no cycle
+
+        return Recipe(self.pooling, **shorthands)
+
     def describe(self) -> list[tuple[str, str]]:
         """(label, value) rows for ``poolkit inspect``."""
         rows = [

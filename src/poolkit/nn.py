@@ -75,10 +75,10 @@ class Pooler(nn.Module):
         super().__init__()
         if not isinstance(strategy, str | Recipe):
             strategy = "+".join(parse_sequence_strategy(strategy))
-        recipe = Recipe.parse(strategy)
+        recipe = Recipe.parse(strategy, exclude_special=exclude_special)
         if recipe.level != "sequence" or recipe.has_output_stage:
             value_error("strategy", "a sequence recipe, no /DIMS or /PRECISION", repr(str(recipe)))
-        self.recipe = recipe.replace(exclude_special=True) if exclude_special else recipe
+        self.recipe = recipe
         check_mode(check)
         self.check = check
 

@@ -129,17 +129,14 @@ class Recipe:
         strategy = self.strategy
         if not isinstance(strategy, str) or not strategy.strip():
             _fail("a non-empty name", strategy, arg="strategy")
-        if not isinstance(self.exclude_special, bool):
-            _fail("True or False", self.exclude_special, arg="exclude_special")
-        if self.normalize is not None and not isinstance(self.normalize, bool):
-            _fail("True, False or None", self.normalize, arg="normalize")
-        canon = _canonical_strategy(level, strategy, self.exclude_special)
-        try:
-            layers = layer_spec(self.layers)
-        except (TypeError, ValueError) as e:  # a recipe refuses with a RecipeError (ValueError)
-            raise RecipeError(str(e)) from None
-        if self.layer_how not in LAYER_COMBINATIONS:
-            _fail(f"one of {', '.join(LAYER_COMBINATIONS)}", self.layer_how, arg="layer_how")
+        layers = check_shorthands(self.layers, self.layer_how, self.exclude_special,
+                                  self.normalize)  # fmt: skip
+        self._settle(_canonical_strategy(level, strategy, self.exclude_special), layers)
+
+    def _settle(self, canon: str, layers: Any) -> None:
+        """Store the read name ``canon`` and the checked ``layers`` and what follows from
+        them (output stage checked, ``layer_how`` of one layer, ``exclude_special``)."""
+        level = self.level
         set_ = object.__setattr__
         dims, precision = check_output_stage(level, self.dims, self.precision)
         set_(self, "dims", dims)
@@ -155,20 +152,21 @@ class Recipe:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def parse(cls, text: str, *, level: str | None = None) -> Recipe:
+    def parse(cls, text: str, *, level: str | None = None, exclude_special: bool = False) -> Recipe:
         """The recipe named by ``text`` (see the module docstring for the forms).
 
         ``level`` is the default level for a name without a ``LEVEL:`` prefix
-        (``"sequence"`` unless given). Raises :class:`RecipeError` (a ValueError) with
+        (``"sequence"`` unless given); ``exclude_special`` adds ``_no_special`` to every
+        part, as the field does. Raises :class:`RecipeError` (a ValueError) with
         the valid forms and the closest valid name.
         """
         if isinstance(text, Recipe):
-            return text
+            return text.replace(exclude_special=True) if exclude_special else text
         if not isinstance(text, str) or not text.strip():
             _fail("a recipe name", text)
         raw = text.strip()
         try:
-            return cls(**_split_name(raw, level or "sequence"))
+            return cls(**_split_name(raw, level or "sequence"), exclude_special=exclude_special)
         except RecipeError as e:
             # A name is one argument: the message names `recipe`, whichever part failed.
             msg = renamed(str(e), "recipe")
@@ -219,7 +217,8 @@ class Recipe:
         return out
 
     def replace(self, **changes: Any) -> Recipe:
-        """A copy with some fields changed (validated again, as any new recipe)."""
+        """A copy with some fields changed, validated as any new recipe; the name is read
+        again only when ``strategy`` or ``level`` changes (one parse per recipe)."""
         fields = {
             "strategy": self.strategy,
             "level": self.level,
@@ -230,7 +229,15 @@ class Recipe:
             "precision": self.precision,
         }
         fields.update(changes)
-        return Recipe(**fields)
+        if "strategy" in changes or "level" in changes or "exclude_special" in changes:
+            return Recipe(**fields)
+        new = object.__new__(Recipe)
+        for name, value in fields.items():
+            object.__setattr__(new, name, value)
+        object.__setattr__(new, "exclude_special", False)  # derived again from the name
+        layers = check_shorthands(new.layers, new.layer_how, False, new.normalize)
+        new._settle(self.strategy, layers)
+        return new
 
     # ------------------------------------------------------------------ reading
 
@@ -358,6 +365,24 @@ def check_dims(dims: int, width: int, recipe: str) -> None:
                      f"Keep at most {width} dimensions of {recipe.rsplit('/', 1)[0]!r}, "
                      f"e.g. '/{min(256, width)}'.")
         )  # fmt: skip
+
+
+def check_shorthands(layers: Any, layer_how: Any, exclude_special: Any, normalize: Any) -> Any:
+    """The fields a recipe takes beside its name, checked (a :class:`RecipeError` or
+    TypeError naming the argument); returns the layers as :func:`layer_spec` reads them.
+    Callers that must check them before the name is known (the model's pooling) use this
+    rather than building a recipe of a stand-in name."""
+    if not isinstance(exclude_special, bool):
+        _fail("True or False", exclude_special, arg="exclude_special")
+    if normalize is not None and not isinstance(normalize, bool):
+        _fail("True, False or None", normalize, arg="normalize")
+    try:
+        spec = layer_spec(layers)
+    except (TypeError, ValueError) as e:  # a recipe refuses with a RecipeError (ValueError)
+        raise RecipeError(str(e)) from None
+    if layer_how not in LAYER_COMBINATIONS:
+        _fail(f"one of {', '.join(LAYER_COMBINATIONS)}", layer_how, arg="layer_how")
+    return spec
 
 
 def check_output_stage(level: str, dims: Any, precision: Any) -> tuple[int | None, str | None]:

@@ -55,11 +55,11 @@ def intended_recipes(
         return wanted
     from poolkit.cli._common import flag_message
     from poolkit.embedding import with_output_stage
-    from poolkit.recipe import Recipe
 
     pooling = encoder.info.pooling
-    intended = {pooling: Recipe(pooling, layers=args.layers,
-                                exclude_special=args.exclude_special, normalize=args.normalize)}  # fmt: skip
+    intended = {pooling: encoder.info.intended_recipe(layers=args.layers,
+                                                      exclude_special=args.exclude_special,
+                                                      normalize=args.normalize)}  # fmt: skip
     try:
         return with_output_stage(intended, getattr(args, "dims", None),
                                  getattr(args, "precision", None))  # fmt: skip

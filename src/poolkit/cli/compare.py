@@ -287,23 +287,30 @@ def _run(args: argparse.Namespace) -> int:
     from poolkit.compare import report
     from poolkit.compare.candidates import candidates
     from poolkit.compare.runner import LEVELS, Settings, check_labels, compare
+    from poolkit.layers import layer_spec
 
+    # Unknown recipes, layers and unusable labels fail here, before the model loads. The
+    # recipes asked for are parsed here once and handed on as values; without --recipes
+    # the defaults (and the model's pooling) are the runner's, so only the layers can fail.
+    recipes = None
+    try:
+        if args.recipes:
+            recipes, layers = candidates(LEVELS[args.task], args.recipes, layers), None
+        for spec in layers or ():
+            layer_spec(spec)
+    except (TypeError, ValueError) as e:
+        raise _UsageError(
+            flag_message(e, {"recipe": "--recipes", "strategy": "--recipes",
+                             "strategies": "--recipes", "layers": "--layers"})
+        ) from None  # fmt: skip
     settings = Settings(
-        args.task, args.recipes, layers, args.folds, quiet=args.quiet,
+        args.task, recipes, layers, args.folds, quiet=args.quiet,
         long_text=args.long_text, bootstrap=args.bootstrap, seed=args.seed,
         backend=args.backend if args.quantize else None,
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
         document_prompt_name=args.document_prompt_name, budget=_budget(args),
         chunk_tokens=tuple(args.chunk_tokens or ()),
     )  # fmt: skip
-    # Unknown recipes, layers and unusable labels fail here, before the model loads.
-    try:
-        candidates(LEVELS[args.task], args.recipes, layers)
-    except (TypeError, ValueError) as e:
-        raise _UsageError(
-            flag_message(e, {"recipe": "--recipes", "strategy": "--recipes",
-                             "strategies": "--recipes", "layers": "--layers"})
-        ) from None  # fmt: skip
     check_labels(data, train, settings)
     from poolkit.encoder import Encoder
 

@@ -32,27 +32,30 @@ def default_strategies(level: str) -> tuple[str, ...]:
 
 
 def candidates(
-    level: str, strategies: Sequence[str] | None, layers: Sequence[object] | None
+    level: str, strategies: Sequence[str | Recipe] | None, layers: Sequence[object] | None
 ) -> list[Recipe]:
     """All recipes in a stable order: strategies outer, layer selections inner.
 
     ``strategies`` None means :func:`default_strategies`; each may be any recipe name of
-    ``level`` (a name that carries its own ``@layers`` is kept as it is). ``layers``: layer
-    specs (``"last4"``, ``"-1,-2"``, ...); None means the last layer only. Duplicates are
-    dropped. Raises a ValueError (:class:`poolkit.RecipeError` for a name) for an unknown
-    name or layer spec.
+    ``level`` or a :class:`Recipe` (used as it is: nothing is parsed twice); one that
+    carries its own layers is kept as it is. ``layers``: layer specs (``"last4"``,
+    ``"-1,-2"``, ...); None means the last layer only. Duplicates are dropped. Raises a
+    ValueError (:class:`poolkit.RecipeError` for a name) for an unknown name or layer spec.
     """
     chosen = tuple(strategies) if strategies else default_strategies(level)
     chosen_layers = [layer_spec(x) for x in layers] if layers else [None]
-    parsed = [Recipe.parse(s, level=level) for s in chosen]
+    parsed = [s if isinstance(s, Recipe) else Recipe.parse(s, level=level) for s in chosen]
     for s, r in zip(chosen, parsed, strict=True):
         if r.level != level:
             raise RecipeError(
-                expected("strategies", f"{level}-level recipes", f"{s!r} ({r.level} level)")
+                expected("strategies", f"{level}-level recipes", f"{str(s)!r} ({r.level} level)")
             )
     out: list[Recipe] = []
     for r in parsed:
-        variants = [r] if r.layers is not None else [r.replace(layers=lay) for lay in chosen_layers]
+        variants = [
+            r if r.layers is not None or lay is None else r.replace(layers=lay)
+            for lay in ([None] if r.layers is not None else chosen_layers)
+        ]
         for c in variants:
             if c not in out:
                 out.append(c)

@@ -29,7 +29,7 @@ def _key(c: Recipe, task: str) -> object:
     if base not in SCALE_FAMILY:
         return c
     # Everything but the strategy (layers, how they mix, normalisation) must match too.
-    return ("scale", c.replace(strategy="mean" + (NO_SPECIAL if drop else "")))
+    return ("scale", drop, c.level, c.layers, c.layer_how, c.normalize, c.dims, c.precision)
 
 
 def groups(

@@ -64,8 +64,8 @@ class Result:
     ``ci``: 95% bootstrap interval per metric (empty with the bootstrap off);
     ``vs_intended``: the main metric minus the intended row's, paired (None for the intended
     row itself, without an intended row, or with the bootstrap off); ``vs_best``: the same
-    against the best row; ``members``: every strategy this row stands for (rows that cannot
-    differ, :mod:`poolkit.compare.grouping`), ``strategy`` first; ``backend``/``quantize``:
+    against the best row; ``members``: every recipe this row stands for (rows that cannot
+    differ, :mod:`poolkit.compare.grouping`), ``recipe`` first; ``backend``/``quantize``:
     set when ``compare`` ran a quantised model beside the full-precision one; ``vs_fp32``
     and ``speedup`` then compare an int8 row with its fp32 row.
 
@@ -87,7 +87,7 @@ class Result:
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     vs_intended: Paired | None = None
     vs_best: Paired | None = None
-    members: tuple[str, ...] = ()
+    members: tuple[Recipe, ...] = ()
     backend: str | None = None
     quantize: str | None = None
     vs_fp32: Paired | None = None
@@ -122,8 +122,8 @@ class Result:
         return layer_name(self.recipe.layers)
 
     def member_names(self) -> list[str]:
-        """The recipe name of every member (``members`` at this row's layers), row first."""
-        return [str(self.recipe.replace(strategy=m)) for m in self.members or (self.strategy,)]
+        """The recipe name of every member, the row's first."""
+        return [str(m) for m in self.members or (self.recipe,)]
 
 
 def _tie_key(value: float) -> float:
@@ -445,7 +445,7 @@ def to_json(
             "ci": {n: list(v) for n, v in r.ci.items()} if r.ci else None,
             "significant": r.vs_intended.significant if r.vs_intended else None,
             "difference": _paired_json(r.vs_intended, metric),
-            "members": list(r.members or (r.strategy,)),
+            "members": [m.strategy for m in r.members or (r.recipe,)],
             "tied": tie,
         }
         if quantized:

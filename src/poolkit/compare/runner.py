@@ -50,7 +50,8 @@ LEVELS = {
 class Settings:
     """What to compare and how.
 
-    ``strategies``/``layers``: None means the level's defaults (``layers``: last only);
+    ``strategies``: recipe names or :class:`Recipe` values, ``layers``: layer specs; None
+    means the level's defaults (``layers``: last only);
     ``folds``: stratified CV folds when there is no training file; ``quiet``: no progress
     bars; ``long_text``: ``"truncate"`` or ``"window"`` for sequence tasks (word and span
     tasks always use windows); ``notes``: filled with remarks for the user (truncation, folds);
@@ -69,7 +70,7 @@ class Settings:
     """
 
     task: str
-    strategies: Sequence[str] | None = None
+    strategies: Sequence[str | Recipe] | None = None
     layers: Sequence[str] | None = None
     folds: int = 5
     quiet: bool = True
@@ -108,11 +109,11 @@ def compare(
     """
     level = LEVELS[settings.task]
     strategies = settings.strategies
-    intended = Recipe(encoder.info.pooling) if level == "sequence" else None
+    intended = encoder.info.intended_recipe() if level == "sequence" else None
     if intended is not None and strategies is None:
         # The model's own pooling always takes part unless the user narrowed the set.
         base = default_strategies("sequence")
-        strategies = base if str(intended) in base else (*base, str(intended))
+        strategies = base if str(intended) in base else (*base, intended)
     cands = candidates(level, strategies, settings.layers)
     if settings.task == "ner" and train is None:
         raise DataError(
@@ -133,7 +134,7 @@ def compare(
     }
     facts = settings.budget_facts
     rows = [
-        Row((g[0], None), g[0], tuple(c.strategy for c in g), intended=g[0] == chosen,
+        Row((g[0], None), g[0], g, intended=g[0] == chosen,
             backend=settings.backend, dims=widths.get(g[0]),
             bytes_per_vector=bytes_per_vector(widths[g[0]], None) if g[0] in widths else None,
             search_ms=facts.get((g[0], None), {}).get("search_ms"))
@@ -147,7 +148,7 @@ def compare(
                 fact = facts.get((r, kind), {})
                 dims = r.dims or stage.width
                 rows.append(
-                    Row((r, kind), r, (r.strategy,), backend=settings.backend, dims=dims,
+                    Row((r, kind), r, (r,), backend=settings.backend, dims=dims,
                         bytes_per_vector=bytes_per_vector(dims, r.precision),
                         rescore=kind == "rescore", reference=(base, None),
                         search_ms=fact.get("search_ms"), calibration=fact.get("calibration"))
@@ -157,7 +158,7 @@ def compare(
         window = settings.long_text != "window"
         for label in docrows.labels(settings.chunk_tokens, window, docrows.late_ok(base)):
             if (base, label) in evaluations:
-                rows.append(Row((base, label), base, (base.strategy,), backend=settings.backend,
+                rows.append(Row((base, label), base, (base,), backend=settings.backend,
                                 documents=label))  # fmt: skip
     if quantized is not None:
         twins = [chosen] if settings.int8_rows == "intended" and chosen else reps
@@ -168,7 +169,7 @@ def compare(
         for g in grouped:
             if g[0] in twins:
                 rows.append(
-                    Row((g[0], "int8"), g[0], tuple(c.strategy for c in g),
+                    Row((g[0], "int8"), g[0], g,
                         intended=g[0] == chosen, backend=settings.backend, quantize="int8",
                         reference=(g[0], None), speedup=speedup)
                 )  # fmt: skip

@@ -18,7 +18,7 @@ __all__ = ["Row", "summarize"]
 class Row:
     """What a result row is: its evaluation ``key`` and how it is labelled.
 
-    ``recipe``: the row's candidate (its name); ``members``: every strategy it stands for,
+    ``recipe``: the row's candidate (its name); ``members``: every recipe it stands for,
     its own first; ``reference``: for a quantised row, the key of its full-precision row
     (a budget row: its float32 full-width row); ``dims``, ``bytes_per_vector``,
     ``rescore``, ``search_ms``, ``calibration``: set with budget rows (``--dims``,
@@ -28,7 +28,7 @@ class Row:
 
     key: Hashable
     recipe: Recipe
-    members: tuple[str, ...]
+    members: tuple[Recipe, ...]
     intended: bool = False
     backend: str | None = None
     quantize: str | None = None

@@ -172,7 +172,7 @@ def export(
     elif parsed is not None:
         choice = {"by": "recipe"}
     else:
-        parsed = Recipe(info.pooling)
+        parsed = info.intended_recipe()
         choice = {"by": "intended", "source": info.pooling_source}
     if parsed.level != "sequence":
         raise InputError(
@@ -258,7 +258,7 @@ def _write_st(
     pooling = st_pooling_config(recipe, int(info.hidden_size))
     source = Path(info.path)
     if source_heads(source):
-        width = Recipe(info.pooling).output_dim(int(info.hidden_size))
+        width = info.intended_recipe().output_dim(int(info.hidden_size))
         if recipe.output_dim(int(info.hidden_size)) != width:
             raise InputError(
                 expected(

@@ -90,7 +90,7 @@ class Embedder:
         self.encoder = Encoder(model, num_threads=threads, **encoder_kw)
         if wanted is None:
             pooling = self.encoder.info.pooling
-            wanted = {pooling: Recipe(pooling, normalize=normalize, **shorthand)}
+            wanted = {pooling: self.encoder.info.intended_recipe(normalize=normalize, **shorthand)}
         self.recipes: dict[str, Recipe] = wanted
         self.names: list[str] = list(wanted)
         self.text_column = text_column
