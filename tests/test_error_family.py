@@ -34,10 +34,9 @@ ALLOWED = {
     ("io/diskfull.py", "AssertionError"): "unreachable: the loop returns at the last unit",
     ("cli/embed.py", "type(e)"): "a caught error re-raised with flags for argument names",
     ("cli/export.py", "type(e)"): "a caught PoolkitError re-raised with flags",
-    ("cli/embed.py", "with_note"): "a caught error re-raised with the checkpoint's note",
-    ("cli/_ray_engine.py", "with_note"): "a caught error re-raised with the checkpoint's note",
+    ("cli/_job.py", "with_note"): "a failed job's error re-raised with the checkpoint's note",
+    ("cli/_job.py", "error"): "a failed job's error (or the input change behind it), nothing kept",
     ("cli/_ray_engine.py", "_user_error"): "the error a Ray worker raised, unwrapped",
-    ("cli/embed.py", "e"): "the input-changed error that explains a caught reader error",
     ("ray/_sources.py", "cause if isinstance(cause, Exception) else e"): "a Ray task's error",
 }  # fmt: skip
 

@@ -1,12 +1,14 @@
 """What the two engines of ``poolkit embed`` share about a job: the settings its manifest
-records, and the note an error gets when finished work is kept for ``--resume``."""
+records, and how a job ends early: stopped (Ctrl-C, SIGTERM) or failed, its finished work
+kept for ``--resume`` or its work directory removed."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
-__all__ = ["installed_versions", "job_settings", "with_note"]
+__all__ = ["fail", "installed_versions", "job_settings", "stopped", "with_note"]
 
 
 def job_settings(
@@ -54,3 +56,28 @@ def with_note(error: Exception, note: str) -> Exception:
         return type(error)(f"{error} {note}")
     except Exception:
         return error
+
+
+def stopped(work: Any, stop: BaseException, kept: str) -> int:
+    """The job was stopped (Ctrl-C, or SIGTERM as :class:`poolkit.cli._signals.Terminated`):
+    ``work`` (the work directory) is closed with what it holds, one line says what is
+    ``kept`` (e.g. "3 parts are kept") and how to go on; returns the exit status (130/143)."""
+    work.close()
+    print(
+        f"poolkit: {getattr(stop, 'what', 'interrupted')}; {kept} in {work.path}: rerun the "
+        "same command with --resume to continue.",
+        file=sys.stderr,
+    )
+    return int(getattr(stop, "exit_status", 130))
+
+
+def fail(work: Any, error: Exception, kept: str | None) -> NoReturn:
+    """Raise ``error`` of a failed job: with finished work (``kept`` says what), ``work`` is
+    closed and the error notes how to resume; without (None), ``work`` is removed."""
+    if kept is None:
+        work.discard()
+        raise error
+    work.close()
+    raise with_note(
+        error, f"({kept} in {work.path}; fix the problem and rerun with --resume.)"
+    ) from error

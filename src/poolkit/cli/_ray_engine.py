@@ -30,7 +30,7 @@ from typing import Any
 from poolkit._errors import already_exists, count, unmet, value_error
 from poolkit.cli._backend_args import calibration_texts, check_backend_args
 from poolkit.cli._common import positive, require_extra
-from poolkit.cli._job import installed_versions, job_settings, with_note
+from poolkit.cli._job import fail, installed_versions, job_settings, stopped
 from poolkit.cli._signals import Terminated
 from poolkit.errors import InputError, RunError
 
@@ -478,25 +478,16 @@ class _Job:
             shards_count, dims = _verify(os.fspath(staged), corpus.rows)
             checkpoint.publish(overwrite=self.args.overwrite)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli._signals.Terminated)
-            checkpoint.close()
-            print(
-                f"poolkit: {getattr(e, 'what', 'interrupted')}; "
-                f"{count(checkpoint.records_on_disk(), 'finished input file')} kept in "
-                f"{checkpoint.path}: rerun the same command with --resume to continue.",
-                file=sys.stderr,
-            )
-            return int(getattr(e, "exit_status", 130))
+            return stopped(checkpoint, e, _kept_files(checkpoint))
         except Exception as e:
-            if checkpoint.done_files:
-                checkpoint.close()
-                raise with_note(
-                    e,
-                    f"({count(checkpoint.records_on_disk(), 'finished input file')} kept in "
-                    f"{checkpoint.path}; fix the problem and rerun with --resume.)",
-                ) from e
-            checkpoint.discard()
-            raise
+            fail(checkpoint, e, _kept_files(checkpoint) if checkpoint.done_files else None)
         except BaseException:
             checkpoint.close()
             raise
         return shards_count, dims, resumed
+
+
+def _kept_files(checkpoint: Any) -> str:
+    """``"3 finished input files kept"``: what a stopped or failed Ray job leaves for
+    --resume, counted on disk (a record an interrupt cut short after its rename counts)."""
+    return f"{count(checkpoint.records_on_disk(), 'finished input file')} kept"

@@ -33,7 +33,7 @@ from poolkit.cli._common import (
     progress_bar,
     text_parts,
 )
-from poolkit.cli._job import installed_versions, job_settings, with_note
+from poolkit.cli._job import fail, installed_versions, job_settings, stopped
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,
@@ -355,15 +355,10 @@ def run(args: argparse.Namespace) -> int:
                   f"{next(iter(ranges.values())).source}); write a file to keep them.",
                   file=sys.stderr)  # fmt: skip
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli._signals.Terminated)
-        checkpoint.close()
         if to_stdout:
+            checkpoint.close()
             raise
-        print(
-            f"poolkit: {getattr(e, 'what', 'interrupted')}; {_kept(checkpoint.done, 'part')} "
-            f"in {checkpoint.path}: rerun the same command with --resume to continue.",
-            file=sys.stderr,
-        )
-        return getattr(e, "exit_status", 130)
+        return stopped(checkpoint, e, _kept(checkpoint.done, "part"))
     except Exception as e:
         if stamp is not None and not isinstance(e, InputChangedError) and stamp.changed():
             # A reader error on a file being rewritten is a symptom; report the cause.
@@ -371,15 +366,11 @@ def run(args: argparse.Namespace) -> int:
                 stamp.check()
             except InputChangedError as changed:
                 e = changed
-        if checkpoint.done and not nothing:
-            checkpoint.close()
-            raise with_note(
-                e,
-                f"({_kept(checkpoint.done, 'finished part')} in {checkpoint.path}; "
-                "fix the problem and rerun with --resume.)",
-            ) from e
-        checkpoint.discard()
-        raise e
+        fail(
+            checkpoint,
+            e,
+            _kept(checkpoint.done, "finished part") if checkpoint.done and not nothing else None,
+        )
     seconds = time.perf_counter() - start
     if blank:
         shown = ", ".join(str(i) for i in blank[:5]) + (", ..." if len(blank) > 5 else "")
