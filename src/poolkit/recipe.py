@@ -218,7 +218,8 @@ class Recipe:
 
     def replace(self, **changes: Any) -> Recipe:
         """A copy with some fields changed, validated as any new recipe; the name is read
-        again only when ``strategy`` or ``level`` changes (one parse per recipe)."""
+        again only when ``strategy``, ``level`` or ``exclude_special`` changes (one parse
+        per recipe)."""
         fields = {
             "strategy": self.strategy,
             "level": self.level,
