@@ -123,21 +123,22 @@ class Recipe:
     precision: str | None = None
 
     def __post_init__(self) -> None:
-        level = self.level
-        if level not in LEVELS:
-            _fail(f"one of {', '.join(LEVELS)}", level, arg="level")
-        strategy = self.strategy
-        if not isinstance(strategy, str) or not strategy.strip():
-            _fail("a non-empty name", strategy, arg="strategy")
-        layers = check_shorthands(self.layers, self.layer_how, self.exclude_special,
-                                  self.normalize)  # fmt: skip
-        self._settle(_canonical_strategy(level, strategy, self.exclude_special), layers)
+        if self.level not in LEVELS:
+            _fail(f"one of {', '.join(LEVELS)}", self.level, arg="level")
+        if not isinstance(self.strategy, str) or not self.strategy.strip():
+            _fail("a non-empty name", self.strategy, arg="strategy")
+        self._settle(None)
 
-    def _settle(self, canon: str, layers: Any) -> None:
-        """Store the read name ``canon`` and the checked ``layers`` and what follows from
-        them (output stage checked, ``layer_how`` of one layer, ``exclude_special``)."""
+    def _settle(self, canon: str | None) -> None:
+        """Check the shorthand fields, read the name (``canon``: already read, as
+        :meth:`replace` passes it; ``None``: read ``strategy`` now) and store what follows
+        (output stage checked, ``layer_how`` of one layer, ``exclude_special``)."""
         level = self.level
         set_ = object.__setattr__
+        layers = check_shorthands(self.layers, self.layer_how, self.exclude_special,
+                                  self.normalize)  # fmt: skip
+        if canon is None:
+            canon = _canonical_strategy(level, self.strategy, self.exclude_special)
         dims, precision = check_output_stage(level, self.dims, self.precision)
         set_(self, "dims", dims)
         set_(self, "precision", precision)
@@ -236,8 +237,7 @@ class Recipe:
         for name, value in fields.items():
             object.__setattr__(new, name, value)
         object.__setattr__(new, "exclude_special", False)  # derived again from the name
-        layers = check_shorthands(new.layers, new.layer_how, False, new.normalize)
-        new._settle(self.strategy, layers)
+        new._settle(self.strategy)
         return new
 
     # ------------------------------------------------------------------ reading
