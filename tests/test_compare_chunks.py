@@ -20,20 +20,37 @@ from testdata import fixture
 LONGDOCS = Path(__file__).parent / "data" / "stsb-images-longdocs"
 
 
-def _fixture_texts():
-    corpus = [json.loads(x) for x in (LONGDOCS / "corpus.jsonl").read_text().splitlines()]
+def _fixture_texts(folder: Path = LONGDOCS):
+    corpus = [json.loads(x) for x in (folder / "corpus.jsonl").read_text().splitlines()]
     queries = {
         (q := json.loads(x))["_id"]: q["text"]
-        for x in (LONGDOCS / "queries.jsonl").read_text().splitlines()
+        for x in (folder / "queries.jsonl").read_text().splitlines()
     }
     qrels: dict[str, dict[str, int]] = {}
-    for line in (LONGDOCS / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+    for line in (folder / "qrels" / "test.tsv").read_text().splitlines()[1:]:
         qid, did, score = line.split("\t")
         qrels.setdefault(qid, {})[did] = int(score)
     qids = [q for q in queries if q in qrels]
     dids = [d["_id"] for d in corpus]
     docs = [(d["title"] + " " + d["text"]).strip() for d in corpus]
     return qids, [queries[q] for q in qids], dids, docs, qrels
+
+
+def _first_documents(folder: Path, n: int) -> Path:
+    """The fixture cut to its first ``n`` documents and the queries judged on them, as a
+    BEIR folder in ``folder``: a smaller corpus of the same long documents."""
+    lines = (LONGDOCS / "corpus.jsonl").read_text().splitlines()[:n]
+    kept = {json.loads(x)["_id"] for x in lines}
+    header, *judged = (LONGDOCS / "qrels" / "test.tsv").read_text().splitlines()
+    judged = [x for x in judged if x.split("\t")[1] in kept]
+    asked = {x.split("\t")[0] for x in judged}
+    queries = [x for x in (LONGDOCS / "queries.jsonl").read_text().splitlines()
+               if json.loads(x)["_id"] in asked]  # fmt: skip
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    (folder / "queries.jsonl").write_text("\n".join(queries) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("\n".join([header, *judged]) + "\n")
+    return folder
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -94,11 +111,13 @@ def test_document_rows_match_pytrec_eval_table_json_and_report(tmp_path, minilm)
     pytest.importorskip("pytrec_eval")
     import poolkit as pk
 
-    # One chunk size and one recipe: each pass over the 32 long documents costs ~15 CPU-s.
-    # Several sizes sharing one late pass: test_late_rows_of_several_sizes_share_...; a
-    # table of three sizes: docs/compare.md's example (tests/test_docs.py).
+    # One chunk size, one recipe and the first 12 documents: each pass over all 32 long
+    # documents costs ~15 CPU-s. Several sizes sharing one late pass:
+    # test_late_rows_of_several_sizes_share_...; a table of three sizes on all 32:
+    # docs/compare.md's example (tests/test_docs.py).
+    data = _first_documents(tmp_path / "docs", 12)
     result = poolkit(
-        "compare", "--task", "retrieval", str(LONGDOCS), "--strategies", "mean",
+        "compare", "--task", "retrieval", str(data), "--strategies", "mean",
         "--chunk-tokens", "64", "--bootstrap", "200", "--json", "out.json",
         "--report", "r.html", "--quiet", cwd=tmp_path,
     )  # fmt: skip
@@ -112,7 +131,7 @@ def test_document_rows_match_pytrec_eval_table_json_and_report(tmp_path, minilm)
     # The reference for the truncated row: the documents embedded here, pytrec_eval. (The
     # document rows are recomputed below from the `poolkit embed` commands they print,
     # against the same pytrec_eval.)
-    qids, queries, dids, docs, qrels = _fixture_texts()
+    qids, queries, dids, docs, qrels = _fixture_texts(data)
     q = pk.embed(queries, minilm)
     with pytest.warns(pk.TruncationWarning):
         truncated = pk.embed(docs, minilm)
@@ -171,7 +190,7 @@ def test_document_rows_match_pytrec_eval_table_json_and_report(tmp_path, minilm)
     for label in ("window", "naive tokens:64", "late tokens:64"):
         out = "docs.npy" if label == "window" else f"{label.split()[0]}.parquet"
         argv = commands[("mean", label)].split()[1:]
-        argv[argv.index("CORPUS")] = str(LONGDOCS / "corpus.jsonl")
+        argv[argv.index("CORPUS")] = str(data / "corpus.jsonl")
         argv[argv.index("-o") + 1] = out
         made = poolkit(*argv, "--quiet", cwd=tmp_path)
         assert made.returncode == 0, made.stderr.decode()
