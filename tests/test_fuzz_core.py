@@ -130,8 +130,18 @@ def test_sequence_embedding(case, strategy, empty):
         lambda: sequence_embedding(case["hidden"], case["mask"], strategy, empty=empty),
         ("hidden", "mask", "strategy", "empty"),
     )
-    if out is not None:
-        assert tuple(out.shape) == (*tuple(case["hidden"].shape[:-2]), case["hidden"].shape[-1])
+    if out is None:
+        return
+    assert tuple(out.shape) == (*tuple(case["hidden"].shape[:-2]), case["hidden"].shape[-1])
+    # Against the reference: each row's tokens where the mask is non-zero, pooled in float64;
+    # a row with none is zeros (empty="zeros"; "raise" refused it above).
+    h = case["hidden"]
+    hidden, mask = _batched(h, h), _batched(case["mask"], h)
+    want = np.zeros(hidden.shape[::2])
+    for b, (row, keep) in enumerate(zip(hidden, mask != 0, strict=True)):
+        if keep.any():
+            want[b] = pool_row(row[keep], strategy)
+    _close(_batched(out, h), want, h)
 
 
 @settings(max_examples=300)
