@@ -43,7 +43,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--slow",
         action="store_true",
-        help="also run the tests marked slow (end-to-end; about 38 more minutes on 2 cores)",
+        help="also run the tests marked slow (end-to-end; about 33-40 more minutes on 2 cores)",
     )
 
 
