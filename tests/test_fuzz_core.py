@@ -137,7 +137,7 @@ def test_sequence_embedding(case, strategy, empty):
     # a row with none is zeros (empty="zeros"; "raise" refused it above).
     h = case["hidden"]
     hidden, mask = _batched(h, h), _batched(case["mask"], h)
-    want = np.zeros(hidden.shape[::2])
+    want = np.zeros((hidden.shape[0], hidden.shape[-1]))  # (B, H)
     for b, (row, keep) in enumerate(zip(hidden, mask != 0, strict=True)):
         if keep.any():
             want[b] = pool_row(row[keep], strategy)
