@@ -21,7 +21,7 @@ pytest.importorskip("openvino")
 pytest.importorskip("nncf")
 pytest.importorskip("onnxruntime")
 
-from clitools import one_error_line, poolkit
+from clitools import command, one_error_line, poolkit
 
 from poolkit import embed
 from poolkit.backends.openvino import SMOOTH_QUANT_ALPHA, cpu_has_bf16, load_openvino_runner
@@ -286,9 +286,9 @@ def test_clear_error_without_openvino(tmp_path, minilm_dir):
         "poolkit.errors.MissingDependencyError: The OpenVINO backend needs openvino, which is not "
         "installed: pip install 'poolkit[openvino]'"
     )
-    cli = subprocess.run([sys.executable, "-m", "poolkit.cli", "embed", "x.txt", "-o", "o.npy",
-                          "--backend", "openvino"], env=env, cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    cli = subprocess.run(command("embed", "x.txt", "-o", "o.npy", "--backend", "openvino"),
+                         env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
     assert cli.returncode == 2 and cli.stderr.strip() == (
         "poolkit: error: --backend openvino needs openvino, which is not installed: "
         "pip install 'poolkit[openvino]'"

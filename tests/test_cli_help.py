@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
+
+import clitools
 
 from poolkit.cli import build_parser
 from poolkit.model_folder import DEFAULT_MODEL
@@ -86,6 +87,6 @@ def test_the_model_flag_is_spelled_one_way():
 
 def test_help_prints_for_every_command():
     for name in _commands():
-        result = subprocess.run([sys.executable, "-m", "poolkit.cli", name, "--help"],
+        result = subprocess.run(clitools.command(name, "--help"),
                                 capture_output=True, text=True, timeout=120)  # fmt: skip
         assert result.returncode == 0 and "usage: poolkit" in result.stdout, result.stderr

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import clitools
 import pytest
 
 from poolkit.io.readers import InputError, read_all
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def poolkit(*args: str, cwd: Path, env: dict[str, str] | None = None):
-    return subprocess.run([sys.executable, "-m", "poolkit.cli", *args], cwd=cwd, env=env,
+    return subprocess.run(clitools.command(*args), cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 

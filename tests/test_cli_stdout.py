@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import clitools
 import numpy as np
 import pytest
 
@@ -21,7 +21,7 @@ TEXTS = ["John works at Google", "", "A cat sat on the mat.", "hello world", "Pa
 
 
 def poolkit(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "poolkit.cli", *args], cwd=cwd, input=stdin,
+    return subprocess.run(clitools.command(*args), cwd=cwd, input=stdin,
                           capture_output=True, timeout=300)  # fmt: skip
 
 
@@ -49,10 +49,10 @@ def test_several_strategies_and_a_pipe_into_jq(tmp_path):
         pytest.skip("jq is not installed")
     (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     pipe = subprocess.run(
-        f"set -o pipefail; {sys.executable} -m poolkit.cli embed - -o - -s cls mean -q < in.txt "
+        "set -o pipefail; poolkit embed - -o - -s cls mean -q < in.txt "
         "| jq -c '[.id, (.cls | length), (.mean | length)]'",
         shell=True, executable="/bin/bash", cwd=tmp_path, capture_output=True, text=True,
-        timeout=300,
+        timeout=300, env=clitools.with_poolkit_on_path(),
     )  # fmt: skip
     assert pipe.returncode == 0, pipe.stderr
     assert pipe.stderr.startswith("poolkit: warning: 1 blank text ")  # -q keeps warnings

@@ -13,6 +13,7 @@ import csv
 import os
 from pathlib import Path
 
+import clitools
 import numpy as np
 import pytest
 from metric_reference import entity_f1_reference
@@ -263,13 +264,12 @@ def test_clustering_fixture_mteb_protocol(tmp_path, hf):
 def test_int8_rows_beside_fp32_with_paired_difference_and_speed(tmp_path, monkeypatch, minilm_dir):
     import json
     import subprocess
-    import sys
 
     # The exports go to a fresh cache: the test builds and checks them like a new user.
     env = {**os.environ, "POOLKIT_CACHE": str(tmp_path / "cache")}
     folder = FIXTURES / "stsb-images-retrieval"
     result = subprocess.run(
-        [sys.executable, "-m", "poolkit.cli", "compare", str(folder), "--task", "retrieval",
+        [*clitools.command(), "compare", str(folder), "--task", "retrieval",
          "--strategies", "mean", "cls", "--backend", "onnx", "--quantize", "int8",
          "--json", "q.json", "--quiet"],
         cwd=tmp_path, env=env, capture_output=True, timeout=900,

@@ -35,6 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import clitools
 import pytest
 from pytest_examples import CodeExample, EvalExample, find_examples
 
@@ -223,8 +224,11 @@ def test_float_noise_is_the_only_slack():
 def test_console_examples_print_what_they_show(command: Command, tmp_path, request):
     (tmp_path / "texts.txt").write_text(TEXTS, encoding="utf-8")
     (tmp_path / "tests").symlink_to(ROOT / "tests")
-    bin_dir = Path(sys.executable).parent  # the `poolkit` script of this environment
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    # This environment's `python`, and a `poolkit` that starts warm (clitools).
+    bin_dir = Path(sys.executable).parent
+    env = clitools.with_poolkit_on_path(
+        {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    )
     result = subprocess.run(
         command.command, shell=True, cwd=tmp_path, env=env, capture_output=True, timeout=600
     )

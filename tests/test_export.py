@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clitools import one_error_line, poolkit
+from clitools import command, one_error_line, poolkit
 
 import poolkit as pk
 
@@ -299,13 +299,12 @@ def test_overwrite_replaces_only_when_complete(minilm_dir, tmp_path):
 def test_full_disk_is_one_line_and_leaves_nothing(minilm_dir, tmp_path):
     import resource
     import subprocess
-    import sys
 
     def limit() -> None:  # writes past 1 MB fail with EFBIG (the model file is 90 MB)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, resource.RLIM_INFINITY))
 
     r = subprocess.run(
-        [sys.executable, "-m", "poolkit.cli", "export", str(minilm_dir), "-o", "out"],
+        command("export", str(minilm_dir), "-o", "out"),
         cwd=tmp_path,
         capture_output=True,
         timeout=300,

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import clitools
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def poolkit(*args: str, cwd: Path, env: dict[str, str] | None = None) -> list[str]:
-    result = subprocess.run([sys.executable, "-m", "poolkit.cli", *args], cwd=cwd, env=env,
+    result = subprocess.run(clitools.command(*args), cwd=cwd, env=env,
                             capture_output=True, text=True, timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr
     return result.stderr.splitlines()

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import clitools
 import numpy as np
 import pytest
 from testdata import fixture, read_sts_pairs, sentiment_lines, sts_pairs_table, sts_sentences
@@ -169,8 +170,8 @@ def test_killed_worker_loses_and_duplicates_nothing(
 
 
 def _poolkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "poolkit.cli", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=300)  # fmt: skip
+    return subprocess.run(clitools.command(*args), capture_output=True, text=True, cwd=REPO,
+                          timeout=300)  # fmt: skip
 
 
 def test_cli_matches_one_machine(ray_cluster, corpus, reference, tmp_path):
@@ -271,8 +272,7 @@ def test_without_ray_one_line_names_the_install_command(tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("hello\n", encoding="utf-8")
     cli = subprocess.run(
-        [sys.executable, "-m", "poolkit.cli", "embed", str(src), "-o", str(tmp_path / "out"),
-         "--engine", "ray"],
+        clitools.command("embed", str(src), "-o", str(tmp_path / "out"), "--engine", "ray"),
         capture_output=True, text=True, env=env, timeout=120, cwd=REPO,
     )  # fmt: skip
     assert cli.returncode == 2

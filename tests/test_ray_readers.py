@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+import clitools
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -83,8 +83,8 @@ def test_ray_cli_names_the_broken_line(tmp_path, minilm_dir):
     (folder / "b.jsonl").write_text('{"text": "a"}\n\n{"text": \n', encoding="utf-8")
     out = tmp_path / "out"
     run = subprocess.run(
-        [sys.executable, "-m", "poolkit.cli", "embed", str(folder), "-o", str(out),
-         "--engine", "ray", "--model", str(minilm_dir)],
+        clitools.command("embed", str(folder), "-o", str(out), "--engine", "ray",
+                         "--model", str(minilm_dir)),
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert run.returncode == 2, run.stderr

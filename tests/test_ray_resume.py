@@ -14,10 +14,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import clitools
 import numpy as np
 import pytest
 from testdata import sentiment_lines, sts_sentences
@@ -55,7 +55,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _argv(
     folder: Path, out: Path, address: str, model: Path, *extra: str, workers: int = 2
 ) -> list[str]:
-    return [sys.executable, "-m", "poolkit.cli", "embed", str(folder), "-o", str(out),
+    return [*clitools.command(), "embed", str(folder), "-o", str(out),
             "--engine", "ray", "--address", address, "--workers", str(workers),
             "--part-size", "32", "--model", str(model), *extra]  # fmt: skip
 
@@ -78,6 +78,8 @@ def _records(work: Path) -> list[dict]:
 
 def _stop_midway(argv: list[str], work: Path, sig: int) -> subprocess.Popen[str]:
     """Start the job; send ``sig`` once the work directory records a finished input file."""
+    if sig == signal.SIGKILL:
+        argv = clitools.fresh(argv)
     job = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=REPO)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and job.poll() is None:

@@ -17,11 +17,11 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import clitools
 import numpy as np
 import pytest
 
@@ -44,7 +44,7 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "poolkit.cli", *args]
+    return clitools.command(*args)
 
 
 def embed_cmd(input_name: str, output: str, *extra: str) -> list[str]:
@@ -74,6 +74,8 @@ def part_files(work: Path) -> list[Path]:  # parts keep their old file names
 
 def start_and_signal(cwd: Path, cmd: list[str], when, sig: int) -> tuple[int, str]:
     """Start the CLI, poll until ``when(cwd)`` is true, send ``sig``; (status, stderr)."""
+    if sig == signal.SIGKILL:
+        cmd = clitools.fresh(cmd)
     proc = subprocess.Popen(cmd, cwd=cwd, stderr=subprocess.PIPE, env=env())
     deadline = time.monotonic() + 240
     try:
@@ -229,8 +231,8 @@ def test_sigterm_at_a_seeded_random_moment_then_resume(job: Path):
 
 
 def test_sigterm_while_loading_the_model_leaves_nothing(job: Path):
-    proc = subprocess.Popen(embed_cmd("in.txt", "early.npy"), cwd=job, stderr=subprocess.PIPE,
-                            env=env())  # fmt: skip
+    proc = subprocess.Popen(clitools.fresh(embed_cmd("in.txt", "early.npy")), cwd=job,
+                            stderr=subprocess.PIPE, env=env())  # fmt: skip
     time.sleep(2.0)  # Python is up; importing torch and loading the model take longer
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)

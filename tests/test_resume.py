@@ -14,10 +14,10 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import clitools
 import numpy as np
 import pytest
 from testdata import sentences
@@ -30,8 +30,7 @@ WORK = ".poolkit-work"
 
 
 def command(input_name: str, output: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "poolkit.cli", "embed", input_name, "-o", output,
-            *OPTIONS, *extra]  # fmt: skip
+    return clitools.command("embed", input_name, "-o", output, *OPTIONS, *extra)
 
 
 def run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -46,7 +45,8 @@ def start_and_kill(cwd: Path, args: list[str], when, sig: int = signal.SIGKILL) 
     """Start the CLI, poll until ``when(work_dir)`` is true, send ``sig``; (status, stderr)."""
     # SIGINT at its default in the job, as at a terminal: a shell's background job (a CI
     # step started with `&`) inherits it ignored, and Python then keeps ignoring it.
-    proc = subprocess.Popen(command(*args), cwd=cwd, stderr=subprocess.PIPE,
+    argv = clitools.fresh(command(*args)) if sig == signal.SIGKILL else command(*args)
+    proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     work = cwd / (args[1] + WORK)
     deadline = time.monotonic() + 240
