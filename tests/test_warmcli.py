@@ -92,12 +92,17 @@ def _command_pids(client: int) -> set[int]:
 
 
 def _wait_for_command(client: subprocess.Popen) -> int:
+    """The warm command's pid. It fails when the client ``exec``\\ed a fresh interpreter
+    instead: this test process's environment then differs from the warm process's in a
+    variable its imports read, and every command of this worker starts fresh (slowly)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         pids = _command_pids(client.pid)
         if pids:
             (pid,) = pids
             return pid
+        cmdline = Path(f"/proc/{client.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"poolkit.cli" not in cmdline, "the client started a fresh interpreter"
         time.sleep(0.05)
     raise AssertionError("the command never started")
 

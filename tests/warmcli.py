@@ -1,9 +1,9 @@
 """`poolkit` commands in tests, each a real process forked from a warm one.
 
-A fresh ``python -m poolkit.cli`` spends about 10 CPU-seconds importing torch and
-transformers before it reads its first argument (12.2 s wall for a 2-text ``embed`` on the
-2-core EPYC, of which ~9 s are imports); the slow set starts a few hundred of them. Here
-one *warm* process per pytest worker imports those once and forks a child per command:
+A fresh ``python -m poolkit.cli`` spends 7-10 CPU-seconds importing torch and transformers
+before it reads its first argument (8-12 s wall for a 2-text ``embed`` on the 2-core EPYC,
+against about 1 s forked warm); the slow set starts a few hundred of them. Here one *warm*
+process per pytest worker imports those once and forks a child per command:
 
     client  (``python -IS warmcli.py ARGS``: the stdlib only, ~20 ms to start)
       │  argv, cwd, environment and its own stdin/stdout/stderr (passed as descriptors)
@@ -17,10 +17,10 @@ client receives is passed on to it, and when the client dies (a test's timeout k
 the handler kills the command. What is not the same as a fresh interpreter, and so runs
 fresh instead:
 
-- an environment that differs from the warm process's in anything but the variables
-  poolkit reads at run time (``POOLKIT_*``, ``PATH``, the shell's own): a test that
-  blocks imports through ``PYTHONPATH`` or sets a library's variable gets a fresh
-  interpreter, which the client ``exec``\\s in its own place;
+- an environment that differs from the warm process's in a variable its imports may read
+  (``_IMPORT_TIME``: a test that blocks imports through ``PYTHONPATH``, or sets torch's or
+  Hugging Face's variables) gets a fresh interpreter, which the client ``exec``\\s in its
+  own place;
 - a warm process that could not start clean (an import wrote to stderr or started a
   thread: a fork would copy that state), or ``POOLKIT_TEST_FRESH_CLI=1``.
 
@@ -40,12 +40,14 @@ import sys
 
 FRESH = [sys.executable, "-m", "poolkit.cli"]
 SOCKET_VARIABLE = "POOLKIT_TEST_WARM_SOCKET"
-# Variables read at run time (by poolkit, pytest or the shell), not at import: a command's
-# environment may differ from the warm process's in these. PYTHONDONTWRITEBYTECODE is
-# applied to the command as Python would at start-up.
-_RUN_TIME_PREFIXES = ("POOLKIT_", "PYTEST_")
-_RUN_TIME_NAMES = {"XDG_CACHE_HOME", "PATH", "PWD", "OLDPWD", "SHLVL", "_", "COLUMNS",
-                   "PYTHONDONTWRITEBYTECODE"}  # fmt: skip
+# Variables the warm process's imports (torch, transformers, NumPy, SciPy, scikit-learn, the
+# interpreter) may read when they load: a command whose environment differs from the warm
+# process's in one of these starts fresh. Others are read when used, so the command's own
+# value holds (POOLKIT_CACHE; RAY_*, read when the command imports Ray). PYTHONDONTWRITEBYTECODE
+# is applied to the command as Python would at start-up.
+_IMPORT_TIME = ("PYTHON", "LD_", "OMP_", "KMP_", "MKL_", "OPENBLAS", "GOTO", "TORCH", "PYTORCH",
+                "CUDA", "NVIDIA", "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "SAFETENSORS",
+                "NUMPY", "NPY_", "SCIPY", "SKLEARN", "XDG_", "HOME", "LANG", "LC_", "TZ")  # fmt: skip
 # Limits a test sets on the process it starts (``preexec_fn``), carried over to the command.
 _LIMITS = ("RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_AS")
 # What the slow set's commands import; a command loading another family's code imports it.
@@ -104,8 +106,15 @@ def _start():
         print(f"warmcli: fresh interpreters for the CLI ({why})", file=sys.stderr)
         os.environ.pop(SOCKET_VARIABLE)
         return None
-    atexit.register(proc.kill)
+    atexit.register(_stop, proc)
     return proc
+
+
+def _stop(proc) -> None:
+    proc.kill()
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()
 
 
 # --- the warm process -----------------------------------------------------------------------
@@ -168,7 +177,8 @@ def _handle(conn: socket.socket, before: dict, imported: dict) -> None:
     env = request["env"]
     differ = {k for k in set(env) | set(before) if env.get(k) != before.get(k)}
     differ -= {k for k in imported if env.get(k) == imported[k]}  # the client imported them too
-    if any(not k.startswith(_RUN_TIME_PREFIXES) and k not in _RUN_TIME_NAMES for k in differ):
+    differ.discard("PYTHONDONTWRITEBYTECODE")
+    if any(k.startswith(_IMPORT_TIME) for k in differ):
         conn.sendall(b"fresh\n")
         return
     pid = os.fork()
