@@ -43,7 +43,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--slow",
         action="store_true",
-        help="also run the tests marked slow (end-to-end; about 33-40 more minutes on 2 cores)",
+        help="also run the tests marked slow (end-to-end; about 20-27 more minutes on 2 cores)",
     )
 
 
@@ -62,7 +62,9 @@ def _runs_slow(config: pytest.Config) -> bool:
 # machine's noise: on one day, -m "slow or data" took 32 min 56 s in xdist's order and
 # 39 min 56 s in this one (its Ray tests ran 1.4-2x slower), against 37:57 and 46:29 in
 # xdist's order on another. Seconds each file took in
-# `python -m pytest -q -m "slow or data" --durations=0 --junitxml=...` on the 2-core EPYC:
+# `python -m pytest -q -m "slow or data" --durations=0 --junitxml=...` on the 2-core EPYC,
+# before the CLI tests forked their commands from a warm process (warmcli), which took
+# the whole set to 20 min 0 s:
 HEAVIEST_FIRST = (
     "test_docs.py",  # 533
     "test_ray.py",  # 405
