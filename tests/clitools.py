@@ -10,6 +10,7 @@ with its process, not a moment after.
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import tempfile
@@ -30,6 +31,12 @@ def fresh(argv: list[str]) -> list[str]:
     warm = warmcli.command()
     assert argv[: len(warm)] == warm, argv
     return [*warmcli.FRESH, *argv[len(warm) :]]
+
+
+def to_signal(argv: list[str], sig: int) -> list[str]:
+    """``argv`` from ``command()`` as started for a test that sends it ``sig``: fresh for
+    SIGKILL (the client cannot pass that on), warm otherwise."""
+    return fresh(argv) if sig == signal.SIGKILL else argv
 
 
 def poolkit(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:

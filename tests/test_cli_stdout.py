@@ -9,20 +9,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import clitools
 import numpy as np
 import pytest
+from clitools import poolkit
 
 pytestmark = pytest.mark.slow
 
 TEXTS = ["John works at Google", "", "A cat sat on the mat.", "hello world", "Paris in spring"]
-
-
-def poolkit(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(clitools.command(*args), cwd=cwd, input=stdin,
-                          capture_output=True, timeout=300)  # fmt: skip
 
 
 def test_stdout_json_lines_equal_the_npy_output(tmp_path):

@@ -74,9 +74,9 @@ def part_files(work: Path) -> list[Path]:  # parts keep their old file names
 
 def start_and_signal(cwd: Path, cmd: list[str], when, sig: int) -> tuple[int, str]:
     """Start the CLI, poll until ``when(cwd)`` is true, send ``sig``; (status, stderr)."""
-    if sig == signal.SIGKILL:
-        cmd = clitools.fresh(cmd)
-    proc = subprocess.Popen(cmd, cwd=cwd, stderr=subprocess.PIPE, env=env())
+    proc = subprocess.Popen(
+        clitools.to_signal(cmd, sig), cwd=cwd, stderr=subprocess.PIPE, env=env()
+    )
     deadline = time.monotonic() + 240
     try:
         while not when(cwd):

@@ -45,8 +45,7 @@ def start_and_kill(cwd: Path, args: list[str], when, sig: int = signal.SIGKILL) 
     """Start the CLI, poll until ``when(work_dir)`` is true, send ``sig``; (status, stderr)."""
     # SIGINT at its default in the job, as at a terminal: a shell's background job (a CI
     # step started with `&`) inherits it ignored, and Python then keeps ignoring it.
-    argv = clitools.fresh(command(*args)) if sig == signal.SIGKILL else command(*args)
-    proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(clitools.to_signal(command(*args), sig), cwd=cwd, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     work = cwd / (args[1] + WORK)
     deadline = time.monotonic() + 240

@@ -19,12 +19,13 @@ import warmcli
 TEXTS = b"John works at Google.\nA man is playing a guitar.\n"
 
 
-def _both(args: list[str], cwd: Path, stdin: bytes | None = None):
-    """(warm, fresh) results of ``poolkit ARGS``; outputs named ``*.OUT`` get a suffix each."""
+def _both(args: list[str], cwd: Path, **run):
+    """(warm, fresh) results of ``poolkit ARGS`` (``run``: more ``subprocess.run``
+    arguments); an ``OUT`` in an argument becomes ``warm`` or ``fresh``."""
     results = []
     for prefix, tag in ((warmcli.command(), "warm"), (warmcli.FRESH, "fresh")):
         argv = [*prefix, *(a.replace("OUT", tag) for a in args)]
-        results.append(subprocess.run(argv, cwd=cwd, input=stdin, capture_output=True, timeout=300))
+        results.append(subprocess.run(argv, cwd=cwd, capture_output=True, timeout=300, **run))
     return results
 
 
@@ -56,7 +57,7 @@ def test_the_warm_process_starts_clean():
 )
 def test_same_bytes_and_status_as_a_fresh_interpreter(tmp_path, args):
     (tmp_path / "in.txt").write_bytes(TEXTS)
-    warm, fresh = _both(args, tmp_path, stdin=TEXTS)
+    warm, fresh = _both(args, tmp_path, input=TEXTS)
     assert (warm.returncode, warm.stdout, _untimed(warm.stderr)) == (
         fresh.returncode,
         fresh.stdout,
@@ -157,11 +158,6 @@ def test_limits_set_on_the_client_bind_the_command(tmp_path):
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (2000, resource.RLIM_INFINITY))
 
-    results = []
-    for prefix, tag in ((warmcli.command(), "warm"), (warmcli.FRESH, "fresh")):
-        argv = [*prefix, "embed", "in.txt", "-o", f"{tag}.npy"]
-        results.append(subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=300,
-                                      preexec_fn=limit))  # fmt: skip
-    warm, fresh = results
+    warm, fresh = _both(["embed", "in.txt", "-o", "OUT.npy"], tmp_path, preexec_fn=limit)
     assert warm.returncode == fresh.returncode != 0, (warm.stderr, fresh.stderr)
     assert warm.stderr == fresh.stderr.replace(b"fresh.npy", b"warm.npy")

@@ -102,7 +102,8 @@ def _start():
     ready = proc.stdout.readline().decode().strip()
     if ready != "ready":
         proc.kill()
-        why = ready or proc.stderr.read().decode().strip()
+        _, err = proc.communicate()
+        why = ready or err.decode().strip()
         print(f"warmcli: fresh interpreters for the CLI ({why})", file=sys.stderr)
         os.environ.pop(SOCKET_VARIABLE)
         return None
@@ -211,14 +212,14 @@ def _handle(conn: socket.socket, before: dict, imported: dict) -> None:
 def _run(request: dict, env: dict, fds: list[int]) -> None:
     """In the command's process: become ``poolkit ARGS`` and exit as it would."""
     import atexit
+    import io
+    import resource
     import threading
     import traceback
 
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    import resource
-
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(env)
@@ -230,8 +231,6 @@ def _run(request: dict, env: dict, fds: list[int]) -> None:
     # background job), else KeyboardInterrupt.
     ignored = request["sigint_ignored"]
     signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)
-    import io
-
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
         old = getattr(sys, name)
         raw = open(fd, "rb" if fd == 0 else "wb", closefd=False)
