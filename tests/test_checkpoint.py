@@ -62,7 +62,7 @@ def test_interrupted_and_resumed_equals_uninterrupted_byte_for_byte(tmp_path, ex
             cp.verify(k, k * 5, texts_digest(TEXTS[k]))
         else:
             commit(cp, k, names)
-    cp.publish(len(TEXTS), names, overwrite=False)
+    cp.publish(len(TEXTS), overwrite=False)
 
     direct(tmp_path / f"ref.{ext}", names)
     assert out.read_bytes() == (tmp_path / f"ref.{ext}").read_bytes()
@@ -198,9 +198,9 @@ def test_publish_refuses_existing_output_and_keeps_the_work(tmp_path):
         commit(cp, k, ["mean"])
     out.write_bytes(b"someone else's file")
     with pytest.raises(CheckpointError, match="already exists; pass `overwrite=True`"):
-        cp.publish(len(TEXTS), ["mean"], overwrite=False)
+        cp.publish(len(TEXTS), overwrite=False)
     assert out.read_bytes() == b"someone else's file" and len(cp.done) == 4
-    cp.publish(len(TEXTS), ["mean"], overwrite=True)
+    cp.publish(len(TEXTS), overwrite=True)
     assert np.load(out).shape == (20, 6) and not work_dir_for(out).exists()
     umask = os.umask(0)
     os.umask(umask)
@@ -212,7 +212,7 @@ def test_missing_chunk_is_not_published(tmp_path):
     cp = Checkpoint.open(out, SETTINGS, resume=False)
     commit(cp, 0, ["mean"])
     with pytest.raises(CheckpointError, match=r"parts \[1, 2\] are missing"):
-        cp.publish(3, ["mean"], overwrite=False)
+        cp.publish(3, overwrite=False)
     assert not out.exists()
     cp.close()
 
@@ -227,7 +227,7 @@ def test_kill_between_final_rename_and_cleanup_is_recognised(tmp_path, monkeypat
 
     monkeypatch.setattr(Checkpoint, "discard", killed)
     with pytest.raises(KeyboardInterrupt):
-        cp.publish(1, ["mean"], overwrite=False)
+        cp.publish(1, overwrite=False)
     monkeypatch.undo()
     cp.close()
     assert np.load(out).shape == (5, 6) and Checkpoint.finished(out)
@@ -276,7 +276,7 @@ def test_chunk_damaged_after_the_resume_check_is_caught_when_publishing(tmp_path
     data[-200] ^= 0x01  # one bit, after the check
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=rf"{path.name}: checkpoint part damaged after"):
-        cp.publish(len(TEXTS), ["mean"], overwrite=False)
+        cp.publish(len(TEXTS), overwrite=False)
     cp.close()
     assert not out.exists() and not path.exists()
     with pytest.warns(IntegrityWarning, match="missing parts 2; they will be recomputed"):

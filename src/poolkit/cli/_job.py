@@ -1,14 +1,52 @@
 """What the two engines of ``poolkit embed`` share about a job: the settings its manifest
-records, and how a job ends early: stopped (Ctrl-C, SIGTERM) or failed, its finished work
-kept for ``--resume`` or its work directory removed."""
+records, the one loop that feeds its work to a sink (:func:`run_job`), and how a job ends
+early: stopped (Ctrl-C, SIGTERM) or failed, its finished work kept for ``--resume`` or its
+work directory removed."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable, Generator
+from typing import Any, NoReturn, TypeVar
 
-__all__ = ["fail", "installed_versions", "job_settings", "stopped", "with_note"]
+__all__ = ["fail", "installed_versions", "job_settings", "run_job", "stopped", "with_note"]
+
+T = TypeVar("T")
+
+
+def run_job(
+    sink: Any,
+    work: Generator[Any, None, None],
+    finish: Callable[[], T],
+    kept: Callable[[bool], str | None],
+    cause: Callable[[Exception], Exception] = lambda e: e,
+) -> T | int:
+    """The loop of every ``poolkit embed`` job, local or Ray: each item of ``work`` (a
+    generator of :class:`~poolkit.io.checkpoint.Part`, or of blocks of an input file's
+    rows, computed as they are drawn) goes to ``sink.put`` (a checkpoint, the Ray shard set, or stdout), then
+    ``finish()`` publishes the output and its value is returned.
+
+    Ctrl-C or SIGTERM: :func:`stopped` with ``kept(False)`` (what ``--resume`` finds; None:
+    nothing can be resumed, the interrupt goes on); returns 130/143. An error: ``cause(e)``
+    (the error worth reporting, e.g. a worker's inside Ray's) is raised by :func:`fail`
+    with ``kept(True)`` (None: nothing finished, ``sink`` is removed)."""
+    try:
+        with contextlib.closing(work) as items:  # a generator: its own cleanup runs first
+            for item in items:
+                sink.put(item)
+        return finish()
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli._signals.Terminated)
+        if (note := kept(False)) is None:
+            sink.close()
+            raise
+        return stopped(sink, e, note)
+    except Exception as e:
+        fail(sink, cause(e), kept(True))
+    except BaseException:
+        sink.close()
+        raise
 
 
 def job_settings(

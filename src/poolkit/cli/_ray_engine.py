@@ -24,13 +24,14 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from poolkit._errors import already_exists, count, unmet, value_error
 from poolkit.cli._backend_args import calibration_texts, check_backend_args
 from poolkit.cli._common import positive, require_extra
-from poolkit.cli._job import fail, installed_versions, job_settings, stopped
+from poolkit.cli._job import installed_versions, job_settings, run_job
 from poolkit.cli._signals import Terminated
 from poolkit.errors import InputError, RunError
 
@@ -444,50 +445,39 @@ class _Job:
             )
         ]  # fmt: skip
         checkpoint = ShardCheckpoint.open(output, settings, resume=self.args.resume)
-        try:
-            done = checkpoint.keep(stamps)
-            resumed = sum(rows for rows, d in zip(corpus.counts, done, strict=True) if d)
-            pending: dict[int, list[tuple[int, int, str]]] = {}
-            for k, finished in enumerate(done):
-                if not finished and corpus.counts[k] == 0:
-                    checkpoint.finish(stamps[k], [])  # an empty file: nothing to embed
-                elif not finished:
-                    pending[k] = []
+
+        resumed: list[bool] = []  # per input file: done before this run
+
+        def work() -> Iterator[tuple[int, int, Any]]:
+            resumed[:] = checkpoint.keep(stamps, changed)
+            pending = {k for k, done in enumerate(resumed) if not done}
             if pending:
-                ds = self.dataset(block, set(pending))
                 try:
-                    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-                        for k, first, piece in split_by_file(batch, corpus.offsets):
-                            pending[k].append((first, piece.num_rows, checkpoint.add_shard(piece)))
-                            if sum(n for _, n, _ in pending[k]) == corpus.counts[k]:
-                                if changed[k] is not None:
-                                    changed[k].check()
-                                shards = [name for *_, name in sorted(pending.pop(k))]
-                                checkpoint.finish(stamps[k], shards)
+                    for batch in self.dataset(block, pending).iter_batches(
+                        batch_size=None, batch_format="pyarrow"
+                    ):
+                        yield from split_by_file(batch, corpus.offsets)
                 except Exception as e:
                     raise _user_error(e) from None
-                if pending:
-                    raise RunError(
-                        unmet(
-                            f"the job to embed every row of {len(done)} files",
-                            f"{len(pending)} came back incomplete",
-                            "The output was not published.",
-                        )
-                    )
+
+        def finish() -> tuple[int, dict[str, int]]:
+            if missing := [f.name for f in corpus.files if f.name not in checkpoint.done_files]:
+                raise RunError(unmet(f"the job to embed every row of {len(corpus.files)} files",
+                                     f"{len(missing)} came back incomplete",
+                                     "The output was not published."))  # fmt: skip
             staged = checkpoint.stage([f.name for f in corpus.files])
             shards_count, dims = _verify(os.fspath(staged), corpus.rows)
             checkpoint.publish(overwrite=self.args.overwrite)
-        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli._signals.Terminated)
-            return stopped(checkpoint, e, _kept_files(checkpoint))
-        except Exception as e:
-            fail(checkpoint, e, _kept_files(checkpoint) if checkpoint.done_files else None)
-        except BaseException:
-            checkpoint.close()
-            raise
-        return shards_count, dims, resumed
+            return shards_count, dims
 
+        def kept(failed: bool) -> str | None:
+            # Counted on disk: a record an interrupt cut short after its rename counts.
+            if failed and not checkpoint.done_files:
+                return None
+            return f"{count(checkpoint.records_on_disk(), 'finished input file')} kept"
 
-def _kept_files(checkpoint: Any) -> str:
-    """``"3 finished input files kept"``: what a stopped or failed Ray job leaves for
-    --resume, counted on disk (a record an interrupt cut short after its rename counts)."""
-    return f"{count(checkpoint.records_on_disk(), 'finished input file')} kept"
+        outcome = run_job(checkpoint, work(), finish, kept)
+        if isinstance(outcome, int):
+            return outcome  # interrupted: the line is printed
+        texts = sum(rows for rows, done in zip(corpus.counts, resumed, strict=True) if done)
+        return (*outcome, texts)

@@ -1,7 +1,7 @@
 """``poolkit embed ... -o -``: JSON Lines on stdout, part by part, as they are embedded.
 
 :class:`StdoutSink` stands in for the :class:`~poolkit.io.checkpoint.Checkpoint` of a file
-output: same ``commit`` / ``publish`` / ``close`` / ``discard``, but each part goes to
+output: same ``put`` / ``publish`` / ``close`` / ``discard``, but each part goes to
 stdout at once (lines as in a ``.jsonl`` output) and nothing is kept for ``--resume``.
 Parts made only of blank texts are held back until a real text arrives, so that an input
 of blank texts only is refused with nothing written, as for a file.
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
+from poolkit.io.checkpoint import Part
 from poolkit.io.writers import jsonl_rows
 
 __all__ = ["StdoutSink"]
@@ -27,7 +27,7 @@ class StdoutSink:
     Args:
         strategies: the columns of each line, in order.
         blank: the ids of blank texts seen so far (the caller extends it before each
-            ``commit``).
+            ``put``).
     """
 
     path = "<stdout>"
@@ -38,34 +38,22 @@ class StdoutSink:
         self.done: set[int] = set()  # nothing to resume from
         self._held: list[str] = []
 
-    def commit(
-        self,
-        index: int,
-        first_row: int,
-        digest: str,
-        arrays: Mapping[str, np.ndarray],
-        *,
-        ids: np.ndarray | None = None,
-        columns: Mapping[str, Any] | None = None,
-        texts: int | None = None,
-    ) -> None:
-        """Write part ``index`` (rows ``first_row`` ..., or ``ids`` with their extra
-        ``columns``, as :meth:`Checkpoint.commit <poolkit.io.checkpoint.Checkpoint.commit>`
-        takes them) to stdout; ``digest`` and ``texts`` are unused."""
-        if ids is not None:  # --chunks: rows of their own, with their document ids
-            if len(ids):
-                self._held.append(jsonl_rows(ids, arrays, self.strategies, columns))
+    def put(self, part: Part) -> None:
+        """Write ``part`` (computed: this sink resumes nothing) to stdout: its rows from
+        ``first_row`` on, or its ``ids`` with their extra ``columns`` (--chunks)."""
+        assert part.arrays is not None
+        if part.ids is not None:  # --chunks: rows of their own, with their document ids
+            if len(part.ids):
+                self._held.append(jsonl_rows(part.ids, part.arrays, self.strategies,
+                                             part.columns))  # fmt: skip
                 self._flush()
             return
-        n = len(next(iter(arrays.values())))
-        text = jsonl_rows(np.arange(first_row, first_row + n), arrays, self.strategies)
-        self._held.append(text)
-        if len(self.blank) < first_row + n:  # a real text arrived: write what was held
+        first, n = part.first_row, len(next(iter(part.arrays.values())))
+        self._held.append(jsonl_rows(np.arange(first, first + n), part.arrays, self.strategies))
+        if len(self.blank) < first + n:  # a real text arrived: write what was held
             self._flush()
 
-    def publish(
-        self, num_parts: int, strategies: list[str], *, overwrite: bool, metadata: object = None
-    ) -> str:
+    def publish(self, num_parts: int, *, overwrite: bool) -> str:
         self._flush()
         return self.path
 

@@ -20,6 +20,7 @@ import argparse
 import itertools
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from poolkit.cli._common import (
     progress_bar,
     text_parts,
 )
-from poolkit.cli._job import fail, installed_versions, job_settings, stopped
+from poolkit.cli._job import installed_versions, job_settings, run_job
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,
@@ -200,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     if (status := dispatch_engine(args)) is not None:  # --engine ray
         return status
     from poolkit.embedding import check_inputs, embed_recipes, get_encoder
-    from poolkit.io.checkpoint import Checkpoint, check_no_work_dir, texts_digest
+    from poolkit.io.checkpoint import Checkpoint, Part, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp
     from poolkit.io.readers import InputError
     from poolkit.io.writers import check_output
@@ -265,6 +266,7 @@ def run(args: argparse.Namespace) -> int:
         ranges = output_ranges(args, encoder, recipes, texts, first_source=source, **options)
     names = list(recipes)
     blank: list[int] = []  # ids of blank texts (kept as empty texts; --chunks refuses them)
+    tally = _Tally()
     checkpoint: Any
     if to_stdout:
         from poolkit.cli._stdout import StdoutSink
@@ -278,108 +280,102 @@ def run(args: argparse.Namespace) -> int:
             settings["output_ranges"] = {n: c.digest() for n, c in ranges.items()}
         if chunking is not None:
             settings["chunks"] = chunking.settings()
-        checkpoint = Checkpoint.open(output, settings, resume=args.resume)
+
+        def metadata(arrays: Any) -> Any:  # the output's record, from its first stored rows
+            record = output_metadata(recipes, _dims_of(arrays, recipes), ranges)
+            return record if chunking is None else chunking.metadata(record)
+
+        checkpoint = Checkpoint.open(output, settings, resume=args.resume, strategies=names,
+                                     metadata=metadata)  # fmt: skip
     if wanted is None and encoder.info.pooling_is_guess:  # said once the job is on
         print(f"poolkit: note: {guess_note(encoder.info)}", file=sys.stderr)
     elif wanted is None and "exported by poolkit export" in encoder.info.pooling_source:
         if not args.quiet:  # a folder poolkit wrote: say which choice it carries
             print(f"poolkit: pooling {encoder.info.pooling} ({encoder.info.pooling_source})",
                   file=sys.stderr)  # fmt: skip
-    done = truncated = resumed = num_parts = rows = 0
-    nothing = False
-    dims: dict[str, int] = {}
-    try:
-        with progress_bar(args, "texts" if chunking is None else "documents") as bar:
-            for k, part in enumerate(itertools.chain([first], parts)):
-                if chunking is not None:  # one row per chunk: its own loop body
-                    if k in checkpoint.done:
-                        checkpoint.verify(k, done, chunking.digest(part))
-                        ids = checkpoint.load_part(k)[0]
-                        resumed += len(part)
-                        bar.update(len(part))
-                    else:
-                        piece = first_chunks if k == 0 else chunking.chunk(part, done)
-                        result, stats = chunking.embed(
-                            piece, progress=bar.update, calibration=ranges,
-                            prompt_name=args.prompt_name, prompt=args.prompt,
-                            pipeline=_pipeline(args),
-                        )  # fmt: skip
-                        ids, columns = piece.rows(chunking.with_text)
-                        if stamp is not None:
-                            stamp.check()
-                        checkpoint.commit(k, done, chunking.digest(part), result, ids=ids,
-                                          columns=columns, texts=len(part))  # fmt: skip
-                        truncated += len(stats.truncated)
-                        dims = _dims_of(result, recipes) if len(ids) else dims
-                    rows += len(ids)
-                    done += len(part)
-                    num_parts = k + 1
-                    continue
-                digest = texts_digest(part)
-                blank.extend(done + i for i, text in enumerate(part) if not text.strip())
-                if k in checkpoint.done:
-                    checkpoint.verify(k, done, digest)
-                    resumed += len(part)
-                    bar.update(len(part))
-                else:
-                    # Truncation is reported once, in the summary line (no warning here).
-                    result, stats = embed_recipes(
-                        check_inputs(part), encoder, recipes, long_text=args.long_text,
-                        progress=bar.update, prompt_name=args.prompt_name, prompt=args.prompt,
-                        pipeline=_pipeline(args), calibration=ranges,
-                    )  # fmt: skip
-                    if stamp is not None:  # never checkpoint texts read from a changing file
-                        stamp.check()
-                    checkpoint.commit(k, done, digest, result)
-                    truncated += stats.num_truncated
-                    dims = stats.dims
-                done += len(part)
-                num_parts = k + 1
+    how = {"progress": None, "calibration": ranges, "prompt_name": args.prompt_name,
+           "prompt": args.prompt, "pipeline": _pipeline(args)}  # fmt: skip
+
+    def embed_part(k: int, part: Any) -> Part:
+        """Part ``k`` for the sink: verified if resumed, else embedded now."""
+        texts = part if chunking is None else part.texts
+        blank.extend(tally.texts + i for i, text in enumerate(texts) if not text.strip())
+        digest = texts_digest(part) if chunking is None else chunking.digest(part)
+        first = tally.texts
+        tally.texts += len(texts)
+        if k in checkpoint.done:
+            tally.resumed += len(texts)
+            tally.rows += checkpoint.rows(k)
+            how["progress"](len(texts))
+            return Part(k, first, digest)
+        ids = columns = None
+        if chunking is None:  # truncation is reported once, in the summary line
+            result, stats = embed_recipes(check_inputs(part), encoder, recipes,
+                                          long_text=args.long_text, **how)  # fmt: skip
+            tally.truncated += stats.num_truncated
+        else:  # one row per chunk
+            piece = first_chunks if k == 0 else chunking.chunk(part, first)
+            result, stats = chunking.embed(piece, **how)
+            ids, columns = piece.rows(chunking.with_text)
+            tally.truncated += len(stats.truncated)
+        if stamp is not None:  # never checkpoint texts read from a changing file
+            stamp.check()
+        rows = len(texts) if ids is None else len(ids)
+        tally.rows += rows
+        tally.dims = _dims_of(result, recipes) if rows else tally.dims
+        return Part(k, first, digest, result, ids, columns, len(texts))
+
+    def finish() -> None:
         if stamp is not None:
             stamp.check()
-        if len(blank) == done:
-            nothing = True  # the parts hold nothing worth resuming
-            raise InputError(
-                f"{args.input}: all {done} texts are blank (empty or whitespace only); nothing "
-                "to embed."
-            )
-        if not dims:  # every part resumed: the widths stored in the first part with rows
-            stored = next(k for k in range(num_parts) if checkpoint.rows(k))
-            dims = _dims_of(checkpoint.load(stored)[1], recipes)
-        metadata = output_metadata(recipes, dims, ranges)
-        if chunking is not None:
-            metadata = chunking.metadata(metadata)
-        checkpoint.publish(num_parts, names, overwrite=args.overwrite, metadata=metadata)
-        if ranges and to_stdout and not args.quiet:
-            print("poolkit: note: -o - records no int8/uint8 ranges (they came from "
-                  f"{next(iter(ranges.values())).source}); write a file to keep them.",
-                  file=sys.stderr)  # fmt: skip
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli._signals.Terminated)
-        if to_stdout:
-            checkpoint.close()
-            raise
-        return stopped(checkpoint, e, _kept(checkpoint.done, "part"))
-    except Exception as e:
-        if stamp is not None and not isinstance(e, InputChangedError) and stamp.changed():
+        if len(blank) == tally.texts:
+            tally.nothing = True  # the parts hold nothing worth resuming
+            raise InputError(f"{args.input}: all {tally.texts} texts are blank (empty or "
+                             "whitespace only); nothing to embed.")  # fmt: skip
+        if not tally.dims:  # every part resumed: the widths stored in the first part with rows
+            stored = next(k for k in range(tally.parts) if checkpoint.rows(k))
+            tally.dims = _dims_of(checkpoint.load(stored)[1], recipes)
+        checkpoint.publish(tally.parts, overwrite=args.overwrite)
+
+    def kept(failed: bool) -> str | None:
+        done = checkpoint.done
+        if to_stdout or (failed and (not done or tally.nothing)):
+            return None
+        return _kept(done, "finished part" if failed else "part")
+
+    def cause(error: Exception) -> Exception:
+        if stamp is not None and not isinstance(error, InputChangedError) and stamp.changed():
             # A reader error on a file being rewritten is a symptom; report the cause.
             try:
                 stamp.check()
             except InputChangedError as changed:
-                e = changed
-        fail(
-            checkpoint,
-            e,
-            _kept(checkpoint.done, "finished part") if checkpoint.done and not nothing else None,
-        )
+                return changed
+        return error
+
+    def work() -> Iterator[Part]:
+        with progress_bar(args, "texts" if chunking is None else "documents") as bar:
+            how["progress"] = bar.update
+            for k, part in enumerate(itertools.chain([first], parts)):
+                tally.parts = k + 1
+                yield embed_part(k, part)
+
+    if (status := run_job(checkpoint, work(), finish, kept, cause)) is not None:
+        return status
+    if ranges and to_stdout and not args.quiet:
+        print("poolkit: note: -o - records no int8/uint8 ranges (they came from "
+              f"{next(iter(ranges.values())).source}); write a file to keep them.",
+              file=sys.stderr)  # fmt: skip
+    done, rows, resumed, truncated, dims = (tally.texts, tally.rows, tally.resumed,
+                                            tally.truncated, tally.dims)  # fmt: skip
     seconds = time.perf_counter() - start
     if blank:
         shown = ", ".join(str(i) for i in blank[:5]) + (", ..." if len(blank) > 5 else "")
-        kept = (
+        how = (
             "was kept as an empty text, id" if len(blank) == 1 else "were kept as empty texts, ids"
         )
         print(
             f"poolkit: warning: {count(len(blank), 'blank text')} (empty or whitespace only) "
-            f"{kept} {shown}.",
+            f"{how} {shown}.",
             file=sys.stderr,
         )
     if chunking is not None:
@@ -402,6 +398,15 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+class _Tally:
+    """What a local job has done so far, for its checks and its summary line."""
+
+    def __init__(self) -> None:
+        self.texts = self.rows = self.resumed = self.truncated = self.parts = 0
+        self.dims: dict[str, int] = {}
+        self.nothing = False  # every text blank: nothing worth resuming
 
 
 def _dims_of(arrays: Any, recipes: dict[str, Any]) -> dict[str, int]:

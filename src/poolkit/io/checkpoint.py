@@ -48,6 +48,7 @@ import shutil
 import struct
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ __all__ = [
     "WORK_SUFFIX",
     "Checkpoint",
     "CheckpointError",
+    "Part",
     "check_no_work_dir",
     "model_fingerprint",
     "texts_digest",
@@ -174,6 +176,21 @@ def check_no_work_dir(output: str | os.PathLike[str], kind: type[Checkpoint] | N
         )
 
 
+@dataclass(frozen=True)
+class Part:
+    """A part as a job's sink takes it (:meth:`Checkpoint.put`): its ``index``, first row
+    id and texts' ``digest`` (:func:`texts_digest`); ``arrays`` (None: resumed, done
+    already), ``ids``, ``columns`` and ``texts`` as :meth:`Checkpoint.commit` takes them."""
+
+    index: int
+    first_row: int
+    digest: str
+    arrays: Mapping[str, np.ndarray] | None = None
+    ids: np.ndarray | None = None
+    columns: Mapping[str, Any] | None = None
+    texts: int | None = None
+
+
 class Checkpoint:
     """A work directory for one output, held (locked) by this process.
 
@@ -198,6 +215,14 @@ class Checkpoint:
         self._metas: dict[int, dict[str, Any]] = {}  # part index -> its verified meta
         self.foreign: list[str] = []  # files poolkit did not write: named, left alone
         self._damaged: set[int] = set()
+        # The output, assembled as parts are committed in order (see _append): the columns,
+        # the metadata (a record, or a function of the first stored arrays), the writer
+        # (opened at the first row) and how many parts it holds (None: given up).
+        self.strategies: list[str] = list(settings.get("strategies") or [])
+        self.metadata: Any = None
+        self._record: Mapping[str, Any] | None = None  # the metadata the output holds
+        self._assembly: Any = None
+        self._assembled: int | None = 0
         self._scan()
         if self.foreign:
             _warn(
@@ -255,6 +280,8 @@ class Checkpoint:
         settings: Mapping[str, Any],
         *,
         resume: bool,
+        strategies: Sequence[str] | None = None,
+        metadata: Any = None,
     ) -> Checkpoint:
         """Create the work directory of ``output``, or with ``resume=True`` reopen it.
 
@@ -263,6 +290,10 @@ class Checkpoint:
             settings: JSON-serialisable values the vectors depend on; a resumed job must
                 present equal settings.
             resume: continue an existing work directory (a missing one is created).
+            strategies: the output's vector columns, in order (default: ``settings``'
+                ``"strategies"``).
+            metadata: an output stage's record for the output (see :meth:`publish`), or a
+                function of the first part's stored arrays that returns it.
 
         Raises:
             CheckpointError: the directory exists and ``resume`` is False; it was made
@@ -273,11 +304,13 @@ class Checkpoint:
         path = work_dir_for(out)
         settings = json.loads(json.dumps(dict(settings)))  # normalise tuples, keys
         cls._remove_trash(out)
-        if path.exists():
-            if not resume:
-                check_no_work_dir(out, cls)
-            return cls._reopen(out, path, settings)
-        return cls._create(out, path, settings)
+        if path.exists() and not resume:
+            check_no_work_dir(out, cls)
+        opened = (cls._reopen if path.exists() else cls._create)(out, path, settings)
+        if strategies is not None:
+            opened.strategies = list(strategies)
+        opened.metadata = metadata
+        return opened
 
     @staticmethod
     def _count(path: Path) -> int:
@@ -364,6 +397,14 @@ class Checkpoint:
     def _part_path(self, index: int) -> Path:
         return self.path / self._files[index]
 
+    def put(self, part: Part) -> None:
+        """:meth:`verify` a resumed part (no ``arrays``), else :meth:`commit` it."""
+        if part.arrays is None:
+            self.verify(part.index, part.first_row, part.digest)
+        else:
+            self.commit(part.index, part.first_row, part.digest, part.arrays, ids=part.ids,
+                        columns=part.columns, texts=part.texts)  # fmt: skip
+
     def commit(
         self,
         index: int,
@@ -416,6 +457,54 @@ class Checkpoint:
         self.done.add(index)
         self._files[index] = name
         self._metas[index] = meta
+        self._assemble(index, (ids, arrays, extra))
+
+    def _assemble(self, index: int, part: tuple[Any, Any, Any]) -> None:
+        """Append parts to the output under assembly, up to ``index``: those not yet in it
+        read back from their files (resumed parts), then part ``index`` itself (``part``:
+        its ids or None, arrays and columns, as committed, from memory). A part committed
+        in order is thus never read back. Not when a part before it is missing
+        (:meth:`publish` reads them back then); out of space, the assembly is given up
+        for now, and :meth:`publish` starts it again from the files."""
+        start = self._assembled
+        if start is None or start > index or not self.done.issuperset(range(start, index)):
+            return
+        try:
+            for k in range(start, index + 1):
+                ids, arrays, columns = self.load_part(k) if k < index else part
+                if ids is None:
+                    first = int(self._metas[k]["first_row"])
+                    ids = np.arange(first, first + self.rows(k), dtype=np.int64)
+                if len(ids):
+                    self._append(ids, arrays, columns)
+                self._assembled = k + 1
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            self._close_assembly()
+            self._assembled = None
+
+    def _append(self, ids: np.ndarray, arrays: Mapping[str, Any], columns: Any) -> None:
+        """Write rows into the output under assembly, opened at the first row (a part of
+        --chunks may have none): :attr:`metadata` may need the stored arrays."""
+        from poolkit.io.writers import EmbeddingWriter, output_format
+
+        if self._assembly is None:
+            fmt = output_format(self.output)
+            meta = self.metadata
+            self._record = (meta(arrays) if arrays else None) if callable(meta) else meta
+            self._assembly = EmbeddingWriter(self.path / f"assembled.{fmt}", fmt,
+                                             self.strategies, True, self._record)  # fmt: skip
+        if len(ids):
+            self._assembly.write(ids, arrays, columns)
+
+    def _close_assembly(self) -> None:
+        """Drop the output under assembly (its temporary file goes): the next commit or
+        :meth:`publish` starts it again from the parts' files."""
+        self._assembled = 0
+        if self._assembly is not None:
+            self._assembly.abort()
+            self._assembly = None
 
     def _meta(self, index: int) -> dict[str, Any]:
         return self._metas[index]
@@ -475,46 +564,44 @@ class Checkpoint:
 
     # -- the end ------------------------------------------------------------------------
 
-    def publish(
-        self,
-        num_parts: int,
-        strategies: list[str],
-        *,
-        overwrite: bool,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Path:
+    def publish(self, num_parts: int, *, overwrite: bool) -> Path:
         """Write parts ``0..num_parts-1`` into ``output`` (atomic), then remove the work
-        directory. Returns ``output``. ``metadata`` (an output stage's record) goes into a
-        Parquet output's metadata, or, for ``.npy``/``.jsonl``, into the JSON file
-        :func:`poolkit.io.writers.sidecar_path` names, published before the output.
+        directory. Returns ``output``. The parts committed in order are in the output
+        already; the others are read back (and hashed again) here. :attr:`metadata` (an
+        output stage's record) goes into a Parquet output's metadata, or, for
+        ``.npy``/``.jsonl``, into the JSON file :func:`poolkit.io.writers.sidecar_path`
+        names, published before the output.
 
         Raises:
             CheckpointError: a part is missing, or ``output`` exists and not ``overwrite``.
         """
-        from poolkit.io.writers import EmbeddingWriter, output_format
+        from poolkit.io.writers import output_format
 
         missing = [k for k in range(num_parts) if k not in self.done]
         if missing:
             raise CheckpointError(f"{self.path}: parts {missing[:5]} are missing.")
         fmt = output_format(self.output)
+        if self._assembled is None or self._assembled > num_parts:  # given up: start over
+            self._close_assembly()
         # Assembled inside the work directory (same filesystem as OUTPUT, so the final
         # rename is atomic); a kill here leaves only work-directory files behind.
-        staged = self.path / f"assembled.{fmt}"
         try:
-            with EmbeddingWriter(staged, fmt, list(strategies), overwrite=True,
-                                 metadata=metadata) as writer:  # fmt: skip
-                for k in range(num_parts):
-                    if not self.rows(k):  # a part whose texts gave no row (--chunks)
-                        continue
-                    ids, arrays, columns = self.load_part(k)
-                    writer.write(ids, arrays, columns)
+            for k in range(self._assembled, num_parts):
+                if self.rows(k):  # a part whose texts gave no row (--chunks): nothing
+                    self._append(*self.load_part(k))
+                self._assembled = k + 1
+            if self._assembly is None:  # no row at all: an empty output
+                self._append(np.zeros(0, np.int64), {}, None)
+            staged = self._assembly.close()
+            self._assembly = None
         except OSError as e:
+            self._close_assembly()
             if not is_disk_full(e):
                 raise
             rows = sum(self.rows(k) for k in range(num_parts))
             first = next((k for k in range(num_parts) if self.rows(k)), 0)
-            ids, arrays = self.load(first)
-            dims = [int(arrays[n].shape[1]) for n in strategies]
+            arrays = self.load(first)[1]
+            dims = [int(arrays[n].shape[1]) for n in self.strategies]
             raise disk_full(e, self.output, estimate_output_bytes(fmt, rows, dims)) from e
         # mkstemp files are private (0600); OUTPUT gets the mode any new file would get.
         umask = os.umask(0)
@@ -531,11 +618,12 @@ class Checkpoint:
             atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
         except BaseException:
             staged.unlink(missing_ok=True)  # a full copy of OUTPUT: do not keep it around
+            self._assembled = 0
             raise
         if fmt != "parquet":
             from poolkit.io.writers import sidecar_path
 
-            if metadata:
+            if metadata := self._record:
                 side = json.dumps(metadata, indent=1).encode("utf-8")
                 atomic_write(sidecar_path(self.output), lambda f: f.write(side))
             elif overwrite:  # a replaced output's record would describe other vectors
@@ -547,6 +635,7 @@ class Checkpoint:
     def discard(self) -> None:
         """Remove the work directory (renamed away first, so a kill mid-removal leaves no
         half-deleted checkpoint under the work directory's name)."""
+        self._close_assembly()
         trash = self.path.with_name(
             f".{self.output.name}{WORK_SUFFIX}.trash-{os.getpid()}-{os.urandom(4).hex()}"
         )
@@ -592,7 +681,9 @@ class Checkpoint:
         return (path / _PUBLISHED).exists() and not any(path.glob("assembled.*"))
 
     def close(self) -> None:
-        """Release the lock; the directory stays for ``--resume``."""
+        """Release the lock; the directory stays for ``--resume`` (without the output under
+        assembly: it is rebuilt from the parts)."""
+        self._close_assembly()
         if self._lock is not None:
             self._lock.close()
             self._lock = None

@@ -114,12 +114,18 @@ class ShardCheckpoint(Checkpoint):
 
     # -- resuming -----------------------------------------------------------------------
 
-    def keep(self, stamps: Sequence[Mapping[str, Any]]) -> list[bool]:
+    def keep(
+        self, stamps: Sequence[Mapping[str, Any]], unchanged: Sequence[Any] = ()
+    ) -> list[bool]:
         """Which input files are done: ``stamps[k]`` (``name``, ``first_id``, ``rows``,
         ``sha256``, ...) describes input file ``k`` as it is now. A file is done when a
-        record matches it and every shard the record names verifies. Everything else
-        (records of changed or vanished files, damaged shards, shards no kept record
-        names) is deleted, each kind with one warning."""
+        record matches it and every shard the record names verifies (an empty file is
+        recorded done here). Everything else (records of changed or vanished files,
+        damaged shards, shards no kept record names) is deleted, each kind with one
+        warning. ``unchanged[k]`` (optional): a :class:`~poolkit.io.inputstamp.InputStamp`
+        of file ``k``, checked before the file is recorded done by :meth:`put`."""
+        self._stamps, self._unchanged = list(stamps), list(unchanged)
+        self._pending: dict[int, list[tuple[int, int, str]]] = {}
         wanted = {tuple(s[k] for k in _IDENTITY): s for s in stamps}
         used: set[str] = set()
         damaged: list[str] = []
@@ -161,7 +167,22 @@ class ShardCheckpoint(Checkpoint):
                 f"{self.path}: removed {len(partial)} shards that belong to no finished input "
                 f"file ({_short(partial, 3)}); their rows will be embedded again."
             )
+        for stamp in stamps:
+            if stamp["rows"] == 0 and stamp["name"] not in self.done_files:
+                self.finish(stamp, [])  # nothing to embed
         return [s["name"] in self.done_files for s in stamps]
+
+    def put(self, block: tuple[int, int, Any]) -> None:
+        """Write a block of input file ``k``'s rows, ``(k, first id, pyarrow.Table)`` as
+        :func:`~poolkit.cli._ray_resume.split_by_file` cuts them, as a shard; once every
+        row of file ``k`` is in, record it done (:meth:`finish`), shards in row order."""
+        k, first, table = block
+        pending = self._pending.setdefault(k, [])
+        pending.append((first, table.num_rows, self.add_shard(table)))
+        if sum(n for _, n, _ in pending) == self._stamps[k]["rows"]:
+            if k < len(self._unchanged) and self._unchanged[k] is not None:
+                self._unchanged[k].check()
+            self.finish(self._stamps[k], [name for *_, name in sorted(self._pending.pop(k))])
 
     def _verified(self, shard: str) -> bool:
         match = _SHARD.match(shard)
