@@ -191,6 +191,72 @@ def test_failed_commit_leaves_no_chunk(tmp_path, monkeypatch):
     cp.close()
 
 
+@pytest.mark.parametrize("ext", ["npy", "parquet", "jsonl"])
+def test_parts_committed_in_order_are_never_read_back(tmp_path, monkeypatch, ext):
+    names = ["mean"] if ext == "npy" else ["mean", "cls"]
+    settings = {**SETTINGS, "strategies": names}
+    reads: list[str] = []
+    original = Checkpoint._read
+    monkeypatch.setattr(Checkpoint, "_read", lambda cp, k: reads.append(k) or original(cp, k))
+    out = tmp_path / f"out.{ext}"
+    cp = Checkpoint.open(out, settings, resume=False)
+    for k in range(len(TEXTS)):
+        commit(cp, k, names)
+    # The output grows in the work directory as parts are committed, from memory.
+    assert [p.name.startswith(f".assembled.{ext}.") for p in work_dir_for(out).glob(".*")] == [True]
+    cp.publish(len(TEXTS), overwrite=False)
+    assert reads == []
+    direct(tmp_path / f"ref.{ext}", names)
+    assert out.read_bytes() == (tmp_path / f"ref.{ext}").read_bytes()
+
+    # Resumed: the two parts found done are read back once each, when part 2 is committed.
+    out = tmp_path / f"resumed.{ext}"
+    cp = Checkpoint.open(out, settings, resume=False)
+    commit(cp, 0, names)
+    commit(cp, 1, names)
+    cp.close()  # killed: the output under assembly goes, the parts stay
+    assert not list(work_dir_for(out).glob(".*.tmp"))
+    cp = Checkpoint.open(out, settings, resume=True)
+    for k in (0, 1):
+        cp.verify(k, k * 5, texts_digest(TEXTS[k]))
+    assert reads == []
+    commit(cp, 2, names)
+    assert reads == [0, 1]
+    commit(cp, 3, names)
+    cp.publish(len(TEXTS), overwrite=False)
+    assert reads == [0, 1]
+    assert out.read_bytes() == (tmp_path / f"ref.{ext}").read_bytes()
+
+
+def test_no_room_for_the_output_midway_gives_it_up_until_publish(tmp_path, monkeypatch):
+    from poolkit.io.writers import EmbeddingWriter
+
+    out = tmp_path / "out.npy"
+    cp = Checkpoint.open(out, SETTINGS, resume=False)
+    commit(cp, 0, ["mean"])
+    write = EmbeddingWriter.write
+
+    def full(self, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(EmbeddingWriter, "write", full)
+    commit(cp, 1, ["mean"])  # the part is committed; the assembly is dropped, not the job
+    assert cp.done == {0, 1} and not list(work_dir_for(out).glob(".*.tmp"))
+    monkeypatch.setattr(EmbeddingWriter, "write", write)
+    commit(cp, 2, ["mean"])  # not assembled again midway: that waits for publish
+    assert not list(work_dir_for(out).glob(".*.tmp"))
+    commit(cp, 3, ["mean"])
+    monkeypatch.setattr(EmbeddingWriter, "write", full)
+    with pytest.raises(DiskFullError, match=r"out\.npy: cannot write it .*it needs 608 bytes"):
+        cp.publish(len(TEXTS), overwrite=False)  # 128 + 20 x 6 x 4: what OUTPUT needs
+    assert cp.done == {0, 1, 2, 3} and not out.exists()
+    assert not list(work_dir_for(out).glob(".*.tmp")) and not list(work_dir_for(out).glob("assem*"))
+    monkeypatch.setattr(EmbeddingWriter, "write", write)
+    cp.publish(len(TEXTS), overwrite=False)  # space freed: every part read back
+    direct(tmp_path / "ref.npy", ["mean"])
+    assert out.read_bytes() == (tmp_path / "ref.npy").read_bytes()
+
+
 def test_publish_refuses_existing_output_and_keeps_the_work(tmp_path):
     out = tmp_path / "out.npy"
     cp = Checkpoint.open(out, SETTINGS, resume=False)

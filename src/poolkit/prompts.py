@@ -52,7 +52,7 @@ def resolve_prompt(info: Any, prompt_name: str | None, prompt: str | None) -> st
         known = ", ".join(repr(k) for k in sorted(info.prompts)) or "none"
         raise InputError(
             expected("prompt_name", f"one of the model's prompts ({known})", repr(name),
-                     "Pass prompt='...' for a prompt of your own.")
+                     "Pass `prompt='...'` for a prompt of your own.")
         )  # fmt: skip
     return info.prompts[name] or None
 

@@ -69,10 +69,7 @@ def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
             raise InputError(f"{given[0]}: only with --chunks (one row per chunk of each text); "
                              f"add --chunks, e.g. --chunks tokens:128, or drop {given[0]}.")  # fmt: skip
         return None
-    try:
-        chunker = Chunker.parse(args.chunks)  # a string here: only InputError can come
-    except InputError as e:
-        raise InputError(str(e).replace("`chunks`", "--chunks")) from None
+    chunker = Chunker.parse(args.chunks)  # `chunks` in its message: --chunks when printed
     if getattr(args, "engine", "local") == "ray":
         raise InputError("--chunks: not supported with --engine ray yet; run without --engine ray.")
     if args.stride is not None and not args.late:

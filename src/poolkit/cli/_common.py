@@ -34,6 +34,8 @@ _USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, IsADirectoryError, No
 ARGUMENT_FLAGS = {"fmt": "--input-format", "overwrite=True": "--overwrite",
                   "resume=True": "--resume", "split": "--split", "train": "--train",
                   "pipeline='pooled'": "--pooled-only", "format='onnx'": "--format onnx",
+                  "prompt_name": "--prompt-name", "prompt": "--prompt", "chunks": "--chunks",
+                  "prompt='...'": "--prompt '...'",
                   "format='sentence-transformers'": "--format sentence-transformers"}  # fmt: skip
 
 

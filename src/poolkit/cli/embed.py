@@ -151,11 +151,7 @@ def _check_pipeline_and_prompt(args: argparse.Namespace, encoder: Any, recipes: 
     from poolkit.embedding import head_plan
     from poolkit.prompts import resolve_prompt
 
-    try:
-        resolve_prompt(encoder.info, args.prompt_name, args.prompt)
-    except ValueError as e:
-        flags = str(e).replace("`prompt_name`", "--prompt-name").replace("`prompt`", "--prompt")
-        raise type(e)(flags.replace("prompt='...'", "--prompt '...'")) from None
+    resolve_prompt(encoder.info, args.prompt_name, args.prompt)  # `prompt`: --prompt, printed
     head_plan(encoder, recipes, _pipeline(args))
 
 
@@ -334,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
                              "whitespace only); nothing to embed.")  # fmt: skip
         if not tally.dims:  # every part resumed: the widths stored in the first part with rows
             stored = next(k for k in range(tally.parts) if checkpoint.rows(k))
-            tally.dims = _dims_of(checkpoint.load(stored)[1], recipes)
+            tally.dims = _dims_of(checkpoint.load_part(stored)[1], recipes)
         checkpoint.publish(tally.parts, overwrite=args.overwrite)
 
     def kept(failed: bool) -> str | None:
@@ -365,39 +361,35 @@ def run(args: argparse.Namespace) -> int:
         print("poolkit: note: -o - records no int8/uint8 ranges (they came from "
               f"{next(iter(ranges.values())).source}); write a file to keep them.",
               file=sys.stderr)  # fmt: skip
-    done, rows, resumed, truncated, dims = (tally.texts, tally.rows, tally.resumed,
-                                            tally.truncated, tally.dims)  # fmt: skip
-    seconds = time.perf_counter() - start
     if blank:
         shown = ", ".join(str(i) for i in blank[:5]) + (", ..." if len(blank) > 5 else "")
-        how = (
+        kept_as = (
             "was kept as an empty text, id" if len(blank) == 1 else "were kept as empty texts, ids"
         )
-        print(
-            f"poolkit: warning: {count(len(blank), 'blank text')} (empty or whitespace only) "
-            f"{how} {shown}.",
-            file=sys.stderr,
-        )
-    if chunking is not None:
-        if not args.quiet:
-            counts = (done, rows, resumed, truncated)
-            _chunks_summary(args, checkpoint, dims, counts, encoder.max_length, seconds)
-        return 0
+        print(f"poolkit: warning: {count(len(blank), 'blank text')} (empty or whitespace only) "
+              f"{kept_as} {shown}.", file=sys.stderr)  # fmt: skip
     if not args.quiet:
-        shape = ", ".join(f"{k}={v}" for k, v in dims.items())
-        note = ""
-        if truncated:
-            note = (f" (longer than {encoder.max_length} tokens; --long-text window keeps "
-                    "all tokens)")  # fmt: skip
-        if resumed:
-            note += f"; {count(resumed, 'text')} resumed from the checkpoint"
-        print(
-            f"poolkit: {count(done, 'text')} -> {checkpoint.path if to_stdout else args.output} "
-            f"[{shape}] in {seconds:.1f} s, "
-            f"{(done - resumed) / max(seconds, 1e-9):.1f} texts/s, {truncated} truncated{note}",
-            file=sys.stderr,
-        )
+        out = checkpoint.path if to_stdout else args.output
+        _summary(tally, out, encoder.max_length, time.perf_counter() - start, chunking is not None)
     return 0
+
+
+def _summary(tally: _Tally, out: Any, max_length: int, seconds: float, chunks: bool) -> None:
+    """``poolkit: N texts -> OUTPUT [...] in ...``; with --chunks ``N documents -> M chunks
+    -> OUTPUT [...]``, rates in documents and truncation counted in documents."""
+    unit = "document" if chunks else "text"
+    shape = ", ".join(f"{k}={v}" for k, v in tally.dims.items())
+    note = ""
+    if tally.truncated and chunks:
+        note = f" (documents with a chunk longer than {max_length} tokens, cut there)"
+    elif tally.truncated:
+        note = f" (longer than {max_length} tokens; --long-text window keeps all tokens)"
+    if tally.resumed:
+        note += f"; {count(tally.resumed, unit)} resumed from the checkpoint"
+    rows = f" -> {count(tally.rows, 'chunk')}" if chunks else ""
+    rate = (tally.texts - tally.resumed) / max(seconds, 1e-9)
+    print(f"poolkit: {count(tally.texts, unit)}{rows} -> {out} [{shape}] in {seconds:.1f} s, "
+          f"{rate:.1f} {unit}s/s, {tally.truncated} truncated{note}", file=sys.stderr)  # fmt: skip
 
 
 class _Tally:
@@ -416,29 +408,3 @@ def _dims_of(arrays: Any, recipes: dict[str, Any]) -> dict[str, int]:
         if r.precision in ("binary", "ubinary"):
             dims[n] = r.dims or dims[n] * 8
     return dims
-
-
-def _chunks_summary(
-    args: argparse.Namespace,
-    checkpoint: Any,
-    dims: dict[str, int],
-    counts: tuple[int, int, int, int],
-    max_length: int,
-    seconds: float,
-) -> None:
-    """``poolkit: N documents -> M chunks -> OUTPUT [...] in ...`` (``--chunks``);
-    ``counts``: documents, chunks, documents resumed, documents with a chunk cut."""
-    done, rows, resumed, truncated = counts
-    shape = ", ".join(f"{k}={v}" for k, v in dims.items())
-    note = ""
-    if truncated:
-        note = f" (documents with a chunk longer than {max_length} tokens, cut there)"
-    if resumed:
-        note += f"; {count(resumed, 'document')} resumed from the checkpoint"
-    out = checkpoint.path if args.output == "-" else args.output
-    print(
-        f"poolkit: {count(done, 'document')} -> {count(rows, 'chunk')} -> {out} [{shape}] in "
-        f"{seconds:.1f} s, {(done - resumed) / max(seconds, 1e-9):.1f} documents/s, "
-        f"{truncated} truncated{note}",
-        file=sys.stderr,
-    )

@@ -47,7 +47,7 @@ import re
 import shutil
 import struct
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ from poolkit.errors import InputError, OutputExistsError
 from poolkit.io.atomic import AtomicDir, atomic_write, fsync_dir, publish_file
 from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
 from poolkit.io.integrity import IntegrityWarning, bytes_digest, read_verified
+from poolkit.io.writers import EmbeddingWriter, output_format, sidecar_path, stored
 
 __all__ = [
     "WORK_SUFFIX",
@@ -437,7 +438,7 @@ class Checkpoint:
         meta: dict[str, Any] = {"index": index, "first_row": first_row, "rows": rows.pop(),
                                 "texts_sha256": digest, "strategies": names}  # fmt: skip
         # Stored forms (float16, int8, uint8) are kept as they are; anything else is float32.
-        payload = {f"s{k}": _stored(arrays[n]) for k, n in enumerate(names)}
+        payload = {f"s{k}": stored(arrays[n]) for k, n in enumerate(names)}
         if ids is not None:  # parts of one row per text keep their files as they were
             meta["texts"] = meta["rows"] if texts is None else int(texts)
             payload["ids"] = np.asarray(ids, dtype=np.int64)
@@ -457,38 +458,32 @@ class Checkpoint:
         self.done.add(index)
         self._files[index] = name
         self._metas[index] = meta
-        self._assemble(index, (ids, arrays, extra))
+        start = self._assembled  # part `index` goes on from memory, after any resumed ones
+        if start is not None and start <= index and self.done.issuperset(range(start, index)):
+            first = np.arange(first_row, first_row + meta["rows"], dtype=np.int64)
+            try:
+                self._assemble(index, (first if ids is None else ids, arrays, extra))
+            except OSError as e:
+                if not is_disk_full(e):
+                    raise
+                self._close_assembly()
+                self._assembled = None  # publish starts it again, and says what it needs
 
-    def _assemble(self, index: int, part: tuple[Any, Any, Any]) -> None:
-        """Append parts to the output under assembly, up to ``index``: those not yet in it
-        read back from their files (resumed parts), then part ``index`` itself (``part``:
-        its ids or None, arrays and columns, as committed, from memory). A part committed
-        in order is thus never read back. Not when a part before it is missing
-        (:meth:`publish` reads them back then); out of space, the assembly is given up
-        for now, and :meth:`publish` starts it again from the files."""
-        start = self._assembled
-        if start is None or start > index or not self.done.issuperset(range(start, index)):
-            return
-        try:
-            for k in range(start, index + 1):
-                ids, arrays, columns = self.load_part(k) if k < index else part
-                if ids is None:
-                    first = int(self._metas[k]["first_row"])
-                    ids = np.arange(first, first + self.rows(k), dtype=np.int64)
-                if len(ids):
-                    self._append(ids, arrays, columns)
-                self._assembled = k + 1
-        except OSError as e:
-            if not is_disk_full(e):
-                raise
-            self._close_assembly()
-            self._assembled = None
+    def _assemble(self, stop: int, last: tuple[Any, Any, Any] | None = None) -> None:
+        """Append parts ``_assembled .. stop-1`` to the output under assembly, read back
+        from their files (parts a resume found done), then ``last`` (part ``stop``'s ids,
+        arrays and columns, from memory): a part committed in order is never read back."""
+        for k in range(self._assembled or 0, stop):
+            if self.rows(k):  # a part whose texts gave no row (--chunks): nothing
+                self._append(*self.load_part(k))
+            self._assembled = k + 1
+        if last is not None:
+            self._append(*last)
+            self._assembled = stop + 1
 
     def _append(self, ids: np.ndarray, arrays: Mapping[str, Any], columns: Any) -> None:
         """Write rows into the output under assembly, opened at the first row (a part of
         --chunks may have none): :attr:`metadata` may need the stored arrays."""
-        from poolkit.io.writers import EmbeddingWriter, output_format
-
         if self._assembly is None:
             fmt = output_format(self.output)
             meta = self.metadata
@@ -540,14 +535,10 @@ class Checkpoint:
                 "to start over."
             )
 
-    def load(self, index: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Row ids ``(n,)`` int64 and strategy -> float32 ``(n, D)`` of part ``index``."""
-        ids, arrays, _ = self.load_part(index)
-        return ids, arrays
-
     def load_part(self, index: int) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, Any]]:
-        """:meth:`load` with the part's extra columns (name -> int64 array or list of
-        strings; empty for a part committed without)."""
+        """Part ``index``: row ids ``(n,)`` int64, strategy -> ``(n, D)`` as stored, and its
+        extra columns (name -> int64 array or list of strings; empty for a part committed
+        without)."""
         meta = self._meta(index)
         with np.load(io.BytesIO(self._read(index)), allow_pickle=False) as z:
             arrays = {n: z[f"s{k}"] for k, n in enumerate(meta["strategies"])}
@@ -575,21 +566,16 @@ class Checkpoint:
         Raises:
             CheckpointError: a part is missing, or ``output`` exists and not ``overwrite``.
         """
-        from poolkit.io.writers import output_format
-
         missing = [k for k in range(num_parts) if k not in self.done]
         if missing:
             raise CheckpointError(f"{self.path}: parts {missing[:5]} are missing.")
         fmt = output_format(self.output)
-        if self._assembled is None or self._assembled > num_parts:  # given up: start over
+        if (self._assembled or 0) > num_parts:
             self._close_assembly()
         # Assembled inside the work directory (same filesystem as OUTPUT, so the final
         # rename is atomic); a kill here leaves only work-directory files behind.
         try:
-            for k in range(self._assembled, num_parts):
-                if self.rows(k):  # a part whose texts gave no row (--chunks): nothing
-                    self._append(*self.load_part(k))
-                self._assembled = k + 1
+            self._assemble(num_parts)
             if self._assembly is None:  # no row at all: an empty output
                 self._append(np.zeros(0, np.int64), {}, None)
             staged = self._assembly.close()
@@ -600,7 +586,7 @@ class Checkpoint:
                 raise
             rows = sum(self.rows(k) for k in range(num_parts))
             first = next((k for k in range(num_parts) if self.rows(k)), 0)
-            arrays = self.load(first)[1]
+            arrays = self.load_part(first)[1]
             dims = [int(arrays[n].shape[1]) for n in self.strategies]
             raise disk_full(e, self.output, estimate_output_bytes(fmt, rows, dims)) from e
         # mkstemp files are private (0600); OUTPUT gets the mode any new file would get.
@@ -621,8 +607,6 @@ class Checkpoint:
             self._assembled = 0
             raise
         if fmt != "parquet":
-            from poolkit.io.writers import sidecar_path
-
             if metadata := self._record:
                 side = json.dumps(metadata, indent=1).encode("utf-8")
                 atomic_write(sidecar_path(self.output), lambda f: f.write(side))
@@ -693,18 +677,6 @@ class Checkpoint:
 
     def __exit__(self, *_: Any) -> None:
         self.close()
-
-    def parts(self) -> Iterator[int]:
-        """Committed part indices, ascending."""
-        return iter(sorted(self.done))
-
-    chunks = parts  # the name from before the unit was called a part
-
-
-def _stored(arr: Any) -> np.ndarray:
-    a = np.asarray(arr)
-    keep = a.dtype in (np.float32, np.float16, np.int8, np.uint8)
-    return np.ascontiguousarray(a if keep else a.astype(np.float32))
 
 
 def _column_payload(key: str, values: Any) -> dict[str, np.ndarray]:

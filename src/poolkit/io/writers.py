@@ -56,7 +56,7 @@ def sidecar_path(path: str | os.PathLike[str]) -> Path:
     return Path(os.fspath(path) + ".poolkit.json")
 
 
-def _stored(arr: np.ndarray) -> np.ndarray:
+def stored(arr: np.ndarray) -> np.ndarray:
     """``arr`` as stored: float16/int8/uint8 as they are, anything else as float32."""
     a = np.asarray(arr)
     return np.ascontiguousarray(a if a.dtype in _STORED else a.astype(np.float32))
@@ -154,7 +154,7 @@ class EmbeddingWriter:
             raise InputError(unmet("an open writer", "it was already closed"))
         ids = np.asarray(ids, dtype=np.int64)
         for name in self.strategies:
-            arr = _stored(arrays[name])
+            arr = stored(arrays[name])
             dim = self._dims.setdefault(name, arr.shape[1])
             if arr.shape != (len(ids), dim):
                 value_error(f"arrays[{name!r}]", f"of shape ({len(ids)}, {dim})", arr.shape)
@@ -171,7 +171,7 @@ class EmbeddingWriter:
             if len(values) != len(ids):
                 value_error(f"columns[{name!r}]", f"{len(ids)} values, one per row", len(values))
         if self.fmt == "npy":
-            arr = _stored(arrays[self.strategies[0]])
+            arr = stored(arrays[self.strategies[0]])
             if self._dtype is None:
                 self._dtype = arr.dtype
             self._file.write(arr.astype(self._dtype, copy=False).data)
@@ -195,7 +195,7 @@ class EmbeddingWriter:
             else:
                 columns.append(pa.array(list(values), pa.string()))
         for name in self.strategies:
-            arr = _stored(arrays[name])
+            arr = stored(arrays[name])
             flat = pa.array(arr.reshape(-1), pa.from_numpy_dtype(arr.dtype))
             columns.append(pa.FixedSizeListArray.from_arrays(flat, arr.shape[1]))
         table = pa.Table.from_arrays(columns, names=["id", *extra, *self.strategies])
