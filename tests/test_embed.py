@@ -240,3 +240,25 @@ def test_every_level_runs_the_same_driver(minilm_dir):
         assert stats.max_batch_tokens == 9 and stats.num_tokens == 8 + 3, name
         with pytest.raises(ValueError, match="`max_batch_tokens`"):
             call(max_batch_tokens=0)
+
+
+def test_tokens_words_and_spans_pool_through_their_recipe(minilm_dir, monkeypatch):
+    """The level dispatch lives in Recipe.pool: each per-token, per-word and per-span call
+    goes through it once per batch (tokens: the recipe's layer mix, per_token=True)."""
+    import poolkit
+    from poolkit.recipe import Recipe
+
+    calls: list[tuple[str, bool]] = []
+    pool = Recipe.pool
+
+    def spy(self, batch, **kw):
+        calls.append((self.level, kw.get("per_token", False)))
+        return pool(self, batch, **kw)
+
+    monkeypatch.setattr(Recipe, "pool", spy)
+    tokens = poolkit.embed_tokens(["a b", "c"], minilm_dir, layers="last4")
+    poolkit.embed_words([["a", "b"]], minilm_dir, "mean")
+    poolkit.embed_spans(["ab cd"], [[(0, 2)]], minilm_dir, "max")
+    assert calls == [("sequence", True), ("word", False), ("span", False)]
+    assert [t.tokens for t in tokens] == [["a", "b"], ["c"]]
+    assert tokens[0].vectors.shape == (2, 384) and tokens[0].vectors.dtype == np.float32

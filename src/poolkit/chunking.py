@@ -27,7 +27,7 @@ import numpy as np
 
 from poolkit._errors import value_error
 from poolkit.chunkers import Chunker, check_spans, sentence_spans, token_spans
-from poolkit.driver import EmbedStats, warn_truncated
+from poolkit.driver import EmbedStats, user_tokens, warn_truncated
 from poolkit.embedding import (
     Layers,
     ModelRef,
@@ -339,9 +339,7 @@ def late_chunk_vectors(
     starts = np.concatenate([[0], np.cumsum([len(s) for s in spans])])
 
     def rows(batch: EncodedBatch) -> tuple[_ChunkRows, np.ndarray]:
-        valid = (batch.attention_mask != 0) & ~batch.special_tokens_mask
-        if batch.prompt_mask is not None:
-            valid &= ~batch.prompt_mask
+        valid = user_tokens(batch)
         token_spans = [char_to_token_spans(batch.offsets[j], valid[j], spans[i], row=int(i))
                        for j, i in enumerate(batch.indices)]  # fmt: skip
         at = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in batch.indices])

@@ -183,6 +183,14 @@ class LayerViews:
         return self._cache[key]
 
 
+def user_tokens(batch: Any) -> np.ndarray:
+    """``(B, L)`` bool: the tokens of the user's text, neither padding, special (``[CLS]``,
+    ``[SEP]``, ...) nor the prompt's (``batch.prompt_mask``, where the batch has one)."""
+    keep = (batch.attention_mask != 0) & ~batch.special_tokens_mask
+    prompt = getattr(batch, "prompt_mask", None)  # duck-typed batches may have none
+    return keep if prompt is None else keep & ~prompt
+
+
 def _refuse_rows_left_empty(batch: Any, recipes: list[Any]) -> None:
     """InputError naming the texts (first 5) with no token left to pool: after dropping
     special tokens (a ``_no_special`` part), or once the prompt is kept out of pooling

@@ -28,9 +28,8 @@ from poolkit.driver import (
     LayerViews,
     TruncationWarning,
     drive,
-    on_accelerator,
     sequence_vectors,
-    to_float32_numpy,
+    user_tokens,
     warn_truncated,
 )
 from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens, check_texts
@@ -656,8 +655,6 @@ def embed_tokens(
         ``N`` :class:`TokenVectors` in input order; text ``i`` has ``n_i`` tokens
         (after truncation, which warns), vectors ``(n_i, H)`` float32.
     """
-    from poolkit.tokens import token_embeddings
-
     req = resolve_request("token", texts, model, layers=layers, layer_how=layer_how,
                           max_length=max_length, max_batch_tokens=max_batch_tokens, device=device,
                           dtype=dtype, prompt_name=prompt_name, prompt=prompt)  # fmt: skip
@@ -665,21 +662,11 @@ def embed_tokens(
     result: list[TokenVectors | None] = [None] * len(texts)
 
     def on_batch(batch: EncodedBatch) -> None:
-        hidden = LayerViews(batch)[mix]
-        drop = batch.special_tokens_mask
-        if batch.prompt_mask is not None:
-            drop = drop | batch.prompt_mask  # the prompt's tokens are not the user's text
-        if on_accelerator(hidden):  # one copy of the batch, not one per row
-            hidden = to_float32_numpy(hidden)
-        per_row = token_embeddings(hidden, drop, batch.attention_mask)
-        keep = (batch.attention_mask != 0) & ~drop
+        per_row, keep = mix.pool(batch, per_token=True), user_tokens(batch)
         for j, i in enumerate(batch.indices):
             ids = batch.input_ids[j][keep[j]]
-            result[i] = TokenVectors(
-                tokens=encoder.tokenizer.convert_ids_to_tokens(ids.tolist()),
-                offsets=batch.offsets[j][keep[j]],
-                vectors=to_float32_numpy(per_row[j]),
-            )
+            result[i] = TokenVectors(tokens=encoder.tokenizer.convert_ids_to_tokens(ids.tolist()),
+                                     offsets=batch.offsets[j][keep[j]], vectors=per_row[j])  # fmt: skip
 
     stats = drive(encoder, texts, on_batch, all_layers=mix.all_layers, long_text=long_text,
                   max_batch_tokens=max_batch_tokens, progress=progress, prompt=req.prompt)  # fmt: skip
@@ -902,7 +889,7 @@ def embed_spans(
     token_spans: list[np.ndarray | None] = [None] * len(texts)
 
     def on_batch(batch: EncodedBatch) -> None:
-        valid = (batch.attention_mask != 0) & ~batch.special_tokens_mask
+        valid = user_tokens(batch)  # a span never maps to a prompt's token: offsets (0, 0)
         counts = [len(spans_in[i]) for i in batch.indices]
         width = max(max(counts), 1)
         spans = np.full((len(batch.indices), width, 2), -1, dtype=np.int64)

@@ -327,6 +327,7 @@ class Recipe:
         head: Any = None,
         empty: str = "raise",
         views: Any = None,
+        per_token: bool = False,
     ) -> Any:
         """This recipe's float32 NumPy vectors for one encoder batch, in its row order.
 
@@ -339,10 +340,25 @@ class Recipe:
         ``empty`` as in :func:`poolkit.driver.sequence_vectors`, which pools the sequence
         level; ``views``: the batch's ``LayerViews``, shared with other recipes. Returns
         ``(B, D)``, ``(B, W, D)`` or ``(B, S, D)``, zeros for missing words and padded spans.
+        ``per_token``: no pooling, the token level of this recipe's layer mix: ``B`` arrays
+        ``(n_i, D)``, the vectors of :func:`poolkit.driver.user_tokens`, never normalised.
         """
-        from poolkit.driver import LayerViews, l2_normalize, sequence_vectors, to_float32_numpy
+        from poolkit.driver import (
+            LayerViews,
+            l2_normalize,
+            on_accelerator,
+            sequence_vectors,
+            to_float32_numpy,
+            user_tokens,
+        )
+        from poolkit.tokens import token_embeddings
 
         views = LayerViews(batch) if views is None else views
+        if per_token:
+            hidden = views[self]
+            if on_accelerator(hidden):  # one copy of the batch, not one per row
+                hidden = to_float32_numpy(hidden)
+            return [to_float32_numpy(v) for v in token_embeddings(hidden, ~user_tokens(batch))]
         if self.level == "sequence":
             heads = {self: head} if head is not None else None
             return sequence_vectors(views, [self], model_normalize=model_normalize, empty=empty,
