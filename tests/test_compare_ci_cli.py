@@ -303,7 +303,10 @@ def test_int8_rows_beside_fp32_with_paired_difference_and_speed(tmp_path, monkey
     assert diff["ci"] == pytest.approx(
         reference_interval(len(paired), lambda i: paired[i].mean(), 1000), abs=1e-6
     )
-    assert int8["speedup"] > 0 and fp32["vs_fp32"] is None and fp32["speedup"] is None
+    # The speedup is the fp32 twin's encoding time over the int8 row's, both in the JSON.
+    assert fp32["encode_seconds"] > 0 and int8["encode_seconds"] > 0
+    assert int8["speedup"] == pytest.approx(fp32["encode_seconds"] / int8["encode_seconds"])
+    assert fp32["vs_fp32"] is None and fp32["speedup"] is None
     # The fp32 ONNX row agrees with the torch run of the same recipe (same model, fp32).
     torch_doc = run_json(tmp_path, "t.json", str(folder), "--task", "retrieval",
                          "--strategies", "mean", "cls", "--bootstrap", "0")  # fmt: skip

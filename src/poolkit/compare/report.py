@@ -67,7 +67,8 @@ class Result:
     against the best row; ``members``: every recipe this row stands for (rows that cannot
     differ, :mod:`poolkit.compare.grouping`), ``recipe`` first; ``backend``/``quantize``:
     set when ``compare`` ran a quantised model beside the full-precision one; ``vs_fp32``
-    and ``speedup`` then compare an int8 row with its fp32 row.
+    and ``speedup`` then compare an int8 row with its fp32 row, ``seconds`` being the time
+    each row's model spent encoding (the speedup is the fp32 twin's over the int8 row's).
 
     With budget rows (``--dims``/``--precision``) every row has ``dims`` (the stored
     width) and ``bytes_per_vector``; a budget row's recipe has the output stage, its
@@ -92,6 +93,7 @@ class Result:
     quantize: str | None = None
     vs_fp32: Paired | None = None
     speedup: float | None = None
+    seconds: float | None = None
     dims: int | None = None
     bytes_per_vector: int | None = None
     rescore: bool = False
@@ -419,7 +421,7 @@ def to_json(
     ``ci`` ({metric: [lo, hi]} or null), ``significant`` (vs the intended row; null for it,
     without one, or with the bootstrap off), ``difference`` ({"metric", "value", "ci"} vs
     the intended row, or null), ``members``, ``tied``; with a quantised run also
-    ``backend``, ``quantize``, ``vs_fp32`` and ``speedup``; with budget rows
+    ``backend``, ``quantize``, ``vs_fp32``, ``speedup`` and ``encode_seconds``; with budget rows
     (``--dims``/``--precision``) also ``dims``, ``precision``, ``bytes_per_vector``,
     ``rescore``, ``vs_float32`` (a budget row vs its float32 full-width row),
     ``calibration`` (what int8/uint8 ranges came from) and, for retrieval,
@@ -452,6 +454,7 @@ def to_json(
             row.update(
                 backend=r.backend, quantize=r.quantize,
                 vs_fp32=_paired_json(r.vs_fp32, metric), speedup=r.speedup,
+                encode_seconds=r.seconds,
             )  # fmt: skip
         if budget:
             row.update(

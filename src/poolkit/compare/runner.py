@@ -137,7 +137,8 @@ def compare(
         Row((g[0], None), g[0], g, intended=g[0] == chosen,
             backend=settings.backend, dims=widths.get(g[0]),
             bytes_per_vector=bytes_per_vector(widths[g[0]], None) if g[0] in widths else None,
-            search_ms=facts.get((g[0], None), {}).get("search_ms"))
+            search_ms=facts.get((g[0], None), {}).get("search_ms"),
+            seconds=None if quantized is None else timed.seconds)
         for g in grouped
     ]  # fmt: skip
     for base, stage in settings.stages.items():
@@ -171,7 +172,7 @@ def compare(
                 rows.append(
                     Row((g[0], "int8"), g[0], g,
                         intended=g[0] == chosen, backend=settings.backend, quantize="int8",
-                        reference=(g[0], None), speedup=speedup)
+                        reference=(g[0], None), speedup=speedup, seconds=timed_q.seconds)
                 )  # fmt: skip
     return summarize(settings.task, rows, evaluations, settings.bootstrap, settings.seed)
 

@@ -34,6 +34,7 @@ class Row:
     quantize: str | None = None
     reference: Hashable | None = None
     speedup: float | None = None
+    seconds: float | None = None
     dims: int | None = None
     bytes_per_vector: int | None = None
     rescore: bool = False
@@ -73,6 +74,7 @@ def summarize(
             quantize=r.quantize,
             vs_fp32=vs(r.key, r.reference),
             speedup=r.speedup,
+            seconds=r.seconds,
             dims=r.dims,
             bytes_per_vector=r.bytes_per_vector,
             rescore=r.rescore,
