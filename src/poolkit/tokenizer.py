@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._cache import cache_root
+from poolkit._versions import installed
 from poolkit.errors import InputError
 
 __all__ = ["TextTokenizer", "load_tokenizer", "tokenizer_cache_key"]
@@ -146,17 +147,6 @@ class TextTokenizer:
         return cls.from_record(backend.to_str(), facts)
 
 
-def _transformers_version() -> str:
-    """transformers' installed version from package metadata, without importing it (an
-    import costs seconds); ``"absent"`` when it is not installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("transformers")
-    except PackageNotFoundError:
-        return "absent"
-
-
 def tokenizer_cache_key(path: str | os.PathLike[str]) -> str:
     """Hash of the tokenizer files of model folder ``path`` and of the library versions:
     any change to what AutoTokenizer would build gives a new key."""
@@ -166,7 +156,7 @@ def tokenizer_cache_key(path: str | os.PathLike[str]) -> str:
 
     root = Path(path)
     h = hashlib.sha256()
-    h.update(f"{_FORMAT} {_transformers_version()} {tokenizers.__version__}".encode())
+    h.update(f"{_FORMAT} {installed('transformers') or 'absent'} {tokenizers.__version__}".encode())
     names = set(_FILES)
     with contextlib.suppress(OSError):
         names |= {p.name for p in root.iterdir() if p.suffix in _SUFFIXES}

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Generator
 from typing import Any, NoReturn, TypeVar
 
-__all__ = ["fail", "installed_versions", "job_settings", "run_job", "stopped", "with_note"]
+__all__ = ["fail", "job_settings", "run_job", "stopped", "with_note"]
 
 T = TypeVar("T")
 
@@ -70,22 +70,6 @@ def job_settings(
         **engine,
         "versions": versions,
     }
-
-
-def installed_versions(*names: str) -> dict[str, str | None]:
-    """poolkit's version and each package's installed one (None if absent), from package
-    metadata: importing torch just to ask costs seconds."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from poolkit import __version__
-
-    def installed(name: str) -> str | None:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return None
-
-    return {"poolkit": __version__, **{name: installed(name) for name in names}}
 
 
 def with_note(error: Exception, note: str) -> Exception:

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import already_exists, count, unmet, value_error
+from poolkit._versions import installed_versions
 from poolkit.cli._backend_args import calibration_texts, check_backend_args
 from poolkit.cli._common import positive, require_extra
-from poolkit.cli._job import installed_versions, job_settings, run_job
+from poolkit.cli._job import job_settings, run_job
 from poolkit.cli._signals import Terminated
 from poolkit.errors import InputError, RunError
 

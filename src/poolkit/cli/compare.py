@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import already_exists
+from poolkit._versions import installed_versions
 from poolkit.cli._backend_args import check_backend_args
 from poolkit.cli._common import add_common, flag_message, guess_note, report_error, require_extra
 from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
@@ -444,22 +445,8 @@ def _page(
         intended_note=_intended_note(info, results, args.task),
         winner=winner_command(args, ranked[0].recipe, ranked[0].quantize, ranked[0].documents),
         no_export=no_export, notes=notes, facts=facts,
-        versions=_versions(dict.fromkeys(packages)), command=compare_command(args),
+        versions=installed_versions(*dict.fromkeys(packages)), command=compare_command(args),
     )  # fmt: skip
-
-
-def _versions(packages: Any) -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from poolkit import __version__
-
-    out: dict[str, str | None] = {"poolkit": __version__}
-    for name in packages:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def _intended_note(info: Any, results: list, task: str) -> str:

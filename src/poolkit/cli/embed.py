@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import already_exists, count
+from poolkit._versions import installed_versions
 from poolkit.cli._backend_args import add_backend_arguments, calibration_texts, check_backend_args
 from poolkit.cli._chunk_args import add_chunk_arguments, check_chunk_flags
 from poolkit.cli._common import (
@@ -34,7 +35,7 @@ from poolkit.cli._common import (
     progress_bar,
     text_parts,
 )
-from poolkit.cli._job import installed_versions, job_settings, run_job
+from poolkit.cli._job import job_settings, run_job
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,

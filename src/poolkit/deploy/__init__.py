@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import expected, unmet
+from poolkit._versions import installed_versions
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -69,20 +70,6 @@ feed = {{"input_ids": [e.ids for e in enc], "attention_mask": [e.attention_mask 
 feed = {{k: np.array(v, dtype=np.int64) for k, v in feed.items() if k in names}}
 (vectors,) = session.run(["sentence_embedding"], feed)  # ({dim},) per text
 """
-
-
-def _versions(names: tuple[str, ...]) -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from poolkit import __version__
-
-    out: dict[str, str | None] = {"poolkit": __version__}
-    for name in names:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def export(
@@ -273,7 +260,7 @@ def _write_st(
         source, transformer_dir(source), work, pooling, normalize, encoder.max_length
     )
     record["modules"] = modules
-    record["versions"] = _versions(("sentence-transformers", "transformers", "torch"))
+    record["versions"] = installed_versions("sentence-transformers", "transformers", "torch")
 
 
 def _write_onnx(
@@ -357,7 +344,8 @@ def _write_onnx(
         "max_length": encoder.max_length,
         "padding": "right (either side gives the same vectors)",
     }
-    record["versions"] = _versions(("onnx", "onnxruntime", "tokenizers", "transformers", "torch"))
+    record["versions"] = installed_versions("onnx", "onnxruntime", "tokenizers", "transformers",
+                                           "torch")  # fmt: skip
 
 
 def _write_tokenizer(encoder: Any, path: Path) -> Any:
