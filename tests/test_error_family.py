@@ -32,7 +32,6 @@ ALLOWED = {
     ("spans.py", "_NotFinite"): "private control flow, caught in the same function",
     ("head.py", "AssertionError"): "unreachable: read_head only builds the kinds handled",
     ("io/diskfull.py", "AssertionError"): "unreachable: the loop returns at the last unit",
-    ("cli/embed.py", "type(e)"): "a caught error re-raised with flags for argument names",
     ("cli/export.py", "type(e)"): "a caught PoolkitError re-raised with flags",
     ("cli/_job.py", "with_note"): "a failed job's error re-raised with the checkpoint's note",
     ("cli/_job.py", "error"): "a failed job's error (or the input change behind it), nothing kept",

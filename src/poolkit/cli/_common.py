@@ -15,8 +15,11 @@ from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = [
     "add_common",
+    "add_input_format",
+    "add_model_or_positional",
     "flag_message",
     "guess_note",
+    "model_given",
     "progress_bar",
     "quiet_truncation",
     "report_error",
@@ -91,6 +94,32 @@ def guess_note(info: Any, then: str = "using {pooling} — pass --strategy to ch
     """The line shown when no file of the model states its pooling (``info``: ModelInfo);
     ``then`` says what the command does about it."""
     return f"no file states this model's pooling; {then.format(pooling=info.pooling)}"
+
+
+def add_input_format(parser: argparse.ArgumentParser) -> None:
+    """--text-column and --input-format, for commands that read INPUT's texts."""
+    parser.add_argument("--text-column", default=None, metavar="C",
+                        help="field/column with the text (default: 'text', or the only column)")  # fmt: skip
+    parser.add_argument("--input-format", default=None,
+                        choices=["txt", "jsonl", "csv", "tsv", "parquet"],
+                        help="format of INPUT (default: from its extension; stdin: txt)")  # fmt: skip
+
+
+def add_model_or_positional(parser: argparse.ArgumentParser) -> None:
+    """--model, and MODEL: its old spelling as a positional, still accepted (not both;
+    :func:`model_given` reads them)."""
+    parser.add_argument("--model", "-m", default=None,
+                        help=f"model directory or hub id (default: {DEFAULT_MODEL})")  # fmt: skip
+    parser.add_argument("model_positional", nargs="?", default=None, metavar="MODEL",
+                        help="the same as --model (the old spelling)")  # fmt: skip
+
+
+def model_given(args: argparse.Namespace) -> Any:
+    """The model named by --model or MODEL (both: refused in one line); None: neither."""
+    if args.model is not None and args.model_positional is not None:
+        value_error("--model", "given once", f"both --model {args.model} and MODEL "
+                    f"{args.model_positional}", "Drop MODEL (the old spelling).")  # fmt: skip
+    return args.model if args.model is not None else args.model_positional
 
 
 def _add(parser: argparse.ArgumentParser, *flags: str, **kwargs: Any) -> None:

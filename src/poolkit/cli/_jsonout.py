@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,16 @@ from poolkit.io.atomic import AtomicFile
 from poolkit.io.readers import InputError
 
 __all__ = ["json_lines", "rounded"]
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """-o, --overwrite, --no-vectors (``what``: what is printed without them), --decimals."""
+    parser.add_argument("-o", "--output", default=None,
+                        help="JSON-lines file, or - for stdout (default: stdout)")  # fmt: skip
+    parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    parser.add_argument("--no-vectors", action="store_true", help=f"{what} only, no vectors")
+    parser.add_argument("--decimals", type=int, default=None, metavar="N",
+                        help="round vector values to N decimals (default: float32 as is)")  # fmt: skip
 
 
 def rounded(vectors: np.ndarray, decimals: int | None) -> list[Any]:

@@ -30,6 +30,7 @@ from poolkit.cli._backend_args import add_backend_arguments, calibration_texts, 
 from poolkit.cli._chunk_args import add_chunk_arguments, check_chunk_flags
 from poolkit.cli._common import (
     add_common,
+    add_input_format,
     guess_note,
     positive,
     progress_bar,
@@ -74,11 +75,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: the model's intended pooling)")  # fmt: skip
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="L2-normalise (default: as the model does)")  # fmt: skip
-    parser.add_argument("--text-column", default=None, metavar="C",
-                        help="field/column with the text (default: 'text', or the only column)")  # fmt: skip
-    parser.add_argument("--input-format", default=None,
-                        choices=["txt", "jsonl", "csv", "tsv", "parquet"],
-                        help="format of INPUT (default: from its extension; stdin: txt)")  # fmt: skip
+    add_input_format(parser)  # --text-column, --input-format
     parser.add_argument(
         "--layers",
         default=None,

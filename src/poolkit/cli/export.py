@@ -7,8 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from poolkit._errors import value_error
-from poolkit.model_folder import DEFAULT_MODEL
+from poolkit.cli._common import add_model_or_positional, model_given
 
 __all__ = ["add_parser", "run"]
 
@@ -33,11 +32,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "top row of --from-compare) as a folder that sentence-transformers, or ONNX Runtime "
         "with only a tokenizer, loads. The folder appears only once it is complete and checked.",
     )
-    parser.add_argument("--model", "-m", default=None,
-                        help=f"model directory or hub id (default: {DEFAULT_MODEL})")  # fmt: skip
-    # The old spelling, as a positional: still accepted (not both), as inspect's.
-    parser.add_argument("model_positional", nargs="?", default=None, metavar="MODEL",
-                        help="the same as --model (the old spelling)")  # fmt: skip
+    add_model_or_positional(parser)  # --model, or MODEL (the old spelling)
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
     parser.add_argument(
         "--recipe",
@@ -84,10 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from poolkit.deploy import RECORD, export
     from poolkit.errors import PoolkitError
 
-    if args.model is not None and args.model_positional is not None:
-        value_error("--model", "given once", f"both --model {args.model} and MODEL "
-                    f"{args.model_positional}", "Drop MODEL (the old spelling).")  # fmt: skip
-    model = args.model if args.model is not None else args.model_positional
+    model = model_given(args)
     # A library message about `model` names the spelling given: MODEL as before, unless --model.
     flags = {**_FLAGS, "model": "--model"} if args.model is not None else _FLAGS
     try:

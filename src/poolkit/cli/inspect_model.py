@@ -7,8 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from poolkit._errors import value_error
-from poolkit.model_folder import DEFAULT_MODEL
+from poolkit.cli._common import add_model_or_positional, model_given
 
 __all__ = ["add_parser", "run"]
 
@@ -20,11 +19,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Print architecture, layers, hidden size, max length, tokenizer, the "
         "intended pooling and where it was read from, and normalisation. Loads no weights.",
     )
-    parser.add_argument("--model", "-m", default=None,
-                        help=f"model directory or hub id (default: {DEFAULT_MODEL})")  # fmt: skip
-    # The old spelling, as a positional: still accepted (not both).
-    parser.add_argument("model_positional", nargs="?", default=None, metavar="MODEL",
-                        help="the same as --model (the old spelling)")  # fmt: skip
+    add_model_or_positional(parser)  # --model, or MODEL (the old spelling)
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the table")  # fmt: skip
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -36,10 +31,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from poolkit.model_folder import model_info
 
-    if args.model is not None and args.model_positional is not None:
-        value_error("--model", "given once", f"both --model {args.model} and MODEL "
-                    f"{args.model_positional}", "Drop MODEL (the old spelling).")  # fmt: skip
-    info = model_info(args.model if args.model is not None else args.model_positional)
+    info = model_info(model_given(args))
     if args.json:
         data = asdict(info)
         data["path"] = str(info.path)

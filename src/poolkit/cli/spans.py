@@ -12,7 +12,7 @@ from typing import Any
 
 from poolkit._errors import expected, value_error
 from poolkit.cli._common import add_common, positive, quiet_truncation
-from poolkit.cli._jsonout import json_lines, rounded
+from poolkit.cli._jsonout import add_output_arguments, json_lines, rounded
 from poolkit.errors import InputError
 from poolkit.io.readers import read_records
 
@@ -34,13 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--strategy", "-s", default="endpoints",
                         help="endpoints (2H), mean, max, attention, diff_sum, or e.g. x,y,x*y "
                         "(default: endpoints)")  # fmt: skip
-    parser.add_argument("-o", "--output", default=None,
-                        help="JSON-lines file, or - for stdout (default: stdout)")  # fmt: skip
-    parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
-    parser.add_argument("--no-vectors", action="store_true",
-                        help="spans, token spans and tokens only, no vectors")  # fmt: skip
-    parser.add_argument("--decimals", type=int, default=None, metavar="N",
-                        help="round vector values to N decimals (default: float32 as is)")  # fmt: skip
+    add_output_arguments(parser, "spans, token spans and tokens")  # -o, --overwrite, ...
     add_common(parser)
     parser.set_defaults(func=run)
     return parser

@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from poolkit.cli._common import add_common, positive, quiet_truncation, text_parts
-from poolkit.cli._jsonout import json_lines, rounded
+from poolkit.cli._common import (
+    add_common,
+    add_input_format,
+    positive,
+    quiet_truncation,
+    text_parts,
+)
+from poolkit.cli._jsonout import add_output_arguments, json_lines, rounded
 
 __all__ = ["add_parser", "run"]
 
@@ -22,18 +28,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="file of texts (as for `poolkit embed`), or - for stdin")  # fmt: skip
     parser.add_argument("--text", "-t", action="append", default=None,
                         help="a text to tokenize (repeatable), instead of INPUT")  # fmt: skip
-    parser.add_argument("--text-column", default=None, metavar="C",
-                        help="field/column with the text (default: 'text', or the only column)")  # fmt: skip
-    parser.add_argument("--input-format", default=None,
-                        choices=["txt", "jsonl", "csv", "tsv", "parquet"],
-                        help="format of INPUT (default: from its extension; stdin: txt)")  # fmt: skip
-    parser.add_argument("-o", "--output", default=None,
-                        help="JSON-lines file, or - for stdout (default: stdout)")  # fmt: skip
-    parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
-    parser.add_argument("--no-vectors", action="store_true",
-                        help="tokens and offsets only, no vectors")  # fmt: skip
-    parser.add_argument("--decimals", type=int, default=None, metavar="N",
-                        help="round vector values to N decimals (default: float32 as is)")  # fmt: skip
+    add_input_format(parser)  # --text-column, --input-format
+    add_output_arguments(parser, "tokens and offsets")  # -o, --overwrite, --no-vectors, ...
     add_common(parser)
     parser.set_defaults(func=run)
     return parser
