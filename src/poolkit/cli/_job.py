@@ -1,7 +1,7 @@
 """What the two engines of ``poolkit embed`` share about a job: the settings its manifest
-records, the one loop that feeds its work to a sink (:func:`run_job`), and how a job ends
-early: stopped (Ctrl-C, SIGTERM) or failed, its finished work kept for ``--resume`` or its
-work directory removed."""
+records, and the one loop that feeds its work to a sink and ends it: published, stopped
+(Ctrl-C, SIGTERM) or failed, its finished work kept for ``--resume`` or removed
+(:func:`run_job`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Generator
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["fail", "job_settings", "run_job", "stopped", "with_note"]
+__all__ = ["job_settings", "run_job", "with_note"]
 
 T = TypeVar("T")
 
@@ -25,25 +25,36 @@ def run_job(
 ) -> T | int:
     """The loop of every ``poolkit embed`` job, local or Ray: each item of ``work`` (a
     generator of :class:`~poolkit.io.checkpoint.Part`, or of blocks of an input file's
-    rows, computed as they are drawn) goes to ``sink.put`` (a checkpoint, the Ray shard set, or stdout), then
-    ``finish()`` publishes the output and its value is returned.
+    rows, computed as they are drawn) goes to ``sink.put`` (a checkpoint, the Ray shard
+    set, or stdout), then ``finish()`` publishes the output and its value is returned.
 
-    Ctrl-C or SIGTERM: :func:`stopped` with ``kept(False)`` (what ``--resume`` finds; None:
-    nothing can be resumed, the interrupt goes on); returns 130/143. An error: ``cause(e)``
-    (the error worth reporting, e.g. a worker's inside Ray's) is raised by :func:`fail`
-    with ``kept(True)`` (None: nothing finished, ``sink`` is removed)."""
+    Stopped (Ctrl-C, or SIGTERM as :class:`poolkit.cli._signals.Terminated`): ``sink`` is
+    closed with what it holds, one line says what is ``kept(False)`` (e.g. "3 parts are
+    kept") and how to go on, and the exit status (130/143) is returned; None: nothing can
+    be resumed, the interrupt goes on. Failed: ``cause(e)`` (the error worth reporting,
+    e.g. a worker's inside Ray's) is raised, noting what is ``kept(True)`` and how to
+    resume; None: nothing finished, ``sink`` is removed."""
     try:
         with contextlib.closing(work) as items:  # a generator: its own cleanup runs first
             for item in items:
                 sink.put(item)
         return finish()
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli._signals.Terminated)
+    except KeyboardInterrupt as e:
         if (note := kept(False)) is None:
             sink.close()
             raise
-        return stopped(sink, e, note)
+        sink.close()
+        print(f"poolkit: {getattr(e, 'what', 'interrupted')}; {note} in {sink.path}: rerun the "
+              "same command with --resume to continue.", file=sys.stderr)  # fmt: skip
+        return int(getattr(e, "exit_status", 130))
     except Exception as e:
-        fail(sink, cause(e), kept(True))
+        error, note = cause(e), kept(True)
+        if note is None:
+            sink.discard()
+            raise error from error.__cause__  # its own cause, as raised
+        sink.close()
+        raise with_note(error, f"({note} in {sink.path}; fix the problem and rerun with "
+                        "--resume.)") from error  # fmt: skip
     except BaseException:
         sink.close()
         raise
@@ -78,28 +89,3 @@ def with_note(error: Exception, note: str) -> Exception:
         return type(error)(f"{error} {note}")
     except Exception:
         return error
-
-
-def stopped(work: Any, stop: BaseException, kept: str) -> int:
-    """The job was stopped (Ctrl-C, or SIGTERM as :class:`poolkit.cli._signals.Terminated`):
-    ``work`` (the work directory) is closed with what it holds, one line says what is
-    ``kept`` (e.g. "3 parts are kept") and how to go on; returns the exit status (130/143)."""
-    work.close()
-    print(
-        f"poolkit: {getattr(stop, 'what', 'interrupted')}; {kept} in {work.path}: rerun the "
-        "same command with --resume to continue.",
-        file=sys.stderr,
-    )
-    return int(getattr(stop, "exit_status", 130))
-
-
-def fail(work: Any, error: Exception, kept: str | None) -> NoReturn:
-    """Raise ``error`` of a failed job: with finished work (``kept`` says what), ``work`` is
-    closed and the error notes how to resume; without (None), ``work`` is removed."""
-    if kept is None:
-        work.discard()
-        raise error
-    work.close()
-    raise with_note(
-        error, f"({kept} in {work.path}; fix the problem and rerun with --resume.)"
-    ) from error

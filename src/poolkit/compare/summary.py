@@ -5,7 +5,7 @@ int8 rows) the full-precision row, all on one shared set of resamples."""
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from poolkit.compare import bootstrap as bs
 from poolkit.compare.report import METRICS, Result, rank
@@ -43,6 +43,11 @@ class Row:
     documents: str | None = None
 
 
+# The facts a Row carries to its Result as they are (the others are computed here).
+_CARRIED = tuple(f.name for f in fields(Row) if f.name not in ("key", "recipe", "intended",
+                                                               "reference"))  # fmt: skip
+
+
 def summarize(
     task: str,
     rows: Sequence[Row],
@@ -69,18 +74,8 @@ def summarize(
             intended=r.intended and r.quantize is None,
             ci={n: bs.interval(boot[r.key][:, j]) for j, n in enumerate(names)} if boot else {},
             vs_intended=vs(r.key, intended),
-            members=r.members,
-            backend=r.backend,
-            quantize=r.quantize,
             vs_fp32=vs(r.key, r.reference),
-            speedup=r.speedup,
-            seconds=r.seconds,
-            dims=r.dims,
-            bytes_per_vector=r.bytes_per_vector,
-            rescore=r.rescore,
-            search_ms=r.search_ms,
-            calibration=r.calibration,
-            documents=r.documents,
+            **{name: getattr(r, name) for name in _CARRIED},
         )
         for r in rows
     ]
