@@ -279,7 +279,9 @@ def fp32_settings(hf_dir: Path) -> dict[str, Any]:
     return _settings(hf_dir, None, False)
 
 
-def _key(settings: dict[str, Any]) -> str:
+def entry_key(settings: dict[str, Any]) -> str:
+    """A cache entry's name: a hash of the settings it depends on (widths are read from
+    the weights, so they are left out), shared by the ONNX and OpenVINO caches."""
     blob = json.dumps(
         {k: v for k, v in settings.items() if k not in ("hidden_size", "max_position_embeddings")},
         sort_keys=True,
@@ -322,7 +324,7 @@ def load_onnx_runner(
         raise InputTypeError(expected("optimize", "a bool", repr(optimize)))
     hf_dir = transformer_dir(model_dir)
     settings = _settings(hf_dir, quantize, optimize)
-    entry = onnx_cache_root(cache_dir) / _key(settings)
+    entry = onnx_cache_root(cache_dir) / entry_key(settings)
     runner = _load_verified(entry, threads)
     if runner is None:
         _build(hf_dir, settings, entry, cache_dir)

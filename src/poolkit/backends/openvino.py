@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import importlib
 import io
-import json
 import logging
 import os
 import time
@@ -195,14 +194,6 @@ def _settings(
     return settings
 
 
-def _key(settings: dict[str, Any]) -> str:
-    blob = json.dumps(
-        {k: v for k, v in settings.items() if k not in ("hidden_size", "max_position_embeddings")},
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:20]
-
-
 def load_openvino_runner(
     model_dir: str | os.PathLike[str],
     *,
@@ -241,7 +232,7 @@ def load_openvino_runner(
         )  # fmt: skip
     hf_dir = _onnx.transformer_dir(model_dir)
     settings = _settings(hf_dir, precision, calibration)
-    entry = _onnx.onnx_cache_root(cache_dir, "openvino") / _key(settings)
+    entry = _onnx.onnx_cache_root(cache_dir, "openvino") / _onnx.entry_key(settings)
     record = _onnx.verified_record(entry, "model.xml")
     if record is None:
         _build(hf_dir, settings, entry, cache_dir, calibration)
