@@ -97,7 +97,7 @@ def bench_checkpoint(parts: int, rounds: int, model_dir: Path, texts: int) -> No
             cp = Checkpoint.open(out, settings, resume=True)
             times["open(resume)"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            cp.publish(parts, ["mean"], overwrite=False)
+            cp.publish(parts, overwrite=False)
             times["publish"].append(time.perf_counter() - t)
             out.unlink()
             t = time.perf_counter()
