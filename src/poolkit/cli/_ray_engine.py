@@ -61,10 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "refused where no GPU is visible (default: none, CPUs only)")  # fmt: skip
 
 
-def dispatch(args: argparse.Namespace) -> int | None:
-    """Run the Ray engine if asked for (returns its exit status), else ``None``."""
+def dispatch(args: argparse.Namespace, wanted: Any) -> int | None:
+    """Run the Ray engine if asked for (returns its exit status), else ``None``; ``wanted``:
+    the recipes the pooling flags name (None: the model's), read once by the caller."""
     if getattr(args, "engine", "local") == "ray":
-        return run(args)
+        return run(args, wanted)
     for name in _RAY_ONLY:
         if getattr(args, name, None) is not None:
             flag = "--" + name.replace("_", "-")
@@ -290,15 +291,11 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
     return False
 
 
-def run(args: argparse.Namespace) -> int:
-    from poolkit.cli._recipe_args import recipes_from_args
+def run(args: argparse.Namespace, wanted: Any) -> int:
     from poolkit.ray import Corpus, list_inputs, require_ray
 
-    for value, flag in ((args.workers, "--workers"), (args.cpus_per_worker, "--cpus-per-worker"),
-                        (args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
-                        (args.max_length, "--max-length")):  # fmt: skip
-        positive(value, flag)
-    wanted, _ = recipes_from_args(args)  # the one parse of the pooling flags on this path
+    positive(args.workers, "--workers")
+    positive(args.cpus_per_worker, "--cpus-per-worker")
     output = os.fspath(args.output).rstrip("/") or "/"
     if _checked_output(args, output):
         return 0
@@ -401,7 +398,7 @@ class _Job:
         }  # fmt: skip
         if self.wanted is None:  # the model's pooling, shaped by the shorthand flags
             # The spec as typed: each Recipe reads it (poolkit.layers.layer_spec); the CLI
-            # checked it before the cluster started (recipes_from_args).
+            # checked it before the cluster started (embed's recipes_from_args).
             options.update(layers=args.layers, exclude_special=args.exclude_special)
             pooling: dict[str, Any] = {"normalize": args.normalize}
         else:

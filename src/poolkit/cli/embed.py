@@ -192,7 +192,10 @@ def run(args: argparse.Namespace) -> int:
     chunker = check_chunk_flags(args)  # --chunks (None without), refused on Ray
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
     check_output_flags(args, wanted)  # before Ray starts: its engine refuses an output stage
-    if (status := dispatch_engine(args)) is not None:  # --engine ray
+    for value, flag in ((args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
+                        (args.max_length, "--max-length")):  # fmt: skip
+        positive(value, flag)  # both engines
+    if (status := dispatch_engine(args, wanted)) is not None:  # --engine ray
         return status
     from poolkit.embedding import check_inputs, embed_recipes, get_encoder
     from poolkit.io.checkpoint import Checkpoint, Part, check_no_work_dir, texts_digest
@@ -200,9 +203,6 @@ def run(args: argparse.Namespace) -> int:
     from poolkit.io.readers import InputError
     from poolkit.io.writers import check_output
 
-    positive(args.part_size, "--part-size")
-    positive(args.batch_tokens, "--batch-tokens")
-    positive(args.max_length, "--max-length")
     check_backend_args(args, output_ranges=wants_ranges(args, wanted))
     if args.input != "-" and Path(args.input).is_dir():
         raise InputError(
