@@ -63,10 +63,7 @@ def stored_dtype(precision: str | None) -> np.dtype[Any]:
 
 def bytes_per_vector(dims: int, precision: str | None) -> int:
     """Bytes one stored vector of ``dims`` dimensions takes at ``precision``."""
-    p = precision or "float32"
-    if p in ("binary", "ubinary"):
-        return (dims + 7) // 8
-    return dims * stored_dtype(p).itemsize
+    return stored_width(dims, precision) * stored_dtype(precision).itemsize
 
 
 def stored_width(dims: int, precision: str | None) -> int:

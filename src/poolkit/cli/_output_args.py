@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from poolkit import output
 from poolkit.errors import InputError
 from poolkit.output import PRECISIONS, Calibration, needs_calibration, stored_dtype, stored_width
 
@@ -164,7 +165,7 @@ def output_metadata(
             "precision": r.precision or "float32",
             "stored_dtype": stored_dtype(r.precision).name,
             "stored_width": stored_width(k, r.precision),
-            "bytes_per_vector": stored_dtype(r.precision).itemsize * stored_width(k, r.precision),
+            "bytes_per_vector": output.bytes_per_vector(k, r.precision),
             "bits": "packed 8 per byte, first dimension in the high bit; binary: byte - 128"
             if r.precision in ("binary", "ubinary")
             else None,
