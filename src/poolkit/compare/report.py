@@ -21,6 +21,7 @@ __all__ = [
     "UNITS",
     "Cells",
     "Result",
+    "RowFacts",
     "bootstrap_info",
     "cells",
     "footer",
@@ -55,8 +56,26 @@ MAIN_METRIC = {task: names[0] for task, names in METRICS.items()}
 DOCUMENT_MARK = "\u00b7"
 
 
+@dataclass(frozen=True, kw_only=True)
+class RowFacts:
+    """What a row is beside its recipe and scores, as ``compare``'s options set it (see
+    :class:`Result`); a planned row (:class:`poolkit.compare.summary.Row`) carries them to
+    its result as they are. Keyword-only."""
+
+    backend: str | None = None
+    quantize: str | None = None
+    speedup: float | None = None
+    seconds: float | None = None
+    dims: int | None = None
+    bytes_per_vector: int | None = None
+    rescore: bool = False
+    search_ms: float | None = None
+    calibration: str | None = None
+    documents: str | None = None
+
+
 @dataclass(frozen=True)
-class Result:
+class Result(RowFacts):
     """One row's scores: ``metrics`` maps each name of ``METRICS[task]`` to a fraction.
 
     ``recipe`` is the candidate; ``str(recipe)`` is the row's name, which
@@ -89,17 +108,7 @@ class Result:
     vs_intended: Paired | None = None
     vs_best: Paired | None = None
     members: tuple[Recipe, ...] = ()
-    backend: str | None = None
-    quantize: str | None = None
     vs_fp32: Paired | None = None
-    speedup: float | None = None
-    seconds: float | None = None
-    dims: int | None = None
-    bytes_per_vector: int | None = None
-    rescore: bool = False
-    search_ms: float | None = None
-    calibration: str | None = None
-    documents: str | None = None
 
     @property
     def name(self) -> str:

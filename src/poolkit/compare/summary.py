@@ -8,14 +8,14 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 
 from poolkit.compare import bootstrap as bs
-from poolkit.compare.report import METRICS, Result, rank
+from poolkit.compare.report import METRICS, Result, RowFacts, rank
 from poolkit.recipe import Recipe
 
 __all__ = ["Row", "summarize"]
 
 
 @dataclass(frozen=True)
-class Row:
+class Row(RowFacts):
     """What a result row is: its evaluation ``key`` and how it is labelled.
 
     ``recipe``: the row's candidate (its name); ``members``: every recipe it stands for,
@@ -30,22 +30,10 @@ class Row:
     recipe: Recipe
     members: tuple[Recipe, ...]
     intended: bool = False
-    backend: str | None = None
-    quantize: str | None = None
     reference: Hashable | None = None
-    speedup: float | None = None
-    seconds: float | None = None
-    dims: int | None = None
-    bytes_per_vector: int | None = None
-    rescore: bool = False
-    search_ms: float | None = None
-    calibration: str | None = None
-    documents: str | None = None
 
 
-# The facts a Row carries to its Result as they are (the others are computed here).
-_CARRIED = tuple(f.name for f in fields(Row) if f.name not in ("key", "recipe", "intended",
-                                                               "reference"))  # fmt: skip
+_CARRIED = tuple(f.name for f in fields(RowFacts))  # carried to the Result as they are
 
 
 def summarize(
@@ -74,6 +62,7 @@ def summarize(
             intended=r.intended and r.quantize is None,
             ci={n: bs.interval(boot[r.key][:, j]) for j, n in enumerate(names)} if boot else {},
             vs_intended=vs(r.key, intended),
+            members=r.members,
             vs_fp32=vs(r.key, r.reference),
             **{name: getattr(r, name) for name in _CARRIED},
         )
