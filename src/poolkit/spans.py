@@ -163,26 +163,10 @@ def span_embeddings(
     terms = parse_span_strategy(strategy)
     float_hidden(hidden)
     mode = check_mode(check)
+    given = {"mask": mask, "span_mask": span_mask, "scores": scores, "width_buckets": width_buckets}
     if dense_path(hidden, scores):
-        return spans_dense(
-            hidden,
-            spans,
-            terms,
-            mask=mask,
-            span_mask=span_mask,
-            scores=scores,
-            width_buckets=width_buckets,
-            check=mode or False,
-        )
-    return _spans_by_rows(
-        hidden,
-        spans,
-        terms,
-        mask=mask,
-        span_mask=span_mask,
-        scores=scores,
-        width_buckets=width_buckets,
-    )
+        return spans_dense(hidden, spans, terms, check=mode or False, **given)
+    return _spans_by_rows(hidden, spans, terms, **given)
 
 
 def _spans_by_rows(
