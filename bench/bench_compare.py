@@ -76,7 +76,7 @@ def main() -> int:
         return summarize("sts", rows, evaluations, 1000)
 
     # Agreement first (also the warm-up).
-    ours = embed_sequences(enc, texts, cands, Settings("sts"), "check")
+    ours, _ = embed_sequences(enc, texts, cands, Settings("sts"), "check")
     mean_key = next(c for c in cands if str(c) == "mean")
     ref = run_embed()
     diff = float(np.abs(ours[mean_key] - ref).max())

@@ -269,7 +269,7 @@ def test_relation_figures_match_sklearn_on_semeval_fixture(minilm):
 def test_binary_cv_figures_match_sklearn_on_sentiment_fixture(minilm):
     data = read_task("classification", fixture("sentiment.txt"))
     cands = candidates("sequence", None, None)
-    x = embed_sequences(minilm, data.texts, cands, Settings("classification"), "x")
+    x, _ = embed_sequences(minilm, data.texts, cands, Settings("classification"), "x")
     y = np.asarray(data.labels)
     assert len(set(y)) == 2  # binomial
     splits = probes.stratified_splits(y, 5)

@@ -123,7 +123,7 @@ def test_compare_intended_row_is_the_full_pipeline(dense_dir, st):
     settings = Settings("sts", prompt_name="query")
     enc = Encoder(dense_dir, device="cpu")
     cands = [Recipe("mean"), Recipe("cls+mean"), Recipe("cls")]
-    got = embed_sequences(enc, TEXTS, cands, settings, "test")
+    got, _ = embed_sequences(enc, TEXTS, cands, settings, "test")
     assert float(np.abs(got[cands[0]] - st.encode(TEXTS, prompt_name="query")).max()) <= 1e-5
     assert got[cands[1]].shape == (3, 64) and got[cands[2]].shape == (3, 16)
     assert any(n.startswith("cls+mean: pooled vectors") for n in settings.notes)

@@ -49,7 +49,7 @@ def score(encoder: Any, data: Any, train: Any, cands: Sequence[Any], settings: A
     from poolkit.compare.embedding import embed_sequences
     from poolkit.compare.evaluation import ClusterEval
 
-    vectors = embed_sequences(encoder, data.texts, cands, settings, f"embedding {data.source}")
+    vectors, _ = embed_sequences(encoder, data.texts, cands, settings, f"embedding {data.source}")
     codes = label_codes(data.labels)
     k = int(codes.max()) + 1
     return {c: ClusterEval(codes, cluster_runs(vectors[c], k)) for c in cands}

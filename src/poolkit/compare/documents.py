@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import expected
-from poolkit.compare.embedding import embed_sequences_with_stats, progress
+from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.search import top_k_by, unit_rows
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
@@ -183,7 +183,7 @@ def document_vectors(
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     where = source or "documents"
     if settings.long_text != "window":
-        vectors, _ = embed_sequences_with_stats(
+        vectors, _ = embed_sequences(
             encoder, documents, [recipe], settings, f"embedding {where} (windows)",
             prompt_name, long_text="window",
         )  # fmt: skip

@@ -14,7 +14,7 @@ import numpy as np
 
 from poolkit.recipe import Recipe
 
-__all__ = ["embed_sequences", "embed_sequences_with_stats", "progress"]
+__all__ = ["embed_sequences", "progress"]
 
 
 # ``prompt_name`` left out: the settings' (``--prompt-name``); ``None``: the model's default.
@@ -28,9 +28,11 @@ def embed_sequences(
     settings: Any,
     desc: str,
     prompt_name: str | None = SETTINGS_PROMPT,
-) -> dict[Recipe, np.ndarray]:
+    long_text: str | None = None,
+) -> tuple[dict[Recipe, np.ndarray], Any]:
     """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order, as
-    :func:`poolkit.embed` gives them (normalised as the recipe says, else as the model).
+    :func:`poolkit.embed` gives them (normalised as the recipe says, else as the model),
+    and the run's :class:`~poolkit.driver.EmbedStats` (which texts were truncated).
 
     The model's modules after pooling (``Dense``, ``LayerNorm``) apply to every candidate
     whose width they take, the intended row included (its full pipeline); the others are
@@ -39,24 +41,11 @@ def embed_sequences(
     every text.
 
     Texts over the encoder's max length are truncated (the model's intended use; the
-    count goes to ``settings.notes``) or, with ``settings.long_text="window"``, embedded in
-    overlapping windows and pooled over all their tokens. A row left with no token after
-    dropping special tokens gives zeros for ``_no_special`` parts (``embed`` refuses it).
+    count goes to ``settings.notes``) or, with ``long_text`` (default
+    ``settings.long_text``) ``"window"``, embedded in overlapping windows and pooled over
+    all their tokens. A row left with no token after dropping special tokens gives zeros
+    for ``_no_special`` parts (``embed`` refuses it).
     """
-    return embed_sequences_with_stats(encoder, texts, cands, settings, desc, prompt_name)[0]
-
-
-def embed_sequences_with_stats(
-    encoder: Any,
-    texts: Sequence[str],
-    cands: Sequence[Recipe],
-    settings: Any,
-    desc: str,
-    prompt_name: str | None = SETTINGS_PROMPT,
-    long_text: str | None = None,
-) -> tuple[dict[Recipe, np.ndarray], Any]:
-    """:func:`embed_sequences` and the run's :class:`~poolkit.driver.EmbedStats` (which
-    texts were truncated); ``long_text`` (default ``settings.long_text``) as there."""
     from poolkit.embedding import embed_recipes, head_plan
 
     named = {str(c): c for c in cands}

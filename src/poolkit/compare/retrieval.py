@@ -295,7 +295,7 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
     """``compare``'s scorer: one forward pass over the distinct query and document texts,
     then per candidate an exact top-100 search and the per-query metrics
     (:class:`~poolkit.compare.evaluation.QueryEval`)."""
-    from poolkit.compare.embedding import embed_sequences, embed_sequences_with_stats
+    from poolkit.compare.embedding import embed_sequences
     from poolkit.compare.evaluation import QueryEval
 
     ties = id_order(data.doc_ids)
@@ -306,21 +306,15 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
         q_rows = np.fromiter((where[t] for t in data.queries), np.int64, count=len(data.queries))
         d_rows = np.fromiter((where[t] for t in data.documents), np.int64,
                              count=len(data.documents))  # fmt: skip
-        vectors, stats = embed_sequences_with_stats(encoder, texts, cands, settings,
-                                                    f"embedding {data.source}")  # fmt: skip
+        vectors, stats = embed_sequences(encoder, texts, cands, settings,
+                                         f"embedding {data.source}")  # fmt: skip
         queries = {c: vectors[c][q_rows] for c in cands}
         documents = {c: vectors[c][d_rows] for c in cands}
         cut = int(np.isin(d_rows, stats.truncated).sum())
     else:  # an asymmetric model: a prompt per side, so each side is embedded apart
-        queries = embed_sequences(
-            encoder,
-            data.queries,
-            cands,
-            settings,
-            f"embedding {data.source} queries",
-            settings.prompt_name,
-        )
-        documents, stats = embed_sequences_with_stats(
+        queries, _ = embed_sequences(encoder, data.queries, cands, settings,
+                                     f"embedding {data.source} queries", settings.prompt_name)  # fmt: skip
+        documents, stats = embed_sequences(
             encoder, data.documents, cands, settings, f"embedding {data.source} documents",
             settings.document_prompt_name,
         )  # fmt: skip

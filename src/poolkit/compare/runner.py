@@ -327,7 +327,7 @@ def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Sco
     where = {t: i for i, t in enumerate(unique)}
     a = np.fromiter((where[t] for t in data.sentence1), np.int64, count=len(data))
     b = np.fromiter((where[t] for t in data.sentence2), np.int64, count=len(data))
-    vectors = embed_sequences(encoder, unique, cands, settings, f"embedding {data.source}")
+    vectors, _ = embed_sequences(encoder, unique, cands, settings, f"embedding {data.source}")
     out: dict[Any, bs.Evaluation] = {
         c: PairEval(metrics.cosine_rows(vectors[c][a], vectors[c][b]), data.scores) for c in cands
     }
@@ -397,7 +397,7 @@ def _probe_all(
 
 
 def _embed_texts(encoder, data: TextData, cands, settings: Settings, desc: str):
-    return embed_sequences(encoder, data.texts, cands, settings, desc)
+    return embed_sequences(encoder, data.texts, cands, settings, desc)[0]
 
 
 def _labelled_scorer(embed_fn, main_first: bool):
