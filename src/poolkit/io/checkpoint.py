@@ -657,12 +657,14 @@ class Checkpoint:
             f"({_short(foreign)}); move them and delete the directory."
         )
 
-    @staticmethod
-    def finished(output: str | os.PathLike[str]) -> bool:
+    _STAGED_GLOB = "assembled.*"  # what is renamed onto the output, in the work directory
+
+    @classmethod
+    def finished(cls, output: str | os.PathLike[str]) -> bool:
         """True when ``output``'s work directory belongs to a job whose output was already
         published (killed after the final rename, before the directory was removed)."""
         path = work_dir_for(output)
-        return (path / _PUBLISHED).exists() and not any(path.glob("assembled.*"))
+        return (path / _PUBLISHED).exists() and not any(path.glob(cls._STAGED_GLOB))
 
     def close(self) -> None:
         """Release the lock; the directory stays for ``--resume`` (without the output under

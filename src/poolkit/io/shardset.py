@@ -36,7 +36,15 @@ from typing import Any
 
 from poolkit._errors import already_exists, count
 from poolkit.io.atomic import atomic_write, fsync_dir, publish_dir
-from poolkit.io.checkpoint import _OWN, WORK_SUFFIX, Checkpoint, CheckpointError, _short, _warn
+from poolkit.io.checkpoint import (
+    _OWN,
+    _PUBLISHED,
+    WORK_SUFFIX,
+    Checkpoint,
+    CheckpointError,
+    _short,
+    _warn,
+)
 from poolkit.io.integrity import bytes_digest, read_verified
 
 __all__ = ["ShardCheckpoint"]
@@ -44,7 +52,6 @@ __all__ = ["ShardCheckpoint"]
 _SHARD = re.compile(r"^part-([0-9a-f]{64})\.parquet$")
 _RECORD = re.compile(r"^file-([0-9a-f]{64})\.json$")
 _STAGED = "staged"
-_PUBLISHED = "published"
 # What a record must hold to vouch for an input file (besides its shards).
 _IDENTITY = ("name", "first_id", "rows", "sha256")
 
@@ -60,6 +67,8 @@ class ShardCheckpoint(Checkpoint):
     Attributes:
         done_files: input file name -> its record (verified), for the files done.
     """
+
+    _STAGED_GLOB = _STAGED  # finished(): published, and the staged folder renamed away
 
     def _scan(self) -> None:
         self.done_files: dict[str, dict[str, Any]] = {}
@@ -248,15 +257,6 @@ class ShardCheckpoint(Checkpoint):
         publish_dir(staged, self.output, replace=True, aside=old)
         self.discard()
         return self.output
-
-    @staticmethod
-    def finished(output: str | os.PathLike[str]) -> bool:
-        """True when ``output``'s work directory belongs to a job whose folder was already
-        published (killed after the final rename, before the directory was removed)."""
-        from poolkit.io.checkpoint import work_dir_for
-
-        path = work_dir_for(output)
-        return (path / _PUBLISHED).exists() and not (path / _STAGED).exists()
 
 
 def _records_in(path: Path) -> int:
