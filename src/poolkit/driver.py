@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected
-from poolkit.errors import InputError
+from poolkit._errors import value_error
 
 # Recipes are typed Any here: poolkit.recipe imports this module (Recipe.pool), no cycle.
 
@@ -215,7 +214,7 @@ def _refuse_rows_left_empty(batch: Any, recipes: list[Any]) -> None:
         empty = np.flatnonzero(~keep.any(axis=1))
         if empty.size:
             rows = ", ".join(str(int(batch.indices[j])) for j in empty[:5])
-            raise InputError(expected("texts", want, f"texts {rows} {none}", fix))
+            value_error("texts", want, f"texts {rows} {none}", fix)
 
 
 def sequence_vectors(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import expected
+from poolkit._errors import expected, value_error
 from poolkit.errors import InputError, ModelNotFoundError  # re-exported: raised here
 
 __all__ = [
@@ -433,14 +433,12 @@ def load_transformers_tokenizer(path: str | os.PathLike[str]) -> Any:
             "needs tokenizer files (tokenizer.json for a fast tokenizer)."
         ) from e
     if not getattr(tokenizer, "is_fast", False):
-        raise InputError(
-            expected(
-                "model",
-                f"a directory with a fast (Rust) tokenizer ({os.fspath(path)!r})",
-                f"the slow {type(tokenizer).__name__}: poolkit needs offsets and word ids",
-                "Save the model with a tokenizer.json (e.g. AutoTokenizer.from_pretrained(..., "
-                "use_fast=True).save_pretrained(dir)).",
-            )
+        value_error(
+            "model",
+            f"a directory with a fast (Rust) tokenizer ({os.fspath(path)!r})",
+            f"the slow {type(tokenizer).__name__}: poolkit needs offsets and word ids",
+            "Save the model with a tokenizer.json (e.g. AutoTokenizer.from_pretrained(..., "
+            "use_fast=True).save_pretrained(dir)).",
         )
     return tokenizer
 

@@ -30,8 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected, value_error
-from poolkit.errors import InputError
+from poolkit._errors import value_error
 
 __all__ = [
     "PRECISIONS",
@@ -202,11 +201,9 @@ def quantize(
         # Offset by 128 into int8: the byte b becomes b - 128 (the same bits, top one flipped).
         return (packed ^ np.uint8(0x80)).view(np.int8) if p == "binary" else packed
     if calibration is None:
-        raise InputError(
-            expected("calibration", f"ranges for precision {p}", "None",
+        value_error("calibration", f"ranges for precision {p}", "None",
                      "Pass calibration= (calibration vectors, texts, or a Calibration from "
-                     "an earlier call's stats), as queries need the corpus' ranges.")
-        )  # fmt: skip
+                     "an earlier call's stats), as queries need the corpus' ranges.")  # fmt: skip
     if calibration.dims != v.shape[1]:
         value_error("calibration", f"ranges for {v.shape[1]} dimensions",
                     f"ranges for {calibration.dims}",

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolkit._errors import expected
-from poolkit.errors import InputError
+from poolkit._errors import value_error
 
 __all__ = ["PIPELINES", "check_pipeline", "check_prompt_pooling", "resolve_prompt"]
 
@@ -20,11 +19,9 @@ PIPELINES = ("full", "pooled")
 def check_pipeline(pipeline: Any) -> str:
     """``pipeline`` if it is ``"full"`` or ``"pooled"``; else InputError naming it."""
     if pipeline not in PIPELINES:
-        raise InputError(
-            expected("pipeline", "'full' (the model's pipeline: pooling and every module after "
+        value_error("pipeline", "'full' (the model's pipeline: pooling and every module after "
                      "it) or 'pooled' (the pooled vectors, before any module after pooling)",
-                     repr(pipeline))
-        )  # fmt: skip
+                     repr(pipeline))  # fmt: skip
     return str(pipeline)
 
 
@@ -38,22 +35,18 @@ def resolve_prompt(info: Any, prompt_name: str | None, prompt: str | None) -> st
         InputError: both given, a wrong type, or a name the model does not list.
     """
     if prompt is not None and prompt_name is not None:
-        raise InputError(
-            expected("prompt", "None when `prompt_name` is given", f"{prompt!r:.40}", "Pass one.")
-        )
+        value_error("prompt", "None when `prompt_name` is given", f"{prompt!r:.40}", "Pass one.")
     if prompt is not None:
         if not isinstance(prompt, str):
-            raise InputError(expected("prompt", "a str", type(prompt).__name__))
+            value_error("prompt", "a str", type(prompt).__name__)
         return prompt or None
     name = prompt_name if prompt_name is not None else info.default_prompt_name
     if name is None:
         return None
     if not isinstance(name, str) or name not in info.prompts:
         known = ", ".join(repr(k) for k in sorted(info.prompts)) or "none"
-        raise InputError(
-            expected("prompt_name", f"one of the model's prompts ({known})", repr(name),
-                     "Pass `prompt='...'` for a prompt of your own.")
-        )  # fmt: skip
+        value_error("prompt_name", f"one of the model's prompts ({known})", repr(name),
+                     "Pass `prompt='...'` for a prompt of your own.")  # fmt: skip
     return info.prompts[name] or None
 
 
@@ -62,13 +55,11 @@ def check_prompt_pooling(info: Any, prompt: str | None, strategies: list[str]) -
     weighs tokens by their position counted from the prompt's first token, poolkit from
     the first pooled token, so the vectors would differ."""
     if prompt and not info.include_prompt and "weighted_mean" in strategies:
-        raise InputError(
-            expected(
-                "strategy",
-                "a pooling other than weighted_mean with a prompt that the model keeps out of "
-                "pooling (include_prompt: false)",
-                "weighted_mean: the model's pipeline counts positions from the prompt, poolkit "
-                "from the text",
-                "Pass prompt='' or another strategy.",
-            )
+        value_error(
+            "strategy",
+            "a pooling other than weighted_mean with a prompt that the model keeps out of "
+            "pooling (include_prompt: false)",
+            "weighted_mean: the model's pipeline counts positions from the prompt, poolkit "
+            "from the text",
+            "Pass prompt='' or another strategy.",
         )

@@ -36,12 +36,10 @@ import numpy as np
 
 from poolkit._cache import cache_root
 from poolkit._cpus import available_cpus
-from poolkit._errors import expected, missing_extra
+from poolkit._errors import missing_extra, type_error, value_error
 from poolkit.backends.rowquant import quantize_rows
 from poolkit.errors import (
     ExportError,
-    InputError,
-    InputTypeError,
     MissingDependencyError,
     OutputExistsError,
 )
@@ -89,6 +87,14 @@ def _import_ort() -> Any:
     return onnxruntime
 
 
+def check_threads(threads: Any) -> None:
+    """A runner's ``threads``: a positive int, or None (every CPU this process may use)."""
+    if threads is not None and (
+        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+    ):
+        value_error("threads", "a positive int or None", repr(threads), "Pass e.g. threads=2.")
+
+
 def _import_onnx() -> Any:
     try:
         import onnx
@@ -123,12 +129,7 @@ class OnnxRunner:
         output: str = "last_hidden_state",
     ) -> None:
         ort = _import_ort()
-        if threads is not None and (
-            not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
-        ):
-            raise InputError(
-                expected("threads", "a positive int or None", repr(threads), "Pass e.g. threads=2.")
-            )
+        check_threads(threads)
         self.path = Path(path)
         self.output = output
         self.settings: dict[str, Any] = dict(settings or {})
@@ -172,17 +173,13 @@ def checked_feed(
     ids = _as_ids("input_ids", input_ids)
     mask = _as_ids("attention_mask", attention_mask)
     if mask.shape != ids.shape:
-        raise InputError(
-            expected("attention_mask", f"of the shape of input_ids {ids.shape}", mask.shape)
-        )
+        value_error("attention_mask", f"of the shape of input_ids {ids.shape}", mask.shape)
     if runner.max_length is not None and ids.shape[1] > runner.max_length:
-        raise InputError(
-            expected(
-                "input_ids",
-                f"at most {runner.max_length} tokens long (the model's position limit)",
-                f"length {ids.shape[1]}",
-                "Truncate to max_length.",
-            )
+        value_error(
+            "input_ids",
+            f"at most {runner.max_length} tokens long (the model's position limit)",
+            f"length {ids.shape[1]}",
+            "Truncate to max_length.",
         )
     feed = {"input_ids": ids, "attention_mask": mask}
     if "token_type_ids" in runner.input_names:
@@ -191,9 +188,7 @@ def checked_feed(
         else:
             tt = _as_ids("token_type_ids", token_type_ids)
             if tt.shape != ids.shape:
-                raise InputError(
-                    expected("token_type_ids", f"of the shape of input_ids {ids.shape}", tt.shape)
-                )
+                value_error("token_type_ids", f"of the shape of input_ids {ids.shape}", tt.shape)
             feed["token_type_ids"] = tt
     feed = {k: v for k, v in feed.items() if k in runner.input_names}
     return feed
@@ -204,9 +199,9 @@ def _as_ids(name: str, value: Any) -> np.ndarray:
         value = value.detach().cpu().numpy()
     arr = np.asarray(value)
     if arr.ndim != 2:
-        raise InputError(expected(name, "a 2-D (B, L) array", f"shape {arr.shape}"))
+        value_error(name, "a 2-D (B, L) array", f"shape {arr.shape}")
     if arr.dtype.kind not in "iub":
-        raise InputTypeError(expected(name, "an integer array", f"dtype {arr.dtype}"))
+        type_error(name, "an integer array", f"dtype {arr.dtype}")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
@@ -217,13 +212,11 @@ def transformer_dir(model_dir: str | os.PathLike[str]) -> Path:
     """The folder holding the Hugging Face model: ``model_dir`` itself or the path its ``modules.json`` gives."""
     root = Path(model_dir)
     if not root.is_dir():
-        raise InputError(
-            expected(
-                "model_dir",
-                "an existing model folder",
-                repr(str(model_dir)),
-                "Pass the folder that holds config.json.",
-            )
+        value_error(
+            "model_dir",
+            "an existing model folder",
+            repr(str(model_dir)),
+            "Pass the folder that holds config.json.",
         )
     modules = root / "modules.json"
     if modules.is_file():
@@ -232,13 +225,11 @@ def transformer_dir(model_dir: str | os.PathLike[str]) -> Path:
                 root = root / mod["path"]
                 break
     if not (root / "config.json").is_file():
-        raise InputError(
-            expected(
-                "model_dir",
-                "a folder with a Hugging Face config.json",
-                repr(str(model_dir)),
-                "Pass a local model folder.",
-            )
+        value_error(
+            "model_dir",
+            "a folder with a Hugging Face config.json",
+            repr(str(model_dir)),
+            "Pass a local model folder.",
         )
     return root
 
@@ -312,16 +303,14 @@ def load_onnx_runner(
     """
     _import_ort()
     if quantize not in (None, "int8"):
-        raise InputError(
-            expected(
-                "quantize",
-                "None or 'int8'",
-                repr(quantize),
-                "Use quantize='int8' or leave it out for fp32.",
-            )
+        value_error(
+            "quantize",
+            "None or 'int8'",
+            repr(quantize),
+            "Use quantize='int8' or leave it out for fp32.",
         )
     if not isinstance(optimize, bool):
-        raise InputTypeError(expected("optimize", "a bool", repr(optimize)))
+        type_error("optimize", "a bool", repr(optimize))
     hf_dir = transformer_dir(model_dir)
     settings = _settings(hf_dir, quantize, optimize)
     entry = onnx_cache_root(cache_dir) / entry_key(settings)
@@ -701,20 +690,16 @@ def refuse_unexported(inputs: Any, all_layers: bool, backend: str) -> None:
     """Refuse what an exported graph cannot give: every layer (only the last is an output)
     and position ids (not an input), named for ``backend`` (``"onnx"``, ``"openvino"``)."""
     if all_layers:
-        raise InputError(
-            expected(
-                "layers",
-                f"None (the last layer) with backend={backend!r}",
-                "a request for all layers",
-                "Use backend='torch' to mix layers.",
-            )
+        value_error(
+            "layers",
+            f"None (the last layer) with backend={backend!r}",
+            "a request for all layers",
+            "Use backend='torch' to mix layers.",
         )
     if "position_ids" in inputs:
-        raise InputError(
-            expected(
-                "backend",
-                "'torch' for a left-padded decoder model",
-                repr(backend),
-                "The exported graph takes no position ids; use backend='torch'.",
-            )
+        value_error(
+            "backend",
+            "'torch' for a left-padded decoder model",
+            repr(backend),
+            "The exported graph takes no position ids; use backend='torch'.",
         )

@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from poolkit._cpus import available_cpus
-from poolkit._errors import expected, missing_extra
+from poolkit._errors import missing_extra, value_error
 from poolkit.backends import onnx as _onnx
-from poolkit.errors import ExportError, InputError, MissingDependencyError, RunError
+from poolkit.errors import ExportError, MissingDependencyError, RunError
 
 __all__ = [
     "PRECISIONS", "SMOOTH_QUANT_ALPHA", "OpenVinoBackend", "OpenVinoRunner", "load_openvino_runner",
@@ -93,10 +93,8 @@ def precision_of(dtype: Any, quantize: str | None) -> str:
     if name in ("bf16",):
         name = "bfloat16"
     if name not in ("float32", "bfloat16"):
-        raise InputError(
-            expected("dtype", "None, 'float32' or 'bfloat16' with backend='openvino'",
-                     repr(dtype), "OpenVINO runs on the CPU, which has no float16 path here.")
-        )  # fmt: skip
+        value_error("dtype", "None, 'float32' or 'bfloat16' with backend='openvino'",
+                     repr(dtype), "OpenVINO runs on the CPU, which has no float16 path here.")  # fmt: skip
     bf16 = name == "bfloat16"
     if quantize == "int8-static":
         return "int8-static+bf16" if bf16 else "int8-static"
@@ -117,12 +115,7 @@ class OpenVinoRunner:
         settings: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         ov = _import_ov()
-        if threads is not None and (
-            not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
-        ):
-            raise InputError(
-                expected("threads", "a positive int or None", repr(threads), "Pass e.g. threads=2.")
-            )
+        _onnx.check_threads(threads)
         self.path = Path(path)
         self.settings: dict[str, Any] = dict(settings or {})
         self.threads = threads or available_cpus()
@@ -213,23 +206,17 @@ def load_openvino_runner(
     _import_ov()
     _onnx.require_onnx()
     if precision not in PRECISIONS:
-        raise InputError(expected("precision", f"one of {', '.join(PRECISIONS)}", repr(precision)))
+        value_error("precision", f"one of {', '.join(PRECISIONS)}", repr(precision))
     quantized = precision.startswith("int8-static")
     if quantized and not calibration:
-        raise InputError(
-            expected("calibrate", "a non-empty list of texts with quantize='int8-static'",
-                     repr(calibration), "Pass some of your texts (100-300 is plenty).")
-        )  # fmt: skip
+        value_error("calibrate", "a non-empty list of texts with quantize='int8-static'",
+                     repr(calibration), "Pass some of your texts (100-300 is plenty).")  # fmt: skip
     if not quantized and calibration:
-        raise InputError(
-            expected("calibrate", "None without quantize='int8-static'", "calibration texts",
-                     "Drop calibrate=, or add quantize='int8-static'.")
-        )  # fmt: skip
+        value_error("calibrate", "None without quantize='int8-static'", "calibration texts",
+                     "Drop calibrate=, or add quantize='int8-static'.")  # fmt: skip
     if precision.endswith("bf16") and not cpu_has_bf16():
-        raise InputError(
-            expected("dtype", "'float32' on this CPU", "'bfloat16'",
-                     "Its CPU has neither AVX512_BF16 nor AMX, so OpenVINO cannot run bf16 here.")
-        )  # fmt: skip
+        value_error("dtype", "'float32' on this CPU", "'bfloat16'",
+                     "Its CPU has neither AVX512_BF16 nor AMX, so OpenVINO cannot run bf16 here.")  # fmt: skip
     hf_dir = _onnx.transformer_dir(model_dir)
     settings = _settings(hf_dir, precision, calibration)
     entry = _onnx.onnx_cache_root(cache_dir, "openvino") / _onnx.entry_key(settings)

@@ -25,9 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected, unmet
+from poolkit._errors import unmet, value_error
 from poolkit._versions import installed_versions
-from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
 __all__ = ["EXPORT_FORMATS", "RECORD", "export"]
@@ -103,28 +102,24 @@ def export(
     from poolkit.io.atomic import AtomicDir
 
     if format not in EXPORT_FORMATS:
-        raise InputError(expected("format", "'sentence-transformers' or 'onnx'", repr(format)))
+        value_error("format", "'sentence-transformers' or 'onnx'", repr(format))
     if quantize not in (None, "int8"):
-        raise InputError(expected("quantize", "None or 'int8'", repr(quantize)))
+        value_error("quantize", "None or 'int8'", repr(quantize))
     if quantize and format != "onnx":
-        raise InputError(
-            expected(
-                "quantize",
-                "None with the sentence-transformers format",
-                repr(quantize),
-                "Quantised folders are ONNX: use the onnx format.",
-            )
+        value_error(
+            "quantize",
+            "None with the sentence-transformers format",
+            repr(quantize),
+            "Quantised folders are ONNX: use the onnx format.",
         )
     if not isinstance(overwrite, bool):
-        raise InputError(expected("overwrite", "True or False", repr(overwrite)))
+        value_error("overwrite", "True or False", repr(overwrite))
     if recipe is not None and from_compare is not None:
-        raise InputError(
-            expected(
-                "recipe",
-                "None when `from_compare` is given",
-                repr(str(recipe)),
-                "The compare file's top row is the recipe; pass one of the two.",
-            )
+        value_error(
+            "recipe",
+            "None when `from_compare` is given",
+            repr(str(recipe)),
+            "The compare file's top row is the recipe; pass one of the two.",
         )
     parsed = Recipe.parse(recipe) if recipe is not None else None
     if parsed is not None and format == "sentence-transformers":
@@ -134,13 +129,11 @@ def export(
     out = Path(out_dir)
     replace = overwrite or (out.is_dir() and not any(out.iterdir()))
     if out.exists() and not replace:
-        raise InputError(
-            expected(
-                "out_dir",
-                "a folder that does not exist yet",
-                repr(str(out)),
-                "Choose another folder, or replace it with `overwrite=True`.",
-            )
+        value_error(
+            "out_dir",
+            "a folder that does not exist yet",
+            repr(str(out)),
+            "Choose another folder, or replace it with `overwrite=True`.",
         )
     if format == "onnx":
         from poolkit.backends.onnx import require_onnx
@@ -162,23 +155,19 @@ def export(
         parsed = info.intended_recipe()
         choice = {"by": "intended", "source": info.pooling_source}
     if parsed.level != "sequence":
-        raise InputError(
-            expected(
-                "recipe",
-                "a sequence-level recipe (one vector per text)",
-                repr(str(parsed)),
-                "Export pools whole texts; use e.g. mean or cls.",
-            )
+        value_error(
+            "recipe",
+            "a sequence-level recipe (one vector per text)",
+            repr(str(parsed)),
+            "Export pools whole texts; use e.g. mean or cls.",
         )
     if parsed.has_output_stage:
-        raise InputError(
-            expected(
-                "recipe",
-                "a recipe without an output stage (/DIMS, /PRECISION)",
-                repr(str(parsed)),
-                f"Export {str(parsed.pooling)!r}, and truncate/quantise its vectors with "
-                "poolkit.output (or poolkit embed --recipe) where they are stored.",
-            )
+        value_error(
+            "recipe",
+            "a recipe without an output stage (/DIMS, /PRECISION)",
+            repr(str(parsed)),
+            f"Export {str(parsed.pooling)!r}, and truncate/quantise its vectors with "
+            "poolkit.output (or poolkit embed --recipe) where they are stored.",
         )
     normalize = parsed.resolved_normalize(info.normalize)
     hidden = int(info.hidden_size or 0)
@@ -234,27 +223,23 @@ def _write_st(
     if info.is_decoder:
         # poolkit appends EOS and counts positions from the first real token for decoders;
         # a sentence-transformers folder would not promise the same vectors.
-        raise InputError(
-            expected(
-                "model",
-                "an encoder for the sentence-transformers format",
-                f"the decoder {info.architecture}",
-                "Use `format='onnx'`, which carries poolkit's EOS and position handling.",
-            )
+        value_error(
+            "model",
+            "an encoder for the sentence-transformers format",
+            f"the decoder {info.architecture}",
+            "Use `format='onnx'`, which carries poolkit's EOS and position handling.",
         )
     pooling = st_pooling_config(recipe, int(info.hidden_size))
     source = Path(info.path)
     if source_heads(source):
         width = info.intended_recipe().output_dim(int(info.hidden_size))
         if recipe.output_dim(int(info.hidden_size)) != width:
-            raise InputError(
-                expected(
-                    "recipe",
-                    f"one of the source pooling's width {width} (its Dense "
-                    "modules take that many inputs)",
-                    repr(str(recipe)),
-                    "Choose a recipe with as many parts as the model's own pooling.",
-                )
+            value_error(
+                "recipe",
+                f"one of the source pooling's width {width} (its Dense "
+                "modules take that many inputs)",
+                repr(str(recipe)),
+                "Choose a recipe with as many parts as the model's own pooling.",
             )
     modules = copy_pipeline(
         source, transformer_dir(source), work, pooling, normalize, encoder.max_length

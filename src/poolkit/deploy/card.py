@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import expected
+from poolkit._errors import expected, value_error
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -62,13 +62,11 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
     except (TypeError, ValueError):
         same = False
     if not same:
-        raise InputError(
-            expected(
-                "from_compare",
-                f"results for the model being exported ({str(source)!r})",
-                f"{str(path)!r}, which compared {compared!r}",
-                "Export that model, or run poolkit compare on this one.",
-            )
+        value_error(
+            "from_compare",
+            f"results for the model being exported ({str(source)!r})",
+            f"{str(path)!r}, which compared {compared!r}",
+            "Export that model, or run poolkit compare on this one.",
         )
     metric = doc.get("metric")
     intended = next((r for r in rows if r.get("intended")), None)

@@ -18,8 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import expected
-from poolkit.errors import InputError
+from poolkit._errors import value_error
 from poolkit.recipe import Recipe
 
 __all__ = ["ST_ORDER", "copy_pipeline", "st_pooling_config", "st_refusal"]
@@ -69,13 +68,11 @@ def st_pooling_config(recipe: Recipe, hidden_size: int) -> dict[str, Any]:
     """
     reason = st_refusal(recipe)
     if reason is not None:
-        raise InputError(
-            expected(
-                "recipe",
-                "one that sentence-transformers' Pooling can express",
-                f"{str(recipe)!r}, which has {reason}",
-                "Use `format='onnx'`, which carries any recipe.",
-            )
+        value_error(
+            "recipe",
+            "one that sentence-transformers' Pooling can express",
+            f"{str(recipe)!r}, which has {reason}",
+            "Use `format='onnx'`, which carries any recipe.",
         )
     names = {name for name, _ in recipe.parts}
     config: dict[str, Any] = {"word_embedding_dimension": hidden_size}
@@ -106,13 +103,11 @@ def source_heads(root: Path) -> list[dict[str, Any]]:
         if kind in _HEADS:
             heads.append(entry)
         elif kind not in ("Transformer", "Pooling", "Normalize"):
-            raise InputError(
-                expected(
-                    "model",
-                    "a pipeline of Transformer, Pooling, Dense, LayerNorm and Normalize modules",
-                    f"one with a {kind} module ({entry.get('path')!r})",
-                    "Export the transformer folder alone.",
-                )
+            value_error(
+                "model",
+                "a pipeline of Transformer, Pooling, Dense, LayerNorm and Normalize modules",
+                f"one with a {kind} module ({entry.get('path')!r})",
+                "Export the transformer folder alone.",
             )
     return heads
 

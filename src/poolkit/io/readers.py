@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from poolkit._errors import expected, type_error
+from poolkit._errors import type_error, value_error
 from poolkit.errors import InputError  # the family's; raised here for unreadable input
 
 __all__ = [
@@ -54,7 +54,7 @@ def input_format(path: str | os.PathLike[str], fmt: str | None = None) -> str:
     if fmt is not None:
         name = _ALIASES.get(fmt.lower(), fmt.lower())
         if name not in INPUT_FORMATS:
-            raise InputError(expected("fmt", f"one of {', '.join(INPUT_FORMATS)}", repr(fmt)))
+            value_error("fmt", f"one of {', '.join(INPUT_FORMATS)}", repr(fmt))
         return name
     if os.fspath(path) == "-":
         return "txt"
