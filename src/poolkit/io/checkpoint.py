@@ -16,16 +16,18 @@ committed at a time. A job writing ``OUTPUT`` keeps its work in ``OUTPUT.poolkit
 
 Every file appears atomically (temporary file, ``fsync``, ``rename``, ``fsync`` of the
 directory), so after a crash or ``kill -9`` a part is either fully there or absent: a
-resumed job recomputes at most the part that was in flight. :meth:`Checkpoint.publish`
-streams the parts, in order, through the same writer an uninterrupted run uses into a
-file inside the work directory, then renames it onto ``OUTPUT``: a resumed job's output is
-byte-for-byte the one an uninterrupted run writes, and ``OUTPUT`` never exists half-written.
+resumed job recomputes at most the part that was in flight. The output is assembled in
+the work directory as parts are committed, in order, through the writer an uninterrupted
+run uses (from memory: a part committed in this run is never read back; a resumed part is
+read back once), and :meth:`Checkpoint.publish` renames it onto ``OUTPUT``: a resumed
+job's output is byte-for-byte the one an uninterrupted run writes, and ``OUTPUT`` never
+exists half-written.
 
 No part is trusted unverified: reopening a work directory hashes every part before any
 new work (a bit-flipped or truncated part is deleted and recomputed, a gap is recomputed,
 each with one :class:`~poolkit.io.integrity.IntegrityWarning` naming it; files poolkit did
-not write are named and left alone), and :meth:`Checkpoint.publish` hashes each part
-again as it copies it into the output.
+not write are named and left alone), and a part read back into the output is hashed
+again as it is read.
 
 Why the input is identified by content per part, not by size and mtime: a resumed job
 re-reads the input anyway to reach its first missing part, so hashing the texts of each
@@ -196,8 +198,8 @@ class Checkpoint:
     """A work directory for one output, held (locked) by this process.
 
     Use :meth:`open`, then per part ``k`` (in order) either :meth:`verify` (done) or
-    :meth:`commit` (new); finally :meth:`publish`, which writes ``OUTPUT`` and removes the
-    directory. :meth:`close` releases the lock and keeps the directory for ``--resume``.
+    :meth:`commit` (new), or :meth:`put` a :class:`Part` to do either; finally
+    :meth:`publish`, which writes ``OUTPUT`` and removes the directory. :meth:`close` releases the lock and keeps the directory for ``--resume``.
 
     Attributes:
         output: the final output path.
