@@ -257,6 +257,60 @@ def test_no_room_for_the_output_midway_gives_it_up_until_publish(tmp_path, monke
     assert out.read_bytes() == (tmp_path / "ref.npy").read_bytes()
 
 
+def test_a_failed_assembly_or_publish_never_leaves_a_wrong_output(tmp_path, monkeypatch):
+    from poolkit.io.writers import EmbeddingWriter, sidecar_path
+
+    names = ["mean", "cls"]
+    settings = {**SETTINGS, "strategies": names}
+    direct(tmp_path / "ref.jsonl", names)
+    write = EmbeddingWriter.write
+
+    def half_then_eio(self, ids, arrays, columns=None):  # half a part written, then EIO
+        self._file.write(b'{"id": 5, "mean": [')
+        raise OSError(5, "Input/output error")
+
+    # 1. Any error while a part is appended drops the assembly (never half a part in it).
+    out = tmp_path / "a.jsonl"
+    cp = Checkpoint.open(out, settings, resume=False)
+    commit(cp, 0, names)
+    monkeypatch.setattr(EmbeddingWriter, "write", half_then_eio)
+    with pytest.raises(OSError, match="Input/output error"):
+        commit(cp, 1, names)  # committed, not assembled
+    monkeypatch.setattr(EmbeddingWriter, "write", write)
+    assert cp.done == {0, 1} and not list(work_dir_for(out).glob(".*.tmp"))
+    commit(cp, 2, names)
+    commit(cp, 3, names)
+    cp.publish(len(TEXTS), overwrite=False)
+    assert out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
+
+    # 2. A part committed again after it was assembled: the output has the new vectors.
+    out = tmp_path / "b.jsonl"
+    cp = Checkpoint.open(out, settings, resume=False)
+    for k in range(len(TEXTS)):
+        commit(cp, k, names)
+    ones = {n: np.ones((5, 6 + j), np.float32) for j, n in enumerate(names)}
+    cp.commit(1, 5, texts_digest(TEXTS[1]), ones)
+    cp.publish(len(TEXTS), overwrite=False)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == list(range(20))
+    assert all(r["mean"] == [1.0] * 6 for r in rows[5:10]) and rows[0]["mean"] != [1.0] * 6
+
+    # 3. Publish failing after the output was assembled (its record cannot be written):
+    # a second publish assembles it again, whole.
+    out = tmp_path / "c.jsonl"
+    cp = Checkpoint.open(out, settings, resume=False, metadata={"record": 1})
+    for k in range(len(TEXTS)):
+        commit(cp, k, names)
+    sidecar_path(out).mkdir()
+    with pytest.raises(IsADirectoryError):
+        cp.publish(len(TEXTS), overwrite=False)
+    assert not out.exists() and not list(work_dir_for(out).glob("assembled.*"))
+    sidecar_path(out).rmdir()
+    cp.publish(len(TEXTS), overwrite=False)
+    assert out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
+    assert json.loads(sidecar_path(out).read_text()) == {"record": 1}
+
+
 def test_publish_refuses_existing_output_and_keeps_the_work(tmp_path):
     out = tmp_path / "out.npy"
     cp = Checkpoint.open(out, SETTINGS, resume=False)

@@ -440,7 +440,8 @@ class Checkpoint:
         meta: dict[str, Any] = {"index": index, "first_row": first_row, "rows": rows.pop(),
                                 "texts_sha256": digest, "strategies": names}  # fmt: skip
         # Stored forms (float16, int8, uint8) are kept as they are; anything else is float32.
-        payload = {f"s{k}": stored(arrays[n]) for k, n in enumerate(names)}
+        kept = {n: stored(arrays[n]) for n in names}  # also what the output gets from memory
+        payload = {f"s{k}": kept[n] for k, n in enumerate(names)}
         if ids is not None:  # parts of one row per text keep their files as they were
             meta["texts"] = meta["rows"] if texts is None else int(texts)
             payload["ids"] = np.asarray(ids, dtype=np.int64)
@@ -460,15 +461,17 @@ class Checkpoint:
         self.done.add(index)
         self._files[index] = name
         self._metas[index] = meta
+        if self._assembled is not None and index < self._assembled:
+            self._close_assembly()  # a part replaced: the output is rebuilt from the files
         start = self._assembled  # part `index` goes on from memory, after any resumed ones
-        if start is not None and start <= index and self.done.issuperset(range(start, index)):
+        if start is not None and self.done.issuperset(range(start, index)):
             first = np.arange(first_row, first_row + meta["rows"], dtype=np.int64)
             try:
-                self._assemble(index, (first if ids is None else ids, arrays, extra))
-            except OSError as e:
+                self._assemble(index, (first if ids is None else ids, kept, extra))
+            except BaseException as e:
+                self._close_assembly()  # never half a part: the next one starts it again
                 if not is_disk_full(e):
                     raise
-                self._close_assembly()
                 self._assembled = None  # publish starts it again, and says what it needs
 
     def _assemble(self, stop: int, last: tuple[Any, Any, Any] | None = None) -> None:
@@ -486,6 +489,8 @@ class Checkpoint:
     def _append(self, ids: np.ndarray, arrays: Mapping[str, Any], columns: Any) -> None:
         """Write rows into the output under assembly, opened at the first row (a part of
         --chunks may have none): :attr:`metadata` may need the stored arrays."""
+        if not len(ids) and arrays:  # a part whose texts gave no row (--chunks): nothing
+            return
         if self._assembly is None:
             fmt = output_format(self.output)
             meta = self.metadata
@@ -582,7 +587,7 @@ class Checkpoint:
                 self._append(np.zeros(0, np.int64), {}, None)
             staged = self._assembly.close()
             self._assembly = None
-        except OSError as e:
+        except BaseException as e:
             self._close_assembly()
             if not is_disk_full(e):
                 raise
@@ -594,8 +599,8 @@ class Checkpoint:
         # mkstemp files are private (0600); OUTPUT gets the mode any new file would get.
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(staged, 0o666 & ~umask)
         try:
+            os.chmod(staged, 0o666 & ~umask)
             if self.output.exists() and not overwrite:
                 raise CheckpointError(
                     already_exists(
@@ -604,17 +609,17 @@ class Checkpoint:
                     )
                 )
             atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
+            if fmt != "parquet":
+                if metadata := self._record:
+                    side = json.dumps(metadata, indent=1).encode("utf-8")
+                    atomic_write(sidecar_path(self.output), lambda f: f.write(side))
+                elif overwrite:  # a replaced output's record would describe other vectors
+                    sidecar_path(self.output).unlink(missing_ok=True)
+            publish_file(staged, self.output)
         except BaseException:
             staged.unlink(missing_ok=True)  # a full copy of OUTPUT: do not keep it around
-            self._assembled = 0
+            self._assembled = 0  # a second publish assembles it again, from the parts
             raise
-        if fmt != "parquet":
-            if metadata := self._record:
-                side = json.dumps(metadata, indent=1).encode("utf-8")
-                atomic_write(sidecar_path(self.output), lambda f: f.write(side))
-            elif overwrite:  # a replaced output's record would describe other vectors
-                sidecar_path(self.output).unlink(missing_ok=True)
-        publish_file(staged, self.output)
         self.discard()
         return self.output
 
