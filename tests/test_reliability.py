@@ -163,6 +163,16 @@ def test_final_write_and_chunk_commit_on_a_full_disk(job: Path, stalled: Path):
     assert (job / out).read_bytes() == (job / "clean.npy").read_bytes()
     assert not work.exists()
 
+    # 4. Every part done, only the final write left: nothing is embedded, the output is
+    # assembled from the parts, and the summary still gives the vectors' width.
+    out = "all-done.npy"
+    interrupted(stalled, out, N // PART)
+    r = run(job, embed_cmd("in.txt", out, "--resume"))
+    assert r.returncode == 0, r.stderr.decode()
+    (line,) = lines_of(r.stderr)
+    assert resumed_texts(r.stderr.decode()) == N and f"-> {out} [mean=384] in " in line, line
+    assert (job / out).read_bytes() == (job / "clean.npy").read_bytes()
+
 
 def test_damaged_chunks_are_found_before_any_new_work_and_recomputed(job: Path, stalled: Path):
     out = "damaged.npy"

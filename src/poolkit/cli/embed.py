@@ -276,7 +276,8 @@ def run(args: argparse.Namespace) -> int:
             settings["chunks"] = chunking.settings()
 
         def metadata(arrays: Any) -> Any:  # the output's record, from its first stored rows
-            record = output_metadata(recipes, _dims_of(arrays, recipes), ranges)
+            tally.dims = _dims_of(arrays, recipes)  # also the widths of a job all resumed
+            record = output_metadata(recipes, tally.dims, ranges)
             return record if chunking is None else chunking.metadata(record)
 
         checkpoint = Checkpoint.open(output, settings, resume=args.resume, strategies=names,
@@ -287,10 +288,10 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:  # a folder poolkit wrote: say which choice it carries
             print(f"poolkit: pooling {encoder.info.pooling} ({encoder.info.pooling_source})",
                   file=sys.stderr)  # fmt: skip
-    how = {"progress": None, "calibration": ranges, "prompt_name": args.prompt_name,
-           "prompt": args.prompt, "pipeline": _pipeline(args)}  # fmt: skip
+    how = {"calibration": ranges, "prompt_name": args.prompt_name, "prompt": args.prompt,
+           "pipeline": _pipeline(args)}  # fmt: skip
 
-    def embed_part(k: int, part: Any) -> Part:
+    def embed_part(k: int, part: Any, progress: Any) -> Part:
         """Part ``k`` for the sink: verified if resumed, else embedded now."""
         texts = part if chunking is None else part.texts
         blank.extend(tally.texts + i for i, text in enumerate(texts) if not text.strip())
@@ -300,16 +301,17 @@ def run(args: argparse.Namespace) -> int:
         if k in checkpoint.done:
             tally.resumed += len(texts)
             tally.rows += checkpoint.rows(k)
-            how["progress"](len(texts))
+            progress(len(texts))
             return Part(k, first, digest)
         ids = columns = None
         if chunking is None:  # truncation is reported once, in the summary line
             result, stats = embed_recipes(check_inputs(part), encoder, recipes,
-                                          long_text=args.long_text, **how)  # fmt: skip
+                                          long_text=args.long_text, progress=progress,
+                                          **how)  # fmt: skip
             tally.truncated += stats.num_truncated
         else:  # one row per chunk
             piece = first_chunks if k == 0 else chunking.chunk(part, first)
-            result, stats = chunking.embed(piece, **how)
+            result, stats = chunking.embed(piece, progress=progress, **how)
             ids, columns = piece.rows(chunking.with_text)
             tally.truncated += len(stats.truncated)
         if stamp is not None:  # never checkpoint texts read from a changing file
@@ -326,9 +328,8 @@ def run(args: argparse.Namespace) -> int:
             tally.nothing = True  # the parts hold nothing worth resuming
             raise InputError(f"{args.input}: all {tally.texts} texts are blank (empty or "
                              "whitespace only); nothing to embed.")  # fmt: skip
-        if not tally.dims:  # every part resumed: the widths stored in the first part with rows
-            stored = next(k for k in range(tally.parts) if checkpoint.rows(k))
-            tally.dims = _dims_of(checkpoint.load_part(stored)[1], recipes)
+        # Opens the output at its first stored rows if no part was computed: metadata() then
+        # gives the summary its widths (a job all resumed).
         checkpoint.publish(tally.parts, overwrite=args.overwrite)
 
     def kept(failed: bool) -> str | None:
@@ -348,10 +349,9 @@ def run(args: argparse.Namespace) -> int:
 
     def work() -> Iterator[Part]:
         with progress_bar(args, "texts" if chunking is None else "documents") as bar:
-            how["progress"] = bar.update
             for k, part in enumerate(itertools.chain([first], parts)):
                 tally.parts = k + 1
-                yield embed_part(k, part)
+                yield embed_part(k, part, bar.update)
 
     if (status := run_job(checkpoint, work(), finish, kept, cause)) is not None:
         return status
