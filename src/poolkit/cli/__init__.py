@@ -22,7 +22,7 @@ from poolkit.cli._warnings import one_line_warnings
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-COMMANDS = ("embed", "inspect_model", "tokens", "spans", "compare", "export")
+COMMANDS = ("embed", "inspect_model", "tokens", "spans", "compare", "export", "diagnose")
 
 
 def build_parser() -> argparse.ArgumentParser:

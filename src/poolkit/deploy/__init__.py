@@ -29,7 +29,7 @@ from poolkit._errors import unmet, value_error
 from poolkit._versions import installed_versions
 from poolkit.recipe import Recipe
 
-__all__ = ["EXPORT_FORMATS", "RECORD", "export"]
+__all__ = ["EXPORT_FORMATS", "RECORD", "export", "runtime_tokenizer"]
 
 EXPORT_FORMATS = ("sentence-transformers", "onnx")
 RECORD = "poolkit-export.json"
@@ -334,8 +334,17 @@ def _write_onnx(
 
 
 def _write_tokenizer(encoder: Any, path: Path) -> Any:
-    """The Encoder's own tokenizer, with poolkit's template, truncation and padding baked
-    in, so bare ``tokenizers`` gives the ids poolkit feeds the model."""
+    """:func:`runtime_tokenizer` saved to ``path`` and read back from it."""
+    from tokenizers import Tokenizer
+
+    runtime_tokenizer(encoder).save(str(path))
+    return Tokenizer.from_file(str(path))
+
+
+def runtime_tokenizer(encoder: Any) -> Any:
+    """The Encoder's own tokenizer as a bare ``tokenizers.Tokenizer``, with poolkit's
+    template, truncation (the encoder's max length) and right padding baked in, so bare
+    ``tokenizers`` gives the ids poolkit feeds the model."""
     from tokenizers import Tokenizer
     from tokenizers.processors import TemplateProcessing
 
@@ -354,8 +363,7 @@ def _write_tokenizer(encoder: Any, path: Path) -> Any:
     tok.enable_truncation(max_length=encoder.max_length)
     pad = template.pad_id
     tok.enable_padding(pad_id=pad, pad_token=names(pad) or "")
-    tok.save(str(path))
-    return Tokenizer.from_file(str(path))
+    return tok
 
 
 def check_folder(

@@ -70,7 +70,9 @@ def deviations(found: Candidate, intended: Candidate, width: int) -> list[Deviat
     return out
 
 
-def fix(found: Candidate, intended: Candidate, devs: list[Deviation], prompts: dict[str, str]) -> str:
+def fix(
+    found: Candidate, intended: Candidate, devs: list[Deviation], prompts: dict[str, str]
+) -> str:
     """The ``poolkit embed`` flags that give the intended vectors (keeping a deliberate
     Matryoshka cut), or ``""`` when nothing but the cut differs. ``prompts``: the model's
     named prompts (a prompt of the user's own is given with ``--prompt``)."""
