@@ -9,11 +9,11 @@ import poolkit
 
 # Every public name, pinned: adding, removing or renaming one fails here on purpose.
 PUBLIC = [
-    "Calibration", "Chunker", "DocumentChunks", "EmbedStats", "EncodedBatch", "Encoder", "ExportError", "InputError", "InputTypeError",
+    "Calibration", "Chunker", "Diagnosis", "DocumentChunks", "EmbedStats", "EncodedBatch", "Encoder", "ExportError", "InputError", "InputTypeError",
     "LAYER_PRESETS", "LOG_WIDTH_BUCKETS", "MissingDependencyError", "ModelInfo",
     "ModelNotFoundError", "OutputExistsError", "PRECISIONS", "PipelineError", "PoolkitError", "Recipe",
     "RecipeError", "RunError", "SEQUENCE_STRATEGIES", "SPAN_STRATEGIES",
-    "TokenVectors", "TruncationWarning", "WORD_STRATEGIES", "bucket_widths", "embed",
+    "TokenVectors", "TruncationWarning", "WORD_STRATEGIES", "bucket_widths", "diagnose", "embed",
     "embed_chunks", "embed_spans", "embed_tokens", "embed_words", "export", "flat_token_embeddings", "layer_mix",
     "model_info", "parse_sequence_strategy", "parse_span_strategy", "sequence_embedding",
     "span_embeddings", "span_output_dim", "token_embeddings", "word_embeddings", "word_spans",

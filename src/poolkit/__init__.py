@@ -3,6 +3,7 @@
 from poolkit.chunkers import Chunker
 from poolkit.chunking import DocumentChunks, embed_chunks
 from poolkit.deploy import export
+from poolkit.diagnosis import Diagnosis, diagnose
 from poolkit.embedding import (
     EmbedStats,
     TokenVectors,
@@ -49,6 +50,7 @@ __all__ = [
     "WORD_STRATEGIES",
     "Calibration",
     "Chunker",
+    "Diagnosis",
     "DocumentChunks",
     "EmbedStats",
     "EncodedBatch",
@@ -68,6 +70,7 @@ __all__ = [
     "TokenVectors",
     "TruncationWarning",
     "bucket_widths",
+    "diagnose",
     "embed",
     "embed_chunks",
     "embed_spans",

@@ -138,14 +138,14 @@ def run(args: argparse.Namespace) -> int:
         texts = read_all(args.texts, text_column=args.text_column, fmt=args.input_format)
         if args.vectors is not None and not Path(args.vectors).is_dir():
             vectors = read_vectors(args.vectors, args.column)  # before the model loads
-        encoder = get_encoder(args.model, device=args.device, max_batch_tokens=args.batch_tokens)
-        if args.url is not None:
+        if args.url is not None:  # asked before the model loads: a server error comes first
             vectors = server_vectors(args.url, texts, headers=_headers(args.header),
                                      timeout=args.timeout, retries=args.retries,
                                      served_model=args.served_model)  # fmt: skip
-        elif args.onnx is not None:
+        encoder = get_encoder(args.model, device=args.device, max_batch_tokens=args.batch_tokens)
+        if args.onnx is not None:
             vectors = onnx_vectors(args.onnx, texts, encoder)
-        elif Path(args.vectors).is_dir():
+        elif args.url is None and Path(args.vectors).is_dir():
             vectors = folder_vectors(args.vectors, texts)
         with progress_bar(args) as bar:
             found = diagnose(texts, vectors, encoder, prompts=args.prompt, tol=args.tol,
