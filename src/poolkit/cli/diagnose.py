@@ -49,7 +49,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "OpenAI-compatible .../v1/embeddings")  # fmt: skip
     parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                         help="an HTTP header for --url, e.g. 'Authorization: Bearer TOKEN' "
-                        "(repeatable)")  # fmt: skip
+                        "(repeatable; default: none)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=30.0, metavar="S",
                         help="seconds to wait for each answer of --url (default: 30)")  # fmt: skip
     parser.add_argument("--retries", type=int, default=2, metavar="N",
@@ -61,7 +61,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="the vector column of a Parquet or JSON Lines VECTORS file "
                         "(default: the only one)")  # fmt: skip
     parser.add_argument("--prompt", action="append", default=[], metavar="TEXT",
-                        help="a prompt of your own to try beside the model's (repeatable)")  # fmt: skip
+                        help="a prompt of your own to try beside the model's (repeatable; default: "
+                        "only the model's)")  # fmt: skip
     parser.add_argument("--tol", type=float, default=1e-4,
                         help="a row matches within this relative distance (default: 1e-4)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON object")
