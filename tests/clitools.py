@@ -1,47 +1,179 @@
-"""Running the real `poolkit` command in tests: the command line, one subprocess helper, a
-``poolkit`` script for shell commands, one error-line check.
+"""Running ``poolkit`` in tests: in this process by default (:func:`run_cli`), a real
+process where the process is what a test checks (:func:`command`, :func:`with_poolkit_on_path`),
+and one error-line check.
 
-Each command is its own process, forked from a warm one that has imported torch and
-transformers (``warmcli``: about 0.1 s to start instead of 10 on 2 cores). A test that
-kills a command with SIGKILL starts it fresh (``warmcli.FRESH``): the command must die
-with its process, not a moment after.
+:func:`run_cli` calls ``poolkit.cli.main(ARGS)`` as the console script does, with its own
+stdin/stdout/stderr (bytes), working directory, environment and umask, and puts back what
+a command may change in the process (see :func:`_isolated`). Models stay loaded between
+commands (``poolkit.embedding``'s encoder cache): a command costs what its work costs, not
+the 7-10 CPU-seconds a fresh interpreter spends importing torch. ``test_cli_process.py``
+checks it gives the console script's bytes and exit status.
 """
 
 from __future__ import annotations
 
+import io
+import logging
 import os
+import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
+import threading
+import traceback
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
-import warmcli
+# --- in this process --------------------------------------------------------------------
+
+
+def run_cli(
+    args: Sequence[str],
+    *,
+    cwd: Path | str,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    umask: int | None = None,
+) -> subprocess.CompletedProcess:
+    """``poolkit ARGS`` run in this process in ``cwd``: its exit status and the bytes it
+    wrote. ``stdin``: what it reads (default: nothing); ``env``: its whole environment, as
+    ``subprocess.run(env=...)`` (default: this process's); ``umask``: default this one's.
+
+    Environment variables that libraries read when they are first imported (torch's,
+    Hugging Face's, ``PYTHONPATH``) cannot take effect here: a test that needs them runs
+    :func:`command` in a real process."""
+    args = [os.fspath(a) for a in args]
+    out, err = _stream("strict"), _stream("backslashreplace")
+    source = io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8")
+    with _isolated(cwd, env, umask, source, out, err):
+        code = _main(args, err)
+    out.flush()
+    err.flush()
+    return subprocess.CompletedProcess(
+        ["poolkit", *args], code, out.buffer.getvalue(), err.buffer.getvalue()
+    )
+
+
+def poolkit(
+    *args: str, cwd: Path | str, stdin: bytes | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``poolkit ARGS`` in ``cwd``, in this process (:func:`run_cli`)."""
+    return run_cli(args, cwd=cwd, stdin=stdin, env=env)
+
+
+def _stream(errors: str) -> io.TextIOWrapper:
+    # As a fresh interpreter's stdout/stderr on a pipe: UTF-8, stderr backslash-escaping.
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors=errors, write_through=True)
+
+
+def _main(args: list[str], err: io.TextIOWrapper) -> int:
+    """The status ``sys.exit(main(args))`` ends a process with (a traceback on stderr and 1
+    for an exception that escapes, as the interpreter does)."""
+    from poolkit.cli import main
+
+    try:
+        return main(args)
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=err)
+        return 1
+    except Exception:
+        traceback.print_exc(file=err)
+        return 1
+
+
+# What a fresh interpreter's warnings module starts with (no -W, no PYTHONWARNINGS): pytest
+# records warnings instead, and a command's stderr must show what a user's would.
+_FRESH_FILTERS = (
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+)
+
+
+@contextmanager
+def _isolated(cwd, env, umask, stdin, stdout, stderr) -> Iterator[None]:
+    """The process state a command sees as a fresh process would, restored afterwards:
+    directory, environment, umask, standard streams and ``argv``, warning filters and
+    display, logging handlers bound to stderr, SIGINT/SIGTERM handlers, torch's thread
+    count. A non-daemon thread the command leaves running is waited for, as at exit."""
+    saved_env = dict(os.environ)
+    saved_cwd = os.getcwd()
+    saved_mask = os.umask(0o022)
+    os.umask(saved_mask if umask is None else umask)
+    saved_streams = (sys.stdin, sys.stdout, sys.stderr, sys.argv)
+    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    before = set(threading.enumerate())
+    handlers = _stderr_handlers(sys.stderr)
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        os.chdir(cwd)
+        sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
+        sys.argv = ["poolkit"]
+        for handler in handlers:
+            handler.setStream(stderr)
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for action, category, module in reversed(_FRESH_FILTERS):
+                warnings.filterwarnings(action, category=category, module=module)
+            warnings.showwarning = _show_on_stderr
+            yield
+            for thread in set(threading.enumerate()) - before:
+                if not thread.daemon:
+                    thread.join()
+    finally:
+        for handler in handlers:
+            handler.setStream(saved_streams[2])
+        sys.stdin, sys.stdout, sys.stderr, sys.argv = saved_streams
+        for sig, handler in saved_signals.items():
+            signal.signal(sig, handler)
+        if torch is not None and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        os.chdir(saved_cwd)
+        os.umask(saved_mask)
+        if dict(os.environ) != saved_env:
+            os.environ.clear()
+            os.environ.update(saved_env)
+
+
+def _show_on_stderr(message, category, filename, lineno, file=None, line=None) -> None:
+    """Python's own display of a warning, on the command's stderr."""
+    text = warnings.formatwarning(message, category, filename, lineno, line)
+    (file or sys.stderr).write(text)
+
+
+def _stderr_handlers(stderr) -> list[logging.StreamHandler]:
+    """Logging handlers writing to this process's stderr (transformers binds one when it is
+    imported): a command's log lines go to its own stderr."""
+    targets = {id(stderr), id(sys.__stderr__)}
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    found = []
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):
+            if isinstance(handler, logging.StreamHandler) and id(handler.stream) in targets:
+                found.append(handler)
+    return found
+
+
+# --- real processes -------------------------------------------------------------------------
 
 
 def command(*args: str) -> list[str]:
-    """The argv that runs ``poolkit ARGS`` (warm; fresh where ``warmcli`` says)."""
-    return [*warmcli.command(), *args]
-
-
-def fresh(argv: list[str]) -> list[str]:
-    """``argv`` from ``command()`` started as a fresh interpreter instead (a test that kills
-    it with SIGKILL, or times its start)."""
-    warm = warmcli.command()
-    assert argv[: len(warm)] == warm, argv
-    return [*warmcli.FRESH, *argv[len(warm) :]]
-
-
-def to_signal(argv: list[str], sig: int) -> list[str]:
-    """``argv`` from ``command()`` as started for a test that sends it ``sig``: fresh for
-    SIGKILL (the client cannot pass that on), warm otherwise."""
-    return fresh(argv) if sig == signal.SIGKILL else argv
-
-
-def poolkit(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    """``poolkit ARGS`` in ``cwd`` (this interpreter, this PYTHONPATH)."""
-    return subprocess.run(command(*args), cwd=cwd, input=stdin, capture_output=True, timeout=300)
+    """The argv that runs ``poolkit ARGS`` as its own process (this interpreter, this
+    ``PYTHONPATH``): for tests of the process itself (signals, kills, exit statuses)."""
+    return [sys.executable, "-m", "poolkit.cli", *args]
 
 
 @cache
@@ -50,7 +182,7 @@ def bin_dir() -> Path:
     shell command line."""
     folder = Path(tempfile.mkdtemp(prefix="poolkit-bin-"))
     script = folder / "poolkit"
-    line = " ".join(f"'{part}'" for part in warmcli.command())
+    line = " ".join(f"'{part}'" for part in command())
     script.write_text(f'#!/bin/sh\nexec {line} "$@"\n', encoding="utf-8")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return folder
@@ -61,6 +193,13 @@ def with_poolkit_on_path(env: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     env["PATH"] = f"{bin_dir()}{os.pathsep}{env.get('PATH', '')}"
     return env
+
+
+def console_script() -> list[str]:
+    """The installed ``poolkit`` script beside this interpreter (``python -m poolkit.cli``
+    where none is installed)."""
+    found = shutil.which("poolkit", path=str(Path(sys.executable).parent))
+    return [found] if found else command()
 
 
 def one_error_line(result: subprocess.CompletedProcess, code: int, *fragments: str) -> str:

@@ -52,46 +52,29 @@ def _runs_slow(config: pytest.Config) -> bool:
     return config.getoption("--slow") or bool(config.option.markexpr) or named
 
 
-# --- the heaviest files first ---------------------------------------------------------
+# --- which worker runs what ------------------------------------------------------------
 #
-# `--dist loadfile` gives each worker one test file at a time, in collection order
-# (`--no-loadscope-reorder` in addopts: xdist's own order, most tests first, put the Ray
-# files, few tests of minutes each, last, where one worker ran them while the others sat
-# idle). These files go first, heaviest first, so the many small files fill in at the end
-# (longest-processing-time-first scheduling). What it buys is not measured apart from the
-# machine's noise: on one day, -m "slow or data" took 32 min 56 s in xdist's order and
-# 39 min 56 s in this one (its Ray tests ran 1.4-2x slower), against 37:57 and 46:29 in
-# xdist's order on another. Seconds each file took in
-# `python -m pytest -q -m "slow or data" --durations=0 --junitxml=...` on the 2-core EPYC,
-# before the CLI tests forked their commands from a warm process (warmcli), which took
-# the whole set to 20 min 0 s:
-HEAVIEST_FIRST = (
-    "test_docs.py",  # 533
-    "test_ray.py",  # 405
-    "test_export.py",  # 275
-    "test_reliability.py",  # 211
-    "test_compare_ci_cli.py",  # 192
-    "test_recipe_cli.py",  # 189
-    "test_ray_resume.py",  # 187
-    "test_compare_chunks.py",  # 169, before its document-rows test took 12 documents
-    "test_compare_cli.py",  # 164
-    "test_cli_chunks.py",  # 160
-    "test_resume.py",  # 153
-    "test_cli.py",  # 139
-    "test_families_cli.py",  # 87
-    "test_backend_openvino.py",  # 86
-    "test_cli_token_span_flags.py",  # 79
-    "test_compare_probes.py",  # 74
-    "test_cli_bad_input.py",  # 70
-    "test_cli_messages.py",  # 68
-    "test_cli_output_stage.py",  # 65
-    "test_compare_report.py",  # 61
-)
+# `--dist loadgroup` (addopts): a test goes to whichever worker is free, except that the
+# tests of a file that uses a module-scoped fixture (a Ray cluster, a loaded model, a
+# finished job) form one group, run by one worker, so the fixture is built once. xdist
+# hands out the groups first, most tests first, then the single tests; nothing here
+# depends on measured durations.
 
 
+def _file_group(item: pytest.Item) -> str | None:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    if any(d[-1].scope == "module" for d in defs if d):
+        return item.path.name
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: k for k, name in enumerate(HEAVIEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files keep order
+    for item in items:
+        group = _file_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if _runs_slow(config):
         return
     slow = [item for item in items if item.get_closest_marker("slow")]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clitools import poolkit
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -331,43 +332,17 @@ def test_cli_embed_with_onnx_backend(
         (["--backend", "onnx", "--quantize", "int8"], None),
     ):
         out = tmp_path / f"out{len(extra)}.npy"
-        cmd = [
-            sys.executable,
-            "-m",
-            "poolkit.cli",
-            "embed",
-            str(src),
-            "-o",
-            str(out),
-            "--quiet",
-            *extra,
-        ]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        proc = poolkit("embed", str(src), "-o", str(out), "--quiet", *extra, cwd=tmp_path, env=env)
         assert proc.returncode == 0, proc.stderr
         got = np.load(out)
         if tol is not None:
             assert np.abs(got - ref).max() < tol
         else:
             assert (got * ref).sum(1).min() > 0.95  # unit vectors: dot = cosine
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "poolkit.cli",
-            "embed",
-            str(src),
-            "-o",
-            str(tmp_path / "x.npy"),
-            "--quantize",
-            "int8",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = poolkit("embed", str(src), "-o", str(tmp_path / "x.npy"), "--quantize", "int8",
+                  cwd=tmp_path, env=env)  # fmt: skip
     assert bad.returncode == 2
     # Refused by the CLI's one backend-flag check (the same line on --engine ray), in flags.
-    assert bad.stderr.strip() == (
+    assert bad.stderr.decode().strip() == (
         "poolkit: error: --quantize int8 works with --backend onnx; add --backend onnx."
     )

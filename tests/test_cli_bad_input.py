@@ -1,9 +1,10 @@
-"""Every kind of bad input through the real ``poolkit embed``: a clear answer, no debris.
+"""Every kind of bad input through ``poolkit embed``: a clear answer, no debris.
 
 Refused input: exit status 2 (usage/input) or 1 (runtime), exactly one line on stderr
 that says what and where (line number, column, path), no traceback, and nothing left
 behind: no OUTPUT, no work directory, no temporary file. Accepted-with-warning input
 (blank lines among texts, a 5 MB line) is checked against the library on the same texts.
+The 5 MB line runs as its own process: its peak memory is what that test measures.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -19,21 +19,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clitools import command, run_cli
 
 import poolkit
 
 pytestmark = pytest.mark.slow
 
 
-def poolkit_cli(cwd: Path, *args: str, stdin: bytes | None = None) -> tuple[int, str, int]:
-    """Run the CLI; (exit status, stderr, peak resident memory in MB)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "poolkit.cli", *args],
-        cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stdin is not None and proc.stderr is not None
-    proc.stdin.write(stdin or b"")
-    proc.stdin.close()
+def poolkit_cli(cwd: Path, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
+    """Run the CLI (in this process); (exit status, stderr)."""
+    result = run_cli(args, cwd=cwd, stdin=stdin)
+    return result.returncode, result.stderr.decode()
+
+
+def poolkit_process(cwd: Path, *args: str) -> tuple[int, str, int]:
+    """Run the CLI as its own process, whose peak memory is the command's alone; (exit
+    status, stderr, peak resident memory in MB)."""
+    proc = subprocess.Popen(command(*args), cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stderr is not None
     err = proc.stderr.read()
     proc.stderr.close()
     # wait4, not wait: it also returns the child's resource usage (peak memory).
@@ -44,7 +48,7 @@ def poolkit_cli(cwd: Path, *args: str, stdin: bytes | None = None) -> tuple[int,
 
 def refused(cwd: Path, args: list[str], code: int, *fragments: str, stdin: bytes | None = None):
     before = sorted(p.name for p in cwd.iterdir())
-    status, err, _ = poolkit_cli(cwd, "embed", *args, stdin=stdin)
+    status, err = poolkit_cli(cwd, "embed", *args, stdin=stdin)
     assert status == code, err
     assert err.count("\n") == 1 and err.startswith("poolkit: error: "), err
     assert "Traceback" not in err
@@ -124,7 +128,7 @@ def test_outputs_that_cannot_be_written(tmp_path):
         refused(tmp_path, ["in.txt", "-o", "ro/out.npy"], 2, "'ro' is not writable")
     else:
         # Root ignores permission bits: use a directory no one may create files in.
-        status, err, _ = poolkit_cli(tmp_path, "embed", "in.txt", "-o", "/proc/out.npy")
+        status, err = poolkit_cli(tmp_path, "embed", "in.txt", "-o", "/proc/out.npy")
         assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
         assert "/proc" in err and ("not writable" in err or "cannot create" in err), err
         assert not Path("/proc/out.npy").exists()
@@ -132,7 +136,7 @@ def test_outputs_that_cannot_be_written(tmp_path):
 
 def test_debug_shows_the_traceback(tmp_path):
     (tmp_path / "bad.jsonl").write_bytes(b"{oops}\n")
-    status, err, _ = poolkit_cli(tmp_path, "embed", "bad.jsonl", "-o", "o.npy", "--debug")
+    status, err = poolkit_cli(tmp_path, "embed", "bad.jsonl", "-o", "o.npy", "--debug")
     assert status == 1 and "Traceback" in err and "line 1 is not valid JSON" in err
 
 
@@ -145,7 +149,7 @@ def library(texts: list[str], minilm) -> np.ndarray:
 def test_blank_lines_among_texts_are_kept_with_a_warning(tmp_path, minilm):
     texts = ["one", "", "two", "   ", "three"]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
-    status, err, _ = poolkit_cli(tmp_path, "embed", "in.txt", "-o", "out.npy")
+    status, err = poolkit_cli(tmp_path, "embed", "in.txt", "-o", "out.npy")
     assert status == 0, err
     lines = err.strip().splitlines()
     assert lines[0] == (
@@ -159,7 +163,7 @@ def test_blank_lines_among_texts_are_kept_with_a_warning(tmp_path, minilm):
 
 def test_csv_quoted_newlines_and_quotes(tmp_path, minilm):
     (tmp_path / "in.csv").write_bytes(b'id,text\n1,"line one\nline two"\n2,"say ""hi"""\n')
-    status, err, _ = poolkit_cli(tmp_path, "embed", "in.csv", "-o", "out.jsonl")
+    status, err = poolkit_cli(tmp_path, "embed", "in.csv", "-o", "out.jsonl")
     assert status == 0, err
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     want = library(["line one\nline two", 'say "hi"'], minilm)
@@ -173,9 +177,9 @@ def test_five_megabyte_line_is_truncated_without_a_memory_blowup(tmp_path, minil
     texts = ["short line", huge, "last line"]
     (tmp_path / "small.txt").write_text("short line\nlast line\n")
     (tmp_path / "huge.txt").write_text("\n".join(texts) + "\n")
-    status, err, base = poolkit_cli(tmp_path, "embed", "small.txt", "-o", "small.npy")
+    status, err, base = poolkit_process(tmp_path, "embed", "small.txt", "-o", "small.npy")
     assert status == 0, err
-    status, err, peak = poolkit_cli(tmp_path, "embed", "huge.txt", "-o", "huge.npy")
+    status, err, peak = poolkit_process(tmp_path, "embed", "huge.txt", "-o", "huge.npy")
     assert status == 0, err
     assert "3 texts -> huge.npy" in err and "1 truncated (longer than 256 tokens" in err
     # Tokenizing the whole line would cost ~750 MB more; the cut prefix costs little.

@@ -1,4 +1,5 @@
-"""``poolkit embed --chunks``: one row per chunk, from the real command (subprocesses).
+"""``poolkit embed --chunks``: one row per chunk, from the command (``kill -9`` on its own
+process, the others in this one).
 
 - The rows (``id``, ``chunk``, ``start``, ``end``, ``text``, vectors) equal
   ``poolkit.embed_chunks`` on the same documents, naive and ``--late``, through
@@ -16,14 +17,13 @@ import csv
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from clitools import one_error_line, poolkit
+from clitools import command, one_error_line, poolkit
 
 LONGDOCS = Path(__file__).parent / "data" / "stsb-images-longdocs" / "corpus.jsonl"
 CHUNKS = "tokens:32:8"
@@ -159,9 +159,8 @@ def test_killed_after_the_first_part_then_resumed_is_byte_identical(tmp_path, mi
     clean = poolkit("embed", "docs.jsonl", "-o", "clean.parquet", *flags, cwd=tmp_path)
     assert clean.returncode == 0, clean.stderr.decode()
 
-    command = [sys.executable, "-m", "poolkit.cli", "embed", "docs.jsonl", "-o", "out.parquet",
-               *flags]  # fmt: skip
-    proc = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE)
+    argv = command("embed", "docs.jsonl", "-o", "out.parquet", *flags)
+    proc = subprocess.Popen(argv, cwd=tmp_path, stderr=subprocess.PIPE)
     work = tmp_path / "out.parquet.poolkit-work"
     deadline = time.monotonic() + 240
     try:

@@ -2,9 +2,9 @@
 
 Library calls name arguments, the command line names flags; a folder without
 ``--engine ray``; one line when a model's pooling is a guess; one form and one exit status
-for a missing optional extra; singular and plural. CLI checks run the real ``poolkit``
-console script in a subprocess; missing extras are simulated by a ``sitecustomize`` that
-makes the import fail in that interpreter only.
+for a missing optional extra; singular and plural. CLI checks run ``poolkit`` in this
+process, except a missing extra: a ``sitecustomize`` makes the import fail in a fresh
+interpreter only, so those run as their own process.
 """
 
 from __future__ import annotations
@@ -22,7 +22,16 @@ from poolkit.io.readers import InputError, read_all
 REPO = Path(__file__).resolve().parents[1]
 
 
-def poolkit(*args: str, cwd: Path, env: dict[str, str] | None = None):
+def poolkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``poolkit ARGS`` (in this process), its output as text."""
+    result = clitools.run_cli(args, cwd=cwd)
+    return subprocess.CompletedProcess(
+        result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
+    )
+
+
+def poolkit_process(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``poolkit ARGS`` as its own process: ``env`` blocks imports as the interpreter starts."""
     return subprocess.run(clitools.command(*args), cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
@@ -169,7 +178,7 @@ def test_missing_extra_one_form_exit_2(tmp_path, module, argv, line):
     (tmp_path / "in.csv").write_text("sentence1,sentence2,score\na,b,1\n", encoding="utf-8")
     env = blocking(tmp_path, module)
     before = sorted(p.name for p in tmp_path.iterdir())
-    result = poolkit(*argv, cwd=tmp_path, env=env)
+    result = poolkit_process(*argv, cwd=tmp_path, env=env)
     assert (result.returncode, result.stderr) == (2, f"poolkit: error: {line}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == [*before]
 

@@ -1,7 +1,8 @@
 """``poolkit embed ... -o -``: JSON Lines on stdout, progress and summary on stderr.
 
-Runs the real console script; every stdout line must parse as JSON and hold the vector
-the same command writes to a ``.npy`` file (bit for bit: both go through float32).
+Every stdout line must parse as JSON and hold the vector the same command writes to a
+``.npy`` file (bit for bit: both go through float32). The commands run in this process;
+the pipe into ``jq`` runs the console script in a shell, the shell line being what it checks.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 As ``test_ray.py`` walks ``embed``'s flags: the treatment tables list each flag with the
 run that shows it changes the output or the behaviour; the first assertion keeps the
-tables in step with the parsers, so a new flag cannot go unchecked. Real subprocesses of
-the CLI on a tiny model. ``--batch-tokens`` does not change vectors (that is its contract),
-so the honour runs start the CLI under a spy that logs the token budget the batch planner
+tables in step with the parsers, so a new flag cannot go unchecked. The CLI runs in this
+process on a tiny model. ``--batch-tokens`` does not change vectors (that is its contract),
+so the honour runs put a spy on the batch planner that logs the token budget it
 receives (``poolkit tokens`` used to drop the flag and plan with the default 2048).
 """
 
@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,19 +38,6 @@ SPANS_TREATMENT = {
     "--long-text": "run_a", "--quiet": "run_b against run_c", "--debug": "traceback",
 }  # fmt: skip
 
-# The CLI with a spy on Encoder._plan: each planned call appends its token budget to a file.
-_SPY = """
-import json, os, sys
-from poolkit.encoder import Encoder
-plan = Encoder._plan
-def spy(self, order, lengths, budget):
-    with open(os.environ["POOLKIT_TEST_PLAN_LOG"], "a") as log:
-        log.write(json.dumps(budget) + "\\n")
-    return plan(self, order, lengths, budget)
-Encoder._plan = spy
-from poolkit.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 LONG = " ".join(["the quick brown fox jumps over the lazy dog"] * 4)  # 36 tokens
 TEXTS = [LONG, "John works at Google in London.", "A cat sat on the mat."]
@@ -71,14 +56,24 @@ def _options(command: str) -> set[str]:
 
 
 def _spied(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[int]]:
-    log = tmp_path / "plan.log"
-    log.unlink(missing_ok=True)
-    result = subprocess.run([sys.executable, "-c", _SPY, *args], cwd=tmp_path,
-                            env={**os.environ, "POOLKIT_TEST_PLAN_LOG": str(log)},
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    budgets = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
-    return result, budgets
+    """``poolkit ARGS`` (its output as text) with a spy on ``Encoder._plan``: the token
+    budget of each planned call."""
+    from poolkit.encoder import Encoder
+
+    budgets: list[int] = []
+    plan = Encoder._plan
+
+    def spy(self, order, lengths, budget):
+        budgets.append(budget)
+        return plan(self, order, lengths, budget)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Encoder, "_plan", spy)
+        result = cli(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    text = subprocess.CompletedProcess(result.args, 0, result.stdout.decode(),
+                                       result.stderr.decode())  # fmt: skip
+    return text, budgets
 
 
 def _lines(text: str) -> list[dict]:

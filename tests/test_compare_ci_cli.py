@@ -1,4 +1,4 @@
-"""End to end, all six tasks: `poolkit compare --json` as a subprocess on real data, its main
+"""End to end, all six tasks: `poolkit compare --json` on real data, its main
 metric and one bootstrap interval checked against an independent computation.
 
 The reference embeds each text alone with plain `transformers` (no padding, pooling written
@@ -263,16 +263,14 @@ def test_clustering_fixture_mteb_protocol(tmp_path, hf):
 
 def test_int8_rows_beside_fp32_with_paired_difference_and_speed(tmp_path, monkeypatch, minilm_dir):
     import json
-    import subprocess
 
     # The exports go to a fresh cache: the test builds and checks them like a new user.
     env = {**os.environ, "POOLKIT_CACHE": str(tmp_path / "cache")}
     folder = FIXTURES / "stsb-images-retrieval"
-    result = subprocess.run(
-        [*clitools.command(), "compare", str(folder), "--task", "retrieval",
-         "--strategies", "mean", "cls", "--backend", "onnx", "--quantize", "int8",
-         "--json", "q.json", "--quiet"],
-        cwd=tmp_path, env=env, capture_output=True, timeout=900,
+    result = clitools.poolkit(
+        "compare", str(folder), "--task", "retrieval", "--strategies", "mean", "cls",
+        "--backend", "onnx", "--quantize", "int8", "--json", "q.json", "--quiet",
+        cwd=tmp_path, env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
     doc = json.loads((tmp_path / "q.json").read_text())

@@ -8,7 +8,8 @@ Which blocks run (README.md and every ``docs/**/*.md``):
 - ``console`` blocks: each ``$ command`` runs in a scratch folder that holds the README's
   ``texts.txt`` and the repository's ``tests/`` (so ``tests/data/...`` paths work as in a
   clone); its standard output must be the lines shown under it (``...`` matches anything, as
-  in doctest).
+  in doctest). A plain ``poolkit ...`` runs in the test process (``clitools.run_cli``); a
+  shell line (a pipe, a redirection) runs in a shell with the console script on ``PATH``.
 - Any other block, and a ``python`` or ``console`` block that must not run, carries the
   reason on the line right above its opening fence, as an HTML comment (invisible on the
   site)::
@@ -30,6 +31,7 @@ from __future__ import annotations
 import doctest
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -224,14 +226,17 @@ def test_float_noise_is_the_only_slack():
 def test_console_examples_print_what_they_show(command: Command, tmp_path, request):
     (tmp_path / "texts.txt").write_text(TEXTS, encoding="utf-8")
     (tmp_path / "tests").symlink_to(ROOT / "tests")
-    # This environment's `python`, and a `poolkit` that starts warm (clitools).
-    bin_dir = Path(sys.executable).parent
-    env = clitools.with_poolkit_on_path(
-        {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    )
-    result = subprocess.run(
-        command.command, shell=True, cwd=tmp_path, env=env, capture_output=True, timeout=600
-    )
+    argv = shlex.split(command.command)
+    if argv[0] == "poolkit" and not set("|<>;&$`") & set(command.command):
+        result = clitools.run_cli(argv[1:], cwd=tmp_path)  # a plain command: in this process
+    else:  # a shell line: this environment's `python`, and the `poolkit` console script
+        bin_dir = Path(sys.executable).parent
+        env = clitools.with_poolkit_on_path(
+            {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+        )
+        result = subprocess.run(
+            command.command, shell=True, cwd=tmp_path, env=env, capture_output=True, timeout=600
+        )
     assert result.returncode == 0, result.stderr.decode()
     output = result.stdout.decode().rstrip("\n")
     checker = doctest.OutputChecker()

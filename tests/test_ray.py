@@ -2,7 +2,9 @@
 CLI, with a worker process killed mid-job; and one clear line when Ray is missing.
 
 One local Ray (2 CPUs, small object store) serves the module; the CLI joins it with
-``--address``. The reference is ``poolkit.embed`` on one machine over texts read here with
+``--address``, each command its own process (this one is a Ray driver: a second
+``ray.init`` here would meet it); a command refused before Ray starts runs in this
+process. The reference is ``poolkit.embed`` on one machine over texts read here with
 plain Python (not poolkit's readers).
 """
 
@@ -170,8 +172,17 @@ def test_killed_worker_loses_and_duplicates_nothing(
 
 
 def _poolkit(*args: str) -> subprocess.CompletedProcess[str]:
+    """A command that starts or joins Ray: its own process (this one is a Ray driver)."""
     return subprocess.run(clitools.command(*args), capture_output=True, text=True, cwd=REPO,
                           timeout=300)  # fmt: skip
+
+
+def _refused(*args: str) -> subprocess.CompletedProcess[str]:
+    """A command refused before Ray starts: in this process, its output as text."""
+    result = clitools.run_cli(args, cwd=REPO)
+    return subprocess.CompletedProcess(
+        result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
+    )
 
 
 def test_cli_matches_one_machine(ray_cluster, corpus, reference, tmp_path):
@@ -217,24 +228,24 @@ def test_cli_matches_one_machine(ray_cluster, corpus, reference, tmp_path):
 def test_cli_flag_errors(tmp_path, argv, message):
     src = tmp_path / "in.txt"
     src.write_text("hello\n", encoding="utf-8")
-    result = _poolkit("embed", str(src), "-o", str(tmp_path / "out"), *argv)
+    result = _refused("embed", str(src), "-o", str(tmp_path / "out"), *argv)
     assert result.returncode == 2
     assert result.stderr.strip() == f"poolkit: error: {message}"
 
 
 def test_cli_input_errors(tmp_path):
     out = tmp_path / "out"
-    missing = _poolkit("embed", str(tmp_path / "nope"), "-o", str(out), "--engine", "ray")
+    missing = _refused("embed", str(tmp_path / "nope"), "-o", str(out), "--engine", "ray")
     assert (missing.returncode, missing.stderr.strip()) == (
         2, f"poolkit: error: {tmp_path / 'nope'}: no such file or folder."
     )  # fmt: skip
-    stdin = _poolkit("embed", "-", "-o", str(out), "--engine", "ray")
+    stdin = _refused("embed", "-", "-o", str(out), "--engine", "ray")
     assert stdin.returncode == 2
     assert "cannot read stdin" in stdin.stderr
     (tmp_path / "file.parquet").write_bytes(b"")
     src = tmp_path / "in.txt"
     src.write_text("hello\n", encoding="utf-8")
-    to_file = _poolkit("embed", str(src), "-o", str(tmp_path / "file.parquet"), "--engine", "ray")
+    to_file = _refused("embed", str(src), "-o", str(tmp_path / "file.parquet"), "--engine", "ray")
     assert to_file.returncode == 2
     assert "writes a folder of Parquet shards, but this is a file" in to_file.stderr
     assert not out.exists()
@@ -291,7 +302,7 @@ def test_ray_client_address_without_grpc(tmp_path):
         pytest.skip("Ray Client is installed; the message is for when it is not")
     src = tmp_path / "in.txt"
     src.write_text("hello\n", encoding="utf-8")
-    result = _poolkit("embed", str(src), "-o", str(tmp_path / "out"), "--engine", "ray",
+    result = _refused("embed", str(src), "-o", str(tmp_path / "out"), "--engine", "ray",
                       "--address", "ray://head:10001")  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip() == (
@@ -443,13 +454,13 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
         assert not (tmp_path / "g").exists()
 
     # --debug shows the traceback (here of a --resume into a remote folder, refused).
-    refused = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
+    refused = _refused("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
                        "--engine", "ray", "--resume")  # fmt: skip
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert refused.stderr.startswith(
         "poolkit: error: s3://bucket/r: --resume with --engine ray needs a local OUTPUT_DIR"
     )
-    debug = _poolkit("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
+    debug = _refused("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
                      "--engine", "ray", "--resume", "--debug")  # fmt: skip
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 

@@ -2,7 +2,8 @@
 holds exactly its rows, in every format, local or by URI, and a broken line is named by
 file and line, by the piece that reaches it and by ``poolkit embed --engine ray``.
 
-The reference texts are the lists written here; no Ray is needed except by the CLI test.
+The reference texts are the lists written here; no Ray is needed except by the CLI test,
+which runs the command as its own process (it starts a Ray instance of its own).
 """
 
 from __future__ import annotations

@@ -78,9 +78,7 @@ def _records(work: Path) -> list[dict]:
 
 def _stop_midway(argv: list[str], work: Path, sig: int) -> subprocess.Popen[str]:
     """Start the job; send ``sig`` once the work directory records a finished input file."""
-    job = subprocess.Popen(
-        clitools.to_signal(argv, sig), stderr=subprocess.PIPE, text=True, cwd=REPO
-    )
+    job = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=REPO)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and job.poll() is None:
         if len(list(work.glob("file-*.json"))) >= 1:

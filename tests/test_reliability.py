@@ -1,11 +1,12 @@
-"""Hostile environments, through the real CLI: damaged checkpoints and caches, SIGTERM,
+"""Hostile environments, through the CLI: damaged checkpoints and caches, SIGTERM,
 full disks, inputs changing under the job.
 
 The job: 400 generated sentences, 8 parts of 50, ``--max-length 16`` (the checkpoint
 logic does not depend on model time). Faults are made for real: bytes overwritten in
 files, ``kill``/``SIGTERM`` sent to the process, a file size limit (``RLIMIT_FSIZE``) set
 in the child so that its writes fail with ``EFBIG``. Every repaired run is compared byte
-for byte with an uninterrupted run.
+for byte with an uninterrupted run. A command that is signalled, limited or raced runs as
+its own process (the process is what those faults act on); the others run in this one.
 """
 
 from __future__ import annotations
@@ -43,12 +44,9 @@ def env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **extra}
 
 
-def command(*args: str) -> list[str]:
-    return clitools.command(*args)
-
-
 def embed_cmd(input_name: str, output: str, *extra: str) -> list[str]:
-    return command("embed", input_name, "-o", output, *OPTIONS, *extra)
+    """The arguments of ``poolkit embed`` on the job."""
+    return ["embed", input_name, "-o", output, *OPTIONS, *extra]
 
 
 def file_limit(limit: int) -> Callable[[], None]:
@@ -61,10 +59,14 @@ def file_limit(limit: int) -> Callable[[], None]:
     return apply
 
 
-def run(cwd: Path, cmd: list[str], limit: int | None = None, **kw) -> subprocess.CompletedProcess:
+def run(cwd: Path, args: list[str], limit: int | None = None, **kw) -> subprocess.CompletedProcess:
+    """``poolkit ARGS`` in this process; with a file size ``limit``, as its own process (the
+    limit binds a process)."""
+    if not limit:
+        return clitools.run_cli(args, cwd=cwd, env=env(**kw))
     return subprocess.run(
-        cmd, cwd=cwd, capture_output=True, timeout=300, env=env(**kw),
-        preexec_fn=file_limit(limit) if limit else None,
+        clitools.command(*args), cwd=cwd, capture_output=True, timeout=300, env=env(**kw),
+        preexec_fn=file_limit(limit),
     )  # fmt: skip
 
 
@@ -72,11 +74,9 @@ def part_files(work: Path) -> list[Path]:  # parts keep their old file names
     return sorted(work.glob("chunk-*.npz")) if work.is_dir() else []
 
 
-def start_and_signal(cwd: Path, cmd: list[str], when, sig: int) -> tuple[int, str]:
+def start_and_signal(cwd: Path, args: list[str], when, sig: int) -> tuple[int, str]:
     """Start the CLI, poll until ``when(cwd)`` is true, send ``sig``; (status, stderr)."""
-    proc = subprocess.Popen(
-        clitools.to_signal(cmd, sig), cwd=cwd, stderr=subprocess.PIPE, env=env()
-    )
+    proc = subprocess.Popen(clitools.command(*args), cwd=cwd, stderr=subprocess.PIPE, env=env())
     deadline = time.monotonic() + 240
     try:
         while not when(cwd):
@@ -241,7 +241,7 @@ def test_sigterm_at_a_seeded_random_moment_then_resume(job: Path):
 
 
 def test_sigterm_while_loading_the_model_leaves_nothing(job: Path):
-    proc = subprocess.Popen(clitools.fresh(embed_cmd("in.txt", "early.npy")), cwd=job,
+    proc = subprocess.Popen(clitools.command(*embed_cmd("in.txt", "early.npy")), cwd=job,
                             stderr=subprocess.PIPE, env=env())  # fmt: skip
     time.sleep(2.0)  # Python is up; importing torch and loading the model take longer
     proc.send_signal(signal.SIGTERM)
@@ -279,7 +279,8 @@ def test_input_changed_while_reading_is_reported_then_resumed(job: Path, change:
                     time.sleep(0.03)
         return True
 
-    proc = subprocess.Popen(embed_cmd(name, out), cwd=job, stderr=subprocess.PIPE, env=env())
+    proc = subprocess.Popen(clitools.command(*embed_cmd(name, out)), cwd=job,
+                            stderr=subprocess.PIPE, env=env())  # fmt: skip
     try:
         while not modify(job):
             assert proc.poll() is None
@@ -347,8 +348,8 @@ def test_damaged_onnx_cache_is_rebuilt_with_one_warning(job, onnx_export, tmp_pa
 def test_compare_outputs_on_a_full_disk(tmp_path, flag, name, limit):
     rows = [f"{i % 2} {text}" for i, text in enumerate(sentences(20, seed=2))]
     (tmp_path / "c.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    cmd = command("compare", "c.txt", "--task", "classification", "--strategies", "mean",
-                  flag, name, "--quiet")  # fmt: skip
+    cmd = ["compare", "c.txt", "--task", "classification", "--strategies", "mean", flag, name,
+           "--quiet"]  # fmt: skip
     r = run(tmp_path, cmd, limit=limit)
     (line,) = lines_of(r.stderr)
     assert r.returncode == 1, line

@@ -1,4 +1,5 @@
-"""Long jobs survive interruption: the real CLI, killed with SIGKILL/SIGINT, then resumed.
+"""Long jobs survive interruption: the CLI, killed with SIGKILL/SIGINT, then resumed.
+The killed runs are their own processes (the signal acts on a process); the others run here.
 
 The job: 2000 real STS-B sentences, 10 parts of 200 (``--max-length 8`` keeps the model
 time small; the checkpoint logic does not depend on it). Kill points are found by polling
@@ -30,11 +31,13 @@ WORK = ".poolkit-work"
 
 
 def command(input_name: str, output: str, *extra: str) -> list[str]:
-    return clitools.command("embed", input_name, "-o", output, *OPTIONS, *extra)
+    """The arguments of ``poolkit embed`` on the job."""
+    return ["embed", input_name, "-o", output, *OPTIONS, *extra]
 
 
 def run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(command(*args), cwd=cwd, capture_output=True, timeout=300)
+    """An uninterrupted run, in this process."""
+    return clitools.run_cli(command(*args), cwd=cwd)
 
 
 def parts_done(work: Path) -> int:  # parts keep their old file names, chunk-*.npz
@@ -45,7 +48,7 @@ def start_and_kill(cwd: Path, args: list[str], when, sig: int = signal.SIGKILL) 
     """Start the CLI, poll until ``when(work_dir)`` is true, send ``sig``; (status, stderr)."""
     # SIGINT at its default in the job, as at a terminal: a shell's background job (a CI
     # step started with `&`) inherits it ignored, and Python then keeps ignoring it.
-    proc = subprocess.Popen(clitools.to_signal(command(*args), sig), cwd=cwd, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(clitools.command(*command(*args)), cwd=cwd, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     work = cwd / (args[1] + WORK)
     deadline = time.monotonic() + 240
