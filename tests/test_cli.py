@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import numpy as np
@@ -135,14 +133,12 @@ def test_inspect(tmp_path, tiny_dirs):
 
 
 def test_inspect_takes_the_model_as_every_command_does(tmp_path, tiny_dirs):
-    from poolkit.cli import main
-
     model = str(tiny_dirs["gpt2_left"])
     outputs = []
     for argv in (["--model", model], ["-m", model], [model]):  # the positional: old spelling
-        with contextlib.redirect_stdout(io.StringIO()) as out:
-            assert main(["inspect", *argv, "--json"]) == 0
-        outputs.append(json.loads(out.getvalue()))
+        result = poolkit("inspect", *argv, "--json", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        outputs.append(json.loads(result.stdout))
     assert outputs[0]["pooling"] == "last" and outputs[0]["padding_side"] == "left"
     assert outputs[0] == outputs[1] == outputs[2]
     line = one_error_line(poolkit("inspect", "-m", model, "./other", cwd=tmp_path), 2)

@@ -11,8 +11,6 @@ and a screenshot checked to be a non-blank picture.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import random
 import re
@@ -23,7 +21,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from clitools import poolkit
+from clitools import poolkit, run_cli
 from testdata import fixture
 
 from poolkit.compare import report
@@ -258,12 +256,8 @@ def _task_args(task: str, folder: Path) -> list[str]:
 
 
 def compare_in_process(folder: Path, *argv: str) -> tuple[int, str, str]:
-    from poolkit.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["compare", *argv])
-    return code, out.getvalue(), err.getvalue()
+    result = run_cli(["compare", *argv], cwd=folder)
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
 @pytest.mark.parametrize("task", list(report.METRICS))

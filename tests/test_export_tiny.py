@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clitools import run_cli
 
 import poolkit as pk
-from poolkit.cli import main
 
 TEXTS = ["a man plays a guitar", "hello", "a much longer sentence about nothing at all"]
 TOL = 1e-5
@@ -61,11 +61,11 @@ def test_sentence_transformers_folder_gives_embeds_vectors(model, tmp_path):
     assert not (tmp_path / "refused").exists()
 
 
-def test_onnx_folder_and_its_int8_twin_through_the_cli(model, tmp_path, capsys):
+def test_onnx_folder_and_its_int8_twin_through_the_cli(model, tmp_path):
     recipe = "mean_no_special"
-    code = main(["export", str(model), "-o", str(tmp_path / "onnx"),
-                 "--format", "onnx", "--recipe", recipe, "--quiet"])  # fmt: skip
-    assert code == 0, capsys.readouterr().err
+    result = run_cli(["export", str(model), "-o", str(tmp_path / "onnx"), "--format", "onnx",
+                      "--recipe", recipe, "--quiet"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
     want = pk.embed(TEXTS, model=model, recipe=recipe)
     np.testing.assert_allclose(_run_onnx(tmp_path / "onnx", TEXTS), want, atol=TOL)
 

@@ -11,22 +11,24 @@ from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
+from clitools import run_cli
 
-from poolkit.cli import main
 from poolkit.cli._ray_resume import file_stamp, split_by_file
 
 TEXTS = ["John works at Google", "", "A cat sat on the mat.", "hello world", "Paris in spring"]
 
 
-def test_stdout_json_lines_equal_the_npy_output(tiny_dirs, tmp_path, capfd):
+def test_stdout_json_lines_equal_the_npy_output(tiny_dirs, tmp_path):
     model = str(tiny_dirs["bert_plain"])
     src = tmp_path / "in.txt"
     src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     args = ["--model", model, "--part-size", "2"]
-    assert main(["embed", str(src), "-o", str(tmp_path / "out.npy"), "--quiet", *args]) == 0
-    capfd.readouterr()
-    assert main(["embed", str(src), "-o", "-", *args]) == 0
-    out, err = capfd.readouterr()
+    npy = run_cli(["embed", str(src), "-o", str(tmp_path / "out.npy"), "--quiet", *args],
+                  cwd=tmp_path)  # fmt: skip
+    assert npy.returncode == 0, npy.stderr
+    streamed = run_cli(["embed", str(src), "-o", "-", *args], cwd=tmp_path)
+    assert streamed.returncode == 0, streamed.stderr
+    out, err = streamed.stdout.decode(), streamed.stderr.decode()
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["id"] for r in rows] == list(range(len(TEXTS)))
     assert all(set(r) == {"id", "mean"} for r in rows)

@@ -107,7 +107,10 @@ def test_nn_modules_read_a_name_once_and_a_recipe_never():
 
 
 def test_cli_embed_reads_each_flag_once(minilm_dir, tmp_path):
-    from poolkit.cli import main
+    from clitools import run_cli
+
+    def main(args: list[str]) -> int:
+        return run_cli(args, cwd=tmp_path).returncode
 
     (tmp_path / "t.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     argv = ["embed", str(tmp_path / "t.txt"), "--model", str(minilm_dir), "--quiet"]
@@ -121,8 +124,12 @@ def test_cli_embed_reads_each_flag_once(minilm_dir, tmp_path):
 
 @pytest.mark.slow
 def test_compare_reads_each_candidate_once(minilm_dir, tmp_path):
-    from poolkit.cli import main
+    from clitools import run_cli
+
     from poolkit.compare.candidates import default_strategies
+
+    def main(args: list[str]) -> int:
+        return run_cli(args, cwd=tmp_path).returncode
 
     sample = str(Path(__file__).parent / "data" / "stsb-dev-sample.csv")
     argv = ["compare", sample, "--task", "sts", "--bootstrap", "0", "--model", str(minilm_dir),

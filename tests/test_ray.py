@@ -364,12 +364,12 @@ def _ray_and_local(
 ) -> tuple:
     """The same command on one machine (Parquet file) and on Ray (folder): both results.
 
-    The one-machine run is the CLI's `main` in this process (a subprocess would only add
-    the imports, ~5 s a run); the Ray run is a real subprocess joining the cluster."""
-    from poolkit.cli import main
-
+    The one-machine run is in this process (``clitools.run_cli``); the Ray run is a real
+    subprocess joining the cluster."""
     data = data or sts_pairs_table(tmp_path / "pairs.tsv")
-    assert main(["embed", str(data), "-o", str(tmp_path / f"{name}.parquet"), *flags]) == 0
+    local = clitools.run_cli(["embed", str(data), "-o", str(tmp_path / f"{name}.parquet"), *flags],
+                             cwd=tmp_path)  # fmt: skip
+    assert local.returncode == 0, local.stderr
     ray_out = tmp_path / name
     remote = _poolkit("embed", str(data), "-o", str(ray_out), *flags, "--engine", "ray",
                       "--address", address, "--workers", "1", "--cpus-per-worker", "1")  # fmt: skip
