@@ -312,3 +312,30 @@ def build_family(name: str, dest: Path) -> Path:
     st.save(str(dest))
     shutil.rmtree(raw)
     return dest
+
+
+# --- masked-LM checkpoints, for the sparse level (SPLADE) ---------------------------------
+
+
+def build_mlm(name: str, dest: Path) -> Path:
+    """A plain ``*ForMaskedLM`` folder of family ``name`` (config and tokenizer as
+    :func:`build_family`'s, random weights, no sentence-transformers file)."""
+    import transformers as tf
+
+    config, tokenizer, _ = _family_parts(name)
+    torch.manual_seed(0)
+    tf.AutoModelForMaskedLM.from_config(config).eval().save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    return dest
+
+
+def build_sparse_encoder(mlm: Path, dest: Path, pooling: str = "max",
+                         activation: str = "relu") -> Path:  # fmt: skip
+    """A sentence-transformers ``SparseEncoder`` folder (MLMTransformer + SpladePooling)
+    over the masked-LM folder ``mlm``, saved by sentence-transformers itself."""
+    from sentence_transformers.sparse_encoder import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+
+    modules = [MLMTransformer(str(mlm), max_seq_length=MAX_SEQ), SpladePooling(pooling, activation)]
+    SparseEncoder(modules=modules, device="cpu").save(str(dest))
+    return dest

@@ -374,7 +374,9 @@ def embed(
         (``int8``, and ``binary``'s packed bytes offset by 128) or uint8 (``uint8``,
         ``ubinary``), ``ceil(D / 8)`` bytes a row for bits, as sentence-transformers'
         ``quantize_embeddings`` gives them. ``N = 0`` gives ``(0, D)`` arrays. Padding
-        never changes a row's value.
+        never changes a row's value. A sparse recipe (``"splade"``, :mod:`poolkit.sparse`)
+        gives a ``scipy.sparse.csr_array`` ``(N, V)`` float32 instead, ``V`` the
+        vocabulary (:func:`poolkit.sparse.decode` reads a row as terms).
     """
     req = resolve_request("sequence", texts, model, strategy, recipe, normalize=normalize,
                           layers=layers, layer_how=layer_how, exclude_special=exclude_special,
@@ -382,10 +384,17 @@ def embed(
                           max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
                           prompt_name=prompt_name, prompt=prompt, pipeline=pipeline, dims=dims,
                           precision=precision, calibration=calibration)  # fmt: skip
-    result, stats = embed_recipes(req.inputs, req.encoder, req.recipes, long_text=long_text,
-                                  max_batch_tokens=max_batch_tokens, progress=progress,
-                                  prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
-                                  calibration=req.ranges)  # fmt: skip
+    if recipe_kind(req.recipes) == "sparse":
+        from poolkit.sparse import embed_sparse
+
+        result, stats = embed_sparse(req.inputs, req.encoder, req.recipes, long_text=long_text,
+                                     max_batch_tokens=max_batch_tokens, progress=progress,
+                                     prompt=req.prompt)  # fmt: skip
+    else:
+        result, stats = embed_recipes(req.inputs, req.encoder, req.recipes, long_text=long_text,
+                                      max_batch_tokens=max_batch_tokens, progress=progress,
+                                      prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
+                                      calibration=req.ranges)  # fmt: skip
     warn_truncated(stats)
     out: Any = result if req.as_dict else next(iter(result.values()))
     return (out, stats) if return_stats else out
@@ -457,6 +466,16 @@ def embed_recipes(
         out[name] = quantize(vec, r.precision, ranges.get(name))
     stats.calibration = dict(ranges)
     return out, stats
+
+
+def recipe_kind(recipes: Mapping[str, Recipe]) -> str:
+    """The one kind (:attr:`Recipe.kind`) of ``recipes``; a list mixing kinds is refused
+    (each kind has its own path and output type)."""
+    kinds = {r.kind for r in recipes.values()}
+    if len(kinds) > 1:
+        value_error("recipe", "recipes of one kind per call", ", ".join(map(str, recipes)),
+                    "Embed dense and sparse recipes in separate calls.")  # fmt: skip
+    return kinds.pop() if kinds else "dense"
 
 
 def with_output_stage(

@@ -41,7 +41,8 @@ from poolkit.errors import PipelineError
 __all__ = ["Head", "PipelineStep", "apply_head", "read_head", "torch_head"]
 
 # Modules that feed or are the pooling: nothing to apply after it.
-_INPUT_KINDS = frozenset({"Transformer", "Pooling"})
+# The modules that make the pooled vector (the sparse ones: poolkit.sparse).
+_INPUT_KINDS = frozenset({"Transformer", "Pooling", "MLMTransformer", "SpladePooling"})
 _NORMALIZE, _DENSE, _LAYER_NORM, _DROPOUT = "Normalize", "Dense", "LayerNorm", "Dropout"
 _LN_EPS = 1e-5  # torch.nn.LayerNorm's default, which sentence-transformers' LayerNorm uses
 
@@ -300,6 +301,8 @@ def read_head(model_dir: str | os.PathLike[str], *, weights: bool = True) -> Hea
 
 
 def _input_what(kind: str, folder: Path) -> str:
+    if kind == "MLMTransformer":
+        return "masked-LM logits"
     if kind != "Pooling" or not (folder / "config.json").is_file():
         return "token vectors" if kind == "Transformer" else "pooling"
     cfg = _read_json(folder / "config.json")

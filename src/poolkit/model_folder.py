@@ -241,6 +241,21 @@ def resolve_model(reference: str | os.PathLike[str] | None = None) -> Path:
         ) from e
 
 
+def _splade_pooling(root: Path, sub: str) -> tuple[str, str]:
+    """The sparse recipe a SpladePooling module's config names, and where it says so."""
+    from poolkit.sparse.names import sparse_strategy_name
+
+    rel = f"{sub}/config.json" if sub else "config.json"
+    cfg = _read_json(root / rel) if (root / rel).is_file() else {}
+    pooling = cfg.get("pooling_strategy", "max")
+    activation = cfg.get("activation_function", "relu")
+    name = sparse_strategy_name(pooling, activation)
+    if name is None:
+        raise InputError(f"{rel}: unknown SpladePooling pooling_strategy {pooling!r} / "
+                         f"activation_function {activation!r}; known: max|sum, relu|log1p_relu.")  # fmt: skip
+    return name, f"{rel}: SpladePooling {pooling}, {activation}"
+
+
 def _pooling_from_config(cfg: dict[str, Any], where: str) -> tuple[str, str] | None:
     mode = cfg.get("pooling_mode")
     if mode is not None:
@@ -325,7 +340,10 @@ def read_model_info(
 
         modules = _read_json(modules_path)
         for entry in modules:
-            if str(entry.get("type", "")).rsplit(".", 1)[-1] == "Pooling":
+            kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
+            if kind == "SpladePooling":  # a sparse model: its recipe (poolkit.sparse)
+                pooling = _splade_pooling(root, _module_path(entry))
+            if kind == "Pooling":
                 sub = _module_path(entry)
                 cfg_path = root / sub / "config.json"
                 if cfg_path.is_file():

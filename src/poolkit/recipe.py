@@ -19,10 +19,15 @@ takes::
     mean/256/int8              ... stored as int8 (float32, float16, int8, uint8, binary,
                                ubinary; int8/uint8 need calibration ranges)
     mean/binary                sign bits, packed 8 per byte
+    splade                     sparse level: one weight per vocabulary term, the max over
+                               the text's tokens of log(1 + ReLU(MLM logit)) (SPLADE)
+    splade_sum/top64           ... summed over tokens, the 64 largest weights kept
 
 The output stage (``/DIMS``, ``/PRECISION``) is sequence level only; its segments come in
 that order after ``/l2`` or ``/raw``, and ``/float32`` (the default) is not written.
-``Recipe.parse(str(r)) == r`` for every recipe ``r``. The compare table's older form
+The sparse level (:mod:`poolkit.sparse`) takes one segment, ``/topK``, and none of the
+others (no layers, no normalisation, no output stage); its names need no ``sparse:``
+prefix. ``Recipe.parse(str(r)) == r`` for every recipe ``r``. The compare table's older form
 ``mean [last4]`` is accepted too.
 """
 
@@ -47,19 +52,20 @@ from poolkit.layers import (
 from poolkit.output import PRECISIONS, bytes_per_vector
 from poolkit.sequence import SEQUENCE_STRATEGIES
 from poolkit.spans import parse_span_strategy, span_embeddings, span_output_dim
+from poolkit.sparse.names import SPARSE_STRATEGIES
 from poolkit.words import WORD_STRATEGIES, word_embeddings
 
 __all__ = ["LEVELS", "NO_SPECIAL", "Recipe", "RecipeError"]
 
-LEVELS = ("sequence", "word", "span")
+LEVELS = ("sequence", "word", "span", "sparse")
 NO_SPECIAL = "_no_special"
-JSON_VERSION = 2  # 2 adds the output stage (dims, precision); 1 is still read and written
-JSON_VERSIONS = (1, 2)
+JSON_VERSION = 3  # 2 adds the output stage (dims, precision), 3 top_k; 1, 2 still read/written
+JSON_VERSIONS = (1, 2, 3)
 
 _FORMS = (
     "[LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw][/DIMS][/PRECISION], e.g. mean, cls+mean, "
     "mean_no_special, mean@last4, mean@-1,-2:concat, mean/256/int8, mean/binary, word:first, "
-    "span:x,y,x*y"
+    "span:x,y,x*y, splade, splade_sum/top64"
 )
 
 
@@ -86,7 +92,7 @@ def _known_names() -> list[str]:
     names += ["cls+mean", "mean+max"]
     names += [f"word:{w}" for w in WORD_STRATEGIES]
     names += ["span:endpoints", "span:mean", "span:max", "span:diff_sum", "span:attention"]
-    names += ["span:x,y,x*y"]
+    names += ["span:x,y,x*y", *SPARSE_STRATEGIES]
     return names
 
 
@@ -99,7 +105,8 @@ class Recipe:
             joined with ``+`` (concatenated in that order), each optionally suffixed
             ``_no_special``; word: a ``WORD_STRATEGIES`` name; span: a
             ``span_embeddings`` strategy (``"endpoints"``, ``"x,y,x*y"``, ...).
-        level: ``"sequence"``, ``"word"`` or ``"span"``.
+        level: ``"sequence"``, ``"word"``, ``"span"`` or ``"sparse"`` (a sparse strategy
+            name sets it: ``Recipe("splade")`` is sparse).
         layers: ``None`` for the last layer, a ``LAYER_PRESETS`` name, or a tuple of
             layer indices (0 = embeddings output, negative from the end).
         layer_how: how several layers combine: ``mean``, ``sum`` or ``concat``.
@@ -111,6 +118,8 @@ class Recipe:
             again where the recipe normalises); ``None``: all. Sequence level only.
         precision: how each vector is stored (:data:`poolkit.output.PRECISIONS`);
             ``None`` (or ``"float32"``): float32. Sequence level only.
+        top_k: keep each vector's ``top_k`` largest weights (sentence-transformers'
+            ``max_active_dims``); ``None``: all. Sparse level only.
     """
 
     strategy: str = "mean"
@@ -121,6 +130,7 @@ class Recipe:
     exclude_special: bool = False
     dims: int | None = None
     precision: str | None = None
+    top_k: int | None = None
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
@@ -133,8 +143,14 @@ class Recipe:
         """Check the shorthand fields, read the name (``canon``: already read, as
         :meth:`replace` passes it; ``None``: read ``strategy`` now) and store what follows
         (output stage checked, ``layer_how`` of one layer, ``exclude_special``)."""
-        level = self.level
         set_ = object.__setattr__
+        if self.level == "sequence" and self.strategy.strip().lower() in SPARSE_STRATEGIES:
+            set_(self, "level", "sparse")  # the name says the level: no prefix needed
+        level = self.level
+        check_top_k(level, self.top_k)
+        if level == "sparse":
+            check_sparse_fields(self.layers, self.normalize, self.exclude_special,
+                                self.dims, self.precision)  # fmt: skip
         layers = check_shorthands(self.layers, self.layer_how, self.exclude_special,
                                   self.normalize)  # fmt: skip
         if canon is None:
@@ -187,6 +203,8 @@ class Recipe:
         keys = {"version", "level", "strategy", "layers", "layer_how", "normalize"}
         if version >= 2:
             keys |= {"dims", "precision"}
+        if version >= 3:
+            keys |= {"top_k"}
         extra = sorted(set(data) - keys)
         if extra:
             _fail(f"JSON with keys among {sorted(keys)}", extra)
@@ -198,13 +216,14 @@ class Recipe:
             normalize=data.get("normalize"),
             dims=data.get("dims"),
             precision=data.get("precision"),
+            top_k=data.get("top_k"),
         )
 
     def to_json(self) -> dict[str, Any]:
         """A stable, versioned, JSON-ready dict; :meth:`from_json` reads it back.
 
         Version 1 (what poolkit wrote before output stages) unless the recipe has one:
-        version 2 adds ``dims`` and ``precision``."""
+        version 2 adds ``dims`` and ``precision``, version 3 ``top_k``."""
         out: dict[str, Any] = {
             "version": 1,
             "level": self.level,
@@ -215,6 +234,8 @@ class Recipe:
         }
         if self.has_output_stage:
             out.update(version=2, dims=self.dims, precision=self.precision)
+        if self.top_k is not None:
+            out.update(version=3, dims=self.dims, precision=self.precision, top_k=self.top_k)
         return out
 
     def replace(self, **changes: Any) -> Recipe:
@@ -229,6 +250,7 @@ class Recipe:
             "normalize": self.normalize,
             "dims": self.dims,
             "precision": self.precision,
+            "top_k": self.top_k,
         }
         fields.update(changes)
         if "strategy" in changes or "level" in changes or "exclude_special" in changes:
@@ -243,7 +265,8 @@ class Recipe:
     # ------------------------------------------------------------------ reading
 
     def __str__(self) -> str:
-        name = self.strategy if self.level == "sequence" else f"{self.level}:{self.strategy}"
+        plain = self.level in ("sequence", "sparse")  # a sparse name says its level
+        name = self.strategy if plain else f"{self.level}:{self.strategy}"
         if self.layers is not None:
             name += f"@{layer_name(self.layers)}"
             if self.layer_how != "mean":
@@ -254,7 +277,16 @@ class Recipe:
             name += f"/{self.dims}"
         if self.precision is not None:
             name += f"/{self.precision}"
+        if self.top_k is not None:
+            name += f"/top{self.top_k}"
         return name
+
+    @property
+    def kind(self) -> str:
+        """What one text becomes: ``"dense"`` (a float vector, or one per word or span) or
+        ``"sparse"`` (one weight per vocabulary term, :mod:`poolkit.sparse`). Each kind has
+        its own embedding path and writers."""
+        return "sparse" if self.level == "sparse" else "dense"
 
     @property
     def has_output_stage(self) -> bool:
@@ -300,6 +332,9 @@ class Recipe:
         """Width of the pooled vector (before any model module and the output stage)."""
         if not isinstance(hidden_size, int) or hidden_size < 1:
             value_error("hidden_size", "a positive integer", repr(hidden_size))
+        if self.level == "sparse":
+            value_error("recipe", "a dense recipe (a sparse one is as wide as the vocabulary)",
+                        str(self))  # fmt: skip
         width = hidden_size
         if self.layer_how == "concat":
             width *= len(layer_indices(self.layers))
@@ -353,6 +388,9 @@ class Recipe:
         )
         from poolkit.tokens import token_embeddings
 
+        if self.level == "sparse":
+            value_error("recipe", "a dense recipe here (sparse ones need the MLM head)", str(self),
+                        "Use poolkit.embed(texts, model, recipe=...).")  # fmt: skip
         views = LayerViews(batch) if views is None else views
         if per_token:
             hidden = views[self]
@@ -382,6 +420,42 @@ def check_dims(dims: int, width: int, recipe: str) -> None:
                      f"Keep at most {width} dimensions of {recipe.rsplit('/', 1)[0]!r}, "
                      f"e.g. '/{min(256, width)}'.")
         )  # fmt: skip
+
+
+def check_top_k(level: str, top_k: Any) -> None:
+    """Refuse a ``top_k`` that is not a positive int, or one off the sparse level."""
+    if top_k is None:
+        return
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        _fail("a positive number of weights to keep, e.g. /top64", top_k, arg="top_k")
+    if level != "sparse":
+        raise RecipeError(expected("top_k", "a sparse recipe (e.g. splade/top64)",
+                                   f"/top{top_k} on a {level}-level recipe",
+                                   "Drop it, or use /DIMS to truncate dense vectors."))  # fmt: skip
+
+
+def check_sparse_fields(
+    layers: Any, normalize: Any, exclude_special: Any, dims: Any, precision: Any
+) -> None:
+    """Refuse, in one line, what does not apply to a sparse recipe: layers (SPLADE reads the
+    last layer through the MLM head), normalisation, ``_no_special`` and the output stage."""
+    if layers is not None:
+        raise RecipeError(expected("layers", "none on a sparse recipe", repr(layers),
+                                   "SPLADE reads the MLM head on the last layer: drop @LAYERS."))  # fmt: skip
+    if normalize is not None:
+        raise RecipeError(expected("normalize", "None on a sparse recipe",
+                                   "/l2" if normalize else "/raw",
+                                   "Sparse weights are never L2-normalised: drop it."))  # fmt: skip
+    if exclude_special:
+        raise RecipeError(expected("exclude_special", "False on a sparse recipe", True,
+                                   "SPLADE pools every real token, as the model was trained."))  # fmt: skip
+    if dims is not None or precision is not None:
+        what = "dims" if dims is not None else "precision"
+        got = f"/{dims if what == 'dims' else precision}"
+        raise RecipeError(expected(what, "no dense output stage (/DIMS, /PRECISION) on a "
+                                   "sparse recipe", got,
+                                   "Keep the largest weights with /topK instead, e.g. "
+                                   "splade/top64."))  # fmt: skip
 
 
 def check_shorthands(layers: Any, layer_how: Any, exclude_special: Any, normalize: Any) -> Any:
@@ -436,6 +510,8 @@ def _output_segment(segment: str) -> tuple[str, Any] | None:
         return "dims", int(low)
     if low in PRECISIONS:
         return "precision", low
+    if low.startswith("top") and low[3:].isdigit():
+        return "top_k", int(low[3:])
     return None
 
 
@@ -479,6 +555,12 @@ def _split_name(text: str, level: str) -> dict[str, Any]:
 
 def _canonical_strategy(level: str, strategy: str, exclude_special: bool) -> str:
     text = strategy.strip().lower()
+    if level == "sparse":
+        if exclude_special:
+            check_sparse_fields(None, None, True, None, None)
+        if text not in SPARSE_STRATEGIES:
+            _fail(f"one of {', '.join(SPARSE_STRATEGIES)}", strategy, _closest(text), "strategy")
+        return text
     if level == "sequence":
         parts = []
         for piece in text.replace(",", "+").split("+"):

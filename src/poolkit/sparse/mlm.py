@@ -1,0 +1,87 @@
+"""The masked-LM head of a checkpoint, alone: hidden states ``(T, H)`` to logits ``(T, V)``.
+
+poolkit's encoder runs the base model; SPLADE needs the head on top of it. The head is
+loaded from the same checkpoint with ``AutoModelForMaskedLM`` and kept without its base
+(the decoder's weights stay tied to the word embeddings, as they were trained).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from poolkit._errors import expected
+from poolkit.errors import InputError
+
+__all__ = ["NoMLMHeadError", "load_mlm_head"]
+
+# The attribute chains a transformers *ForMaskedLM applies to the last hidden state, in
+# order (BERT/DeBERTa: cls; RoBERTa/XLM-R/MPNet/CamemBERT: lm_head; ALBERT: predictions;
+# DistilBERT: four modules; ELECTRA: two; ModernBERT: head then decoder).
+_HEAD_CHAINS = (
+    ("cls",),
+    ("lm_head",),
+    ("predictions",),
+    ("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector"),
+    ("generator_predictions", "generator_lm_head"),
+    ("head", "decoder"),
+)
+
+
+class NoMLMHeadError(InputError):
+    """A sparse recipe on a model without a masked-language-model head."""
+
+
+def _architectures(path: Path) -> list[str]:
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [str(a) for a in config.get("architectures") or []]
+
+
+def _refuse(reference: str, recipe: str, why: str) -> Any:
+    raise NoMLMHeadError(
+        expected("model", f"a model with a masked-language-model head for recipe {recipe!r} "
+                 "(a *ForMaskedLM checkpoint, e.g. BertForMaskedLM, or a sentence-transformers "
+                 "SparseEncoder folder)", f"{reference!r}, {why}",
+                 "Use a SPLADE model (e.g. naver/splade-v3) or a dense recipe.")
+    )  # fmt: skip
+
+
+def load_mlm_head(
+    path: str | os.PathLike[str], *, device: Any, dtype: Any, reference: str, recipe: str
+) -> Any:
+    """The MLM head of the checkpoint at ``path`` as a torch module ``(T, H) -> (T, V)``,
+    in eval mode on ``device`` in ``dtype``.
+
+    Raises:
+        NoMLMHeadError: the checkpoint has no trained MLM head (its ``architectures`` name no
+            ``*ForMaskedLM``, or the head's weights are missing from it).
+    """
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    from poolkit._quiet import quiet_loading
+
+    root = Path(path)
+    archs = _architectures(root)
+    if not any(a.endswith("ForMaskedLM") for a in archs):
+        _refuse(reference, recipe, f"which is {', '.join(archs) or 'of no stated architecture'}")
+    with quiet_loading():
+        try:
+            model, info = AutoModelForMaskedLM.from_pretrained(
+                os.fspath(root), dtype=dtype, output_loading_info=True
+            )
+        except ValueError as e:  # no masked-LM class for this model type
+            _refuse(reference, recipe, str(e).splitlines()[0])
+    missing = [k for k in info.get("missing_keys", ()) if not k.startswith(model.base_model_prefix)]
+    if missing:
+        _refuse(reference, recipe, f"whose checkpoint lacks the head's weights ({missing[0]})")
+    chain = next((c for c in _HEAD_CHAINS if all(hasattr(model, a) for a in c)), None)
+    if chain is None:
+        _refuse(reference, recipe, f"whose head ({type(model).__name__}) poolkit cannot find")
+    head = torch.nn.Sequential(*(getattr(model, a) for a in chain))
+    return head.to(device).eval()
