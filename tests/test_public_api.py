@@ -15,7 +15,7 @@ PUBLIC = [
     "RecipeError", "RunError", "SEQUENCE_STRATEGIES", "SPAN_STRATEGIES",
     "TokenVectors", "TruncationWarning", "WORD_STRATEGIES", "bucket_widths", "diagnose", "embed",
     "embed_chunks", "embed_spans", "embed_tokens", "embed_words", "export", "flat_token_embeddings", "layer_mix",
-    "model_info", "parse_sequence_strategy", "parse_span_strategy", "sequence_embedding",
+    "maxsim", "model_info", "parse_sequence_strategy", "parse_span_strategy", "sequence_embedding",
     "span_embeddings", "span_output_dim", "token_embeddings", "word_embeddings", "word_spans",
 ]  # fmt: skip
 

@@ -339,3 +339,70 @@ def build_sparse_encoder(mlm: Path, dest: Path, pooling: str = "max",
     modules = [MLMTransformer(str(mlm), max_seq_length=MAX_SEQ), SpladePooling(pooling, activation)]
     SparseEncoder(modules=modules, device="cpu").save(str(dest))
     return dest
+
+
+# --- multi-vector (late-interaction) folders, saved by sentence-transformers' MultiVectorEncoder
+
+MULTIVECTOR_FAMILIES = ("bert_dense", "roberta", "modernbert")
+
+# family -> Transformer keywords: each family a different query/document behaviour.
+_MV_TRANSFORMER = {
+    "bert_dense": {"query_length": 12, "document_length": 20,
+                   "query_expansion": {"strategy": "fixed", "length": 12}},
+    "roberta": {"document_length": 16,
+                "query_expansion": {"strategy": "min", "length": 10, "attend": True}},
+    "modernbert": {"query_length": 14},
+}  # fmt: skip
+
+
+def build_multivector(name: str, dest: Path) -> Path:
+    """Write a ``MultiVectorEncoder`` folder of family ``name`` to ``dest``: the family's
+    tiny transformer, a token-level ``Dense`` (32 -> 16, no bias), a ``MultiVectorMask``
+    with the punctuation skiplist, a token-level ``Normalize``, and ``[Q] ``/``[D] ``
+    prompts; lengths and query expansion as ``_MV_TRANSFORMER`` says."""
+    import string
+
+    import transformers as tf
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    config, tokenizer, _ = _family_parts(name)
+    raw = dest.parent / f"{dest.name}-hf"
+    torch.manual_seed(0)
+    tf.AutoModel.from_config(config).__class__(config).eval().save_pretrained(raw)
+    tokenizer.save_pretrained(raw)
+    transformer = Transformer(str(raw), max_seq_length=MAX_SEQ, **_MV_TRANSFORMER[name])
+    torch.manual_seed(1)
+    dense = Dense(32, 16, bias=False, activation_function=torch.nn.Identity(),
+                  module_input_name="token_embeddings")  # fmt: skip
+    modules = [transformer, dense, MultiVectorMask(list(string.punctuation)),
+               Normalize(module_input_name="token_embeddings")]  # fmt: skip
+    mve = MultiVectorEncoder(modules=modules, device="cpu",
+                             prompts={"query": "[Q] ", "document": "[D] "})  # fmt: skip
+    mve.save(str(dest))
+    shutil.rmtree(raw)
+    return dest
+
+
+def pylate_folder(mve: Path, dest: Path) -> Path:
+    """``mve`` (a ``build_multivector("bert_dense", ...)`` folder) rewritten as PyLate 1.x
+    saved it: ``model_type: ColBERT``, prefixes and lengths at the top level, a Dense with no
+    input name, no mask or Normalize module (sentence-transformers adds both on load)."""
+    shutil.copytree(mve, dest)
+    shutil.rmtree(dest / "2_MultiVectorMask")
+    shutil.rmtree(dest / "3_Normalize")
+    modules = json.loads((dest / "modules.json").read_text())[:2]
+    modules[1]["type"] = "pylate.models.Dense.Dense"
+    _write(dest / "modules.json", modules)
+    dense = json.loads((dest / "1_Dense" / "config.json").read_text())
+    for key in ("module_input_name", "module_output_name"):
+        dense.pop(key, None)
+    _write(dest / "1_Dense" / "config.json", dense)
+    _write(dest / "sentence_bert_config.json", {"max_seq_length": MAX_SEQ, "do_lower_case": False})
+    _write(dest / "config_sentence_transformers.json", {
+        "model_type": "ColBERT", "query_prefix": "[Q] ", "document_prefix": "[D] ",
+        "query_length": 10, "document_length": 18, "attend_to_expansion_tokens": False,
+        "skiplist_words": [",", ".", "!"], "prompts": {}, "default_prompt_name": None,
+    })  # fmt: skip
+    return dest

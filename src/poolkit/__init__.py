@@ -27,6 +27,7 @@ from poolkit.errors import (
 )
 from poolkit.layers import LAYER_PRESETS, layer_mix
 from poolkit.model_folder import ModelInfo, model_info
+from poolkit.multivector import maxsim
 from poolkit.output import PRECISIONS, Calibration
 from poolkit.recipe import Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES, parse_sequence_strategy, sequence_embedding
@@ -79,6 +80,7 @@ __all__ = [
     "export",
     "flat_token_embeddings",
     "layer_mix",
+    "maxsim",
     "model_info",
     "parse_sequence_strategy",
     "parse_span_strategy",

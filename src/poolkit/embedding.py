@@ -367,6 +367,11 @@ def embed(
             ``stats.calibration[name]`` of the corpus' call, for its queries), or a dict
             of these per recipe name. Required for int8/uint8, refused otherwise.
 
+    A multi-vector recipe (``"multivector:tokens..."``, see :mod:`poolkit.multivector`)
+    returns one ``(tokens, D)`` float32 array per text (MUVERA: an ``(N, D)`` array); the
+    side is ``prompt_name="query"`` or ``"document"`` (the default), with the folder's
+    prompts, lengths, query expansion and skiplist.
+
     Returns:
         NumPy ``(N, D)`` in input order, or for a list a dict name -> ``(N, D_name)``;
         with ``return_stats=True`` a pair ``(result, stats)`` (``stats.calibration``:
@@ -378,6 +383,24 @@ def embed(
         gives a ``scipy.sparse.csr_array`` ``(N, V)`` float32 instead, ``V`` the
         vocabulary (:func:`poolkit.sparse.decode` reads a row as terms).
     """
+    from poolkit.multivector.api import (
+        embed_multivector_recipe,
+        is_multivector,
+        resolve_multivector,
+    )
+
+    if is_multivector(recipe):
+        refused = {"strategy": strategy is not None, "layers": layers is not None,
+                   "layer_how": layer_how != "mean", "exclude_special": bool(exclude_special),
+                   "long_text": long_text != "truncate", "pipeline": pipeline != "full",
+                   "calibration": calibration is not None}  # fmt: skip
+        wanted = resolve_multivector(recipe, normalize=normalize, dims=dims, precision=precision,
+                                     refused=refused)  # fmt: skip
+        items = check_inputs(texts)
+        encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
+        return embed_multivector_recipe(items, encoder, wanted, prompt_name=prompt_name,
+                                        prompt=prompt, max_batch_tokens=max_batch_tokens,
+                                        return_stats=return_stats, progress=progress)  # fmt: skip
     req = resolve_request("sequence", texts, model, strategy, recipe, normalize=normalize,
                           layers=layers, layer_how=layer_how, exclude_special=exclude_special,
                           long_text=long_text, max_length=max_length,

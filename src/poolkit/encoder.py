@@ -398,7 +398,7 @@ class Encoder:
         out = []
         for i in range(len(items)):
             lay = self._layout(tok, np.asarray([i]), kept)
-            out.append(self._inputs(lay["input_ids"], lay["attention_mask"]))
+            out.append(self.model_inputs(lay["input_ids"], lay["attention_mask"]))
         return out
 
     def __repr__(self) -> str:
@@ -406,6 +406,11 @@ class Encoder:
             f"Encoder({self.info.reference!r}, device={self.device!r}, "
             f"max_length={self.max_length}, max_batch_tokens={self.max_batch_tokens})"
         )
+
+    @property
+    def pads_left(self) -> bool:
+        """Whether sequences are padded on the left (a decoder whose tokenizer says so)."""
+        return self._left
 
     @property
     def text_room(self) -> int:
@@ -655,7 +660,9 @@ class Encoder:
                 "offsets": offsets, "word_ids": word_ids,
                 "prompt": in_prompt if tok.prompt is not None else None}  # fmt: skip
 
-    def _inputs(self, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+    def model_inputs(self, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+        """The backend's inputs for padded ``ids`` and ``mask`` ``(B, L)``: token type ids
+        where the model takes them, position ids under left padding."""
         inputs = {"input_ids": ids, "attention_mask": mask}
         if self._type_ids:
             inputs["token_type_ids"] = np.zeros_like(ids)
@@ -680,7 +687,7 @@ class Encoder:
             out = self._windowed(tok, rows, kept, lay, all_layers, stride)
         else:
             out = self.backend.forward(
-                self._inputs(lay["input_ids"], lay["attention_mask"]), all_layers=all_layers
+                self.model_inputs(lay["input_ids"], lay["attention_mask"]), all_layers=all_layers
             )
         layers = tuple(out) if all_layers else None
         return EncodedBatch(
@@ -745,7 +752,7 @@ class Encoder:
         win_kept = np.fromiter((len(x) for x in win_ids), np.int64, count=len(win_ids))
         win = self._layout(win_tok, win_rows, win_kept)
         out = self.backend.forward(
-            self._inputs(win["input_ids"], win["attention_mask"]), all_layers=all_layers
+            self.model_inputs(win["input_ids"], win["attention_mask"]), all_layers=all_layers
         )
         wl = win["input_ids"].shape[1]
         if self._left:

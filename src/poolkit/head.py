@@ -201,16 +201,26 @@ def _activation(name: Any) -> tuple[str | None, str]:
     return None, f"activation {name!r} is not one of {', '.join(_ACTIVATIONS)}"
 
 
-def _dense(folder: Path, module: str, weights: bool) -> PipelineStep:
+def token_dense(folder: Path, module: str) -> PipelineStep:
+    """A ``Dense`` over token vectors (``module_input_name: token_embeddings``, or no name, as
+    PyLate saves it) with its weights, as a step :func:`apply_head` applies to ``(T, H)``;
+    status ``"refused: ..."`` for an activation poolkit cannot apply."""
+    return _dense(folder, module, True, vectors="token_embeddings")
+
+
+def _dense(
+    folder: Path, module: str, weights: bool, vectors: str = "sentence_embedding"
+) -> PipelineStep:
     cfg = _read_json(folder / "config.json")
     n_in, n_out = int(cfg["in_features"]), int(cfg["out_features"])
     act, why = _activation(cfg.get("activation_function"))
     residual = bool(cfg.get("use_residual", False))
     bias = bool(cfg.get("bias", True))
-    source = cfg.get("module_input_name", "sentence_embedding")
+    source = cfg.get("module_input_name", vectors)
     target = cfg.get("module_output_name") or source
-    if source != "sentence_embedding" or target != "sentence_embedding":
-        why = f"it maps {source!r} to {target!r}, not the sentence embedding"
+    if source != vectors or target != vectors:
+        what_of = "the sentence embedding" if vectors == "sentence_embedding" else repr(vectors)
+        why = f"it maps {source!r} to {target!r}, not {what_of}"
     what = f"{n_in} -> {n_out}, {act or cfg.get('activation_function')}"
     what += ", bias" if bias else ", no bias"
     what += ", residual" if residual else ""

@@ -22,9 +22,17 @@ takes::
     splade                     sparse level: one weight per vocabulary term, the max over
                                the text's tokens of log(1 + ReLU(MLM logit)) (SPLADE)
     splade_sum/top64           ... summed over tokens, the 64 largest weights kept
+    multivector:tokens         multi-vector level: every token's vector, after the model's
+                               own projection (late interaction, MaxSim)
+    multivector:tokens/pool2/64/float16
+                               ... token pooling (pool factor 2), 64 dimensions per token,
+                               stored as float16
+    multivector:tokens/muvera  ... folded into one MUVERA vector (``muvera:k_sim=4,dim_proj=8,
+                               r_reps=20,seed=42`` sets its options)
 
-The output stage (``/DIMS``, ``/PRECISION``) is sequence level only; its segments come in
-that order after ``/l2`` or ``/raw``, and ``/float32`` (the default) is not written.
+The output stage (``/DIMS``, ``/PRECISION``) is for the sequence and multi-vector levels;
+its segments come in that order after ``/l2`` or ``/raw``, and ``/float32`` (the default) is
+not written. ``/poolF`` and ``/muvera`` are multi-vector only (:mod:`poolkit.multivector`).
 The sparse level (:mod:`poolkit.sparse`) takes one segment, ``/topK``, and none of the
 others (no layers, no normalisation, no output stage); its names need no ``sparse:``
 prefix. ``Recipe.parse(str(r)) == r`` for every recipe ``r``. The compare table's older form
@@ -49,6 +57,7 @@ from poolkit.layers import (
     layer_name,
     layer_spec,
 )
+from poolkit.multivector.segments import multivector_segment, settle_multivector
 from poolkit.output import PRECISIONS, bytes_per_vector
 from poolkit.sequence import SEQUENCE_STRATEGIES
 from poolkit.spans import parse_span_strategy, span_embeddings, span_output_dim
@@ -57,15 +66,18 @@ from poolkit.words import WORD_STRATEGIES, word_embeddings
 
 __all__ = ["LEVELS", "NO_SPECIAL", "Recipe", "RecipeError"]
 
-LEVELS = ("sequence", "word", "span", "sparse")
+LEVELS = ("sequence", "word", "span", "sparse", "multivector")
 NO_SPECIAL = "_no_special"
-JSON_VERSION = 3  # 2 adds the output stage (dims, precision), 3 top_k; 1, 2 still read/written
-JSON_VERSIONS = (1, 2, 3)
+# 2 adds the output stage (dims, precision), 3 top_k, 4 pool_factor and muvera; each version
+# is written only when a recipe needs it, and every one is still read.
+JSON_VERSION = 4
+JSON_VERSIONS = (1, 2, 3, 4)
 
 _FORMS = (
     "[LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw][/DIMS][/PRECISION], e.g. mean, cls+mean, "
     "mean_no_special, mean@last4, mean@-1,-2:concat, mean/256/int8, mean/binary, word:first, "
-    "span:x,y,x*y, splade, splade_sum/top64"
+    "span:x,y,x*y, splade, splade_sum/top64, multivector:tokens/pool2/64, "
+    "multivector:tokens/muvera"
 )
 
 
@@ -92,7 +104,7 @@ def _known_names() -> list[str]:
     names += ["cls+mean", "mean+max"]
     names += [f"word:{w}" for w in WORD_STRATEGIES]
     names += ["span:endpoints", "span:mean", "span:max", "span:diff_sum", "span:attention"]
-    names += ["span:x,y,x*y", *SPARSE_STRATEGIES]
+    names += ["span:x,y,x*y", *SPARSE_STRATEGIES, "multivector:tokens"]
     return names
 
 
@@ -120,6 +132,12 @@ class Recipe:
             ``None`` (or ``"float32"``): float32. Sequence level only.
         top_k: keep each vector's ``top_k`` largest weights (sentence-transformers'
             ``max_active_dims``); ``None``: all. Sparse level only.
+        pool_factor: keep about ``1 / pool_factor`` of a document's token vectors
+            (:func:`poolkit.multivector.pool_tokens`); ``None``: all. Multi-vector level only
+            (whose ``dims`` and ``precision`` apply per token; not int8/uint8 there).
+        muvera: fold the token vectors into one MUVERA vector with these
+            :class:`poolkit.multivector.MuveraOptions`; ``None``: keep them. Multi-vector
+            level only.
     """
 
     strategy: str = "mean"
@@ -131,6 +149,8 @@ class Recipe:
     dims: int | None = None
     precision: str | None = None
     top_k: int | None = None
+    pool_factor: float | None = None
+    muvera: Any = None
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
@@ -156,6 +176,13 @@ class Recipe:
         if canon is None:
             canon = _canonical_strategy(level, self.strategy, self.exclude_special)
         dims, precision = check_output_stage(level, self.dims, self.precision)
+        try:
+            pool_factor, muvera = settle_multivector(level, self.pool_factor, self.muvera,
+                                                     precision, layers)  # fmt: skip
+        except InputError as e:
+            raise RecipeError(str(e)) from None
+        set_(self, "pool_factor", pool_factor)
+        set_(self, "muvera", muvera)
         set_(self, "dims", dims)
         set_(self, "precision", precision)
         set_(self, "strategy", canon)
@@ -205,6 +232,8 @@ class Recipe:
             keys |= {"dims", "precision"}
         if version >= 3:
             keys |= {"top_k"}
+        if version >= 4:
+            keys |= {"pool_factor", "muvera"}
         extra = sorted(set(data) - keys)
         if extra:
             _fail(f"JSON with keys among {sorted(keys)}", extra)
@@ -217,13 +246,16 @@ class Recipe:
             dims=data.get("dims"),
             precision=data.get("precision"),
             top_k=data.get("top_k"),
+            pool_factor=data.get("pool_factor"),
+            muvera=data.get("muvera"),
         )
 
     def to_json(self) -> dict[str, Any]:
         """A stable, versioned, JSON-ready dict; :meth:`from_json` reads it back.
 
         Version 1 (what poolkit wrote before output stages) unless the recipe has one:
-        version 2 adds ``dims`` and ``precision``, version 3 ``top_k``."""
+        version 2 adds ``dims`` and ``precision``, version 3 ``top_k``, version 4
+        ``pool_factor`` and ``muvera``."""
         out: dict[str, Any] = {
             "version": 1,
             "level": self.level,
@@ -236,6 +268,10 @@ class Recipe:
             out.update(version=2, dims=self.dims, precision=self.precision)
         if self.top_k is not None:
             out.update(version=3, dims=self.dims, precision=self.precision, top_k=self.top_k)
+        if self.pool_factor is not None or self.muvera is not None:
+            muvera = None if self.muvera is None else self.muvera.to_json()
+            out.update(version=4, dims=self.dims, precision=self.precision, top_k=self.top_k,
+                       pool_factor=self.pool_factor, muvera=muvera)  # fmt: skip
         return out
 
     def replace(self, **changes: Any) -> Recipe:
@@ -251,6 +287,8 @@ class Recipe:
             "dims": self.dims,
             "precision": self.precision,
             "top_k": self.top_k,
+            "pool_factor": self.pool_factor,
+            "muvera": self.muvera,
         }
         fields.update(changes)
         if "strategy" in changes or "level" in changes or "exclude_special" in changes:
@@ -271,10 +309,14 @@ class Recipe:
             name += f"@{layer_name(self.layers)}"
             if self.layer_how != "mean":
                 name += f":{self.layer_how}"
+        if self.pool_factor is not None:
+            name += f"/pool{self.pool_factor:g}"
         if self.normalize is not None:
             name += "/l2" if self.normalize else "/raw"
         if self.dims is not None:
             name += f"/{self.dims}"
+        if self.muvera is not None:
+            name += f"/{self.muvera}"
         if self.precision is not None:
             name += f"/{self.precision}"
         if self.top_k is not None:
@@ -283,10 +325,15 @@ class Recipe:
 
     @property
     def kind(self) -> str:
-        """What one text becomes: ``"dense"`` (a float vector, or one per word or span) or
-        ``"sparse"`` (one weight per vocabulary term, :mod:`poolkit.sparse`). Each kind has
-        its own embedding path and writers."""
-        return "sparse" if self.level == "sparse" else "dense"
+        """What one text becomes: ``"dense"`` (a float vector, or one per word or span),
+        ``"sparse"`` (one weight per vocabulary term, :mod:`poolkit.sparse`) or
+        ``"multivector"`` (a ``(tokens, D)`` array, :mod:`poolkit.multivector`; with
+        ``/muvera`` one dense vector). Each kind has its own embedding path and writers."""
+        if self.level == "sparse":
+            return "sparse"
+        if self.level == "multivector" and self.muvera is None:
+            return "multivector"
+        return "dense"
 
     @property
     def has_output_stage(self) -> bool:
@@ -345,10 +392,11 @@ class Recipe:
         return span_output_dim(width, self.strategy)
 
     def resolved_normalize(self, model_normalize: bool) -> bool:
-        """Whether vectors are L2-normalised for a model that says ``model_normalize``."""
+        """Whether vectors are L2-normalised for a model that says ``model_normalize`` (at
+        the multi-vector level: per token, as the folder's token-level ``Normalize``)."""
         if self.normalize is not None:
             return self.normalize
-        return bool(model_normalize) if self.level == "sequence" else False
+        return bool(model_normalize) if self.level in ("sequence", "multivector") else False
 
     # ------------------------------------------------------------------ applying
 
@@ -491,7 +539,7 @@ def check_output_stage(level: str, dims: Any, precision: Any) -> tuple[int | Non
         precision = precision.strip().lower()
         if precision == "float32":
             precision = None
-    if level != "sequence" and (dims is not None or precision is not None):
+    if level not in ("sequence", "multivector") and (dims is not None or precision is not None):
         what = "dims" if dims is not None else "precision"
         got = f"/{dims if what == 'dims' else precision}"
         raise RecipeError(
@@ -512,7 +560,10 @@ def _output_segment(segment: str) -> tuple[str, Any] | None:
         return "precision", low
     if low.startswith("top") and low[3:].isdigit():
         return "top_k", int(low[3:])
-    return None
+    try:
+        return multivector_segment(low)
+    except InputError as e:
+        raise RecipeError(str(e)) from None
 
 
 def _split_name(text: str, level: str) -> dict[str, Any]:
@@ -579,6 +630,11 @@ def _canonical_strategy(level: str, strategy: str, exclude_special: bool) -> str
         return "+".join(parts)
     if exclude_special:
         _fail(f"False at the {level} level (it applies to sequences)", True, arg="exclude_special")
+    if level == "multivector":
+        if text != "tokens":
+            _fail("tokens at the multivector level (every token's vector)", strategy,
+                  "multivector:tokens", "strategy")  # fmt: skip
+        return text
     if level == "word":
         if text not in WORD_STRATEGIES:
             _fail(

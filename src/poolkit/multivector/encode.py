@@ -1,0 +1,171 @@
+"""Token vectors of texts for a multi-vector recipe: the forward pass, the folder's query and
+document sides, then the recipe's token pooling, dims, MUVERA and precision.
+
+The sides follow the folder (:mod:`poolkit.multivector.folder`): a query gets the query
+prompt, at most ``query_length`` tokens, and with query expansion is padded to the
+expansion length with ``[MASK]`` tokens that MaxSim scores; a document gets the document
+prompt, at most ``document_length`` tokens, and loses the skiplist's tokens. Every other
+non-padding token is kept, special tokens and prompt tokens included, as
+sentence-transformers' ``MultiVectorEncoder`` keeps them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from poolkit.driver import EmbedStats, to_float32_numpy
+from poolkit.encoder import Encoder
+from poolkit.multivector.folder import LateInteraction, apply_steps, read_late_interaction
+from poolkit.multivector.muvera import muvera_encode
+from poolkit.multivector.token_pooling import pool_tokens
+from poolkit.output import quantize, truncate
+
+__all__ = ["TokenBatch", "finish", "iter_token_vectors", "late_interaction", "side_of"]
+
+SIDES = ("query", "document")
+
+
+def side_of(prompt_name: str | None) -> str:
+    """``"query"`` for ``prompt_name="query"``, else ``"document"`` (the side a text takes)."""
+    return "query" if prompt_name == "query" else "document"
+
+
+def late_interaction(encoder: Encoder) -> LateInteraction:
+    """The encoder's :class:`LateInteraction`, read once per encoder."""
+    cached = getattr(encoder, "_late_interaction", None)
+    if cached is None:
+        cached = read_late_interaction(encoder.info.path, encoder.tokenizer, encoder.max_length)
+        encoder._late_interaction = cached  # type: ignore[attr-defined]
+    return cached
+
+
+@dataclass
+class TokenBatch:
+    """Token vectors of one forward batch: row ``j`` is text ``indices[j]``, its kept tokens'
+    ``vectors[j]`` ``(n_j, D)`` float32 and character ``offsets[j]`` ``(n_j, 2)`` int64
+    (``(0, 0)`` for special, prompt and expansion tokens)."""
+
+    indices: np.ndarray
+    vectors: list[np.ndarray]
+    offsets: list[np.ndarray]
+    truncated: np.ndarray
+
+
+def _cap(late: LateInteraction, side: str, max_length: int) -> tuple[int, int]:
+    """``(max tokens, min tokens)`` of one sequence of ``side``."""
+    exp = late.expansion if side == "query" else None
+    length = late.query_length if side == "query" else late.document_length
+    cap = int(length) if length else max_length
+    if exp is None:
+        return cap, 0
+    if exp.strategy == "fixed":
+        return exp.length, exp.length
+    return max(cap, exp.length), exp.length
+
+
+def iter_token_vectors(
+    encoder: Encoder,
+    texts: Sequence[str],
+    *,
+    side: str,
+    prompt: str | None,
+    normalize: bool,
+    max_batch_tokens: int | None = None,
+) -> Iterator[TokenBatch]:
+    """The folder's token vectors of ``texts`` for ``side``, one :class:`TokenBatch` per
+    forward batch (longest first), L2-normalised per token when ``normalize``."""
+    late = late_interaction(encoder)
+    cap, floor = _cap(late, side, encoder.max_length)
+    special = encoder.special_tokens
+    prefix, suffix = list(special.prefix), list(special.suffix)
+    room = cap - len(prefix) - len(suffix)
+    tok = encoder.tokenize(list(texts), prompt=prompt)
+    content = np.fromiter((len(x) for x in tok.ids), np.int64, count=len(tok))
+    kept = np.minimum(content, max(room, 0))
+    lengths = np.maximum(kept + len(prefix) + len(suffix), floor)
+    order = np.argsort(-lengths, kind="stable")
+    budget = max_batch_tokens or encoder.max_batch_tokens
+    exp = late.expansion if side == "query" else None
+    skip = np.asarray(late.skip_ids, np.int64)
+    drop_skip = len(skip) and (side == "document" or late.skip_queries)
+    left = encoder.pads_left and exp is None
+    start = 0
+    while start < len(order):
+        rows = order[start : start + max(1, budget // max(int(lengths[order[start]]), 1))]
+        start += len(rows)
+        width = int(lengths[rows].max())
+        b = len(rows)
+        ids = np.full((b, width), special.pad_id, np.int64)
+        mask = np.zeros((b, width), np.int64)
+        offsets = np.zeros((b, width, 2), np.int64)
+        for j, i in enumerate(rows):
+            seq = [*prefix, *tok.ids[i][: kept[i]].tolist(), *suffix]
+            at = width - len(seq) if left else 0
+            ids[j, at : at + len(seq)] = seq
+            mask[j, at : at + len(seq)] = 1
+            offsets[j, at + len(prefix) : at + len(prefix) + kept[i]] = tok.offsets[i][: kept[i]]
+        scored = mask.astype(bool)
+        if exp is not None:
+            extra = (mask == 0) & (np.arange(width) < exp.length)[None, :]
+            ids[extra] = exp.token_id
+            if exp.attend:
+                mask[extra] = 1
+            scored |= extra
+        if drop_skip:
+            scored &= ~np.isin(ids, skip)
+        hidden = to_float32_numpy(encoder.backend.forward(encoder.model_inputs(ids, mask)))
+        flat = apply_steps(late, hidden[scored], normalize)
+        cuts = np.cumsum(scored.sum(axis=1))[:-1]
+        yield TokenBatch(rows.astype(np.int64), np.split(flat, cuts),
+                         [offsets[j][scored[j]] for j in range(b)],
+                         content[rows] > room)  # fmt: skip
+
+
+def finish(vectors: np.ndarray, recipe: Any, side: str, normalize: bool) -> np.ndarray:
+    """One text's token vectors ``(n, D)`` through the recipe's stages: token pooling
+    (documents), dims (L2 again where the recipe normalises), MUVERA, precision."""
+    x = vectors
+    if recipe.pool_factor is not None and side == "document":
+        x = pool_tokens(x, recipe.pool_factor)
+    if recipe.dims is not None:
+        x = truncate(x, recipe.dims, normalize=normalize)
+    if recipe.muvera is not None:
+        x = muvera_encode(x, recipe.muvera, query=side == "query")[None, :]
+        return quantize(x, recipe.precision, None)[0]
+    return quantize(x, recipe.precision, None)
+
+
+def embed_multivector(
+    texts: Sequence[str],
+    encoder: Encoder,
+    recipe: Any,
+    *,
+    side: str,
+    prompt: str | None,
+    max_batch_tokens: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[np.ndarray], EmbedStats]:
+    """Per text, the recipe's ``(tokens, dims)`` array (MUVERA: ``(dims,)``), in input
+    order, and the run's :class:`EmbedStats`."""
+    began = time.perf_counter()
+    late = late_interaction(encoder)
+    normalize = recipe.resolved_normalize(late.normalize)
+    out: list[Any] = [None] * len(texts)
+    stats = EmbedStats(num_texts=len(texts), max_length=_cap(late, side, encoder.max_length)[0],
+                       max_batch_tokens=max_batch_tokens or encoder.max_batch_tokens)  # fmt: skip
+    for batch in iter_token_vectors(encoder, texts, side=side, prompt=prompt, normalize=normalize,
+                                    max_batch_tokens=max_batch_tokens):  # fmt: skip
+        for i, vec in zip(batch.indices, batch.vectors, strict=True):
+            out[i] = finish(vec, recipe, side, normalize)
+            stats.num_tokens += len(vec)
+        stats.truncated.extend(int(i) for i in batch.indices[batch.truncated])
+        if progress is not None:
+            progress(len(batch.indices))
+    stats.truncated.sort()
+    stats.seconds = time.perf_counter() - began
+    return out, stats

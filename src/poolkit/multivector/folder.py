@@ -1,0 +1,188 @@
+"""What a model folder says about its token vectors: projection, masks, query/document sides.
+
+Three kinds of folder, read without loading sentence-transformers:
+
+- a sentence-transformers ``MultiVectorEncoder`` folder (``model_type: MultiVectorEncoder``):
+  the ``Transformer``'s ``query_length``, ``document_length`` and ``query_expansion``
+  (``sentence_bert_config.json``), a token-level ``Dense``, the ``MultiVectorMask``
+  skiplist and the token-level ``Normalize``; prompts such as ``[Q] ``/``[D] ``;
+- a PyLate folder (``model_type: ColBERT``): its ``Dense``, ``query_prefix``/
+  ``document_prefix``, ``query_length``, ``document_length``, ``do_query_expansion``,
+  ``attend_to_expansion_tokens`` and ``skiplist_words`` (punctuation unless it says
+  otherwise), every token L2-normalised, as sentence-transformers loads it;
+- any other encoder: its last hidden states, every non-padding token (special tokens
+  included, as sentence-transformers' ``output_value="token_embeddings"``), no projection.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolkit.errors import PipelineError
+from poolkit.head import PipelineStep, token_dense
+
+__all__ = ["Expansion", "LateInteraction", "read_late_interaction"]
+
+MVE_MODEL_TYPE = "MultiVectorEncoder"
+PYLATE_MODEL_TYPE = "ColBERT"
+DOCUMENT_PROMPTS = ("document", "passage", "corpus")
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """ColBERT query expansion: queries padded to ``length`` tokens with ``token_id``
+    (``[MASK]``), scored by MaxSim; ``attend``: the encoder attends to them too;
+    ``strategy``: ``"fixed"`` (``length`` is also the cap) or ``"min"`` (only the floor)."""
+
+    length: int
+    token_id: int
+    attend: bool = False
+    strategy: str = "fixed"
+
+
+@dataclass(frozen=True)
+class LateInteraction:
+    """A folder's token-vector pipeline (see the module docstring).
+
+    Attributes:
+        source: ``"MultiVectorEncoder folder"``, ``"PyLate folder"`` or ``"encoder"``.
+        prompts: prompt texts by name (the ``query``/``document`` prefixes among them).
+        query_length, document_length: max tokens per side (``None``: the model's).
+        expansion: query expansion, or ``None``.
+        skip_ids: token ids dropped from documents (the skiplist, resolved).
+        skip_queries: the skiplist applies to queries too.
+        steps: token-level ``Dense`` modules, in order.
+        normalize: every token vector is L2-normalised after them.
+    """
+
+    source: str = "encoder"
+    prompts: dict[str, str] = field(default_factory=dict)
+    query_length: int | None = None
+    document_length: int | None = None
+    expansion: Expansion | None = None
+    skip_ids: tuple[int, ...] = ()
+    skip_queries: bool = False
+    steps: tuple[PipelineStep, ...] = ()
+    normalize: bool = False
+
+    def width(self, hidden_size: int) -> int:
+        """Width of one token vector for a model with ``hidden_size``."""
+        return int(self.steps[-1].out_dim) if self.steps else hidden_size  # type: ignore[arg-type]
+
+    def side_prompt(self, side: str) -> str | None:
+        """The prompt a side gets by default (sentence-transformers' ``encode_query``/
+        ``encode_document``): ``query``, or the first of ``document``/``passage``/``corpus``."""
+        for name in ("query",) if side == "query" else DOCUMENT_PROMPTS:
+            if name in self.prompts:
+                return self.prompts[name] or None
+        return None
+
+
+def _json(path: Path) -> Any:
+    if not path.is_file():
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _token_id(tokenizer: Any, token: Any) -> int | None:
+    if isinstance(token, dict):
+        token = token.get("content")
+    if not isinstance(token, str):
+        return None
+    return tokenizer.backend_tokenizer.token_to_id(token)
+
+
+def _dense(folder: Path, module: str) -> PipelineStep:
+    step = token_dense(folder, module)
+    if not step.applied:
+        raise PipelineError(f"{module}: {step.status}; poolkit cannot apply this projection.")
+    return step
+
+
+def read_late_interaction(root: str | Path, tokenizer: Any, max_length: int) -> LateInteraction:
+    """The :class:`LateInteraction` of the model folder ``root`` (its ``tokenizer``: a
+    :class:`poolkit.tokenizer.TextTokenizer`; ``max_length``: the model's)."""
+    root = Path(root)
+    st = _json(root / "config_sentence_transformers.json")
+    kind = st.get("model_type")
+    prompts = {k: v for k, v in (st.get("prompts") or {}).items() if isinstance(v, str)}
+    if kind not in (MVE_MODEL_TYPE, PYLATE_MODEL_TYPE):
+        return LateInteraction(prompts=prompts)
+    modules = _json(root / "modules.json") or []
+    steps: list[PipelineStep] = []
+    normalize = kind == PYLATE_MODEL_TYPE
+    transformer_cfg: dict[str, Any] = {}
+    skip_words: list[str] | None = None
+    skip_tasks = ["document"]
+    for entry in modules:
+        name = str(entry.get("type", "")).rsplit(".", 1)[-1]
+        folder = root / str(entry.get("path") or "")
+        if name == "Transformer":
+            transformer_cfg = _json(folder / "sentence_bert_config.json")
+        elif name == "Dense":
+            steps.append(_dense(folder, f"Dense ({entry.get('path')})"))
+        elif name == "Normalize":
+            normalize = True
+        elif name == "MultiVectorMask":
+            cfg = _json(folder / "config.json")
+            skip_words = list(cfg.get("skiplist_words") or [])
+            tasks = cfg.get("skiplist_tasks") or ["document"]
+            skip_tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    query_length = transformer_cfg.get("query_length")
+    document_length = transformer_cfg.get("document_length")
+    raw_expansion = transformer_cfg.get("query_expansion")
+    if kind == PYLATE_MODEL_TYPE:
+        for key, side in (("query_prefix", "query"), ("document_prefix", "document")):
+            if key in st:
+                prefix = st[key] or ""
+                prompts[side] = prefix + (prompts.get(side) or "").removeprefix(prefix)
+        document_length = st.get("document_length", document_length)
+        skip_words = st.get("skiplist_words")
+        if skip_words is None:
+            skip_words = list(string.punctuation)
+        if st.get("do_query_expansion") is False:
+            raw_expansion = None
+        else:
+            attend = st.get("attend_to_expansion_tokens", st.get("attend_to_mask_tokens"))
+            raw_expansion = {"strategy": "fixed", "attend": bool(attend),
+                             "length": st.get("query_length") or 32}  # fmt: skip
+            query_length = None
+    expansion = None
+    if raw_expansion:
+        tok_cfg = _json(root / "tokenizer_config.json")
+        token = raw_expansion.get("token")
+        token_id = _token_id(tokenizer, token if token is not None else tok_cfg.get("mask_token"))
+        if token_id is None:
+            token_id = tokenizer.eos_token_id
+        expansion = Expansion(int(raw_expansion["length"]), int(token_id),
+                              bool(raw_expansion.get("attend", False)),
+                              str(raw_expansion.get("strategy", "fixed")))  # fmt: skip
+    ids = (tokenizer.backend_tokenizer.token_to_id(w) for w in (skip_words or []))
+    skip_ids = tuple(sorted({int(i) for i in ids if i is not None}))
+    return LateInteraction(
+        source="MultiVectorEncoder folder" if kind == MVE_MODEL_TYPE else "PyLate folder",
+        prompts=prompts,
+        query_length=query_length,
+        document_length=document_length,
+        expansion=expansion,
+        skip_ids=skip_ids,
+        skip_queries="query" in skip_tasks,
+        steps=tuple(steps),
+        normalize=normalize,
+    )
+
+
+def apply_steps(info: LateInteraction, x: np.ndarray, normalize: bool) -> np.ndarray:
+    """The folder's projection on token vectors ``(T, H)`` -> ``(T, D)`` float32, then L2
+    per token when ``normalize``."""
+    from poolkit.head import Head, apply_head
+
+    return np.asarray(apply_head(Head(steps=info.steps), x, normalize=normalize),
+                      dtype=np.float32)  # fmt: skip

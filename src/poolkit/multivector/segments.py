@@ -1,0 +1,79 @@
+"""The multi-vector level's recipe segments: ``/poolF`` and ``/muvera[:OPTIONS]``.
+
+:class:`poolkit.Recipe` reads and checks them here, so the recipe grammar has one place for
+each level's own parts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from poolkit._errors import expected
+from poolkit.errors import InputError
+from poolkit.multivector.muvera import MuveraOptions
+from poolkit.multivector.token_pooling import check_pool_factor
+
+__all__ = ["multivector_segment", "parse_muvera", "settle_multivector"]
+
+_POOL = re.compile(r"pool(\d+(?:\.\d+)?)")
+_MUVERA_KEYS = ("k_sim", "dim_proj", "r_reps", "seed")
+
+
+def _recipe_error(message: str) -> Any:
+    # An InputError here; Recipe raises it as its RecipeError (one class, one message).
+    raise InputError(message)
+
+
+def parse_muvera(text: str) -> MuveraOptions:
+    """``muvera`` or ``muvera:k_sim=5,dim_proj=16,r_reps=20,seed=42`` (any subset)."""
+    _, colon, rest = text.partition(":")
+    options: dict[str, int] = {}
+    for item in rest.split(",") if colon else []:
+        key, eq, value = item.strip().partition("=")
+        if key not in _MUVERA_KEYS or not eq or not value.strip().isdigit() or key in options:
+            _recipe_error(expected("muvera", f"options among {', '.join(_MUVERA_KEYS)} as "
+                                   "KEY=INTEGER, each once", repr(item),
+                                   "e.g. muvera:k_sim=4,dim_proj=8."))  # fmt: skip
+        options[key] = int(value)
+    return MuveraOptions(**options)
+
+
+def multivector_segment(low: str) -> tuple[str, Any] | None:
+    """A trailing name segment of the multi-vector level as ``(field, value)``, else None."""
+    match = _POOL.fullmatch(low)
+    if match:
+        return "pool_factor", float(match.group(1))
+    if low == "muvera" or low.startswith("muvera:"):
+        return "muvera", parse_muvera(low)
+    return None
+
+
+def settle_multivector(
+    level: str, pool_factor: Any, muvera: Any, precision: str | None, layers: Any
+) -> tuple[float | None, MuveraOptions | None]:
+    """``(pool_factor, muvera)`` checked for ``level`` (one :class:`InputError` line each)."""
+    if level != "multivector":
+        for name, value in (("pool_factor", pool_factor), ("muvera", muvera)):
+            if value is not None:
+                _recipe_error(expected(name, f"None at the {level} level", repr(value),
+                                       "Token pooling and MUVERA are multi-vector stages: "
+                                       "use multivector:tokens/..."))  # fmt: skip
+        return None, None
+    if layers is not None:
+        _recipe_error(expected("layers", "None at the multivector level (the model's last "
+                               "layer and projection)", repr(layers), "Drop the @LAYERS part."))  # fmt: skip
+    if precision in ("int8", "uint8"):
+        _recipe_error(expected("precision", "float32, float16, binary or ubinary at the "
+                               "multivector level", precision,
+                               "int8/uint8 need calibration ranges, which multi-vector "
+                               "recipes do not take yet."))  # fmt: skip
+    if pool_factor is not None:
+        pool_factor = check_pool_factor(pool_factor)
+        if pool_factor == 1:
+            pool_factor = None  # keeps every token: the same recipe as none
+    if isinstance(muvera, dict):
+        muvera = MuveraOptions(**muvera)
+    if muvera is not None and not isinstance(muvera, MuveraOptions):
+        muvera = parse_muvera(str(muvera))
+    return pool_factor, muvera
