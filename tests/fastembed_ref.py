@@ -1,8 +1,8 @@
 """fastembed's MUVERA (``fastembed/postprocess/muvera.py``, numpy only) as a test reference,
 read from the fastembed 0.9.1 wheel without installing fastembed (its pins clash with
-transformers 5). The wheel is ``$POOLKIT_FASTEMBED_WHEEL``, else the first
-``fastembed-0.9.1-*.whl`` in ``/work/refs`` or ``.ci/wheels``; ``.ci/run`` downloads it
-with ``pip download --no-deps fastembed==0.9.1``. :func:`load_muvera` returns ``None``
+transformers 5). The wheel is ``$POOLKIT_FASTEMBED_WHEEL`` (``.ci/run`` downloads it with
+``pip download --no-deps fastembed==0.9.1`` and sets it), else the first
+``fastembed-0.9.1-*.whl`` in ``/work/refs``. :func:`load_muvera` returns ``None``
 without it (tests skip, saying why)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 MODULE = "fastembed/postprocess/muvera.py"
 WHEEL_GLOB = "fastembed-0.9.1-*.whl"
-_ROOT = Path(__file__).resolve().parents[1]
+REFS = Path("/work/refs")
 
 
 def wheel() -> Path | None:
@@ -25,11 +25,8 @@ def wheel() -> Path | None:
     named = os.environ.get("POOLKIT_FASTEMBED_WHEEL")
     if named:
         return Path(named) if Path(named).is_file() else None
-    for folder in (Path("/work/refs"), _ROOT / ".ci" / "wheels"):
-        found = sorted(folder.glob(WHEEL_GLOB)) if folder.is_dir() else []
-        if found:
-            return found[0]
-    return None
+    found = sorted(REFS.glob(WHEEL_GLOB)) if REFS.is_dir() else []
+    return found[0] if found else None
 
 
 def load_muvera() -> types.ModuleType | None:
