@@ -150,10 +150,17 @@ def output_ranges(
 def output_metadata(
     recipes: dict[str, Any], dims: dict[str, int], ranges: dict[str, Calibration]
 ) -> dict[str, Any] | None:
-    """The record of the output stage written with the vectors (None without one)."""
+    """The record of the output stage written with the vectors (None without one); for
+    sparse recipes, what each column is (its recipe and vocabulary width)."""
+    from poolkit import __version__
+
+    if any(r.kind == "sparse" for r in recipes.values()):
+        sparse = {name: {"recipe": str(r), "recipe_json": r.to_json(), "kind": "sparse",
+                         "vocab_size": dims[name], "top_k": r.top_k}
+                  for name, r in recipes.items()}  # fmt: skip
+        return {"poolkit": __version__, "columns": sparse}
     if not any(r.has_output_stage for r in recipes.values()):
         return None
-    from poolkit import __version__
 
     columns = {}
     for name, r in recipes.items():

@@ -48,7 +48,7 @@ class StdoutSink:
                                              part.columns))  # fmt: skip
                 self._flush()
             return
-        first, n = part.first_row, len(next(iter(part.arrays.values())))
+        first, n = part.first_row, next(iter(part.arrays.values())).shape[0]
         self._held.append(jsonl_rows(np.arange(first, first + n), part.arrays, self.strategies))
         if len(self.blank) < first + n:  # a real text arrived: write what was held
             self._flush()

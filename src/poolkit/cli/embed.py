@@ -65,7 +65,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help=".txt (one text per line), .jsonl, .csv, .tsv, .parquet, or - for stdin")  # fmt: skip
     parser.add_argument("-o", "--output", required=True, metavar="OUTPUT",
                         help=".npy (float32 matrix), .parquet (id + one column per strategy), "
-                        ".jsonl, or - for JSON Lines on stdout")  # fmt: skip
+                        ".jsonl, .npz (a sparse recipe's CSR matrix), or - for JSON Lines on "
+                        "stdout")  # fmt: skip
     parser.add_argument("--recipe", "-r", nargs="+", action="extend", default=None,
                         metavar="NAME", help="a row name of poolkit compare, e.g. mean, "
                         "mean_no_special, cls+mean@last4; several give several columns")  # fmt: skip
@@ -146,11 +147,43 @@ def _pipeline(args: argparse.Namespace) -> str:
 
 def _check_pipeline_and_prompt(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
     """Prompt flags and the model's pipeline checked before any text is embedded."""
-    from poolkit.embedding import head_plan
+    from poolkit.embedding import head_plan, recipe_kind
     from poolkit.prompts import resolve_prompt
 
     resolve_prompt(encoder.info, args.prompt_name, args.prompt)  # `prompt`: --prompt, printed
+    if recipe_kind(recipes) == "sparse":  # no modules after SPLADE pooling; the head it needs
+        from poolkit.sparse.embed import mlm_head
+
+        if getattr(args, "chunks", None):
+            raise InputError("--chunks: sparse recipes (splade) embed whole texts for now; "
+                             "drop --chunks, or use a dense recipe.")  # fmt: skip
+        mlm_head(encoder, next(iter(recipes)))
+        if args.output != "-":
+            from poolkit.io.writers import check_output
+
+            check_output(Path(args.output), list(recipes), True, "sparse")
+        return
     head_plan(encoder, recipes, _pipeline(args))
+
+
+def _kind(recipes: dict[str, Any]) -> str:
+    """The recipes' one kind (dense or sparse); mixing them is refused in one line."""
+    from poolkit.embedding import recipe_kind
+
+    try:
+        return recipe_kind(recipes)
+    except ValueError:
+        raise InputError(
+            "--recipe: dense and sparse recipes write different outputs; "
+            "embed them in separate runs."
+        ) from None
+
+
+def _check_engine(args: argparse.Namespace, kind: str | None) -> None:
+    """Sparse recipes run on the local engine (Ray's writes dense shards)."""
+    if kind == "sparse" and args.engine == "ray":
+        raise InputError("--engine ray: sparse recipes (splade) run on the local engine only "
+                         "for now; drop --engine ray.")  # fmt: skip
 
 
 def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
@@ -195,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
     for value, flag in ((args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
                         (args.max_length, "--max-length")):  # fmt: skip
         positive(value, flag)  # both engines
+    kind = None if wanted is None else _kind(wanted)
+    _check_engine(args, kind)
     if (status := dispatch_engine(args, wanted)) is not None:  # --engine ray
         return status
     from poolkit.embedding import check_inputs, embed_recipes, get_encoder
@@ -211,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
         )
     output = Path(args.output)
     if not to_stdout:
-        check_output(output, list(wanted) if wanted else ["intended"], True)
+        check_output(output, list(wanted) if wanted else ["intended"], True, kind)
     if output.exists() and not args.overwrite and not to_stdout:
         if args.resume and Checkpoint.finished(output):
             # Killed after publishing OUTPUT, before removing the work directory.
@@ -290,6 +325,12 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)  # fmt: skip
     how = {"calibration": ranges, "prompt_name": args.prompt_name, "prompt": args.prompt,
            "pipeline": _pipeline(args)}  # fmt: skip
+    sparse = _kind(recipes) == "sparse"
+    if sparse:
+        from poolkit.prompts import resolve_prompt
+        from poolkit.sparse import embed_sparse
+
+        prompt = resolve_prompt(encoder.info, args.prompt_name, args.prompt)
 
     def embed_part(k: int, part: Any, progress: Any) -> Part:
         """Part ``k`` for the sink: verified if resumed, else embedded now."""
@@ -304,7 +345,12 @@ def run(args: argparse.Namespace) -> int:
             progress(len(texts))
             return Part(k, first, digest)
         ids = columns = None
-        if chunking is None:  # truncation is reported once, in the summary line
+        if chunking is None and sparse:
+            result, stats = embed_sparse(check_inputs(part), encoder, recipes,
+                                         long_text=args.long_text, progress=progress,
+                                         prompt=prompt)  # fmt: skip
+            tally.truncated += stats.num_truncated
+        elif chunking is None:  # truncation is reported once, in the summary line
             result, stats = embed_recipes(check_inputs(part), encoder, recipes,
                                           long_text=args.long_text, progress=progress,
                                           **how)  # fmt: skip

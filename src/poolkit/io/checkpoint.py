@@ -62,6 +62,7 @@ from poolkit.io.atomic import AtomicDir, atomic_write, fsync_dir, publish_file
 from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
 from poolkit.io.integrity import IntegrityWarning, bytes_digest, read_verified
 from poolkit.io.writers import EmbeddingWriter, output_format, sidecar_path, stored
+from poolkit.sparse.files import is_sparse, part_arrays, part_from
 
 __all__ = [
     "WORK_SUFFIX",
@@ -441,7 +442,11 @@ class Checkpoint:
                                 "texts_sha256": digest, "strategies": names}  # fmt: skip
         # Stored forms (float16, int8, uint8) are kept as they are; anything else is float32.
         kept = {n: stored(arrays[n]) for n in names}  # also what the output gets from memory
-        payload = {f"s{k}": kept[n] for k, n in enumerate(names)}
+        payload = {}
+        for k, n in enumerate(names):  # a sparse column as its CSR arrays
+            payload.update(
+                part_arrays(f"s{k}", kept[n]) if is_sparse(kept[n]) else {f"s{k}": kept[n]}
+            )
         if ids is not None:  # parts of one row per text keep their files as they were
             meta["texts"] = meta["rows"] if texts is None else int(texts)
             payload["ids"] = np.asarray(ids, dtype=np.int64)
@@ -548,7 +553,7 @@ class Checkpoint:
         without)."""
         meta = self._meta(index)
         with np.load(io.BytesIO(self._read(index)), allow_pickle=False) as z:
-            arrays = {n: z[f"s{k}"] for k, n in enumerate(meta["strategies"])}
+            arrays = {n: _stored_column(z, f"s{k}") for k, n in enumerate(meta["strategies"])}
             columns = {n: _column_from(z, f"c{k}") for k, n in enumerate(meta.get("columns", []))}
             ids = z["ids"] if "ids" in z.files else None
         if ids is None:
@@ -686,6 +691,12 @@ class Checkpoint:
 
     def __exit__(self, *_: Any) -> None:
         self.close()
+
+
+def _stored_column(z: Any, key: str) -> Any:
+    """A part's vectors under ``key``: a dense array, or a sparse column's CSR array."""
+    sparse = part_from(z, key)
+    return z[key] if sparse is None else sparse
 
 
 def _column_payload(key: str, values: Any) -> dict[str, np.ndarray]:

@@ -9,6 +9,11 @@ it, so a half-written output never exists under the output's name.
 - ``.npy``: one float32 ``(N, D)`` matrix in input order (one strategy only).
 - ``.parquet``: ``id`` (int64) plus one ``fixed_size_list<float32>[D]`` column per strategy.
 - ``.jsonl``: one object per row: ``{"id": i, "<strategy>": [...], ...}``.
+- ``.npz``: sparse recipes only (one): ``scipy.sparse.load_npz`` reads the CSR matrix.
+
+A sparse recipe's parts are ``scipy.sparse`` CSR arrays; how each format stores them is
+:mod:`poolkit.sparse.files`' business (dense-only ``.npy`` refuses them, ``.npz`` refuses
+dense ones).
 
 A part may carry extra columns, written between ``id`` and the vectors (``.parquet``,
 ``.jsonl``; ``.npy`` has no place for them): ``poolkit embed --chunks`` writes ``chunk``,
@@ -45,7 +50,7 @@ __all__ = [
     "sidecar_path",
 ]
 
-OUTPUT_FORMATS = ("npy", "parquet", "jsonl")
+OUTPUT_FORMATS = ("npy", "parquet", "jsonl", "npz")
 _NPY_HEADER = 128  # bytes reserved for the .npy header, written once the row count is known
 _STORED = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int8), np.dtype(np.uint8))
 
@@ -57,7 +62,14 @@ def sidecar_path(path: str | os.PathLike[str]) -> Path:
 
 
 def stored(arr: np.ndarray) -> np.ndarray:
-    """``arr`` as stored: float16/int8/uint8 as they are, anything else as float32."""
+    """``arr`` as stored: float16/int8/uint8 as they are, anything else as float32; a
+    sparse part as a canonical CSR array (:func:`poolkit.sparse.canonical_csr`)."""
+    from poolkit.sparse.files import is_sparse
+
+    if is_sparse(arr):
+        from poolkit.sparse import canonical_csr
+
+        return canonical_csr(arr)  # type: ignore[no-any-return]
     a = np.asarray(arr)
     return np.ascontiguousarray(a if a.dtype in _STORED else a.astype(np.float32))
 
@@ -82,8 +94,13 @@ def jsonl_rows(
     """JSON Lines of a part (a block of rows), each line ending in a newline:
     ``{"id": i, <columns>..., "<strategy>": [...], ...}``; ``ids`` ``(n,)``, ``arrays``
     name -> ``(n, D)``, ``columns`` (optional) name -> ``n`` ints or strings."""
-    lists = {}
+    from poolkit.sparse.files import is_sparse, jsonl_values
+
+    lists: dict[str, list[Any]] = {}
     for name in strategies:
+        if is_sparse(arrays[name]):
+            lists[name] = jsonl_values(arrays[name])
+            continue
         a = np.asarray(arrays[name])
         lists[name] = (a if a.dtype.kind in "iu" else a.astype(np.float32)).tolist()
     extra = {name: _column_values(values) for name, values in (columns or {}).items()}
@@ -128,8 +145,13 @@ class EmbeddingWriter:
         self._out = AtomicFile(path)
         self._file: IO[bytes] | None = self._out.file
         self._parquet: Any = None
+        self._npz: Any = None
         if fmt == "npy":
             self._file.write(b"\0" * _NPY_HEADER)
+        elif fmt == "npz":
+            from poolkit.sparse.files import NpzParts
+
+            self._npz = NpzParts(path.parent)
 
     def __enter__(self) -> EmbeddingWriter:
         return self
@@ -159,7 +181,7 @@ class EmbeddingWriter:
             if arr.shape != (len(ids), dim):
                 value_error(f"arrays[{name!r}]", f"of shape ({len(ids)}, {dim})", arr.shape)
         columns = dict(columns or {})
-        if self.fmt == "npy" and columns:
+        if self.fmt in ("npy", "npz") and columns:
             value_error("columns", "none for a .npy output (one matrix, no other column)",
                         sorted(columns), "Write .parquet or .jsonl.")  # fmt: skip
         if self._columns is None:
@@ -170,7 +192,9 @@ class EmbeddingWriter:
         for name, values in columns.items():
             if len(values) != len(ids):
                 value_error(f"columns[{name!r}]", f"{len(ids)} values, one per row", len(values))
-        if self.fmt == "npy":
+        if self.fmt == "npz":
+            self._npz.add(stored(arrays[self.strategies[0]]))
+        elif self.fmt == "npy":
             arr = stored(arrays[self.strategies[0]])
             if self._dtype is None:
                 self._dtype = arr.dtype
@@ -194,11 +218,20 @@ class EmbeddingWriter:
                 columns.append(pa.array(values.astype(np.int64), pa.int64()))
             else:
                 columns.append(pa.array(list(values), pa.string()))
+        from poolkit.sparse.files import is_sparse, parquet_columns
+
+        names = ["id", *extra]
         for name in self.strategies:
             arr = stored(arrays[name])
+            if is_sparse(arr):  # two list columns: term ids and weights
+                for column, values in parquet_columns(name, arr):
+                    names.append(column)
+                    columns.append(values)
+                continue
             flat = pa.array(arr.reshape(-1), pa.from_numpy_dtype(arr.dtype))
             columns.append(pa.FixedSizeListArray.from_arrays(flat, arr.shape[1]))
-        table = pa.Table.from_arrays(columns, names=["id", *extra, *self.strategies])
+            names.append(name)
+        table = pa.Table.from_arrays(columns, names=names)
         if self.metadata:
             table = table.replace_schema_metadata({"poolkit": json.dumps(self.metadata)})
         if self._parquet is None:
@@ -212,6 +245,8 @@ class EmbeddingWriter:
         try:
             if self.fmt == "npy":
                 self._npy_header()
+            elif self.fmt == "npz":
+                self._npz.write(self._file)
             elif self.fmt == "parquet" and self._parquet is not None:
                 self._parquet.close()
             self._file = None
@@ -257,19 +292,31 @@ class EmbeddingWriter:
             except Exception:
                 pass
             self._parquet = None
+        if self._npz is not None:
+            self._npz.close()
         self._file = None
         self._out.abort()
 
 
-def check_output(path: str | os.PathLike[str], strategies: list[str], overwrite: bool) -> str:
-    """Validate an output path before any work; returns its format."""
+def check_output(
+    path: str | os.PathLike[str], strategies: list[str], overwrite: bool, kind: str | None = None
+) -> str:
+    """Validate an output path before any work; returns its format. ``kind``: the recipes'
+    (:attr:`poolkit.Recipe.kind`), when known: ``.npy`` takes dense vectors, ``.npz``
+    sparse ones."""
     target = Path(path)
     fmt = output_format(target)
-    if fmt == "npy" and len(strategies) > 1:
+    if fmt in ("npy", "npz") and len(strategies) > 1:
         raise InputError(
-            f"{target}: a .npy file holds one matrix, but {len(strategies)} strategies were "
+            f"{target}: a .{fmt} file holds one matrix, but {len(strategies)} strategies were "
             "asked for; write .parquet or .jsonl instead."
         )
+    if fmt == "npy" and kind == "sparse":
+        raise InputError(f"{target}: a .npy file holds dense vectors; a sparse recipe is "
+                         "written as .npz (scipy.sparse.load_npz reads it), .parquet or .jsonl.")  # fmt: skip
+    if fmt == "npz" and kind == "dense":
+        raise InputError(f"{target}: .npz is for sparse recipes (e.g. splade); write dense "
+                         "vectors as .npy, .parquet or .jsonl.")  # fmt: skip
     if target.exists() and not overwrite:
         raise InputError(already_exists(target))
     parent = target.parent
