@@ -37,6 +37,7 @@ from poolkit.cli._common import (
     text_parts,
 )
 from poolkit.cli._job import job_settings, run_job
+from poolkit.cli._multivector import MultivectorPart, check_multivector_args
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,
@@ -65,8 +66,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help=".txt (one text per line), .jsonl, .csv, .tsv, .parquet, or - for stdin")  # fmt: skip
     parser.add_argument("-o", "--output", required=True, metavar="OUTPUT",
                         help=".npy (float32 matrix), .parquet (id + one column per strategy), "
-                        ".jsonl, .npz (a sparse recipe's CSR matrix), or - for JSON Lines on "
-                        "stdout")  # fmt: skip
+                        ".jsonl, .npz (a sparse recipe's CSR matrix; a multi-vector recipe's "
+                        "flat token matrix + offsets), or - for JSON Lines on stdout")  # fmt: skip
     parser.add_argument("--recipe", "-r", nargs="+", action="extend", default=None,
                         metavar="NAME", help="a row name of poolkit compare, e.g. mean, "
                         "mean_no_special, cls+mean@last4; several give several columns")  # fmt: skip
@@ -114,10 +115,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _local_settings(
-    args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]
+    args: argparse.Namespace, encoder: Any, recipes: dict[str, Any], mv: Any = None
 ) -> dict[str, Any]:
     """The local job's manifest settings (:func:`~poolkit.cli._job.job_settings`): the
-    values its loaded Encoder settled on."""
+    values its loaded Encoder settled on (``mv``: a multi-vector job's own)."""
     import numpy
 
     from poolkit.io.checkpoint import model_fingerprint
@@ -131,8 +132,9 @@ def _local_settings(
         "strategies": list(recipes),
         "recipes": [str(r) for r in recipes.values()],
         "normalize": [r.resolved_normalize(encoder.info.normalize) for r in recipes.values()],
-        "prompt": resolve_prompt(encoder.info, args.prompt_name, args.prompt),
+        "prompt": None if mv else resolve_prompt(encoder.info, args.prompt_name, args.prompt),
         "pipeline": _pipeline(args),
+        **(mv.settings() if mv else {}),
     }
     engine = {"max_length": encoder.max_length, "batch_tokens": encoder.max_batch_tokens,
               "input_format": input_format(args.input, args.input_format),
@@ -228,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
     for value, flag in ((args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
                         (args.max_length, "--max-length")):  # fmt: skip
         positive(value, flag)  # both engines
+    multivector = check_multivector_args(args, wanted)  # its dense-only flags refused
     kind = None if wanted is None else _kind(wanted)
     _check_engine(args, kind)
     if (status := dispatch_engine(args, wanted)) is not None:  # --engine ray
@@ -278,12 +281,18 @@ def run(args: argparse.Namespace) -> int:
                           quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                           calibrate=calibration)  # fmt: skip
     recipes = intended_recipes(wanted, encoder, args)
-    _check_pipeline_and_prompt(args, encoder, recipes)
     options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
                "prompt": args.prompt, "pipeline": _pipeline(args)}  # fmt: skip
-    _check_output_widths(args, encoder, recipes)
+    mv = None
+    if multivector:  # the folder's sides and projection, not the dense pipeline
+        mv = MultivectorPart(args, encoder, next(iter(recipes.values())))
+    else:
+        _check_pipeline_and_prompt(args, encoder, recipes)
+        _check_output_widths(args, encoder, recipes)
     chunking = first_chunks = None
-    if chunker is None:
+    if mv is not None:
+        ranges = {}
+    elif chunker is None:
         ranges = output_ranges(args, encoder, recipes, first, **options)
     else:
         from poolkit.cli._chunk_args import PartChunker
@@ -302,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
 
         checkpoint = StdoutSink(names, blank)
     else:
-        settings = _local_settings(args, encoder, recipes)
+        settings = _local_settings(args, encoder, recipes, mv)
         if calibration is not None:  # a resumed job must calibrate on the same texts
             settings["calibration"] = texts_digest(calibration)
         if ranges:  # ... and quantise its vectors with the same ranges
@@ -316,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
             return record if chunking is None else chunking.metadata(record)
 
         checkpoint = Checkpoint.open(output, settings, resume=args.resume, strategies=names,
-                                     metadata=metadata)  # fmt: skip
+                                     metadata=metadata, kind=kind)  # fmt: skip
     if wanted is None and encoder.info.pooling_is_guess:  # said once the job is on
         print(f"poolkit: note: {guess_note(encoder.info)}", file=sys.stderr)
     elif wanted is None and "exported by poolkit export" in encoder.info.pooling_source:
@@ -345,7 +354,10 @@ def run(args: argparse.Namespace) -> int:
             progress(len(texts))
             return Part(k, first, digest)
         ids = columns = None
-        if chunking is None and sparse:
+        if mv is not None:  # one row per token (MUVERA: per text)
+            result, ids, stats = mv.embed(names[0], check_inputs(part), first, progress)
+            tally.truncated += stats.num_truncated
+        elif chunking is None and sparse:
             result, stats = embed_sparse(check_inputs(part), encoder, recipes,
                                          long_text=args.long_text, progress=progress,
                                          prompt=prompt)  # fmt: skip
@@ -362,7 +374,7 @@ def run(args: argparse.Namespace) -> int:
             tally.truncated += len(stats.truncated)
         if stamp is not None:  # never checkpoint texts read from a changing file
             stamp.check()
-        rows = len(texts) if ids is None else len(ids)
+        rows = len(texts) if ids is None or mv is not None else len(ids)
         tally.rows += rows
         tally.dims = _dims_of(result, recipes) if rows else tally.dims
         return Part(k, first, digest, result, ids, columns, len(texts))
@@ -414,20 +426,26 @@ def run(args: argparse.Namespace) -> int:
               f"{kept_as} {shown}.", file=sys.stderr)  # fmt: skip
     if not args.quiet:
         out = checkpoint.path if to_stdout else args.output
-        _summary(tally, out, encoder.max_length, time.perf_counter() - start, chunking is not None)
+        limit = encoder.max_length if mv is None else mv.max_length
+        _summary(tally, out, limit, time.perf_counter() - start, chunking is not None,
+                 window=mv is None)  # fmt: skip
     return 0
 
 
-def _summary(tally: _Tally, out: Any, max_length: int, seconds: float, chunks: bool) -> None:
+def _summary(
+    tally: _Tally, out: Any, max_length: int, seconds: float, chunks: bool, window: bool = True
+) -> None:
     """``poolkit: N texts -> OUTPUT [...] in ...``; with --chunks ``N documents -> M chunks
-    -> OUTPUT [...]``, rates in documents and truncation counted in documents."""
+    -> OUTPUT [...]``, rates in documents and truncation counted in documents (``window``:
+    --long-text window is there to keep long texts whole)."""
     unit = "document" if chunks else "text"
     shape = ", ".join(f"{k}={v}" for k, v in tally.dims.items())
     note = ""
     if tally.truncated and chunks:
         note = f" (documents with a chunk longer than {max_length} tokens, cut there)"
     elif tally.truncated:
-        note = f" (longer than {max_length} tokens; --long-text window keeps all tokens)"
+        hint = "; --long-text window keeps all tokens" if window else ""
+        note = f" (longer than {max_length} tokens{hint})"
     if tally.resumed:
         note += f"; {count(tally.resumed, unit)} resumed from the checkpoint"
     rows = f" -> {count(tally.rows, 'chunk')}" if chunks else ""

@@ -224,6 +224,7 @@ class Checkpoint:
         # (opened at the first row) and how many parts it holds (None: given up).
         self.strategies: list[str] = list(settings.get("strategies") or [])
         self.metadata: Any = None
+        self.kind: str | None = None  # the recipes' kind; "multivector": a ragged output
         self._record: Mapping[str, Any] | None = None  # the metadata the output holds
         self._assembly: Any = None
         self._assembled: int | None = 0
@@ -286,6 +287,7 @@ class Checkpoint:
         resume: bool,
         strategies: Sequence[str] | None = None,
         metadata: Any = None,
+        kind: str | None = None,
     ) -> Checkpoint:
         """Create the work directory of ``output``, or with ``resume=True`` reopen it.
 
@@ -298,6 +300,9 @@ class Checkpoint:
                 ``"strategies"``).
             metadata: an output stage's record for the output (see :meth:`publish`), or a
                 function of the first part's stored arrays that returns it.
+            kind: the recipes' :attr:`poolkit.Recipe.kind`; ``"multivector"``: parts hold
+                one row per token, ``ids`` naming each token's text, and the output one row
+                per text (:mod:`poolkit.io.writers`).
 
         Raises:
             CheckpointError: the directory exists and ``resume`` is False; it was made
@@ -314,6 +319,7 @@ class Checkpoint:
         if strategies is not None:
             opened.strategies = list(strategies)
         opened.metadata = metadata
+        opened.kind = kind
         return opened
 
     @staticmethod
@@ -501,7 +507,8 @@ class Checkpoint:
             meta = self.metadata
             self._record = (meta(arrays) if arrays else None) if callable(meta) else meta
             self._assembly = EmbeddingWriter(self.path / f"assembled.{fmt}", fmt,
-                                             self.strategies, True, self._record)  # fmt: skip
+                                             self.strategies, True, self._record,
+                                             self.kind)  # fmt: skip
         if len(ids):
             self._assembly.write(ids, arrays, columns)
 

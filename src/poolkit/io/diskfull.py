@@ -66,7 +66,7 @@ def estimate_output_bytes(fmt: str, rows: int, dims: list[int]) -> int:
     vectors: pyarrow's dictionary pages) and ``.jsonl`` (a float32 printed as a Python
     float takes about 21 characters; measured within 1%)."""
     width = sum(dims)
-    if fmt == "npy":
+    if fmt in ("npy", "npz"):  # npz: the flat token matrix, rows = tokens
         return 128 + rows * width * 4
     if fmt == "parquet":
         return 4096 + rows * (8 + width * 4) * 8 // 5

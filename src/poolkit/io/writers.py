@@ -11,6 +11,17 @@ it, so a half-written output never exists under the output's name.
 - ``.jsonl``: one object per row: ``{"id": i, "<strategy>": [...], ...}``.
 - ``.npz``: sparse recipes only (one): ``scipy.sparse.load_npz`` reads the CSR matrix.
 
+A ragged output (a multi-vector recipe: ``(tokens, D)`` vectors per text; ``kind``
+``"multivector"``) is written from parts of one row per *token*, ``ids`` giving each
+token's text (a text's tokens together, texts in order), and stored one row per text:
+
+- ``.parquet``: ``id`` plus a ``large_list<fixed_size_list<float32>[D]>`` column;
+- ``.npz``: ``ids`` ``(n,)``, ``offsets`` ``(n + 1,)`` and one flat ``vectors``
+  ``(total tokens, D)`` matrix (text ``i``'s vectors are ``vectors[offsets[i]:offsets[i+1]]``),
+  streamed through a temporary file, written with fixed zip timestamps (the same vectors give
+  the same bytes);
+- ``.jsonl``: ``{"id": i, "<recipe>": [[...], ...]}``. ``.npy`` has no place for it.
+
 A sparse recipe's parts are ``scipy.sparse`` CSR arrays; how each format stores them is
 :mod:`poolkit.sparse.files`' business (dense-only ``.npy`` refuses them, ``.npz`` refuses
 dense ones).
@@ -51,6 +62,7 @@ __all__ = [
 ]
 
 OUTPUT_FORMATS = ("npy", "parquet", "jsonl", "npz")
+RAGGED_FORMATS = ("parquet", "npz", "jsonl")
 _NPY_HEADER = 128  # bytes reserved for the .npy header, written once the row count is known
 _STORED = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int8), np.dtype(np.uint8))
 
@@ -123,7 +135,8 @@ def _column_values(values: Any) -> list[Any]:
 
 
 class EmbeddingWriter:
-    """Streams parts into a temporary file; :meth:`close` renames it to ``path``."""
+    """Streams parts into a temporary file; :meth:`close` renames it to ``path``. ``kind``
+    ``"multivector"``: a ragged output (parts of token rows; see the module docstring)."""
 
     def __init__(
         self,
@@ -132,8 +145,14 @@ class EmbeddingWriter:
         strategies: list[str],
         overwrite: bool,
         metadata: Mapping[str, Any] | None = None,
+        kind: str | None = None,
     ) -> None:
+        check_kind(path, fmt, strategies, kind)
         self.path = path
+        self.ragged = kind == "multivector"
+        self._tokens: IO[bytes] | None = None  # ragged .npz: the flat vectors, raw
+        self._offsets: list[np.ndarray] = []  # ragged .npz: each part's token ends
+        self._text_ids: list[np.ndarray] = []
         self.metadata = dict(metadata) if metadata else None
         self._dtype: np.dtype[Any] | None = None
         self.fmt = fmt
@@ -148,6 +167,10 @@ class EmbeddingWriter:
         self._npz: Any = None
         if fmt == "npy":
             self._file.write(b"\0" * _NPY_HEADER)
+        elif fmt == "npz" and self.ragged:
+            import tempfile
+
+            self._tokens = tempfile.TemporaryFile(dir=path.parent, prefix=".poolkit-tokens-")
         elif fmt == "npz":
             from poolkit.sparse.files import NpzParts
 
@@ -192,7 +215,9 @@ class EmbeddingWriter:
         for name, values in columns.items():
             if len(values) != len(ids):
                 value_error(f"columns[{name!r}]", f"{len(ids)} values, one per row", len(values))
-        if self.fmt == "npz":
+        if self.ragged:
+            self._write_ragged(ids, stored(arrays[self.strategies[0]]), columns)
+        elif self.fmt == "npz":
             self._npz.add(stored(arrays[self.strategies[0]]))
         elif self.fmt == "npy":
             arr = stored(arrays[self.strategies[0]])
@@ -205,6 +230,89 @@ class EmbeddingWriter:
         else:
             self._write_parquet(ids, arrays, columns)
         self.rows += len(ids)
+
+    def _write_ragged(self, ids: np.ndarray, vectors: np.ndarray, extra: Mapping[str, Any]) -> None:
+        """Token rows (``ids`` repeated per token) as one row per text."""
+        if extra:
+            value_error("columns", "none for a ragged output", sorted(extra))
+        if not len(ids):
+            return
+        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        text_ids = ids[starts]
+        ends = np.r_[starts[1:], len(ids)]
+        self._texts += len(text_ids)
+        if self._dtype is None:
+            self._dtype = vectors.dtype
+        name = self.strategies[0]
+        assert self._file is not None
+        if self.fmt == "npz":
+            assert self._tokens is not None
+            self._tokens.write(np.ascontiguousarray(vectors).data)
+            self._text_ids.append(text_ids)
+            self._offsets.append(ends.astype(np.int64))
+        elif self.fmt == "jsonl":
+            lists = (vectors if vectors.dtype.kind in "iu" else vectors.astype(np.float32)).tolist()
+            lines = [
+                json.dumps({"id": int(i), name: lists[a:b]}, separators=(",", ":")) + "\n"
+                for i, a, b in zip(text_ids.tolist(), starts.tolist(), ends.tolist(), strict=True)
+            ]
+            self._file.write("".join(lines).encode("utf-8"))
+        else:
+            import pyarrow as pa
+
+            flat = pa.array(vectors.reshape(-1), pa.from_numpy_dtype(vectors.dtype))
+            tokens = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+            lists = pa.LargeListArray.from_arrays(pa.array(np.r_[starts, len(ids)], pa.int64()),
+                                                  tokens)  # fmt: skip
+            self._write_table([pa.array(text_ids, pa.int64()), lists], ["id", name])
+
+    def _write_table(self, columns: list[Any], names: list[str]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_arrays(columns, names=names)
+        if self.metadata:
+            table = table.replace_schema_metadata({"poolkit": json.dumps(self.metadata)})
+        if self._parquet is None:
+            self._parquet = pq.ParquetWriter(self._file, table.schema)
+        self._parquet.write_table(table)
+
+    def _write_ragged_npz(self) -> None:
+        """The ragged ``.npz``: ``ids``, ``offsets`` and the flat ``vectors``, copied from the
+        temporary file in 16 MiB pieces (fixed timestamps: the same bytes every time)."""
+        import io
+        import zipfile
+
+        from numpy.lib import format as npy
+
+        assert self._file is not None and self._tokens is not None
+        dim = self._dims.get(self.strategies[0], 0)
+        dtype = self._dtype or np.dtype(np.float32)
+        # Each part's ends count from the part's first token: make them cumulative.
+        offsets = [np.zeros(1, np.int64)]
+        base = 0
+        for part in self._offsets:
+            offsets.append(part + base)
+            base += int(part[-1])
+        ends = np.concatenate(offsets)
+        ids = np.concatenate(self._text_ids) if self._text_ids else np.zeros(0, np.int64)
+        with zipfile.ZipFile(self._file, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+            for name, arr in (("ids", ids), ("offsets", ends)):
+                buf = io.BytesIO()
+                npy.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+                z.writestr(zipfile.ZipInfo(f"{name}.npy", (1980, 1, 1, 0, 0, 0)), buf.getvalue())
+            info = zipfile.ZipInfo("vectors.npy", (1980, 1, 1, 0, 0, 0))
+            with z.open(info, "w", force_zip64=True) as out:
+                header = io.BytesIO()
+                shape = (int(ends[-1]), dim)
+                npy.write_array_header_1_0(header, {"descr": npy.dtype_to_descr(dtype),
+                                                    "fortran_order": False, "shape": shape})  # fmt: skip
+                out.write(header.getvalue())
+                self._tokens.seek(0)
+                while piece := self._tokens.read(16 << 20):
+                    out.write(piece)
+        self._tokens.close()
+        self._tokens = None
 
     def _write_parquet(
         self, ids: np.ndarray, arrays: Mapping[str, np.ndarray], extra: Mapping[str, Any]
@@ -243,10 +351,18 @@ class EmbeddingWriter:
         if self._file is None:
             return self.path
         try:
-            if self.fmt == "npy":
+            if self.fmt == "npz" and self.ragged:
+                self._write_ragged_npz()
+            elif self.fmt == "npy":
                 self._npy_header()
             elif self.fmt == "npz":
                 self._npz.write(self._file)
+            elif self.fmt == "parquet" and self.ragged and self._parquet is None:
+                import pyarrow as pa
+
+                self._write_table([pa.array([], pa.int64()), pa.array([], _ragged_type(self))],
+                                  ["id", self.strategies[0]])  # fmt: skip
+                self._parquet.close()
             elif self.fmt == "parquet" and self._parquet is not None:
                 self._parquet.close()
             self._file = None
@@ -294,8 +410,41 @@ class EmbeddingWriter:
             self._parquet = None
         if self._npz is not None:
             self._npz.close()
+        if self._tokens is not None:
+            self._tokens.close()
+            self._tokens = None
         self._file = None
         self._out.abort()
+
+
+def _ragged_type(writer: EmbeddingWriter) -> Any:
+    """The Parquet type of an empty ragged column (its width known only from rows: 0)."""
+    import pyarrow as pa
+
+    dtype = writer._dtype or np.dtype(np.float32)
+    width = writer._dims.get(writer.strategies[0], 0)
+    return pa.large_list(pa.list_(pa.from_numpy_dtype(dtype), width))
+
+
+def check_kind(path: Path, fmt: str, strategies: list[str], kind: str | None) -> None:
+    """Refuse a format that cannot hold ``kind``'s vectors (:attr:`poolkit.Recipe.kind`;
+    None: not known yet): ``.npy`` holds dense vectors only; ``.npz`` sparse or multi-vector
+    ones; a multi-vector (ragged) output holds one recipe."""
+    if fmt == "npy" and kind == "sparse":
+        raise InputError(f"{path}: a .npy file holds dense vectors; a sparse recipe is "
+                         "written as .npz (scipy.sparse.load_npz reads it), .parquet or .jsonl.")  # fmt: skip
+    if fmt not in RAGGED_FORMATS and kind == "multivector":
+        raise InputError(
+            f"{path}: a .{fmt} file holds one matrix, but a multi-vector recipe gives a "
+            "(tokens, dims) array per text; write .npz (one flat matrix + offsets), .parquet "
+            "or .jsonl."
+        )
+    if fmt == "npz" and kind == "dense":
+        raise InputError(f"{path}: .npz is for sparse (e.g. splade) and multi-vector recipes; "
+                         "write dense vectors as .npy, .parquet or .jsonl.")  # fmt: skip
+    if kind == "multivector" and len(strategies) != 1:
+        raise InputError(f"{path}: a multi-vector output holds one recipe, but "
+                         f"{len(strategies)} were asked for; run one job per recipe.")  # fmt: skip
 
 
 def check_output(
@@ -311,12 +460,7 @@ def check_output(
             f"{target}: a .{fmt} file holds one matrix, but {len(strategies)} strategies were "
             "asked for; write .parquet or .jsonl instead."
         )
-    if fmt == "npy" and kind == "sparse":
-        raise InputError(f"{target}: a .npy file holds dense vectors; a sparse recipe is "
-                         "written as .npz (scipy.sparse.load_npz reads it), .parquet or .jsonl.")  # fmt: skip
-    if fmt == "npz" and kind == "dense":
-        raise InputError(f"{target}: .npz is for sparse recipes (e.g. splade); write dense "
-                         "vectors as .npy, .parquet or .jsonl.")  # fmt: skip
+    check_kind(target, fmt, strategies, kind)
     if target.exists() and not overwrite:
         raise InputError(already_exists(target))
     parent = target.parent
@@ -334,6 +478,7 @@ def open_writer(
     *,
     overwrite: bool = False,
     metadata: Mapping[str, Any] | None = None,
+    kind: str | None = None,
 ) -> EmbeddingWriter:
     """Start writing ``path`` (format from its extension) with one column per strategy.
 
@@ -341,5 +486,5 @@ def open_writer(
         InputError: unknown extension, several strategies for ``.npy``, existing output
             without ``overwrite``, or a missing directory.
     """
-    fmt = check_output(path, strategies, overwrite)
-    return EmbeddingWriter(Path(path), fmt, list(strategies), overwrite, metadata)
+    fmt = check_output(path, strategies, overwrite, kind)
+    return EmbeddingWriter(Path(path), fmt, list(strategies), overwrite, metadata, kind)

@@ -25,7 +25,14 @@ from poolkit.multivector.muvera import muvera_encode
 from poolkit.multivector.token_pooling import pool_tokens
 from poolkit.output import quantize, truncate
 
-__all__ = ["TokenBatch", "finish", "iter_token_vectors", "late_interaction", "side_of"]
+__all__ = [
+    "TokenBatch",
+    "finish",
+    "iter_token_vectors",
+    "late_interaction",
+    "side_length",
+    "side_of",
+]
 
 SIDES = ("query", "document")
 
@@ -56,7 +63,13 @@ class TokenBatch:
     truncated: np.ndarray
 
 
-def _cap(late: LateInteraction, side: str, max_length: int) -> tuple[int, int]:
+def side_length(late: LateInteraction, side: str, max_length: int) -> int:
+    """Most tokens one sequence of ``side`` holds (the model's ``max_length`` unless the
+    folder says a query or document length)."""
+    return side_length_range(late, side, max_length)[0]
+
+
+def side_length_range(late: LateInteraction, side: str, max_length: int) -> tuple[int, int]:
     """``(max tokens, min tokens)`` of one sequence of ``side``."""
     exp = late.expansion if side == "query" else None
     length = late.query_length if side == "query" else late.document_length
@@ -80,7 +93,7 @@ def iter_token_vectors(
     """The folder's token vectors of ``texts`` for ``side``, one :class:`TokenBatch` per
     forward batch (longest first), L2-normalised per token when ``normalize``."""
     late = late_interaction(encoder)
-    cap, floor = _cap(late, side, encoder.max_length)
+    cap, floor = side_length_range(late, side, encoder.max_length)
     special = encoder.special_tokens
     prefix, suffix = list(special.prefix), list(special.suffix)
     room = cap - len(prefix) - len(suffix)
@@ -156,7 +169,7 @@ def embed_multivector(
     late = late_interaction(encoder)
     normalize = recipe.resolved_normalize(late.normalize)
     out: list[Any] = [None] * len(texts)
-    stats = EmbedStats(num_texts=len(texts), max_length=_cap(late, side, encoder.max_length)[0],
+    stats = EmbedStats(num_texts=len(texts), max_length=side_length(late, side, encoder.max_length),
                        max_batch_tokens=max_batch_tokens or encoder.max_batch_tokens)  # fmt: skip
     for batch in iter_token_vectors(encoder, texts, side=side, prompt=prompt, normalize=normalize,
                                     max_batch_tokens=max_batch_tokens):  # fmt: skip

@@ -1,0 +1,104 @@
+"""``poolkit embed`` with a multi-vector recipe: its flags checked, and each part's vectors.
+
+One recipe per job. Token vectors go to a ragged output (one row per text: ``.parquet``,
+``.npz``, ``.jsonl``; :mod:`poolkit.io.writers`), committed part by part as rows of one
+token each so ``--resume`` works as for dense jobs; a MUVERA recipe gives one vector per
+text, written as any dense column. The side is ``--prompt-name query`` or ``document``
+(the default).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from poolkit.errors import InputError
+
+__all__ = ["MultivectorPart", "check_multivector_args"]
+
+
+def _refuse(flag: str, recipe: str, fix: str) -> Any:
+    raise InputError(f"{flag}: not for the multi-vector recipe {recipe!r}; {fix}")
+
+
+def check_multivector_args(args: argparse.Namespace, wanted: dict[str, Any] | None) -> bool:
+    """Whether the job's recipe is multi-vector; its dense-only flags refused in one line
+    each, before any model loads (a ragged output's format is checked with the output)."""
+    recipes = list((wanted or {}).values())
+    multi = [r for r in recipes if r.level == "multivector"]
+    if not multi:
+        return False
+    name = str(multi[0])
+    if len(recipes) > 1:
+        raise InputError(f"--recipe: a multi-vector recipe ({name}) is embedded alone, "
+                         f"but {len(recipes)} recipes were asked for; run one job each.")  # fmt: skip
+    dense_only = (
+        ("--exclude-special", args.exclude_special, "the folder says which tokens count"),
+        ("--pooled-only", args.pooled_only, "token vectors always go through the folder's "
+         "projection (a plain encoder has none)"),
+        ("--chunks", args.chunks is not None, "embed documents whole (late interaction "
+         "scores every token)"),
+        ("--long-text window", args.long_text == "window", "the folder's document length "
+         "cuts long texts"),
+        ("--engine ray", args.engine == "ray", "run it with --engine local"),
+        ("--ranges", getattr(args, "ranges", None) is not None, "int8/uint8 ranges are for "
+         "dense recipes"),
+        ("-o -", args.output == "-", "write a .jsonl, .npz or .parquet file"),
+    )  # fmt: skip
+    for flag, given, fix in dense_only:
+        if given:
+            _refuse(flag, name, fix + ".")
+    return True
+
+
+class MultivectorPart:
+    """What a multi-vector job needs from its model: the side, its prompt, and each part's
+    vectors as the job's sink takes them."""
+
+    def __init__(self, args: argparse.Namespace, encoder: Any, recipe: Any) -> None:
+        from poolkit.multivector.api import check_width, side_prompt
+        from poolkit.multivector.encode import late_interaction, side_length, side_of
+
+        self.encoder = encoder
+        self.recipe = recipe
+        self.late = late_interaction(encoder)
+        self.side = side_of(args.prompt_name)
+        try:
+            self.prompt = side_prompt(self.late, args.prompt_name, args.prompt)
+            check_width(encoder, recipe)
+        except InputError as e:
+            from poolkit._errors import with_flags
+
+            raise InputError(with_flags(str(e), {"prompt_name": "--prompt-name",
+                                                 "prompt": "--prompt", "dims": "--recipe",
+                                                 "dim_proj": "--recipe"})) from None  # fmt: skip
+        self.normalize = recipe.resolved_normalize(self.late.normalize)
+        self.max_length = side_length(self.late, self.side, encoder.max_length)
+        self.ragged = recipe.kind == "multivector"
+
+    def settings(self) -> dict[str, Any]:
+        """What the vectors depend on beyond the common settings (for the manifest)."""
+        return {"prompt": self.prompt, "side": self.side, "normalize": [self.normalize],
+                "late_interaction": self.late.source}  # fmt: skip
+
+    def embed(
+        self, name: str, texts: list[str], first: int, progress: Callable[[int], None]
+    ) -> tuple[dict[str, np.ndarray], np.ndarray | None, Any]:
+        """``(arrays, ids, stats)`` of a part whose first text has id ``first``: ragged, one
+        row per token (``ids`` each token's text); MUVERA, one row per text (``ids`` None)."""
+        from poolkit.multivector.encode import embed_multivector
+
+        out, stats = embed_multivector(texts, self.encoder, self.recipe, side=self.side,
+                                       prompt=self.prompt, progress=progress)  # fmt: skip
+        if not self.ragged:
+            return {name: np.stack(out)}, None, stats
+        empty = [first + i for i, v in enumerate(out) if not len(v)]
+        if empty:
+            raise InputError(f"text {empty[0]}: keeps no token vector (blank, and the model "
+                             "adds no special token); remove it or give it text.")  # fmt: skip
+        counts = [len(v) for v in out]
+        ids = np.repeat(np.arange(first, first + len(texts), dtype=np.int64), counts)
+        return {name: np.concatenate(out)}, ids, stats

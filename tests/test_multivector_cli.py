@@ -1,0 +1,132 @@
+"""``poolkit embed`` with a multi-vector recipe: the ragged outputs (``.npz``, ``.parquet``,
+``.jsonl``) hold ``poolkit.embed``'s token vectors, an interrupted job resumes to the same
+bytes, and bad input gets one line, exit 2, and nothing written."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import clitools
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from tiny_models import build_multivector
+
+import poolkit
+from poolkit.cli import _multivector
+
+TEXTS = [
+    "Cats sleep sixteen hours a day.",
+    "The dog, barked!",
+    "Paris is the capital of France; it is large, old and beautiful, with many museums.",
+    "A man is playing a guitar.",
+    "Représentation des phrases — naïve café.",
+    "How do cats sleep?",
+    "Pooling turns token vectors into one vector per text.",
+]
+RECIPE = "multivector:tokens/pool2"
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cwd = tmp_path_factory.mktemp("multivector_cli")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_multivector("bert_dense", cwd / "model")
+    (cwd / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    return cwd
+
+
+def embed(cwd: Path, output: str, *extra: str):
+    return clitools.poolkit("embed", "in.txt", "-o", output, "--model", "model", "--recipe",
+                            RECIPE, "--part-size", "3", "--quiet", *extra, cwd=cwd)  # fmt: skip
+
+
+def read_ragged(path: Path) -> tuple[list[int], list[np.ndarray]]:
+    """(ids, one (tokens, D) array per text) of a ragged output, read by hand."""
+    if path.suffix == ".npz":
+        z = np.load(path)
+        o = z["offsets"]
+        return z["ids"].tolist(), [z["vectors"][o[i] : o[i + 1]] for i in range(len(z["ids"]))]
+    if path.suffix == ".parquet":
+        t = pq.read_table(path)
+        col = t.column(RECIPE).to_pylist()
+        return t.column("id").to_pylist(), [np.asarray(v, np.float32) for v in col]
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r["id"] for r in rows], [np.asarray(r[RECIPE], np.float32) for r in rows]
+
+
+@pytest.mark.parametrize("fmt", ["npz", "parquet", "jsonl"])
+@pytest.mark.parametrize("side", ["query", "document"])
+def test_ragged_output_holds_the_library_vectors(job, fmt, side):
+    out = f"{side}.{fmt}"
+    result = embed(job, out, "--prompt-name", side, "--overwrite")
+    assert result.returncode == 0, result.stderr.decode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = poolkit.embed(TEXTS, model=job / "model", recipe=RECIPE, prompt_name=side)
+    ids, got = read_ragged(job / out)
+    assert ids == list(range(len(TEXTS)))
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_muvera_recipe_writes_one_vector_per_text(job):
+    muvera = "multivector:tokens/muvera:k_sim=3,dim_proj=8,r_reps=2"
+    result = clitools.poolkit("embed", "in.txt", "-o", "m.npy", "--model", "model", "--recipe",
+                              muvera, "--quiet", cwd=job)  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = poolkit.embed(TEXTS, model=job / "model", recipe=muvera)
+    np.testing.assert_allclose(np.load(job / "m.npy"), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", ["npz", "parquet", "jsonl"])
+def test_interrupted_job_resumes_to_the_same_bytes(job, fmt, monkeypatch):
+    clean = embed(job, f"clean.{fmt}")
+    assert clean.returncode == 0, clean.stderr.decode()
+    calls = []
+    real = _multivector.MultivectorPart.embed
+
+    def interrupted(self, *args, **kwargs):  # Ctrl-C while the second part is embedded
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(_multivector.MultivectorPart, "embed", interrupted)
+    stopped = embed(job, f"resumed.{fmt}")
+    assert stopped.returncode == 130, stopped.stderr.decode()
+    assert not (job / f"resumed.{fmt}").exists()
+    monkeypatch.setattr(_multivector.MultivectorPart, "embed", real)
+    resumed = embed(job, f"resumed.{fmt}", "--resume")
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert (job / f"resumed.{fmt}").read_bytes() == (job / f"clean.{fmt}").read_bytes()
+    assert not (job / f"resumed.{fmt}.poolkit-work").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["-o", "bad.npy", "--recipe", RECIPE], ["bad.npy", "write .npz"]),
+        (["-o", "bad.npz", "--recipe", "mean"], [".npz holds the token vectors"]),
+        (["-o", "bad.npz", "--recipe", "multivector:tokens/pool0.5"], ["a number >= 1"]),
+        (["-o", "bad.npy", "--recipe", "multivector:tokens/muvera:dim_proj=32"],
+         ["dim_proj", "at most the token width 16"]),
+        (["-o", "bad.npz", "--recipe", RECIPE, "--exclude-special"], ["--exclude-special"]),
+        (["-o", "bad.npz", "--recipe", RECIPE, "--pooled-only"], ["--pooled-only"]),
+        (["-o", "bad.npz", "--recipe", RECIPE, "--long-text", "window"], ["--long-text window"]),
+        (["-o", "bad.npz", "--recipe", RECIPE, "--engine", "ray"], ["--engine ray"]),
+        (["-o", "bad.npz", "--recipe", RECIPE, "mean"], ["one job each"]),
+        (["-o", "bad.npz", "--recipe", RECIPE, "--prompt-name", "passage"], ["--prompt-name"]),
+    ],
+)  # fmt: skip
+def test_bad_input_one_line_exit_2_nothing_written(job, args, fragments):
+    before = sorted(p.name for p in job.iterdir())
+    result = clitools.poolkit("embed", "in.txt", "--model", "model", *args, cwd=job)
+    clitools.one_error_line(result, 2, *fragments)
+    assert sorted(p.name for p in job.iterdir()) == before
