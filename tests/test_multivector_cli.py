@@ -113,7 +113,7 @@ def test_interrupted_job_resumes_to_the_same_bytes(job, fmt, monkeypatch):
     ("args", "fragments"),
     [
         (["-o", "bad.npy", "--recipe", RECIPE], ["bad.npy", "write .npz"]),
-        (["-o", "bad.npz", "--recipe", "mean"], [".npz holds the token vectors"]),
+        (["-o", "bad.npz", "--recipe", "mean"], [".npz is for sparse recipes", "multi-vector"]),
         (["-o", "bad.npz", "--recipe", "multivector:tokens/pool0.5"], ["a number >= 1"]),
         (["-o", "bad.npy", "--recipe", "multivector:tokens/muvera:dim_proj=32"],
          ["dim_proj", "at most the token width 16"]),

@@ -150,6 +150,7 @@ class EmbeddingWriter:
         check_kind(path, fmt, strategies, kind)
         self.path = path
         self.ragged = kind == "multivector"
+        self._texts = 0  # ragged: rows (texts) written
         self._tokens: IO[bytes] | None = None  # ragged .npz: the flat vectors, raw
         self._offsets: list[np.ndarray] = []  # ragged .npz: each part's token ends
         self._text_ids: list[np.ndarray] = []
@@ -440,8 +441,9 @@ def check_kind(path: Path, fmt: str, strategies: list[str], kind: str | None) ->
             "or .jsonl."
         )
     if fmt == "npz" and kind == "dense":
-        raise InputError(f"{path}: .npz is for sparse (e.g. splade) and multi-vector recipes; "
-                         "write dense vectors as .npy, .parquet or .jsonl.")  # fmt: skip
+        raise InputError(f"{path}: .npz is for sparse recipes (e.g. splade) and multi-vector "
+                         "ones (multivector:tokens); write dense vectors as .npy, .parquet or "
+                         ".jsonl.")  # fmt: skip
     if kind == "multivector" and len(strategies) != 1:
         raise InputError(f"{path}: a multi-vector output holds one recipe, but "
                          f"{len(strategies)} were asked for; run one job per recipe.")  # fmt: skip
