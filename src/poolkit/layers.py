@@ -131,10 +131,18 @@ def layer_mix(
                 f"layers of one shape {shape}",
                 f"layer {i} of shape {tuple(s.shape)}",
             )
-    chosen = [xp.astype(states[i], dtype) for i in resolve_layers(layers, len(states))]
+    # No copy where the dtype already fits: one layer is returned as it is (never modified).
+    chosen = [
+        states[i] if states[i].dtype == dtype else xp.astype(states[i], dtype)
+        for i in resolve_layers(layers, len(states))
+    ]
     if how == "concat":
         return xp.concat(chosen, axis=-1)
-    total = chosen[0]
-    for s in chosen[1:]:
-        total = total + s
-    return total / len(chosen) if how == "mean" else total
+    if len(chosen) == 1:
+        return chosen[0]
+    total = chosen[0] + chosen[1]  # a new array: the sums and the mean go into it in place
+    for s in chosen[2:]:
+        total += s
+    if how == "mean":
+        total /= len(chosen)
+    return total
