@@ -176,3 +176,40 @@ def test_an_onnx_export_with_the_wrong_pooling_is_diagnosed(mpnet, tmp_path):
     assert report["best"]["matched"] == len(TEXTS)
     assert report["verdict"].startswith("MISMATCH: these are CLS vectors; the model was "
                                         "trained with mean"), report["verdict"]  # fmt: skip
+
+
+def test_cli_runs_a_sentence_transformers_folder(mpnet, transformer, tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    SentenceTransformer(modules=[transformer, Pooling(32, pooling_mode="max")],
+                        device="cpu").save(str(tmp_path / "max-folder"))  # fmt: skip
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n")
+    r = poolkit("diagnose", "texts.txt", "max-folder", "--model", str(mpnet), "--json",
+                cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads(r.stdout)["best"]["recipe"] == "max/raw"
+
+
+def test_differences_say_what_separates_the_nearest():
+    from poolkit.diagnosis.agreement import differences, row_scores
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((40, 16)).astype(np.float32)
+    tokens = np.arange(40) * 10  # text i has 10 i tokens
+
+    def why(target, vectors):
+        scores = row_scores(target, vectors, np.linalg.norm(target, axis=1))
+        return " | ".join(differences(target, vectors, scores, tokens, 1e-4))
+
+    unit = base / np.linalg.norm(base, axis=1, keepdims=True)
+    assert "the vectors are normalised (unit norms)" in why(unit, base)
+    assert "the vectors are not normalised" in why(base, unit)
+    assert "scaled by 2" in why(2 * base, base)
+    cut = base.copy()
+    cut[25:] += rng.standard_normal((15, 16)).astype(np.float32)  # texts of 250+ tokens differ
+    assert "truncated at 240 to 249 tokens" in why(cut, base)
+    shifted = unit + 0.3 * rng.standard_normal(16).astype(np.float32)  # one shift, every row
+    assert "a shift common to every row" in why(shifted, unit)
+    other = rng.standard_normal((40, 16)).astype(np.float32)
+    assert "vectors of another model" in why(other, base)
