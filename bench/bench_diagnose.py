@@ -22,10 +22,7 @@ machine is shared. Exit status 1 if a check fails.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -35,16 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data
-
-
-def cpu_line() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        model = next(ln.split(":", 1)[1].strip() for ln in out.splitlines() if "Model name" in ln)
-    except (OSError, StopIteration):
-        model = platform.processor() or "unknown CPU"
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"CPU: {model}, {os.cpu_count()} cores visible; load average (1, 5, 15 min): {load}"
+from bench_budget import cpu_line
 
 
 def main() -> int:
