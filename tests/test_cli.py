@@ -27,7 +27,11 @@ def test_embed_txt_to_npy_matches_sentence_transformers(tmp_path, reference):
     assert "poolkit: 3 texts -> out.npy [mean=384]" in summary and "0 truncated" in summary
     out = np.load(tmp_path / "out.npy")
     assert out.dtype == np.float32 and np.abs(out - reference).max() < 1e-5
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.npy"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.txt",
+        "out.npy",
+        "out.npy.poolkit.json",
+    ]
 
     again = poolkit("embed", "in.txt", "-o", "out.npy", cwd=tmp_path)
     one_error_line(again, 2, "out.npy: already exists; pass --overwrite")

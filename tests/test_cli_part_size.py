@@ -77,4 +77,4 @@ def test_the_manifest_keeps_the_chunk_size_key(tiny_dirs, tmp_path):
     same = run_cli(["embed", str(src), "-o", out, "--chunk-size", "2", "--resume", *model],
                    cwd=tmp_path)  # fmt: skip
     assert same.returncode == 0, same.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.npy"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.npy", "o.npy.poolkit.json"]

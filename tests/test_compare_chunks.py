@@ -148,15 +148,18 @@ def test_document_rows_match_pytrec_eval_table_json_and_report(tmp_path, minilm)
             assert isinstance(r["significant"], bool)
     commands = {k: r["embed_command"] for k, r in rows.items()}
     assert commands[("mean", "window")] == (
-        "poolkit embed CORPUS -o docs.npy --long-text window --recipe mean"
+        f"poolkit embed {data} -o docs.parquet --long-text window --recipe mean"
     )
     assert commands[("mean", "naive tokens:64")] == (
-        "poolkit embed CORPUS -o chunks.parquet --chunks tokens:64 --recipe mean"
+        f"poolkit embed {data} -o chunks.parquet --chunks tokens:64 --recipe mean"
     )
     assert commands[("mean", "late tokens:64")] == (
-        "poolkit embed CORPUS -o chunks.parquet --chunks tokens:64 --late --recipe mean"
+        f"poolkit embed {data} -o chunks.parquet --chunks tokens:64 --late --recipe mean"
     )
-    assert commands[("mean", None)] == "poolkit embed INPUT -o vectors.npy --recipe mean"
+    assert commands[("mean", None)] == (
+        f"poolkit embed {data} -o corpus-mean.parquet --recipe mean && "
+        f"poolkit embed {data / 'queries.jsonl'} -o queries-mean.parquet --recipe mean"
+    )
 
     # The table: each document row with its intervals and vs * cells, as in the JSON.
     for label in labels[1:]:
@@ -181,33 +184,31 @@ def test_document_rows_match_pytrec_eval_table_json_and_report(tmp_path, minilm)
     # chunk against the * row's query vectors, give the row's figures (pytrec_eval).
     import pyarrow.parquet as pq
 
-    (tmp_path / "queries.txt").write_text("\n".join(queries) + "\n")
-    argv = commands[("mean", None)].split()[1:]
-    argv[argv.index("INPUT")], argv[argv.index("-o") + 1] = "queries.txt", "q.npy"
+    argv = commands[("mean", None)].split(" && ")[1].split()[1:]  # the queries' command
     made = poolkit(*argv, "--quiet", cwd=tmp_path)
     assert made.returncode == 0, made.stderr.decode()
-    q_cli = np.load(tmp_path / "q.npy")
+    t = pq.read_table(tmp_path / "queries-mean.parquet").to_pydict()
+    q_of = dict(zip(t["id"], t["mean"], strict=True))  # the queries' own ids
+    q_cli = np.asarray([q_of[i] for i in qids], np.float32)
     for label in ("window", "naive tokens:64", "late tokens:64"):
-        out = "docs.npy" if label == "window" else f"{label.split()[0]}.parquet"
+        out = "docs.parquet" if label == "window" else f"{label.split()[0]}.parquet"
         argv = commands[("mean", label)].split()[1:]
-        argv[argv.index("CORPUS")] = str(data / "corpus.jsonl")
         argv[argv.index("-o") + 1] = out
         made = poolkit(*argv, "--quiet", cwd=tmp_path)
         assert made.returncode == 0, made.stderr.decode()
-        if label == "window":
-            scores = _unit(q_cli) @ _unit(np.load(tmp_path / out)).T
-        else:
-            t = pq.read_table(tmp_path / out).to_pydict()
-            ids, vecs = np.asarray(t["id"]), np.asarray(t["mean"], np.float32)
-            scores = _best_chunk(q_cli, [vecs[ids == i] for i in range(len(dids))])
+        t = pq.read_table(tmp_path / out).to_pydict()
+        ids, vecs = np.asarray(t["id"]), np.asarray(t["mean"], np.float32)
+        # Each chunk row carries its document's _id; the index stores this many per document.
+        assert rows[("mean", label)]["vectors_per_document"] == pytest.approx(len(ids) / len(dids))
+        scores = _best_chunk(q_cli, [vecs[ids == i] for i in dids])
         for metric, value in _trec(qrels, qids, dids, scores).items():
             assert rows[("mean", label)][metric] == pytest.approx(value, abs=1e-6), (label, metric)
 
     # The report: the rows, their commands, and the footer.
     page = (tmp_path / "r.html").read_text()
     assert "mean \u00b7 late tokens:64" in page
-    assert "poolkit embed CORPUS -o chunks.parquet --chunks tokens:64 --late --recipe mean" in page
-    assert "poolkit embed CORPUS -o docs.npy --long-text window --recipe mean" in page
+    assert f"poolkit embed {data} -o chunks.parquet --chunks tokens:64 --late --recipe mean" in page
+    assert f"poolkit embed {data} -o docs.parquet --long-text window --recipe mean" in page
     assert "best chunk&#x27;s (max cosine over its chunks)" in page
     assert "--chunk-tokens 64" in page  # the comparison's own command
 

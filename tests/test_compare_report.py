@@ -26,7 +26,7 @@ from testdata import fixture
 
 from poolkit.compare import report
 from poolkit.compare.bootstrap import Paired
-from poolkit.compare.html_report import Page, render
+from poolkit.compare.html_report import Page, column_order, render
 from poolkit.recipe import Recipe
 
 # --- reading a page and a terminal table back ----------------------------------------------
@@ -66,6 +66,8 @@ class PageText(HTMLParser):
             self._row = []
         elif tag in ("td", "th"):
             self._cell = []
+        elif tag == "br" and self._cell is not None:  # a number's interval, a line below
+            self._cell.append(" ")
         elif tag == "li":
             self._item = []
         elif tag == "p" and a.get("class") == "winner":
@@ -117,10 +119,13 @@ def check_page(markup: str, stdout: str, doc: dict) -> PageText:
     results = doc["results"]
     head, rows, under = terminal_table(stdout, len(results))
     table = page.tables["results-table"]
-    # The terminal pads cells; a cell of the page is the same text without padding.
+    metric = doc["metric"]
+    # The terminal pads cells; a cell of the page is the same text without padding, its
+    # columns in the page's order (vs * and sig beside the main metric).
+    order = column_order(head, metric)
+    head, rows = [head[j] for j in order], [[r[j] for j in order] for r in rows]
     assert table["head"] == head
     assert [[c.strip() for c in r] for r in table["rows"]] == rows
-    metric = doc["metric"]
     for row, cells, res in zip(table["rows"], rows, results, strict=True):
         assert cells[1].split(" (= ")[0].removesuffix(" *") == res["recipe"]
         assert f"{res[metric]:.4f}" in " ".join(row)
@@ -204,12 +209,14 @@ def test_page_holds_the_table_and_escapes_user_text(task, boot, quantize):
     read = PageText(markup)
     cells = report.cells(task, results, bootstrap)
     table = read.tables["results-table"]
-    assert table["head"] == cells.head and table["rows"] == cells.rows
+    order = column_order(cells.head, report.METRICS[task][0])
+    assert table["head"] == [cells.head[j] for j in order]
+    assert table["rows"] == [[row[j] for j in order] for row in cells.rows]
     lines = report.footer(task, cells.ranked, cells.ties, bootstrap)
     assert [HOSTILE, *lines] == read.items[: len(lines) + 1]
     # User text comes back as text: no element of it, and only the page's own tags.
     assert {t for t, _ in read.tags} <= {
-        "html", "head", "meta", "title", "style", "body", "main", "h1", "h2", "p", "code",
+        "html", "head", "div", "span", "br", "meta", "title", "style", "body", "main", "h1", "h2", "p", "code",
         "strong", "section", "table", "thead", "tbody", "tr", "th", "td", "ul", "li",
         "figure", "figcaption", "svg", "rect", "line", "text", "g", "circle", "dl", "dt",
         "dd", "footer",
@@ -282,7 +289,8 @@ def test_cli_report_matches_the_terminal_table_and_the_json(tmp_path, tiny_dirs,
         assert package in [r[0] for r in page.tables["versions-table"]["rows"]]
     if task == "sts":  # merged rows, the intended row, significance: all drawn
         assert any("(= " in r[1] for r in page.tables["results-table"]["rows"])
-        assert page.tables["results-table"]["head"][-1] == "sig"
+        head = page.tables["results-table"]["head"]
+        assert head[head.index("vs * [95% CI]") + 1] == "sig"
 
 
 def test_recipes_and_its_old_spelling_score_the_same_rows(tmp_path, tiny_dirs):
@@ -426,3 +434,14 @@ def reproduce_a_row(folder: Path, page: PageText, doc: dict) -> None:
     cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     rho = spearmanr(cos, [p[0] for p in pairs]).statistic
     assert abs(rho - doc["results"][-1]["spearman"]) <= 1e-6, (embed, rho)
+
+
+def test_vs_and_sig_sit_beside_the_main_metric_on_the_page():
+    """At 1280 px the page's table keeps ``vs *`` and ``sig`` in view: they come right after
+    the main metric (the other metrics after them), each interval on a line of its own."""
+    head = ["#", "recipe", "ndcg_at_10 [95% CI]", "mrr_at_10 [95% CI]", "recall_at_100 [95% CI]",
+            "map_at_100 [95% CI]", "vs * [95% CI]", "sig"]  # fmt: skip
+    order = column_order(head, "ndcg_at_10")
+    assert [head[j] for j in order][:5] == [*head[:3], "vs * [95% CI]", "sig"]
+    assert sorted(order) == list(range(len(head)))
+    assert column_order(head[:6], "ndcg_at_10") == list(range(6))  # no vs *: as it is

@@ -36,7 +36,11 @@ def test_stdout_json_lines_equal_the_npy_output(tiny_dirs, tmp_path):
         np.array([r["mean"] for r in rows], dtype=np.float32), np.load(tmp_path / "out.npy")
     )
     assert "1 blank text" in err and "-> <stdout>" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.npy"]  # no work dir
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.txt",
+        "out.npy",
+        "out.npy.poolkit.json",
+    ]
 
 
 def test_file_stamp_hashes_every_byte(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 import poolkit
 from poolkit import Recipe
 from poolkit.layers import LAYER_PRESETS
+from poolkit.recipe import RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES
 from poolkit.words import WORD_STRATEGIES
 
@@ -172,3 +174,15 @@ def test_from_json_refuses_unknown_versions_and_keys() -> None:
         Recipe.from_json({**doc, "version": 99})
     with pytest.raises(ValueError, match="keys"):
         Recipe.from_json({**doc, "extra": 1})
+
+
+@pytest.mark.parametrize(
+    "name, closest",
+    [("meen/256/int8", "mean/256/int8"), ("cls+meen@last4/binary", "cls+mean@last4/binary"),
+     ("maxx/l2", "max/l2"), ("meen", "mean")],
+)  # fmt: skip
+def test_the_closest_name_is_found_per_segment(name, closest):
+    """The strategy part is matched alone and the valid segments kept: ``meen/256/int8``
+    is one letter from ``mean/256/int8`` (the whole string's closest was ``min``)."""
+    with pytest.raises(RecipeError, match=f"Closest valid name: {re.escape(closest)}\\.$"):
+        Recipe.parse(name)

@@ -92,7 +92,11 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (cwd / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     clean = run(cwd, "in.txt", "clean.npy")
     assert clean.returncode == 0, clean.stderr.decode()
-    assert sorted(p.name for p in cwd.iterdir()) == ["clean.npy", "in.txt"]
+    assert sorted(p.name for p in cwd.iterdir()) == [
+        "clean.npy",
+        "clean.npy.poolkit.json",
+        "in.txt",
+    ]
     return cwd
 
 

@@ -99,6 +99,29 @@ def _closest(text: str) -> str | None:
     return match[0] if match else None
 
 
+def _closest_name(text: str) -> str | None:
+    """The closest valid name to ``text``, segment by segment: its strategy part matched
+    alone (``meen`` -> ``mean``) and its valid ``@LAYERS`` and ``/SEGMENT`` parts kept
+    (``meen/256/int8`` -> ``mean/256/int8``, not the closest whole string)."""
+    head, tail = text.strip(), ""
+    while "/" in head:
+        rest, _, seg = head.rpartition("/")
+        if _output_segment(seg) is None:
+            break
+        head, tail = rest, f"/{seg.strip().lower()}{tail}"
+    strategy, at, layers = head.partition("@")
+    closest = _closest(strategy)
+    if closest is None:
+        return None
+    if at and "@" not in closest:
+        try:
+            layer_spec(layers.partition(":")[0])
+            closest += at + layers.strip()
+        except ValueError:
+            closest = _closest(head) or closest
+    return closest + tail
+
+
 def _known_names() -> list[str]:
     names = [*SEQUENCE_STRATEGIES, *(s + NO_SPECIAL for s in SEQUENCE_STRATEGIES)]
     names += ["cls+mean", "mean+max"]
@@ -217,7 +240,7 @@ class Recipe:
             msg = msg.split(" Closest valid name:")[0]
             if " Closest: " in msg or "/DIMS, /PRECISION" in msg:  # the fix is said already
                 raise RecipeError(msg) from None
-            raise RecipeError(f"{msg} Closest valid name: {_closest(raw)}.") from None
+            raise RecipeError(f"{msg} Closest valid name: {_closest_name(raw)}.") from None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recipe:

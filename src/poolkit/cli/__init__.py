@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (also used as the console script)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the provenance record's command
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2

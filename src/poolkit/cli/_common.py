@@ -192,12 +192,19 @@ def quiet_truncation(args: Any) -> Iterator[None]:
 
 
 @contextmanager
-def progress_bar(args: Any, unit: str = "texts") -> Iterator[Any]:
-    """A tqdm bar on stderr, disabled when stderr is not a terminal or with --quiet."""
+def progress_bar(args: Any, unit: str = "texts", total: int | None = None) -> Iterator[Any]:
+    """A tqdm bar on stderr; where stderr is not a terminal, a plain line every ~30 s
+    (:class:`~poolkit.cli._progress.PlainProgress`); nothing with --quiet. ``total``: the
+    texts expected (None: unknown)."""
     from tqdm.auto import tqdm
 
-    disable = bool(getattr(args, "quiet", False)) or not sys.stderr.isatty()
-    bar = tqdm(total=None, unit=unit, file=sys.stderr, disable=disable, dynamic_ncols=True)
+    quiet = bool(getattr(args, "quiet", False))
+    if not quiet and not sys.stderr.isatty():
+        from poolkit.cli._progress import PlainProgress
+
+        yield PlainProgress(unit, total)
+        return
+    bar = tqdm(total=total, unit=unit, file=sys.stderr, disable=quiet, dynamic_ncols=True)
     try:
         yield bar
     finally:

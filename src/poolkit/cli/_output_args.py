@@ -91,14 +91,28 @@ def _read_record(path: str) -> dict[str, Any]:
         raise InputError(f"--ranges {path}: not a record poolkit embed wrote ({e}).") from None
 
 
+def _found_ranges(record: dict[str, Any]) -> dict[str, Any]:
+    """Column (or row) name -> calibration JSON in a record: an embed output's
+    (``columns``) or a ``poolkit compare --json`` file's (``results``: each int8/uint8 row's
+    ``ranges``, by its recipe)."""
+    if isinstance(record.get("results"), list):  # poolkit compare --json
+        return {row["recipe"]: row["ranges"] for row in record["results"]
+                if isinstance(row, dict) and row.get("ranges") and not row.get("rescore")}  # fmt: skip
+    columns = record.get("columns") or {}
+    return {n: c["calibration"] for n, c in columns.items()
+            if isinstance(c, dict) and c.get("calibration")}  # fmt: skip
+
+
 def _ranges_from_file(path: str, name: str, recipe: Any) -> Calibration:
-    columns = _read_record(path).get("columns") or {}
-    found = {n: c for n, c in columns.items() if isinstance(c, dict) and c.get("calibration")}
-    pick = found.get(name) or (next(iter(found.values())) if len(found) == 1 else None)
+    found = _found_ranges(_read_record(path))
+    pick = found.get(name) or found.get(str(recipe))
+    if pick is None and len(found) == 1:
+        pick = next(iter(found.values()))
     if pick is None:
         raise InputError(f"--ranges {path}: holds no int8/uint8 ranges for {name!r} (it has "
-                         f"{sorted(found) or 'none'}); name the output of the corpus' run.")  # fmt: skip
-    cal = Calibration.from_json(pick["calibration"])
+                         f"{sorted(found) or 'none'}); name the output of the corpus' run, or "
+                         "the --json of the poolkit compare that scored the row.")  # fmt: skip
+    cal = Calibration.from_json(pick)
     if cal.dims != (recipe.dims or cal.dims):
         raise InputError(f"--ranges {path}: ranges for {cal.dims} dimensions, but {name!r} keeps "
                          f"{recipe.dims}; use the same --dims as the corpus.")  # fmt: skip
@@ -126,12 +140,8 @@ def output_ranges(
     if args.ranges is not None:
         return {n: _ranges_from_file(args.ranges, n, r) for n, r in need.items()}
     if args.calibrate is not None:
-        from poolkit.io.readers import input_format, read_texts
-
-        column = None if input_format(args.calibrate, None) == "txt" else args.text_column
-        head = next(read_texts(args.calibrate, text_column=column, chunk_size=RANGE_TEXTS))
-        texts = [t for t in head if t.strip()]
-        source = f"--calibrate {args.calibrate} ({len(texts)} texts)"
+        texts = calibrate_file_texts(args)
+        source = f"--calibrate {args.calibrate} (all its {len(texts)} non-blank texts)"
     elif first_source is not None:
         texts = [t for t in first if t.strip()][:RANGE_TEXTS]
         source = first_source
@@ -145,6 +155,20 @@ def output_ranges(
                          "ranges from; pass --calibrate FILE with some of your texts.")  # fmt: skip
     found = calibrate_recipes(encoder, need, CalibrationTexts(texts), **embed_options)
     return {n: dataclasses.replace(c, source=source) for n, c in found.items()}
+
+
+def calibrate_file_texts(args: argparse.Namespace) -> list[str]:
+    """Every non-blank text of ``--calibrate FILE``, read as INPUT is (a BEIR folder or
+    ``corpus.jsonl``: title and text joined, as ``poolkit compare`` scores documents)."""
+    from poolkit.cli._rows import beir_input
+    from poolkit.io.readers import input_format, read_rows
+
+    probe = argparse.Namespace(input=args.calibrate, text_column=args.text_column,
+                               input_format=None, id_column="_id")  # fmt: skip
+    title = beir_input(probe)
+    column = None if input_format(probe.input, None) == "txt" else args.text_column
+    return [t for part in read_rows(probe.input, text_column=column, title_column=title)
+            for t in part.texts if t.strip()]  # fmt: skip
 
 
 def output_metadata(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 import time
@@ -132,6 +133,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+_BEIR_READ = (
+    'documents read as title + " " + text (MTEB\'s join; text alone without a title), ids from _id'
+)
+
+
 class _UsageError(InputError):
     """Bad command-line input: exit status 2."""
 
@@ -239,15 +245,28 @@ def _check_chunks(args: argparse.Namespace) -> None:
                                        "e.g. --chunk-tokens 64 128 254."))  # fmt: skip
 
 
-def _budget(args: argparse.Namespace) -> Any:
-    from poolkit.compare.budget import Budget
+def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
+    """The budget rows: --dims/--precision, and ``named`` (recipes of --recipes with an
+    output stage, ``mean/256/int8``)."""
+    from poolkit.compare.budget import BUDGET_TASKS, Budget
 
-    if args.dims is None and args.precision is None:
+    if named:
+        if args.task not in BUDGET_TASKS:
+            raise _UsageError(
+                f"--recipes {named[0]}: an output stage (/DIMS, /PRECISION) is scored only for "
+                f"--task {' and '.join(BUDGET_TASKS)}; --task {args.task} trains on float "
+                "vectors: name the recipe without it."
+            )
+        if args.quantize:
+            raise _UsageError(f"--recipes {named[0]} and --quantize: one at a time (budget rows "
+                              "or int8 model rows); drop one.")  # fmt: skip
+    if args.dims is None and args.precision is None and not named:
         return None
     return Budget(
         tuple(dict.fromkeys(args.dims)) if args.dims else (None,),
         tuple(dict.fromkeys(args.precision)) if args.precision else ("float32",),
         args.budget_rows or "intended",
+        tuple(named),
     )
 
 
@@ -286,6 +305,7 @@ def _run(args: argparse.Namespace) -> int:
         raise _UsageError("--task ner needs --train FILE (CoNLL) to train the tagging probe.")
 
     from poolkit.compare import report
+    from poolkit.compare.budget import base_of
     from poolkit.compare.candidates import candidates
     from poolkit.compare.runner import LEVELS, Settings, check_labels, compare
     from poolkit.layers import layer_spec
@@ -294,9 +314,12 @@ def _run(args: argparse.Namespace) -> int:
     # recipes asked for are parsed here once and handed on as values; without --recipes
     # the defaults (and the model's pooling) are the runner's, so only the layers can fail.
     recipes = None
+    named: list[Any] = []  # recipes with an output stage: budget rows of their base
     try:
         if args.recipes:
             recipes, layers = candidates(LEVELS[args.task], args.recipes, layers), None
+            named = [r for r in recipes if r.has_output_stage]
+            recipes = list(dict.fromkeys(base_of(r) for r in recipes))
         for spec in layers or ():
             layer_spec(spec)
     except (TypeError, ValueError) as e:
@@ -309,7 +332,7 @@ def _run(args: argparse.Namespace) -> int:
         long_text=args.long_text, bootstrap=args.bootstrap, seed=args.seed,
         backend=args.backend if args.quantize else None,
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
-        document_prompt_name=args.document_prompt_name, budget=_budget(args),
+        document_prompt_name=args.document_prompt_name, budget=_budget(args, named),
         chunk_tokens=tuple(args.chunk_tokens or ()),
     )  # fmt: skip
     check_labels(data, train, settings)
@@ -345,16 +368,18 @@ def _run(args: argparse.Namespace) -> int:
         if args.bootstrap
         else None
     )
-    chunked = any(r.documents for r in results)
-    doc = report.to_json(args.task, model, results, boot,
-                         (lambda r: row_command(args, r)) if chunked else None)  # fmt: skip
+    doc = report.to_json(args.task, model, results, boot, lambda r: row_command(args, r))
+    if args.task == "retrieval" and Path(args.data).is_dir():
+        doc["documents_read_as"] = _BEIR_READ
+        settings.notes.append(f"retrieval: {_BEIR_READ}; poolkit embed reads {args.data} "
+                              "(or its corpus.jsonl) the same way.")  # fmt: skip
     if json_path:
         report.write_json(json_path, doc)
     if plot_path:
         report.write_plot(plot_path, args.task, model, results)
-    best = report.rank(results, report.MAIN_METRIC[args.task])[0]
+    best = report.winner(results, report.MAIN_METRIC[args.task])
     intended_note = _intended_note(encoder.info, results, args.task)
-    winner = winner_command(args, best.recipe, best.quantize, best.documents)
+    winner = winner_command(args, best.recipe, best.quantize, best.documents, best.rescore)
     unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
     notes = list(dict.fromkeys(settings.notes))
     if report_path:
@@ -384,6 +409,7 @@ def _page(
     from poolkit.compare.html_report import Page
 
     ranked = report.rank(results, report.MAIN_METRIC[args.task])
+    best = report.winner(results, report.MAIN_METRIC[args.task])
     commands = [
         (
             row_command(args, r),
@@ -443,7 +469,7 @@ def _page(
         task=args.task, model=info.reference, results=results, bootstrap=boot,
         data=args.data, size=len(data), unit=unit, commands=commands,
         intended_note=_intended_note(info, results, args.task),
-        winner=winner_command(args, ranked[0].recipe, ranked[0].quantize, ranked[0].documents),
+        winner=winner_command(args, best.recipe, best.quantize, best.documents, best.rescore),
         no_export=no_export, notes=notes, facts=facts,
         versions=installed_versions(*dict.fromkeys(packages)), command=compare_command(args),
     )  # fmt: skip
@@ -460,14 +486,14 @@ def _intended_note(info: Any, results: list, task: str) -> str:
 
 def winner_command(
     args: argparse.Namespace, recipe: Any, quantize: str | None = None,
-    documents: str | None = None,
+    documents: str | None = None, rescore: bool = False,
 ) -> str:  # fmt: skip
     """The command (or call) that writes the winner's vectors for your own texts: the same
     vectors this table scored, for the same model, backend (``quantize``: the winner is a
     quantised row) and settings; ``documents``: a document row's (its documents')."""
     if documents:
         return "embed with the winner (documents): " + document_command(args, recipe, documents)
-    return "embed with the winner: " + embed_command(args, recipe, quantize)
+    return "embed with the winner: " + embed_command(args, recipe, quantize, rescore)
 
 
 def row_command(args: argparse.Namespace, result: Any) -> str:
@@ -475,7 +501,7 @@ def row_command(args: argparse.Namespace, result: Any) -> str:
     document row, else :func:`embed_command`."""
     if result.documents:
         return document_command(args, result.recipe, result.documents)
-    return embed_command(args, result.recipe, result.quantize)
+    return embed_command(args, result.recipe, result.quantize, result.rescore)
 
 
 def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> str:
@@ -484,10 +510,12 @@ def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> s
     ``naive tokens:N`` -> ``--chunks tokens:N``, ``late tokens:N`` -> ``--chunks tokens:N
     --late`` (one row per chunk, with its span: a table)."""
     kind, _, chunks = documents.partition(" ")
+    # A BEIR folder: embed reads its corpus as compare did (title + text, ids from _id).
+    corpus = shlex.quote(args.data) if Path(args.data).is_dir() else "CORPUS"
     if kind == "window":
-        parts = ["poolkit", "embed", "CORPUS", "-o", "docs.npy", "--long-text", "window"]
+        parts = ["poolkit", "embed", corpus, "-o", "docs.parquet", "--long-text", "window"]
     else:
-        parts = ["poolkit", "embed", "CORPUS", "-o", "chunks.parquet", "--chunks", chunks]
+        parts = ["poolkit", "embed", corpus, "-o", "chunks.parquet", "--chunks", chunks]
         if kind == "late":
             parts.append("--late")
     parts += ["--recipe", shlex.quote(str(recipe))]
@@ -503,15 +531,38 @@ def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> s
     return " ".join(parts)
 
 
-def embed_command(args: argparse.Namespace, recipe: Any, quantize: str | None = None) -> str:
+def embed_command(
+    args: argparse.Namespace, recipe: Any, quantize: str | None = None, rescore: bool = False
+) -> str:
     """The ``poolkit embed`` command (word and span rows: the library call) that writes the
-    vectors of ``recipe``'s row (``quantize``: a quantised row) for the texts of INPUT."""
-    name = shlex.quote(str(recipe))
+    vectors of ``recipe``'s row (``quantize``: a quantised row) for the texts of INPUT.
+    Retrieval on a BEIR folder: the documents' command, ``&&``, the queries' (a
+    ``+rescore`` row's queries without the precision: float queries)."""
     if recipe.level != "sequence":
         fn = "embed_words(words" if recipe.level == "word" else "embed_spans(texts, char_spans"
         model = "" if args.model is None else f", {args.model!r}"
         return f"poolkit.{fn}{model}, recipe={str(recipe)!r})"
-    parts = ["poolkit", "embed", "INPUT", "-o", "vectors.npy", "--recipe", name]
+    if args.task == "retrieval" and Path(args.data).is_dir():
+        queries = recipe.replace(precision=None) if rescore else recipe
+        slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(recipe)).strip("-")
+        return " && ".join([
+            _embed(args, recipe, quantize, args.data, f"corpus-{slug}.parquet",
+                   args.document_prompt_name),
+            _embed(args, queries, quantize, str(Path(args.data) / "queries.jsonl"),
+                   f"queries-{slug}.parquet", args.prompt_name),
+        ])  # fmt: skip
+    return _embed(args, recipe, quantize, "INPUT", "vectors.npy", args.prompt_name)
+
+
+def _embed(
+    args: argparse.Namespace, recipe: Any, quantize: str | None, source: str, output: str,
+    prompt_name: str | None,
+) -> str:  # fmt: skip
+    """One ``poolkit embed`` command of a sequence row, reading ``source``; int8/uint8: the
+    ranges the row was scored with (``--ranges`` the ``--json`` file, which holds them;
+    without one, ``--calibrate`` the data compared)."""
+    name = shlex.quote(str(recipe))
+    parts = ["poolkit", "embed", shlex.quote(source), "-o", output, "--recipe", name]
     for flag, value in (("--model", args.model), ("--max-length", args.max_length),
                         ("--dtype", args.dtype)):  # fmt: skip
         if value is not None:
@@ -522,10 +573,15 @@ def embed_command(args: argparse.Namespace, recipe: Any, quantize: str | None = 
         parts += ["--backend", args.backend]
     if args.long_text != "truncate":
         parts += ["--long-text", args.long_text]
-    if args.prompt_name is not None:  # retrieval: the queries' prompt
-        parts += ["--prompt-name", shlex.quote(args.prompt_name)]
-    if recipe.precision in ("int8", "uint8"):  # the ranges: texts like those compared
-        parts += ["--calibrate", "FILE"]
+    if prompt_name is not None:
+        parts += ["--prompt-name", shlex.quote(prompt_name)]
+    if recipe.precision in ("int8", "uint8"):
+        if args.json:  # the exact ranges the row was scored with
+            parts += ["--ranges", shlex.quote(args.json)]
+        elif args.task == "retrieval" and Path(args.data).is_dir():
+            parts += ["--calibrate", shlex.quote(args.data)]  # the documents, all of them
+        else:
+            parts += ["--calibrate", "FILE"]
     return " ".join(parts)
 
 
@@ -538,8 +594,8 @@ def export_command(
     rows, which export cannot pool."""
     from poolkit.deploy.stfolder import st_refusal
 
-    if recipe.level != "sequence":
-        return None
+    if recipe.level != "sequence" or recipe.has_output_stage:
+        return None  # export pools whole texts, and writes no output stage yet
     parts = ["poolkit", "export"]
     if args.model is not None:
         parts.append(shlex.quote(str(args.model)))

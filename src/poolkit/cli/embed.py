@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -34,7 +35,6 @@ from poolkit.cli._common import (
     guess_note,
     positive,
     progress_bar,
-    text_parts,
 )
 from poolkit.cli._job import job_settings, run_job
 from poolkit.cli._multivector import MultivectorPart, check_multivector_args
@@ -45,9 +45,19 @@ from poolkit.cli._output_args import (
     output_ranges,
     wants_ranges,
 )
+from poolkit.cli._provenance import provenance
 from poolkit.cli._ray_engine import add_arguments as add_engine_arguments
 from poolkit.cli._ray_engine import dispatch as dispatch_engine
 from poolkit.cli._recipe_args import intended_recipes, recipes_from_args
+from poolkit.cli._rows import (
+    BEIR_JOIN,
+    UserIds,
+    add_row_arguments,
+    beir_input,
+    keep_list,
+    kept_column,
+    note_beir,
+)
 from poolkit.errors import InputError
 
 __all__ = ["add_parser", "run"]
@@ -78,6 +88,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="L2-normalise (default: as the model does)")  # fmt: skip
     add_input_format(parser)  # --text-column, --input-format
+    add_row_arguments(parser)  # --id-column, --keep-columns
     parser.add_argument(
         "--layers",
         default=None,
@@ -233,12 +244,23 @@ def run(args: argparse.Namespace) -> int:
     multivector = check_multivector_args(args, wanted)  # its dense-only flags refused
     kind = None if wanted is None else _kind(wanted)
     _check_engine(args, kind)
+    if args.engine == "ray" and (args.id_column or args.keep_columns):
+        flag = "--id-column" if args.id_column else "--keep-columns"
+        raise InputError(f"{flag}: not on --engine ray yet (its rows keep their row numbers); "
+                         "run without --engine ray.")  # fmt: skip
+    if multivector and args.keep_columns:
+        raise InputError("--keep-columns: a multi-vector output has one row per text's tokens "
+                         "and no other column; drop --keep-columns.")  # fmt: skip
     if (status := dispatch_engine(args, wanted)) is not None:  # --engine ray
         return status
+    title = beir_input(args)  # a BEIR folder or corpus.jsonl: compare's documents
+    if title is not None:
+        args.documents_read_as = BEIR_JOIN
+    note_beir(args, title)
+    keep = keep_list(args)
     from poolkit.embedding import check_inputs, embed_recipes, get_encoder
     from poolkit.io.checkpoint import Checkpoint, Part, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp
-    from poolkit.io.readers import InputError
     from poolkit.io.writers import check_output
 
     check_backend_args(args, output_ranges=wants_ranges(args, wanted))
@@ -264,16 +286,16 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     stamp = InputStamp.take(args.input)  # compared before each commit and after the last read
     # Read the first part before loading the model: input errors surface in a moment.
-    parts: Any
-    if chunker is None:
-        parts = text_parts(args, args.part_size)
-    else:  # the texts with where each was read (and column:NAME's spans beside them)
-        from poolkit.io.readers import read_rows
+    from poolkit.io.readers import read_rows
 
-        parts = read_rows(args.input, text_column=args.text_column, fmt=args.input_format,
-                          column=chunker.column, chunk_size=args.part_size)  # fmt: skip
+    # The texts with where each was read, their ids, the fields kept (and column:NAME's
+    # spans beside them).
+    parts: Any = read_rows(args.input, text_column=args.text_column, fmt=args.input_format,
+                           column=None if chunker is None else chunker.column,
+                           chunk_size=args.part_size, id_column=args.id_column or "auto",
+                           keep_columns=keep, title_column=title)  # fmt: skip
     first = next(parts)
-    first_texts = first if chunker is None else first.texts
+    first_texts = first.texts
     calibration = calibration_texts(args, first_texts)  # int8-static only
     # Every encoder setting goes to the Encoder, once: the manifest reads them back from it.
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
@@ -293,7 +315,7 @@ def run(args: argparse.Namespace) -> int:
     if mv is not None:
         ranges = {}
     elif chunker is None:
-        ranges = output_ranges(args, encoder, recipes, first, **options)
+        ranges = output_ranges(args, encoder, recipes, first.texts, **options)
     else:
         from poolkit.cli._chunk_args import PartChunker
         from poolkit.cli._output_args import RANGE_TEXTS
@@ -318,11 +340,16 @@ def run(args: argparse.Namespace) -> int:
             settings["output_ranges"] = {n: c.digest() for n, c in ranges.items()}
         if chunking is not None:
             settings["chunks"] = chunking.settings()
+        if first.ids is not None or keep:  # a resumed job must read the same ids
+            settings["rows"] = {"id_column": first.id_column, "keep_columns": list(keep)}
 
         def metadata(arrays: Any) -> Any:  # the output's record, from its first stored rows
             tally.dims = _dims_of(arrays, recipes)  # also the widths of a job all resumed
             record = output_metadata(recipes, tally.dims, ranges)
-            return record if chunking is None else chunking.metadata(record)
+            record = record if chunking is None else chunking.metadata(record)
+            origin = provenance(args, encoder, recipes, settings, settings.get("rows"))
+            return {**(record or {"poolkit": origin["versions"]["poolkit"]}),
+                    "provenance": origin}  # fmt: skip
 
         checkpoint = Checkpoint.open(output, settings, resume=args.resume, strategies=names,
                                      metadata=metadata, kind=kind)  # fmt: skip
@@ -341,12 +368,18 @@ def run(args: argparse.Namespace) -> int:
 
         prompt = resolve_prompt(encoder.info, args.prompt_name, args.prompt)
 
+    user_ids = UserIds()
+
     def embed_part(k: int, part: Any, progress: Any) -> Part:
         """Part ``k`` for the sink: verified if resumed, else embedded now."""
-        texts = part if chunking is None else part.texts
+        texts = part.texts
         blank.extend(tally.texts + i for i, text in enumerate(texts) if not text.strip())
-        digest = texts_digest(part) if chunking is None else chunking.digest(part)
+        digest = texts_digest(texts) if chunking is None else chunking.digest(part)
         first = tally.texts
+        own = user_ids.check(part, first)  # the user's ids (None: row numbers)
+        kept = {n: kept_column(v) for n, v in part.kept.items()}
+        if own is not None or kept:  # a resumed part must have had the same ids and fields
+            digest = texts_digest([digest, json.dumps([own, part.kept], default=str)])
         tally.texts += len(texts)
         if k in checkpoint.done:
             tally.resumed += len(texts)
@@ -355,15 +388,17 @@ def run(args: argparse.Namespace) -> int:
             return Part(k, first, digest)
         ids = columns = None
         if mv is not None:  # one row per token (MUVERA: per text)
-            result, ids, stats = mv.embed(names[0], check_inputs(part), first, progress)
+            result, ids, stats = mv.embed(names[0], check_inputs(texts), first, progress)
             tally.truncated += stats.num_truncated
+            if own is not None:  # each row carries its text's id
+                ids = own if ids is None else [own[int(i) - first] for i in ids]
         elif chunking is None and sparse:
-            result, stats = embed_sparse(check_inputs(part), encoder, recipes,
+            result, stats = embed_sparse(check_inputs(texts), encoder, recipes,
                                          long_text=args.long_text, progress=progress,
                                          prompt=prompt)  # fmt: skip
             tally.truncated += stats.num_truncated
         elif chunking is None:  # truncation is reported once, in the summary line
-            result, stats = embed_recipes(check_inputs(part), encoder, recipes,
+            result, stats = embed_recipes(check_inputs(texts), encoder, recipes,
                                           long_text=args.long_text, progress=progress,
                                           **how)  # fmt: skip
             tally.truncated += stats.num_truncated
@@ -371,7 +406,14 @@ def run(args: argparse.Namespace) -> int:
             piece = first_chunks if k == 0 else chunking.chunk(part, first)
             result, stats = chunking.embed(piece, progress=progress, **how)
             ids, columns = piece.rows(chunking.with_text)
+            at = ids - first  # each chunk's document, in the part
+            columns = {**columns, **{n: _take(v, at) for n, v in kept.items()}}
+            if own is not None:
+                ids = [own[i] for i in at.tolist()]
             tally.truncated += len(stats.truncated)
+        if chunking is None and mv is None and (own is not None or kept):  # the user's rows
+            ids = own if own is not None else list(range(first, first + len(texts)))
+            columns = kept
         if stamp is not None:  # never checkpoint texts read from a changing file
             stamp.check()
         rows = len(texts) if ids is None or mv is not None else len(ids)
@@ -406,7 +448,10 @@ def run(args: argparse.Namespace) -> int:
         return error
 
     def work() -> Iterator[Part]:
-        with progress_bar(args, "texts" if chunking is None else "documents") as bar:
+        from poolkit.cli._progress import count_rows
+
+        total = None if args.quiet else count_rows(args.input, args.input_format)
+        with progress_bar(args, "texts" if chunking is None else "documents", total) as bar:
             for k, part in enumerate(itertools.chain([first], parts)):
                 tally.parts = k + 1
                 yield embed_part(k, part, bar.update)
@@ -452,6 +497,13 @@ def _summary(
     rate = (tally.texts - tally.resumed) / max(seconds, 1e-9)
     print(f"poolkit: {count(tally.texts, unit)}{rows} -> {out} [{shape}] in {seconds:.1f} s, "
           f"{rate:.1f} {unit}s/s, {tally.truncated} truncated{note}", file=sys.stderr)  # fmt: skip
+
+
+def _take(values: Any, at: Any) -> Any:
+    """``values[at]`` of a kept column (an int64 array or a list of strings)."""
+    if not isinstance(values, list):  # an int64 array
+        return values[at]
+    return [values[i] for i in at.tolist()]
 
 
 class _Tally:

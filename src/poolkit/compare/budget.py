@@ -42,6 +42,7 @@ __all__ = [
     "Budget",
     "BudgetError",
     "Stage",
+    "base_of",
     "pair_similarity",
     "plan",
     "retrieval_rows",
@@ -61,11 +62,14 @@ class BudgetError(InputError):
 class Budget:
     """What ``--dims``/``--precision``/``--budget-rows`` ask: ``dims`` (None: the full
     width), ``precisions`` (float32 included or not) and which rows get budget twins
-    (``"intended"``, or ``"all"``; with no intended row, every row)."""
+    (``"intended"``, or ``"all"``; with no intended row, every row); ``recipes``: budget
+    rows named whole (``--recipes mean/256/int8``), each a twin of its recipe without the
+    output stage, which must be a compared row."""
 
     dims: tuple[int | None, ...] = (None,)
     precisions: tuple[str, ...] = ("float32",)
     rows: str = "intended"
+    recipes: tuple[Recipe, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,23 +100,32 @@ def plan(encoder: Any, budget: Budget, bases: Sequence[Recipe]) -> dict[Recipe, 
     :class:`BudgetError` naming the fix (before any forward pass). The pair
     (full width, float32) is the base row itself and is left out."""
     out: dict[Recipe, Stage] = {}
+    wanted: dict[Recipe, list[Recipe]] = {}
     for base in bases:
+        wanted[base] = [base.replace(dims=d, precision=p)
+                        for d in budget.dims for p in budget.precisions]  # fmt: skip
+    for r in budget.recipes:  # named whole: a twin of its own base
+        wanted.setdefault(base_of(r), []).append(r)
+    for base, asked in wanted.items():
         width, normalize = row_width(encoder, base)
         recipes: list[Recipe] = []
-        for d in budget.dims:
-            if d is not None and d > width:
+        for r in asked:
+            if r.dims is not None and r.dims > width:
                 raise BudgetError(
-                    expected("dims", f"at most {width}, the width of {base}'s vectors", d,
+                    expected("dims", f"at most {width}, the width of {base}'s vectors", r.dims,
                              f"Keep at most {width} dimensions, e.g. {min(256, width)}.")
                 )  # fmt: skip
-            for p in budget.precisions:
-                r = base.replace(dims=d, precision=p)
-                if r.precision is None and (d is None or d == width):
-                    continue
-                if r not in recipes:
-                    recipes.append(r)
+            if r.precision is None and r.dims in (None, width):
+                continue
+            if r not in recipes:
+                recipes.append(r)
         out[base] = Stage(width, normalize, tuple(recipes))
     return out
+
+
+def base_of(recipe: Recipe) -> Recipe:
+    """``recipe`` without its output stage: the float32 row a budget row is derived from."""
+    return recipe.replace(dims=None, precision=None)
 
 
 def stored(

@@ -146,13 +146,18 @@ def document_rows(
 ) -> dict[str, np.ndarray]:
     """Every document row of ``recipe``: label -> ranked ``(Q, depth)`` document indices
     for the float32 ``queries`` (the intended row's query vectors), each document scored by
-    its best chunk (:func:`max_chunk_top_k`; the window row: its one vector)."""
-    return {
-        label: max_chunk_top_k(queries, vectors, counts, depth, ties)
-        for label, (vectors, counts) in document_vectors(
-            encoder, documents, recipe, sizes, settings, source
-        ).items()
-    }
+    its best chunk (:func:`max_chunk_top_k`; the window row: its one vector). Each row's
+    vectors stored per document, on average, go to ``settings.budget_facts[(recipe,
+    label)]["vectors_per_document"]``."""
+    out = {}
+    facts = getattr(settings, "budget_facts", None)
+    for label, (vectors, counts) in document_vectors(
+        encoder, documents, recipe, sizes, settings, source
+    ).items():
+        out[label] = max_chunk_top_k(queries, vectors, counts, depth, ties)
+        if facts is not None:
+            facts[(recipe, label)] = {"vectors_per_document": float(np.mean(counts))}
+    return out
 
 
 def document_vectors(

@@ -81,6 +81,8 @@ p.winner { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace
   font-size: 0.86em; background: var(--soft); border: 1px solid var(--line); padding: 6px 10px; }
 table.commands td.cmd { white-space: pre-wrap; overflow-wrap: anywhere; max-width: 560px; }
 table.commands td.none { color: var(--muted); font-style: italic; }
+div.wide { overflow-x: auto; }
+td.num span.ci { color: var(--muted); font-size: 0.9em; }
 figure { margin: 12px 0 20px; }
 figcaption { color: var(--muted); font-size: 0.9em; }
 svg { max-width: 100%; height: auto; }
@@ -119,7 +121,7 @@ def render(page: Page) -> str:
         f"<strong>{_e(metric)}</strong>. All scores are fractions.</p>",
         '<section id="results">',
         "<h2>Results</h2>",
-        _table(c),
+        _table(c, metric),
         '<ul class="footers">',
         *(f"<li>{_e(line)}</li>" for line in [page.intended_note, *lines] if line),
         "</ul>",
@@ -186,24 +188,48 @@ def write_report(path: Path, page: Page) -> None:
     atomic_write(Path(path), lambda f: f.write(data), size=len(data))
 
 
-def _table(c: Cells) -> str:
+def column_order(head: list[str], metric: str) -> list[int]:
+    """The page's column order: the terminal table's, with ``vs *`` and ``sig`` moved
+    right after the main metric, so that they stay in view on a laptop screen (1280 px)
+    whatever the other metrics take."""
+    order = list(range(len(head)))
+    moved = [j for j, h in enumerate(head) if h.startswith("vs *") or h == "sig"]
+    main = next((j for j, h in enumerate(head) if h.split(" ")[0] == metric), None)
+    if not moved or main is None:
+        return order
+    rest = [j for j in order if j not in moved]
+    at = rest.index(main) + 1
+    return rest[:at] + moved + rest[at:]
+
+
+def _cell(text: str, num: bool) -> str:
+    """A cell's HTML: a number's interval on a line of its own (the column half as wide)."""
+    value, bracket, interval = text.partition(" [")
+    if num and bracket:
+        return f'{_e(value)}<br><span class="ci">[{_e(interval)}</span>'
+    return _e(text)
+
+
+def _table(c: Cells, metric: str) -> str:
+    order = column_order(c.head, metric)
     sig = c.head.index("sig") if "sig" in c.head else -1
-    head = "".join(f'<th scope="col">{_e(h)}</th>' for h in c.head)
+    head = "".join(f'<th scope="col">{_e(c.head[j])}</th>' for j in order)
     body = []
     for r, row in zip(c.ranked, c.rows, strict=True):
         tds = []
-        for j, (cell, num) in enumerate(zip(row, c.numeric, strict=True)):
+        for j in order:
+            cell, num = row[j], c.numeric[j]
             cls = "num" if num else ""
             if j == sig:
                 cls += f" sig-{cell if cell in ('yes', 'no') else 'none'}"
             attr = f' class="{cls.strip()}"' if cls else ""
-            tds.append(f"<td{attr}>{_e(cell)}</td>")
+            tds.append(f"<td{attr}>{_cell(cell, num)}</td>")
         attr = ' class="intended"' if r.intended else ""
         body.append(f"<tr{attr}>{''.join(tds)}</tr>")
     rows = "\n".join(body)
     return (
-        f'<table id="results-table" class="results"><thead><tr>{head}</tr></thead>'
-        f"<tbody>\n{rows}\n</tbody></table>"
+        f'<div class="wide"><table id="results-table" class="results"><thead><tr>{head}</tr>'
+        f"</thead><tbody>\n{rows}\n</tbody></table></div>"
     )
 
 

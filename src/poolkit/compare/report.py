@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from poolkit.compare.bootstrap import Paired
 
@@ -29,6 +30,7 @@ __all__ = [
     "table",
     "tied",
     "to_json",
+    "winner",
     "write_json",
     "write_plot",
 ]
@@ -71,7 +73,9 @@ class RowFacts:
     rescore: bool = False
     search_ms: float | None = None
     calibration: str | None = None
+    ranges: Any = None
     documents: str | None = None
+    vectors_per_document: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,12 +97,14 @@ class Result(RowFacts):
     width) and ``bytes_per_vector``; a budget row's recipe has the output stage, its
     ``vs_fp32`` compares it with its float32 full-width row, ``rescore`` marks a binary
     retrieval row re-scored with float queries, ``calibration`` says what the int8/uint8
-    ranges were computed on, ``search_ms`` (retrieval) is the exact search's time per query.
+    ranges were computed on, ``ranges`` (a :class:`~poolkit.output.Calibration`) the ranges
+    themselves, ``search_ms`` (retrieval) is the exact search's time per query.
 
     A document row of retrieval (``--chunk-tokens``) has ``documents``: how its documents
     were represented, ``"window"``, ``"naive tokens:N"`` or ``"late tokens:N"``
-    (:mod:`poolkit.compare.documents`); None for every other row (each document one text,
-    as the strategy rows embed it).
+    (:mod:`poolkit.compare.documents`), and ``vectors_per_document``: the vectors its index
+    stores per document, on average; None for every other row (each document one text, as
+    the strategy rows embed it).
     """
 
     recipe: Recipe
@@ -155,6 +161,22 @@ def rank(results: Sequence[Result], metric: str) -> list[Result]:
             order[id(r)],
         ),
     )
+
+
+# The winner line: a row beats the intended one by more than this on the main metric, or
+# the intended row is recommended (a difference below the table's last digit is a tie).
+WINNER_MARGIN = 1e-4
+
+
+def winner(results: Sequence[Result], metric: str) -> Result:
+    """The row the winner line recommends: the best by ``metric`` (:func:`rank`), unless
+    the model's intended row is within :data:`WINNER_MARGIN` of it (a tie: the intended
+    pooling)."""
+    best = rank(results, metric)[0]
+    intended = next((r for r in results if r.intended and not r.quantize), None)
+    if intended is not None and best.metrics[metric] - intended.metrics[metric] < WINNER_MARGIN:
+        return intended
+    return best
 
 
 def tied(ranked: Sequence[Result], metric: str) -> list[bool]:
@@ -338,8 +360,8 @@ def _budget_footer(task: str, ranked: Sequence[Result]) -> list[str]:
         queries = "; queries quantised with the documents' ranges" if task == "retrieval" else ""
         out.append(
             f"int8/uint8 ranges: per-dimension min and max of the {cal}' vectors{queries}; "
-            "`poolkit embed` calibrates on --calibrate FILE (texts like these; "
-            "--ranges FILE reuses a corpus' ranges)."
+            "--json keeps them, and `poolkit embed --ranges THAT.json` reuses them "
+            "(--calibrate FILE: ranges from every text of FILE)."
         )
     if any(r.rescore for r in budget):
         from poolkit.compare.budget import RESCORE_FACTOR
@@ -389,6 +411,13 @@ def _document_footer(ranked: Sequence[Result]) -> list[str]:
             "contextual token vectors (one pass of the document, windows past the limit)"
         )
     out = ["documents: " + "; ".join(what) + "."]
+    stored = [r for r in ranked if r.documents and r.vectors_per_document is not None]
+    if stored:  # what an index of each row holds: its size, beside its score
+        out.append(
+            "vectors stored per document (mean over the corpus; rows without \u00b7: 1): "
+            + "; ".join(f"{r.documents} {r.vectors_per_document:.1f}" for r in stored)
+            + "."
+        )
     if kinds & {"naive", "late"}:
         out.append(
             "chunked documents: a document's score for a query is its best chunk's (max "
@@ -472,12 +501,15 @@ def to_json(
                 vs_float32=None if r.quantize else _paired_json(r.vs_fp32, metric),
                 calibration=r.calibration,
             )  # fmt: skip
+            if r.ranges is not None:  # what `poolkit embed --ranges THIS.json` reuses
+                row["ranges"] = r.ranges.to_json()
             if task == "retrieval":
                 row["search_ms_per_query"] = r.search_ms
         if chunked:
             row["documents"] = r.documents
-            if embed_command is not None:
-                row["embed_command"] = embed_command(r)
+            row["vectors_per_document"] = r.vectors_per_document
+        if embed_command is not None:
+            row["embed_command"] = embed_command(r)
         rows.append(row)
     return {"task": task, "model": model, "metric": metric, "bootstrap": bootstrap,
             "results": rows}  # fmt: skip

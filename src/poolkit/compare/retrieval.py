@@ -44,6 +44,7 @@ __all__ = [
 METRICS = ("ndcg_at_10", "mrr_at_10", "recall_at_100", "map_at_100")
 _QRELS_COLUMNS = ("query-id", "corpus-id", "score")
 DEPTH = 100  # deepest cut-off of METRICS
+_BEIR_FILES = ("corpus.jsonl", "queries.jsonl")
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,12 @@ def _read_pairs(path: Path, query_column: str, document_column: str) -> Retrieva
     names, records = read_records(path)
     for option, name in (("query", query_column), ("document", document_column)):
         if name not in names:
+            if path.name in _BEIR_FILES or "_id" in names:  # a file of a BEIR folder
+                raise DataError(
+                    f"{path}: a file of a BEIR folder, which retrieval reads whole: pass the "
+                    f"folder ({path.parent}) holding corpus.jsonl, queries.jsonl and "
+                    "qrels/SPLIT.tsv; a single file is a table of (query, document) rows."
+                )
             raise DataError(
                 f"{path}: missing column {name!r} (columns: {', '.join(names) or 'none'}); "
                 f"pass `{option}_column` to use another."
@@ -360,5 +367,6 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
             facts[key] = {
                 "search_ms": seconds * per_query,
                 "calibration": f"{len(data.documents)} documents" if cal else None,
+                "ranges": cal,
             }
     return out

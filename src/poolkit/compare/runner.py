@@ -152,15 +152,17 @@ def compare(
                     Row((r, kind), r, (r,), backend=settings.backend, dims=dims,
                         bytes_per_vector=bytes_per_vector(dims, r.precision),
                         rescore=kind == "rescore", reference=(base, None),
-                        search_ms=fact.get("search_ms"), calibration=fact.get("calibration"))
+                        search_ms=fact.get("search_ms"), calibration=fact.get("calibration"),
+                        ranges=fact.get("ranges"))
                 )  # fmt: skip
     base = settings.document_base
     if base is not None:
         window = settings.long_text != "window"
         for label in docrows.labels(settings.chunk_tokens, window, docrows.late_ok(base)):
             if (base, label) in evaluations:
+                per_doc = facts.get((base, label), {}).get("vectors_per_document")
                 rows.append(Row((base, label), base, (base,), backend=settings.backend,
-                                documents=label))  # fmt: skip
+                                documents=label, vectors_per_document=per_doc))  # fmt: skip
     if quantized is not None:
         twins = [chosen] if settings.int8_rows == "intended" and chosen else reps
         timed_q = TimedEncoder(quantized)
@@ -196,6 +198,10 @@ def _plan_budget(
         raise DataError("--dims/--precision with --quantize int8: one at a time; drop one.")
     bases = [chosen] if budget.rows == "intended" and chosen is not None else list(reps)
     settings.stages = budgets.plan(encoder, budget, bases)
+    for base in settings.stages:
+        if base not in reps:  # a named budget row's base (--recipes mean/256/int8)
+            raise DataError(f"--recipes: {base}'s budget rows need {base} itself among the "
+                            "rows compared; add it to --recipes.")  # fmt: skip
     widths = {base: st.width for base, st in settings.stages.items()}
     for c in reps:
         if c not in widths:
@@ -338,7 +344,8 @@ def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Sco
             sim = budgets.pair_similarity(stored[a], stored[b], r.precision, floats.shape[1])
             out[(r, "stored")] = PairEval(sim, data.scores)
             settings.budget_facts[(r, "stored")] = {
-                "calibration": f"{len(unique)} distinct sentences" if cal else None
+                "calibration": f"{len(unique)} distinct sentences" if cal else None,
+                "ranges": cal,
             }
     return out
 

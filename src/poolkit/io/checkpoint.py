@@ -61,7 +61,7 @@ from poolkit.errors import InputError, OutputExistsError
 from poolkit.io.atomic import AtomicDir, atomic_write, fsync_dir, publish_file
 from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
 from poolkit.io.integrity import IntegrityWarning, bytes_digest, read_verified
-from poolkit.io.writers import EmbeddingWriter, output_format, sidecar_path, stored
+from poolkit.io.writers import EmbeddingWriter, output_format, row_ids, sidecar_path, stored
 from poolkit.sparse.files import is_sparse, part_arrays, part_from
 
 __all__ = [
@@ -455,7 +455,7 @@ class Checkpoint:
             )
         if ids is not None:  # parts of one row per text keep their files as they were
             meta["texts"] = meta["rows"] if texts is None else int(texts)
-            payload["ids"] = np.asarray(ids, dtype=np.int64)
+            payload.update(_column_payload("ids", row_ids(ids)))  # a user's ids: strings too
         if extra:
             meta["columns"] = list(extra)
             for k, values in enumerate(extra.values()):
@@ -562,7 +562,7 @@ class Checkpoint:
         with np.load(io.BytesIO(self._read(index)), allow_pickle=False) as z:
             arrays = {n: _stored_column(z, f"s{k}") for k, n in enumerate(meta["strategies"])}
             columns = {n: _column_from(z, f"c{k}") for k, n in enumerate(meta.get("columns", []))}
-            ids = z["ids"] if "ids" in z.files else None
+            ids = _column_from(z, "ids") if {"ids", "ids_utf8"} & set(z.files) else None
         if ids is None:
             start = int(meta["first_row"])
             ids = np.arange(start, start + int(meta["rows"]), dtype=np.int64)
@@ -597,6 +597,7 @@ class Checkpoint:
             self._assemble(num_parts)
             if self._assembly is None:  # no row at all: an empty output
                 self._append(np.zeros(0, np.int64), {}, None)
+            ids = self._assembly.ids  # a .npy's ids, when not its row numbers
             staged = self._assembly.close()
             self._assembly = None
         except BaseException as e:
@@ -623,6 +624,8 @@ class Checkpoint:
             atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
             if fmt != "parquet":
                 if metadata := self._record:
+                    if ids is not None:  # a .npy has no id column: its record keeps them
+                        metadata = {**metadata, "ids": ids}
                     side = json.dumps(metadata, indent=1).encode("utf-8")
                     atomic_write(sidecar_path(self.output), lambda f: f.write(side))
                 elif overwrite:  # a replaced output's record would describe other vectors

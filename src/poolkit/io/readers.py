@@ -24,7 +24,7 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -103,20 +103,76 @@ def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-# Items of a line-based input: (1-based line number, text, the extra field's value or None).
-_Item = tuple[int, str, Any]
+# Items of an input: (1-based line or row number, text, the values of the fields asked for
+# beside the text, by name: see Fields).
+_Item = tuple[int, str, dict[str, Any]]
+
+ID_FIELDS = ("id", "_id")  # the fields a row's id is taken from, unless told otherwise
 
 
-def _txt(
-    stream: IO[bytes], where: str, column: str | None, extra: str | None = None
-) -> Iterator[_Item]:
+@dataclass(frozen=True)
+class Fields:
+    """What is read beside each text.
+
+    Attributes:
+        value: one more field whose value goes beside each text as it is (``poolkit embed
+            --chunks column:NAME`` reads spans so); required in every row.
+        id: the field holding each row's id: a name (required in every row), ``"auto"``
+            (``id``, else ``_id``, when the first row has one; else row numbers) or None
+            (row numbers).
+        keep: fields passed through beside the vectors (``--keep-columns``); required.
+        title: a field joined before the text as ``(title + " " + text).strip()`` where a
+            row has it, else ``text.strip()``: BEIR's corpus as MTEB (and ``poolkit
+            compare``) reads it.
+    """
+
+    value: str | None = None
+    id: str | None = None
+    keep: tuple[str, ...] = ()
+    title: str | None = None
+
+    def wanted(self, names: Iterable[str]) -> dict[str, str]:
+        """Role -> field for a file (or first record) with fields ``names``: ``"value"``,
+        ``"id"``, ``"keep:NAME"``; an ``"auto"`` id resolved (absent: no id field)."""
+        have = list(names)
+        out: dict[str, str] = {}
+        if self.value is not None:
+            out["value"] = self.value
+        if self.id == "auto":
+            found = next((f for f in ID_FIELDS if f in have), None)
+            if found is not None:
+                out["id"] = found
+        elif self.id is not None:
+            out["id"] = self.id
+        for name in self.keep:
+            out[f"keep:{name}"] = name
+        return out
+
+
+def _got(asked: dict[str, str], record: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of one record by role; ``"id_column"``: the field the id came from."""
+    out = {role: record[name] for role, name in asked.items()}
+    if "id" in asked:
+        out["id_column"] = asked["id"]
+    return out
+
+
+def join_title(title: Any, text: str) -> str:
+    """A BEIR document's text as MTEB reads it: ``(title + " " + text).strip()`` when it
+    has a title field (``title`` not None), else ``text.strip()``."""
+    return text.strip() if title is None else (str(title) + " " + text).strip()
+
+
+def _txt(stream: IO[bytes], where: str, column: str | None, fields: Fields) -> Iterator[_Item]:
     if column is not None:
         raise InputError(f"{where}: a .txt input has no columns; leave `text_column` unset.")
-    if extra is not None:
-        raise InputError(f"{where}: a .txt input has no columns to read {extra!r} from; use "
+    asked = fields.wanted(())
+    if asked:
+        name = next(iter(asked.values()))
+        raise InputError(f"{where}: a .txt input has no columns to read {name!r} from; use "
                          ".jsonl, .csv, .tsv or .parquet.")  # fmt: skip
     for number, line in numbered_lines(stream, where):
-        yield number, line, None
+        yield number, line, {}
 
 
 def _json_values(stream: IO[bytes], where: str) -> Iterator[tuple[int, Any]]:
@@ -131,37 +187,51 @@ def _json_values(stream: IO[bytes], where: str) -> Iterator[tuple[int, Any]]:
         yield number, value
 
 
-def _jsonl(
-    stream: IO[bytes], where: str, column: str | None, extra: str | None = None
-) -> Iterator[_Item]:
+def _jsonl(stream: IO[bytes], where: str, column: str | None, fields: Fields) -> Iterator[_Item]:
     key = column or "text"
+    asked: dict[str, str] | None = None  # resolved on the first object
     for number, value in _json_values(stream, where):
-        if isinstance(value, str) and column is None and extra is None:
-            yield number, _unicode(value, where, number), None
+        if isinstance(value, str) and column is None and not fields.wanted(()):
+            if asked:  # objects before: this line has none of their fields
+                raise InputError(f"{where}: line {number} is a JSON string; the lines before "
+                                 f"are objects with {', '.join(asked.values())}.")  # fmt: skip
+            asked = {}
+            yield number, _unicode(value, where, number), {}
             continue
         if not isinstance(value, dict):
-            fields = f'a "{key}" field' + (f' and a "{extra}" field' if extra else "")
+            names = [key, *fields.wanted(()).values()]
+            wanted = " and ".join(f'a "{n}" field' for n in names)
             raise InputError(
                 f"{where}: line {number} is a JSON {type(value).__name__}; expected an object "
-                f"with {fields}."
+                f"with {wanted}."
             )
+        if asked is None:
+            asked = fields.wanted(value)
         if key not in value:
             keys = ", ".join(map(str, value)) or "(none)"
             raise InputError(
                 f'{where}: line {number} has no "{key}" field; its fields are: {keys}. '
                 "Choose one with `text_column`."
             )
-        if extra is not None and extra not in value:
-            keys = ", ".join(map(str, value)) or "(none)"
-            raise InputError(
-                f'{where}: line {number} has no "{extra}" field; its fields are: {keys}.'
-            )
+        for name in asked.values():
+            if name not in value:
+                keys = ", ".join(map(str, value)) or "(none)"
+                raise InputError(
+                    f'{where}: line {number} has no "{name}" field; its fields are: {keys}.'
+                )
         text = value[key]
         if not isinstance(text, str):
             raise InputError(
                 f'{where}: line {number}: "{key}" is {type(text).__name__}, not a string.'
             )
-        yield number, _unicode(text, where, number), None if extra is None else value[extra]
+        text = _unicode(text, where, number)
+        if fields.title is not None:
+            title = value.get(fields.title)
+            if title is not None and not isinstance(title, str):
+                raise InputError(f'{where}: line {number}: "{fields.title}" is '
+                                 f"{type(title).__name__}, not a string.")  # fmt: skip
+            text = join_title(title, text)
+        yield number, text, _got(asked, value)
 
 
 def _unicode(text: str, where: str, number: int) -> str:
@@ -341,21 +411,21 @@ def _delimited_records(
 
 
 def _delimited(
-    stream: IO[bytes], where: str, column: str | None, delimiter: str, extra: str | None = None
+    stream: IO[bytes], where: str, column: str | None, delimiter: str, fields: Fields
 ) -> Iterator[_Item]:
     header, records = _delimited_records(stream, where, delimiter)
     if not header:
         return
     name = pick_column(header, column, where)
-    names = [name] if extra is None else [name, pick_column(header, extra, where)]
+    asked = {role: pick_column(header, f, where) for role, f in fields.wanted(header).items()}
     for number, record in records:
-        for wanted in names:
+        for wanted in (name, *asked.values()):
             if wanted not in record:
                 raise InputError(
                     f"{where}: line {number} has {len(record)} fields, fewer than the "
                     f"header's {len(header)}; column {wanted!r} is missing."
                 )
-        yield number, record[name], None if extra is None else record[names[1]]
+        yield number, record[name], _got(asked, record)
 
 
 def read_records(
@@ -443,7 +513,7 @@ def _parquet_rows(
 
 
 def _parquet(
-    source: str | IO[bytes], where: str, column: str | None, extra: str | None, rows: range | None
+    source: str | IO[bytes], where: str, column: str | None, fields: Fields, rows: range | None
 ) -> Iterator[_Item]:
     import pyarrow as pa
 
@@ -453,11 +523,12 @@ def _parquet(
     kind = pfile.schema_arrow.field(name).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise InputError(f"{where}: column {name!r} has type {kind}, not string.")
-    wanted = [name] if extra is None else [name, pick_column(names, extra, where)]
+    asked = {role: pick_column(names, f, where) for role, f in fields.wanted(names).items()}
+    wanted = list(dict.fromkeys([name, *asked.values()]))
     for number, record in _parquet_rows(pfile, where, wanted, rows):
         if record[name] is None:
             raise InputError(f"{where}: row {number - 1} of column {name!r} is null.")
-        yield number, record[name], None if extra is None else record[wanted[1]]
+        yield number, record[name], _got(asked, record)
 
 
 def read_stream(
@@ -489,7 +560,7 @@ def read_stream(
         InputError: unknown ``fmt``, or an undecodable or malformed line (with its number),
             or a missing column (with the available ones).
     """
-    items = _items(source, input_format(where, fmt), where, text_column, None, rows)
+    items = _items(source, input_format(where, fmt), where, text_column, Fields(), rows)
     yield from _chunks((text for _, text, _ in items), chunk_size)
 
 
@@ -498,22 +569,22 @@ def _items(
     kind: str,
     where: str,
     column: str | None,
-    extra: str | None,
+    fields: Fields,
     rows: range | None = None,
 ) -> Iterator[_Item]:
-    """The (line or row number, text, extra value) items of an input."""
+    """The (line or row number, text, values by role) items of an input."""
     if kind == "parquet":
-        return _parquet(source, where, column, extra, rows)
+        return _parquet(source, where, column, fields, rows)
     if isinstance(source, str):
         type_error(
             "source", f"a binary stream for {kind}", "a str", "Open it with open(path, 'rb')."
         )
     if kind == "txt":
-        items = _txt(source, where, column, extra)
+        items = _txt(source, where, column, fields)
     elif kind == "jsonl":
-        items = _jsonl(source, where, column, extra)
+        items = _jsonl(source, where, column, fields)
     else:
-        items = _delimited(source, where, column, _DELIMITERS[kind], extra)
+        items = _delimited(source, where, column, _DELIMITERS[kind], fields)
     return items if rows is None else itertools.islice(items, rows.start, rows.stop)
 
 
@@ -563,11 +634,16 @@ class Rows:
             ``.parquet``); ``None`` each when no other field was asked for.
         where: where each text was read, for messages: ``"PATH: line N"`` (line-based
             formats, 1-based file lines) or ``"PATH: row N"`` (Parquet, 1-based).
+        ids: each row's id as the file holds it (:attr:`Fields.id`), or None (row numbers).
+        kept: the fields passed through (:attr:`Fields.keep`), name -> one value a row.
     """
 
     texts: list[str] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
     where: list[str] = field(default_factory=list)
+    ids: list[Any] | None = None
+    kept: dict[str, list[Any]] = field(default_factory=dict)
+    id_column: str | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -581,14 +657,20 @@ def read_rows(
     fmt: str | None = None,
     chunk_size: int = 4096,
     stdin: IO[bytes] | None = None,
+    id_column: str | None = None,
+    keep_columns: Sequence[str] = (),
+    title_column: str | None = None,
 ) -> Iterator[Rows]:
     """Like :func:`read_texts` (same texts, same parts, same errors), with the value of
-    field/column ``column`` beside each text and where each was read.
+    field/column ``column`` beside each text and where each was read; ``id_column``,
+    ``keep_columns`` and ``title_column`` as :class:`Fields` takes them (each row's id,
+    fields passed through, a title joined before the text).
 
     Raises:
         InputError: as :func:`read_texts`; also a record without ``column`` (naming its
             line, or the available columns), or a ``column`` asked of a ``.txt`` input.
     """
+    fields = Fields(column, id_column, tuple(keep_columns), title_column)
     where = "<stdin>" if os.fspath(path) == "-" else os.fspath(path)
     if where != "<stdin>":
         _exists(where)
@@ -602,20 +684,37 @@ def read_rows(
         else:
             source = where if kind == "parquet" else stack.enter_context(open(where, "rb"))
         label = "row" if kind == "parquet" else "line"
-        part = Rows()
-        for number, text, value in _items(source, kind, where, text_column, column):
+
+        def fresh() -> Rows:
+            return Rows(ids=None if fields.id is None else [],
+                        kept={k: [] for k in fields.keep})  # fmt: skip
+
+        part = fresh()
+        for number, text, got in _items(source, kind, where, text_column, fields):
             part.texts.append(text)
-            part.values.append(value)
+            part.values.append(got.get("value"))
             part.where.append(f"{where}: {label} {number}")
+            if part.ids is not None:
+                part.ids.append(got.get("id"))
+                part.id_column = got.get("id_column", part.id_column)
+            for name in fields.keep:
+                part.kept[name].append(got[f"keep:{name}"])
             if len(part) >= chunk_size:
                 total += len(part)
-                yield part
-                part = Rows()
+                yield _settled(part)
+                part = fresh()
         if len(part):
             total += len(part)
-            yield part
+            yield _settled(part)
     if total == 0:
         raise InputError(f"{where}: no texts found (the input is empty).")
+
+
+def _settled(part: Rows) -> Rows:
+    """``part`` with ``ids`` None when no row had an id field (row numbers, as without)."""
+    if part.id_column is None:
+        part.ids = None
+    return part
 
 
 def read_all(path: str | os.PathLike[str], **kwargs: Any) -> list[str]:

@@ -117,7 +117,7 @@ def jsonl_rows(
         lists[name] = (a if a.dtype.kind in "iu" else a.astype(np.float32)).tolist()
     extra = {name: _column_values(values) for name, values in (columns or {}).items()}
     lines = []
-    for k, i in enumerate(np.asarray(ids, dtype=np.int64).tolist()):
+    for k, i in enumerate(id_values(ids)):
         row: dict[str, Any] = {"id": i}
         for name, values in extra.items():
             row[name] = values[k]
@@ -125,6 +125,23 @@ def jsonl_rows(
             row[name] = lists[name][k]
         lines.append(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")
     return "".join(lines)
+
+
+def row_ids(ids: Any) -> np.ndarray | list[str]:
+    """Row ids as written: int64 numbers (an integer array or list of ints), else the
+    strings as they are (a user's ids: ``--id-column``)."""
+    if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu":
+        return ids.astype(np.int64)
+    values = list(ids)
+    if all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in values):
+        return np.asarray(values, dtype=np.int64).reshape(-1)
+    return [str(v) for v in values]
+
+
+def id_values(ids: Any) -> list[Any]:
+    """Row ids as a list of ints or strings (:func:`row_ids`)."""
+    out = row_ids(ids)
+    return out.tolist() if isinstance(out, np.ndarray) else out
 
 
 def _column_values(values: Any) -> list[Any]:
@@ -166,6 +183,7 @@ class EmbeddingWriter:
         self._file: IO[bytes] | None = self._out.file
         self._parquet: Any = None
         self._npz: Any = None
+        self._ids: list[Any] | None = None  # .npy/.npz: the ids, once one is not its row number
         if fmt == "npy":
             self._file.write(b"\0" * _NPY_HEADER)
         elif fmt == "npz" and self.ragged:
@@ -198,7 +216,7 @@ class EmbeddingWriter:
         same names."""
         if self._file is None:
             raise InputError(unmet("an open writer", "it was already closed"))
-        ids = np.asarray(ids, dtype=np.int64)
+        ids = row_ids(ids)
         for name in self.strategies:
             arr = stored(arrays[name])
             dim = self._dims.setdefault(name, arr.shape[1])
@@ -216,11 +234,14 @@ class EmbeddingWriter:
         for name, values in columns.items():
             if len(values) != len(ids):
                 value_error(f"columns[{name!r}]", f"{len(ids)} values, one per row", len(values))
-        if self.ragged:
-            self._write_ragged(ids, stored(arrays[self.strategies[0]]), columns)
+        if self.ragged:  # a user's ids as text: compared, written and saved without pickles
+            text_ids = ids if isinstance(ids, np.ndarray) else np.asarray(ids, dtype=str)
+            self._write_ragged(text_ids, stored(arrays[self.strategies[0]]), columns)
         elif self.fmt == "npz":
+            self._keep_ids(ids)
             self._npz.add(stored(arrays[self.strategies[0]]))
         elif self.fmt == "npy":
+            self._keep_ids(ids)
             arr = stored(arrays[self.strategies[0]])
             if self._dtype is None:
                 self._dtype = arr.dtype
@@ -254,7 +275,7 @@ class EmbeddingWriter:
         elif self.fmt == "jsonl":
             lists = (vectors if vectors.dtype.kind in "iu" else vectors.astype(np.float32)).tolist()
             lines = [
-                json.dumps({"id": int(i), name: lists[a:b]}, separators=(",", ":")) + "\n"
+                json.dumps({"id": i, name: lists[a:b]}, separators=(",", ":")) + "\n"
                 for i, a, b in zip(text_ids.tolist(), starts.tolist(), ends.tolist(), strict=True)
             ]
             self._file.write("".join(lines).encode("utf-8"))
@@ -265,7 +286,8 @@ class EmbeddingWriter:
             tokens = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
             lists = pa.LargeListArray.from_arrays(pa.array(np.r_[starts, len(ids)], pa.int64()),
                                                   tokens)  # fmt: skip
-            self._write_table([pa.array(text_ids, pa.int64()), lists], ["id", name])
+            kind = pa.int64() if text_ids.dtype.kind in "iu" else pa.string()
+            self._write_table([pa.array(text_ids, kind), lists], ["id", name])
 
     def _write_table(self, columns: list[Any], names: list[str]) -> None:
         import pyarrow as pa
@@ -315,13 +337,28 @@ class EmbeddingWriter:
         self._tokens.close()
         self._tokens = None
 
+    def _keep_ids(self, ids: Any) -> None:
+        """A .npy has no id column: keep the ids once one differs from its row number."""
+        numbers = np.arange(self.rows, self.rows + len(ids), dtype=np.int64)
+        if self._ids is None and isinstance(ids, np.ndarray) and np.array_equal(ids, numbers):
+            return
+        if self._ids is None:
+            self._ids = list(range(self.rows))
+        self._ids.extend(id_values(ids))
+
+    @property
+    def ids(self) -> list[Any] | None:
+        """A ``.npy`` output's row ids when they are not its row numbers (a user's
+        ``--id-column``), else None; the record beside the file keeps them."""
+        return self._ids
+
     def _write_parquet(
         self, ids: np.ndarray, arrays: Mapping[str, np.ndarray], extra: Mapping[str, Any]
     ) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        columns = [pa.array(ids, pa.int64())]
+        columns = [pa.array(ids, pa.int64() if isinstance(ids, np.ndarray) else pa.string())]
         for values in extra.values():
             if isinstance(values, np.ndarray):
                 columns.append(pa.array(values.astype(np.int64), pa.int64()))

@@ -1,0 +1,132 @@
+"""``poolkit embed``'s rows as the user names them: ``--id-column``, ``--keep-columns`` and a
+BEIR corpus read the way ``poolkit compare`` reads it.
+
+- ids: ``--id-column C``, else a field/column named ``id`` or ``_id`` when the input has
+  one, else the row number. A user's ids keep their type (integers stay integers, text
+  stays text) in every output; a missing, duplicate or mixed-type id is refused in one
+  line naming the row.
+- ``--keep-columns A,B``: fields written beside the vectors (integers as int64, anything
+  else as text; a JSON value that is not a string as its JSON).
+- a BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/``) or its ``corpus.jsonl``:
+  each document is ``(title + " " + text).strip()`` where it has a title, else
+  ``text.strip()`` (MTEB's join, as ``poolkit compare --task retrieval`` scores it), and
+  the ids come from ``_id``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolkit.errors import InputError
+
+__all__ = ["BEIR_JOIN", "UserIds", "add_row_arguments", "beir_input", "kept_column"]
+
+BEIR_JOIN = 'title + " " + text (MTEB\'s join; text alone where a document has no title)'
+
+
+def add_row_arguments(parser: argparse.ArgumentParser) -> None:
+    """--id-column and --keep-columns."""
+    parser.add_argument("--id-column", default=None, metavar="C",
+                        help="field/column holding each row's id, written as `id` with its "
+                        "type kept (default: a field named id or _id when the input has one, "
+                        "else the row number)")  # fmt: skip
+    parser.add_argument("--keep-columns", default=None, metavar="A,B",
+                        help="fields/columns written beside the vectors, as they are "
+                        "(.parquet, .jsonl)")  # fmt: skip
+
+
+def keep_list(args: argparse.Namespace) -> tuple[str, ...]:
+    """--keep-columns as names; refused in one line where they cannot go."""
+    if not args.keep_columns:
+        return ()
+    names = tuple(n.strip() for n in args.keep_columns.split(",") if n.strip())
+    if not names:
+        raise InputError("--keep-columns: expected field names joined with commas, e.g. "
+                         "--keep-columns title,url.")  # fmt: skip
+    if str(args.output).lower().endswith((".npy", ".npz")):
+        raise InputError("--keep-columns: a .npy or .npz output holds no other column; "
+                         "write .parquet or .jsonl.")  # fmt: skip
+    clash = [n for n in names if n in ("id", "chunk", "start", "end", "text")]
+    if clash:
+        raise InputError(f"--keep-columns: {clash[0]!r} is a column poolkit writes itself; "
+                         "keep other fields.")  # fmt: skip
+    return names
+
+
+def beir_input(args: argparse.Namespace) -> str | None:
+    """Point ``args.input`` at a BEIR folder's ``corpus.jsonl`` (a folder holding one);
+    returns the title field to join (``"title"``) for a BEIR corpus read with its default
+    text field, else None."""
+    if args.input == "-":
+        return None
+    path = Path(args.input)
+    if path.is_dir() and (path / "corpus.jsonl").is_file():
+        args.input = str(path / "corpus.jsonl")
+        path = path / "corpus.jsonl"
+    if path.name == "corpus.jsonl" and args.text_column is None and args.input_format in (
+        None, "jsonl",
+    ):  # fmt: skip
+        if args.id_column is None:
+            args.id_column = "_id"
+        return "title"
+    return None
+
+
+def kept_column(values: list[Any]) -> Any:
+    """A --keep-columns field as written: int64 when every value is an integer, else text
+    (JSON values other than strings as their JSON)."""
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return np.asarray(values, dtype=np.int64)
+    return [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values]
+
+
+class UserIds:
+    """The ids of one job's rows, checked as they are read: each present, of one type
+    (integer or text), and unique over the whole input."""
+
+    def __init__(self) -> None:
+        self.column: str | None = None
+        self.kind: type | None = None
+        self._seen: dict[Any, int] = {}
+
+    def check(self, part: Any, first: int) -> list[Any] | None:
+        """The ids of ``part`` (:class:`poolkit.io.readers.Rows`, first text ``first``),
+        or None (row numbers); raises :class:`InputError` naming the row."""
+        if part.ids is None:
+            if self.column is not None:
+                raise InputError(f"{part.where[0]}: no {self.column!r} field, but the rows "
+                                 "before have one; give every row an id.")  # fmt: skip
+            return None
+        self.column = part.id_column
+        for k, value in enumerate(part.ids):
+            where = part.where[k]
+            if value is None or (isinstance(value, str) and not value.strip()):
+                raise InputError(f"{where}: no id in {self.column!r}; give every row an id, "
+                                 "or name another field with --id-column.")  # fmt: skip
+            kind = int if isinstance(value, int | np.integer) else type(value)
+            if isinstance(value, bool) or kind not in (int, str):
+                raise InputError(f"{where}: id {value!r} in {self.column!r} is "
+                                 f"{type(value).__name__}; ids are integers or text.")  # fmt: skip
+            if self.kind is None:
+                self.kind = kind
+            elif kind is not self.kind:
+                raise InputError(f"{where}: id {value!r} is {kind.__name__}, but the ids before "
+                                 f"are {self.kind.__name__}; use one type in {self.column!r}.")  # fmt: skip
+            if value in self._seen:
+                raise InputError(f"{where}: duplicate id {value!r} in {self.column!r} (also the "
+                                 f"id of text {self._seen[value]}); ids must be unique.")  # fmt: skip
+            self._seen[value] = first + k
+        return list(part.ids)
+
+
+def note_beir(args: argparse.Namespace, title: str | None) -> None:
+    """One line saying how a BEIR corpus is read (not with --quiet)."""
+    if title is not None and not args.quiet:
+        print(f"poolkit: {args.input}: a BEIR corpus: each document is {BEIR_JOIN}; ids "
+              "from _id.", file=sys.stderr)  # fmt: skip

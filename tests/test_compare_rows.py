@@ -1,0 +1,129 @@
+"""``poolkit compare``'s rows as ``poolkit embed`` writes them: budget names in
+``--recipes`` (the same figures as ``--dims``/``--precision``), the ranges each int8 row
+was scored with (in ``--json``, read back by ``embed --ranges``), ``embed --calibrate``
+on all of FILE, no ``export`` command for a row export refuses, the winner line on a tie,
+and the BEIR-folder hint for a lone ``corpus.jsonl``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from clitools import poolkit
+
+import poolkit as pk
+from poolkit.compare import report
+from poolkit.compare.datasets import DataError
+from poolkit.compare.retrieval import read_retrieval
+from poolkit.output import Calibration, truncate
+from poolkit.recipe import Recipe
+
+PAIRS = Path(__file__).parent / "data" / "stsb-images-pairs.csv"
+
+
+def _rows(path: Path) -> dict[str, dict]:
+    return {r["recipe"]: r for r in json.loads(path.read_text())["results"] if not r["rescore"]}
+
+
+def test_budget_names_in_recipes_score_as_the_flags_do(tiny_dirs, tmp_path):
+    model = ["--model", str(tiny_dirs["bert_plain"]), "--bootstrap", "0"]
+    named = poolkit("compare", str(PAIRS), "--task", "retrieval", "--recipes", "mean",
+                    "mean/16/int8", "mean/binary", "--json", "named.json", *model, cwd=tmp_path)  # fmt: skip
+    assert named.returncode == 0, named.stderr.decode()
+    flags = poolkit("compare", str(PAIRS), "--task", "retrieval", "--recipes", "mean",
+                    "--dims", "16", "--precision", "int8", "--json", "flags.json", *model,
+                    cwd=tmp_path)  # fmt: skip
+    assert flags.returncode == 0, flags.stderr.decode()
+    bits = poolkit("compare", str(PAIRS), "--task", "retrieval", "--recipes", "mean",
+                   "--precision", "binary", "--json", "bits.json", *model, cwd=tmp_path)  # fmt: skip
+    assert bits.returncode == 0, bits.stderr.decode()
+    a, b, c = (
+        _rows(tmp_path / "named.json"),
+        _rows(tmp_path / "flags.json"),
+        _rows(tmp_path / "bits.json"),
+    )
+    assert set(a) == {"mean", "mean/16/int8", "mean/binary"}
+    for name, other in (("mean/16/int8", b), ("mean/binary", c), ("mean", b)):
+        for metric in ("ndcg_at_10", "mrr_at_10", "recall_at_100", "map_at_100"):
+            assert a[name][metric] == other[name][metric], (name, metric)
+    # The ranges the int8 row was scored with: the documents' float vectors' min and max.
+    data = read_retrieval(PAIRS)
+    docs = pk.embed(data.documents, str(tiny_dirs["bert_plain"]), recipe="mean")
+    want = Calibration.from_vectors(truncate(docs, 16, normalize=False))
+    got = Calibration.from_json(a["mean/16/int8"]["ranges"])
+    np.testing.assert_allclose(got.starts, want.starts, atol=1e-6)
+    np.testing.assert_allclose(got.steps, want.steps, atol=1e-6)
+    # ... which `poolkit embed --ranges` reads back from the --json file.
+    (tmp_path / "q.txt").write_text("a dog runs\ntwo cats\n")
+    made = poolkit("embed", "q.txt", "-o", "q.npy", "--recipe", "mean/16/int8", "--ranges",
+                   "named.json", "--model", str(tiny_dirs["bert_plain"]), cwd=tmp_path)  # fmt: skip
+    assert made.returncode == 0, made.stderr.decode()
+    record = json.loads((tmp_path / "q.npy.poolkit.json").read_text())
+    assert Calibration.from_json(record["columns"]["mean/16/int8"]["calibration"]) == got
+
+
+def test_budget_names_are_refused_for_tasks_without_budget_rows(tmp_path):
+    (tmp_path / "c.txt").write_text("1 a\n0 b\n1 c\n0 d\n")
+    r = poolkit("compare", "c.txt", "--task", "classification", "--recipes", "mean/64/int8",
+                cwd=tmp_path)  # fmt: skip
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.count("\n") == 1, err
+    assert "--recipes mean/64/int8: an output stage" in err and "--task classification" in err
+
+
+def test_calibrate_uses_every_text_of_the_file(tiny_dirs, tmp_path):
+    texts = [
+        f"sentence {k} about {'cats' if k % 3 else 'the weather in spring'}" for k in range(1200)
+    ]
+    texts[1150] = "an outlier far past the first thousand texts " * 8
+    (tmp_path / "cal.txt").write_text("\n".join(texts) + "\n")
+    (tmp_path / "in.txt").write_text("one\ntwo\n")
+    model = str(tiny_dirs["bert_plain"])
+    made = poolkit("embed", "in.txt", "-o", "o.npy", "--recipe", "mean/int8", "--calibrate",
+                   "cal.txt", "--model", model, cwd=tmp_path)  # fmt: skip
+    assert made.returncode == 0, made.stderr.decode()
+    cal = json.loads((tmp_path / "o.npy.poolkit.json").read_text())["columns"]["mean/int8"]
+    cal = Calibration.from_json(cal["calibration"])
+    assert "all its 1200 non-blank texts" in cal.source
+    want = Calibration.from_vectors(pk.embed(texts, model, recipe="mean"))
+    np.testing.assert_allclose(cal.starts, want.starts, atol=1e-5)
+    np.testing.assert_allclose(cal.steps, want.steps, atol=1e-5)
+
+
+def test_no_export_command_for_a_row_export_refuses():
+    from poolkit.cli.compare import export_command
+
+    args = argparse.Namespace(model=None, backend="torch")
+    assert export_command(args, Recipe.parse("mean/256/int8")) is None
+    assert export_command(args, Recipe.parse("mean/binary")) is None
+    assert export_command(args, Recipe.parse("mean")) == "poolkit export -o exported --recipe mean"
+
+
+def _result(name: str, ndcg: float, intended: bool = False) -> report.Result:
+    metrics = {"ndcg_at_10": ndcg, "mrr_at_10": 0.5, "recall_at_100": 0.9, "map_at_100": 0.4}
+    return report.Result(Recipe.parse(name), metrics, intended=intended)
+
+
+def test_the_winner_line_takes_the_intended_row_on_a_tie():
+    tied = [_result("mean_no_special", 0.64513), _result("mean", 0.6451, intended=True)]
+    assert report.rank(tied, "ndcg_at_10")[0].recipe == Recipe.parse("mean_no_special")
+    assert str(report.winner(tied, "ndcg_at_10").recipe) == "mean"
+    ahead = [_result("max", 0.6601), _result("mean", 0.6451, intended=True)]
+    assert str(report.winner(ahead, "ndcg_at_10").recipe) == "max"
+    assert str(report.winner(tied[:1], "ndcg_at_10").recipe) == "mean_no_special"
+
+
+def test_a_beir_corpus_file_alone_hints_at_the_folder(tmp_path):
+    folder = tmp_path / "scifact"
+    folder.mkdir()
+    (folder / "corpus.jsonl").write_text('{"_id": "1", "title": "T", "text": "x"}\n')
+    with pytest.raises(
+        DataError, match=r"pass the folder .*scifact.* corpus\.jsonl, queries\.jsonl"
+    ):
+        read_retrieval(folder / "corpus.jsonl")
+    (tmp_path / "pairs.jsonl").write_text('{"q": "a", "d": "b"}\n')
+    with pytest.raises(DataError, match="missing column 'query'"):
+        read_retrieval(tmp_path / "pairs.jsonl")
