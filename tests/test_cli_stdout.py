@@ -37,7 +37,11 @@ def test_stdout_json_lines_equal_the_npy_output(tmp_path):
     err = streamed.stderr.decode().splitlines()
     assert err[0].startswith("poolkit: warning: 1 blank text ")
     assert err[1].startswith("poolkit: 5 texts -> <stdout> [mean=384] in ") and len(err) == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.npy"]  # no work dir
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.txt",
+        "out.npy",
+        "out.npy.poolkit.json",
+    ]
 
 
 def test_several_strategies_and_a_pipe_into_jq(tmp_path):
