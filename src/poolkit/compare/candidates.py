@@ -46,7 +46,7 @@ def candidates(
     chosen_layers = [layer_spec(x) for x in layers] if layers else [None]
     parsed = [s if isinstance(s, Recipe) else Recipe.parse(s, level=level) for s in chosen]
     for s, r in zip(chosen, parsed, strict=True):
-        if r.level != level:
+        if r.level != level and not (level == "sequence" and r.level == "multivector"):
             raise RecipeError(
                 expected("strategies", f"{level}-level recipes", f"{str(s)!r} ({r.level} level)")
             )

@@ -305,7 +305,8 @@ def footer(
         )
     if bootstrap is None:
         out.append("no confidence intervals (--bootstrap 0).")
-        return out + _budget_footer(task, ranked) + _document_footer(ranked)
+        return (out + _budget_footer(task, ranked) + _multivector_footer(ranked)
+                + _document_footer(ranked))  # fmt: skip
     level = round(100 * bootstrap["level"])
     out.append(
         f"[{level}% CI]: percentile bootstrap, {bootstrap['resamples']} resamples of the "
@@ -327,6 +328,7 @@ def footer(
         out.append(f"top rows: #1 {ranked[0].label} is better than every other row on {main} "
                    f"(paired {level}% intervals exclude 0).")  # fmt: skip
     out.extend(_budget_footer(task, ranked))
+    out.extend(_multivector_footer(ranked))
     out.extend(_document_footer(ranked))
     for r in ranked:
         if r.vs_fp32 is not None and r.quantize:
@@ -344,10 +346,31 @@ _STORED_SCORES = {
 }
 
 
+def _multivector_footer(ranked: Sequence[Result]) -> list[str]:
+    """Lines on multi-vector rows (:mod:`poolkit.compare.multivector`)."""
+    multi = [r for r in ranked if r.recipe.level == "multivector"]
+    if not multi:
+        return []
+    from poolkit.compare.retrieval import DEPTH
+
+    out = [
+        "multivector rows: exact MaxSim of the query's token vectors (query side of the model "
+        "folder) against every document's (document side); /poolF pools documents only; "
+        "/muvera: one MUVERA vector per text, searched by dot product; bytes: per document "
+        "(tokens kept x width x bytes, mean over the corpus; MUVERA: its vector); each side "
+        "embedded in its own forward pass."
+    ]
+    if any(r.rescore for r in multi):
+        out.append(f"+rescore on a /muvera row: its top {DEPTH} re-ranked by MaxSim of the same "
+                   "recipe without /muvera (bytes: the MUVERA vector and the tokens).")  # fmt: skip
+    return out
+
+
 def _budget_footer(task: str, ranked: Sequence[Result]) -> list[str]:
     """Lines on budget rows: what bytes and the scores mean, the int8 ranges, the rescore
     rows, the search time per query."""
-    budget = [r for r in ranked if r.recipe.has_output_stage and r.bytes_per_vector]
+    budget = [r for r in ranked if r.recipe.has_output_stage and r.bytes_per_vector
+              and r.recipe.level != "multivector"]  # fmt: skip
     if not budget:
         return []
     out = [

@@ -301,7 +301,28 @@ def query_metrics(ranked: np.ndarray, qrels: np.ndarray, n_docs: int) -> np.ndar
 def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], settings: Any):
     """``compare``'s scorer: one forward pass over the distinct query and document texts,
     then per candidate an exact top-100 search and the per-query metrics
-    (:class:`~poolkit.compare.evaluation.QueryEval`)."""
+    (:class:`~poolkit.compare.evaluation.QueryEval`). Multi-vector candidates are scored
+    by :func:`poolkit.compare.multivector.multivector_rows` (MaxSim, MUVERA)."""
+    from poolkit.compare.evaluation import QueryEval
+
+    dense = [c for c in cands if c.level != "multivector"]
+    out: dict[Any, Any] = {}
+    multi = [c for c in cands if c.level == "multivector"]
+    if multi:
+        from poolkit.compare.multivector import multivector_rows
+
+        ranked_by, facts = multivector_rows(encoder, data, multi, settings, DEPTH,
+                                            id_order(data.doc_ids))  # fmt: skip
+        for key, ranked in ranked_by.items():
+            out[key] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
+            settings.budget_facts[key if isinstance(key, tuple) else (key, None)] = facts[key]
+    if dense:
+        out.update(_score_dense(encoder, data, dense, settings))
+    return out
+
+
+def _score_dense(encoder: Any, data: RetrievalData, cands: Sequence[Any], settings: Any):
+    """:func:`score` of the dense candidates."""
     from poolkit.compare.embedding import embed_sequences
     from poolkit.compare.evaluation import QueryEval
 

@@ -31,6 +31,8 @@ from poolkit.compare.datasets import (
 from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.evaluation import LabelEval, PairEval, TagEval
 from poolkit.compare.grouping import groups
+from poolkit.compare.multivector import RERANK
+from poolkit.compare.multivector import check_candidates as check_multivector
 from poolkit.compare.report import Result
 from poolkit.compare.summary import Row, summarize
 from poolkit.compare.timing import TimedEncoder
@@ -120,11 +122,13 @@ def compare(
             "task ner needs a training file (CoNLL, `train`) to train the tagging probe."
         )
     check_labels(data, train, settings)
+    check_multivector(cands, settings.task)
     # The intended row: the model's own pooling at the last layer, when it takes part.
     chosen = intended if intended in cands else None
     grouped = groups(cands, settings.task, chosen)
     reps = [g[0] for g in grouped]
-    widths = _plan_budget(encoder, settings, chosen, reps, quantized)
+    dense = [r for r in reps if r.level != "multivector"]  # MaxSim rows: their own facts
+    widths = _plan_budget(encoder, settings, chosen, dense, quantized)
     _plan_documents(encoder, settings, chosen, quantized)
     score = _SCORERS[settings.task]
     timed = TimedEncoder(encoder)
@@ -139,8 +143,14 @@ def compare(
             bytes_per_vector=bytes_per_vector(widths[g[0]], None) if g[0] in widths else None,
             search_ms=facts.get((g[0], None), {}).get("search_ms"),
             seconds=None if quantized is None else timed.seconds)
+        if g[0].level != "multivector" else
+        Row((g[0], None), g[0], g, backend=settings.backend, **facts[(g[0], None)])
         for g in grouped
     ]  # fmt: skip
+    for g in grouped:  # MUVERA's candidates reranked by MaxSim, beside the MUVERA row
+        if (g[0], RERANK) in evaluations:
+            rows.append(Row((g[0], RERANK), g[0], g, backend=settings.backend, rescore=True,
+                            reference=(g[0], None), **facts[(g[0], RERANK)]))  # fmt: skip
     for base, stage in settings.stages.items():
         for r in stage.recipes:
             for kind in ("stored", "rescore"):

@@ -1,0 +1,133 @@
+"""``compare --task retrieval`` rows of multi-vector recipes: exact MaxSim search, MUVERA
+search (a dot product over one vector per text), and MUVERA's top 100 reranked by MaxSim.
+
+Queries are embedded on the query side and documents on the document side of the folder
+(:mod:`poolkit.multivector.encode`), once per L2 setting; each recipe's stages (token
+pooling, dims, MUVERA, precision) then apply per text. MaxSim search runs in query and
+document blocks whose token-pair scores stay within :data:`poolkit.multivector.scoring.PAIR_BUDGET`,
+so memory is the stored token vectors plus one block. Each row's facts: the token width
+(``dims``), bytes per document (tokens kept x width x bytes, averaged; MUVERA: its one
+vector) and the search time per query.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from poolkit.compare.search import top_k_by
+from poolkit.errors import InputError
+from poolkit.multivector.scoring import Ragged, maxsim, ragged
+
+__all__ = ["RERANK", "check_candidates", "multivector_rows"]
+
+RERANK = "rescore"  # the key label of a MUVERA row reranked by MaxSim
+
+
+def check_candidates(cands: Sequence[Any], task: str) -> None:
+    """Multi-vector recipes score retrieval only, at float32 or float16."""
+    for c in cands:
+        if c.level != "multivector":
+            continue
+        if task != "retrieval":
+            raise InputError(f"--recipes: {c} is a multi-vector recipe, scored by MaxSim: "
+                             "use it with --task retrieval.")  # fmt: skip
+        if c.precision in ("binary", "ubinary"):
+            raise InputError(f"--recipes: {c}: MaxSim over packed bits is not offered; use "
+                             "float16 or float32 tokens.")  # fmt: skip
+
+
+def _slice(r: Ragged, a: int, b: int) -> Ragged:
+    start = r.offsets[a]
+    return Ragged(r.vectors[start : r.offsets[b]], r.offsets[a : b + 1] - start)
+
+
+def _search(score: Any, n_q: int, n_d: int, depth: int, ties: np.ndarray) -> tuple[Any, float]:
+    began = time.perf_counter()
+    ranked, _ = top_k_by(score, n_q, n_d, depth, ties, query_block=64, doc_block=4096)
+    return ranked, time.perf_counter() - began
+
+
+def _tokens(encoder: Any, texts: list[str], side: str, prompt: str | None, normalize: bool):
+    from poolkit.multivector.encode import iter_token_vectors
+
+    out: list[Any] = [None] * len(texts)
+    for batch in iter_token_vectors(encoder, texts, side=side, prompt=prompt, normalize=normalize):
+        for i, vec in zip(batch.indices, batch.vectors, strict=True):
+            out[i] = vec
+    return out
+
+
+def multivector_rows(
+    encoder: Any, data: Any, cands: Sequence[Any], settings: Any, depth: int, ties: np.ndarray
+) -> tuple[dict[Any, np.ndarray], dict[Any, dict[str, Any]]]:
+    """``(ranked, facts)`` by row key: ``c`` (MaxSim, or MUVERA's dot product) and, for a
+    MUVERA recipe, ``(c, RERANK)`` (its top ``depth`` reranked by MaxSim of the same recipe
+    without ``/muvera``); ranked int64 ``(Q, depth)`` best first."""
+    from poolkit.multivector.api import check_width, side_prompt
+    from poolkit.multivector.encode import finish, late_interaction
+
+    late = late_interaction(encoder)
+    q_prompt = side_prompt(late, settings.prompt_name or "query", None)
+    d_prompt = side_prompt(late, getattr(settings, "document_prompt_name", None) or "document",
+                           None)  # fmt: skip
+    base: dict[bool, tuple[list[Any], list[Any]]] = {}
+    ranked: dict[Any, np.ndarray] = {}
+    facts: dict[Any, dict[str, Any]] = {}
+    per_query = 1000 / max(len(data.queries), 1)
+    for c in cands:
+        width = check_width(encoder, c)
+        normalize = c.resolved_normalize(late.normalize)
+        if normalize not in base:
+            base[normalize] = (_tokens(encoder, data.queries, "query", q_prompt, normalize),
+                               _tokens(encoder, data.documents, "document", d_prompt, normalize))  # fmt: skip
+        q_tok, d_tok = base[normalize]
+        plain = c.replace(muvera=None, precision=None) if c.muvera else c.replace(precision=None)
+        q_sets = [finish(v, plain, "query", normalize) for v in q_tok]
+        d_sets = [finish(v, plain, "document", normalize) for v in d_tok]
+        stored = 2 if c.precision == "float16" else 4
+        if c.precision == "float16":  # scored as stored
+            q_sets = [v.astype(np.float16).astype(np.float32) for v in q_sets]
+            d_sets = [v.astype(np.float16).astype(np.float32) for v in d_sets]
+        qr, dr = ragged(q_sets, "queries"), ragged(d_sets, "documents")
+
+        def by_maxsim(q0: int, q1: int, d0: int, d1: int, qr: Ragged = qr, dr: Ragged = dr):
+            return maxsim(_slice(qr, q0, q1), _slice(dr, d0, d1))
+
+        if c.muvera is None:
+            ranked[c], seconds = _search(by_maxsim, len(qr), len(dr), depth, ties)
+            facts[c] = {"dims": width, "search_ms": seconds * per_query,
+                        "bytes_per_vector": round(dr.lengths.mean() * width * stored)}  # fmt: skip
+            continue
+        qm = np.stack([finish(v, c.replace(precision=None), "query", normalize) for v in q_tok])
+        dm = np.stack([finish(v, c.replace(precision=None), "document", normalize)
+                       for v in d_tok])  # fmt: skip
+        if c.precision == "float16":
+            qm, dm = (x.astype(np.float16).astype(np.float32) for x in (qm, dm))
+        ranked[c], seconds = _search(lambda q0, q1, d0, d1, qm=qm, dm=dm: qm[q0:q1] @ dm[d0:d1].T,
+                                     len(qm), len(dm), depth, ties)  # fmt: skip
+        facts[c] = {"dims": int(dm.shape[1]), "search_ms": seconds * per_query,
+                    "bytes_per_vector": int(dm.shape[1] * stored)}  # fmt: skip
+        began = time.perf_counter()
+        reranked = np.empty_like(ranked[c])
+        for q, row in enumerate(ranked[c]):
+            docs = Ragged(*_gather(dr, row))
+            scores = maxsim(_slice(qr, q, q + 1), docs)[0]
+            reranked[q] = row[np.lexsort((-ties[row], -scores))]
+        seconds += time.perf_counter() - began
+        ranked[(c, RERANK)] = reranked
+        facts[(c, RERANK)] = {"dims": width, "search_ms": seconds * per_query,
+                              "bytes_per_vector": int(dm.shape[1] * stored
+                                                      + round(dr.lengths.mean() * width * stored))}  # fmt: skip
+    return ranked, facts
+
+
+def _gather(r: Ragged, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The token sets ``rows`` of ``r`` as ``(vectors, offsets)``."""
+    lengths = r.lengths[rows]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    vectors = np.concatenate([r.vectors[r.offsets[i] : r.offsets[i + 1]] for i in rows])
+    return vectors, offsets
