@@ -130,3 +130,13 @@ def test_bad_input_one_line_exit_2_nothing_written(job, args, fragments):
     result = clitools.poolkit("embed", "in.txt", "--model", "model", *args, cwd=job)
     clitools.one_error_line(result, 2, *fragments)
     assert sorted(p.name for p in job.iterdir()) == before
+
+
+def test_compare_refuses_multivector_rows_outside_retrieval(job):
+    sample = Path(__file__).parent / "data" / "stsb-dev-sample.csv"
+    result = clitools.poolkit("compare", "--task", "sts", str(sample), "--model", "model",
+                              "--recipes", RECIPE, cwd=job)  # fmt: skip
+    err = result.stderr.decode()  # (a note first: the tiny folder states no pooling)
+    assert result.returncode == 2 and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith("poolkit: error: --recipes: multivector:tokens/pool2")
+    assert "--task retrieval" in err.splitlines()[-1]
