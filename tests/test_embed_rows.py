@@ -180,3 +180,38 @@ def test_plain_progress_prints_every_interval_with_rate_and_time_left():
     assert stream.getvalue() == (
         "poolkit: embedding: 310 of 1,000 texts (31%), 10.0 texts/s, about 69 s left\n"
     )
+
+
+def test_a_beir_text_field_named_otherwise_is_read_alike(model, tiny_dirs, tmp_path, capfd):
+    from poolkit.compare.retrieval import read_retrieval
+
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    _jsonl(folder / "corpus.jsonl", [{"_id": "d1", "title": "Cats", "body": "They purr."},
+                                     {"_id": "d2", "body": "Dogs bark."}])  # fmt: skip
+    _jsonl(folder / "queries.jsonl", [{"_id": "q1", "body": "which animal purrs"}])
+    (folder / "qrels" / "test.tsv").write_text("q1\td1\t1\n")
+    out = tmp_path / "docs.jsonl"
+    argv = ["embed", str(folder), "-o", str(out), "--text-column", "body", "--quiet", *model]
+    assert main(argv) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    data = read_retrieval(folder, text_column="body")
+    assert data.documents == ["Cats They purr.", "Dogs bark."]
+    assert [r["id"] for r in rows] == data.doc_ids
+    expected = poolkit.embed(data.documents, str(tiny_dirs["bert_plain"]), recipe="mean")
+    np.testing.assert_allclose(np.array([r["mean"] for r in rows]), expected, atol=1e-6)
+
+
+def test_a_resumed_job_reads_the_same_ids(model, tmp_path, capfd):
+    src, out = tmp_path / "in.jsonl", str(tmp_path / "o.parquet")
+    rows = [{"id": f"r{k}", "key": k, "text": f"text {k}"} for k in range(5)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows[:4]) + "{broken\n")
+    run = ["embed", str(src), "-o", out, "--part-size", "2", "--quiet", *model]
+    assert main(run) == 2  # the bad line stops the job after two parts
+    assert "2 finished parts are kept" in capfd.readouterr().err
+    _jsonl(src, rows)  # fixed
+    assert main([*run, "--resume", "--id-column", "key"]) == 2
+    err = _error(capfd)  # other ids than the parts kept: refused
+    assert "rows" in err and "key" in err, err
+    assert main([*run, "--resume"]) == 0
+    assert pq.read_table(out).column("id").to_pylist() == [f"r{k}" for k in range(5)]

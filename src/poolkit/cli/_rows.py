@@ -61,17 +61,16 @@ def keep_list(args: argparse.Namespace) -> tuple[str, ...]:
 
 def beir_input(args: argparse.Namespace) -> str | None:
     """Point ``args.input`` at a BEIR folder's ``corpus.jsonl`` (a folder holding one);
-    returns the title field to join (``"title"``) for a BEIR corpus read with its default
-    text field, else None."""
+    returns the title field to join (``"title"``) for a BEIR corpus (its text field:
+    ``--text-column``, default ``text``, as ``compare --text-column`` reads it), else
+    None."""
     if args.input == "-":
         return None
     path = Path(args.input)
     if path.is_dir() and (path / "corpus.jsonl").is_file():
         args.input = str(path / "corpus.jsonl")
         path = path / "corpus.jsonl"
-    if path.name == "corpus.jsonl" and args.text_column is None and args.input_format in (
-        None, "jsonl",
-    ):  # fmt: skip
+    if path.name == "corpus.jsonl" and args.input_format in (None, "jsonl"):
         if args.id_column is None:
             args.id_column = "_id"
         return "title"

@@ -295,7 +295,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.task == "retrieval":
         from poolkit.compare.retrieval import read_retrieval
 
-        data: Any = read_retrieval(args.data, args.split, args.query_column, args.document_column)
+        data: Any = read_retrieval(args.data, args.split, args.query_column, args.document_column,
+                                   args.text_column)  # fmt: skip
     else:
         # Clustering reads the classification formats: texts with a label.
         kind = "classification" if args.task == "clustering" else args.task
@@ -518,7 +519,7 @@ def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> s
         parts = ["poolkit", "embed", corpus, "-o", "chunks.parquet", "--chunks", chunks]
         if kind == "late":
             parts.append("--late")
-    parts += ["--recipe", shlex.quote(str(recipe))]
+    parts += ["--recipe", shlex.quote(str(recipe)), *_text_field(args)]
     for flag, value in (("--model", args.model), ("--max-length", args.max_length),
                         ("--dtype", args.dtype)):  # fmt: skip
         if value is not None:
@@ -563,6 +564,7 @@ def _embed(
     without one, ``--calibrate`` the data compared)."""
     name = shlex.quote(str(recipe))
     parts = ["poolkit", "embed", shlex.quote(source), "-o", output, "--recipe", name]
+    parts += _text_field(args)
     for flag, value in (("--model", args.model), ("--max-length", args.max_length),
                         ("--dtype", args.dtype)):  # fmt: skip
         if value is not None:
@@ -583,6 +585,13 @@ def _embed(
         else:
             parts += ["--calibrate", "FILE"]
     return " ".join(parts)
+
+
+def _text_field(args: argparse.Namespace) -> list[str]:
+    """``--text-column C`` where a BEIR folder's text field is not ``text``."""
+    if args.task == "retrieval" and Path(args.data).is_dir() and args.text_column != "text":
+        return ["--text-column", shlex.quote(args.text_column)]
+    return []
 
 
 def export_command(

@@ -71,14 +71,16 @@ def read_retrieval(
     split: str | None = None,
     query_column: str = "query",
     document_column: str = "document",
+    text_column: str = "text",
 ) -> RetrievalData:
-    """Read a BEIR folder (``split``: the qrels file, default ``test`` or the only one) or a
-    (query, document) table, by :func:`poolkit.io.readers.read_records`. Raises
+    """Read a BEIR folder (``split``: the qrels file, default ``test`` or the only one;
+    ``text_column``: the text field of its corpus and queries) or a (query, document)
+    table, by :func:`poolkit.io.readers.read_records`. Raises
     :class:`~poolkit.errors.InputError` (:class:`DataError` for unusable data) naming the
     file and line."""
     path = Path(path)
     if path.is_dir():
-        return _read_beir(path, split)
+        return _read_beir(path, split, text_column)
     if not path.is_file():
         raise DataError(f"{path}: no such file or folder.")
     if split is not None:
@@ -116,14 +118,14 @@ def _ids(path: Path, records: list[tuple[str, dict]]) -> dict[str, int]:
     return out
 
 
-def _read_beir(folder: Path, split: str | None) -> RetrievalData:
+def _read_beir(folder: Path, split: str | None, text_column: str = "text") -> RetrievalData:
     corpus = _jsonl_records(folder / "corpus.jsonl")
     if not corpus:
         raise DataError(f"{folder / 'corpus.jsonl'}: empty corpus (no documents).")
     doc_index = _ids(folder / "corpus.jsonl", corpus)
     documents = []
     for where, rec in corpus:
-        text = _text(rec, "text", where)
+        text = _text(rec, text_column, where)
         if "title" in rec:  # MTEB's join
             joined = (_text(rec, "title", where) + " " + text).strip()
         else:
@@ -135,7 +137,7 @@ def _read_beir(folder: Path, split: str | None) -> RetrievalData:
     query_index = _ids(folder / "queries.jsonl", query_records)
     query_texts = []
     for where, rec in query_records:
-        text = _text(rec, "text", where)
+        text = _text(rec, text_column, where)
         if not text.strip():
             raise DataError(f"{where}: empty query text.")
         query_texts.append(text)
