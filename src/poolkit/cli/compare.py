@@ -319,8 +319,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.recipes:
             recipes, layers = candidates(LEVELS[args.task], args.recipes, layers), None
-            named = [r for r in recipes if r.has_output_stage]
-            recipes = list(dict.fromkeys(base_of(r) for r in recipes))
+            # Sequence recipes with an output stage: budget rows of their float32 row.
+            named = [r for r in recipes if r.has_output_stage and r.level == "sequence"]
+            recipes = list(dict.fromkeys(base_of(r) if r in named else r for r in recipes))
         for spec in layers or ():
             layer_spec(spec)
     except (TypeError, ValueError) as e:
