@@ -14,6 +14,11 @@ from hypothesis import HealthCheck, settings
 # 2-core machine two processes embedding at once took ~20% more CPU time and ~1.7x the wall
 # time with spinning threads. Set before torch loads (libgomp reads it once); a value the
 # caller set wins.
+# `poolkit embed` prints a progress line every 30 s where stderr is not a terminal (as in
+# every test): a long job on a loaded machine would add lines to the stderr tests read. The
+# tests that check those lines set their own interval.
+os.environ.setdefault("POOLKIT_PROGRESS_SECONDS", "86400")
+
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
