@@ -127,3 +127,25 @@ def test_a_beir_corpus_file_alone_hints_at_the_folder(tmp_path):
     (tmp_path / "pairs.jsonl").write_text('{"q": "a", "d": "b"}\n')
     with pytest.raises(DataError, match="missing column 'query'"):
         read_retrieval(tmp_path / "pairs.jsonl")
+
+
+def test_calibrate_merges_the_ranges_of_every_part(tiny_dirs, tmp_path, monkeypatch, capfd):
+    """A --calibrate FILE larger than a part is embedded part by part (bounded memory); the
+    ranges are the least and greatest value over all of them."""
+    from poolkit.cli import _output_args, main
+
+    texts = [f"part text {k} " + "word " * (k % 7) for k in range(130)]
+    texts[120] = "an outlier in the last part " * 6
+    (tmp_path / "cal.txt").write_text("\n".join(texts) + "\n")
+    (tmp_path / "in.txt").write_text("one\n")
+    monkeypatch.setattr(_output_args.calibrate_file_texts, "__defaults__", (50,))
+    model = str(tiny_dirs["bert_plain"])
+    out = str(tmp_path / "o.npy")
+    argv = ["embed", str(tmp_path / "in.txt"), "-o", out, "--recipe", "mean/8/int8",
+            "--calibrate", str(tmp_path / "cal.txt"), "--model", model, "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    cal = json.loads(Path(out + ".poolkit.json").read_text())["columns"]["mean/8/int8"]
+    cal = Calibration.from_json(cal["calibration"])
+    assert "all its 130 non-blank texts" in cal.source
+    want = pk.embed(texts, model, recipe="mean")[:, :8]
+    np.testing.assert_allclose(cal.ranges, np.vstack((want.min(0), want.max(0))), atol=1e-5)

@@ -14,8 +14,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from poolkit import output
 from poolkit.errors import InputError
@@ -140,9 +143,8 @@ def output_ranges(
     if args.ranges is not None:
         return {n: _ranges_from_file(args.ranges, n, r) for n, r in need.items()}
     if args.calibrate is not None:
-        texts = calibrate_file_texts(args)
-        source = f"--calibrate {args.calibrate} (all its {len(texts)} non-blank texts)"
-    elif first_source is not None:
+        return _calibrate_file(args, encoder, need, **embed_options)
+    if first_source is not None:
         texts = [t for t in first if t.strip()][:RANGE_TEXTS]
         source = first_source
     else:
@@ -157,9 +159,39 @@ def output_ranges(
     return {n: dataclasses.replace(c, source=source) for n, c in found.items()}
 
 
-def calibrate_file_texts(args: argparse.Namespace) -> list[str]:
-    """Every non-blank text of ``--calibrate FILE``, read as INPUT is (a BEIR folder or
-    ``corpus.jsonl``: title and text joined, as ``poolkit compare`` scores documents)."""
+def _calibrate_file(
+    args: argparse.Namespace, encoder: Any, need: dict[str, Any], **embed_options: Any
+) -> dict[str, Calibration]:
+    """The ranges of every non-blank text of ``--calibrate FILE``, embedded a part at a time
+    (memory: one part's vectors) and merged: per dimension the least and the greatest value
+    over all parts."""
+    from poolkit.embedding import CalibrationTexts, calibrate_recipes
+
+    lows: dict[str, np.ndarray] = {}
+    highs: dict[str, np.ndarray] = {}
+    count = parts = 0
+    found: dict[str, Calibration] = {}
+    for texts in calibrate_file_texts(args):
+        count, parts = count + len(texts), parts + 1
+        found = calibrate_recipes(encoder, need, CalibrationTexts(texts), **embed_options)
+        for name, cal in found.items():
+            low, high = cal.ranges.astype(np.float64)
+            lows[name] = low if name not in lows else np.minimum(lows[name], low)
+            highs[name] = high if name not in highs else np.maximum(highs[name], high)
+    if not count:
+        raise InputError(f"--calibrate {args.calibrate}: no non-blank text to take ranges from; "
+                         "name a file with some of your texts.")  # fmt: skip
+    source = f"--calibrate {args.calibrate} (all its {count} non-blank texts)"
+    if parts == 1:  # the ranges as calibrated, not rebuilt from them
+        return {n: dataclasses.replace(c, source=source) for n, c in found.items()}
+    return {n: Calibration.from_ranges(np.vstack((lows[n], highs[n])).astype(np.float32), source)
+            for n in need}  # fmt: skip
+
+
+def calibrate_file_texts(args: argparse.Namespace, part: int = 4096) -> Iterator[list[str]]:
+    """The non-blank texts of ``--calibrate FILE``, ``part`` at a time, read as INPUT is (a
+    BEIR folder or ``corpus.jsonl``: title and text joined, as ``poolkit compare`` scores
+    documents)."""
     from poolkit.cli._rows import beir_input
     from poolkit.io.readers import input_format, read_rows
 
@@ -167,8 +199,10 @@ def calibrate_file_texts(args: argparse.Namespace) -> list[str]:
                                input_format=None, id_column="_id")  # fmt: skip
     title = beir_input(probe)
     column = None if input_format(probe.input, None) == "txt" else args.text_column
-    return [t for part in read_rows(probe.input, text_column=column, title_column=title)
-            for t in part.texts if t.strip()]  # fmt: skip
+    for rows in read_rows(probe.input, text_column=column, title_column=title, chunk_size=part):
+        texts = [t for t in rows.texts if t.strip()]
+        if texts:
+            yield texts
 
 
 def output_metadata(
