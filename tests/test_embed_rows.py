@@ -215,3 +215,43 @@ def test_a_resumed_job_reads_the_same_ids(model, tmp_path, capfd):
     assert "rows" in err and "key" in err, err
     assert main([*run, "--resume"]) == 0
     assert pq.read_table(out).column("id").to_pylist() == [f"r{k}" for k in range(5)]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "npz"])
+def test_a_ragged_output_keeps_text_ids(tmp_path, fmt):
+    """Multi-vector rows (one per token) carry their text's id: a user's ids as text."""
+    from poolkit.io.writers import EmbeddingWriter
+
+    out = tmp_path / f"o.{fmt}"
+    vectors = np.arange(10, dtype=np.float32).reshape(5, 2)
+    with EmbeddingWriter(out, fmt, ["mv"], False, kind="multivector") as w:
+        w.write(["a", "a", "b", "c", "c"], {"mv": vectors})
+    if fmt == "parquet":
+        table = pq.read_table(out)
+        assert table.column("id").to_pylist() == ["a", "b", "c"]
+        assert [len(x) for x in table.column("mv").to_pylist()] == [2, 1, 2]
+    elif fmt == "jsonl":
+        rows = [json.loads(x) for x in out.read_text().splitlines()]
+        assert [(r["id"], len(r["mv"])) for r in rows] == [("a", 2), ("b", 1), ("c", 2)]
+    else:
+        with np.load(out) as z:
+            assert z["ids"].tolist() == ["a", "b", "c"] and z["offsets"].tolist() == [0, 2, 3, 5]
+
+
+def test_sparse_outputs_carry_the_inputs_ids(tmp_path, tmp_path_factory):
+    from tiny_models import build_mlm
+
+    mlm = str(build_mlm("bert_dense", tmp_path_factory.mktemp("mlm") / "bert"))
+    src = tmp_path / "in.jsonl"
+    _jsonl(src, [{"_id": f"d{k}", "text": t} for k, t in enumerate(TEXTS)])
+    base = ["--recipe", "splade", "--model", mlm, "--quiet"]
+    assert main(["embed", str(src), "-o", str(tmp_path / "s.parquet"), *base]) == 0
+    assert pq.read_table(tmp_path / "s.parquet").column("id").to_pylist() == [
+        "d0",
+        "d1",
+        "d2",
+        "d3",
+    ]
+    assert main(["embed", str(src), "-o", str(tmp_path / "s.npz"), *base]) == 0
+    record = json.loads((tmp_path / "s.npz.poolkit.json").read_text())
+    assert record["ids"] == ["d0", "d1", "d2", "d3"]
