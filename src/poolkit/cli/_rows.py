@@ -25,7 +25,15 @@ import numpy as np
 
 from poolkit.errors import InputError
 
-__all__ = ["BEIR_JOIN", "UserIds", "add_row_arguments", "beir_input", "kept_column"]
+__all__ = [
+    "BEIR_JOIN",
+    "UserIds",
+    "add_row_arguments",
+    "beir_input",
+    "keep_list",
+    "kept_column",
+    "note_beir",
+]
 
 BEIR_JOIN = 'title + " " + text (MTEB\'s join; text alone where a document has no title)'
 
