@@ -120,6 +120,7 @@ def _isolated(cwd, env, umask, stdin, stdout, stderr) -> Iterator[None]:
             os.environ.clear()
             os.environ.update(env)
         os.chdir(cwd)
+        _drop_stale_encoders()
         sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
         sys.argv = ["poolkit"]
         for handler in handlers:
@@ -133,6 +134,7 @@ def _isolated(cwd, env, umask, stdin, stdout, stderr) -> Iterator[None]:
             for thread in set(threading.enumerate()) - before:
                 if not thread.daemon:
                     thread.join()
+            _stamp_encoders()
     finally:
         for handler in handlers:
             handler.setStream(saved_streams[2])
@@ -146,6 +148,51 @@ def _isolated(cwd, env, umask, stdin, stdout, stderr) -> Iterator[None]:
         if dict(os.environ) != saved_env:
             os.environ.clear()
             os.environ.update(saved_env)
+
+
+# --- the models kept loaded between commands ----------------------------------------------
+#
+# ``poolkit.embedding.get_encoder`` keeps the two most recent models loaded, keyed by the
+# model argument and the encoder settings. Between commands that is what a fresh process
+# would load too, unless what the model comes from differs: the environment (the ONNX cache,
+# POOLKIT_CACHE, HF_HOME, ...), the folder a relative model path names from the command's
+# directory, or the files of that folder (a test rewrites or damages them). A model loaded
+# under other conditions is dropped, and the command loads it again as a fresh process would.
+
+_loaded: dict[tuple, tuple] = {}  # cache key -> the conditions its model was loaded under
+
+
+def _conditions(key: tuple) -> tuple:
+    """The environment (less pytest's note of the running test), and the model folder's
+    path and its files' stat, for a cache key."""
+    model = key[0]
+    files: list[tuple] = []
+    folder = os.path.abspath(model) if model is not None else None
+    if folder is not None and os.path.isdir(folder):
+        for root, _, names in os.walk(folder):
+            for name in sorted(names):
+                info = os.stat(os.path.join(root, name))
+                files.append((root, name, info.st_size, info.st_mtime_ns, info.st_ino))
+    env = tuple(sorted(kv for kv in os.environ.items() if kv[0] != "PYTEST_CURRENT_TEST"))
+    return env, folder, tuple(files)
+
+
+def _drop_stale_encoders() -> None:
+    embedding = sys.modules.get("poolkit.embedding")
+    if embedding is None:
+        return
+    for key in list(embedding._CACHE):
+        if _loaded.get(key) != _conditions(key):
+            del embedding._CACHE[key]
+
+
+def _stamp_encoders() -> None:
+    embedding = sys.modules.get("poolkit.embedding")
+    if embedding is None:
+        return
+    _loaded.clear()
+    for key in embedding._CACHE:
+        _loaded[key] = _conditions(key)
 
 
 def _show_on_stderr(message, category, filename, lineno, file=None, line=None) -> None:

@@ -114,3 +114,25 @@ def test_a_warning_and_a_log_line_reach_the_command_stderr(tmp_path, monkeypatch
     finally:
         logger.removeHandler(handler)
     assert handler.stream is sys.stderr
+
+
+def test_a_model_changed_on_disk_is_loaded_again(tmp_path, tiny_dirs):
+    """Models stay loaded between commands, except where a fresh process would load other
+    files: the folder a relative ``--model`` names is replaced between two commands."""
+    import shutil
+
+    import poolkit
+    from poolkit.encoder import Encoder
+
+    (tmp_path / "in.txt").write_bytes(TEXTS)
+    texts = TEXTS.decode().splitlines()
+    model = tmp_path / "model"
+    for source in ("bert_plain", "gpt2"):
+        if model.exists():
+            shutil.rmtree(model)
+        shutil.copytree(tiny_dirs[source], model)
+        args = ["embed", "in.txt", "-o", f"{source}.npy", "--model", "model", "-s", "mean", "-q"]
+        result = clitools.run_cli(args, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        want = poolkit.embed(texts, Encoder(model), "mean")
+        np.testing.assert_allclose(np.load(tmp_path / f"{source}.npy"), want, atol=1e-6)
