@@ -318,10 +318,14 @@ def _run(args: argparse.Namespace) -> int:
     named: list[Any] = []  # recipes with an output stage: budget rows of their base
     try:
         if args.recipes:
-            recipes, layers = candidates(LEVELS[args.task], args.recipes, layers), None
+            from poolkit.compare.sparse_rows import split_extra
+
+            dense, extra = split_extra(args.recipes, args.task)  # sparse and BM25 rows
+            recipes = candidates(LEVELS[args.task], dense, layers) if dense else []
+            layers = None
             # Sequence recipes with an output stage: budget rows of their float32 row.
             named = [r for r in recipes if r.has_output_stage and r.level == "sequence"]
-            recipes = list(dict.fromkeys(base_of(r) if r in named else r for r in recipes))
+            recipes = [*dict.fromkeys(base_of(r) if r in named else r for r in recipes), *extra]
         for spec in layers or ():
             layer_spec(spec)
     except (TypeError, ValueError) as e:
@@ -540,7 +544,12 @@ def embed_command(
     vectors of ``recipe``'s row (``quantize``: a quantised row) for the texts of INPUT.
     Retrieval on a BEIR folder: the documents' command, ``&&``, the queries' (a
     ``+rescore`` row's queries without the precision: float queries)."""
-    if recipe.level != "sequence":
+    if recipe.level == "lexical":  # BM25: an index of the documents, no vectors to write
+        return (
+            f"bm25s.BM25(k1={recipe.k1:g}, b={recipe.b:g}).index(bm25s.tokenize(documents, "
+            'stopwords="en"))'
+        )
+    if recipe.level not in ("sequence", "sparse"):
         fn = "embed_words(words" if recipe.level == "word" else "embed_spans(texts, char_spans"
         model = "" if args.model is None else f", {args.model!r}"
         return f"poolkit.{fn}{model}, recipe={str(recipe)!r})"
@@ -553,7 +562,8 @@ def embed_command(
             _embed(args, queries, quantize, str(Path(args.data) / "queries.jsonl"),
                    f"queries-{slug}.parquet", args.prompt_name),
         ])  # fmt: skip
-    return _embed(args, recipe, quantize, "INPUT", "vectors.npy", args.prompt_name)
+    out = "vectors.npz" if recipe.level == "sparse" else "vectors.npy"
+    return _embed(args, recipe, quantize, "INPUT", out, args.prompt_name)
 
 
 def _embed(

@@ -76,6 +76,11 @@ class RowFacts:
     ranges: Any = None
     documents: str | None = None
     vectors_per_document: float | None = None
+    active_dims_query: float | None = None
+    active_dims_document: float | None = None
+    flops: float | None = None
+    bytes_per_document: float | None = None
+    bytes_per_document_f16: float | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +216,15 @@ class Cells:
     ties: list[bool]
 
 
+def _sparse_cells(r: Result) -> list[str]:
+    """A sparse row's active dimensions, FLOPS and bytes per document; blanks otherwise."""
+    if r.flops is None:
+        return ["", "", "", ""]
+    assert r.bytes_per_document is not None and r.bytes_per_document_f16 is not None
+    return [f"{r.active_dims_query:.1f}", f"{r.active_dims_document:.1f}", f"{r.flops:.1f}",
+            f"{r.bytes_per_document:.0f}|{r.bytes_per_document_f16:.0f}"]  # fmt: skip
+
+
 def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -> Cells:
     """The cells of :func:`table` (see there for what each column holds)."""
     names = METRICS[task]
@@ -219,12 +233,14 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
     ties = tied(ranked, main)
     show_backend = any(r.quantize for r in ranked)
     show_bytes = any(r.bytes_per_vector is not None for r in ranked)
+    show_sparse = any(r.flops is not None for r in ranked)
     has_ci = bootstrap is not None and all(r.ci for r in ranked)
     has_vs = has_ci and any(r.vs_intended is not None for r in ranked)
     head = [
         "#", "recipe",
         *(["backend"] if show_backend else []),
         *(["bytes"] if show_bytes else []),
+        *(["q dims", "d dims", "FLOPS", "bytes/doc f32|f16"] if show_sparse else []),
         *(f"{n} [95% CI]" if has_ci else n for n in names),
         *(["vs * [95% CI]", "sig"] if has_vs else []),
     ]  # fmt: skip
@@ -247,6 +263,7 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
                 + (f" (= {', '.join(r.member_names()[1:])})" if len(r.members) > 1 else ""),
                 *([f"{r.backend or 'torch'} {r.quantize or 'fp32'}"] if show_backend else []),
                 *([str(r.bytes_per_vector or "")] if show_bytes else []),
+                *(_sparse_cells(r) if show_sparse else []),
                 *(metric(r, n) for n in names),
                 *(_vs_cells(vs) if has_vs else []),
             ]
@@ -491,12 +508,16 @@ def to_json(
     ``"naive tokens:N"``, ``"late tokens:N"``; null: each document one text, as the
     strategy rows embed it) and, when ``embed_command`` is given, ``embed_command``: the
     command that writes the row's document vectors (the queries' for the other rows).
+    With sparse rows (retrieval) every row also has ``active_dims_query``,
+    ``active_dims_document``, ``flops``, ``bytes_per_document`` and
+    ``bytes_per_document_f16`` (null for the dense and BM25 rows).
     """
     metric = MAIN_METRIC[task]
     ranked = rank(results, metric)
     quantized = any(r.quantize for r in ranked)
     budget = any(r.bytes_per_vector is not None for r in ranked)
     chunked = any(r.documents for r in ranked)
+    sparse = any(r.flops is not None for r in ranked)
     rows = []
     for r, tie in zip(ranked, tied(ranked, metric), strict=True):
         row = {
@@ -528,6 +549,11 @@ def to_json(
                 row["ranges"] = r.ranges.to_json()
             if task == "retrieval":
                 row["search_ms_per_query"] = r.search_ms
+        if sparse:
+            row.update(active_dims_query=r.active_dims_query, flops=r.flops,
+                       active_dims_document=r.active_dims_document,
+                       bytes_per_document=r.bytes_per_document,
+                       bytes_per_document_f16=r.bytes_per_document_f16)  # fmt: skip
         if chunked:
             row["documents"] = r.documents
             row["vectors_per_document"] = r.vectors_per_document

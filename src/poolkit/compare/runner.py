@@ -34,6 +34,7 @@ from poolkit.compare.grouping import groups
 from poolkit.compare.multivector import RERANK
 from poolkit.compare.multivector import check_candidates as check_multivector
 from poolkit.compare.report import Result
+from poolkit.compare.sparse_rows import score_extra_rows, split_extra
 from poolkit.compare.summary import Row, summarize
 from poolkit.compare.timing import TimedEncoder
 from poolkit.driver import LayerViews, drive
@@ -110,13 +111,17 @@ def compare(
     use; ValueError for unknown strategies.
     """
     level = LEVELS[settings.task]
-    strategies = settings.strategies
+    # Sparse and BM25 rows (retrieval) are scored on their own path (.sparse_rows).
+    strategies, extra = split_extra(settings.strategies, settings.task)
     intended = encoder.info.intended_recipe() if level == "sequence" else None
+    if intended is not None and intended.kind != "dense":  # a sparse model: its own row
+        extra = extra if intended in extra else [intended, *extra]
+        intended = None
     if intended is not None and strategies is None:
         # The model's own pooling always takes part unless the user narrowed the set.
         base = default_strategies("sequence")
         strategies = base if str(intended) in base else (*base, intended)
-    cands = candidates(level, strategies, settings.layers)
+    cands = candidates(level, strategies, settings.layers) if strategies != [] else []
     if settings.task == "ner" and train is None:
         raise DataError(
             "task ner needs a training file (CoNLL, `train`) to train the tagging probe."
@@ -134,7 +139,7 @@ def compare(
     timed = TimedEncoder(encoder)
     evaluations = {
         k if isinstance(k, tuple) else (k, None): e
-        for k, e in score(timed, data, train, reps, settings).items()
+        for k, e in (score(timed, data, train, reps, settings) if reps else {}).items()
     }
     facts = settings.budget_facts
     rows = [
@@ -165,6 +170,12 @@ def compare(
                         search_ms=fact.get("search_ms"), calibration=fact.get("calibration"),
                         ranges=fact.get("ranges"))
                 )  # fmt: skip
+    if extra:
+        scored, sparsity = score_extra_rows(encoder, data, extra, settings)
+        for r in extra:
+            evaluations[(r, None)] = scored[r]
+            rows.append(Row((r, None), r, (r,), intended=False, backend=settings.backend,
+                            **sparsity.get(r, {})))  # fmt: skip
     base = settings.document_base
     if base is not None:
         window = settings.long_text != "window"

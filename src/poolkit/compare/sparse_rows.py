@@ -1,0 +1,208 @@
+"""Rows of ``compare --task retrieval`` that are not dense vectors: sparse recipes
+(``splade``, :mod:`poolkit.sparse`) and the lexical baseline BM25 (``bm25``, through the
+``bm25s`` library).
+
+A sparse row scores a query against a document by the exact dot product of their sparse
+vectors (what SPLADE is trained for); a BM25 row by ``bm25s``' scores with its defaults
+(``method="lucene"``, ``k1=1.5``, ``b=0.75``), texts tokenized by
+``bm25s.tokenize(texts, stopwords="en")``; documents are joined as the dense rows join
+them (:mod:`poolkit.compare.retrieval`). Ranking, tie rule and metrics are the dense rows'
+(:func:`poolkit.compare.search.top_k_by`, :func:`~poolkit.compare.retrieval.query_metrics`),
+so every row gets the same intervals and paired differences.
+
+Per sparse row: the mean active (non-zero) dimensions of queries and of documents; FLOPS
+as sentence-transformers' ``SparseInformationRetrievalEvaluator`` defines it, the dot
+product of the fraction of queries and of documents in which each term is active (the
+expected multiplications of one query-document score); and the bytes one document takes
+stored as (int32 index, float32 weight) per active term, and with float16 weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from poolkit._errors import value_error
+
+__all__ = ["BM25", "parse_bm25", "score_extra_rows", "sparsity_facts", "split_extra"]
+
+
+@dataclass(frozen=True)
+class BM25:
+    """A BM25 row: ``bm25s.BM25(k1=k1, b=b)`` (method lucene). Its name, ``bm25``, gains
+    ``/k1=K`` and ``/b=B`` when they differ from the defaults."""
+
+    k1: float = 1.5
+    b: float = 0.75
+    level = "lexical"
+    kind = "lexical"
+    layers = None
+    precision = None
+    dims = None
+    has_output_stage = False
+
+    def __str__(self) -> str:
+        name = "bm25"
+        if self.k1 != 1.5:
+            name += f"/k1={self.k1:g}"
+        if self.b != 0.75:
+            name += f"/b={self.b:g}"
+        return name
+
+    @property
+    def strategy(self) -> str:
+        return str(self)
+
+
+def parse_bm25(name: Any) -> BM25 | None:
+    """The :class:`BM25` row named ``name`` (``bm25``, ``bm25/k1=1.2/b=0.5``), or ``None``
+    for a name that is not BM25's."""
+    if isinstance(name, BM25):
+        return name
+    if not isinstance(name, str) or name.strip().lower().split("/")[0] != "bm25":
+        return None
+    values = {"k1": 1.5, "b": 0.75}
+    for seg in name.strip().lower().split("/")[1:]:
+        key, _, raw = seg.partition("=")
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if key not in values or value < 0 or (key == "b" and value > 1):
+            value_error("recipes", "bm25, optionally /k1=K (>= 0) and /b=B (0..1)", repr(name),
+                        "e.g. bm25/k1=1.2/b=0.75.")  # fmt: skip
+        values[key] = value
+    return BM25(values["k1"], values["b"])
+
+
+def split_extra(strategies: Sequence[Any] | None, task: str) -> tuple[list[Any] | None, list[Any]]:
+    """``(dense names, sparse and BM25 rows)`` of ``strategies``; for ``None`` (the
+    defaults) the dense defaults and, for retrieval, a BM25 row. Outside retrieval a sparse
+    or BM25 name is refused."""
+    from poolkit.recipe import Recipe
+
+    if strategies is None:
+        return None, [BM25()] if task == "retrieval" else []
+    dense: list[Any] = []
+    extra: list[Any] = []
+    for s in strategies:
+        bm = parse_bm25(s)
+        r = bm if bm is not None else s if isinstance(s, Recipe) else None
+        if r is None and isinstance(s, str) and s.strip().split("/")[0].strip().lower() in _SPARSE:
+            r = Recipe.parse(s)
+        if r is not None and r.kind != "dense":
+            if task != "retrieval":
+                value_error("recipes", f"dense recipes for --task {task}", str(r),
+                            "Sparse and BM25 rows are compared on --task retrieval.")  # fmt: skip
+            if r not in extra:
+                extra.append(r)
+        else:
+            dense.append(s)
+    return dense, extra
+
+
+def _sparse_names() -> frozenset[str]:
+    from poolkit.sparse.names import SPARSE_STRATEGIES
+
+    return frozenset(SPARSE_STRATEGIES) | {f"sparse:{n}" for n in SPARSE_STRATEGIES}
+
+
+_SPARSE = _sparse_names()
+
+
+def sparsity_facts(queries: Any, documents: Any) -> dict[str, float]:
+    """Mean active dimensions of ``queries`` and ``documents`` (CSR ``(Q, V)``, ``(N, V)``),
+    FLOPS (sentence-transformers' definition) and bytes per stored document."""
+    q_active = np.diff(queries.indptr)
+    d_active = np.diff(documents.indptr)
+    width = queries.shape[1]
+    q_share = np.bincount(queries.indices, minlength=width) / max(queries.shape[0], 1)
+    d_share = np.bincount(documents.indices, minlength=width) / max(documents.shape[0], 1)
+    mean_d = float(d_active.mean()) if len(d_active) else 0.0
+    return {
+        "active_dims_query": float(q_active.mean()) if len(q_active) else 0.0,
+        "active_dims_document": mean_d,
+        "flops": float(q_share @ d_share),
+        "bytes_per_document": mean_d * (4 + 4),
+        "bytes_per_document_f16": mean_d * (4 + 2),
+    }
+
+
+def sparse_ranked(queries: Any, documents: Any, k: int, ties: np.ndarray) -> np.ndarray:
+    """Top-``k`` documents per query by exact sparse dot product (ties as the dense rows')."""
+    from poolkit.compare.search import top_k_by
+
+    def scores(q0: int, q1: int, d0: int, d1: int) -> np.ndarray:
+        block = queries[q0:q1] @ documents[d0:d1].T
+        return np.asarray(block.toarray(), dtype=np.float32)
+
+    ranked, _ = top_k_by(scores, queries.shape[0], documents.shape[0], k, ties, doc_block=4096)
+    return ranked
+
+
+def bm25_ranked(
+    queries: Sequence[str], documents: Sequence[str], row: BM25, k: int, ties: np.ndarray
+) -> np.ndarray:
+    """Top-``k`` documents per query by ``bm25s``' scores (ties as the dense rows')."""
+    import bm25s
+
+    from poolkit.compare.search import top_k_by
+
+    index = bm25s.BM25(k1=row.k1, b=row.b)
+    index.index(bm25s.tokenize(list(documents), stopwords="en", show_progress=False),
+                show_progress=False)  # fmt: skip
+    tokens = bm25s.tokenize(list(queries), stopwords="en", return_ids=False, show_progress=False)
+    n = len(documents)
+    matrix = np.stack([index.get_scores(list(t)) if t else np.zeros(n, np.float32)
+                       for t in tokens]) if tokens else np.zeros((0, n), np.float32)  # fmt: skip
+    ranked, _ = top_k_by(lambda q0, q1, d0, d1: matrix[q0:q1, d0:d1], len(queries), n, k, ties)
+    return ranked
+
+
+def score_extra_rows(
+    encoder: Any, data: Any, rows: Sequence[Any], settings: Any
+) -> tuple[dict[Any, Any], dict[Any, dict[str, float]]]:
+    """Each sparse or BM25 row of ``rows`` on retrieval ``data``: ``({row: QueryEval},
+    {row: facts})`` (facts: :func:`sparsity_facts`, sparse rows only). Sparse recipes share
+    one forward pass per side; queries get ``settings.prompt_name``, documents
+    ``settings.document_prompt_name``, as the dense rows do."""
+    from poolkit.compare.evaluation import QueryEval
+    from poolkit.compare.retrieval import DEPTH, query_metrics
+    from poolkit.compare.search import id_order
+
+    ties = id_order(data.doc_ids)
+    out: dict[Any, Any] = {}
+    facts: dict[Any, dict[str, float]] = {}
+    sparse = [r for r in rows if not isinstance(r, BM25)]
+    if sparse:
+        named = {str(r): r for r in sparse}
+        q_vecs = _embed(encoder, data.queries, named, settings, settings.prompt_name)
+        d_vecs = _embed(encoder, data.documents, named, settings, settings.document_prompt_name)
+        for name, r in named.items():
+            ranked = sparse_ranked(q_vecs[name], d_vecs[name], DEPTH, ties)
+            out[r] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
+            facts[r] = sparsity_facts(q_vecs[name], d_vecs[name])
+    for r in rows:
+        if isinstance(r, BM25):
+            ranked = bm25_ranked(data.queries, data.documents, r, DEPTH, ties)
+            out[r] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
+    return out, facts
+
+
+def _embed(encoder: Any, texts: Sequence[str], named: dict[str, Any], settings: Any,
+           prompt_name: str | None) -> dict[str, Any]:  # fmt: skip
+    from poolkit.prompts import resolve_prompt
+    from poolkit.sparse import embed_sparse
+
+    prompt = resolve_prompt(encoder.info, prompt_name, None)
+    vectors, stats = embed_sparse(list(texts), encoder, named, long_text=settings.long_text,
+                                  prompt=prompt)  # fmt: skip
+    if stats.num_truncated:
+        note = (f"{', '.join(named)}: {stats.num_truncated} of {len(texts)} texts truncated at "
+                f"{encoder.max_length} tokens.")  # fmt: skip
+        if note not in settings.notes:
+            settings.notes.append(note)
+    return vectors

@@ -1,0 +1,128 @@
+"""``compare --task retrieval`` with sparse and BM25 rows, each against an independent
+recomputation: sentence-transformers' SparseEncoder vectors ranked by hand and scored by
+pytrec_eval; its SparseInformationRetrievalEvaluator for active dims and FLOPS; bm25s
+run directly for the BM25 rows (on a BEIR folder with titles)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_models import build_mlm
+
+from poolkit.compare.retrieval import read_retrieval
+from poolkit.compare.runner import Settings, compare
+from poolkit.compare.sparse_rows import BM25, parse_bm25, split_extra
+from poolkit.encoder import Encoder
+from poolkit.recipe import Recipe
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+pytestmark = pytest.mark.filterwarnings("ignore::poolkit.driver.TruncationWarning")
+FIXTURE = Path(__file__).parent / "data" / "stsb-images-retrieval"
+
+
+@pytest.fixture(scope="module")
+def titled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed BEIR fixture's first 200 documents and the judgements on them, the
+    first 120 given titles (the first three words of the next document), so that the
+    title join is exercised."""
+    root = tmp_path_factory.mktemp("titled")
+    docs = [json.loads(x) for x in (FIXTURE / "corpus.jsonl").read_text().splitlines()][:200]
+    for k, d in enumerate(docs[:120]):
+        d["title"] = " ".join(docs[k + 1]["text"].split()[:3])
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (root / "queries.jsonl").write_bytes((FIXTURE / "queries.jsonl").read_bytes())
+    (root / "qrels").mkdir()
+    kept = {d["_id"] for d in docs}
+    lines = (FIXTURE / "qrels" / "test.tsv").read_text().splitlines()
+    judged = [x for x in lines[1:] if x.split("\t")[1] in kept]
+    (root / "qrels" / "test.tsv").write_text("\n".join([lines[0], *judged]) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def mlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_mlm("bert_dense", tmp_path_factory.mktemp("mlm") / "bert")
+
+
+def _trec(data, scores: np.ndarray) -> dict[str, float]:
+    """Mean nDCG@10, Recall@100, MAP@100 of a full score matrix, by pytrec_eval."""
+    qrels = {data.query_ids[q]: {} for q in range(len(data.queries))}
+    for q, d, rel in data.qrels.tolist():
+        qrels[data.query_ids[q]][data.doc_ids[d]] = int(rel)
+    run = {data.query_ids[q]: {data.doc_ids[d]: float(s) for d, s in enumerate(row)}
+           for q, row in enumerate(scores)}  # fmt: skip
+    measures = {"ndcg_cut.10", "recall.100", "map_cut.100"}
+    per = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
+    keys = {"ndcg_at_10": "ndcg_cut_10", "recall_at_100": "recall_100", "map_at_100": "map_cut_100"}
+    return {k: float(np.mean([v[t] for v in per.values()])) for k, t in keys.items()}
+
+
+def test_sparse_and_bm25_rows_equal_independent_recomputation(titled: Path, mlm: Path) -> None:
+    import bm25s
+    from sentence_transformers.sparse_encoder import SparseEncoder
+    from sentence_transformers.sparse_encoder.evaluation import SparseInformationRetrievalEvaluator
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+
+    data = read_retrieval(titled)
+    assert data.documents[0] == "A passenger train Two green and white trains on tracks."
+    encoder = Encoder(mlm, max_length=64)
+    rows = ["mean", "splade", "splade_sum/top24", "bm25", "bm25/k1=0.9/b=0.4"]
+    settings = Settings("retrieval", strategies=rows, bootstrap=200)
+    results = {str(r.recipe): r for r in compare(encoder, data, settings)}
+    assert set(results) == set(rows)
+
+    for name, (pooling, k) in {"splade": ("max", None), "splade_sum/top24": ("sum", 24)}.items():
+        modules = [MLMTransformer(str(mlm), max_seq_length=64), SpladePooling(pooling, "relu")]
+        st = SparseEncoder(modules=modules, device="cpu", max_active_dims=k)
+        q = st.encode(data.queries, convert_to_tensor=True).to_dense().numpy()
+        d = st.encode(data.documents, convert_to_tensor=True).to_dense().numpy()
+        want = _trec(data, q.astype(np.float64) @ d.T.astype(np.float64))
+        got = results[name]
+        for metric, value in want.items():
+            assert got.metrics[metric] == pytest.approx(value, abs=1e-6), (name, metric)
+        assert got.vs_intended is not None and got.ci["ndcg_at_10"][0] <= got.metrics["ndcg_at_10"]
+        if k is None:
+            continue
+        # Active dims and FLOPS as sentence-transformers' evaluator reports them (once: it
+        # embeds everything again).
+        evaluator = SparseInformationRetrievalEvaluator(
+            queries=dict(zip(data.query_ids, data.queries, strict=True)),
+            corpus=dict(zip(data.doc_ids, data.documents, strict=True)),
+            relevant_docs={data.query_ids[a]: {data.doc_ids[b]} for a, b, r in data.qrels if r > 0},
+            max_active_dims=k, show_progress_bar=False, batch_size=64,
+        )  # fmt: skip
+        ev = evaluator(st)
+        pick = {suffix: next(v for key, v in ev.items() if key.endswith(suffix))
+                for suffix in ("query_active_dims", "corpus_active_dims", "avg_flops")}  # fmt: skip
+        assert got.active_dims_query == pytest.approx(pick["query_active_dims"], rel=1e-6)
+        assert got.active_dims_document == pytest.approx(pick["corpus_active_dims"], rel=1e-6)
+        assert got.flops == pytest.approx(pick["avg_flops"], rel=1e-5)
+        assert got.bytes_per_document == pytest.approx(8 * pick["corpus_active_dims"], rel=1e-6)
+        assert got.bytes_per_document_f16 == pytest.approx(6 * pick["corpus_active_dims"], rel=1e-6)
+
+    for name, (k1, b) in {"bm25": (1.5, 0.75), "bm25/k1=0.9/b=0.4": (0.9, 0.4)}.items():
+        index = bm25s.BM25(k1=k1, b=b)  # method lucene, the default
+        index.index(bm25s.tokenize(data.documents, stopwords="en", show_progress=False))
+        found, scores = index.retrieve(bm25s.tokenize(data.queries, stopwords="en"), k=100,
+                                       show_progress=False)  # fmt: skip
+        full = np.full((len(data.queries), len(data.documents)), -1.0)
+        np.put_along_axis(full, found, scores, axis=1)
+        want = _trec(data, full)
+        got = results[name]
+        assert got.metrics["ndcg_at_10"] == pytest.approx(want["ndcg_at_10"], abs=1e-4), name
+        assert got.flops is None and got.vs_intended is not None  # paired with the * row
+
+
+def test_row_names() -> None:
+    assert str(BM25()) == "bm25" and str(BM25(1.2, 0.75)) == "bm25/k1=1.2"
+    assert parse_bm25("bm25/k1=1.2/b=0.5") == BM25(1.2, 0.5) and parse_bm25("mean") is None
+    with pytest.raises(ValueError, match="bm25"):
+        parse_bm25("bm25/b=2")
+    dense, extra = split_extra(["mean", "splade/top8", "bm25"], "retrieval")
+    assert dense == ["mean"] and extra == [Recipe.parse("splade/top8"), BM25()]
+    assert split_extra(None, "retrieval") == (None, [BM25()])  # BM25 is a default row
+    with pytest.raises(ValueError, match="retrieval"):
+        split_extra(["splade"], "sts")
