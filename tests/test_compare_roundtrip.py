@@ -58,6 +58,7 @@ def run_scores(recipe: str, q: np.ndarray, d: np.ndarray) -> np.ndarray:
     return qn.astype(np.float64) @ dn.astype(np.float64).T
 
 
+@pytest.mark.slow  # the real model: one compare and six embed commands (~50 s on 2 cores)
 def test_printed_embed_commands_reproduce_compare_ndcg(tmp_path, minilm_dir):
     beir = titled_beir(tmp_path / "beir")
     model = str(minilm_dir)
