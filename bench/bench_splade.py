@@ -15,7 +15,7 @@ checkpoint with ``SpladePooling("max", "relu")`` (recipe ``splade``), at max len
    memory after loading the model and one warm-up call: the memory the call itself took.
    sentence-transformers at its defaults (``batch_size=32``, ``chunk_size=None``).
 
-    python bench/bench_splade.py [--rounds 5] [--short 1000] [--long 200]
+    python bench/bench_splade.py [--rounds 5] [--short 1000] [--long 200] [--sets memory short long]
 """
 
 from __future__ import annotations
@@ -143,6 +143,13 @@ def main() -> None:
     ap.add_argument("--short", type=int, default=1000)
     ap.add_argument("--long", type=int, default=200)
     ap.add_argument("--docs", type=int, default=64)
+    ap.add_argument(
+        "--sets",
+        nargs="+",
+        default=["memory", "short", "long"],
+        choices=["memory", "short", "long"],
+        help="what to measure",
+    )
     ap.add_argument("--memory-child", choices=["poolkit", "st"], help=argparse.SUPPRESS)
     ap.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -155,7 +162,7 @@ def main() -> None:
         folder = build_model(Path(tmp) / "splade-minilm-random")
         report: dict[str, object] = {"sentence_transformers": sentence_transformers.__version__,
                                      "uptime": os.popen("uptime").read().strip()}  # fmt: skip
-        report["memory_512"] = [
+        report["memory_512"] = [] if "memory" not in args.sets else [
             json.loads(subprocess.run(
                 [sys.executable, __file__, "--memory-child", side, "--model", str(folder),
                  "--docs", str(args.docs)], capture_output=True, text=True, check=True,
@@ -163,6 +170,8 @@ def main() -> None:
             for side in ("poolkit", "st")
         ]  # fmt: skip
         for kind, n in (("short", args.short), ("long", args.long)):
+            if kind not in args.sets:
+                continue
             report[kind] = throughput(folder, kind, n, args.rounds)
             print(json.dumps(report[kind]), flush=True)
         print(json.dumps(report, indent=1))

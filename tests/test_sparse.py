@@ -160,3 +160,16 @@ def test_dense_keywords_refused_on_sparse(mlm_dirs: dict[str, object]) -> None:
     for kw in ({"dims": 8}, {"precision": "int8"}):
         with pytest.raises(RecipeError, match="sparse recipe"):
             poolkit.embed(["x"], model=mlm_dirs["bert_dense"], recipe="splade", **kw)
+
+
+def test_sparse_encoder_folder_max_active_dims_is_its_top_k(mlm_dirs, tmp_path) -> None:
+    from sentence_transformers.sparse_encoder import SparseEncoder
+
+    folder = build_sparse_encoder(mlm_dirs["bert_dense"], tmp_path / "st")
+    st = SparseEncoder(str(folder), device="cpu", max_active_dims=7)
+    st.save(str(folder))  # the folder now says max_active_dims 7
+    assert poolkit.model_info(folder).pooling == "splade/top7"
+    ref = _dense(SparseEncoder(str(folder), device="cpu"), TEXTS)
+    got = poolkit.embed(TEXTS, model=folder)
+    np.testing.assert_allclose(got.toarray(), ref, rtol=0, atol=1e-5)
+    assert np.diff(got.indptr).max() == 7

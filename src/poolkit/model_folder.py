@@ -135,6 +135,8 @@ class ModelInfo:
         ``layer_how``, ``exclude_special``, ``normalize``)."""
         from poolkit.recipe import Recipe  # recipe.py needs nothing from here: no cycle
 
+        if "/top" in self.pooling:  # a SparseEncoder folder's max_active_dims: a full name
+            return Recipe.parse(self.pooling).replace(**shorthands)
         return Recipe(self.pooling, **shorthands)
 
     def describe(self) -> list[tuple[str, str]]:
@@ -253,7 +255,12 @@ def _splade_pooling(root: Path, sub: str) -> tuple[str, str]:
     if name is None:
         raise InputError(f"{rel}: unknown SpladePooling pooling_strategy {pooling!r} / "
                          f"activation_function {activation!r}; known: max|sum, relu|log1p_relu.")  # fmt: skip
-    return name, f"{rel}: SpladePooling {pooling}, {activation}"
+    source = f"{rel}: SpladePooling {pooling}, {activation}"
+    st_cfg = root / "config_sentence_transformers.json"
+    top = _read_json(st_cfg).get("max_active_dims") if st_cfg.is_file() else None
+    if isinstance(top, int) and not isinstance(top, bool) and top > 0:  # its encode's top-k
+        name, source = f"{name}/top{top}", f"{source}; max_active_dims {top}"
+    return name, source
 
 
 def _pooling_from_config(cfg: dict[str, Any], where: str) -> tuple[str, str] | None:
