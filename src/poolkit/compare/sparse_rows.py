@@ -93,7 +93,8 @@ def split_extra(strategies: Sequence[Any] | None, task: str) -> tuple[list[Any] 
         r = bm if bm is not None else s if isinstance(s, Recipe) else None
         if r is None and isinstance(s, str) and s.strip().split("/")[0].strip().lower() in _SPARSE:
             r = Recipe.parse(s)
-        if r is not None and r.kind != "dense":
+        # Multi-vector recipes go with the dense ones: retrieval.score gives them MaxSim rows.
+        if r is not None and r.kind not in ("dense", "multivector"):
             if task != "retrieval":
                 value_error("recipes", f"dense recipes for --task {task}", str(r),
                             "Sparse and BM25 rows are compared on --task retrieval.")  # fmt: skip
