@@ -36,7 +36,7 @@ settings.load_profile("poolkit")
 #
 # `python -m pytest -q` runs the fast set: unit and property tests and small end-to-end CLI
 # runs, every module of src/ among them, in a few minutes on a 2-core machine.
-# `python -m pytest -q --slow` adds the tests marked `slow` (whole jobs in subprocesses,
+# `python -m pytest -q --slow` adds the tests marked `slow` (whole jobs, signals,
 # kills and resumes, Ray clusters, the docs' examples, the reference figures);
 # `python -m pytest -q -m slow` runs only those. CI runs `-m "slow or data"` (the slow set
 # and the fast tests marked `data`, which read the full data sets) with the data sets, and
@@ -48,7 +48,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--slow",
         action="store_true",
-        help="also run the tests marked slow (end-to-end; about 20-27 more minutes on 2 cores)",
+        help="also run the tests marked slow (end-to-end; see the README for their time)",
     )
 
 
