@@ -115,8 +115,9 @@ def _check(args: argparse.Namespace) -> None:
         out = Path(args.output)
         if out.exists() and not args.overwrite:
             from poolkit._errors import already_exists
+            from poolkit.errors import InputError
 
-            raise FileExistsError(already_exists(out, fix="--overwrite"))
+            raise InputError(already_exists(out, fix="--overwrite"))
         if not out.parent.is_dir():
             value_error("-o", "a file in an existing directory", repr(args.output))
 
