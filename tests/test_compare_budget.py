@@ -98,11 +98,12 @@ def test_sts_budget_rows_match_sentence_transformers(tmp_path, minilm_st):
     mean, cls = rows[("mean", False)], rows[("cls", False)]
     assert mean["intended"] and (mean["dims"], mean["bytes_per_vector"]) == (384, 1536)
     assert cls["precision"] == "float32" and cls["vs_float32"] is None
-    # The table: a bytes column; the int8 ranges said; an int8 row's command calibrates.
+    # The table: a bytes column; the int8 ranges said; an int8 row's command reuses the ranges
+    # the row was scored with (the --json file holds them, #38).
     assert "bytes" in out.splitlines()[0]
     assert "per-dimension min and max of the 330 distinct sentences' vectors" in out
     page = (tmp_path / "page.html").read_text()
-    assert "--recipe mean/128/int8 --calibrate FILE" in page
+    assert "--recipe mean/128/int8 --ranges out.json" in page
     assert "--recipe mean/128/binary" in page
 
 

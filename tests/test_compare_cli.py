@@ -80,17 +80,22 @@ def by_key(doc: dict) -> dict[tuple[str, str], dict]:
     return {(r["strategy"], r["layers"]): r for r in doc["results"]}
 
 
-ROW_KEYS = {"intended", "ci", "significant", "difference", "members", "tied"}
+# embed_command: the command that writes what the row scored (#38).
+ROW_KEYS = {"intended", "ci", "significant", "difference", "members", "tied", "embed_command"}
 
 
 def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) -> None:
-    assert set(doc) == {"task", "model", "metric", "bootstrap", "results"}
+    # retrieval also says how documents were read (title + text joined, #38)
+    extra = {"documents_read_as"} if task == "retrieval" else set()
+    assert set(doc) == {"task", "model", "metric", "bootstrap", "results", *extra}
     assert doc["task"] == task and doc["metric"] == metric
     assert doc["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert doc["bootstrap"]["resamples"] >= 2 and doc["bootstrap"]["level"] == 0.95
     for row in doc["results"]:
         assert set(row) == {"recipe", "strategy", "layers", *metrics, *ROW_KEYS}
         assert Recipe.parse(row["recipe"]).strategy == row["strategy"]
+        # a sequence row's CLI command; word and span rows name the Python call
+        assert row["embed_command"].startswith(("poolkit embed ", "poolkit.embed_")), row
         assert set(row["ci"]) == set(metrics)
         for name in metrics:
             lo, hi = row["ci"][name]

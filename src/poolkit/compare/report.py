@@ -506,8 +506,8 @@ def to_json(
     ``search_ms_per_query``. A ``rescore`` row's ``recipe`` is its documents' recipe.
     With document rows (``--chunk-tokens``) every row also has ``documents`` (``"window"``,
     ``"naive tokens:N"``, ``"late tokens:N"``; null: each document one text, as the
-    strategy rows embed it) and, when ``embed_command`` is given, ``embed_command``: the
-    command that writes the row's document vectors (the queries' for the other rows).
+    strategy rows embed it). When ``embed_command`` is given, every row has
+    ``embed_command``: the command(s) that write what the row scored.
     With sparse rows (retrieval) every row also has ``active_dims_query``,
     ``active_dims_document``, ``flops``, ``bytes_per_document`` and
     ``bytes_per_document_f16`` (null for the dense and BM25 rows).
