@@ -255,3 +255,14 @@ def test_sparse_outputs_carry_the_inputs_ids(tmp_path, tmp_path_factory):
     assert main(["embed", str(src), "-o", str(tmp_path / "s.npz"), *base]) == 0
     record = json.loads((tmp_path / "s.npz.poolkit.json").read_text())
     assert record["ids"] == ["d0", "d1", "d2", "d3"]
+
+
+@pytest.mark.parametrize("flag", [["--id-column", "id"], ["--keep-columns", "url"]])
+def test_ray_refuses_the_row_flags_in_one_line_before_it_starts(model, tmp_path, capfd, flag):
+    # The Ray engine keeps row numbers for now (test_ray's flag table points here).
+    src = tmp_path / "in.jsonl"
+    _jsonl(src, [{"id": f"d{k}", "url": "u", "text": t} for k, t in enumerate(TEXTS)])
+    out = tmp_path / "out"
+    assert main(["embed", str(src), "-o", str(out), "--engine", "ray", *flag, *model]) == 2
+    assert f"{flag[0]}: not on --engine ray yet" in _error(capfd)
+    assert not out.exists()

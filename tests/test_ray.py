@@ -333,6 +333,7 @@ RAY_TREATMENT = {
     "--chunks": "refused: test_cli_chunks.py", "--late": "refused with --chunks, which it needs",
     "--stride": "refused with --chunks, which it needs",
     "--chunk-text": "refused with --chunks, which it needs",
+    "--id-column": "refused: test_embed_rows.py", "--keep-columns": "refused: test_embed_rows.py",
 }  # fmt: skip
 
 
