@@ -356,7 +356,6 @@ class EmbeddingWriter:
         self, ids: np.ndarray, arrays: Mapping[str, np.ndarray], extra: Mapping[str, Any]
     ) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         columns = [pa.array(ids, pa.int64() if isinstance(ids, np.ndarray) else pa.string())]
         for values in extra.values():
@@ -377,12 +376,7 @@ class EmbeddingWriter:
             flat = pa.array(arr.reshape(-1), pa.from_numpy_dtype(arr.dtype))
             columns.append(pa.FixedSizeListArray.from_arrays(flat, arr.shape[1]))
             names.append(name)
-        table = pa.Table.from_arrays(columns, names=names)
-        if self.metadata:
-            table = table.replace_schema_metadata({"poolkit": json.dumps(self.metadata)})
-        if self._parquet is None:
-            self._parquet = pq.ParquetWriter(self._file, table.schema)
-        self._parquet.write_table(table)
+        self._write_table(columns, names)
 
     def close(self) -> Path:
         """Finish the file and rename it to ``path``; returns ``path``."""
