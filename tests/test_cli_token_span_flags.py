@@ -32,6 +32,7 @@ TOKENS_TREATMENT = {
 
 SPANS_TREATMENT = {
     "input": "run_a", "--text": "run_b", "--span": "run_b + refused", "--strategy": "run_a",
+    "--recipe": "run_d + refused",
     "--output": "run_a", "--overwrite": "run_a + refused", "--no-vectors": "run_b",
     "--decimals": "run_a", "--model": "run_a", "--max-length": "run_a + run_b",
     "--device": "run_a + refused", "--dtype": "run_a", "--batch-tokens": "run_a + refused",
@@ -193,3 +194,24 @@ def test_spans_flags_are_honoured_or_refused(tmp_path, tiny_dirs):
                    "Expected --span to be START:END")  # fmt: skip
     debug = cli(*base, "--batch-tokens", "0", "--debug", cwd=tmp_path)
     assert debug.returncode != 0 and "Traceback" in debug.stderr.decode()
+
+    # run_d: --recipe takes a span-level recipe (layers included), or a bare strategy as
+    # span-level; -s is its shorthand; other levels and both together are refused.
+    text, pairs = "John works at Google in Paris.", [(0, 4), (14, 20)]
+    flags = ["spans", "--text", text, "--model", model, "--span", "0:4", "--span", "14:20"]
+    for recipe in ("span:x,y,x*y@first_last", "mean@-1,-2:concat"):
+        (obj,) = _lines(_spied(tmp_path, *flags, "--recipe", recipe)[0].stdout)
+        (want,) = poolkit.embed_spans([text], [pairs], model, recipe=recipe)
+        if ":" not in recipe.split("@")[0]:
+            (same,) = poolkit.embed_spans([text], [pairs], model, recipe=f"span:{recipe}")
+            assert np.array_equal(want, same)
+        assert np.abs(np.asarray([s["vector"] for s in obj["spans"]]) - want).max() < 5e-4
+    short = _lines(_spied(tmp_path, *flags, "-s", "max")[0].stdout)
+    assert short == _lines(_spied(tmp_path, *flags, "--recipe", "span:max")[0].stdout)
+    one_error_line(cli(*flags, "--recipe", "word:first", cwd=tmp_path), 2,
+                   "--recipe: 'word:first' is a word-level recipe; poolkit spans takes a "
+                   "span-level one")  # fmt: skip
+    one_error_line(cli(*flags, "--recipe", "mean", "-s", "max", cwd=tmp_path), 2,
+                   "--recipe names the strategy itself: drop -s/--strategy")  # fmt: skip
+    one_error_line(cli(*flags, "--recipe", "span:meen", cwd=tmp_path), 2,
+                   "Closest valid name: span:mean")  # fmt: skip

@@ -31,9 +31,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--text", "-t", default=None, help="one text, instead of INPUT")
     parser.add_argument("--span", action="append", default=None, metavar="START:END",
                         help="half-open character span of --text (repeatable)")  # fmt: skip
-    parser.add_argument("--strategy", "-s", default="endpoints",
-                        help="endpoints (2H), mean, max, attention, diff_sum, or e.g. x,y,x*y "
-                        "(default: endpoints)")  # fmt: skip
+    parser.add_argument("--recipe", "-r", default=None, metavar="RECIPE",
+                        help="a span-level recipe, e.g. span:endpoints, span:mean@last4, "
+                        "span:x,y,x*y (default: span:endpoints; see docs/recipes.md)")  # fmt: skip
+    parser.add_argument("--strategy", "-s", default=None,
+                        help="shorthand for --recipe span:STRATEGY: endpoints (2H), mean, max, "
+                        "attention, diff_sum, or e.g. x,y,x*y")  # fmt: skip
     add_output_arguments(parser, "spans, token spans and tokens")  # -o, --overwrite, ...
     add_common(parser)
     parser.set_defaults(func=run)
@@ -76,11 +79,32 @@ def _records(args: argparse.Namespace) -> Iterator[tuple[str, list[tuple[int, in
         yield obj["text"], spans
 
 
+def _recipe(args: argparse.Namespace) -> Any:
+    """``--recipe`` (or ``--strategy`` as its shorthand) as a span-level recipe, checked
+    before the model loads."""
+    from poolkit.recipe import Recipe
+
+    if args.recipe is not None and args.strategy is not None:
+        raise InputError("--recipe names the strategy itself: drop -s/--strategy "
+                         f"(e.g. --recipe span:{args.strategy}).")  # fmt: skip
+    name = args.recipe if args.recipe is not None else f"span:{args.strategy or 'endpoints'}"
+    flag = "--recipe" if args.recipe is not None else "--strategy"
+    try:
+        recipe = Recipe.parse(name, level="span")
+    except ValueError as e:
+        raise InputError(f"{flag}: {e}") from None
+    if recipe.level != "span":
+        raise InputError(f"{flag}: {name!r} is a {recipe.level}-level recipe; poolkit spans "
+                         "takes a span-level one, e.g. span:endpoints or span:mean@last4.")  # fmt: skip
+    return recipe
+
+
 def run(args: argparse.Namespace) -> int:
     from poolkit.embedding import embed_spans, get_encoder
 
     positive(args.max_length, "--max-length")
     positive(args.batch_tokens, "--batch-tokens")
+    recipe = _recipe(args)
     records = list(_records(args))
     if not records:
         raise InputError(f"{args.input}: no texts found (the input is empty).")
@@ -89,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                           max_length=args.max_length)  # fmt: skip
     with quiet_truncation(args):
-        vectors, token_spans = embed_spans(texts, char_spans, encoder, args.strategy,
+        vectors, token_spans = embed_spans(texts, char_spans, encoder, recipe=recipe,
                                            long_text=args.long_text, return_token_spans=True,
                                            max_batch_tokens=args.batch_tokens)  # fmt: skip
     with json_lines(args.output, args.overwrite) as write:
