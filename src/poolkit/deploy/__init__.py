@@ -9,6 +9,9 @@ Two formats:
   out, pooling and normalisation inside; ``tokenizer.json`` beside it. Runs with bare
   ``onnxruntime`` + ``tokenizers``; ``quantize="int8"`` quantises it.
 
+A sparse recipe (``splade``, ...) is exported by :mod:`poolkit.deploy.sparse`: a
+sentence-transformers ``SparseEncoder`` folder, or one ONNX graph with SPLADE pooling inside.
+
 Every folder holds ``poolkit-export.json`` (recipe, source, where the choice came from,
 versions, output width, the agreement measured at export) and a README.md model card.
 The folder is built under a temporary name and renamed into place once it passed its
@@ -87,8 +90,10 @@ def export(
         out_dir: the folder to create; it must not exist (or be empty) unless ``overwrite``.
         recipe: a :class:`~poolkit.Recipe` or any row name ``poolkit compare`` prints;
             ``None``: the model's intended pooling (or the top row of ``from_compare``).
-        format: ``"sentence-transformers"`` or ``"onnx"``.
-        quantize: ``None`` or ``"int8"`` (``format="onnx"`` only).
+        format: ``"sentence-transformers"`` or ``"onnx"`` (a sparse recipe: a
+            ``SparseEncoder`` folder, or a graph whose outputs are ``sparse_embedding`` and,
+            with ``/topK``, ``top_indices`` and ``top_values``).
+        quantize: ``None`` or ``"int8"`` (``format="onnx"``, dense recipes only).
         overwrite: replace an existing ``out_dir`` (only once the new folder is complete).
         from_compare: a ``poolkit compare --json`` file; its top row is the recipe, and its
             figure goes into the model card. Not together with ``recipe``.
@@ -122,7 +127,11 @@ def export(
             "The compare file's top row is the recipe; pass one of the two.",
         )
     parsed = Recipe.parse(recipe) if recipe is not None else None
-    if parsed is not None and format == "sentence-transformers":
+    if parsed is not None and parsed.level == "sparse":
+        from poolkit.deploy.sparse import refuse_sparse
+
+        refuse_sparse(parsed, format, quantize)  # before the model loads
+    elif parsed is not None and format == "sentence-transformers":
         from poolkit.deploy.stfolder import st_pooling_config
 
         st_pooling_config(parsed, 1)  # refuse before the model loads
@@ -154,6 +163,10 @@ def export(
     else:
         parsed = info.intended_recipe()
         choice = {"by": "intended", "source": info.pooling_source}
+    if parsed.level == "sparse":
+        from poolkit.deploy.sparse import export_sparse
+
+        return export_sparse(encoder, parsed, choice, out, replace, format, quantize)
     if parsed.level != "sequence":
         value_error(
             "recipe",

@@ -15,7 +15,7 @@ from typing import Any
 from poolkit._errors import expected
 from poolkit.errors import InputError
 
-__all__ = ["NoMLMHeadError", "load_mlm_head"]
+__all__ = ["NoMLMHeadError", "head_chain", "load_mlm_head", "load_mlm_model"]
 
 # The attribute chains a transformers *ForMaskedLM applies to the last hidden state, in
 # order (BERT/DeBERTa: cls; RoBERTa/XLM-R/MPNet/CamemBERT: lm_head; ALBERT: predictions;
@@ -61,7 +61,19 @@ def load_mlm_head(
         NoMLMHeadError: the checkpoint has no trained MLM head (its ``architectures`` name no
             ``*ForMaskedLM``, or the head's weights are missing from it).
     """
-    import torch
+    model = load_mlm_model(path, dtype=dtype, reference=reference, recipe=recipe)
+    return head_chain(model).to(device).eval()
+
+
+def load_mlm_model(
+    path: str | os.PathLike[str], *, dtype: Any, reference: str, recipe: str, **kwargs: Any
+) -> Any:
+    """The whole ``*ForMaskedLM`` model at ``path`` (base and head), in eval mode;
+    ``kwargs`` go to ``from_pretrained`` (e.g. ``attn_implementation``).
+
+    Raises:
+        NoMLMHeadError: as :func:`load_mlm_head`.
+    """
     from transformers import AutoModelForMaskedLM
 
     from poolkit._quiet import quiet_loading
@@ -73,15 +85,25 @@ def load_mlm_head(
     with quiet_loading():
         try:
             model, info = AutoModelForMaskedLM.from_pretrained(
-                os.fspath(root), dtype=dtype, output_loading_info=True
+                os.fspath(root), dtype=dtype, output_loading_info=True, **kwargs
             )
         except ValueError as e:  # no masked-LM class for this model type
             _refuse(reference, recipe, str(e).splitlines()[0])
     missing = [k for k in info.get("missing_keys", ()) if not k.startswith(model.base_model_prefix)]
     if missing:
         _refuse(reference, recipe, f"whose checkpoint lacks the head's weights ({missing[0]})")
-    chain = next((c for c in _HEAD_CHAINS if all(hasattr(model, a) for a in c)), None)
-    if chain is None:
+    if _chain(model) is None:
         _refuse(reference, recipe, f"whose head ({type(model).__name__}) poolkit cannot find")
-    head = torch.nn.Sequential(*(getattr(model, a) for a in chain))
-    return head.to(device).eval()
+    return model.eval()
+
+
+def _chain(model: Any) -> tuple[str, ...] | None:
+    return next((c for c in _HEAD_CHAINS if all(hasattr(model, a) for a in c)), None)
+
+
+def head_chain(model: Any) -> Any:
+    """The head of a :func:`load_mlm_model` model alone: ``(..., H) -> (..., V)`` logits,
+    sharing its weights (the decoder stays tied to the word embeddings)."""
+    import torch
+
+    return torch.nn.Sequential(*(getattr(model, a) for a in _chain(model) or ()))

@@ -1,0 +1,179 @@
+"""``poolkit.export`` of a sparse (SPLADE) recipe: what each format holds, refused otherwise.
+
+- ``"sentence-transformers"``: a ``SparseEncoder`` folder (:mod:`poolkit.deploy.sparse_folder`).
+- ``"onnx"``: one graph with the pooling inside, ``tokenizer.json`` beside it
+  (:mod:`poolkit.deploy.sparse_graph`), checked against ``poolkit.embed`` before it is
+  published.
+
+Both hold every sparse recipe (``splade``, ``splade_sum``, ``splade_log1p``,
+``splade_sum_log1p``, each with ``/topK``). ``quantize`` is refused: int8 is checked by the
+cosine of dense vectors, not by which terms stay active.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from poolkit._errors import unmet, value_error
+from poolkit._versions import installed_versions
+from poolkit.recipe import Recipe
+from poolkit.sparse.names import SPARSE_STRATEGIES
+
+__all__ = ["export_sparse", "refuse_sparse"]
+
+SPARSE_TOL = 1e-4  # max abs diff of a published graph's weights to poolkit.embed's
+
+_ST_LOAD = """\
+from sentence_transformers import SparseEncoder
+
+model = SparseEncoder("{dir}")
+vectors = model.encode(["A man is playing a guitar."])  # ({dim},) sparse, per text
+"""
+
+_ONNX_LOAD = """\
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+texts = ["A man is playing a guitar.", "Hello"]
+tokenizer = Tokenizer.from_file("{dir}/tokenizer.json")  # truncation, padding set
+session = ort.InferenceSession("{dir}/model.onnx")
+names = {{i.name for i in session.get_inputs()}}
+enc = tokenizer.encode_batch(texts)
+feed = {{"input_ids": [e.ids for e in enc], "attention_mask": [e.attention_mask for e in enc],
+        "token_type_ids": [e.type_ids for e in enc]}}
+feed = {{k: np.array(v, dtype=np.int64) for k, v in feed.items() if k in names}}
+(weights,) = session.run(["sparse_embedding"], feed)  # ({dim},) per text, mostly zeros
+"""
+
+_TOP_LOAD = """\
+ids, values = session.run(["top_indices", "top_values"], feed)  # ({k},) each, per text
+"""
+
+
+def refuse_sparse(recipe: Recipe, format: str, quantize: str | None) -> None:
+    """Refuse, in one line, what the export of sparse ``recipe`` cannot do; before anything
+    loads or is written."""
+    if quantize is not None:
+        value_error(
+            "quantize",
+            "None for a sparse recipe",
+            f"{quantize!r} with {str(recipe)!r}",
+            "Export the float32 graph (format='onnx' without quantize); prune with /topK.",
+        )
+
+
+def export_sparse(
+    encoder: Any,
+    recipe: Recipe,
+    choice: dict[str, Any],
+    out: Path,
+    replace: bool,
+    format: str,
+    quantize: str | None,
+) -> Path:
+    """Write the folder of sparse ``recipe`` on ``encoder``'s model as ``out``; returns it.
+
+    ``choice``: where the recipe came from (the model card says it); ``replace``: replace an
+    existing ``out`` once the new folder is complete.
+    """
+    from poolkit.backends.onnx import transformer_dir
+    from poolkit.deploy import RECORD
+    from poolkit.deploy.card import model_card
+    from poolkit.io.atomic import AtomicDir
+    from poolkit.sparse.embed import mlm_head, vocab_size
+
+    refuse_sparse(recipe, format, quantize)
+    info = encoder.info
+    width = vocab_size(mlm_head(encoder, str(recipe)))  # NoMLMHeadError before any write
+    record: dict[str, Any] = {
+        "poolkit_export": 1,
+        "format": format,
+        "recipe": str(recipe),
+        "recipe_json": recipe.to_json(),
+        "description": describe(recipe),
+        "normalize": False,
+        "output_dim": width,
+        "max_length": encoder.max_length,
+        "source": {"model": info.reference, "pooling": info.pooling,
+                   "pooling_source": info.pooling_source},
+        "choice": choice,
+    }  # fmt: skip
+    hf_dir = transformer_dir(info.path)
+    with AtomicDir(out, replace=replace) as work:
+        if format == "sentence-transformers":
+            from poolkit.deploy.sparse_folder import write_sparse_encoder
+
+            record["modules"] = write_sparse_encoder(Path(info.path), hf_dir, work, recipe,
+                                                     encoder.max_length)  # fmt: skip
+            record["versions"] = installed_versions("sentence-transformers", "transformers",
+                                                    "torch")  # fmt: skip
+            load = _ST_LOAD
+        else:
+            _write_onnx(encoder, recipe, hf_dir, work, record)
+            load = _ONNX_LOAD + (_TOP_LOAD if recipe.top_k is not None else "")
+        (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        text = load.format(dir=os.fspath(out), dim=width, k=recipe.top_k)
+        (work / "README.md").write_text(model_card(record, text), encoding="utf-8")
+    return out
+
+
+def describe(recipe: Recipe) -> str:
+    """What ``recipe`` computes, in words, for the model card."""
+    pooling, activation = SPARSE_STRATEGIES[recipe.strategy]
+    act = "log(1 + ReLU(x))" if activation == "relu" else "log(1 + log(1 + ReLU(x)))"
+    how = "max" if pooling == "max" else "sum"
+    text = f"SPLADE: per vocabulary term the {how} over real tokens of {act} of its MLM logit x"
+    return text + (f", the {recipe.top_k} largest weights kept" if recipe.top_k else "")
+
+
+def _write_onnx(
+    encoder: Any, recipe: Recipe, hf_dir: Path, work: Path, record: dict[str, Any]
+) -> None:
+    from poolkit.deploy import CHECK_TEXTS, runtime_tokenizer
+    from poolkit.deploy.sparse_graph import build_sparse_graph, check_sparse_folder
+    from poolkit.errors import ExportError
+
+    graph = build_sparse_graph(hf_dir, recipe, work / "model.onnx",
+                               reference=encoder.info.reference)  # fmt: skip
+    runtime_tokenizer(encoder).save(str(work / "tokenizer.json"))
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(work / "tokenizer.json"))
+    agreement = check_sparse_folder(work, "model.onnx", tokenizer, encoder, recipe,
+                                    list(CHECK_TEXTS))  # fmt: skip
+    if not agreement["max_abs_diff"] <= SPARSE_TOL:
+        raise ExportError(
+            unmet(
+                f"the exported graph to agree with poolkit.embed within {SPARSE_TOL} "
+                "(max abs diff per weight)",
+                f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
+                "Nothing was written. Use `format='sentence-transformers'`.",
+            )
+        )
+    summary = (
+        f"the ONNX graph's weights equal poolkit.embed's within "
+        f"{agreement['max_abs_diff']:.1e} (max abs) on {agreement['texts']} texts, right- "
+        "and left-padded, one text and many"
+    )
+    record.update(
+        onnx={
+            "file": "model.onnx",
+            "opset": graph["opset"],
+            "inputs": graph["inputs"],
+            "outputs": graph["outputs"],
+            "output": "sparse_embedding",
+            "dynamic_axes": ["batch", "sequence"],
+            "quantize": None,
+        },
+        agreement={"fp32": agreement, "summary": summary},
+        tokenizer={
+            "file": "tokenizer.json",
+            "max_length": encoder.max_length,
+            "padding": "right (either side gives the same vectors)",
+        },
+        versions=installed_versions("onnx", "onnxruntime", "tokenizers", "transformers", "torch"),
+    )
