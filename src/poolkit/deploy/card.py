@@ -46,10 +46,12 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
     rows = doc.get("results") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
         raise _bad(path, "has no rows under `results`")
-    # A document row (window, naive or late chunks) is a way to cut a corpus, which no
-    # model folder carries: the top row a folder can hold is the choice.
+    # A document row (window, naive or late chunks) is a way to cut a corpus, and a BM25
+    # row needs no model, so no model folder carries either: the top row a folder can hold
+    # is the choice.
     rank, top = next(((k, r) for k, r in enumerate(rows, 1) if isinstance(r, dict)
-                      and not r.get("documents")), (1, rows[0]))  # fmt: skip
+                      and not r.get("documents") and not _is_bm25(r)), (1, rows[0]))  # fmt: skip
+    above = rows[: rank - 1]
     try:
         recipe = Recipe.parse(top["recipe"])
     except (KeyError, TypeError, ValueError):
@@ -76,6 +78,7 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
         "task": doc.get("task"),
         "metric": metric,
         "rank": rank,
+        "above": _above(above),
         "rows": len(rows),
         "recipe": top["recipe"],
         "value": top.get(metric),
@@ -91,6 +94,25 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
     return recipe, choice
 
 
+def _is_bm25(row: dict[str, Any]) -> bool:
+    from poolkit.compare.sparse_rows import parse_bm25
+
+    try:
+        return parse_bm25(row.get("recipe")) is not None
+    except ValueError:  # a BM25 name with bad settings is still BM25's
+        return True
+
+
+def _above(rows: list[Any]) -> str | None:
+    """Why the rows above the exported one are not it, in words (``None``: no row)."""
+    why = []
+    if any(isinstance(r, dict) and r.get("documents") for r in rows):
+        why.append("cut documents into chunks or windows")
+    if any(isinstance(r, dict) and _is_bm25(r) for r in rows):
+        why.append("are BM25, which has no model")
+    return " or ".join(why) or None
+
+
 def _num(x: Any) -> str:
     return f"{x:.4f}" if isinstance(x, int | float) else str(x)
 
@@ -102,9 +124,9 @@ def choice_text(choice: dict[str, Any]) -> str:
         ci = choice.get("ci")
         interval = f" (95% CI {_num(ci[0])} to {_num(ci[1])})" if isinstance(ci, list) else ""
         rank = choice.get("rank", 1)
+        above = choice.get("above") or "cut documents into chunks or windows"
         which = "the top row" if rank == 1 else (
-            f"row {rank}, the best a model folder holds (the rows above it cut documents "
-            "into chunks or windows),")  # fmt: skip
+            f"row {rank}, the best a model folder holds (the rows above it {above}),")  # fmt: skip
         text = (
             f"chosen by `poolkit compare --task {choice['task']}` ({choice['file']}): {which} "
             f"of {choice['rows']}, {choice['metric']} {_num(choice['value'])}{interval}"

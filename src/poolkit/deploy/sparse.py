@@ -62,7 +62,7 @@ def refuse_sparse(recipe: Recipe, format: str, quantize: str | None) -> None:
             "quantize",
             "None for a sparse recipe",
             f"{quantize!r} with {str(recipe)!r}",
-            "Export the float32 graph (format='onnx' without quantize); prune with /topK.",
+            "Export it without `quantize` (the float32 graph); /topK keeps vectors short.",
         )
 
 
