@@ -187,6 +187,10 @@ def test_a_sparse_encoder_source_exports_its_own_pooling(mlm_dirs, tmp_path) -> 
     config = json.loads((plain / "config_sentence_transformers.json").read_text())
     assert "max_active_dims" not in config and config["model_type"] == "SparseEncoder"
     assert SparseEncoder(str(plain), device="cpu").max_active_dims is None
+    # The folder's own recipe is sparse: int8 is refused once it is known, before any write.
+    with pytest.raises(pk.InputError, match="None for a sparse recipe"):
+        pk.export(source, tmp_path / "int8", format="onnx", quantize="int8")
+    assert not (tmp_path / "int8").exists()
 
 
 def test_cli_writes_the_onnx_folder(mlm_dirs, tmp_path) -> None:

@@ -130,7 +130,7 @@ def export(
     if parsed is not None and parsed.level == "sparse":
         from poolkit.deploy.sparse import refuse_sparse
 
-        refuse_sparse(parsed, format, quantize)  # before the model loads
+        refuse_sparse(parsed, quantize)  # before the model loads
     elif parsed is not None and format == "sentence-transformers":
         from poolkit.deploy.stfolder import st_pooling_config
 

@@ -54,7 +54,7 @@ ids, values = session.run(["top_indices", "top_values"], feed)  # ({k},) each, p
 """
 
 
-def refuse_sparse(recipe: Recipe, format: str, quantize: str | None) -> None:
+def refuse_sparse(recipe: Recipe, quantize: str | None) -> None:
     """Refuse, in one line, what the export of sparse ``recipe`` cannot do; before anything
     loads or is written."""
     if quantize is not None:
@@ -86,7 +86,7 @@ def export_sparse(
     from poolkit.io.atomic import AtomicDir
     from poolkit.sparse.embed import mlm_head, vocab_size
 
-    refuse_sparse(recipe, format, quantize)
+    refuse_sparse(recipe, quantize)
     info = encoder.info
     width = vocab_size(mlm_head(encoder, str(recipe)))  # NoMLMHeadError before any write
     record: dict[str, Any] = {
