@@ -81,7 +81,7 @@ def export_sparse(
     existing ``out`` once the new folder is complete.
     """
     from poolkit.backends.onnx import transformer_dir
-    from poolkit.deploy import RECORD
+    from poolkit.deploy import RECORD, RECORD_VERSION
     from poolkit.deploy.card import model_card
     from poolkit.io.atomic import AtomicDir
     from poolkit.sparse.embed import mlm_head, vocab_size
@@ -90,7 +90,7 @@ def export_sparse(
     info = encoder.info
     width = vocab_size(mlm_head(encoder, str(recipe)))  # NoMLMHeadError before any write
     record: dict[str, Any] = {
-        "poolkit_export": 1,
+        "poolkit_export": RECORD_VERSION,
         "format": format,
         "recipe": str(recipe),
         "recipe_json": recipe.to_json(),
