@@ -12,6 +12,9 @@ Two formats:
 A sparse recipe (``splade``, ...) is exported by :mod:`poolkit.deploy.sparse`: a
 sentence-transformers ``SparseEncoder`` folder, or one ONNX graph with SPLADE pooling inside.
 
+A multi-vector recipe (``multivector:tokens...``) goes to :mod:`poolkit.deploy.multivector`:
+a ``MultiVectorEncoder`` folder, or a token graph with the scoring mask inside.
+
 Every folder holds ``poolkit-export.json`` (recipe, source, where the choice came from,
 versions, output width, the agreement measured at export) and a README.md model card.
 The folder is built under a temporary name and renamed into place once it passed its
@@ -131,6 +134,10 @@ def export(
         from poolkit.deploy.sparse import refuse_sparse
 
         refuse_sparse(parsed, quantize)  # before the model loads
+    elif parsed is not None and parsed.level == "multivector":
+        from poolkit.deploy.multivector import check_multivector_export
+
+        check_multivector_export(parsed, format, quantize)  # before the model loads
     elif parsed is not None and format == "sentence-transformers":
         from poolkit.deploy.stfolder import st_pooling_config
 
@@ -167,6 +174,10 @@ def export(
         from poolkit.deploy.sparse import export_sparse
 
         return export_sparse(encoder, parsed, choice, out, replace, format, quantize)
+    if parsed.level == "multivector":
+        from poolkit.deploy.multivector import export_multivector
+
+        return export_multivector(encoder, out, replace, parsed, format, quantize, choice)
     if parsed.level != "sequence":
         value_error(
             "recipe",
