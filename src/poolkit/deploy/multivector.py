@@ -32,11 +32,12 @@ from poolkit.recipe import Recipe
 
 __all__ = ["MV_CHECK_TEXTS", "check_multivector_export", "export_multivector"]
 
-# Both sides are checked on these: a question, one word, punctuation (the skiplist), a
-# non-Latin text, a typed [MASK], and one past any side's length (truncation).
+# Both sides are checked on these: a question, one letter (query expansion fills most of
+# the query), punctuation (the skiplist), a non-Latin text, a typed [MASK], and one past
+# any side's length (truncation).
 MV_CHECK_TEXTS = (
     "how do cats sleep?",
-    "hello",
+    "a",
     "The dog, barked! (twice); and then: nothing.",
     "Zwei Hunde spielen im Schnee. 東京は日本の首都です。",
     "a [MASK] typed in the middle of a text",
@@ -136,6 +137,9 @@ def export_multivector(
     width = check_width(encoder, recipe)
     prompts = {side: side_prompt(late, side, None) or "" for side in ("query", "document")}
     lengths = {side: side_length(late, side, encoder.max_length) for side in prompts}
+    exp = late.expansion
+    expansion = None if exp is None else {"length": exp.length, "token_id": exp.token_id,
+                                          "attend": exp.attend, "strategy": exp.strategy}  # fmt: skip
     record: dict[str, Any] = {
         "poolkit_export": RECORD_VERSION,
         "format": format,
@@ -145,20 +149,21 @@ def export_multivector(
         "normalize": normalize,
         "output_dim": width,
         "max_length": encoder.max_length,
-        "source": {"model": info.reference, "pooling": late.source,
-                   "pooling_source": "its token pipeline"},  # fmt: skip
+        "source": {
+            "model": info.reference,
+            "pooling": late.source,
+            "pooling_source": "its token pipeline",
+        },
         "choice": choice,
         "multivector": {
             "prompts": prompts,
             "max_length": lengths,
-            "query_expansion": None if late.expansion is None else {
-                "length": late.expansion.length, "token_id": late.expansion.token_id,
-                "attend": late.expansion.attend, "strategy": late.expansion.strategy},
+            "query_expansion": expansion,
             "skiplist_ids": list(late.skip_ids),
             "skiplist_sides": ["query", "document"] if late.skip_queries else ["document"],
             "pool_factor": recipe.pool_factor,
         },
-    }  # fmt: skip
+    }
     source = Path(info.path)
     with AtomicDir(out, replace=replace) as work:
         if format == "sentence-transformers":
