@@ -40,15 +40,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         metavar="NAME",
         help="a row name of poolkit compare, e.g. mean, cls+mean, "
-        "mean_no_special@last4, splade/top64 (default: the model's intended pooling)",
+        "mean_no_special@last4, splade/top64, multivector:tokens/pool2 (default: the model's "
+        "intended pooling)",
     )
     parser.add_argument(
         "--format",
         default="sentence-transformers",
         choices=["sentence-transformers", "onnx"],
         help="sentence-transformers: a SentenceTransformer folder (SparseEncoder for a "
-        "sparse recipe); onnx: one graph with pooling inside, plus tokenizer.json (default: "
-        "sentence-transformers)",
+        "sparse recipe, MultiVectorEncoder for a multivector: one); onnx: one graph with "
+        "pooling inside, plus tokenizer.json (default: sentence-transformers)",
     )
     parser.add_argument(
         "--quantize",
