@@ -210,3 +210,26 @@ def test_cli_exports_and_refuses(sources, tmp_path):
     line = one_error_line(r, 2)
     assert "--recipe" in line and "format='sentence-transformers'" in line
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_multivector_top_row_of_compare_is_exported(sources, tmp_path):
+    """compare --task retrieval ranks MaxSim rows beside dense ones; a MaxSim row on top is
+    exported as a MultiVectorEncoder folder, a MUVERA row on top is refused in one line."""
+    rows = [
+        {"recipe": "multivector:tokens/pool2", "ndcg_at_10": 0.61},
+        {"recipe": "mean", "intended": True, "ndcg_at_10": 0.52},
+    ]
+    doc = {"model": str(sources["bert_dense"]), "task": "retrieval", "metric": "ndcg_at_10",
+           "results": rows}  # fmt: skip
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    out = pk.export(sources["bert_dense"], tmp_path / "best", from_compare=tmp_path / "r.json")
+    record = _record(out)
+    assert record["recipe"] == "multivector:tokens/pool2" and record["choice"]["value"] == 0.61
+    assert "HierarchicalTokenPooling" in record["modules"]
+    _same(_mve(out).encode_document(DOCUMENTS, convert_to_numpy=True),
+          _embed(DOCUMENTS, sources["bert_dense"], "multivector:tokens/pool2", "document"))  # fmt: skip
+    rows[0]["recipe"] = "multivector:tokens/muvera"
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="muvera_encode"):
+        pk.export(sources["bert_dense"], tmp_path / "muvera", from_compare=tmp_path / "r.json")
+    assert not (tmp_path / "muvera").exists()

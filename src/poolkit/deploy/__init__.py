@@ -92,7 +92,9 @@ def export(
         model: model directory or hub id (``None``: the default model).
         out_dir: the folder to create; it must not exist (or be empty) unless ``overwrite``.
         recipe: a :class:`~poolkit.Recipe` or any row name ``poolkit compare`` prints;
-            ``None``: the model's intended pooling (or the top row of ``from_compare``).
+            ``None``: the model's intended pooling (or the top row of ``from_compare``). A
+            multi-vector recipe (``multivector:tokens...``) writes a ``MultiVectorEncoder``
+            folder or a token graph (:mod:`poolkit.deploy.multivector`).
         format: ``"sentence-transformers"`` or ``"onnx"`` (a sparse recipe: a
             ``SparseEncoder`` folder, or a graph whose outputs are ``sparse_embedding`` and,
             with ``/topK``, ``top_indices`` and ``top_values``).

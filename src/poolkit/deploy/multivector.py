@@ -66,8 +66,8 @@ names = {{i.name for i in session.get_inputs()}}
 
 def token_vectors(texts, query):
     # The side's prompt goes before each text; the side's tokenizer truncates and pads.
-    tokenizer = Tokenizer.from_file("{dir}/" + ({query_file!r} if query else "tokenizer.json"))
-    prompt = {query_prompt!r} if query else {document_prompt!r}
+    tokenizer = Tokenizer.from_file("{dir}/{query_file}" if query else "{dir}/tokenizer.json")
+    prompt = {query_prompt} if query else {document_prompt}
     enc = tokenizer.encode_batch([prompt + t for t in texts])
     feed = {{"input_ids": [e.ids for e in enc], "attention_mask": [e.attention_mask for e in enc],
             "token_type_ids": [e.type_ids for e in enc], "is_query": [int(query)]}}
@@ -151,8 +151,8 @@ def export_multivector(
         "max_length": encoder.max_length,
         "source": {
             "model": info.reference,
-            "pooling": late.source,
-            "pooling_source": "its token pipeline",
+            "pooling": "one vector per token (late interaction)",
+            "pooling_source": f"the {late.source}",
         },
         "choice": choice,
         "multivector": {
@@ -179,8 +179,8 @@ def export_multivector(
         else:
             _write_graph(encoder, recipe, late, normalize, lengths, prompts, work, record)
             load = _ONNX_LOAD.format(dir=os.fspath(out), dim=width, query_file=QUERY_TOKENIZER,
-                                     query_prompt=prompts["query"],
-                                     document_prompt=prompts["document"])  # fmt: skip
+                                     query_prompt=json.dumps(prompts["query"]),
+                                     document_prompt=json.dumps(prompts["document"]))  # fmt: skip
         (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         (work / "README.md").write_text(model_card(record, load), encoding="utf-8")
     return out
