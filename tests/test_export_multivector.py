@@ -144,7 +144,7 @@ def _bare_onnx(folder: Path, texts: list[str], query: bool) -> list[np.ndarray]:
     [
         ("bert_dense", "multivector:tokens"),
         ("roberta", "multivector:tokens/8"),
-        ("pylate", "multivector:tokens/raw"),
+        ("pylate", "multivector:tokens/raw/8"),
         ("plain", "multivector:tokens/l2"),
     ],
 )
