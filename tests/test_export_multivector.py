@@ -165,7 +165,7 @@ def test_onnx_token_graph_gives_embeds_token_vectors(sources, name, recipe, tmp_
 @pytest.mark.parametrize(
     ("recipe", "fmt", "needle"),
     [
-        ("multivector:tokens/pool2", "onnx", "Use format='sentence-transformers'"),
+        ("multivector:tokens/pool2", "onnx", "Use `format='sentence-transformers'`"),
         ("multivector:tokens/muvera:k_sim=3", "onnx", "muvera_encode"),
         ("multivector:tokens/muvera", "sentence-transformers", "k_sim=5,dim_proj=16"),
         ("multivector:tokens/float16", "onnx", "poolkit.output.quantize"),
@@ -208,7 +208,10 @@ def test_cli_exports_and_refuses(sources, tmp_path):
     r = run_cli(["export", model, "-o", "refused", "--format", "onnx", "--recipe",
                  "multivector:tokens/pool2"], cwd=tmp_path)  # fmt: skip
     line = one_error_line(r, 2)
-    assert "--recipe" in line and "format='sentence-transformers'" in line
+    assert line.startswith(
+        "poolkit: error: Expected --recipe to be one without /poolF with --format onnx"
+    )
+    assert "Use --format sentence-transformers, whose HierarchicalTokenPooling" in line
     assert not (tmp_path / "refused").exists()
 
 

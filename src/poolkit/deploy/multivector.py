@@ -97,15 +97,15 @@ def check_multivector_export(
         value_error("quantize", "None for a multi-vector recipe", repr(quantize),
                     "Export the fp32 graph.")  # fmt: skip
     if format == "onnx" and recipe.pool_factor is not None:
-        value_error("recipe", "one without /poolF with format='onnx' (Ward clustering per text "
-                    "is no graph op)", repr(str(recipe)), "Use format='sentence-transformers', "
+        value_error("recipe", "one without /poolF with `format='onnx'` (Ward clustering per text "
+                    "is no graph op)", repr(str(recipe)), "Use `format='sentence-transformers'`, "
                     "whose HierarchicalTokenPooling module pools the same way, or pool the "
                     "graph's token vectors with poolkit.multivector.pool_tokens.")  # fmt: skip
     unit = recipe.normalize if normalize is None else normalize
     if format == "sentence-transformers" and recipe.dims is not None and unit is False:
         value_error("recipe", "normalised (/l2) with /DIMS in a sentence-transformers folder",
                     repr(str(recipe)), "Its truncate_dim L2-normalises the truncated vectors: "
-                    "drop /raw, or use format='onnx'.")  # fmt: skip
+                    "drop /raw, or use `format='onnx'`.")  # fmt: skip
 
 
 def export_multivector(
