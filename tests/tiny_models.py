@@ -341,6 +341,35 @@ def build_sparse_encoder(mlm: Path, dest: Path, pooling: str = "max",
     return dest
 
 
+def build_inference_free(mlm: Path, dest: Path, query_route: str = "static",
+                         prompts: dict[str, str] | None = None) -> Path:  # fmt: skip
+    """An inference-free ``SparseEncoder`` folder, saved by sentence-transformers: a
+    ``Router`` whose document route is ``mlm`` + SpladePooling(max, relu) and whose query
+    route is a ``SparseStaticEmbedding`` of random weights, a fifth of them zero
+    (``query_route="mlm"``: the document modules again, a Router poolkit refuses)."""
+    from sentence_transformers.base.modules import Router
+    from sentence_transformers.sparse_encoder import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import (
+        MLMTransformer,
+        SparseStaticEmbedding,
+        SpladePooling,
+    )
+
+    doc = MLMTransformer(str(mlm), max_seq_length=MAX_SEQ)
+    torch.manual_seed(2)
+    weight = torch.rand(len(doc.tokenizer.get_vocab())) * 3
+    weight[torch.rand(weight.shape[0]) < 0.2] = 0
+    query: list[object] = [SparseStaticEmbedding(tokenizer=doc.tokenizer, weight=weight,
+                                                 frozen=True)]  # fmt: skip
+    if query_route == "mlm":
+        query = [MLMTransformer(str(mlm), max_seq_length=MAX_SEQ), SpladePooling("max", "relu")]
+    router = Router.for_query_document(query_modules=query,
+                                       document_modules=[doc, SpladePooling("max", "relu")])  # fmt: skip
+    SparseEncoder(modules=[router], device="cpu", similarity_fn_name="dot",
+                  prompts=prompts).save(str(dest))  # fmt: skip
+    return dest
+
+
 # --- multi-vector (late-interaction) folders, saved by sentence-transformers' MultiVectorEncoder
 
 MULTIVECTOR_FAMILIES = ("bert_dense", "roberta", "modernbert")

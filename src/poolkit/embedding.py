@@ -410,9 +410,10 @@ def embed(
     if recipe_kind(req.recipes) == "sparse":
         from poolkit.sparse import embed_sparse
 
+        side = "query" if prompt_name == "query" else "document"  # as multi-vector sides
         result, stats = embed_sparse(req.inputs, req.encoder, req.recipes, long_text=long_text,
                                      max_batch_tokens=max_batch_tokens, progress=progress,
-                                     prompt=req.prompt)  # fmt: skip
+                                     prompt=req.prompt, side=side)  # fmt: skip
     else:
         result, stats = embed_recipes(req.inputs, req.encoder, req.recipes, long_text=long_text,
                                       max_batch_tokens=max_batch_tokens, progress=progress,

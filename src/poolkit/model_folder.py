@@ -105,6 +105,10 @@ class ModelInfo:
             own vectors need ``pipeline="pooled"``, on purpose.
         pipeline: every ``modules.json`` module in order, as
             :class:`poolkit.head.PipelineStep` (what it does, applied or refused).
+        query_route: for an inference-free sparse model (a sentence-transformers
+            ``Router``, :mod:`poolkit.sparse.router`), the folder of its query route's
+            ``SparseStaticEmbedding``: queries (``prompt_name="query"``) get its stored
+            per-term weights; ``path`` is then the document route's transformer.
     """
 
     path: Path
@@ -128,6 +132,7 @@ class ModelInfo:
     default_prompt_name: str | None = None
     ignored_modules: tuple[str, ...] = ()
     pipeline: tuple[Any, ...] = ()
+    query_route: Path | None = None
 
     def intended_recipe(self, **shorthands: Any) -> Any:
         """The model's intended pooling as a sequence :class:`~poolkit.Recipe`: the one place
@@ -153,6 +158,9 @@ class ModelInfo:
             ("pooling", f"{self.pooling} ({self.pooling_source})"),
             ("normalize", f"{'yes' if self.normalize else 'no'} ({self.normalize_source})"),
         ]
+        if self.query_route is not None:
+            rows.append(("query route", f"{self.query_route.name}: stored per-term weights, "
+                         "no forward pass (prompt_name 'query')"))  # fmt: skip
         for k, step in enumerate(self.pipeline, 1):
             rows.append((f"pipeline {k}", f"{step.module}: {step.what} [{step.status}]"))
         for name, text in sorted(self.prompts.items()):
@@ -212,6 +220,9 @@ def resolve_model(reference: str | os.PathLike[str] | None = None) -> Path:
     ref = DEFAULT_MODEL if reference is None else os.fspath(reference)
     local = Path(ref).expanduser()
     if local.is_dir():
+        routed = _routed(local)
+        if routed is not None:
+            return routed
         if not (local / "config.json").is_file():
             raise ModelNotFoundError(_no_config(local))
         return local.resolve()
@@ -231,9 +242,10 @@ def resolve_model(reference: str | os.PathLike[str] | None = None) -> Path:
         from huggingface_hub import snapshot_download
 
         try:
-            return Path(snapshot_download(ref, local_files_only=True))
+            found = Path(snapshot_download(ref, local_files_only=True))
         except Exception:
-            return Path(snapshot_download(ref, etag_timeout=10))
+            found = Path(snapshot_download(ref, etag_timeout=10))
+        return _routed(found) or found
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelNotFoundError(
@@ -241,6 +253,17 @@ def resolve_model(reference: str | os.PathLike[str] | None = None) -> Path:
             f"carries it, and downloading it from the Hugging Face Hub failed ({reason}). "
             "If you are offline, pass the path of a local model directory."
         ) from e
+
+
+def _routed(folder: Path) -> Path | None:
+    """The document route's transformer folder of an inference-free sparse model folder
+    (a lone sentence-transformers ``Router``), else ``None``."""
+    if (folder / "config.json").is_file() or not (folder / "router_config.json").is_file():
+        return None
+    from poolkit.sparse.router import read_routes
+
+    routes = read_routes(folder)
+    return None if routes is None else routes.document.resolve()
 
 
 def _splade_pooling(root: Path, sub: str) -> tuple[str, str]:
@@ -341,6 +364,15 @@ def read_model_info(
     include_prompt = True
     pipeline: tuple[Any, ...] = ()
     refused: tuple[str, ...] = ()
+    query_route: Path | None = None
+    settings_root = root  # where config_sentence_transformers.json is
+    from poolkit.sparse.router import routes_of
+
+    routes = routes_of(root)
+    if routes is not None:  # an inference-free sparse model: the document route's pooling
+        strategy, source = _splade_pooling(routes.root, routes.pooling)
+        pooling = strategy, f"{source}; queries: {routes.query.name} (Router query route)"
+        query_route, settings_root = routes.query, routes.root
     modules_path = root / "modules.json"
     if modules_path.is_file():
         from poolkit.head import read_head
@@ -398,7 +430,7 @@ def read_model_info(
 
     prompts: dict[str, str] = {}
     default_prompt = None
-    st_cfg = root / "config_sentence_transformers.json"
+    st_cfg = settings_root / "config_sentence_transformers.json"
     if st_cfg.is_file():
         st = _read_json(st_cfg)
         prompts = {str(k): str(v) for k, v in (st.get("prompts") or {}).items()}
@@ -437,6 +469,7 @@ def read_model_info(
         default_prompt_name=default_prompt,
         ignored_modules=refused,
         pipeline=pipeline,
+        query_route=query_route,
     )
 
 

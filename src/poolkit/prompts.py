@@ -43,11 +43,18 @@ def resolve_prompt(info: Any, prompt_name: str | None, prompt: str | None) -> st
     name = prompt_name if prompt_name is not None else info.default_prompt_name
     if name is None:
         return None
+    if name in ("query", "document") and name not in info.prompts and _routed(info):
+        return None  # the name picks the route of an inference-free sparse model
     if not isinstance(name, str) or name not in info.prompts:
         known = ", ".join(repr(k) for k in sorted(info.prompts)) or "none"
         value_error("prompt_name", f"one of the model's prompts ({known})", repr(name),
                      "Pass `prompt='...'` for a prompt of your own.")  # fmt: skip
     return info.prompts[name] or None
+
+
+def _routed(info: Any) -> bool:
+    """Whether ``info``'s model routes queries apart (:mod:`poolkit.sparse.router`)."""
+    return getattr(info, "query_route", None) is not None
 
 
 def check_prompt_pooling(info: Any, prompt: str | None, strategies: list[str]) -> None:

@@ -560,10 +560,21 @@ def embed_command(
             _embed(args, recipe, quantize, args.data, f"corpus-{slug}.parquet",
                    args.document_prompt_name),
             _embed(args, queries, quantize, str(Path(args.data) / "queries.jsonl"),
-                   f"queries-{slug}.parquet", args.prompt_name),
+                   f"queries-{slug}.parquet", _query_prompt_name(args, recipe)),
         ])  # fmt: skip
     out = "vectors.npz" if recipe.level == "sparse" else "vectors.npy"
     return _embed(args, recipe, quantize, "INPUT", out, args.prompt_name)
+
+
+def _query_prompt_name(args: argparse.Namespace, recipe: Any) -> str | None:
+    """The queries' ``--prompt-name``: ``query`` for a sparse row of an inference-free
+    model, whose queries compare sent through the query route (that name picks it)."""
+    if args.prompt_name is not None or recipe.level != "sparse":
+        return args.prompt_name
+    from poolkit.model_folder import resolve_model
+    from poolkit.sparse.router import routes_of
+
+    return "query" if routes_of(resolve_model(args.model)) is not None else None
 
 
 def _embed(

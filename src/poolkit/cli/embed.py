@@ -367,6 +367,7 @@ def run(args: argparse.Namespace) -> int:
         from poolkit.sparse import embed_sparse
 
         prompt = resolve_prompt(encoder.info, args.prompt_name, args.prompt)
+        side = "query" if args.prompt_name == "query" else "document"  # a routed model's side
 
     user_ids = UserIds()
 
@@ -395,7 +396,7 @@ def run(args: argparse.Namespace) -> int:
         elif chunking is None and sparse:
             result, stats = embed_sparse(check_inputs(texts), encoder, recipes,
                                          long_text=args.long_text, progress=progress,
-                                         prompt=prompt)  # fmt: skip
+                                         prompt=prompt, side=side)  # fmt: skip
             tally.truncated += stats.num_truncated
         elif chunking is None:  # truncation is reported once, in the summary line
             result, stats = embed_recipes(check_inputs(texts), encoder, recipes,

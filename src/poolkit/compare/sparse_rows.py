@@ -169,7 +169,8 @@ def score_extra_rows(
     """Each sparse or BM25 row of ``rows`` on retrieval ``data``: ``({row: QueryEval},
     {row: facts})`` (facts: :func:`sparsity_facts`, sparse rows only). Sparse recipes share
     one forward pass per side; queries get ``settings.prompt_name``, documents
-    ``settings.document_prompt_name``, as the dense rows do."""
+    ``settings.document_prompt_name``, as the dense rows do; an inference-free model's
+    queries go through its query route (:mod:`poolkit.sparse.static`)."""
     from poolkit.compare.evaluation import QueryEval
     from poolkit.compare.retrieval import DEPTH, query_metrics
     from poolkit.compare.search import id_order
@@ -180,8 +181,9 @@ def score_extra_rows(
     sparse = [r for r in rows if not isinstance(r, BM25)]
     if sparse:
         named = {str(r): r for r in sparse}
-        q_vecs = _embed(encoder, data.queries, named, settings, settings.prompt_name)
-        d_vecs = _embed(encoder, data.documents, named, settings, settings.document_prompt_name)
+        q_vecs = _embed(encoder, data.queries, named, settings, settings.prompt_name, "query")
+        d_vecs = _embed(encoder, data.documents, named, settings, settings.document_prompt_name,
+                        "document")  # fmt: skip
         for name, r in named.items():
             ranked = sparse_ranked(q_vecs[name], d_vecs[name], DEPTH, ties)
             out[r] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
@@ -194,13 +196,13 @@ def score_extra_rows(
 
 
 def _embed(encoder: Any, texts: Sequence[str], named: dict[str, Any], settings: Any,
-           prompt_name: str | None) -> dict[str, Any]:  # fmt: skip
+           prompt_name: str | None, side: str) -> dict[str, Any]:  # fmt: skip
     from poolkit.prompts import resolve_prompt
     from poolkit.sparse import embed_sparse
 
     prompt = resolve_prompt(encoder.info, prompt_name, None)
     vectors, stats = embed_sparse(list(texts), encoder, named, long_text=settings.long_text,
-                                  prompt=prompt)  # fmt: skip
+                                  prompt=prompt, side=side)  # fmt: skip
     if stats.num_truncated:
         note = (f"{', '.join(named)}: {stats.num_truncated} of {len(texts)} texts truncated at "
                 f"{encoder.max_length} tokens.")  # fmt: skip

@@ -65,17 +65,32 @@ def embed_sparse(
     progress: Callable[[int], None] | None = None,
     prompt: str | None = None,
     slice_tokens: int | None = None,
+    side: str = "document",
 ) -> tuple[dict[str, Any], EmbedStats]:
     """Sparse vectors of checked ``texts`` for each sparse recipe, one forward pass for all.
 
     ``recipes``: ``{name: Recipe}`` of the sparse kind; ``prompt``: the text before each
     one (already resolved); ``slice_tokens``: real tokens whose logits are held at once
-    (default: :func:`~poolkit.sparse.pooling.slice_tokens_for` 32 MiB). Returns
+    (default: :func:`~poolkit.sparse.pooling.slice_tokens_for` 32 MiB); ``side``:
+    ``"query"`` or ``"document"``, which matters only for an inference-free model
+    (``encoder.info.query_route``), whose queries get the static weights
+    (:func:`~poolkit.sparse.static.embed_static`, no forward pass). Returns
     ``({name: scipy.sparse.csr_array (N, V) float32}, stats)``, rows in input order,
     column indices sorted within a row, zeros never stored.
     """
     import scipy.sparse as sp
     import torch
+
+    if side not in ("query", "document"):
+        value_error("side", "'query' or 'document'", repr(side))
+    if side == "query" and getattr(encoder.info, "query_route", None) is not None:
+        from poolkit.sparse.static import embed_static
+
+        out_static, stats_static = embed_static(list(texts), encoder, recipes, prompt=prompt,
+                                                long_text=long_text)  # fmt: skip
+        if progress is not None and len(texts):
+            progress(len(texts))
+        return out_static, stats_static
 
     first = next(iter(recipes.values()))
     head = mlm_head(encoder, str(first))

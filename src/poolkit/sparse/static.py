@@ -1,0 +1,147 @@
+"""The query side of an inference-free sparse model: one stored weight per vocabulary term.
+
+A query's vector holds, for each distinct token id of the query (tokenized without special
+tokens, a prompt first if any, cut at the tokenizer's ``model_max_length`` as
+sentence-transformers' ``SparseStaticEmbedding`` cuts it), that term's stored weight: a
+term counts once however often it occurs, and the weight is used as stored (no ReLU, no
+log). No model runs. ``/topK`` keeps the ``K`` weights largest in magnitude, as
+``max_active_dims`` does on both sides of the model.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolkit.errors import InputError
+
+__all__ = ["StaticQueries", "embed_static", "load_static", "static_vectors", "top_k_by_magnitude"]
+
+
+class StaticQueries:
+    """A ``SparseStaticEmbedding`` folder, loaded: its tokenizer and its ``(V,)`` weights,
+    zero-padded to ``width`` (the document side's vocabulary) when shorter."""
+
+    def __init__(self, folder: Path, width: int) -> None:
+        from poolkit.tokenizer import load_tokenizer
+
+        weight = _weights(folder)
+        if weight.shape[0] > width:
+            raise InputError(
+                f"{folder}: the query route's weights cover {weight.shape[0]} terms, more than "
+                f"the document route's vocabulary of {width}; the two sides must share one "
+                "vocabulary. Save the model again with matching tokenizers."
+            )
+        self.weight = np.zeros(width, np.float32)
+        self.weight[: weight.shape[0]] = weight
+        self.tokenizer = load_tokenizer(folder)
+        limit = self.tokenizer.model_max_length
+        self.limit: int | None = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None
+
+
+def _weights(folder: Path) -> np.ndarray:
+    """The stored ``weight`` ``(V,)`` float32 of a ``SparseStaticEmbedding`` folder."""
+    safe, legacy = folder / "model.safetensors", folder / "pytorch_model.bin"
+    if safe.is_file():
+        from safetensors.numpy import load_file
+
+        tensors = load_file(str(safe))
+    elif legacy.is_file():
+        import torch
+
+        tensors = {k: v.float().numpy() for k, v in
+                   torch.load(legacy, map_location="cpu", weights_only=True).items()}  # fmt: skip
+    else:
+        raise InputError(f"{folder}: no model.safetensors or pytorch_model.bin with the query "
+                         "route's weights. Save the model again with sentence-transformers.")  # fmt: skip
+    weight = tensors.get("weight")
+    if weight is None or np.ndim(weight) != 1:
+        raise InputError(f"{folder}: no 1-d 'weight' among the stored tensors "
+                         f"({', '.join(sorted(tensors)) or 'none'}).")  # fmt: skip
+    return np.asarray(weight, dtype=np.float32)
+
+
+# One loaded query route per Encoder, dropped with it.
+_LOADED: weakref.WeakKeyDictionary[Any, StaticQueries] = weakref.WeakKeyDictionary()
+
+
+def load_static(encoder: Any) -> StaticQueries:
+    """The query route of ``encoder``'s model (``encoder.info.query_route``), loaded once."""
+    if encoder not in _LOADED:
+        width = int(_vocab_size(Path(encoder.info.path)))
+        _LOADED[encoder] = StaticQueries(Path(encoder.info.query_route), width)
+    return _LOADED[encoder]
+
+
+def _vocab_size(path: Path) -> int:
+    import json
+
+    return int(json.loads((path / "config.json").read_text(encoding="utf-8"))["vocab_size"])
+
+
+def static_vectors(ids: Sequence[Sequence[int]], weight: np.ndarray) -> Any:
+    """Per token-id list, the weights of its distinct ids: ``csr_array (len(ids), V)``
+    float32 (``weight``: ``(V,)``), zeros not stored, indices sorted."""
+    import scipy.sparse as sp
+
+    from poolkit.sparse.embed import canonical_csr
+
+    rows = [np.unique(np.asarray(x, dtype=np.int64)) for x in ids]
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+    cols = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    data = weight[cols]
+    return canonical_csr(sp.csr_array((data, cols, indptr), shape=(len(rows), weight.shape[0])))
+
+
+def top_k_by_magnitude(matrix: Any, k: int | None) -> Any:
+    """CSR ``matrix`` with each row's ``k`` weights largest in magnitude kept (ties: the
+    lower term id); ``None`` keeps all."""
+    from poolkit.sparse.embed import canonical_csr
+
+    if k is None:
+        return matrix
+    out = matrix.copy()
+    for r in range(out.shape[0]):
+        lo, hi = out.indptr[r], out.indptr[r + 1]
+        if hi - lo > k:
+            seg = out.data[lo:hi]
+            drop = np.lexsort((out.indices[lo:hi], -np.abs(seg)))[k:]
+            seg[drop] = 0
+    return canonical_csr(out)
+
+
+def embed_static(
+    texts: Sequence[str],
+    encoder: Any,
+    recipes: Mapping[str, Any],
+    *,
+    prompt: str | None,
+    long_text: str,
+) -> tuple[dict[str, Any], Any]:
+    """Query vectors of ``texts`` through ``encoder``'s static query route, per sparse
+    recipe (only its ``/topK`` applies). Returns ``({name: csr_array (N, V)}, stats)``;
+    ``long_text="window"`` keeps every token, ``"truncate"`` cuts at the tokenizer's
+    ``model_max_length`` (counted in ``stats.truncated``)."""
+    import time
+
+    from poolkit.driver import EmbedStats
+
+    start = time.perf_counter()
+    route = load_static(encoder)
+    full = [prompt + t if prompt else t for t in texts]
+    encoded = [e.ids for e in route.tokenizer.encode_batch(full, special_tokens=False)]
+    truncated: list[int] = []
+    if long_text == "truncate" and route.limit is not None:
+        truncated = [i for i, x in enumerate(encoded) if len(x) > route.limit]
+        encoded = [x[: route.limit] for x in encoded]
+    base = static_vectors(encoded, route.weight)
+    out = {name: top_k_by_magnitude(base, r.top_k) for name, r in recipes.items()}
+    stats = EmbedStats(num_texts=len(texts), num_tokens=sum(len(x) for x in encoded),
+                       truncated=truncated, max_length=route.limit or 0,
+                       seconds=time.perf_counter() - start,
+                       dims=dict.fromkeys(recipes, int(route.weight.shape[0])))  # fmt: skip
+    return out, stats
