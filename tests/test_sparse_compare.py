@@ -1,16 +1,19 @@
 """``compare --task retrieval`` with sparse and BM25 rows, each against an independent
 recomputation: sentence-transformers' SparseEncoder vectors ranked by hand and scored by
 pytrec_eval; its SparseInformationRetrievalEvaluator for active dims and FLOPS; bm25s
-run directly for the BM25 rows (on a BEIR folder with titles)."""
+run directly for the BM25 rows (on BEIR folders with titles: one derived here, and the
+committed SQuAD fixture); an inference-free model's queries through its query route."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_models import build_mlm
+from clitools import poolkit
+from tiny_models import build_inference_free, build_mlm
 
 from poolkit.compare.retrieval import read_retrieval
 from poolkit.compare.runner import Settings, compare
@@ -19,8 +22,10 @@ from poolkit.encoder import Encoder
 from poolkit.recipe import Recipe
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
+pq = pytest.importorskip("pyarrow.parquet")
 pytestmark = pytest.mark.filterwarnings("ignore::poolkit.driver.TruncationWarning")
 FIXTURE = Path(__file__).parent / "data" / "stsb-images-retrieval"
+SQUAD = Path(__file__).parent / "data" / "squad-titled-retrieval"  # titles: article names
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +66,6 @@ def _trec(data, scores: np.ndarray) -> dict[str, float]:
 
 
 def test_sparse_and_bm25_rows_equal_independent_recomputation(titled: Path, mlm: Path) -> None:
-    import bm25s
     from sentence_transformers.sparse_encoder import SparseEncoder
     from sentence_transformers.sparse_encoder.evaluation import SparseInformationRetrievalEvaluator
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
@@ -104,16 +108,104 @@ def test_sparse_and_bm25_rows_equal_independent_recomputation(titled: Path, mlm:
         assert got.bytes_per_document_f16 == pytest.approx(6 * pick["corpus_active_dims"], rel=1e-6)
 
     for name, (k1, b) in {"bm25": (1.5, 0.75), "bm25/k1=0.9/b=0.4": (0.9, 0.4)}.items():
-        index = bm25s.BM25(k1=k1, b=b)  # method lucene, the default
-        index.index(bm25s.tokenize(data.documents, stopwords="en", show_progress=False))
-        found, scores = index.retrieve(bm25s.tokenize(data.queries, stopwords="en"), k=100,
-                                       show_progress=False)  # fmt: skip
-        full = np.full((len(data.queries), len(data.documents)), -1.0)
-        np.put_along_axis(full, found, scores, axis=1)
-        want = _trec(data, full)
         got = results[name]
-        assert got.metrics["ndcg_at_10"] == pytest.approx(want["ndcg_at_10"], abs=1e-4), name
+        assert got.metrics["ndcg_at_10"] == pytest.approx(_bm25_ndcg(titled, k1, b), abs=1e-4)
         assert got.flops is None and got.vs_intended is not None  # paired with the * row
+
+
+def _read_beir(folder: Path) -> tuple[list[str], list[str], list[str], list[str]]:
+    """``(doc ids, documents, query ids, queries)`` of a BEIR folder, read here: a document
+    is ``(title + " " + text).strip()`` when it has a title field (MTEB's join)."""
+    docs = [json.loads(x) for x in (folder / "corpus.jsonl").read_text().splitlines()]
+    queries = [json.loads(x) for x in (folder / "queries.jsonl").read_text().splitlines()]
+    joined = [(d["title"] + " " + d["text"]).strip() if "title" in d else d["text"].strip()
+              for d in docs]  # fmt: skip
+    return ([d["_id"] for d in docs], joined, [q["_id"] for q in queries],
+            [q["text"] for q in queries])  # fmt: skip
+
+
+def _qrels(folder: Path) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for line in (folder / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        qid, did, rel = line.split("\t")
+        out.setdefault(qid, {})[did] = int(rel)
+    return out
+
+
+def _bm25_ndcg(folder: Path, k1: float, b: float) -> float:
+    """Mean nDCG@10 of bm25s run directly on BEIR ``folder``: ``bm25s.tokenize(texts,
+    stopwords="en")``, ``bm25s.BM25(k1=k1, b=b)`` (method lucene), every document scored,
+    ranked by NumPy (score, ties to the larger id as trec_eval and compare break them),
+    scored by pytrec_eval."""
+    import bm25s
+
+    doc_ids, documents, query_ids, queries = _read_beir(folder)
+    index = bm25s.BM25(k1=k1, b=b)
+    index.index(bm25s.tokenize(documents, stopwords="en", show_progress=False),
+                show_progress=False)  # fmt: skip
+    found, scores = index.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False),
+                                   k=len(documents), show_progress=False)  # fmt: skip
+    full = np.zeros((len(queries), len(documents)))
+    np.put_along_axis(full, found, scores, axis=1)
+    id_rank = np.argsort(np.argsort(np.asarray(doc_ids, dtype=object), kind="stable"))
+    order = np.lexsort((np.broadcast_to(-id_rank, full.shape), -full))[:, :100]
+    qrels = _qrels(folder)
+    run = {qid: {doc_ids[d]: float(100 - r) for r, d in enumerate(order[i])}
+           for i, qid in enumerate(query_ids) if qid in qrels}  # fmt: skip
+    per = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+    return float(np.mean([v["ndcg_cut_10"] for v in per.values()]))
+
+
+def test_bm25_rows_on_the_committed_titled_fixture_equal_bm25s(mlm: Path) -> None:
+    data = read_retrieval(SQUAD)
+    assert data.documents[0].startswith("Super Bowl 50 Super Bowl 50 was an American")
+    rows = {"bm25": (1.5, 0.75), "bm25/k1=1.2/b=0.5": (1.2, 0.5)}
+    settings = Settings("retrieval", strategies=list(rows), bootstrap=0)
+    results = {str(r.recipe): r for r in compare(Encoder(mlm, max_length=64), data, settings)}
+    for name, (k1, b) in rows.items():
+        want = _bm25_ndcg(SQUAD, k1, b)
+        assert results[name].metrics["ndcg_at_10"] == pytest.approx(want, abs=1e-4), name
+
+
+def test_inference_free_rows_send_queries_through_the_query_route(mlm: Path, tmp_path) -> None:
+    """compare's sparse rows of a Router model: queries by ``encode_query``, documents by
+    ``encode_document``, ranked and scored here; the printed embed commands write them."""
+    from sentence_transformers.sparse_encoder import SparseEncoder
+
+    model = build_inference_free(mlm, tmp_path / "model")
+    out = poolkit("compare", str(SQUAD), "--task", "retrieval", "--recipes", "splade",
+                  "splade/top16", "--model", str(model), "--bootstrap", "0", "--json",
+                  "s.json", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr.decode()
+    rows = {r["recipe"]: r for r in json.loads((tmp_path / "s.json").read_text())["results"]}
+    st = SparseEncoder(str(model), device="cpu")
+    data = read_retrieval(SQUAD)
+    for name, k in {"splade": None, "splade/top16": 16}.items():
+        q = st.encode_query(data.queries, convert_to_tensor=True, max_active_dims=k)
+        d = st.encode_document(data.documents, convert_to_tensor=True, max_active_dims=k)
+        q, d = q.to_dense().numpy(), d.to_dense().numpy()
+        q = np.pad(q, ((0, 0), (0, d.shape[1] - q.shape[1])))  # the static side's vocabulary
+        want = _trec(data, q.astype(np.float64) @ d.T.astype(np.float64))
+        assert rows[name]["ndcg_at_10"] == pytest.approx(want["ndcg_at_10"], abs=1e-6), name
+        assert rows[name]["active_dims_query"] == pytest.approx(
+            np.count_nonzero(q, axis=1).mean(), rel=1e-6)  # fmt: skip
+        # The printed commands: the queries' one names the query side.
+        queries_cmd = rows[name]["embed_command"].split(" && ")[1]
+        assert queries_cmd.endswith("--prompt-name query"), queries_cmd
+        argv = shlex.split(queries_cmd)
+        ran = poolkit(*argv[1:], cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr.decode()
+        table = pq.read_table(tmp_path / argv[argv.index("-o") + 1])
+        got = np.zeros_like(q)
+        for r, (ids, values) in enumerate(
+            zip(
+                table[f"{name}_indices"].to_pylist(),
+                table[f"{name}_values"].to_pylist(),
+                strict=True,
+            )
+        ):
+            got[r, ids] = values
+        np.testing.assert_allclose(got, q, rtol=0, atol=1e-5)
 
 
 def test_row_names() -> None:
