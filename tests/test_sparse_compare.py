@@ -178,6 +178,7 @@ def test_inference_free_rows_send_queries_through_the_query_route(mlm: Path, tmp
                   "s.json", cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr.decode()
     rows = {r["recipe"]: r for r in json.loads((tmp_path / "s.json").read_text())["results"]}
+    assert rows["splade"]["intended"] and not rows["splade/top16"]["intended"]  # its pooling
     st = SparseEncoder(str(model), device="cpu")
     data = read_retrieval(SQUAD)
     for name, k in {"splade": None, "splade/top16": 16}.items():

@@ -114,9 +114,10 @@ def compare(
     # Sparse and BM25 rows (retrieval) are scored on their own path (.sparse_rows).
     strategies, extra = split_extra(settings.strategies, settings.task)
     intended = encoder.info.intended_recipe() if level == "sequence" else None
+    own_sparse = None  # a sparse model's own pooling: its row is the * row
     if intended is not None and intended.kind != "dense":  # a sparse model: its own row
         extra = extra if intended in extra else [intended, *extra]
-        intended = None
+        own_sparse, intended = intended, None
     if intended is not None and strategies is None:
         # The model's own pooling always takes part unless the user narrowed the set.
         base = default_strategies("sequence")
@@ -174,8 +175,8 @@ def compare(
         scored, sparsity = score_extra_rows(encoder, data, extra, settings)
         for r in extra:
             evaluations[(r, None)] = scored[r]
-            rows.append(Row((r, None), r, (r,), intended=False, backend=settings.backend,
-                            **sparsity.get(r, {})))  # fmt: skip
+            rows.append(Row((r, None), r, (r,), intended=r == own_sparse,
+                            backend=settings.backend, **sparsity.get(r, {})))  # fmt: skip
     base = settings.document_base
     if base is not None:
         window = settings.long_text != "window"
