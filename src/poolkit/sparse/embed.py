@@ -14,10 +14,11 @@ import numpy as np
 
 from poolkit._errors import type_error, value_error
 from poolkit.driver import EmbedStats, drive
+from poolkit.sparse.csr import canonical_csr
 from poolkit.sparse.mlm import load_mlm_head
 from poolkit.sparse.pooling import keep_top_k, slice_tokens_for, splade_pool
 
-__all__ = ["decode", "embed_sparse", "mlm_head"]
+__all__ = ["canonical_csr", "decode", "embed_sparse", "mlm_head"]
 
 # One head per Encoder, loaded on first use and dropped with it.
 _HEADS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -132,19 +133,6 @@ def _in_input_order(parts: list[Any], order: list[np.ndarray], n: int, width: in
     stacked = sp.vstack(parts, format="csr")
     rows = stacked[np.argsort(np.concatenate(order), kind="stable")]
     return canonical_csr(rows)
-
-
-def canonical_csr(matrix: Any) -> Any:
-    """``matrix`` as a ``csr_array`` of float32 weights with int32 indices, sorted within
-    each row, explicit zeros dropped: one layout for one set of vectors."""
-    import scipy.sparse as sp
-
-    out = sp.csr_array(matrix, dtype=np.float32)
-    out.eliminate_zeros()
-    out.sort_indices()
-    out.indices = out.indices.astype(np.int32, copy=False)
-    out.indptr = out.indptr.astype(np.int32, copy=False)
-    return out
 
 
 def decode(row: Any, model: Any = None, *, top_k: int | None = None) -> list[tuple[str, float]]:

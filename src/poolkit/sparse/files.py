@@ -63,7 +63,7 @@ def part_from(z: Any, key: str) -> Any:
         return None
     import scipy.sparse as sp
 
-    from poolkit.sparse.embed import canonical_csr
+    from poolkit.sparse.csr import canonical_csr
 
     shape = tuple(int(x) for x in z[f"{key}_shape"])
     parts = (z[f"{key}_data"], z[f"{key}_indices"], z[f"{key}_indptr"])

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from poolkit.errors import InputError
+from poolkit.sparse.csr import canonical_csr
 
 __all__ = ["StaticQueries", "embed_static", "load_static", "static_vectors", "top_k_by_magnitude"]
 
@@ -88,8 +89,6 @@ def static_vectors(ids: Sequence[Sequence[int]], weight: np.ndarray) -> Any:
     float32 (``weight``: ``(V,)``), zeros not stored, indices sorted."""
     import scipy.sparse as sp
 
-    from poolkit.sparse.embed import canonical_csr
-
     rows = [np.unique(np.asarray(x, dtype=np.int64)) for x in ids]
     indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
     cols = np.concatenate(rows) if rows else np.zeros(0, np.int64)
@@ -100,8 +99,6 @@ def static_vectors(ids: Sequence[Sequence[int]], weight: np.ndarray) -> Any:
 def top_k_by_magnitude(matrix: Any, k: int | None) -> Any:
     """CSR ``matrix`` with each row's ``k`` weights largest in magnitude kept (ties: the
     lower term id); ``None`` keeps all."""
-    from poolkit.sparse.embed import canonical_csr
-
     if k is None:
         return matrix
     out = matrix.copy()
