@@ -110,6 +110,26 @@ def test_window_keeps_every_query_token(routed: Path) -> None:
     np.testing.assert_array_equal(whole[[0]][:, cut.indices].toarray()[0], cut.data)
 
 
+def test_max_length_cuts_the_queries_too(routed: Path) -> None:
+    from safetensors.numpy import load_file
+    from transformers import AutoTokenizer
+
+    static = routed / "query_0_SparseStaticEmbedding"
+    weight = load_file(str(static / "model.safetensors"))["weight"]
+    tokenizer = AutoTokenizer.from_pretrained(str(static))
+    got, stats = pk.embed(TEXTS, model=routed, recipe="splade", prompt_name="query",
+                          max_length=5, return_stats=True)  # fmt: skip
+    for row, text in enumerate(TEXTS):
+        ids = tokenizer(PROMPTS["query"] + text, add_special_tokens=False)["input_ids"][:5]
+        want = np.zeros(got.shape[1], np.float32)
+        want[ids] = weight[ids]  # each distinct term once, its stored weight
+        np.testing.assert_array_equal(got[[row]].toarray()[0], want)
+    n_ids = [len(tokenizer(PROMPTS["query"] + t, add_special_tokens=False)["input_ids"])
+             for t in TEXTS]  # fmt: skip
+    long = [i for i, n in enumerate(n_ids) if n > 5]
+    assert stats.truncated == long and stats.max_length == 5
+
+
 def test_cli_query_side_equals_library(routed: Path, tmp_path: Path) -> None:
     (tmp_path / "q.txt").write_text("\n".join(t for t in TEXTS if t) + "\n", encoding="utf-8")
     r = poolkit("embed", "q.txt", "-o", "q.npz", "--recipe", "splade/top4", "--model",

@@ -2,7 +2,8 @@
 
 A query's vector holds, for each distinct token id of the query (tokenized without special
 tokens, a prompt first if any, cut at the tokenizer's ``model_max_length`` as
-sentence-transformers' ``SparseStaticEmbedding`` cuts it), that term's stored weight: a
+sentence-transformers' ``SparseStaticEmbedding`` cuts it, or at a ``max_length`` given),
+that term's stored weight: a
 term counts once however often it occurs, and the weight is used as stored (no ReLU, no
 log). No model runs. ``/topK`` keeps the ``K`` weights largest in magnitude, as
 ``max_active_dims`` does on both sides of the model.
@@ -122,7 +123,8 @@ def embed_static(
     """Query vectors of ``texts`` through ``encoder``'s static query route, per sparse
     recipe (only its ``/topK`` applies). Returns ``({name: csr_array (N, V)}, stats)``;
     ``long_text="window"`` keeps every token, ``"truncate"`` cuts at the tokenizer's
-    ``model_max_length`` (counted in ``stats.truncated``)."""
+    ``model_max_length`` as sentence-transformers does, or at the ``max_length`` the
+    encoder was given when it differs from the model's (counted in ``stats.truncated``)."""
     import time
 
     from poolkit.driver import EmbedStats
@@ -131,14 +133,17 @@ def embed_static(
     route = load_static(encoder)
     full = [prompt + t if prompt else t for t in texts]
     encoded = [e.ids for e in route.tokenizer.encode_batch(full, special_tokens=False)]
+    limit = route.limit
+    if encoder.max_length != encoder.info.max_length:  # a max_length the caller passed
+        limit = encoder.max_length
     truncated: list[int] = []
-    if long_text == "truncate" and route.limit is not None:
-        truncated = [i for i, x in enumerate(encoded) if len(x) > route.limit]
-        encoded = [x[: route.limit] for x in encoded]
+    if long_text == "truncate" and limit is not None:
+        truncated = [i for i, x in enumerate(encoded) if len(x) > limit]
+        encoded = [x[:limit] for x in encoded]
     base = static_vectors(encoded, route.weight)
     out = {name: top_k_by_magnitude(base, r.top_k) for name, r in recipes.items()}
     stats = EmbedStats(num_texts=len(texts), num_tokens=sum(len(x) for x in encoded),
-                       truncated=truncated, max_length=route.limit or 0,
+                       truncated=truncated, max_length=limit or 0,
                        seconds=time.perf_counter() - start,
                        dims=dict.fromkeys(recipes, int(route.weight.shape[0])))  # fmt: skip
     return out, stats
