@@ -165,3 +165,22 @@ def test_static_weights_wider_than_the_vocabulary_are_refused(routed: Path, tmp_
     with pytest.raises(InputError, match="more than the document route's vocabulary") as e:
         pk.embed(["x"], model=folder, recipe="splade", prompt_name="query")
     assert "\n" not in str(e.value)
+
+
+def test_query_and_document_name_the_sides_without_prompts(mlm: Path, tmp_path: Path) -> None:
+    """A folder whose config lists no prompts (older saves): the two names still pick the
+    routes, with no prompt, as sentence-transformers' encode_query/encode_document do."""
+    folder = build_inference_free(mlm, tmp_path / "model")
+    config = folder / "config_sentence_transformers.json"
+    settings = json.loads(config.read_text())
+    settings["prompts"] = {}
+    config.write_text(json.dumps(settings))
+    st = _st(folder)
+    q = pk.embed(TEXTS, model=folder, recipe="splade", prompt_name="query")
+    d = pk.embed(TEXTS, model=folder, recipe="splade", prompt_name="document")
+    want_q = _dense(st.encode_query(TEXTS, convert_to_tensor=True))
+    np.testing.assert_allclose(q.toarray(), _as_wide(want_q, q.shape[1]), rtol=0, atol=1e-5)
+    want_d = _dense(st.encode_document(TEXTS, convert_to_tensor=True))
+    np.testing.assert_allclose(d.toarray(), want_d, rtol=0, atol=1e-5)
+    with pytest.raises(InputError, match="prompt_name"):
+        pk.embed(TEXTS, model=folder, recipe="splade", prompt_name="passage")
