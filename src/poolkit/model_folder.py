@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import expected, value_error
-from poolkit.errors import InputError, ModelNotFoundError  # re-exported: raised here
+from poolkit.errors import InputError, ModelNotFoundError, PipelineError  # re-exported: raised here
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -109,6 +109,11 @@ class ModelInfo:
             ``Router``, :mod:`poolkit.sparse.router`), the folder of its query route's
             ``SparseStaticEmbedding``: queries (``prompt_name="query"``) get its stored
             per-term weights; ``path`` is then the document route's transformer.
+        multivector: a ``MultiVectorEncoder`` or PyLate folder's intended multi-vector
+            recipe name (token pooling and ``truncate_dim`` in it), e.g.
+            ``"multivector:tokens/pool2/64"``; ``None`` for other folders, or when poolkit
+            cannot give what the folder does (``multivector_source`` says why).
+        multivector_source: where ``multivector`` came from, or why there is none.
     """
 
     path: Path
@@ -133,6 +138,23 @@ class ModelInfo:
     ignored_modules: tuple[str, ...] = ()
     pipeline: tuple[Any, ...] = ()
     query_route: Path | None = None
+    multivector: str | None = None
+    multivector_source: str = ""
+
+    def intended_multivector(self) -> Any:
+        """The folder's intended multi-vector :class:`~poolkit.Recipe` (``multivector``).
+
+        Raises:
+            PipelineError: the folder is no multi-vector folder, or poolkit cannot give what
+                its modules do (one line: which setting, and the fix).
+        """
+        from poolkit.recipe import Recipe
+
+        if self.multivector is None:
+            raise PipelineError(self.multivector_source or expected(
+                "model", "a MultiVectorEncoder or PyLate folder for its intended multi-vector "
+                "recipe", f"{self.reference!r}", "Pass a recipe, e.g. multivector:tokens."))  # fmt: skip
+        return Recipe.parse(self.multivector)
 
     def intended_recipe(self, **shorthands: Any) -> Any:
         """The model's intended pooling as a sequence :class:`~poolkit.Recipe`: the one place
@@ -428,6 +450,10 @@ def read_model_info(
     if isinstance(positions, int) and (max_length is None or positions < max_length):
         max_length, max_length_source = positions, "config.json: max_position_embeddings"
 
+    from poolkit.multivector.folder import folder_recipe
+
+    multivector, multivector_source = folder_recipe(root)
+
     prompts: dict[str, str] = {}
     default_prompt = None
     st_cfg = settings_root / "config_sentence_transformers.json"
@@ -470,6 +496,8 @@ def read_model_info(
         ignored_modules=refused,
         pipeline=pipeline,
         query_route=query_route,
+        multivector=multivector,
+        multivector_source=multivector_source,
     )
 
 

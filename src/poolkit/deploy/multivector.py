@@ -130,6 +130,10 @@ def export_multivector(
     late = late_interaction(encoder)
     normalize = recipe.resolved_normalize(late.normalize)
     check_multivector_export(recipe, format, quantize, normalize)
+    if format == "onnx" and late.keep_ids is not None:
+        value_error("model", "a folder without keep_only_token_ids with `format='onnx'` (the "
+                    "graph's mask has no allowlist)", f"the {late.source}'s MultiVectorMask",
+                    "Use `format='sentence-transformers'`, whose MultiVectorMask keeps it.")  # fmt: skip
     if format == "sentence-transformers" and info.is_decoder:
         value_error("model", "an encoder for the sentence-transformers format",
                     f"the decoder {info.architecture}", "Use `format='onnx'`, which carries "

@@ -8,8 +8,9 @@ all come out as the same native format (sentence-transformers 6):
   max length, ``query_length``, ``document_length`` and ``query_expansion`` (token named);
 - the source's token-level ``Dense`` folders (weights copied, reading ``token_embeddings``);
   none for a plain encoder;
-- ``MultiVectorMask`` with the skiplist (the tokens poolkit resolved) when there is a
-  skiplist or query expansion (the mask is what scores the expansion tokens);
+- ``MultiVectorMask`` with the skiplist (the tokens poolkit resolved) and the source's
+  ``keep_only_token_ids`` when there is a skiplist, an allowlist or query expansion (the
+  mask is what scores the expansion tokens);
 - ``Normalize`` over ``token_embeddings`` when the recipe normalises;
 - ``HierarchicalTokenPooling`` (documents, one protected token, L2 after) for ``/poolF``;
 - ``config_sentence_transformers.json``: ``model_type: MultiVectorEncoder``, the prompts
@@ -116,11 +117,12 @@ def write_mve_folder(
 
     for src in dense_folders(source):
         add("Dense", {**_json(src / "config.json"), **_TOKENS}, copy_from=src)
-    if late.skip_ids or exp is not None:
+    if late.skip_ids or exp is not None or late.keep_ids is not None:
         words = [names(i) for i in late.skip_ids]
         tasks = ["query", "document"] if late.skip_queries else ["document"]
+        keep = None if late.keep_ids is None else list(late.keep_ids)
         add("MultiVectorMask", {"skiplist_words": words, "skiplist_tasks": tasks,
-                                "keep_only_token_ids": None})  # fmt: skip
+                                "keep_only_token_ids": keep})  # fmt: skip
     if normalize:
         add("Normalize", dict(_TOKENS))
     if pool_factor is not None:

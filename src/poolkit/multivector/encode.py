@@ -4,7 +4,8 @@ document sides, then the recipe's token pooling, dims, MUVERA and precision.
 The sides follow the folder (:mod:`poolkit.multivector.folder`): a query gets the query
 prompt, at most ``query_length`` tokens, and with query expansion is padded to the
 expansion length with ``[MASK]`` tokens that MaxSim scores; a document gets the document
-prompt, at most ``document_length`` tokens, and loses the skiplist's tokens. Every other
+prompt, at most ``document_length`` tokens, loses the skiplist's tokens and keeps only
+the mask's ``keep_only_token_ids`` when it has them. Every other
 non-padding token is kept, special tokens and prompt tokens included, as
 sentence-transformers' ``MultiVectorEncoder`` keeps them.
 """
@@ -131,6 +132,8 @@ def iter_token_vectors(
             scored |= extra
         if drop_skip:
             scored &= ~np.isin(ids, skip)
+        if late.keep_ids is not None and side == "document":  # the mask's allowlist
+            scored &= np.isin(ids, np.asarray(late.keep_ids, np.int64))
         hidden = to_float32_numpy(encoder.backend.forward(encoder.model_inputs(ids, mask)))
         flat = apply_steps(late, hidden[scored], normalize)
         cuts = np.cumsum(scored.sum(axis=1))[:-1]

@@ -27,7 +27,7 @@ import numpy as np
 from poolkit.errors import PipelineError
 from poolkit.head import PipelineStep, token_dense
 
-__all__ = ["Expansion", "LateInteraction", "read_late_interaction"]
+__all__ = ["Expansion", "LateInteraction", "folder_recipe", "read_late_interaction"]
 
 MVE_MODEL_TYPE = "MultiVectorEncoder"
 PYLATE_MODEL_TYPE = "ColBERT"
@@ -57,6 +57,8 @@ class LateInteraction:
         expansion: query expansion, or ``None``.
         skip_ids: token ids dropped from documents (the skiplist, resolved).
         skip_queries: the skiplist applies to queries too.
+        keep_ids: the ``MultiVectorMask``'s ``keep_only_token_ids``: documents keep only
+            these token ids (``None``: no allowlist).
         steps: token-level ``Dense`` modules, in order.
         normalize: every token vector is L2-normalised after them.
     """
@@ -68,6 +70,7 @@ class LateInteraction:
     expansion: Expansion | None = None
     skip_ids: tuple[int, ...] = ()
     skip_queries: bool = False
+    keep_ids: tuple[int, ...] | None = None
     steps: tuple[PipelineStep, ...] = ()
     normalize: bool = False
 
@@ -121,6 +124,7 @@ def read_late_interaction(root: str | Path, tokenizer: Any, max_length: int) -> 
     transformer_cfg: dict[str, Any] = {}
     skip_words: list[str] | None = None
     skip_tasks = ["document"]
+    keep_ids: tuple[int, ...] | None = None
     for entry in modules:
         name = str(entry.get("type", "")).rsplit(".", 1)[-1]
         folder = root / str(entry.get("path") or "")
@@ -135,6 +139,8 @@ def read_late_interaction(root: str | Path, tokenizer: Any, max_length: int) -> 
             skip_words = list(cfg.get("skiplist_words") or [])
             tasks = cfg.get("skiplist_tasks") or ["document"]
             skip_tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+            keep = cfg.get("keep_only_token_ids")
+            keep_ids = tuple(sorted({int(i) for i in keep})) if keep else None
     query_length = transformer_cfg.get("query_length")
     document_length = transformer_cfg.get("document_length")
     raw_expansion = transformer_cfg.get("query_expansion")
@@ -174,9 +180,79 @@ def read_late_interaction(root: str | Path, tokenizer: Any, max_length: int) -> 
         expansion=expansion,
         skip_ids=skip_ids,
         skip_queries="query" in skip_tasks,
+        keep_ids=keep_ids,
         steps=tuple(steps),
         normalize=normalize,
     )
+
+
+def folder_recipe(root: str | Path) -> tuple[str | None, str]:
+    """The multi-vector recipe a ``MultiVectorEncoder``/PyLate folder ``root`` intends, and
+    where it says so: ``multivector:tokens``, with ``/poolF`` from its
+    ``HierarchicalTokenPooling`` and ``/DIMS`` from ``config_sentence_transformers.json``'s
+    ``truncate_dim`` (``/l2`` with it when the folder has no ``Normalize``: sentence-
+    transformers L2-normalises truncated tokens). ``(None, "")`` for any other folder;
+    ``(None, reason)`` when poolkit cannot give what the folder's modules do (the reason is
+    one line naming the setting and the fix)."""
+    root = Path(root)
+    st = _json(root / "config_sentence_transformers.json")
+    kind = st.get("model_type")
+    if kind not in (MVE_MODEL_TYPE, PYLATE_MODEL_TYPE):
+        return None, ""
+    normalized = kind == PYLATE_MODEL_TYPE
+    pool: float | None = None
+    said = [f"config_sentence_transformers.json: model_type {kind}"]
+    for entry in _json(root / "modules.json") or []:
+        name = str(entry.get("type", "")).rsplit(".", 1)[-1]
+        path = str(entry.get("path") or "")
+        if name == "Normalize":
+            normalized = True
+        elif name == "HierarchicalTokenPooling":
+            cfg = _json(root / path / "config.json")
+            factor, problem = _pool_setting(cfg, normalized)
+            if problem:
+                return None, f"{path}/config.json: {problem}"
+            pool = factor
+            if factor is not None:
+                said.append(f"{path}: HierarchicalTokenPooling pool_factor {factor:g}")
+    dims = st.get("truncate_dim")
+    recipe = "multivector:tokens"
+    if pool is not None:
+        recipe += f"/pool{pool:g}"
+    if isinstance(dims, int) and not isinstance(dims, bool) and dims > 0:
+        if not normalized and pool is not None:
+            return None, ("truncate_dim with HierarchicalTokenPooling on tokens that are not "
+                          "L2-normalised first: poolkit normalises before it pools; add a "
+                          "Normalize module before the pooling, or embed "
+                          f"{recipe}/raw and truncate the vectors yourself.")  # fmt: skip
+        recipe += ("" if normalized else "/l2") + f"/{dims}"
+        said.append(f"truncate_dim {dims}")
+    return recipe, "; ".join(said)
+
+
+def _pool_setting(cfg: dict[str, Any], normalized: bool) -> tuple[float | None, str]:
+    """``(pool factor or None, "")`` of a ``HierarchicalTokenPooling`` config poolkit's
+    :func:`~poolkit.multivector.pool_tokens` reproduces, else ``(None, why not)``."""
+    factor = float(cfg.get("pool_factor", 1.0))
+    tasks = cfg.get("tasks") or ["document"]
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    fix = "poolkit pools documents only, by pool_factor, one protected token, L2 after"
+    for key, ok in (("max_tokens", cfg.get("max_tokens") is None),
+                    ("distance_threshold", cfg.get("distance_threshold") is None),
+                    ("num_protected_tokens", cfg.get("num_protected_tokens", 1) == 1),
+                    ("tasks", tasks == ["document"]),
+                    ("normalize_embeddings", factor <= 1
+                     or bool(cfg.get("normalize_embeddings", False)))):  # fmt: skip
+        if not ok:
+            return None, (f"HierarchicalTokenPooling {key}={cfg.get(key)!r} is not one poolkit "
+                          f"gives ({fix}); set it so, or pool the vectors of multivector:tokens "
+                          "yourself.")  # fmt: skip
+    if factor <= 1:
+        if cfg.get("normalize_embeddings") and not normalized:  # documents only: no recipe says it
+            return None, ("HierarchicalTokenPooling pool_factor 1 only L2-normalises documents, "
+                          "not queries; add a Normalize module, or drop the pooling module.")  # fmt: skip
+        return None, ""
+    return factor, ""
 
 
 def apply_steps(info: LateInteraction, x: np.ndarray, normalize: bool) -> np.ndarray:
