@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poolkit._config import config_int
 from poolkit._errors import expected, value_error
 from poolkit.errors import InputError, ModelNotFoundError, PipelineError  # re-exported: raised here
 
@@ -486,8 +487,8 @@ def read_model_info(
         architecture=archs[0] if archs else None,
         model_type=config.get("model_type"),
         is_decoder=is_decoder,
-        num_layers=config.get("num_hidden_layers") or config.get("n_layer"),
-        hidden_size=config.get("hidden_size") or config.get("n_embd") or config.get("d_model"),
+        num_layers=config_int(config, "num_hidden_layers"),
+        hidden_size=config_int(config, "hidden_size"),
         tokenizer_kind=tokenizer_kind,
         padding_side=padding_side,
         include_prompt=include_prompt,

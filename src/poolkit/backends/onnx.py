@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._cache import cache_root
+from poolkit._config import config_int
 from poolkit._cpus import available_cpus
 from poolkit._errors import missing_extra, type_error, value_error
 from poolkit.backends.rowquant import quantize_rows
@@ -257,7 +258,7 @@ def _settings(hf_dir: Path, quantize: str | None, optimize: bool) -> dict[str, A
         "quantize": quantize,
         "optimize": optimize,
         "model_files": {p.name: fast_file_digest(p) for p in _weight_files(hf_dir)},
-        "hidden_size": config.get("hidden_size"),
+        "hidden_size": config_int(config, "hidden_size"),
         "max_position_embeddings": config.get("max_position_embeddings"),
         "versions": {
             name: version(name) for name in ("torch", "transformers", "onnxruntime", "onnx")
