@@ -148,3 +148,47 @@ def test_export_round_trips_through_the_intended_recipe(base, tmp_path, recipe):
     for side, texts in (("document", DOCUMENTS), ("query", QUERIES)):
         _same(_embed(texts, out, info.intended_multivector(), side),
               _embed(texts, base, recipe, side))  # fmt: skip
+
+
+def _inspect(folder: Path, cwd: Path) -> str:
+    from clitools import run_cli
+
+    r = run_cli(["inspect", str(folder)], cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.decode()
+
+
+def test_inspect_describes_the_token_pipeline(base, tmp_path):
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
+    folder = _variant(base, tmp_path / "mve", pooling=HierarchicalTokenPooling(pool_factor=2),
+                      truncate_dim=8)  # fmt: skip
+    out = _inspect(folder, tmp_path)
+    assert "intended recipe   multivector:tokens/pool2/8 (" in out
+    assert "refused" not in out and "guess" not in out and "no file states" not in out
+    for module in ("Dense (1_Dense)", "MultiVectorMask (2_MultiVectorMask)",
+                   "Normalize (3_Normalize)", "HierarchicalTokenPooling (4_"):  # fmt: skip
+        line = next(x for x in out.splitlines() if module in x)
+        assert "[applied" in line, line
+    assert "Pooling include_prompt" not in out and "prompt tokens     kept" in out
+    # A pooling poolkit cannot give: no intended recipe, the module refused with the reason.
+    bad = _variant(base, tmp_path / "bad", pooling=HierarchicalTokenPooling(max_tokens=4))
+    out = _inspect(bad, tmp_path)
+    assert "intended recipe   none: " in out and "max_tokens" in out
+    assert "[refused: HierarchicalTokenPooling max_tokens=4" in out
+
+
+def test_inspect_names_the_pooling_module_that_sets_include_prompt(tmp_path):
+    from tiny_models import build_family
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folder = build_family("bert_dense", tmp_path / "st")  # prompts, Pooling in 1_Pooling
+    assert "excluded from pooling (Pooling (1_Pooling): include_prompt)" in _inspect(
+        folder, tmp_path)  # fmt: skip
+    # No Pooling module at all: the wording says so, and names no 1_Pooling.
+    (folder / "modules.json").write_text(json.dumps(json.loads(
+        (folder / "modules.json").read_text())[:1]), encoding="utf-8")  # fmt: skip
+    out = _inspect(folder, tmp_path)
+    assert "1_Pooling" not in out
+    assert "pooled with the text (no Pooling module states include_prompt" in out

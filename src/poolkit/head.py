@@ -201,11 +201,11 @@ def _activation(name: Any) -> tuple[str | None, str]:
     return None, f"activation {name!r} is not one of {', '.join(_ACTIVATIONS)}"
 
 
-def token_dense(folder: Path, module: str) -> PipelineStep:
+def token_dense(folder: Path, module: str, weights: bool = True) -> PipelineStep:
     """A ``Dense`` over token vectors (``module_input_name: token_embeddings``, or no name, as
-    PyLate saves it) with its weights, as a step :func:`apply_head` applies to ``(T, H)``;
-    status ``"refused: ..."`` for an activation poolkit cannot apply."""
-    return _dense(folder, module, True, vectors="token_embeddings")
+    PyLate saves it) with its weights (unless not ``weights``), as a step :func:`apply_head`
+    applies to ``(T, H)``; status ``"refused: ..."`` for an activation poolkit cannot apply."""
+    return _dense(folder, module, weights, vectors="token_embeddings")
 
 
 def _dense(

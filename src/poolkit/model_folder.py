@@ -178,21 +178,45 @@ class ModelInfo:
             ("hidden size", str(self.hidden_size)),
             ("max length", f"{self.max_length} ({self.max_length_source})"),
             ("tokenizer", f"{self.tokenizer_kind}, padding side {self.padding_side}"),
-            ("pooling", f"{self.pooling} ({self.pooling_source})"),
-            ("normalize", f"{'yes' if self.normalize else 'no'} ({self.normalize_source})"),
         ]
+        late = self.is_multivector_folder
+        if late:  # one vector per token: its token pipeline, not a sentence pooling
+            from poolkit.multivector.folder import describe_pipeline
+
+            intended = (f"{self.multivector} ({self.multivector_source})" if self.multivector
+                        else f"none: {self.multivector_source}")  # fmt: skip
+            rows += [("intended recipe", intended),
+                     ("sentence pooling", "none: a multi-vector folder gives one vector per "
+                      f"token; a dense recipe (e.g. {self.pooling}) needs --pooled-only "
+                      "and pools the transformer's states without the token modules below")]  # fmt: skip
+            steps = [f"{module}: {what}" for module, what in describe_pipeline(self.path)]
+        else:
+            rows += [("pooling", f"{self.pooling} ({self.pooling_source})"),
+                     ("normalize", f"{'yes' if self.normalize else 'no'} "
+                      f"({self.normalize_source})")]  # fmt: skip
+            steps = [f"{s.module}: {s.what} [{s.status}]" for s in self.pipeline]
         if self.query_route is not None:
             rows.append(("query route", f"{self.query_route.name}: stored per-term weights, "
                          "no forward pass (prompt_name 'query')"))  # fmt: skip
-        for k, step in enumerate(self.pipeline, 1):
-            rows.append((f"pipeline {k}", f"{step.module}: {step.what} [{step.status}]"))
+        rows += [(f"pipeline {k}", text) for k, text in enumerate(steps, 1)]
         for name, text in sorted(self.prompts.items()):
             default = " (default)" if name == self.default_prompt_name else ""
             rows.append((f"prompt {name}{default}", repr(text)))
-        if self.prompts or not self.include_prompt:
+        pooling = next((s.module for s in self.pipeline if s.kind == "Pooling"), None)
+        if late and self.prompts:
+            rows.append(("prompt tokens", "kept: each is a token vector, as sentence-"
+                         "transformers' MultiVectorEncoder keeps them"))  # fmt: skip
+        elif self.prompts or not self.include_prompt:
             effect = "pooled with the text" if self.include_prompt else "excluded from pooling"
-            rows.append(("prompt tokens", f"{effect} (1_Pooling include_prompt)"))
+            where = (f"{pooling}: include_prompt" if pooling else
+                     "no Pooling module states include_prompt; sentence-transformers' default")  # fmt: skip
+            rows.append(("prompt tokens", f"{effect} ({where})"))
         return rows
+
+    @property
+    def is_multivector_folder(self) -> bool:
+        """A ``MultiVectorEncoder`` or PyLate folder (``multivector_source`` is set)."""
+        return bool(self.multivector_source)
 
 
 def _read_json(path: Path) -> Any:

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
-    if info.pooling_is_guess:
+    if info.pooling_is_guess and not info.is_multivector_folder:
         print(f"{'':<{width}}  ! no file states the pooling: check the model card, or pass "
               "--strategy.")  # fmt: skip
     return 0

@@ -27,7 +27,13 @@ import numpy as np
 from poolkit.errors import PipelineError
 from poolkit.head import PipelineStep, token_dense
 
-__all__ = ["Expansion", "LateInteraction", "folder_recipe", "read_late_interaction"]
+__all__ = [
+    "Expansion",
+    "LateInteraction",
+    "describe_pipeline",
+    "folder_recipe",
+    "read_late_interaction",
+]
 
 MVE_MODEL_TYPE = "MultiVectorEncoder"
 PYLATE_MODEL_TYPE = "ColBERT"
@@ -228,6 +234,79 @@ def folder_recipe(root: str | Path) -> tuple[str | None, str]:
         recipe += ("" if normalized else "/l2") + f"/{dims}"
         said.append(f"truncate_dim {dims}")
     return recipe, "; ".join(said)
+
+
+def describe_pipeline(root: str | Path) -> list[tuple[str, str]]:
+    """``(module, what it does [status])`` of a ``MultiVectorEncoder``/PyLate folder's token
+    pipeline, for ``poolkit inspect`` (no weights loaded; ``[]`` for other folders)."""
+    root = Path(root)
+    st = _json(root / "config_sentence_transformers.json")
+    kind = st.get("model_type")
+    if kind not in (MVE_MODEL_TYPE, PYLATE_MODEL_TYPE):
+        return []
+    rows: list[tuple[str, str]] = []
+    normalized = kind == PYLATE_MODEL_TYPE
+    for entry in _json(root / "modules.json") or []:
+        name = str(entry.get("type", "")).rsplit(".", 1)[-1]
+        path = str(entry.get("path") or "")
+        label = f"{name} ({path or 'root'})"
+        cfg = _json(root / path / ("sentence_bert_config.json" if name == "Transformer"
+                                   else "config.json"))  # fmt: skip
+        if name == "Transformer":
+            rows.append((label, _sides(cfg if kind == MVE_MODEL_TYPE else st, kind) + " [input]"))
+        elif name == "Dense":
+            step = token_dense(root / path, label, weights=False)
+            rows.append((label, f"{step.what}, on every token [{step.status}]"))
+        elif name == "Normalize":
+            normalized = True
+            rows.append((label, "L2 per token [applied]"))
+        elif name == "MultiVectorMask":
+            rows.append((label, _mask(cfg) + " [applied]"))
+        elif name == "HierarchicalTokenPooling":
+            factor, problem = _pool_setting(cfg, normalized)
+            what = (f"documents: Ward clustering, pool_factor {cfg.get('pool_factor', 1)}, "
+                    f"{cfg.get('num_protected_tokens', 1)} protected token(s)")  # fmt: skip
+            status = f"refused: {problem}" if problem else (
+                f"applied: /pool{factor:g}" if factor is not None else "no-op")  # fmt: skip
+            rows.append((label, f"{what} [{status}]"))
+        else:
+            rows.append((label, "[refused: poolkit does not know this module]"))
+    if kind == PYLATE_MODEL_TYPE:  # sentence-transformers adds both when it loads the folder
+        words = st.get("skiplist_words")
+        count = len(string.punctuation) if words is None else len(words)
+        rows.append(("skiplist (PyLate)", f"drops {count} words from documents [applied]"))
+        rows.append(("Normalize (PyLate)", "L2 per token [applied]"))
+    return rows
+
+
+def _sides(cfg: dict[str, Any], kind: str) -> str:
+    """The Transformer's query/document settings in words."""
+    parts = ["token vectors"]
+    if cfg.get("query_length"):
+        parts.append(f"queries {cfg['query_length']} tokens")
+    if cfg.get("document_length"):
+        parts.append(f"documents {cfg['document_length']} tokens")
+    exp = cfg.get("query_expansion")
+    if kind == PYLATE_MODEL_TYPE and cfg.get("do_query_expansion", True):
+        exp = {"length": cfg.get("query_length") or 32, "strategy": "fixed"}
+    if exp:
+        parts.append(f"queries expanded with [MASK] to {exp.get('length')} "
+                     f"({exp.get('strategy', 'fixed')})")  # fmt: skip
+    return "; ".join(parts)
+
+
+def _mask(cfg: dict[str, Any]) -> str:
+    """A ``MultiVectorMask`` config in words."""
+    words = cfg.get("skiplist_words") or []
+    tasks = cfg.get("skiplist_tasks") or ["document"]
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    text = "the scoring mask (query expansion tokens count)"
+    if words:
+        text += f"; skiplist of {len(words)} words on {' and '.join(tasks)}s"
+    keep = cfg.get("keep_only_token_ids")
+    if keep:
+        text += f"; documents keep only token ids {list(keep)}"
+    return text
 
 
 def _pool_setting(cfg: dict[str, Any], normalized: bool) -> tuple[float | None, str]:
