@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poolkit._config import config_int
+from poolkit._config import config_int, position_limit
 from poolkit._errors import expected, value_error
 from poolkit.errors import InputError, ModelNotFoundError, PipelineError  # re-exported: raised here
 
@@ -469,11 +469,11 @@ def read_model_info(
             tok_max = _read_json(tok_cfg).get("model_max_length")
     if max_length is None and isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
         max_length, max_length_source = tok_max, "tokenizer: model_max_length"
-    positions = config.get("max_position_embeddings") or config.get("n_positions")
-    # RoBERTa-like models reserve positions for padding (514 for 512 tokens), so the
-    # position table only caps the length when it is smaller than the tokenizer's limit.
-    if isinstance(positions, int) and (max_length is None or positions < max_length):
-        max_length, max_length_source = positions, "config.json: max_position_embeddings"
+    # The usable positions (RoBERTa-like tables start after the padding index: 514 hold 512
+    # tokens) cap any stated length, and are the length when nothing states one.
+    positions = position_limit(config)
+    if positions is not None and (max_length is None or positions[0] < max_length):
+        max_length, max_length_source = positions
 
     from poolkit.multivector.folder import folder_recipe
 

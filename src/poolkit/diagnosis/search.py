@@ -31,9 +31,6 @@ __all__ = ["TRUNCATION_LENGTHS", "Diagnosis", "check_vectors", "diagnose"]
 # The truncation lengths tried beside the model's own (those its positions allow).
 TRUNCATION_LENGTHS = (512, 256, 128)
 MATCH_SHARE = 0.99  # a candidate "matches" when this share of rows match to `tol`
-# Model types whose position ids start after the padding id (RoBERTa's layout).
-_OFFSET_POSITIONS = frozenset({"roberta", "xlm-roberta", "camembert", "mpnet", "longformer",
-                               "xlm-roberta-xl", "data2vec-text"})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -270,12 +267,10 @@ def _position_limit(encoder: Any) -> int | None:
         cfg = json.loads((encoder.info.path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    limit = cfg.get("max_position_embeddings")
-    if not isinstance(limit, int):
-        return None
-    if cfg.get("model_type") in _OFFSET_POSITIONS:
-        limit -= int(cfg.get("pad_token_id") or 1) + 1
-    return limit
+    from poolkit._config import position_limit
+
+    limit = position_limit(cfg)
+    return None if limit is None else limit[0]
 
 
 def _prompt_options(info: Any, prompts: Sequence[str]) -> list[tuple[str | None, str | None]]:
