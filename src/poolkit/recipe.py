@@ -102,13 +102,19 @@ def _closest(text: str) -> str | None:
 def _closest_name(text: str) -> str | None:
     """The closest valid name to ``text``, segment by segment: its strategy part matched
     alone (``meen`` -> ``mean``) and its valid ``@LAYERS`` and ``/SEGMENT`` parts kept
-    (``meen/256/int8`` -> ``mean/256/int8``, not the closest whole string)."""
-    head, tail = text.strip(), ""
+    (``meen/256/int8`` -> ``mean/256/int8``, not the closest whole string); a segment that
+    makes the name invalid is left out (``splade/top0`` -> ``splade``). ``None`` when no
+    valid name differs from ``text``: a hint must never repeat the name refused."""
+    head, segments = text.strip(), []
     while "/" in head:
         rest, _, seg = head.rpartition("/")
-        if _output_segment(seg) is None:
-            break
-        head, tail = rest, f"/{seg.strip().lower()}{tail}"
+        try:
+            if _output_segment(seg) is None:
+                break
+        except RecipeError:  # a segment of a known kind with a bad value: left out below
+            pass
+        head = rest
+        segments.insert(0, f"/{seg.strip().lower()}")
     strategy, at, layers = head.partition("@")
     closest = _closest(strategy)
     if closest is None:
@@ -119,7 +125,23 @@ def _closest_name(text: str) -> str | None:
             closest += at + layers.strip()
         except ValueError:
             closest = _closest(head) or closest
-    return closest + tail
+    if not _valid(closest):  # e.g. a bad ':HOW' after valid layers: the strategy alone
+        closest = _closest(strategy) or ""
+        if not _valid(closest):
+            return None
+    for seg in segments:  # in order, each kept only if the name stays valid with it
+        if _valid(closest + seg):
+            closest += seg
+    return None if closest.lower() == text.strip().lower() else closest
+
+
+def _valid(name: str) -> bool:
+    """Whether ``name`` parses as a recipe (no hint computed)."""
+    try:
+        Recipe(**_split_name(name, "sequence"))
+    except (InputError, ValueError):
+        return False
+    return True
 
 
 def _known_names() -> list[str]:
@@ -240,7 +262,10 @@ class Recipe:
             msg = msg.split(" Closest valid name:")[0]
             if " Closest: " in msg or "/DIMS, /PRECISION" in msg:  # the fix is said already
                 raise RecipeError(msg) from None
-            raise RecipeError(f"{msg} Closest valid name: {_closest_name(raw)}.") from None
+            closest = _closest_name(raw)
+            if closest is None:  # no valid name differs from the one refused: no hint
+                raise RecipeError(msg) from None
+            raise RecipeError(f"{msg} Closest valid name: {closest}.") from None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recipe:
