@@ -192,3 +192,17 @@ def test_inspect_names_the_pooling_module_that_sets_include_prompt(tmp_path):
     out = _inspect(folder, tmp_path)
     assert "1_Pooling" not in out
     assert "pooled with the text (no Pooling module states include_prompt" in out
+
+
+def test_export_without_a_recipe_takes_the_intended_multivector_recipe(base, tmp_path):
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
+    folder = _variant(base, tmp_path / "mve", pooling=HierarchicalTokenPooling(pool_factor=2),
+                      truncate_dim=8)  # fmt: skip
+    out = pk.export(folder, tmp_path / "exported")
+    record = json.loads((out / "poolkit-export.json").read_text(encoding="utf-8"))
+    assert record["recipe"] == "multivector:tokens/pool2/8"
+    assert record["choice"]["by"] == "intended"
+    st = _mve(folder)
+    _same(_mve(out).encode_document(DOCUMENTS, convert_to_numpy=True),
+          st.encode_document(DOCUMENTS, convert_to_numpy=True))  # fmt: skip

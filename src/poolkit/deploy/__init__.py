@@ -92,7 +92,8 @@ def export(
         model: model directory or hub id (``None``: the default model).
         out_dir: the folder to create; it must not exist (or be empty) unless ``overwrite``.
         recipe: a :class:`~poolkit.Recipe` or any row name ``poolkit compare`` prints;
-            ``None``: the model's intended pooling (or the top row of ``from_compare``). A
+            ``None``: the model's intended pooling (a ``MultiVectorEncoder``/PyLate folder's:
+            :attr:`ModelInfo.multivector`; or the top row of ``from_compare``). A
             multi-vector recipe (``multivector:tokens...``) writes a ``MultiVectorEncoder``
             folder or a token graph (:mod:`poolkit.deploy.multivector`).
         format: ``"sentence-transformers"`` or ``"onnx"`` (a sparse recipe: a
@@ -169,6 +170,9 @@ def export(
         parsed, choice = read_compare(from_compare, source)
     elif parsed is not None:
         choice = {"by": "recipe"}
+    elif info.is_multivector_folder:  # its token pipeline, not a guessed sentence pooling
+        parsed = info.intended_multivector()
+        choice = {"by": "intended", "source": info.multivector_source}
     else:
         parsed = info.intended_recipe()
         choice = {"by": "intended", "source": info.pooling_source}
