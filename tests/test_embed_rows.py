@@ -257,12 +257,15 @@ def test_sparse_outputs_carry_the_inputs_ids(tmp_path, tmp_path_factory):
     assert record["ids"] == ["d0", "d1", "d2", "d3"]
 
 
-@pytest.mark.parametrize("flag", [["--id-column", "id"], ["--keep-columns", "url"]])
-def test_ray_refuses_the_row_flags_in_one_line_before_it_starts(model, tmp_path, capfd, flag):
-    # The Ray engine keeps row numbers for now (test_ray's flag table points here).
+@pytest.mark.parametrize("name", ["text_id", "input_id", "text"])
+def test_ray_refuses_its_own_column_names_as_kept_fields_before_it_starts(
+    model, tmp_path, capfd, name
+):
+    # The ids and kept fields on Ray, equal to these: test_ray.py.
     src = tmp_path / "in.jsonl"
-    _jsonl(src, [{"id": f"d{k}", "url": "u", "text": t} for k, t in enumerate(TEXTS)])
+    _jsonl(src, [{"id": f"d{k}", name: "u", "text": t} for k, t in enumerate(TEXTS)])
     out = tmp_path / "out"
-    assert main(["embed", str(src), "-o", str(out), "--engine", "ray", *flag, *model]) == 2
-    assert f"{flag[0]}: not on --engine ray yet" in _error(capfd)
+    assert main(["embed", str(src), "-o", str(out), "--engine", "ray", "--keep-columns", name,
+                 *model]) == 2  # fmt: skip
+    assert f"--keep-columns: {name!r} is a column poolkit writes itself" in _error(capfd)
     assert not out.exists()

@@ -120,7 +120,6 @@ def test_interrupted_job_resumes_to_the_same_bytes(job, fmt, monkeypatch):
         (["-o", "bad.npz", "--recipe", RECIPE, "--exclude-special"], ["--exclude-special"]),
         (["-o", "bad.npz", "--recipe", RECIPE, "--pooled-only"], ["--pooled-only"]),
         (["-o", "bad.npz", "--recipe", RECIPE, "--long-text", "window"], ["--long-text window"]),
-        (["-o", "bad.npz", "--recipe", RECIPE, "--engine", "ray"], ["--engine ray"]),
         (["-o", "bad.npz", "--recipe", RECIPE, "mean"], ["one job each"]),
         (["-o", "bad.npz", "--recipe", RECIPE, "--prompt-name", "passage"], ["--prompt-name"]),
     ],

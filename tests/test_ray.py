@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import clitools
@@ -316,7 +317,9 @@ def test_ray_client_address_without_grpc(tmp_path):
 # How each `poolkit embed` option is treated under --engine ray, and the run proving it.
 # The walk below fails for an option of the parser that is missing here.
 RAY_TREATMENT = {
-    "input": "run_a", "--output": "run_a", "--recipe": "run_b", "--strategy": "run_a",
+    "input": "run_a", "--output": "run_a", "--strategy": "run_a",
+    "--recipe": "run_b; sparse and multi-vector recipes: "
+                "test_sparse_and_multivector_recipes_give_the_local_rows",
     "--normalize": "run_a", "--text-column": "run_a", "--input-format": "run_a",
     "--layers": "run_a", "--exclude-special": "run_a", "--part-size": "run_a",
     "--chunk-size": "run_b (the old, hidden spelling of --part-size)",
@@ -333,7 +336,9 @@ RAY_TREATMENT = {
     "--chunks": "refused: test_cli_chunks.py", "--late": "refused with --chunks, which it needs",
     "--stride": "refused with --chunks, which it needs",
     "--chunk-text": "refused with --chunks, which it needs",
-    "--id-column": "refused: test_embed_rows.py", "--keep-columns": "refused: test_embed_rows.py",
+    "--id-column": "test_own_ids_and_kept_fields_travel_as_on_one_machine",
+    "--keep-columns": "test_own_ids_and_kept_fields_travel_as_on_one_machine (its own column "
+                      "names refused: test_embed_rows.py)",
 }  # fmt: skip
 
 
@@ -551,3 +556,123 @@ def test_each_strategy_is_parsed_once_on_the_ray_path(ray_cluster, minilm_dir, t
     order = np.argsort(table["id"].to_numpy())
     got = np.stack(table["max"].to_numpy(zero_copy_only=False))[order]
     assert np.abs(got - want["max"]).max() < TOL
+
+
+# ---------------------------------------------------- sparse and multi-vector recipes on Ray
+
+
+def _in_row_order(path: Path):
+    """A local ``.parquet`` file, or a Ray output folder's shards with rows in input order
+    (single-file input: by the row number in ``text_id``)."""
+    import pyarrow.dataset as pads
+
+    table = pads.dataset(path, format="parquet").to_table()
+    if "text_id" in table.column_names:
+        rows = [int(t.rsplit(":", 1)[1]) for t in table["text_id"].to_pylist()]
+        table = table.take(np.argsort(rows, kind="stable"))
+    return table
+
+
+def _record(path: Path) -> list[dict]:
+    """The ``poolkit`` record of a Parquet file, or of each shard of a folder."""
+    import pyarrow.parquet as pq
+
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    return [json.loads(pq.read_schema(f).metadata[b"poolkit"]) for f in files]
+
+
+def test_sparse_and_multivector_recipes_give_the_local_rows(ray_cluster, tmp_path):
+    """The same command on both engines: equal ids and term ids, weights and token vectors
+    to 1e-6, the same sparse record in every shard (the local file's adds its provenance)."""
+    from tiny_models import build_mlm, build_multivector
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    mlm = build_mlm("bert_dense", tmp_path / "mlm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mv = build_multivector("bert_dense", tmp_path / "mv_model")
+    common = ["--text-column", "sentence1", "--part-size", "42", "--quiet"]
+    recipes = ["splade", "splade_sum/top8"]
+    local, ray_out, _ = _ray_and_local(tmp_path, "sparse", address, "--model", str(mlm),
+                                       "--recipe", *recipes, *common)  # fmt: skip
+    want, got = _in_row_order(local), _in_row_order(ray_out)
+    assert got.column_names == ["id", "text_id", *want.column_names[1:]]
+    assert got["id"].to_pylist() == want["id"].to_pylist() == list(range(167))
+    for name in recipes:
+        assert got[f"{name}_indices"].to_pylist() == want[f"{name}_indices"].to_pylist()
+        a, b = (np.concatenate(t[f"{name}_values"].to_pylist()) for t in (got, want))
+        assert a.shape == b.shape and np.abs(a - b).max() <= 1e-6
+    columns = _record(local)[0]["columns"]
+    assert set(columns) == set(recipes) and columns["splade"]["vocab_size"] > 0
+    assert all(r == {"poolkit": _record(local)[0]["poolkit"], "columns": columns}
+               for r in _record(ray_out))  # fmt: skip
+
+    ragged = "multivector:tokens/pool2"
+    muvera = "multivector:tokens/muvera:k_sim=3,dim_proj=8,r_reps=2"
+    for recipe, side in ((ragged, "document"), (muvera, "query")):
+        name = "mv" if recipe == ragged else "muvera"
+        local, ray_out, _ = _ray_and_local(tmp_path, name, address, "--model", str(mv),
+                                           "--recipe", recipe, "--prompt-name", side, *common)  # fmt: skip
+        want, got = _in_row_order(local), _in_row_order(ray_out)
+        assert got.schema.field(recipe).type == want.schema.field(recipe).type
+        assert got["id"].to_pylist() == want["id"].to_pylist() == list(range(167))
+        for a, b in zip(got[recipe].to_pylist(), want[recipe].to_pylist(), strict=True):
+            a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+            assert a.shape == b.shape and np.abs(a - b).max() <= 1e-6
+
+
+# ------------------------------------------------------ the user's ids and fields on Ray
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_own_ids_and_kept_fields_travel_as_on_one_machine(ray_cluster, tmp_path, tiny_dirs):
+    """String ids from JSON Lines (with two kept fields) and integer `_id`s from Parquet:
+    the local engine's ids, types and fields, the same vectors; duplicate and missing ids
+    (across files too) refused in one line naming the row, before any model loads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    texts = sts_sentences()[:90]
+    model = ["--model", str(tiny_dirs["bert_plain"]), "-s", "mean", "--part-size", "30", "-q"]
+    rows = [{"id": f"doc-{k}", "url": f"u/{k}", "n": 10 * k, "text": t}
+            for k, t in enumerate(texts)]  # fmt: skip
+    runs = {
+        "jsonl": (_jsonl(tmp_path / "in.jsonl", rows), ["--keep-columns", "url,n"]),
+        "parquet": (tmp_path / "in.parquet", []),
+    }
+    pq.write_table(pa.table({"_id": [7000 + k for k in range(90)], "text": texts}),
+                   runs["parquet"][0], row_group_size=25)  # fmt: skip
+    for name, (data, flags) in runs.items():
+        local, ray_out, _ = _ray_and_local(tmp_path, name, address, *model, *flags, data=data)
+        want, got = _in_row_order(local), _in_row_order(ray_out)
+        assert got.column_names == ["id", "text_id", *want.column_names[1:]]
+        for column in want.column_names[:-1]:  # id, then the kept fields: values and types
+            assert got.schema.field(column).type == want.schema.field(column).type, column
+            assert got[column].to_pylist() == want[column].to_pylist(), column
+        vectors = [np.stack(t["mean"].to_numpy(zero_copy_only=False)) for t in (got, want)]
+        assert np.abs(vectors[0] - vectors[1]).max() < TOL
+    assert want["id"].to_pylist() == [7000 + k for k in range(90)]
+    assert pa.types.is_string(_in_row_order(tmp_path / "jsonl").schema.field("id").type)
+
+    # Across the files of a folder: a duplicate, then a row without its id, named.
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    _jsonl(folder / "a.jsonl", rows[:3])
+    _jsonl(folder / "b.jsonl", [rows[3], {**rows[4], "id": "doc-1"}])
+    for problem, line in (("duplicate id 'doc-1' in 'id' (also the id of text 1)", 2),
+                          ("no id in 'id'", 1)):  # fmt: skip
+        out = tmp_path / "refused"
+        run = _poolkit("embed", str(folder), "-o", str(out), "--engine", "ray", "--address",
+                       address, *model)  # fmt: skip
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.count("\n") == 1, run.stderr
+        assert run.stderr.startswith(
+            f"poolkit: error: {folder / 'b.jsonl'}: line {line}: {problem}"
+        )
+        assert not out.exists() and not (tmp_path / "refused.poolkit-work").exists()
+        _jsonl(folder / "b.jsonl", [{**rows[3], "id": None}, rows[4]])

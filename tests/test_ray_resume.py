@@ -192,3 +192,50 @@ def test_sigterm_stops_the_ray_job_cleanly_and_resume_finishes(
     assert f"{len(done) * ROWS} texts resumed" in resumed.stderr
     _same_as_clean(out, clean)
     assert not work.exists()
+
+
+# Runs `poolkit ARGS` with a driver that sends itself SIGTERM right after the first input file
+# is recorded done: a stop at a known place, whatever the speed of the model.
+_STOP_AFTER_ONE_FILE = """
+import os, signal, sys
+from poolkit.io.shardset import ShardCheckpoint
+finish = ShardCheckpoint.finish
+def once(self, stamp, shards):
+    finish(self, stamp, shards)
+    if stamp["rows"]:
+        os.kill(os.getpid(), signal.SIGTERM)
+ShardCheckpoint.finish = once
+from poolkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("recipe", ["splade/top16", "multivector:tokens/pool2"])
+def test_sparse_and_multivector_jobs_resume_to_a_clean_runs_bytes(
+    ray_address, folder, tmp_path, recipe
+):
+    import sys
+    import warnings
+
+    from tiny_models import build_mlm, build_multivector
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build = build_mlm if recipe.startswith("splade") else build_multivector
+        model = build("bert_dense", tmp_path / "model")
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    assert (
+        _poolkit(_argv(folder, clean, ray_address, model, "--recipe", recipe, "-q")).returncode == 0
+    )
+    argv = _argv(folder, out, ray_address, model, "--recipe", recipe)
+    stopped = subprocess.run([sys.executable, "-c", _STOP_AFTER_ONE_FILE, *argv[3:], "-q"],
+                             capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    assert stopped.returncode == 143, stopped.stderr
+    assert len(_records(tmp_path / "out.poolkit-work")) == 1 and not out.exists()
+    resumed = _poolkit([*argv, "--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.strip().endswith(f"(Ray); {ROWS} texts resumed from the checkpoint")
+    names = sorted(p.name for p in clean.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == names and len(names) == 2 * FILES
+    for name in names:
+        assert (out / name).read_bytes() == (clean / name).read_bytes(), name

@@ -96,6 +96,26 @@ def test_ids_moved_by_an_earlier_file_send_a_file_back(tmp_path):
     cp.close()
 
 
+def test_a_file_whose_own_ids_changed_is_sent_back(tmp_path):
+    """The ids a file's rows carry (--id-column) are part of what its record vouches for:
+    other ids (the same bytes read through another id field) send the file back."""
+    out = tmp_path / "out"
+    stamps = [{**_stamp("a.jsonl", 0, 3, "a" * 64), "ids": "1" * 64},
+              {**_stamp("b.jsonl", 3, 4, "b" * 64), "ids": "2" * 64}]  # fmt: skip
+    _job(out, stamps)
+    now = [stamps[0], {**stamps[1], "ids": "3" * 64}]
+    cp, kept, messages = _reopen(out, now)
+    assert kept == [True, False]
+    assert any("b.jsonl" in m and "changed since" in m for m in messages), messages
+    cp.close()
+    # Row numbers (no ids): a record without the key matches a stamp whose ids are None.
+    old = tmp_path / "old"
+    _job(old, [_stamp("a.txt", 0, 3, "a" * 64)])
+    cp, kept, _ = _reopen(old, [{**_stamp("a.txt", 0, 3, "a" * 64), "ids": None}])
+    assert kept == [True]
+    cp.close()
+
+
 def test_without_resume_an_existing_work_dir_is_reported_with_its_files(tmp_path):
     out = tmp_path / "out"
     _job(out, [_stamp("a.txt", 0, 3, "a" * 64)])

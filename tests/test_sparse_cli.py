@@ -100,7 +100,6 @@ def test_stopped_and_resumed_gives_the_same_bytes(work, mlm, ext) -> None:
         (["-o", "x.npz", "--recipe", "splade", "--precision", "int8"], ["--precision", "/topK"]),
         (["-o", "x.npz", "--recipe", "mean"], [".npz is for sparse recipes"]),
         (["-o", "x.npz", "--recipe", "splade", "mean"], ["separate runs"]),
-        (["-o", "out", "--recipe", "splade", "--engine", "ray"], ["--engine ray", "local"]),
         (["-o", "x.parquet", "--recipe", "splade", "--chunks", "tokens:8"], ["--chunks"]),
     ],
 )

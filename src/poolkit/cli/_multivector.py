@@ -43,7 +43,6 @@ def check_multivector_args(args: argparse.Namespace, wanted: dict[str, Any] | No
          "scores every token)"),
         ("--long-text window", args.long_text == "window", "the folder's document length "
          "cuts long texts"),
-        ("--engine ray", args.engine == "ray", "run it with --engine local"),
         ("--ranges", getattr(args, "ranges", None) is not None, "int8/uint8 ranges are for "
          "dense recipes"),
         ("-o -", args.output == "-", "write a .jsonl, .npz or .parquet file"),

@@ -213,10 +213,9 @@ def output_metadata(
     from poolkit import __version__
 
     if any(r.kind == "sparse" for r in recipes.values()):
-        sparse = {name: {"recipe": str(r), "recipe_json": r.to_json(), "kind": "sparse",
-                         "vocab_size": dims[name], "top_k": r.top_k}
-                  for name, r in recipes.items()}  # fmt: skip
-        return {"poolkit": __version__, "columns": sparse}
+        from poolkit.sparse.files import sparse_record
+
+        return sparse_record(recipes, dims)  # the Ray engine's shards carry the same
     if not any(r.has_output_stage for r in recipes.values()):
         return None
 

@@ -3,8 +3,10 @@
 INPUT is a file, a folder or a glob of txt/jsonl/csv/tsv/parquet files (or a pyarrow
 filesystem URI); OUTPUT_DIR receives Parquet shards with ``id`` (the row id
 ``poolkit embed`` gives, files taken in sorted order), ``text_id``
-(``"<file>:<row in file>"``) and one ``fixed_size_list<float32>[D]`` column per
-strategy. Without ``--address`` a local Ray sized to the machine is started; with it,
+(``"<file>:<row in file>"``) and the columns ``poolkit embed`` writes to a ``.parquet``
+file: one ``fixed_size_list<float32>[D]`` per strategy, a sparse recipe's term ids and
+weights (its record in the shards' metadata), a multi-vector recipe's list of token
+vectors a row. Without ``--address`` a local Ray sized to the machine is started; with it,
 the job joins that cluster. A local OUTPUT_DIR appears only when complete (written
 beside it, checked to hold every id exactly once, then renamed).
 
@@ -33,6 +35,7 @@ from poolkit._versions import installed_versions
 from poolkit.cli._backend_args import calibration_texts, check_backend_args
 from poolkit.cli._common import positive, require_extra
 from poolkit.cli._job import job_settings, run_job
+from poolkit.cli._ray_rows import check_ids, ids_digest, keep_for_ray, rows_setting, user_rows
 from poolkit.cli._signals import Terminated
 from poolkit.errors import InputError, RunError
 
@@ -173,16 +176,21 @@ def _init_ray(ray: Any, address: str | None, quiet: bool) -> None:
         ray.init(address=address, **options)
 
 
-def _verify(tmp: str, total: int) -> tuple[int, dict[str, int]]:
-    """Check the shards hold ids 0..total-1 exactly once; returns (shards, dims)."""
+def _verify(tmp: str, total: int, own_ids: bool = False) -> tuple[int, dict[str, int]]:
+    """Check the shards hold ids 0..total-1 exactly once (``own_ids``: the rows' own ids,
+    ``total`` distinct ones); returns (shards, dims)."""
     import numpy as np
-    import pyarrow as pa
     import pyarrow.dataset as pads
 
     data = pads.dataset(tmp, format="parquet")
-    ids = np.sort(data.to_table(columns=["id"]).column("id").to_numpy())
-    if len(ids) != total or not np.array_equal(ids, np.arange(total)):
-        missing = total - len(np.unique(ids))
+    ids = data.to_table(columns=["id"]).column("id")
+    if own_ids:
+        wrong = len(ids) != total or len(ids.unique()) != total
+    else:
+        ids = np.sort(ids.to_numpy())
+        wrong = len(ids) != total or not np.array_equal(ids, np.arange(total))
+    if wrong:
+        missing = total - len(np.unique(np.asarray(ids)))
         raise RunError(
             unmet(
                 f"the job to write each of the {total} rows once",
@@ -190,8 +198,26 @@ def _verify(tmp: str, total: int) -> tuple[int, dict[str, int]]:
                 "The output was not published.",
             )
         )
-    dims = {f.name: f.type.list_size for f in data.schema if pa.types.is_fixed_size_list(f.type)}
-    return len(data.files), dims
+    return len(data.files), _widths(data.schema)
+
+
+def _widths(schema: Any) -> dict[str, int]:
+    """Vector width per recipe column of the shards: a fixed-size list's size, a ragged
+    column's token width, a sparse column's vocabulary (from the record it carries)."""
+    import json
+
+    import pyarrow as pa
+
+    dims: dict[str, int] = {}
+    for f in schema:
+        kind = f.type.value_type if pa.types.is_large_list(f.type) else f.type
+        if pa.types.is_fixed_size_list(kind):
+            dims[f.name] = kind.list_size
+    record = json.loads((schema.metadata or {}).get(b"poolkit", b"{}"))
+    for name, column in (record.get("columns") or {}).items():
+        if column.get("kind") == "sparse":
+            dims[name] = column["vocab_size"]
+    return dims
 
 
 def _user_error(error: BaseException) -> BaseException:
@@ -219,7 +245,7 @@ def _model_dir(args: argparse.Namespace) -> Path | None:
 
 
 def _ray_settings(
-    args: argparse.Namespace, wanted: Any, model_dir: Path | None, block: int
+    args: argparse.Namespace, wanted: Any, model_dir: Path | None, block: int, corpus: Any
 ) -> dict[str, Any]:
     """The Ray job's manifest settings (:func:`~poolkit.cli._job.job_settings`): the values
     asked of its workers (``block_rows`` is read back from the manifest on --resume, so a
@@ -240,6 +266,9 @@ def _ray_settings(
               "calibration": _calibration_digest(args), "input_format": args.input_format,
               "device": args.device, "gpus_per_worker": args.gpus_per_worker,
               "block_rows": block}  # fmt: skip
+    rows = rows_setting(corpus)
+    if rows is not None:  # a resumed job must read the same ids and fields
+        head["rows"] = rows
     versions = installed_versions("torch", "transformers", "onnxruntime", "ray")
     return job_settings(args, head, engine, versions)
 
@@ -296,6 +325,7 @@ def run(args: argparse.Namespace, wanted: Any) -> int:
 
     positive(args.workers, "--workers")
     positive(args.cpus_per_worker, "--cpus-per-worker")
+    keep = keep_for_ray(args)
     output = os.fspath(args.output).rstrip("/") or "/"
     if _checked_output(args, output):
         return 0
@@ -342,7 +372,9 @@ def run(args: argparse.Namespace, wanted: Any) -> int:
         resources = ray.cluster_resources()
         gpus = cluster_gpus(args, resources)
         workers = args.workers or default_workers(resources, cpus, args.gpus_per_worker)
-        corpus = Corpus.scan(args.input, text_column=args.text_column, fmt=args.input_format)
+        corpus = Corpus.scan(args.input, text_column=args.text_column, fmt=args.input_format,
+                             id_column=args.id_column or "auto", keep_columns=keep)  # fmt: skip
+        check_ids(corpus)  # before any model loads, one line naming the row
         block = corpus.balanced_block_rows(workers, args.part_size)
         job = _Job(args, corpus, wanted, workers, cpus)
         if remote:
@@ -351,7 +383,7 @@ def run(args: argparse.Namespace, wanted: Any) -> int:
         else:
             if args.resume:
                 block = _stored_block_rows(output) or block
-            settings = _ray_settings(args, wanted, model_dir, block)
+            settings = _ray_settings(args, wanted, model_dir, block, corpus)
             outcome = job.write_checkpointed(output, block, settings)
             if isinstance(outcome, int):
                 return outcome  # interrupted: the line is printed
@@ -406,6 +438,7 @@ class _Job:
         # One Embedder call per read block (batch_size=None): the same texts share a batch
         # in every run, whatever order blocks arrive in, so reruns agree bit for bit.
         # Reads and writes ask for 0 CPUs here: the pool may hold every CPU (spare_cpus=0).
+        # The actors get the recipes as values; shorthand flags only for the model's own.
         return embed_dataset(
             self.corpus.dataset(block, only), args.model, text_column="text", keep_text=False,
             workers=self.workers, cpus_per_worker=self.cpus, batch_size=None, spare_cpus=0,
@@ -416,12 +449,14 @@ class _Job:
     def write_remote(self, output: str, block: int) -> tuple[int, dict[str, int]]:
         """Ray's own Parquet writer straight into a remote OUTPUT_DIR (no checkpoint)."""
         ds = self.dataset(block)
+        if self.corpus.id_type is not None:  # each row's own id in `id`
+            ds = ds.map_batches(user_rows, batch_format="pyarrow", batch_size=None, num_cpus=0)
         try:
             # Zero CPUs: writing must not wait for CPUs that the embedding actors hold.
             ds.write_parquet(output, ray_remote_args={"num_cpus": 0, "max_retries": 3})
         except Exception as e:
             raise _user_error(e) from None
-        return _verify(output, self.corpus.rows)
+        return _verify(output, self.corpus.rows, self.corpus.id_type is not None)
 
     def write_checkpointed(
         self, output: str, block: int, settings: dict[str, Any]
@@ -435,10 +470,11 @@ class _Job:
 
         corpus = self.corpus
         changed = [InputStamp.take(f.path) for f in corpus.files]  # before hashing
+        own = corpus.ids or [None] * len(corpus.files)
         stamps = [
-            {"name": f.name, "first_id": first, "rows": rows, **digest}
-            for f, first, rows, digest in zip(
-                corpus.files, corpus.offsets, corpus.counts, file_stamps(corpus.files),
+            {"name": f.name, "first_id": first, "rows": rows, **digest, "ids": ids_digest(ids)}
+            for f, first, rows, digest, ids in zip(
+                corpus.files, corpus.offsets, corpus.counts, file_stamps(corpus.files), own,
                 strict=True,
             )
         ]  # fmt: skip
@@ -454,7 +490,8 @@ class _Job:
                     for batch in self.dataset(block, pending).iter_batches(
                         batch_size=None, batch_format="pyarrow"
                     ):
-                        yield from split_by_file(batch, corpus.offsets)
+                        for k, first, table in split_by_file(batch, corpus.offsets):
+                            yield k, first, user_rows(table)  # each row's own id in `id`
                 except Exception as e:
                     raise _user_error(e) from None
 
@@ -464,7 +501,7 @@ class _Job:
                                      f"{len(missing)} came back incomplete",
                                      "The output was not published."))  # fmt: skip
             staged = checkpoint.stage([f.name for f in corpus.files])
-            shards_count, dims = _verify(os.fspath(staged), corpus.rows)
+            shards_count, dims = _verify(os.fspath(staged), corpus.rows, corpus.id_type is not None)
             checkpoint.publish(overwrite=self.args.overwrite)
             return shards_count, dims
 

@@ -16,7 +16,6 @@ BEIR corpus read the way ``poolkit compare`` reads it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from poolkit.errors import InputError
+from poolkit.io.readers import kept_column  # the Ray engine's pieces write them too
 
 __all__ = [
     "BEIR_JOIN",
@@ -83,14 +83,6 @@ def beir_input(args: argparse.Namespace) -> str | None:
             args.id_column = "_id"
         return "title"
     return None
-
-
-def kept_column(values: list[Any]) -> Any:
-    """A --keep-columns field as written: int64 when every value is an integer, else text
-    (JSON values other than strings as their JSON)."""
-    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        return np.asarray(values, dtype=np.int64)
-    return [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values]
 
 
 class UserIds:

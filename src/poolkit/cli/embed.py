@@ -192,13 +192,6 @@ def _kind(recipes: dict[str, Any]) -> str:
         ) from None
 
 
-def _check_engine(args: argparse.Namespace, kind: str | None) -> None:
-    """Sparse recipes run on the local engine (Ray's writes dense shards)."""
-    if kind == "sparse" and args.engine == "ray":
-        raise InputError("--engine ray: sparse recipes (splade) run on the local engine only "
-                         "for now; drop --engine ray.")  # fmt: skip
-
-
 def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
     """A recipe's /DIMS (or --dims) wider than its vectors: one line naming the flag."""
     from poolkit._errors import with_flags
@@ -243,11 +236,6 @@ def run(args: argparse.Namespace) -> int:
         positive(value, flag)  # both engines
     multivector = check_multivector_args(args, wanted)  # its dense-only flags refused
     kind = None if wanted is None else _kind(wanted)
-    _check_engine(args, kind)
-    if args.engine == "ray" and (args.id_column or args.keep_columns):
-        flag = "--id-column" if args.id_column else "--keep-columns"
-        raise InputError(f"{flag}: not on --engine ray yet (its rows keep their row numbers); "
-                         "run without --engine ray.")  # fmt: skip
     if multivector and args.keep_columns:
         raise InputError("--keep-columns: a multi-vector output has one row per text's tokens "
                          "and no other column; drop --keep-columns.")  # fmt: skip

@@ -37,11 +37,13 @@ __all__ = [
     "InputError",
     "Rows",
     "input_format",
+    "kept_column",
     "pick_column",
     "read_all",
     "read_records",
     "read_rows",
     "read_stream",
+    "read_stream_rows",
     "read_texts",
 ]
 
@@ -564,6 +566,26 @@ def read_stream(
     yield from _chunks((text for _, text, _ in items), chunk_size)
 
 
+def read_stream_rows(
+    source: str | IO[bytes],
+    fmt: str,
+    *,
+    where: str,
+    text_column: str | None = None,
+    chunk_size: int = 4096,
+    rows: range | None = None,
+    id_column: str | None = None,
+    keep_columns: Sequence[str] = (),
+) -> Iterator[Rows]:
+    """:func:`read_stream`'s texts as :class:`Rows`, with each row's id (``id_column``, as
+    :class:`Fields` takes it) and the fields ``keep_columns`` beside them; ``where`` names
+    rows as :func:`read_rows` does (file lines or Parquet rows, 1-based)."""
+    fields = Fields(None, id_column, tuple(keep_columns))
+    kind = input_format(where, fmt)
+    items = _items(source, kind, where, text_column, fields, rows)
+    yield from _parts(items, where, "row" if kind == "parquet" else "line", fields, chunk_size)
+
+
 def _items(
     source: str | IO[bytes],
     kind: str,
@@ -684,30 +706,37 @@ def read_rows(
         else:
             source = where if kind == "parquet" else stack.enter_context(open(where, "rb"))
         label = "row" if kind == "parquet" else "line"
-
-        def fresh() -> Rows:
-            return Rows(ids=None if fields.id is None else [],
-                        kept={k: [] for k in fields.keep})  # fmt: skip
-
-        part = fresh()
-        for number, text, got in _items(source, kind, where, text_column, fields):
-            part.texts.append(text)
-            part.values.append(got.get("value"))
-            part.where.append(f"{where}: {label} {number}")
-            if part.ids is not None:
-                part.ids.append(got.get("id"))
-                part.id_column = got.get("id_column", part.id_column)
-            for name in fields.keep:
-                part.kept[name].append(got[f"keep:{name}"])
-            if len(part) >= chunk_size:
-                total += len(part)
-                yield _settled(part)
-                part = fresh()
-        if len(part):
+        items = _items(source, kind, where, text_column, fields)
+        for part in _parts(items, where, label, fields, chunk_size):
             total += len(part)
-            yield _settled(part)
+            yield part
     if total == 0:
         raise InputError(f"{where}: no texts found (the input is empty).")
+
+
+def _parts(
+    items: Iterable[_Item], where: str, label: str, fields: Fields, chunk_size: int
+) -> Iterator[Rows]:
+    """``items`` as :class:`Rows` of ``chunk_size`` texts (``label``: line or row)."""
+
+    def fresh() -> Rows:
+        return Rows(ids=None if fields.id is None else [], kept={k: [] for k in fields.keep})
+
+    part = fresh()
+    for number, text, got in items:
+        part.texts.append(text)
+        part.values.append(got.get("value"))
+        part.where.append(f"{where}: {label} {number}")
+        if part.ids is not None:
+            part.ids.append(got.get("id"))
+            part.id_column = got.get("id_column", part.id_column)
+        for name in fields.keep:
+            part.kept[name].append(got[f"keep:{name}"])
+        if len(part) >= chunk_size:
+            yield _settled(part)
+            part = fresh()
+    if len(part):
+        yield _settled(part)
 
 
 def _settled(part: Rows) -> Rows:
@@ -715,6 +744,16 @@ def _settled(part: Rows) -> Rows:
     if part.id_column is None:
         part.ids = None
     return part
+
+
+def kept_column(values: list[Any]) -> Any:
+    """A kept field (``--keep-columns``) as written: int64 when every value is an integer,
+    else text (JSON values other than strings as their JSON)."""
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        import numpy as np
+
+        return np.asarray(values, dtype=np.int64)
+    return [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values]
 
 
 def read_all(path: str | os.PathLike[str], **kwargs: Any) -> list[str]:

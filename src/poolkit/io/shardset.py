@@ -9,11 +9,12 @@ engine (:class:`~poolkit.io.checkpoint.Checkpoint`: same manifest, settings chec
   the SHA-256 of the file's bytes, so shard and hash appear in one rename;
 - ``file-<sha256>.json``: a record written (atomically, name = SHA-256 of its bytes) once
   every row of an input file is in shards: the file's name, first row id, row count,
-  size, modification time and SHA-256, and its shards in row order.
+  size, modification time and SHA-256, the digest of the ids its rows carry
+  (``--id-column``; None for row numbers), and its shards in row order.
 
 A resumed job skips an input file only when a record matches it (same name, first row id,
-row count and content hash: an edited file, or one whose ids moved because an earlier file
-changed, is embedded again) and every shard the record names still hashes to its name; a
+row count, content hash and ids: an edited file, or one whose ids moved because an earlier
+file changed, is embedded again) and every shard the record names still hashes to its name; a
 damaged shard sends its file back to be embedded, with one warning naming it. Shards no
 record names (the blocks of a file in flight when the driver died) are deleted with one
 warning; files poolkit did not write are named and left alone. :meth:`ShardCheckpoint.stage`
@@ -54,6 +55,8 @@ _RECORD = re.compile(r"^file-([0-9a-f]{64})\.json$")
 _STAGED = "staged"
 # What a record must hold to vouch for an input file (besides its shards).
 _IDENTITY = ("name", "first_id", "rows", "sha256")
+# ... and must match: also the digest of the ids the rows carry (None: row numbers).
+_MATCH = (*_IDENTITY, "ids")
 
 
 class ShardCheckpoint(Checkpoint):
@@ -135,13 +138,13 @@ class ShardCheckpoint(Checkpoint):
         of file ``k``, checked before the file is recorded done by :meth:`put`."""
         self._stamps, self._unchanged = list(stamps), list(unchanged)
         self._pending: dict[int, list[tuple[int, int, str]]] = {}
-        wanted = {tuple(s[k] for k in _IDENTITY): s for s in stamps}
+        wanted = {tuple(s.get(k) for k in _MATCH): s for s in stamps}
         used: set[str] = set()
         damaged: list[str] = []
         changed: list[str] = []
         current = {s["name"] for s in stamps}
         for entry, record in self._records:
-            key = tuple(record.get(k) for k in _IDENTITY)
+            key = tuple(record.get(k) for k in _MATCH)
             if key not in wanted or record["name"] in self.done_files:
                 if record.get("name") in current and record.get("name") not in self.done_files:
                     changed.append(str(record["name"]))

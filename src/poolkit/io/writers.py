@@ -58,6 +58,7 @@ __all__ = [
     "jsonl_rows",
     "open_writer",
     "output_format",
+    "ragged_array",
     "sidecar_path",
 ]
 
@@ -282,10 +283,7 @@ class EmbeddingWriter:
         else:
             import pyarrow as pa
 
-            flat = pa.array(vectors.reshape(-1), pa.from_numpy_dtype(vectors.dtype))
-            tokens = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
-            lists = pa.LargeListArray.from_arrays(pa.array(np.r_[starts, len(ids)], pa.int64()),
-                                                  tokens)  # fmt: skip
+            lists = ragged_array(vectors, np.r_[starts, len(ids)])
             kind = pa.int64() if text_ids.dtype.kind in "iu" else pa.string()
             self._write_table([pa.array(text_ids, kind), lists], ["id", name])
 
@@ -447,6 +445,16 @@ class EmbeddingWriter:
             self._tokens = None
         self._file = None
         self._out.abort()
+
+
+def ragged_array(vectors: np.ndarray, offsets: np.ndarray) -> Any:
+    """Token rows ``vectors`` ``(total tokens, D)`` as one Parquet list a text:
+    ``large_list<fixed_size_list[D]>``, text ``i`` being ``vectors[offsets[i]:offsets[i+1]]``."""
+    import pyarrow as pa
+
+    flat = pa.array(vectors.reshape(-1), pa.from_numpy_dtype(vectors.dtype))
+    tokens = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+    return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), tokens)
 
 
 def _ragged_type(writer: EmbeddingWriter) -> Any:

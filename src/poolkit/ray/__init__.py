@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from poolkit.ray._embedder import Embedder, embed_dataset
 from poolkit.ray._require import INSTALL_HINT, RayNotInstalledError, require_ray
-from poolkit.ray._sources import Corpus, list_inputs, read_corpus
+from poolkit.ray._sources import INPUT_ID, Corpus, FileIds, list_inputs, read_corpus
 
 __all__ = [
+    "INPUT_ID",
     "INSTALL_HINT",
     "Corpus",
     "Embedder",
+    "FileIds",
     "RayNotInstalledError",
     "embed_dataset",
     "list_inputs",

@@ -56,8 +56,14 @@ class Embedder:
     ``__call__`` takes a batch (``pyarrow.Table``, or a dict of NumPy arrays) of ``B``
     rows and returns it with every input column unchanged (row ids included) plus one
     column per recipe: ``fixed_size_list<float32>[D]`` for tables, float32 ``(B, D)``
-    for dicts. ``B = 0`` gives empty columns. A null or non-string text raises
-    ``ValueError`` naming the row.
+    for dicts. Sparse recipes (``splade``) and multi-vector ones take their own paths
+    (those of :func:`poolkit.embed`) and give the columns ``poolkit embed`` writes to
+    Parquet (:mod:`poolkit.ray._columns`): ``<name>_indices``/``<name>_values`` lists
+    (the table's metadata holds the record ``poolkit embed`` writes with them: recipe and
+    vocabulary width), or one list of ``(tokens, D)`` vectors a row (for dicts: one NumPy
+    array a row).
+    ``B = 0`` gives empty columns. A null or non-string text raises ``ValueError`` naming
+    the row; so does a multi-vector text that keeps no token vector.
     """
 
     _ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backend", "quantize",
@@ -99,13 +105,44 @@ class Embedder:
         # Prompt and pipeline checked now, on the actor's first start, not per batch.
         self.embed_options = {k: options[k] for k in ("prompt_name", "prompt", "pipeline")
                               if k in options}  # fmt: skip
-        from poolkit.embedding import head_plan
+        self.kind = _kind(self.recipes)
+        self.widths: dict[str, int] = {}  # column -> vector width, once a batch is embedded
+        self._prepare(options.get("prompt_name"), options.get("prompt"))
+        self.pid = os.getpid()
+
+    def _prepare(self, prompt_name: str | None, prompt: str | None) -> None:
+        """Check the recipes against the loaded model and resolve what each batch needs:
+        the prompt (sparse, multi-vector: its text; dense: checked), the MLM head (sparse),
+        the side and width (multi-vector), the model's pipeline (dense)."""
         from poolkit.prompts import check_pipeline, resolve_prompt
 
         check_pipeline(self.embed_options.get("pipeline", "full"))
-        resolve_prompt(self.encoder.info, options.get("prompt_name"), options.get("prompt"))
+        if self.kind == "multivector":
+            from poolkit.multivector.api import check_width, side_prompt
+            from poolkit.multivector.encode import late_interaction, side_of
+
+            recipe = next(iter(self.recipes.values()))
+            check_width(self.encoder, recipe)
+            self.side = side_of(prompt_name)
+            self.prompt = side_prompt(late_interaction(self.encoder), prompt_name, prompt)
+            return
+        self.prompt = resolve_prompt(self.encoder.info, prompt_name, prompt)
+        if self.kind == "sparse":  # no modules after SPLADE pooling; the head it needs
+            from poolkit.sparse.embed import mlm_head
+
+            mlm_head(self.encoder, str(next(iter(self.recipes.values()))))
+            return
+        from poolkit.embedding import head_plan
+
         head_plan(self.encoder, self.recipes, self.embed_options.get("pipeline", "full"))
-        self.pid = os.getpid()
+
+    @property
+    def output_columns(self) -> list[str]:
+        """The columns each batch gains: one per recipe; a sparse recipe's two,
+        ``<name>_indices`` and ``<name>_values``."""
+        if self.kind == "sparse":
+            return [f"{n}_{part}" for n in self.names for part in ("indices", "values")]
+        return list(self.names)
 
     def __repr__(self) -> str:
         return (
@@ -121,7 +158,7 @@ class Embedder:
                 f"{self.text_column!r}; its columns are: {', '.join(columns)}",
                 "Pass text_column= to choose one.",
             )
-        clash = [name for name in self.names if name in columns]
+        clash = [name for name in self.output_columns if name in columns]
         if clash:
             value_error(
                 "ds",
@@ -144,18 +181,80 @@ class Embedder:
                 )
         return texts
 
-    def embed(self, texts: list[str]) -> dict[str, np.ndarray]:
-        """``name -> (len(texts), D)`` float32 for this actor's recipes.
+    def embed(self, texts: list[str]) -> dict[str, Any]:
+        """This actor's recipes' vectors of ``texts``, by column name: dense ``(n, D)``
+        float32; sparse a ``(n, V)`` ``scipy.sparse`` CSR array; multi-vector a list of
+        ``(tokens, D)`` arrays (MUVERA: ``(n, D)``).
 
         Truncation is not warned about here: thousands of batches would flood the log.
         """
         from poolkit.embedding import check_inputs, embed_recipes
 
-        vectors, _ = embed_recipes(
-            check_inputs(texts), self.encoder, self.recipes, long_text=self.long_text,
-            **self.embed_options,
-        )  # fmt: skip
+        checked = check_inputs(texts)
+        if self.kind == "sparse":
+            from poolkit.sparse import embed_sparse
+
+            vectors, stats = embed_sparse(checked, self.encoder, self.recipes,
+                                          long_text=self.long_text, prompt=self.prompt)  # fmt: skip
+            self.widths.update(stats.dims)
+            return vectors
+        if self.kind == "multivector":
+            return self._multivector(checked)
+        vectors, _ = embed_recipes(checked, self.encoder, self.recipes, long_text=self.long_text,
+                                   **self.embed_options)  # fmt: skip
+        self.widths.update({n: int(v.shape[1]) for n, v in vectors.items()})
         return vectors
+
+    def _multivector(self, texts: list[str]) -> dict[str, Any]:
+        from poolkit.multivector.api import check_width
+        from poolkit.multivector.encode import embed_multivector
+
+        name, recipe = next(iter(self.recipes.items()))
+        out, _ = embed_multivector(texts, self.encoder, recipe, side=self.side,
+                                   prompt=self.prompt)  # fmt: skip
+        if recipe.muvera is not None:  # one dense vector a text
+            width = recipe.muvera.output_dim()
+            self.widths[name] = width
+            return {name: np.stack(out) if out else np.zeros((0, width), np.float32)}
+        self.widths[name] = check_width(self.encoder, recipe)
+        return {name: out}
+
+    def _empty_row(self, batch: Batch, vectors: dict[str, Any]) -> None:
+        """A multi-vector row with no token vector is refused, naming it (the local engine's
+        rule: an index cannot hold an empty token set)."""
+        if self.kind != "multivector":
+            return
+        for arrays in vectors.values():
+            if isinstance(arrays, list):
+                empty = next((k for k, a in enumerate(arrays) if not len(a)), None)
+                if empty is not None:
+                    ident = (
+                        f"id {batch['id'][empty]}" if "id" in _columns(batch) else f"row {empty}"
+                    )
+                    value_error("text_column", "texts that keep a token vector",
+                                f"{ident}: none kept (blank, and the model adds no special "
+                                "token)", "Remove it or give it text.")  # fmt: skip
+
+    def _arrow_columns(self, vectors: dict[str, Any]) -> list[tuple[str, Any]]:
+        """The batch's new Parquet columns (:mod:`poolkit.ray._columns`)."""
+        from poolkit.ray._columns import dense_column, ragged_column, sparse_columns
+
+        out: list[tuple[str, Any]] = []
+        for name in self.names:
+            value = vectors[name]
+            if self.kind == "sparse":
+                out.extend(sparse_columns(name, value))
+            elif isinstance(value, list):
+                out.append((name, ragged_column(value, self.widths[name])))
+            elif self.kind == "multivector":  # MUVERA, stored as the local writer stores it
+                out.append((name, dense_column(value)))
+            else:
+                import pyarrow as pa
+
+                arr = np.ascontiguousarray(value, dtype=np.float32)
+                flat = pa.array(arr.reshape(-1), pa.float32())
+                out.append((name, pa.FixedSizeListArray.from_arrays(flat, arr.shape[1])))
+        return out
 
     def __call__(self, batch: Batch) -> Batch:
         import pyarrow as pa
@@ -163,20 +262,29 @@ class Embedder:
         if isinstance(batch, pa.Table):
             texts = self._texts(batch, batch.column_names)
             vectors = self.embed(texts)
+            self._empty_row(batch, vectors)
             if not self.keep_text:
                 batch = batch.drop_columns([self.text_column])
-            for name in self.names:
-                arr = np.ascontiguousarray(vectors[name], dtype=np.float32)
-                flat = pa.array(arr.reshape(-1), pa.float32())
-                batch = batch.append_column(
-                    name, pa.FixedSizeListArray.from_arrays(flat, arr.shape[1])
-                )
+            for name, column in self._arrow_columns(vectors):
+                batch = batch.append_column(name, column)
+            if self.kind == "sparse":  # the record poolkit embed writes with sparse columns
+                import json
+
+                from poolkit.sparse.files import sparse_record
+
+                record = sparse_record(self.recipes, self.widths)
+                batch = batch.replace_schema_metadata({"poolkit": json.dumps(record)})
             return batch
         if isinstance(batch, Mapping):
             texts = self._texts(batch, list(batch))
             vectors = self.embed(texts)
+            self._empty_row(batch, vectors)
             out = {k: v for k, v in batch.items() if self.keep_text or k != self.text_column}
-            out.update(vectors)
+            if self.kind == "dense":
+                out.update(vectors)
+                return out
+            for name, column in self._arrow_columns(vectors):  # one NumPy value a row
+                out[name] = _numpy_column(column)
             return out
         type_error(
             "batch",
@@ -184,6 +292,37 @@ class Embedder:
             type(batch).__name__,
             "Use map_batches(..., batch_format='pyarrow').",
         )
+
+
+def _kind(recipes: Mapping[str, Any]) -> str:
+    """``"dense"``, ``"sparse"`` or ``"multivector"`` (a MUVERA recipe too: its own path):
+    which path the recipes take; one multi-vector recipe per Embedder."""
+    from poolkit.embedding import recipe_kind
+
+    if any(r.level == "multivector" for r in recipes.values()):
+        if len(recipes) > 1:
+            value_error("recipe", "one multi-vector recipe per Embedder",
+                        ", ".join(map(str, recipes.values())), "Run one Embedder each.")  # fmt: skip
+        return "multivector"
+    return recipe_kind(recipes)
+
+
+def _columns(batch: Batch) -> list[str]:
+    return list(batch.column_names) if hasattr(batch, "column_names") else list(batch)
+
+
+def _numpy_column(column: Any) -> np.ndarray:
+    """An Arrow list column as a NumPy array: ``(B, D)`` for fixed-size lists, else one
+    array a row (an object array)."""
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(column.type):
+        flat = column.flatten().to_numpy(zero_copy_only=False)
+        return flat.reshape(len(column), column.type.list_size)
+    out = np.empty(len(column), dtype=object)
+    for k, row in enumerate(column.to_pylist()):
+        out[k] = np.asarray(row)
+    return out
 
 
 def embed_dataset(

@@ -15,7 +15,7 @@ import glob
 import io
 import math
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,21 @@ import numpy as np
 
 from poolkit._errors import value_error
 from poolkit.errors import RunError
-from poolkit.io.readers import INPUT_FORMATS, InputError, input_format
+from poolkit.io.readers import INPUT_FORMATS, InputError, Rows, input_format
 from poolkit.ray._require import quiet_remote_args_notice, require_ray
 
-__all__ = ["Corpus", "InputFile", "iter_file_texts", "list_inputs", "read_corpus"]
+__all__ = [
+    "INPUT_ID",
+    "Corpus",
+    "FileIds",
+    "InputFile",
+    "iter_file_rows",
+    "iter_file_texts",
+    "list_inputs",
+    "read_corpus",
+]
+
+INPUT_ID = "input_id"  # the column of a row's own id (``id_column``), beside ``id``
 
 _EXTENSIONS = {*INPUT_FORMATS, "text", "json", "ndjson", "pq"}
 # Pieces of one text file (each parses the file up to its start: cost <= pieces x file).
@@ -123,6 +134,41 @@ def _list_uri(uri: str, fmt: str | None) -> list[InputFile]:
     return out
 
 
+def iter_file_rows(
+    file: InputFile,
+    *,
+    text_column: str | None = None,
+    chunk_size: int = 4096,
+    rows: range | None = None,
+    id_column: str | None = None,
+    keep_columns: Sequence[str] = (),
+) -> Iterator[Rows]:
+    """Rows of one file in file order (``rows``: only these, 0-based), ``chunk_size`` at a
+    time, parsed exactly as by :func:`poolkit.io.readers.read_rows` (with ``id_column``
+    and ``keep_columns`` as it takes them). An empty file yields nothing."""
+    from poolkit.io import readers
+
+    local = not _is_uri(file.path)
+    if local and os.path.getsize(file.path) == 0:
+        return
+    fields = {"text_column": text_column, "chunk_size": chunk_size, "id_column": id_column,
+              "keep_columns": tuple(keep_columns)}  # fmt: skip
+    if local and rows is None:
+        yield from readers.read_rows(file.path, fmt=file.fmt, **fields)
+        return
+    import pyarrow.fs as pafs
+
+    fs, path = (pafs.LocalFileSystem(), file.path) if local else pafs.FileSystem.from_uri(file.path)
+    how = {"where": file.path, "rows": rows, **fields}
+    if file.fmt == "parquet":
+        with fs.open_input_file(path) as handle:  # Parquet needs random access
+            yield from readers.read_stream_rows(handle, file.fmt, **how)
+        return
+    # pyarrow streams cannot iterate lines (readline raises); the buffer adds that.
+    with fs.open_input_stream(path) as raw, io.BufferedReader(raw) as stream:
+        yield from readers.read_stream_rows(stream, file.fmt, **how)
+
+
 def iter_file_texts(
     file: InputFile,
     *,
@@ -133,67 +179,125 @@ def iter_file_texts(
     """Texts of one file in file order (``rows``: only these, 0-based), ``chunk_size`` at a
     time, parsed exactly as by :func:`poolkit.io.readers.read_texts`. An empty file yields
     nothing."""
-    from poolkit.io import readers
+    for part in iter_file_rows(file, text_column=text_column, chunk_size=chunk_size, rows=rows):
+        yield part.texts
 
-    local = not _is_uri(file.path)
-    if local and os.path.getsize(file.path) == 0:
-        return
-    if local and rows is None:
-        yield from readers.read_texts(
-            file.path, text_column=text_column, fmt=file.fmt, chunk_size=chunk_size
-        )
-        return
-    import pyarrow.fs as pafs
 
-    fs, path = (pafs.LocalFileSystem(), file.path) if local else pafs.FileSystem.from_uri(file.path)
-    how = {"where": file.path, "text_column": text_column, "chunk_size": chunk_size, "rows": rows}
-    if file.fmt == "parquet":
-        with fs.open_input_file(path) as handle:  # Parquet needs random access
-            yield from readers.read_stream(handle, file.fmt, **how)
-        return
-    # pyarrow streams cannot iterate lines (readline raises); the buffer adds that.
-    with fs.open_input_stream(path) as raw, io.BufferedReader(raw) as stream:
-        yield from readers.read_stream(stream, file.fmt, **how)
+@dataclass(frozen=True)
+class FileIds:
+    """The ids one input file gives its rows (``id_column``), and where each was read:
+    ``"<path>: <label> <number>"``."""
+
+    column: str
+    ids: list[Any]
+    label: str
+    numbers: np.ndarray
+    path: str
+
+    @property
+    def where(self) -> _Where:
+        return _Where(self)
+
+
+class _Where:
+    """``where[k]``: how messages name row ``k`` of a :class:`FileIds` (built on demand)."""
+
+    def __init__(self, file: FileIds) -> None:
+        self.file = file
+
+    def __getitem__(self, k: int) -> str:
+        return f"{self.file.path}: {self.file.label} {int(self.file.numbers[k])}"
 
 
 def _count(file: InputFile, text_column: str | None) -> int:
     return sum(len(chunk) for chunk in iter_file_texts(file, text_column=text_column))
 
 
+def _scan_file(
+    file: InputFile,
+    text_column: str | None,
+    id_column: str | None = None,
+    keep_columns: Sequence[str] = (),
+) -> tuple[int, FileIds | None]:
+    """A file's row count, and its ids when ``id_column`` finds any (else None); the
+    ``keep_columns`` are read too, so that a row without one is named now."""
+    n, column, ids, numbers = 0, None, [], []
+    rows = iter_file_rows(file, text_column=text_column, id_column=id_column,
+                          keep_columns=keep_columns)  # fmt: skip
+    for part in rows:
+        n += len(part)
+        if part.ids is not None:
+            column = part.id_column
+            ids.extend(part.ids)
+            numbers.extend(int(w.rsplit(" ", 1)[1]) for w in part.where)
+    if column is None:
+        return n, None
+    label = "row" if file.fmt == "parquet" else "line"
+    return n, FileIds(column, ids, label, np.asarray(numbers, np.int64), file.path)
+
+
+def _piece_rows(
+    file: InputFile, start: int, stop: int, text_column: str | None, **fields: Any
+) -> Rows:
+    """Rows ``start..stop-1`` (file rows, 0-based) of one file: a Parquet file's row groups
+    that hold them; a text file parsed up to ``stop`` (pieces per file are capped, see
+    :meth:`Corpus.pieces`, so that this stays linear in the file size)."""
+    out = Rows(ids=[], kept={k: [] for k in fields.get("keep_columns", ())})
+    for part in iter_file_rows(file, text_column=text_column, rows=range(start, stop), **fields):
+        out.texts.extend(part.texts)
+        out.ids = None if part.ids is None or out.ids is None else [*out.ids, *part.ids]
+        for name, values in part.kept.items():
+            out.kept[name].extend(values)
+    return out
+
+
 def _piece_texts(file: InputFile, start: int, stop: int, text_column: str | None) -> list[str]:
-    """Texts ``start..stop-1`` (file rows, 0-based) of one file: a Parquet file's row
-    groups that hold them; a text file parsed up to ``stop`` (pieces per file are capped,
-    see :meth:`Corpus.pieces`, so that this stays linear in the file size)."""
-    chunks = iter_file_texts(file, text_column=text_column, rows=range(start, stop))
-    return [text for chunk in chunks for text in chunk]
+    """The texts of :func:`_piece_rows`."""
+    return _piece_rows(file, start, stop, text_column).texts
 
 
-def _read_pieces(batch: dict[str, np.ndarray], *, text_column: str | None) -> Any:
-    """Ray Data UDF: piece descriptors in, their rows (``id``, ``text_id``, ``text``) out."""
+def _read_pieces(
+    batch: dict[str, np.ndarray],
+    *,
+    text_column: str | None,
+    keep_columns: Sequence[str] = (),
+    id_type: str | None = None,
+) -> Any:
+    """Ray Data UDF: piece descriptors in, their rows (``id``, ``text_id``, ``text``; with
+    ``id_type`` the row's own id as ``input_id``, and the ``keep_columns``) out."""
     import pyarrow as pa
 
+    from poolkit.io.readers import kept_column
+
     tables = []
-    for path, name, fmt, offset, start, stop in zip(
+    for path, name, fmt, offset, start, stop, id_column in zip(
         batch["path"], batch["name"], batch["fmt"], batch["offset"], batch["start"],
-        batch["stop"], strict=True,
+        batch["stop"], batch["id_column"], strict=True,
     ):  # fmt: skip
         file = InputFile(str(path), str(name), str(fmt))
-        texts = _piece_texts(file, int(start), int(stop), text_column)
-        if len(texts) != stop - start:
+        ask = str(id_column) if id_type is not None else None
+        rows = _piece_rows(file, int(start), int(stop), text_column, id_column=ask,
+                           keep_columns=keep_columns)  # fmt: skip
+        if len(rows.texts) != stop - start:
             raise RunError(
                 f"{file.path}: expected rows {start}..{stop - 1}, but the file now has "
-                f"{start + len(texts)} rows; did it change during the job?"
+                f"{start + len(rows.texts)} rows; did it change during the job?"
             )
         local = np.arange(int(start), int(stop), dtype=np.int64)
-        tables.append(
-            pa.table(
-                {
-                    "id": pa.array(local + int(offset), pa.int64()),
-                    "text_id": pa.array([f"{name}:{r}" for r in local.tolist()], pa.string()),
-                    "text": pa.array(texts, pa.string()),
-                }
+        columns = {
+            "id": pa.array(local + int(offset), pa.int64()),
+            "text_id": pa.array([f"{name}:{r}" for r in local.tolist()], pa.string()),
+            "text": pa.array(rows.texts, pa.string()),
+        }
+        if id_type is not None:  # checked by the driver: present, unique, of one type
+            kind = pa.int64() if id_type == "int" else pa.string()
+            columns[INPUT_ID] = pa.array(rows.ids, kind)
+        for key, values in rows.kept.items():
+            kept = kept_column(values)
+            columns[key] = pa.array(
+                kept, pa.int64() if isinstance(kept, np.ndarray) else pa.string()
             )
-        )
+        tables.append(pa.table(columns))
     return pa.concat_tables(tables)
 
 
@@ -205,11 +309,16 @@ class Corpus:
         files: the files, sorted by name.
         counts: texts per file.
         text_column: the field/column read (``None``: ``text`` or the only column).
+        ids: per file, the ids its rows carry (:class:`FileIds`), or None (row numbers);
+            empty when no ``id_column`` was asked for.
+        keep_columns: fields read beside each text, as columns of the same names.
     """
 
     files: list[InputFile]
     counts: list[int]
     text_column: str | None = None
+    ids: tuple[FileIds | None, ...] = ()
+    keep_columns: tuple[str, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -226,25 +335,33 @@ class Corpus:
         *,
         text_column: str | None = None,
         fmt: str | None = None,
+        id_column: str | None = None,
+        keep_columns: Sequence[str] = (),
     ) -> Corpus:
         """List ``source`` (see :func:`list_inputs`) and count each file's texts in
         parallel Ray tasks, which parse every file and so raise any :class:`InputError`
-        (with file and line) now, not halfway through the job.
+        (with file and line) now, not halfway through the job. ``id_column`` (a field
+        name, or ``"auto"``: ``id`` or ``_id`` where a file has one) also collects each
+        file's ids (:attr:`ids`); ``keep_columns`` are read beside every text.
 
         Raises:
-            InputError: as :func:`list_inputs`, a malformed file, or no texts at all.
+            InputError: as :func:`list_inputs`, a malformed file, a row without an asked
+                field, or no texts at all.
         """
         ray = require_ray()
         files = list_inputs(source, fmt)
+        keep = tuple(keep_columns)
         # Zero CPUs: reading must not wait for CPUs that embedding actors hold.
-        count = ray.remote(num_cpus=0, max_retries=3)(_count)
-        refs = [count.remote(f, text_column) for f in files]
+        count = ray.remote(num_cpus=0, max_retries=3)(_scan_file)
+        refs = [count.remote(f, text_column, id_column, keep) for f in files]
         try:
-            counts = [int(n) for n in ray.get(refs)]
+            found = ray.get(refs)
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)
             raise (cause if isinstance(cause, Exception) else e) from None
-        corpus = cls(files, counts, text_column)
+        counts = [int(n) for n, _ in found]
+        ids = tuple(i for _, i in found) if id_column is not None else ()
+        corpus = cls(files, counts, text_column, ids, keep)
         if corpus.rows == 0:
             raise InputError(f"{os.fspath(source)}: no texts found (the input is empty).")
         return corpus
@@ -262,16 +379,29 @@ class Corpus:
             if f.fmt != "parquet":
                 size = max(size, math.ceil(n / MAX_TEXT_PIECES))
             for start in range(0, n, size):
+                column = self.ids[k].column if self.ids and self.ids[k] is not None else ""
                 out.append({"path": f.path, "name": f.name, "fmt": f.fmt, "offset": offset,
-                            "start": start, "stop": min(n, start + size)})  # fmt: skip
+                            "start": start, "stop": min(n, start + size),
+                            "id_column": column})  # fmt: skip
         return out
+
+    @property
+    def id_type(self) -> str | None:
+        """``"int"`` or ``"str"``: the type of the rows' own ids (the first file's first
+        id), or None when they have none (row numbers)."""
+        first = next((f for f in self.ids if f is not None and f.ids), None)
+        if first is None:
+            return None
+        return "int" if isinstance(first.ids[0], int | np.integer) else "str"
 
     def dataset(self, block_rows: int = 1024, only: Collection[int] | None = None) -> Any:
         """A lazy ``ray.data.Dataset`` of ``id`` int64, ``text_id`` string
-        (``"<file name>:<row in file>"``, rows 0-based) and ``text`` string: one block
-        per piece (see :meth:`pieces`; ``only``: just these files, by index), read by a
-        task with zero CPUs (reading must not wait for CPUs the embedding actors hold)
-        and retried if its worker dies."""
+        (``"<file name>:<row in file>"``, rows 0-based) and ``text`` string (where the rows
+        carry ids of their own, also ``input_id``, int64 or string; then the
+        ``keep_columns``, int64 when every value of a block is an integer, else text):
+        one block per piece (see :meth:`pieces`; ``only``: just these files, by index),
+        read by a task with zero CPUs (reading must not wait for CPUs the embedding actors
+        hold) and retried if its worker dies."""
         ray = require_ray()
         if not isinstance(block_rows, int) or block_rows < 1:
             value_error("block_rows", "a positive integer", repr(block_rows))
@@ -281,7 +411,11 @@ class Corpus:
             return ds.map_batches(
                 _read_pieces,
                 batch_size=1,
-                fn_kwargs={"text_column": self.text_column},
+                fn_kwargs={
+                    "text_column": self.text_column,
+                    "id_type": self.id_type,
+                    "keep_columns": self.keep_columns,
+                },
                 num_cpus=0,
                 max_retries=3,
             )

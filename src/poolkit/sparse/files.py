@@ -17,11 +17,20 @@ import io
 import itertools
 import tempfile
 import zipfile
+from collections.abc import Mapping
 from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["NpzParts", "is_sparse", "jsonl_values", "parquet_columns", "part_arrays", "part_from"]
+__all__ = [
+    "NpzParts",
+    "is_sparse",
+    "jsonl_values",
+    "parquet_columns",
+    "part_arrays",
+    "part_from",
+    "sparse_record",
+]
 
 _DATE = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: no clock in the bytes
 
@@ -48,6 +57,18 @@ def parquet_columns(name: str, matrix: Any) -> list[tuple[str, Any]]:
     ids = pa.ListArray.from_arrays(offsets, pa.array(matrix.indices.astype(np.int32)))
     weights = pa.ListArray.from_arrays(offsets, pa.array(matrix.data.astype(np.float32)))
     return [(f"{name}_indices", ids), (f"{name}_values", weights)]
+
+
+def sparse_record(recipes: Mapping[str, Any], widths: Mapping[str, int]) -> dict[str, Any]:
+    """What each sparse column is, as ``poolkit embed`` records it with the vectors (a
+    Parquet file's metadata under ``poolkit``, the JSON beside other formats): its recipe
+    and vocabulary width (``widths``: column -> V)."""
+    from poolkit import __version__
+
+    columns = {name: {"recipe": str(r), "recipe_json": r.to_json(), "kind": "sparse",
+                      "vocab_size": widths[name], "top_k": r.top_k}
+               for name, r in recipes.items()}  # fmt: skip
+    return {"poolkit": __version__, "columns": columns}
 
 
 def part_arrays(key: str, matrix: Any) -> dict[str, np.ndarray]:
