@@ -511,7 +511,14 @@ class _Job:
                 return None
             return f"{count(checkpoint.records_on_disk(), 'finished input file')} kept"
 
-        outcome = run_job(checkpoint, work(), finish, kept)
+        blocks = work()
+        try:
+            outcome = run_job(checkpoint, blocks, finish, kept)
+        finally:
+            # Close Ray Data's iterator now, while Ray is up: left to the garbage collector
+            # after ray.shutdown(), its cleanup meets a shut-down worker, and Ray ends the
+            # process with status 1 instead of the 130/143 of an interrupted job.
+            blocks.close()
         if isinstance(outcome, int):
             return outcome  # interrupted: the line is printed
         texts = sum(rows for rows, done in zip(corpus.counts, resumed, strict=True) if done)
