@@ -109,8 +109,11 @@ def test_bad_input_is_one_line_and_writes_nothing(work, mlm, args, fragments) ->
     assert sorted(p.name for p in work.iterdir()) == ["in.txt"]
 
 
-def test_a_model_without_mlm_head_is_refused_naming_the_head(work, tiny_dirs) -> None:
+@pytest.mark.parametrize("engine", [[], ["--engine", "ray"]])
+def test_a_model_without_mlm_head_is_refused_naming_the_head(work, tiny_dirs, engine) -> None:
+    if engine:  # refused before Ray starts, from the folder's config
+        pytest.importorskip("ray")
     r = poolkit("embed", "in.txt", "-o", "x.npz", "--recipe", "splade", "--model",
-                str(tiny_dirs["bert_plain"]), cwd=work)  # fmt: skip
+                str(tiny_dirs["bert_plain"]), *engine, cwd=work)  # fmt: skip
     one_error_line(r, 2, "masked-language-model head", "ForMaskedLM", "BertModel")
     assert sorted(p.name for p in work.iterdir()) == ["in.txt"]

@@ -244,6 +244,18 @@ def _model_dir(args: argparse.Namespace) -> Path | None:
     return None  # recorded by name only
 
 
+def _check_sparse_head(args: argparse.Namespace, wanted: Any, model_dir: Path | None) -> None:
+    """A sparse recipe on a model folder whose config names no masked-LM head: refused in
+    one line here, as on the local engine (an actor failing to start would say it in a
+    Ray traceback)."""
+    sparse = [r for r in (wanted or {}).values() if r.kind == "sparse"]
+    if sparse and model_dir is not None:
+        from poolkit.sparse.mlm import check_mlm_architecture
+
+        reference = os.fspath(args.model) if args.model is not None else str(model_dir)
+        check_mlm_architecture(model_dir, reference=reference, recipe=str(sparse[0]))
+
+
 def _ray_settings(
     args: argparse.Namespace, wanted: Any, model_dir: Path | None, block: int, corpus: Any
 ) -> dict[str, Any]:
@@ -349,6 +361,7 @@ def run(args: argparse.Namespace, wanted: Any) -> int:
     remote = "://" in output
     # A local cluster is this machine: the model is checked here, before any actor loads it.
     model_dir = _model_dir(args)
+    _check_sparse_head(args, wanted, model_dir)
     if args.address is None and args.backend == "onnx":
         # Export (and check) once here; every worker then loads it from the same cache
         # entry instead of exporting it again. Remote workers build it from the same key.

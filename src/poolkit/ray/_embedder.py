@@ -122,7 +122,7 @@ class Embedder:
             from poolkit.multivector.encode import late_interaction, side_of
 
             recipe = next(iter(self.recipes.values()))
-            check_width(self.encoder, recipe)
+            self.token_width = check_width(self.encoder, recipe)
             self.side = side_of(prompt_name)
             self.prompt = side_prompt(late_interaction(self.encoder), prompt_name, prompt)
             return
@@ -206,7 +206,6 @@ class Embedder:
         return vectors
 
     def _multivector(self, texts: list[str]) -> dict[str, Any]:
-        from poolkit.multivector.api import check_width
         from poolkit.multivector.encode import embed_multivector
 
         name, recipe = next(iter(self.recipes.items()))
@@ -216,7 +215,7 @@ class Embedder:
             width = recipe.muvera.output_dim()
             self.widths[name] = width
             return {name: np.stack(out) if out else np.zeros((0, width), np.float32)}
-        self.widths[name] = check_width(self.encoder, recipe)
+        self.widths[name] = self.token_width
         return {name: out}
 
     def _empty_row(self, batch: Batch, vectors: dict[str, Any]) -> None:

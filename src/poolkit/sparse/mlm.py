@@ -15,7 +15,8 @@ from typing import Any
 from poolkit._errors import expected
 from poolkit.errors import InputError
 
-__all__ = ["NoMLMHeadError", "head_chain", "load_mlm_head", "load_mlm_model"]
+__all__ = ["NoMLMHeadError", "check_mlm_architecture", "head_chain", "load_mlm_head",
+           "load_mlm_model"]
 
 # The attribute chains a transformers *ForMaskedLM applies to the last hidden state, in
 # order (BERT/DeBERTa: cls; RoBERTa/XLM-R/MPNet/CamemBERT: lm_head; ALBERT: predictions;
@@ -51,6 +52,14 @@ def _refuse(reference: str, recipe: str, why: str) -> Any:
     )  # fmt: skip
 
 
+def check_mlm_architecture(path: str | os.PathLike[str], *, reference: str, recipe: str) -> None:
+    """Refuse (:class:`NoMLMHeadError`) a checkpoint whose ``architectures`` name no
+    ``*ForMaskedLM``, from its ``config.json`` alone: no weights are read."""
+    archs = _architectures(Path(path))
+    if not any(a.endswith("ForMaskedLM") for a in archs):
+        _refuse(reference, recipe, f"which is {', '.join(archs) or 'of no stated architecture'}")
+
+
 def load_mlm_head(
     path: str | os.PathLike[str], *, device: Any, dtype: Any, reference: str, recipe: str
 ) -> Any:
@@ -79,9 +88,7 @@ def load_mlm_model(
     from poolkit._quiet import quiet_loading
 
     root = Path(path)
-    archs = _architectures(root)
-    if not any(a.endswith("ForMaskedLM") for a in archs):
-        _refuse(reference, recipe, f"which is {', '.join(archs) or 'of no stated architecture'}")
+    check_mlm_architecture(root, reference=reference, recipe=recipe)
     with quiet_loading():
         try:
             model, info = AutoModelForMaskedLM.from_pretrained(
