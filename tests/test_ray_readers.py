@@ -94,3 +94,47 @@ def test_ray_cli_names_the_broken_line(tmp_path, minilm_dir):
         last == f"poolkit: error: {folder / 'b.jsonl'}: line 3 is not valid JSON (Expecting value)."
     )
     assert "Traceback" not in run.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("uri", [False, True])
+def test_pieces_carry_each_rows_own_id_and_kept_fields(tmp_path, uri):
+    """`input_id` and the kept fields of every piece are the values `read_rows` (the local
+    engine's reader) gives the same rows, whatever the format and wherever pieces cut."""
+    from poolkit.io.readers import read_rows
+    from poolkit.ray._sources import _scan_file
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    rows = [{"_id": f"d{k}", "url": f"u/{k}", "n": k, "text": t} for k, t in enumerate(TEXTS)]
+    (folder / "a.jsonl").write_text("".join(json.dumps(r) + "\n\n" for r in rows))
+    (folder / "b.csv").write_text(
+        "_id,url,n,text\n"
+        + "".join(f'{r["_id"]},{r["url"]},{r["n"]},"{r["text"]}"\n' for r in rows)
+    )
+    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), folder / "c.parquet",
+                   row_group_size=4)  # fmt: skip
+    files = list_inputs(folder.as_uri() if uri else folder)
+    keep = ("url", "n")
+    scanned = [_scan_file(f, None, "auto", keep) for f in files]
+    corpus = Corpus(files, [n for n, _ in scanned], None, tuple(i for _, i in scanned), keep)
+    assert corpus.id_type == "str" and [i.column for _, i in scanned] == ["_id"] * 3
+    got: dict[str, list] = {"input_id": [], "url": [], "n": []}
+    for piece in corpus.pieces(5):  # one piece a call, as Ray reads them (batch_size=1)
+        table = _read_pieces({k: np.array([v]) for k, v in piece.items()}, text_column=None,
+                             id_type=corpus.id_type, keep_columns=keep)  # fmt: skip
+        for k in got:
+            got[k] += table[k].to_pylist()
+    want: dict[str, list] = {"input_id": [], "url": [], "n": []}
+    for name in ("a.jsonl", "b.csv", "c.parquet"):
+        for part in read_rows(folder / name, id_column="auto", keep_columns=keep):
+            want["input_id"] += part.ids
+            for k in keep:
+                want[k] += part.kept[k]
+    assert got["input_id"] == want["input_id"] == [r["_id"] for r in rows] * 3
+    assert got["url"] == want["url"]
+    # Integers stay integers where the file holds them (JSON, Parquet); CSV fields are text.
+    assert got["n"] == want["n"] and {type(v) for v in got["n"]} == {int, str}
+    # Where each row was read: the file's own line (blank lines count) or Parquet row.
+    jsonl = scanned[0][1]
+    assert jsonl.where[3] == f"{files[0].path}: line 7"
+    assert scanned[2][1].where[0] == f"{files[2].path}: row 1"

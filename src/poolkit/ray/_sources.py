@@ -245,7 +245,10 @@ def _piece_rows(
     out = Rows(ids=[], kept={k: [] for k in fields.get("keep_columns", ())})
     for part in iter_file_rows(file, text_column=text_column, rows=range(start, stop), **fields):
         out.texts.extend(part.texts)
-        out.ids = None if part.ids is None or out.ids is None else [*out.ids, *part.ids]
+        if part.ids is None:  # row numbers
+            out.ids = None
+        elif out.ids is not None:
+            out.ids.extend(part.ids)
         for name, values in part.kept.items():
             out.kept[name].extend(values)
     return out
