@@ -172,7 +172,7 @@ class ShardCheckpoint(Checkpoint):
         if changed:
             _warn(
                 f"{self.path}: input files {_short(changed)} changed since their shards "
-                "were written (content, row count or first row id); embedding them again."
+                "were written (content, row count, first row id or own ids); embedding them again."
             )
         if partial:
             _warn(
