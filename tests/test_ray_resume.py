@@ -230,7 +230,14 @@ def test_sparse_and_multivector_jobs_resume_to_a_clean_runs_bytes(
     argv = _argv(folder, out, ray_address, model, "--recipe", recipe)
     stopped = subprocess.run([sys.executable, "-c", _STOP_AFTER_ONE_FILE, *argv[3:], "-q"],
                              capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
-    assert stopped.returncode == 143, stopped.stderr
+    # The job stops in one line with its checkpoint kept. (Its exit status is 143, though Ray
+    # has been seen to end the process with 1 after that line when stopped mid-stream: the
+    # exit status of a stopped job is test_sigterm_stops_the_ray_job_cleanly_and_resume_finishes'.)
+    assert stopped.returncode in (143, 1), stopped.stderr
+    stop = "poolkit: terminated (SIGTERM); 1 finished input file kept in "
+    assert [x for x in stopped.stderr.splitlines() if x.startswith("poolkit:")] == [
+        next(x for x in stopped.stderr.splitlines() if x.startswith(stop))
+    ], stopped.stderr
     assert len(_records(tmp_path / "out.poolkit-work")) == 1 and not out.exists()
     resumed = _poolkit([*argv, "--resume"])
     assert resumed.returncode == 0, resumed.stderr
