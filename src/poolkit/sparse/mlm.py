@@ -15,8 +15,13 @@ from typing import Any
 from poolkit._errors import expected
 from poolkit.errors import InputError
 
-__all__ = ["NoMLMHeadError", "check_mlm_architecture", "head_chain", "load_mlm_head",
-           "load_mlm_model"]
+__all__ = [
+    "NoMLMHeadError",
+    "check_mlm_architecture",
+    "head_chain",
+    "load_mlm_head",
+    "load_mlm_model",
+]
 
 # The attribute chains a transformers *ForMaskedLM applies to the last hidden state, in
 # order (BERT/DeBERTa: cls; RoBERTa/XLM-R/MPNet/CamemBERT: lm_head; ALBERT: predictions;
