@@ -33,6 +33,8 @@ import numpy as np
 
 from poolkit._errors import unmet, value_error
 from poolkit._versions import installed_versions
+from poolkit.deploy.stage import check_stage_export, stage_ranges
+from poolkit.output import Calibration
 from poolkit.recipe import Recipe
 
 __all__ = ["EXPORT_FORMATS", "RECORD", "export", "runtime_tokenizer"]
@@ -85,6 +87,7 @@ def export(
     quantize: str | None = None,
     overwrite: bool = False,
     from_compare: str | os.PathLike[str] | None = None,
+    calibration: Any = None,
 ) -> Path:
     """Write ``model`` pooled by ``recipe`` as a deployable folder ``out_dir``; returns it.
 
@@ -103,6 +106,12 @@ def export(
         overwrite: replace an existing ``out_dir`` (only once the new folder is complete).
         from_compare: a ``poolkit compare --json`` file; its top row is the recipe, and its
             figure goes into the model card. Not together with ``recipe``.
+        calibration: the ranges of an int8/uint8 recipe (``mean/128/int8``), as
+            :func:`poolkit.embed` takes them: texts, float vectors or a
+            :class:`~poolkit.output.Calibration`; they go into the ONNX graph as constants.
+            A recipe with an output stage (``/DIMS``, ``/PRECISION``) makes an ONNX graph
+            return the stored form (:mod:`poolkit.deploy.stage`); a sentence-transformers
+            folder holds ``/DIMS`` only.
 
     Raises:
         InputError: a bad argument, a recipe the format cannot express, a pipeline module
@@ -133,6 +142,8 @@ def export(
             "The compare file's top row is the recipe; pass one of the two.",
         )
     parsed = Recipe.parse(recipe) if recipe is not None else None
+    if parsed is not None and parsed.level == "sequence":
+        check_stage_export(parsed, format, calibration)  # before the model loads
     if parsed is not None and parsed.level == "sparse":
         from poolkit.deploy.sparse import refuse_sparse
 
@@ -191,15 +202,9 @@ def export(
             repr(str(parsed)),
             "Export pools whole texts; use e.g. mean or cls.",
         )
-    if parsed.has_output_stage:
-        value_error(
-            "recipe",
-            "a recipe without an output stage (/DIMS, /PRECISION)",
-            repr(str(parsed)),
-            f"Export {str(parsed.pooling)!r}, and truncate/quantise its vectors with "
-            "poolkit.output (or poolkit embed --recipe) where they are stored.",
-        )
+    check_stage_export(parsed, format, calibration)  # a compare row's recipe, too
     normalize = parsed.resolved_normalize(info.normalize)
+    ranges = stage_ranges(encoder, parsed, calibration)
     hidden = int(info.hidden_size or 0)
     record: dict[str, Any] = {
         "poolkit_export": RECORD_VERSION,
@@ -220,9 +225,11 @@ def export(
     with AtomicDir(out, replace=replace) as work:
         if format == "sentence-transformers":
             _write_st(encoder, parsed, normalize, work, record)
+            if parsed.dims is not None:
+                record["output_dim"] = parsed.dims
             load = _ST_LOAD
         else:
-            _write_onnx(encoder, parsed, normalize, quantize, work, record)
+            _write_onnx(encoder, parsed, normalize, quantize, work, record, ranges)
             load = ONNX_LOAD
         from poolkit.deploy.card import model_card
 
@@ -263,7 +270,7 @@ def _write_st(
     source = Path(info.path)
     if source_heads(source):
         width = info.intended_recipe().output_dim(int(info.hidden_size))
-        if recipe.output_dim(int(info.hidden_size)) != width:
+        if recipe.pooling.output_dim(int(info.hidden_size)) != width:
             value_error(
                 "recipe",
                 f"one of the source pooling's width {width} (its Dense "
@@ -271,9 +278,16 @@ def _write_st(
                 repr(str(recipe)),
                 "Choose a recipe with as many parts as the model's own pooling.",
             )
-    modules = copy_pipeline(
-        source, transformer_dir(source), work, pooling, normalize, encoder.max_length
-    )
+    width = None
+    if recipe.dims is not None:
+        from poolkit.embedding import head_plan, pooled_width
+
+        heads, _, _ = head_plan(encoder, {str(recipe): recipe.pooling}, "full")
+        head = heads.get(recipe.pooling)
+        width = pooled_width(encoder, recipe.pooling)
+        width = head.out_dim(width) if head is not None else width
+    modules = copy_pipeline(source, transformer_dir(source), work, pooling, normalize,
+                            encoder.max_length, recipe.dims, width)  # fmt: skip
     record["modules"] = modules
     record["versions"] = installed_versions("sentence-transformers", "transformers", "torch")
 
@@ -285,12 +299,14 @@ def _write_onnx(
     quantize: str | None,
     work: Path,
     record: dict[str, Any],
+    ranges: Calibration | None = None,
 ) -> None:
     from poolkit.backends.onnx import quantize_int8, transformer_dir
     from poolkit.deploy.graph import build_graph
     from poolkit.embedding import head_plan
 
     info = encoder.info
+    staged, recipe = recipe, recipe.pooling  # the float graph first, then the output stage
     # The model's Dense/LayerNorm modules go into the graph as poolkit.embed applies them; a
     # module poolkit cannot apply, or a recipe width the head cannot take, is refused here
     # (PipelineError, naming the module) before anything is exported.
@@ -353,6 +369,11 @@ def _write_onnx(
             f"{int8['mean_cosine']:.4f} (min {int8['min_cosine']:.4f}) to poolkit.embed's "
             f"fp32 vectors (at least {INT8_MIN_COS} required)"
         )
+    if staged.has_output_stage:
+        stage = _append_stage(work / "model.onnx", tokenizer, encoder, staged, normalize, ranges)
+        record["onnx"]["output_stage"] = stage
+        record["agreement"]["stored"] = stage.pop("agreement")
+        summary += "; " + record["agreement"]["stored"]["summary"]
     record["agreement"]["summary"] = summary
     record["tokenizer"] = {
         "file": "tokenizer.json",
@@ -361,6 +382,74 @@ def _write_onnx(
     }
     record["versions"] = installed_versions("onnx", "onnxruntime", "tokenizers", "transformers",
                                            "torch")  # fmt: skip
+
+
+def _append_stage(
+    path: Path,
+    tokenizer: Any,
+    encoder: Any,
+    recipe: Recipe,
+    normalize: bool,
+    ranges: Calibration | None,
+) -> dict[str, Any]:
+    """Append ``recipe``'s output stage to the graph at ``path`` and check it: on
+    :data:`CHECK_TEXTS` the graph must return, byte for byte, :mod:`poolkit.output`'s stored
+    form of its own float vectors; the share of values equal to ``poolkit.embed``'s stored
+    vectors is recorded (a value whose float sits on a bucket edge can differ by one)."""
+    import onnxruntime as ort
+
+    from poolkit.backends.onnx import OnnxRunner
+    from poolkit.deploy.stage import append_output_stage
+    from poolkit.embedding import embed
+    from poolkit.errors import ExportError
+    from poolkit.output import quantize, truncate
+
+    texts = list(CHECK_TEXTS)
+    enc = tokenizer.encode_batch(texts)
+    floats = _run(OnnxRunner(path, output="sentence_embedding"), enc)
+    width = int(floats.shape[1])
+    stage = append_output_stage(path, "sentence_embedding", width, recipe.dims, normalize,
+                                recipe.precision, ranges)  # fmt: skip
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    feed = {"input_ids": [e.ids for e in enc], "attention_mask": [e.attention_mask for e in enc],
+            "token_type_ids": [e.type_ids for e in enc]}  # fmt: skip
+    (got,) = session.run(["sentence_embedding"],
+                         {k: np.array(v, np.int64) for k, v in feed.items() if k in names})  # fmt: skip
+    own = quantize(truncate(floats, recipe.dims, normalize=normalize), recipe.precision, ranges)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the long text is truncated on purpose
+        ref = embed(texts, model=encoder, recipe=recipe, calibration=ranges)
+    if got.dtype != own.dtype or got.shape != own.shape or not _stage_agrees(got, own):
+        raise ExportError(
+            unmet(
+                f"the graph's output stage {str(recipe)!r} to give poolkit.output's stored "
+                "form of its own vectors",
+                f"it gives {got.dtype} {got.shape}, {int((got != own).sum())} values apart",
+                "Nothing was written.",
+            )
+        )
+    stage["calibration"] = ranges.to_json() if ranges is not None else None
+    if got.dtype.kind == "f":
+        diff = float(np.abs(got.astype(np.float32) - ref.astype(np.float32)).max())
+        said = f"within {diff:.1e} (max abs)"
+        stage["agreement"] = {"texts": len(texts), "max_abs_diff": diff}
+    else:
+        equal = float((got == ref).mean())
+        said = f"in {equal:.2%} of values"
+        stage["agreement"] = {"texts": len(texts), "equal_to_embed": equal}
+    stage["agreement"]["summary"] = (
+        f"its {stage['dtype']} output of {stage['dims']} dims equals poolkit.embed's stored "
+        f"vectors {said}"
+    )
+    return stage
+
+
+def _stage_agrees(got: np.ndarray, own: np.ndarray) -> bool:
+    """Float outputs within 1e-6; stored codes equal."""
+    if got.dtype.kind == "f":
+        return bool(np.abs(got.astype(np.float32) - own.astype(np.float32)).max() <= 1e-6)
+    return bool(np.array_equal(got, own))
 
 
 def _write_tokenizer(encoder: Any, path: Path) -> Any:

@@ -119,11 +119,15 @@ def copy_pipeline(
     pooling: dict[str, Any],
     normalize: bool,
     max_seq_length: int,
+    dims: int | None = None,
+    width: int | None = None,
 ) -> list[str]:
     """Write the sentence-transformers folder into ``dest`` (existing, empty).
 
     ``source``: the model folder (``modules.json`` there if any); ``hf_dir``: its
-    transformer folder. Returns the module kinds written, in pipeline order.
+    transformer folder. ``dims``: keep the first ``dims`` of the pipeline's ``width``
+    columns (a recipe's ``/DIMS``), recorded as ``truncate_dim``. Returns the module kinds
+    written, in pipeline order.
     """
     skip = {"modules.json", "README.md", ".gitattributes", "poolkit-export.json"}
     for f in sorted(hf_dir.iterdir()):
@@ -151,6 +155,15 @@ def copy_pipeline(
         folder = f"{i}_{_kind(entry)}"
         shutil.copytree(source / str(entry.get("path") or ""), dest / folder)
         modules.append({"idx": i, "name": str(i), "path": folder, "type": entry["type"]})
+    if normalize and dims is not None and width is not None and dims < width:
+        # sentence-transformers truncates after every module (Normalize included) and does
+        # not normalise again; poolkit normalises the kept columns. A Dense module whose
+        # weights are the first `dims` rows of the identity keeps those columns exactly
+        # (each output is one input times 1 plus zeros) before Normalize.
+        i = len(modules)
+        _write_slice(dest / f"{i}_Dense", width, dims)
+        modules.append({"idx": i, "name": str(i), "path": f"{i}_Dense",
+                        "type": "sentence_transformers.models.Dense"})  # fmt: skip
     if normalize:
         i = len(modules)
         (dest / f"{i}_Normalize").mkdir()
@@ -168,7 +181,24 @@ def copy_pipeline(
         sbert = json.loads((hf_dir / "sentence_bert_config.json").read_text(encoding="utf-8"))
     sbert["max_seq_length"] = max_seq_length
     _write_json(dest / "sentence_bert_config.json", sbert)
+    if dims is not None:
+        path = dest / "config_sentence_transformers.json"
+        config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        config["truncate_dim"] = dims
+        _write_json(path, config)
     return [_kind(m) for m in modules]
+
+
+def _write_slice(folder: Path, width: int, dims: int) -> None:
+    """A sentence-transformers ``Dense`` module keeping the first ``dims`` of ``width``."""
+    import torch
+    from sentence_transformers.models import Dense
+
+    eye = torch.eye(width, dtype=torch.float32)[:dims].clone()  # its own storage
+    dense = Dense(width, dims, bias=False, activation_function=torch.nn.Identity(),
+                  init_weight=eye)  # fmt: skip
+    folder.mkdir()
+    dense.save(str(folder))
 
 
 def _write_json(path: Path, obj: Any) -> None:
