@@ -29,6 +29,7 @@ __all__ = [
     "add_output_arguments",
     "output_metadata",
     "output_ranges",
+    "ranges_from_file",
     "wants_output_stage",
 ]
 
@@ -106,7 +107,7 @@ def _found_ranges(record: dict[str, Any]) -> dict[str, Any]:
             if isinstance(c, dict) and c.get("calibration")}  # fmt: skip
 
 
-def _ranges_from_file(path: str, name: str, recipe: Any) -> Calibration:
+def ranges_from_file(path: str, name: str, recipe: Any) -> Calibration:
     found = _found_ranges(_read_record(path))
     pick = found.get(name) or found.get(str(recipe))
     if pick is None and len(found) == 1:
@@ -141,7 +142,7 @@ def output_ranges(
     if not need:
         return {}
     if args.ranges is not None:
-        return {n: _ranges_from_file(args.ranges, n, r) for n, r in need.items()}
+        return {n: ranges_from_file(args.ranges, n, r) for n, r in need.items()}
     if args.calibrate is not None:
         return _calibrate_file(args, encoder, need, **embed_options)
     if first_source is not None:

@@ -21,6 +21,7 @@ _FLAGS = {
     "quantize": "--quantize",
     "overwrite": "--overwrite",
     "model": "MODEL",
+    "calibration": "--calibrate FILE (or --ranges FILE)",
 }
 
 
@@ -64,6 +65,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="a poolkit compare --json file: export its top row and cite its "
         "figure in the model card",
     )
+    parser.add_argument("--calibrate", default=None, metavar="FILE",
+                        help="an int8/uint8 recipe (--format onnx): take the ranges the graph "
+                        "holds from every non-blank text of FILE, as poolkit embed --calibrate "
+                        "does (read like its INPUT; --text-column for jsonl/csv/tsv/parquet)")  # fmt: skip
+    parser.add_argument("--ranges", default=None, metavar="FILE",
+                        help="an int8/uint8 recipe: reuse the ranges an earlier poolkit embed "
+                        "recorded (its .parquet, or the .poolkit.json beside its .npy/.jsonl), "
+                        "or a poolkit compare --json file's row")  # fmt: skip
+    parser.add_argument("--text-column", default=None, metavar="C",
+                        help="--calibrate FILE's field/column with the text (default: 'text', "
+                        "or the only column)")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
     parser.add_argument("--quiet", "-q", action="store_true", help="no summary line")
     parser.add_argument(
@@ -84,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     # A library message about `model` names the spelling given: MODEL as before, unless --model.
     flags = {**_FLAGS, "model": "--model"} if args.model is not None else _FLAGS
     try:
+        calibration = _calibration(args)
         out = export(
             model,
             args.output,
@@ -92,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             quantize=args.quantize,
             overwrite=args.overwrite,
             from_compare=args.from_compare,
+            calibration=calibration,
         )
     except PoolkitError as e:
         # Library messages name arguments; the command line names flags.
@@ -107,3 +121,26 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _calibration(args: argparse.Namespace) -> Any:
+    """``export``'s ``calibration`` from --ranges FILE (a Calibration) or --calibrate FILE
+    (its non-blank texts, all of them, as ``poolkit embed --calibrate`` takes its ranges)."""
+    from poolkit.cli._output_args import calibrate_file_texts, ranges_from_file
+    from poolkit.errors import InputError
+    from poolkit.recipe import Recipe
+
+    if args.ranges is not None and args.calibrate is not None:
+        raise InputError("--ranges and --calibrate both give int8 ranges: keep one.")
+    if args.text_column is not None and args.calibrate is None:
+        raise InputError("--text-column: only with --calibrate FILE; drop --text-column.")
+    if args.ranges is not None:
+        # Without --recipe (--from-compare's top row): the file's one set of ranges.
+        return ranges_from_file(args.ranges, args.recipe or "", Recipe.parse(args.recipe or "mean"))
+    if args.calibrate is not None:
+        texts = [t for part in calibrate_file_texts(args) for t in part]
+        if not texts:
+            raise InputError(f"--calibrate {args.calibrate}: no non-blank text to take ranges "
+                             "from; name a file with some of your texts.")  # fmt: skip
+        return texts
+    return None

@@ -192,7 +192,7 @@ def copy_pipeline(
 def _write_slice(folder: Path, width: int, dims: int) -> None:
     """A sentence-transformers ``Dense`` module keeping the first ``dims`` of ``width``."""
     import torch
-    from sentence_transformers.models import Dense
+    from sentence_transformers.sentence_transformer.modules import Dense
 
     eye = torch.eye(width, dtype=torch.float32)[:dims].clone()  # its own storage
     dense = Dense(width, dims, bias=False, activation_function=torch.nn.Identity(),
