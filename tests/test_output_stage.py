@@ -272,9 +272,16 @@ def test_embed_output_stage_errors_are_one_line(minilm_dir, texts) -> None:
         assert "\n" not in str(info.value)
 
 
-def test_export_refuses_an_output_stage_before_writing(minilm_dir, tmp_path) -> None:
+def test_export_refuses_a_precision_its_format_cannot_hold_before_writing(
+    minilm_dir, tmp_path
+) -> None:
     import poolkit
 
-    with pytest.raises(ValueError, match=r"without an output stage.*Export 'mean'") as info:
+    # A sentence-transformers folder returns float vectors; the ONNX graph holds int8
+    # (tests/test_export_stage.py), given its ranges.
+    with pytest.raises(ValueError, match=r"without /PRECISION.*format='onnx'") as info:
         poolkit.export(minilm_dir, tmp_path / "out", recipe="mean/256/int8")
+    assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match=r"`calibration`.*ranges of the int8") as info:
+        poolkit.export(minilm_dir, tmp_path / "out", recipe="mean/256/int8", format="onnx")
     assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
