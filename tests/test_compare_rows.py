@@ -93,13 +93,23 @@ def test_calibrate_uses_every_text_of_the_file(tiny_dirs, tmp_path):
     np.testing.assert_allclose(cal.steps, want.steps, atol=1e-5)
 
 
-def test_no_export_command_for_a_row_export_refuses():
+def test_export_commands_of_output_stage_rows_carry_their_ranges():
     from poolkit.cli.compare import export_command
 
-    args = argparse.Namespace(model=None, backend="torch")
-    assert export_command(args, Recipe.parse("mean/256/int8")) is None
-    assert export_command(args, Recipe.parse("mean/binary")) is None
+    args = argparse.Namespace(model=None, backend="torch", json="r.json", task="sts", data="d.csv")
+    assert export_command(args, Recipe.parse("mean/256/int8")) == (
+        "poolkit export -o exported --recipe mean/256/int8 --format onnx --ranges r.json"
+    )
+    assert export_command(args, Recipe.parse("mean/binary")) == (
+        "poolkit export -o exported --recipe mean/binary --format onnx"
+    )
+    assert export_command(args, Recipe.parse("mean/256")) == (
+        "poolkit export -o exported --recipe mean/256"
+    )
     assert export_command(args, Recipe.parse("mean")) == "poolkit export -o exported --recipe mean"
+    args.json = None
+    assert export_command(args, Recipe.parse("mean/uint8")).endswith("--calibrate FILE")
+    assert export_command(args, Recipe.parse("word:endpoints")) is None
 
 
 def _result(name: str, ndcg: float, intended: bool = False) -> report.Result:

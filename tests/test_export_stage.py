@@ -180,3 +180,24 @@ def test_minilm_sentence_transformers_mean_256(minilm_dir, sts_dev, tmp_path):
     got = SentenceTransformer(str(out), device="cpu").encode(texts)
     np.testing.assert_allclose(got, pk.embed(texts, model=minilm_dir, recipe="mean/256"),
                                atol=1e-6)  # fmt: skip
+
+
+def test_compare_prints_the_export_command_of_an_int8_row_and_it_runs(model, tmp_path):
+    import html
+
+    data = Path(__file__).parent / "data" / "stsb-dev-sample.csv"
+    r = run_cli(["compare", str(data), "--task", "sts", "--model", str(model), "--strategies",
+                 "cls", "--dims", "16", "--precision", "int8", "--bootstrap", "0", "--json",
+                 "r.json", "--report", "page.html"], cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    page = html.unescape((tmp_path / "page.html").read_text())
+    command = f"poolkit export {model} -o exported --recipe cls/16/int8 --format onnx "
+    command += "--ranges r.json"
+    assert command in page
+    r = run_cli(command.split()[1:], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads((tmp_path / "r.json").read_text())["results"]
+    (row,) = [row for row in rows if row["recipe"] == "cls/16/int8"]
+    record = json.loads((tmp_path / "exported" / "poolkit-export.json").read_text())
+    held = Calibration.from_json(record["onnx"]["output_stage"]["calibration"])
+    assert held == Calibration.from_json(row["ranges"])

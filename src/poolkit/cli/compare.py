@@ -599,14 +599,20 @@ def _embed(
         parts += ["--long-text", args.long_text]
     if prompt_name is not None:
         parts += ["--prompt-name", shlex.quote(prompt_name)]
-    if recipe.precision in ("int8", "uint8"):
-        if args.json:  # the exact ranges the row was scored with
-            parts += ["--ranges", shlex.quote(args.json)]
-        elif args.task == "retrieval" and Path(args.data).is_dir():
-            parts += ["--calibrate", shlex.quote(args.data)]  # the documents, all of them
-        else:
-            parts += ["--calibrate", "FILE"]
-    return " ".join(parts)
+    return " ".join(parts + _ranges(args, recipe))
+
+
+def _ranges(args: argparse.Namespace, recipe: Any) -> list[str]:
+    """int8/uint8 rows' ranges flags, for embed and export alike: ``--ranges`` the
+    ``--json`` file (the exact ranges the row was scored with), else ``--calibrate`` the
+    data compared (a BEIR folder's documents, all of them) or FILE."""
+    if recipe.precision not in ("int8", "uint8"):
+        return []
+    if getattr(args, "json", None):
+        return ["--ranges", shlex.quote(args.json)]
+    if getattr(args, "task", None) == "retrieval" and Path(args.data).is_dir():
+        return ["--calibrate", shlex.quote(args.data)]
+    return ["--calibrate", "FILE"]
 
 
 def _text_field(args: argparse.Namespace) -> list[str]:
@@ -622,20 +628,25 @@ def export_command(
     """The ``poolkit export`` command that writes the model with ``recipe``'s pooling as a
     folder: sentence-transformers where its Pooling module can express the recipe, else
     ONNX (also for decoders, the onnx backend and quantised rows). None for word and span
-    rows, which export cannot pool."""
+    rows, which export cannot pool. A ``/PRECISION`` row is an ONNX graph returning the
+    stored form; int8/uint8 with the ranges the row was scored with, as its embed command."""
     from poolkit.deploy.stfolder import st_refusal
 
-    if recipe.level != "sequence" or recipe.has_output_stage:
-        return None  # export pools whole texts, and writes no output stage yet
+    if recipe.level != "sequence":
+        return None  # export pools whole texts
     parts = ["poolkit", "export"]
     if args.model is not None:
         parts.append(shlex.quote(str(args.model)))
     parts += ["-o", "exported", "--recipe", shlex.quote(str(recipe))]
     if quantize:
         parts += ["--format", "onnx", "--quantize", quantize]
-    elif decoder or args.backend == "onnx" or st_refusal(recipe) is not None:
+    elif (decoder or args.backend == "onnx" or st_refusal(recipe) is not None
+          or recipe.precision is not None):  # fmt: skip
         parts += ["--format", "onnx"]
-    return " ".join(parts)
+    ranges = _ranges(args, recipe)
+    if ranges[:1] == ["--calibrate"] and ranges[1] != "FILE":
+        ranges += _text_field(args)  # export's --text-column is its --calibrate FILE's
+    return " ".join(parts + ranges)
 
 
 def compare_command(args: argparse.Namespace) -> str:
