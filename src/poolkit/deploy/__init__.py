@@ -234,7 +234,9 @@ def export(
         from poolkit.deploy.card import model_card
 
         (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        card = model_card(record, load.format(dir=os.fspath(out_dir), dim=record["output_dim"]))
+        stage = record.get("onnx", {}).get("output_stage")
+        dim = stage["width"] if stage else record["output_dim"]  # packed bits: bytes
+        card = model_card(record, load.format(dir=os.fspath(out_dir), dim=dim))
         (work / "README.md").write_text(card, encoding="utf-8")
     return out
 
