@@ -93,10 +93,35 @@ def test_slices_give_the_same_vectors() -> None:
             act = torch.log1p(act)
         act = act * mask[..., None]
         want = act.amax(1) if pooling == "max" else act.sum(1)
-        for step in (1, 2, 5, 64):
-            with torch.inference_mode():
-                got = splade_pool(hidden, mask.bool(), project, name, slice_tokens=step)
-            torch.testing.assert_close(got, want.detach(), rtol=0, atol=1e-5)
+        # A Linear runs split (bias after the max), any other callable whole.
+        for head in (project, lambda x: project(x)):
+            for step in (1, 2, 5, 64):
+                with torch.inference_mode():
+                    got = splade_pool(hidden, mask.bool(), head, name, slice_tokens=step)
+                torch.testing.assert_close(got, want.detach(), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["bert_dense", "roberta"])
+def test_head_split_with_a_decoder_bias(mlm_dirs: dict[str, object], arch: str, tmp_path) -> None:
+    """A trained head has a non-zero decoder bias (random init leaves it 0): the split head
+    adds it after the max, and must still equal sentence-transformers."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from poolkit.sparse.mlm import SplitHead, head_chain, split_head
+
+    model = AutoModelForMaskedLM.from_pretrained(str(mlm_dirs[arch])).eval()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        model.get_output_embeddings().bias.normal_(0.0, 2.0)  # some terms never fire
+    folder = tmp_path / arch
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(mlm_dirs[arch])).save_pretrained(folder)
+    assert isinstance(split_head(model, head_chain(model)), SplitHead)
+    names = list(SPARSE_STRATEGIES)
+    got = poolkit.embed(TEXTS, model=folder, recipe=names, max_length=24, max_batch_tokens=48)
+    for name, (pooling, activation) in SPARSE_STRATEGIES.items():
+        ref = _dense(_st(folder, pooling, activation), TEXTS)
+        np.testing.assert_allclose(got[name].toarray(), ref, rtol=0, atol=1e-5, err_msg=name)
 
 
 def test_decode_equals_sparse_encoder(mlm_dirs: dict[str, object]) -> None:

@@ -46,7 +46,9 @@ def splade_pool(
         hidden: ``(B, L, H)`` torch tensor, the last layer.
         mask: ``(B, L)`` torch bool/int, 1 at the tokens to pool (real tokens, specials
             included, as the model's pipeline pools them).
-        project: the MLM head, ``(T, H) -> (T, V)`` logits.
+        project: the MLM head, ``(T, H) -> (T, V)`` logits; a
+            :class:`~poolkit.sparse.mlm.SplitHead` or a ``Linear`` runs in parts (see
+            :func:`_split_pool`), anything else whole, slice by slice.
         strategy: a :data:`~poolkit.sparse.names.SPARSE_STRATEGIES` name.
         slice_tokens: real tokens projected at once.
 
@@ -61,6 +63,9 @@ def splade_pool(
     # Where each row's tokens start and end in `tokens`.
     counts = torch.bincount(rows, minlength=hidden.shape[0]).tolist()
     bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    parts = _parts(project)
+    if parts is not None and tokens.shape[0]:
+        return _split_pool(tokens, bounds, parts, pooling, activation, slice_tokens)
     out: Any = None
     for start in range(0, tokens.shape[0], slice_tokens):
         stop = min(start + slice_tokens, tokens.shape[0])
@@ -70,21 +75,87 @@ def splade_pool(
                               device=logits.device)  # fmt: skip
         if pooling == "sum":
             logits = activate(logits, activation)
-        for b in _rows_in(bounds, start, stop):
-            lo, hi = max(bounds[b], start), min(bounds[b + 1], stop)
-            if lo >= hi:  # a row without tokens in this slice
-                continue
-            seg = logits[lo - start : hi - start]
-            if pooling == "max":
-                torch.maximum(out[b], seg.amax(dim=0), out=out[b])
-            else:
-                out[b] += seg.sum(dim=0)
+        _reduce_into(out, logits, bounds, start, stop, pooling)
     if out is None:  # no token at all: the width is the head's
         width = project(hidden.new_zeros((1, hidden.shape[-1]))).shape[-1]
         return torch.zeros((hidden.shape[0], width), dtype=torch.float32, device=hidden.device)
     # max of act = act of max (act is non-decreasing, act(0) = 0 and `out` starts at 0):
     # one activation per row and term instead of one per token.
     return activate(out, activation) if pooling == "max" else out
+
+
+def _parts(project: Any) -> tuple[Callable[[Any], Any], Any, Any] | None:
+    """``(transform, weight (V, H'), bias (V,) or None)`` of a head that splits, else None."""
+    import torch
+
+    from poolkit.sparse.mlm import SplitHead
+
+    if isinstance(project, SplitHead):
+        return project.transform, project.decoder.weight, project.decoder.bias
+    if isinstance(project, torch.nn.Linear):
+        return (lambda x: x), project.weight, project.bias
+    return None
+
+
+def _split_pool(
+    tokens: Any,
+    bounds: list[int],
+    parts: tuple[Callable[[Any], Any], Any, Any],
+    pooling: str,
+    activation: str,
+    slice_tokens: int,
+) -> Any:
+    """:func:`splade_pool` of ``tokens`` ``(T, H)`` (``T >= 1``) through a split head.
+
+    The transform runs once over all tokens (``(T, H')``, small); the decoder's product
+    runs slice by slice into one buffer allocated once, so no slice pays for fresh pages.
+    For ``max`` the bias is added after the max (``max_t(x_t + b) = max_t(x_t) + b``, exact
+    in floating point as rounding is monotone): one addition per row and term instead of
+    one per token; ``sum`` needs it per token (the activation is not linear).
+    """
+    import torch
+
+    transform, weight, bias = parts
+    x = transform(tokens)  # (T, H')
+    buf = torch.empty((min(slice_tokens, x.shape[0]), weight.shape[0]), dtype=x.dtype,
+                      device=x.device)  # fmt: skip
+    fill = float("-inf") if pooling == "max" else 0.0
+    out = torch.full((len(bounds) - 1, weight.shape[0]), fill, dtype=torch.float32,
+                     device=x.device)  # fmt: skip
+    for start in range(0, x.shape[0], slice_tokens):
+        stop = min(start + slice_tokens, x.shape[0])
+        logits = buf[: stop - start]
+        if pooling == "sum" and bias is not None:
+            torch.addmm(bias, x[start:stop], weight.t(), out=logits)
+        else:
+            torch.mm(x[start:stop], weight.t(), out=logits)
+        if pooling == "sum":
+            logits = activate(logits.float(), activation)
+        _reduce_into(out, logits, bounds, start, stop, pooling)
+    if pooling == "sum":
+        return out
+    if bias is not None:
+        out += bias.float()
+    # A row without tokens stays -inf, which the activation's ReLU makes 0; max of act =
+    # act of max (act is non-decreasing), so one activation per row and term.
+    return activate(out, activation)
+
+
+def _reduce_into(out: Any, logits: Any, bounds: list[int], start: int, stop: int,
+                 pooling: str) -> None:  # fmt: skip
+    """Fold ``logits`` ``(stop - start, V)`` (tokens ``start..stop``) into ``out`` ``(B, V)``
+    by each row's max or sum."""
+    import torch
+
+    for b in _rows_in(bounds, start, stop):
+        lo, hi = max(bounds[b], start), min(bounds[b + 1], stop)
+        if lo >= hi:  # a row without tokens in this slice
+            continue
+        seg = logits[lo - start : hi - start]
+        if pooling == "max":
+            torch.maximum(out[b], seg.amax(dim=0).float(), out=out[b])
+        else:
+            out[b] += seg.sum(dim=0)
 
 
 def _rows_in(bounds: list[int], start: int, stop: int) -> range:
