@@ -107,7 +107,8 @@ def test_head_split_with_a_decoder_bias(mlm_dirs: dict[str, object], arch: str, 
     adds it after the max, and must still equal sentence-transformers."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from poolkit.sparse.mlm import SplitHead, head_chain, split_head
+    from poolkit.sparse.mlm import head_chain
+    from poolkit.sparse.split import SplitHead, split_head
 
     model = AutoModelForMaskedLM.from_pretrained(str(mlm_dirs[arch])).eval()
     torch.manual_seed(1)

@@ -15,7 +15,7 @@ import numpy as np
 from poolkit._errors import type_error, value_error
 from poolkit.driver import EmbedStats, drive
 from poolkit.sparse.csr import canonical_csr
-from poolkit.sparse.mlm import SplitHead, load_mlm_head
+from poolkit.sparse.mlm import load_mlm_head
 from poolkit.sparse.pooling import keep_top_k, slice_tokens_for, splade_pool
 
 __all__ = ["canonical_csr", "decode", "embed_sparse", "mlm_head"]
@@ -44,6 +44,8 @@ def _is_torch_dtype(dtype: Any) -> bool:
 
 def vocab_size(head: Any) -> int:
     """Output width of the MLM ``head`` (its vocabulary)."""
+    from poolkit.sparse.split import SplitHead
+
     last = head.decoder if isinstance(head, SplitHead) else head[-1]
     return int(last.out_features) if hasattr(last, "out_features") else _probe(head)
 

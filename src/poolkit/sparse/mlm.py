@@ -17,12 +17,10 @@ from poolkit.errors import InputError
 
 __all__ = [
     "NoMLMHeadError",
-    "SplitHead",
     "check_mlm_architecture",
     "head_chain",
     "load_mlm_head",
     "load_mlm_model",
-    "split_head",
 ]
 
 # The attribute chains a transformers *ForMaskedLM applies to the last hidden state, in
@@ -71,13 +69,15 @@ def load_mlm_head(
     path: str | os.PathLike[str], *, device: Any, dtype: Any, reference: str, recipe: str
 ) -> Any:
     """The MLM head of the checkpoint at ``path`` as a torch module ``(T, H) -> (T, V)``,
-    in eval mode on ``device`` in ``dtype``: a :class:`SplitHead` where :func:`split_head`
-    finds the decoder, else the whole head.
+    in eval mode on ``device`` in ``dtype``: a :class:`~poolkit.sparse.split.SplitHead`
+    where :func:`~poolkit.sparse.split.split_head` finds the decoder, else the whole head.
 
     Raises:
         NoMLMHeadError: the checkpoint has no trained MLM head (its ``architectures`` name no
             ``*ForMaskedLM``, or the head's weights are missing from it).
     """
+    from poolkit.sparse.split import split_head
+
     model = load_mlm_model(path, dtype=dtype, reference=reference, recipe=recipe)
     head = head_chain(model)
     return (split_head(model, head) or head).to(device).eval()
@@ -123,67 +123,3 @@ def head_chain(model: Any) -> Any:
     import torch
 
     return torch.nn.Sequential(*(getattr(model, a) for a in _chain(model) or ()))
-
-
-def _torch_module() -> Any:
-    import torch
-
-    return torch.nn.Module
-
-
-class SplitHead(_torch_module()):  # type: ignore[misc]
-    """An MLM head as its two parts: ``transform`` ``(T, H) -> (T, H')`` (dense, activation,
-    norm: cheap) and the vocabulary ``decoder``, a ``Linear`` ``(T, H') -> (T, V)`` (the
-    cost). Calling it is calling the whole head; SPLADE pooling runs the parts apart, the
-    transform once over all tokens and the decoder's matrix product slice by slice into
-    one reused buffer (:func:`~poolkit.sparse.pooling.splade_pool`)."""
-
-    def __init__(self, transform: Any, decoder: Any) -> None:
-        super().__init__()
-        self.transform = transform
-        self.decoder = decoder
-
-    def forward(self, x: Any) -> Any:
-        return self.decoder(self.transform(x))
-
-
-def split_head(model: Any, head: Any) -> SplitHead | None:
-    """``head`` (:func:`head_chain` of ``model``) as a :class:`SplitHead`, sharing its
-    weights, or ``None`` when ``model``'s output embeddings are no ``Linear`` inside ``head``
-    or the two parts do not give ``head``'s logits on a random probe (a head that adds
-    something after its decoder): then the caller runs ``head`` whole.
-    """
-    import torch
-
-    decoder = model.get_output_embeddings()
-    if not isinstance(decoder, torch.nn.Linear):
-        return None
-    path = next((n for n, m in head.named_modules() if m is decoder and n), None)
-    if path is None:
-        return None
-    split = SplitHead(_without(head, path.split(".")), decoder)
-    param = next(head.parameters())
-    generator = torch.Generator().manual_seed(0)
-    width = int(model.config.hidden_size)  # what the head takes: the last hidden state
-    probe = torch.randn((3, width), generator=generator).to(param.device, param.dtype)
-    with torch.inference_mode():
-        try:
-            same = torch.allclose(split(probe), head(probe), rtol=1e-4, atol=1e-4)
-        except (RuntimeError, TypeError, ValueError):  # shapes the split cannot take
-            same = False
-    return split if same else None
-
-
-def _without(module: Any, path: list[str]) -> Any:
-    """A shallow copy of ``module`` whose submodule at ``path`` is an ``Identity``; the
-    modules off the path (and every weight) are shared, ``module`` itself is unchanged."""
-    import copy
-
-    import torch
-
-    if not path:
-        return torch.nn.Identity()
-    clone = copy.copy(module)
-    clone.__dict__["_modules"] = dict(module._modules)
-    clone._modules[path[0]] = _without(module._modules[path[0]], path[1:])
-    return clone

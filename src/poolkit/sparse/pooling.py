@@ -47,7 +47,7 @@ def splade_pool(
         mask: ``(B, L)`` torch bool/int, 1 at the tokens to pool (real tokens, specials
             included, as the model's pipeline pools them).
         project: the MLM head, ``(T, H) -> (T, V)`` logits; a
-            :class:`~poolkit.sparse.mlm.SplitHead` or a ``Linear`` runs in parts (see
+            :class:`~poolkit.sparse.split.SplitHead` or a ``Linear`` runs in parts (see
             :func:`_split_pool`), anything else whole, slice by slice.
         strategy: a :data:`~poolkit.sparse.names.SPARSE_STRATEGIES` name.
         slice_tokens: real tokens projected at once.
@@ -88,7 +88,7 @@ def _parts(project: Any) -> tuple[Callable[[Any], Any], Any, Any] | None:
     """``(transform, weight (V, H'), bias (V,) or None)`` of a head that splits, else None."""
     import torch
 
-    from poolkit.sparse.mlm import SplitHead
+    from poolkit.sparse.split import SplitHead
 
     if isinstance(project, SplitHead):
         return project.transform, project.decoder.weight, project.decoder.bias
