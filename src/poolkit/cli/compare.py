@@ -549,6 +549,8 @@ def embed_command(
             f"bm25s.BM25(k1={recipe.k1:g}, b={recipe.b:g}).index(bm25s.tokenize(documents, "
             'stopwords="en"))'
         )
+    if recipe.level == "multivector":
+        return _multivector_commands(args, recipe, quantize, rescore)
     if recipe.level not in ("sequence", "sparse"):
         fn = "embed_words(words" if recipe.level == "word" else "embed_spans(texts, char_spans"
         model = "" if args.model is None else f", {args.model!r}"
@@ -577,6 +579,30 @@ def _query_prompt_name(args: argparse.Namespace, recipe: Any) -> str | None:
     return "query" if routes_of(resolve_model(args.model)) is not None else None
 
 
+def _multivector_commands(
+    args: argparse.Namespace, recipe: Any, quantize: str | None, rescore: bool
+) -> str:
+    """The ``poolkit embed`` commands of a multi-vector row, as compare embedded its sides:
+    documents with ``--prompt-name document`` (or the documents' prompt name), queries with
+    ``--prompt-name query`` (or the queries' one), each truncated at the folder's lengths
+    (no ``--long-text``); a MUVERA ``+rescore`` row: its MUVERA files, then the token files
+    its top 100 are reranked with (the recipe without ``/muvera``)."""
+    beir = args.task == "retrieval" and Path(args.data).is_dir()
+    corpus = args.data if beir else "DOCUMENTS"
+    queries = str(Path(args.data) / "queries.jsonl") if beir else "QUERIES"
+    recipes = [recipe, recipe.replace(muvera=None)] if rescore else [recipe]
+    parts = []
+    for r in recipes:
+        slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(r)).strip("-")
+        parts += [
+            _embed(args, r, quantize, corpus, f"corpus-{slug}.parquet",
+                   args.document_prompt_name or "document"),
+            _embed(args, r, quantize, queries, f"queries-{slug}.parquet",
+                   args.prompt_name or "query"),
+        ]  # fmt: skip
+    return " && ".join(parts)
+
+
 def _embed(
     args: argparse.Namespace, recipe: Any, quantize: str | None, source: str, output: str,
     prompt_name: str | None,
@@ -595,7 +621,7 @@ def _embed(
         parts += ["--backend", "onnx", "--quantize", quantize]
     elif args.backend != "torch":
         parts += ["--backend", args.backend]
-    if args.long_text != "truncate":
+    if args.long_text != "truncate" and recipe.level != "multivector":
         parts += ["--long-text", args.long_text]
     if prompt_name is not None:
         parts += ["--prompt-name", shlex.quote(prompt_name)]

@@ -27,11 +27,24 @@ __all__ = ["RERANK", "check_candidates", "multivector_rows"]
 RERANK = "rescore"  # the key label of a MUVERA row reranked by MaxSim
 
 
-def check_candidates(cands: Sequence[Any], task: str) -> None:
-    """Multi-vector recipes score retrieval only, at float32 or float16."""
+def check_candidates(
+    cands: Sequence[Any], task: str, prompt_name: str | None = None,
+    document_prompt_name: str | None = None,
+) -> None:  # fmt: skip
+    """Multi-vector recipes score retrieval only, at float32 or float16, with queries on the
+    query side and documents on the document side, as ``poolkit embed --prompt-name``
+    names them (so the row's ``embed`` commands write what it scored)."""
     for c in cands:
         if c.level != "multivector":
             continue
+        if prompt_name not in (None, "query"):
+            raise InputError(f"--prompt-name: {prompt_name!r} with the multi-vector recipe {c}: "
+                             "its queries take the query side, which poolkit embed gives to "
+                             "--prompt-name query only; drop it (the folder's query prompt "
+                             "applies).")  # fmt: skip
+        if document_prompt_name == "query":
+            raise InputError(f"--document-prompt-name: 'query' with the multi-vector recipe "
+                             f"{c}: its documents take the document side; drop it.")  # fmt: skip
         if task != "retrieval":
             raise InputError(f"--recipes: {c} is a multi-vector recipe, scored by MaxSim: "
                              "use it with --task retrieval.")  # fmt: skip

@@ -128,7 +128,7 @@ def compare(
             "task ner needs a training file (CoNLL, `train`) to train the tagging probe."
         )
     check_labels(data, train, settings)
-    check_multivector(cands, settings.task)
+    check_multivector(cands, settings.task, settings.prompt_name, settings.document_prompt_name)
     # The intended row: the model's own pooling at the last layer, when it takes part.
     chosen = intended if intended in cands else None
     grouped = groups(cands, settings.task, chosen)

@@ -1,0 +1,132 @@
+"""What a ``compare`` multi-vector row scored is what its printed ``embed`` commands write:
+on the committed BEIR fixture with a tiny ``MultiVectorEncoder`` folder, each row's
+commands run as printed; the files they write, scored by numpy (MaxSim in float64, MUVERA
+by dot product, ``+rescore``: MUVERA's top 100 reranked by MaxSim) and pytrec_eval, give
+the row's nDCG@10 and MAP@100, and its bytes per document."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from clitools import poolkit
+from tiny_models import build_multivector
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+pq = pytest.importorskip("pyarrow.parquet")
+
+FIXTURE = Path(__file__).parent / "data" / "stsb-images-retrieval"
+MUVERA = "multivector:tokens/muvera:k_sim=3,dim_proj=8,r_reps=4"
+ROWS = ("multivector:tokens/pool2", "multivector:tokens/float16", MUVERA)
+DEPTH = 100  # compare's search depth (the +rescore row reranks MUVERA's top 100)
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    cwd = tmp_path_factory.mktemp("compare_mv_commands")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_multivector("bert_dense", cwd / "model")
+    out = poolkit("compare", str(FIXTURE), "--task", "retrieval", "--model", "model",
+                  "--recipes", *ROWS, "--bootstrap", "0", "--json", "scores.json", "--quiet",
+                  cwd=cwd)  # fmt: skip
+    assert out.returncode == 0, out.stderr.decode()
+    doc = json.loads((cwd / "scores.json").read_text())
+    return cwd, {(r["recipe"], bool(r.get("rescore"))): r for r in doc["results"]}
+
+
+def _qrels() -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (FIXTURE / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        qid, did, rel = line.split("\t")
+        qrels.setdefault(qid, {})[did] = int(rel)
+    return qrels
+
+
+def _run_commands(command: str, cwd: Path) -> list[tuple[str, Path]]:
+    """Each ``poolkit embed`` of ``command`` run as printed: ``(recipe, output)`` each."""
+    written = []
+    for one in command.split(" && "):
+        argv = shlex.split(one)
+        assert argv[:2] == ["poolkit", "embed"], one
+        ran = poolkit(*argv[1:], "--quiet", cwd=cwd)
+        assert ran.returncode == 0, (one, ran.stderr.decode())
+        written.append((argv[argv.index("--recipe") + 1], cwd / argv[argv.index("-o") + 1]))
+    return written
+
+
+def _read(path: Path, column: str) -> tuple[list[str], list[np.ndarray], int]:
+    """ids, one float64 array per row, and the stored bytes per value."""
+    table = pq.read_table(path)
+    values = table.column(column).to_pylist()
+    stored = 2 if "halffloat" in str(table.schema.field(column).type) else 4
+    return table.column("id").to_pylist(), [np.asarray(v, np.float64) for v in values], stored
+
+
+def _maxsim(q: list[np.ndarray], d: list[np.ndarray]) -> np.ndarray:
+    return np.array([[(a @ b.T).max(axis=1).sum() for b in d] for a in q])
+
+
+def _measure(qrels, query_ids, doc_ids, scores: np.ndarray, keep: np.ndarray | None = None):
+    """nDCG@10 and MAP@100 of ``scores`` (queries, documents) over ``keep``'s documents."""
+    run = {}
+    for i, qid in enumerate(query_ids):
+        if qid in qrels:
+            cols = range(len(doc_ids)) if keep is None else keep[i]
+            run[qid] = {doc_ids[j]: float(scores[i, j]) for j in cols}
+    res = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "map_cut.100"}).evaluate(run)
+    return (np.mean([m["ndcg_cut_10"] for m in res.values()]),
+            np.mean([m["map_cut_100"] for m in res.values()]))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("recipe", "rescore"), [(r, False) for r in ROWS] + [(MUVERA, True)]
+)  # fmt: skip
+def test_printed_commands_write_what_the_row_scored(compared, tmp_path, recipe, rescore):
+    cwd, rows = compared
+    row = rows[(recipe, rescore)]
+    command = row["embed_command"]
+    assert "--long-text" not in command and "INPUT" not in command, command
+    (tmp_path / "model").symlink_to(cwd / "model")
+    files = _run_commands(command, tmp_path)
+    assert [p.name.split("-")[0] for _, p in files] == ["corpus", "queries"] * (1 + rescore)
+    assert "--prompt-name document" in command and "--prompt-name query" in command
+    (name, docs_file), (_, queries_file) = files[:2]
+    doc_ids, d, stored = _read(docs_file, name)
+    query_ids, q, _ = _read(queries_file, name)
+    assert doc_ids == [json.loads(x)["_id"] for x in (FIXTURE / "corpus.jsonl").open()]
+    qrels = _qrels()
+    if "muvera" not in recipe:
+        scores, keep = _maxsim(q, d), None
+        per_doc = round(np.mean([len(x) for x in d]) * d[0].shape[1] * stored)
+    else:
+        scores, keep = np.stack(q) @ np.stack(d).T, None
+        per_doc = d[0].shape[0] * stored
+    if rescore:
+        (tokens, t_docs), (_, t_queries) = files[2:]
+        assert tokens == recipe.replace("/muvera:k_sim=3,dim_proj=8,r_reps=4", "")
+        _, td, _ = _read(t_docs, tokens)
+        _, tq, _ = _read(t_queries, tokens)
+        # MUVERA's top 100 (ties: document order), then MaxSim over those only.
+        keep = np.argsort(-scores, axis=1, kind="stable")[:, :DEPTH]
+        scores = _maxsim(tq, td)
+        per_doc += round(np.mean([len(x) for x in td]) * td[0].shape[1] * stored)
+    ndcg, map100 = _measure(qrels, query_ids, doc_ids, scores, keep)
+    assert row["ndcg_at_10"] == pytest.approx(ndcg, abs=1e-6)
+    assert row["map_at_100"] == pytest.approx(map100, abs=1e-6)
+    assert row["bytes_per_vector"] == per_doc
+
+
+def test_a_query_prompt_name_embed_cannot_give_is_refused(compared, tmp_path):
+    cwd, _ = compared
+    result = poolkit("compare", str(FIXTURE), "--task", "retrieval", "--model", "model",
+                     "--recipes", "multivector:tokens", "--prompt-name", "document",
+                     "--json", "x.json", cwd=cwd)  # fmt: skip
+    err = result.stderr.decode()
+    assert result.returncode == 2 and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith("poolkit: error: --prompt-name: 'document'"), err
+    assert not (cwd / "x.json").exists()
