@@ -109,6 +109,60 @@ def test_interrupted_job_resumes_to_the_same_bytes(job, fmt, monkeypatch):
     assert not (job / f"resumed.{fmt}.poolkit-work").exists()
 
 
+def _reference_offsets(folder: Path, text: str, prompt: str, length: int, skip: bool) -> list:
+    """The tokenizer's offset_mapping of ``prompt + text`` cut at ``length`` tokens, made
+    relative to ``text`` (special tokens and tokens ending inside the prompt: ``[0, 0]``);
+    ``skip``: punctuation tokens dropped (a document's skiplist)."""
+    import string
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    enc = tok(prompt + text, return_offsets_mapping=True, truncation=True, max_length=length,
+              return_special_tokens_mask=True)  # fmt: skip
+    skipped = {i for i in tok.convert_tokens_to_ids(list(string.punctuation))
+               if i != tok.unk_token_id} if skip else set()  # fmt: skip
+    out, n = [], len(prompt)
+    for i, (a, b), special in zip(enc["input_ids"], enc["offset_mapping"],
+                                  enc["special_tokens_mask"], strict=True):  # fmt: skip
+        if i in skipped:
+            continue
+        out.append([0, 0] if special or b <= n else [max(a - n, 0), b - n])
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_token_offsets_are_the_tokenizers(job, tmp_path, fmt):
+    from tiny_models import build_family
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = build_family("xlmr", tmp_path / "xlmr")  # a plain encoder, prompts query/passage
+    (tmp_path / "in.txt").write_text((job / "in.txt").read_text(), encoding="utf-8")
+    cases = [  # (model, side, prompt, length, skiplist)
+        (job / "model", "document", "[D] ", 20, True),
+        (plain, "query", "query: ", 24, False),
+    ]
+    for k, (model, side, prompt, length, skip) in enumerate(cases):
+        out = tmp_path / f"o{k}.{fmt}"
+        result = clitools.poolkit("embed", "in.txt", "-o", out.name, "--model", str(model),
+                                  "--recipe", "multivector:tokens/8", "--prompt-name", side,
+                                  "--token-offsets", "--part-size", "3", "--quiet", cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr.decode()
+        if fmt == "parquet":
+            table = pq.read_table(out)
+            assert table.column_names == ["id", "offsets", "multivector:tokens/8"]
+            got, vectors = table.column("offsets").to_pylist(), table.column(2).to_pylist()
+        else:
+            rows = [json.loads(line) for line in out.read_text().splitlines()]
+            assert list(rows[0]) == ["id", "offsets", "multivector:tokens/8"]
+            got = [r["offsets"] for r in rows]
+            vectors = [r["multivector:tokens/8"] for r in rows]
+        for text, offsets, vecs in zip(TEXTS, got, vectors, strict=True):
+            assert offsets == _reference_offsets(model, text, prompt, length, skip), text
+            assert len(offsets) == len(vecs)
+
+
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
@@ -122,6 +176,14 @@ def test_interrupted_job_resumes_to_the_same_bytes(job, fmt, monkeypatch):
         (["-o", "bad.npz", "--recipe", RECIPE, "--long-text", "window"], ["--long-text window"]),
         (["-o", "bad.npz", "--recipe", RECIPE, "mean"], ["one job each"]),
         (["-o", "bad.npz", "--recipe", RECIPE, "--prompt-name", "passage"], ["--prompt-name"]),
+        (["-o", "bad.parquet", "--recipe", RECIPE, "--token-offsets"],
+         ["--token-offsets", "merged tokens"]),
+        (["-o", "bad.npy", "--recipe", "multivector:tokens/muvera", "--token-offsets"],
+         ["--token-offsets", "one vector per text"]),
+        (["-o", "bad.npz", "--recipe", "multivector:tokens", "--token-offsets"],
+         ["--token-offsets", "write .parquet or .jsonl"]),
+        (["-o", "bad.parquet", "--recipe", "mean", "--token-offsets"],
+         ["--token-offsets", "multi-vector recipe"]),
     ],
 )  # fmt: skip
 def test_bad_input_one_line_exit_2_nothing_written(job, args, fragments):

@@ -339,6 +339,7 @@ RAY_TREATMENT = {
     "--id-column": "test_own_ids_and_kept_fields_travel_as_on_one_machine",
     "--keep-columns": "test_own_ids_and_kept_fields_travel_as_on_one_machine (its own column "
                       "names refused: test_embed_rows.py)",
+    "--token-offsets": "refused on --engine ray (test_multivector_cli.py)",
 }  # fmt: skip
 
 

@@ -30,6 +30,10 @@ def check_multivector_args(args: argparse.Namespace, wanted: dict[str, Any] | No
     recipes = list((wanted or {}).values())
     multi = [r for r in recipes if r.level == "multivector"]
     if not multi:
+        if args.token_offsets:
+            raise InputError("--token-offsets: for the token vectors of a multi-vector recipe "
+                             "(multivector:tokens); a dense or sparse row has one vector per "
+                             "text: drop it.")  # fmt: skip
         return False
     name = str(multi[0])
     if len(recipes) > 1:
@@ -50,7 +54,22 @@ def check_multivector_args(args: argparse.Namespace, wanted: dict[str, Any] | No
     for flag, given, fix in dense_only:
         if given:
             _refuse(flag, name, fix + ".")
+    if args.token_offsets:
+        _check_token_offsets(args, multi[0])
     return True
+
+
+def _check_token_offsets(args: argparse.Namespace, recipe: Any) -> None:
+    """``--token-offsets`` needs one vector per token and a Parquet or JSON Lines output."""
+    if recipe.pool_factor is not None:
+        _refuse("--token-offsets", str(recipe), "a pooled vector is the mean of merged tokens, "
+                "which have no one span: drop /pool or --token-offsets.")  # fmt: skip
+    if recipe.muvera is not None:
+        _refuse("--token-offsets", str(recipe), "MUVERA writes one vector per text: drop "
+                "--token-offsets.")  # fmt: skip
+    if str(args.output).lower().endswith(".npz"):
+        _refuse("--token-offsets", str(recipe), "the .npz output has no place for them: write "
+                ".parquet or .jsonl.")  # fmt: skip
 
 
 class MultivectorPart:
@@ -77,27 +96,35 @@ class MultivectorPart:
         self.normalize = recipe.resolved_normalize(self.late.normalize)
         self.max_length = side_length(self.late, self.side, encoder.max_length)
         self.ragged = recipe.kind == "multivector"
+        self.offsets = bool(args.token_offsets)
 
     def settings(self) -> dict[str, Any]:
         """What the vectors depend on beyond the common settings (for the manifest)."""
         return {"prompt": self.prompt, "side": self.side, "normalize": [self.normalize],
-                "late_interaction": self.late.source}  # fmt: skip
+                "late_interaction": self.late.source,
+                **({"token_offsets": True} if self.offsets else {})}  # fmt: skip
 
     def embed(
         self, name: str, texts: list[str], first: int, progress: Callable[[int], None]
-    ) -> tuple[dict[str, np.ndarray], np.ndarray | None, Any]:
-        """``(arrays, ids, stats)`` of a part whose first text has id ``first``: ragged, one
-        row per token (``ids`` each token's text); MUVERA, one row per text (``ids`` None)."""
-        from poolkit.multivector.encode import embed_multivector
+    ) -> tuple[dict[str, np.ndarray], np.ndarray | None, dict[str, np.ndarray], Any]:
+        """``(arrays, ids, columns, stats)`` of a part whose first text has id ``first``:
+        ragged, one row per token (``ids`` each token's text; ``columns``: its ``offsets``
+        ``(tokens, 2)`` with ``--token-offsets``, else none); MUVERA, one row per text
+        (``ids`` None)."""
+        from poolkit.multivector.encode import embed_multivector, embed_multivector_offsets
 
-        out, stats = embed_multivector(texts, self.encoder, self.recipe, side=self.side,
-                                       prompt=self.prompt, progress=progress)  # fmt: skip
+        how = {"side": self.side, "prompt": self.prompt, "progress": progress}
+        if self.offsets:
+            out, spans, stats = embed_multivector_offsets(texts, self.encoder, self.recipe, **how)
+        else:
+            out, stats = embed_multivector(texts, self.encoder, self.recipe, **how)
         if not self.ragged:
-            return {name: np.stack(out)}, None, stats
+            return {name: np.stack(out)}, None, {}, stats
         empty = [first + i for i, v in enumerate(out) if not len(v)]
         if empty:
             raise InputError(f"text {empty[0]}: keeps no token vector (blank, and the model "
                              "adds no special token); remove it or give it text.")  # fmt: skip
         counts = [len(v) for v in out]
         ids = np.repeat(np.arange(first, first + len(texts), dtype=np.int64), counts)
-        return {name: np.concatenate(out)}, ids, stats
+        columns = {"offsets": np.concatenate(spans).astype(np.int64)} if self.offsets else {}
+        return {name: np.concatenate(out)}, ids, columns, stats

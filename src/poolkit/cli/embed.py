@@ -102,6 +102,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--prompt", default=None, metavar="TEXT",
                         help="a prompt of your own, put before every text ('' for none, not "
                         "even the model's default)")  # fmt: skip
+    parser.add_argument("--token-offsets", action="store_true",
+                        help="a multi-vector recipe's .parquet/.jsonl output: an offsets column, "
+                        "each token's [start, end) characters in its text ([0, 0] for special, "
+                        "prompt and [MASK] tokens)")  # fmt: skip
     parser.add_argument("--pooled-only", action="store_true",
                         help="the pooled vectors, before the model's modules after pooling "
                         "(Dense, LayerNorm, Normalize); default: the model's whole pipeline")  # fmt: skip
@@ -377,7 +381,8 @@ def run(args: argparse.Namespace) -> int:
             return Part(k, first, digest)
         ids = columns = None
         if mv is not None:  # one row per token (MUVERA: per text)
-            result, ids, stats = mv.embed(names[0], check_inputs(texts), first, progress)
+            result, ids, columns, stats = mv.embed(names[0], check_inputs(texts), first,
+                                                   progress)  # fmt: skip
             tally.truncated += stats.num_truncated
             if own is not None:  # each row carries its text's id
                 ids = own if ids is None else [own[int(i) - first] for i in ids]

@@ -22,6 +22,10 @@ token's text (a text's tokens together, texts in order), and stored one row per 
   the same bytes);
 - ``.jsonl``: ``{"id": i, "<recipe>": [[...], ...]}``. ``.npy`` has no place for it.
 
+Per-token integer columns (``poolkit embed --token-offsets``: ``offsets``, ``(tokens, 2)``)
+go between ``id`` and the vectors as one list per text (Parquet ``large_list`` of
+``fixed_size_list<int64>[2]``; JSON Lines ``[[start, end], ...]``); ``.npz`` takes none.
+
 A sparse recipe's parts are ``scipy.sparse`` CSR arrays; how each format stores them is
 :mod:`poolkit.sparse.files`' business (dense-only ``.npy`` refuses them, ``.npz`` refuses
 dense ones).
@@ -255,9 +259,12 @@ class EmbeddingWriter:
         self.rows += len(ids)
 
     def _write_ragged(self, ids: np.ndarray, vectors: np.ndarray, extra: Mapping[str, Any]) -> None:
-        """Token rows (``ids`` repeated per token) as one row per text."""
-        if extra:
-            value_error("columns", "none for a ragged output", sorted(extra))
+        """Token rows (``ids`` repeated per token) as one row per text; ``extra``: per-token
+        integer columns ``(tokens,)`` or ``(tokens, k)`` (``offsets``), a list per text."""
+        for name, values in extra.items():
+            if self.fmt == "npz" or not isinstance(values, np.ndarray) or values.dtype.kind != "i":
+                value_error(f"columns[{name!r}]", "per-token integers in a .parquet or .jsonl "
+                            "ragged output", type(values).__name__)  # fmt: skip
         if not len(ids):
             return
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
@@ -275,17 +282,21 @@ class EmbeddingWriter:
             self._offsets.append(ends.astype(np.int64))
         elif self.fmt == "jsonl":
             lists = (vectors if vectors.dtype.kind in "iu" else vectors.astype(np.float32)).tolist()
+            more = {n: v.tolist() for n, v in extra.items()}
             lines = [
-                json.dumps({"id": i, name: lists[a:b]}, separators=(",", ":")) + "\n"
+                json.dumps({"id": i, **{n: v[a:b] for n, v in more.items()}, name: lists[a:b]},
+                           separators=(",", ":")) + "\n"
                 for i, a, b in zip(text_ids.tolist(), starts.tolist(), ends.tolist(), strict=True)
-            ]
+            ]  # fmt: skip
             self._file.write("".join(lines).encode("utf-8"))
         else:
             import pyarrow as pa
 
-            lists = ragged_array(vectors, np.r_[starts, len(ids)])
+            cuts = np.r_[starts, len(ids)]
             kind = pa.int64() if text_ids.dtype.kind in "iu" else pa.string()
-            self._write_table([pa.array(text_ids, kind), lists], ["id", name])
+            more = [ragged_array(v.astype(np.int64), cuts) for v in extra.values()]
+            self._write_table([pa.array(text_ids, kind), *more, ragged_array(vectors, cuts)],
+                              ["id", *extra, name])  # fmt: skip
 
     def _write_table(self, columns: list[Any], names: list[str]) -> None:
         import pyarrow as pa

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import value_error
 from poolkit.driver import EmbedStats, to_float32_numpy
 from poolkit.encoder import Encoder
 from poolkit.multivector.folder import LateInteraction, apply_steps, read_late_interaction
@@ -28,6 +29,8 @@ from poolkit.output import quantize, truncate
 
 __all__ = [
     "TokenBatch",
+    "embed_multivector",
+    "embed_multivector_offsets",
     "finish",
     "iter_token_vectors",
     "late_interaction",
@@ -168,20 +171,53 @@ def embed_multivector(
 ) -> tuple[list[np.ndarray], EmbedStats]:
     """Per text, the recipe's ``(tokens, dims)`` array (MUVERA: ``(dims,)``), in input
     order, and the run's :class:`EmbedStats`."""
+    out, _, stats = _embed(texts, encoder, recipe, side, prompt, max_batch_tokens, progress, False)
+    return out, stats
+
+
+def embed_multivector_offsets(
+    texts: Sequence[str],
+    encoder: Encoder,
+    recipe: Any,
+    *,
+    side: str,
+    prompt: str | None,
+    max_batch_tokens: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[np.ndarray], list[np.ndarray], EmbedStats]:
+    """As :func:`embed_multivector`, with each text's token character offsets ``(n, 2)``
+    int64 into the text (half-open; ``(0, 0)`` for special, prompt and expansion tokens),
+    row for row with its vectors. A recipe that merges tokens (``/poolF``) or folds them
+    (``/muvera``) has no offsets per vector: refused."""
+    if recipe.pool_factor is not None or recipe.muvera is not None:
+        value_error("recipe", "one vector per token (no /poolF, no /muvera) for token offsets",
+                    str(recipe), "A pooled vector spans merged tokens: drop the offsets.")  # fmt: skip
+    return _embed(texts, encoder, recipe, side, prompt, max_batch_tokens, progress, True)
+
+
+def _embed(
+    texts: Sequence[str], encoder: Encoder, recipe: Any, side: str, prompt: str | None,
+    max_batch_tokens: int | None, progress: Callable[[int], None] | None, keep_offsets: bool,
+) -> tuple[list[np.ndarray], list[np.ndarray], EmbedStats]:  # fmt: skip
+    """``(vectors, offsets, stats)`` of :func:`embed_multivector_offsets` (``offsets``
+    empty unless ``keep_offsets``)."""
     began = time.perf_counter()
     late = late_interaction(encoder)
     normalize = recipe.resolved_normalize(late.normalize)
     out: list[Any] = [None] * len(texts)
+    spans: list[Any] = [None] * len(texts) if keep_offsets else []
     stats = EmbedStats(num_texts=len(texts), max_length=side_length(late, side, encoder.max_length),
                        max_batch_tokens=max_batch_tokens or encoder.max_batch_tokens)  # fmt: skip
     for batch in iter_token_vectors(encoder, texts, side=side, prompt=prompt, normalize=normalize,
                                     max_batch_tokens=max_batch_tokens):  # fmt: skip
-        for i, vec in zip(batch.indices, batch.vectors, strict=True):
+        for i, vec, where in zip(batch.indices, batch.vectors, batch.offsets, strict=True):
             out[i] = finish(vec, recipe, side, normalize)
+            if keep_offsets:
+                spans[i] = where
             stats.num_tokens += len(vec)
         stats.truncated.extend(int(i) for i in batch.indices[batch.truncated])
         if progress is not None:
             progress(len(batch.indices))
     stats.truncated.sort()
     stats.seconds = time.perf_counter() - began
-    return out, stats
+    return out, spans, stats
