@@ -104,6 +104,28 @@ def test_dims_per_token_equal_truncate_dim(folders):
     np.testing.assert_allclose(half[0].astype(np.float32), ref[0], atol=1e-3)
 
 
+@pytest.mark.parametrize("precision", ["binary", "ubinary"])
+def test_bits_per_token_equal_quantize_embeddings(folders, precision):
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    ref = _st(folders["bert_dense"]).encode_document(DOCUMENTS, convert_to_numpy=True,
+                                                     truncate_dim=8)  # fmt: skip
+    ours = _embed(DOCUMENTS, folders["bert_dense"], f"multivector:tokens/8/{precision}")
+    for a, b in zip(ours, ref, strict=True):  # each token packed as its own vector
+        want = quantize_embeddings(b, precision=precision)
+        assert a.dtype == want.dtype and a.shape == want.shape == (len(b), 1)
+        np.testing.assert_array_equal(a, want)
+
+
+def test_int8_tokens_are_refused_in_one_line(folders):
+    for kw in ({"recipe": "multivector:tokens/int8"},
+               {"recipe": "multivector:tokens", "precision": "uint8"}):  # fmt: skip
+        with pytest.raises(RecipeError) as e:
+            poolkit.embed(DOCUMENTS, model=folders["bert_dense"], **kw)
+        line = str(e.value)
+        assert "\n" not in line and "/binary" in line and "Closest valid name" not in line
+
+
 @pytest.mark.parametrize("name", ["bert_dense", "modernbert"])
 def test_maxsim_equals_similarity(folders, name):
     st = _st(folders[name])
@@ -202,7 +224,7 @@ def test_recipe_round_trips(name):
         ("multivector:tokens/pool0.5", "a number >= 1"),
         ("mean/pool2", "None at the sequence level"),
         ("multivector:cls", "tokens at the multivector level"),
-        ("multivector:tokens/int8", "calibration"),
+        ("multivector:tokens/int8", "not offered yet: use /float16, /binary or /ubinary"),
         ("multivector:tokens/muvera:k=3", "KEY=INTEGER"),
         ("multivector:tokens@last4", "the model's last layer"),
     ],

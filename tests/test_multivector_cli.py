@@ -44,7 +44,7 @@ def embed(cwd: Path, output: str, *extra: str):
                             RECIPE, "--part-size", "3", "--quiet", *extra, cwd=cwd)  # fmt: skip
 
 
-def read_ragged(path: Path) -> tuple[list[int], list[np.ndarray]]:
+def read_ragged(path: Path, column: str = RECIPE) -> tuple[list[int], list[np.ndarray]]:
     """(ids, one (tokens, D) array per text) of a ragged output, read by hand."""
     if path.suffix == ".npz":
         z = np.load(path)
@@ -52,10 +52,10 @@ def read_ragged(path: Path) -> tuple[list[int], list[np.ndarray]]:
         return z["ids"].tolist(), [z["vectors"][o[i] : o[i + 1]] for i in range(len(z["ids"]))]
     if path.suffix == ".parquet":
         t = pq.read_table(path)
-        col = t.column(RECIPE).to_pylist()
+        col = t.column(column).to_pylist()
         return t.column("id").to_pylist(), [np.asarray(v, np.float32) for v in col]
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [r["id"] for r in rows], [np.asarray(r[RECIPE], np.float32) for r in rows]
+    return [r["id"] for r in rows], [np.asarray(r[column], np.float32) for r in rows]
 
 
 @pytest.mark.parametrize("fmt", ["npz", "parquet", "jsonl"])
@@ -72,6 +72,20 @@ def test_ragged_output_holds_the_library_vectors(job, fmt, side):
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", ["npz", "parquet", "jsonl"])
+def test_packed_bits_per_token_are_stored_as_packed(job, fmt):
+    out = f"bits.{fmt}"
+    result = embed(job, out, "--precision", "binary", "--overwrite")
+    assert result.returncode == 0, result.stderr.decode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = poolkit.embed(TEXTS, model=job / "model", recipe=RECIPE + "/binary")
+    _, got = read_ragged(job / out, RECIPE + "/binary")
+    for a, b in zip(got, want, strict=True):  # 16 dimensions: 2 bytes a token
+        assert b.dtype == np.int8 and b.shape[1] == 2
+        np.testing.assert_array_equal(a, b)
 
 
 def test_muvera_recipe_writes_one_vector_per_text(job):
@@ -176,6 +190,8 @@ def test_token_offsets_are_the_tokenizers(job, tmp_path, fmt):
         (["-o", "bad.npz", "--recipe", RECIPE, "--long-text", "window"], ["--long-text window"]),
         (["-o", "bad.npz", "--recipe", RECIPE, "mean"], ["one job each"]),
         (["-o", "bad.npz", "--recipe", RECIPE, "--prompt-name", "passage"], ["--prompt-name"]),
+        (["-o", "bad.parquet", "--recipe", "multivector:tokens/int8"], ["--recipe", "/binary"]),
+        (["-o", "bad.npz", "--recipe", RECIPE, "--precision", "uint8"], ["--precision", "/binary"]),
         (["-o", "bad.parquet", "--recipe", RECIPE, "--token-offsets"],
          ["--token-offsets", "merged tokens"]),
         (["-o", "bad.npy", "--recipe", "multivector:tokens/muvera", "--token-offsets"],

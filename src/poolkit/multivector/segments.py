@@ -66,8 +66,8 @@ def settle_multivector(
     if precision in ("int8", "uint8"):
         _recipe_error(expected("precision", "float32, float16, binary or ubinary at the "
                                "multivector level", precision,
-                               "int8/uint8 need calibration ranges, which multi-vector "
-                               "recipes do not take yet."))  # fmt: skip
+                               "int8/uint8 tokens (ranges calibrated on token vectors) "
+                               "are not offered yet: use /float16, /binary or /ubinary."))  # fmt: skip
     if pool_factor is not None:
         pool_factor = check_pool_factor(pool_factor)
         if pool_factor == 1:
