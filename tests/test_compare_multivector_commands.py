@@ -130,3 +130,54 @@ def test_a_query_prompt_name_embed_cannot_give_is_refused(compared, tmp_path):
     assert result.returncode == 2 and "Traceback" not in err, err
     assert err.splitlines()[-1].startswith("poolkit: error: --prompt-name: 'document'"), err
     assert not (cwd / "x.json").exists()
+
+
+def test_one_forward_pass_serves_dense_and_multivector_rows(compared, tmp_path, monkeypatch):
+    # A plain encoder (no projection, no expansion): its token vectors are the dense rows'
+    # last hidden states, so the MaxSim and MUVERA rows add no forward pass.
+    from tiny_models import build_family
+
+    from poolkit.backends.pytorch import TorchBackend
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_family("distilbert", tmp_path / "plain")
+    rows_run: list[int] = []
+    real = TorchBackend.forward
+
+    def counted(self, inputs, **kwargs):
+        rows_run.append(len(inputs["input_ids"]))
+        return real(self, inputs, **kwargs)
+
+    monkeypatch.setattr(TorchBackend, "forward", counted)
+
+    def compare(*recipes: str) -> tuple[int, dict]:
+        rows_run.clear()
+        out = poolkit("compare", str(FIXTURE), "--task", "retrieval", "--model", "plain",
+                      "--recipes", *recipes, "--bootstrap", "0", "--json", "s.json",
+                      "--quiet", cwd=tmp_path)  # fmt: skip
+        assert out.returncode == 0, out.stderr.decode()
+        doc = json.loads((tmp_path / "s.json").read_text())
+        (tmp_path / "s.json").unlink()
+        return sum(rows_run), {(r["recipe"], bool(r.get("rescore"))): r for r in doc["results"]}
+
+    multi = ("multivector:tokens", "multivector:tokens/l2/pool2", MUVERA)
+    dense_only, _ = compare("mean")
+    shared, rows = compare("mean", *multi)
+    alone, alone_rows = compare(*multi)  # no dense row: the sides get a pass each
+    texts = len({*_texts(FIXTURE / "queries.jsonl"), *_texts(FIXTURE / "corpus.jsonl")})
+    assert dense_only == shared == texts  # every distinct text through the model once
+    assert alone > texts
+    for key, row in alone_rows.items():  # the same token vectors, from either pass
+        assert rows[key]["ndcg_at_10"] == pytest.approx(row["ndcg_at_10"], abs=1e-6), key
+        assert rows[key]["bytes_per_vector"] == row["bytes_per_vector"], key
+
+
+def _texts(path: Path) -> list[str]:
+    """The texts compare embeds from a BEIR file (title + text for documents)."""
+    out = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        out.append((rec.get("title", "") + " " + rec["text"]).strip() if "title" in rec
+                   else rec["text"])  # fmt: skip
+    return out

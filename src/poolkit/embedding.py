@@ -440,6 +440,7 @@ def embed_recipes(
     stride: int | None = None,
     rows: Callable[[EncodedBatch], tuple[Any, np.ndarray]] | None = None,
     num_rows: int | None = None,
+    tap: Callable[[EncodedBatch], None] | None = None,
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
     """Sequence vectors of checked ``texts`` for each recipe: ``{name: (N, D) float32}``,
     or the stored form of a recipe with an output stage (``calibration``: the ranges of
@@ -452,7 +453,8 @@ def embed_recipes(
     after pooling apply to the recipes whose width they take, the others get pooled
     vectors (see :func:`head_plan`). ``stride`` as in :func:`drive`; ``rows(batch)`` gives
     the rows to pool instead of the batch's and their places among ``num_rows`` outputs
-    (late chunks). No warning is raised here.
+    (late chunks); ``tap(batch)`` sees every batch first (``compare`` keeps its token
+    states for the multi-vector rows). No warning is raised here.
     """
     n = len(texts) if num_rows is None else num_rows
     out: dict[str, np.ndarray] = {}
@@ -464,6 +466,8 @@ def embed_recipes(
     ranges = check_output_stages(encoder, staged, heads, calibration or {})
 
     def on_batch(batch: EncodedBatch) -> None:
+        if tap is not None:
+            tap(batch)
         pooled, at = (batch, batch.indices) if rows is None else rows(batch)
         vectors = sequence_vectors(LayerViews(pooled), recipes.values(), empty=empty,
                                    model_normalize=model_normalize, heads=heads)  # fmt: skip

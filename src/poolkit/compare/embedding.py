@@ -29,6 +29,7 @@ def embed_sequences(
     desc: str,
     prompt_name: str | None = SETTINGS_PROMPT,
     long_text: str | None = None,
+    tap: Any = None,
 ) -> tuple[dict[Recipe, np.ndarray], Any]:
     """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order, as
     :func:`poolkit.embed` gives them (normalised as the recipe says, else as the model),
@@ -44,7 +45,8 @@ def embed_sequences(
     count goes to ``settings.notes``) or, with ``long_text`` (default
     ``settings.long_text``) ``"window"``, embedded in overlapping windows and pooled over
     all their tokens. A row left with no token after dropping special tokens gives zeros
-    for ``_no_special`` parts (``embed`` refuses it).
+    for ``_no_special`` parts (``embed`` refuses it). ``tap(batch)`` sees every forward
+    batch (:class:`poolkit.compare.multivector.TokenStates`).
     """
     from poolkit.embedding import embed_recipes, head_plan
 
@@ -55,6 +57,7 @@ def embed_sequences(
             progress=bar.update,
             empty="zeros", pipeline="fit",
             prompt_name=settings.prompt_name if prompt_name is SETTINGS_PROMPT else prompt_name,
+            tap=tap,
         )  # fmt: skip
     _, _, pooled = head_plan(encoder, named, "fit")
     if pooled and (encoder.head.steps or encoder.head.refused):

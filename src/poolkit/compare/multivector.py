@@ -22,7 +22,7 @@ from poolkit.compare.search import top_k_by
 from poolkit.errors import InputError
 from poolkit.multivector.scoring import Ragged, maxsim, ragged
 
-__all__ = ["RERANK", "check_candidates", "multivector_rows"]
+__all__ = ["RERANK", "TokenStates", "check_candidates", "multivector_rows", "shares_forward_pass"]
 
 RERANK = "rescore"  # the key label of a MUVERA row reranked by MaxSim
 
@@ -64,22 +64,73 @@ def _search(score: Any, n_q: int, n_d: int, depth: int, ties: np.ndarray) -> tup
     return ranked, time.perf_counter() - began
 
 
-def _tokens(encoder: Any, texts: list[str], side: str, prompt: str | None, normalize: bool):
+class TokenStates:
+    """A tap for :func:`poolkit.compare.embedding.embed_sequences`: each text's last-layer
+    token vectors ``(tokens, H)`` float32 (every non-padding token, as a plain encoder's
+    multi-vector recipe keeps them), by input position, from the dense rows' batches."""
+
+    def __init__(self, n: int) -> None:
+        self.vectors: list[Any] = [None] * n
+
+    def __call__(self, batch: Any) -> None:
+        from poolkit.driver import to_float32_numpy
+
+        hidden = to_float32_numpy(batch.hidden)
+        mask = np.asarray(batch.attention_mask).astype(bool)
+        for j, i in enumerate(batch.indices.tolist()):
+            self.vectors[i] = hidden[j][mask[j]]
+
+
+def shares_forward_pass(encoder: Any, settings: Any) -> bool:
+    """Whether the dense rows' forward pass gives the multi-vector rows' token vectors: a
+    plain encoder (no projection, query expansion, skiplist or side lengths), texts cut at
+    the max length (no windows), and each side's prompt the one the dense rows give it."""
+    from poolkit.multivector.api import side_prompt
+    from poolkit.multivector.encode import late_interaction
+    from poolkit.prompts import resolve_prompt
+
+    late = late_interaction(encoder)
+    if (
+        late.source != "encoder"
+        or late.steps
+        or getattr(settings, "long_text", "truncate") != "truncate"
+    ):
+        return False
+    for name, side in ((settings.prompt_name, "query"),
+                       (getattr(settings, "document_prompt_name", None), "document")):  # fmt: skip
+        if (side_prompt(late, name or side, None) or None) != (
+            resolve_prompt(encoder.info, name, None) or None
+        ):
+            return False
+    return True
+
+
+def _tokens(encoder: Any, texts: list[str], side: str, prompt: str | None) -> list[Any]:
+    """Each text's token vectors of ``side`` after the folder's projection, not normalised."""
     from poolkit.multivector.encode import iter_token_vectors
 
     out: list[Any] = [None] * len(texts)
-    for batch in iter_token_vectors(encoder, texts, side=side, prompt=prompt, normalize=normalize):
+    for batch in iter_token_vectors(encoder, texts, side=side, prompt=prompt, normalize=False):
         for i, vec in zip(batch.indices, batch.vectors, strict=True):
             out[i] = vec
     return out
 
 
+def _l2(sets: list[Any]) -> list[Any]:
+    from poolkit.head import Head, apply_head
+
+    return [np.asarray(apply_head(Head(steps=()), v, normalize=True), np.float32) for v in sets]
+
+
 def multivector_rows(
-    encoder: Any, data: Any, cands: Sequence[Any], settings: Any, depth: int, ties: np.ndarray
-) -> tuple[dict[Any, np.ndarray], dict[Any, dict[str, Any]]]:
+    encoder: Any, data: Any, cands: Sequence[Any], settings: Any, depth: int, ties: np.ndarray,
+    states: tuple[list[Any], list[Any]] | None = None,
+) -> tuple[dict[Any, np.ndarray], dict[Any, dict[str, Any]]]:  # fmt: skip
     """``(ranked, facts)`` by row key: ``c`` (MaxSim, or MUVERA's dot product) and, for a
     MUVERA recipe, ``(c, RERANK)`` (its top ``depth`` reranked by MaxSim of the same recipe
-    without ``/muvera``); ranked int64 ``(Q, depth)`` best first."""
+    without ``/muvera``); ranked int64 ``(Q, depth)`` best first. ``states``: the queries'
+    and documents' token vectors of the dense rows' forward pass (see
+    :func:`shares_forward_pass`); without them each side has a forward pass of its own."""
     from poolkit.multivector.api import check_width, side_prompt
     from poolkit.multivector.encode import finish, late_interaction
 
@@ -87,7 +138,10 @@ def multivector_rows(
     q_prompt = side_prompt(late, settings.prompt_name or "query", None)
     d_prompt = side_prompt(late, getattr(settings, "document_prompt_name", None) or "document",
                            None)  # fmt: skip
-    base: dict[bool, tuple[list[Any], list[Any]]] = {}
+    if states is None:  # one pass a side; L2 per token below where a recipe asks for it
+        states = (_tokens(encoder, data.queries, "query", q_prompt),
+                  _tokens(encoder, data.documents, "document", d_prompt))  # fmt: skip
+    base: dict[bool, tuple[list[Any], list[Any]]] = {False: states}
     ranked: dict[Any, np.ndarray] = {}
     facts: dict[Any, dict[str, Any]] = {}
     per_query = 1000 / max(len(data.queries), 1)
@@ -95,8 +149,7 @@ def multivector_rows(
         width = check_width(encoder, c)
         normalize = c.resolved_normalize(late.normalize)
         if normalize not in base:
-            base[normalize] = (_tokens(encoder, data.queries, "query", q_prompt, normalize),
-                               _tokens(encoder, data.documents, "document", d_prompt, normalize))  # fmt: skip
+            base[normalize] = (_l2(states[0]), _l2(states[1]))
         q_tok, d_tok = base[normalize]
         plain = c.replace(muvera=None, precision=None) if c.muvera else c.replace(precision=None)
         q_sets = [finish(v, plain, "query", normalize) for v in q_tok]

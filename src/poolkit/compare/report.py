@@ -374,8 +374,9 @@ def _multivector_footer(ranked: Sequence[Result]) -> list[str]:
         "multivector rows: exact MaxSim of the query's token vectors (query side of the model "
         "folder) against every document's (document side); /poolF pools documents only; "
         "/muvera: one MUVERA vector per text, searched by dot product; bytes: per document "
-        "(tokens kept x width x bytes, mean over the corpus; MUVERA: its vector); each side "
-        "embedded in its own forward pass."
+        "(tokens kept x width x bytes, mean over the corpus; MUVERA: its vector); token "
+        "vectors from the dense rows' forward pass where the tokens are the same (a plain "
+        "encoder, texts truncated, each side with the dense rows' prompt), else one pass a side."
     ]
     if any(r.rescore for r in multi):
         out.append(f"+rescore on a /muvera row: its top {DEPTH} re-ranked by MaxSim of the same "

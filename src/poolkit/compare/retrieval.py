@@ -304,51 +304,69 @@ def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], s
     """``compare``'s scorer: one forward pass over the distinct query and document texts,
     then per candidate an exact top-100 search and the per-query metrics
     (:class:`~poolkit.compare.evaluation.QueryEval`). Multi-vector candidates are scored
-    by :func:`poolkit.compare.multivector.multivector_rows` (MaxSim, MUVERA)."""
+    by :func:`poolkit.compare.multivector.multivector_rows` (MaxSim, MUVERA), on the token
+    states of the dense rows' forward pass where they are the same tokens
+    (:func:`~poolkit.compare.multivector.shares_forward_pass`), else on their own."""
     from poolkit.compare.evaluation import QueryEval
+    from poolkit.compare.multivector import multivector_rows, shares_forward_pass
 
     dense = [c for c in cands if c.level != "multivector"]
-    out: dict[Any, Any] = {}
     multi = [c for c in cands if c.level == "multivector"]
+    out: dict[Any, Any] = {}
+    states = None
+    if dense:
+        share = bool(multi) and shares_forward_pass(encoder, settings)
+        scored, states = _score_dense(encoder, data, dense, settings, keep_tokens=share)
+        out.update(scored)
     if multi:
-        from poolkit.compare.multivector import multivector_rows
-
         ranked_by, facts = multivector_rows(encoder, data, multi, settings, DEPTH,
-                                            id_order(data.doc_ids))  # fmt: skip
+                                            id_order(data.doc_ids), states)  # fmt: skip
         for key, ranked in ranked_by.items():
             out[key] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
             settings.budget_facts[key if isinstance(key, tuple) else (key, None)] = facts[key]
-    if dense:
-        out.update(_score_dense(encoder, data, dense, settings))
     return out
 
 
-def _score_dense(encoder: Any, data: RetrievalData, cands: Sequence[Any], settings: Any):
-    """:func:`score` of the dense candidates."""
+def _score_dense(
+    encoder: Any, data: RetrievalData, cands: Sequence[Any], settings: Any, keep_tokens: bool
+) -> tuple[dict[Any, Any], Any]:
+    """:func:`score` of the dense candidates, and with ``keep_tokens`` the queries' and
+    documents' token states of the same forward pass (``(queries, documents)``, one
+    ``(tokens, H)`` array per text; else None)."""
     from poolkit.compare.embedding import embed_sequences
     from poolkit.compare.evaluation import QueryEval
+    from poolkit.compare.multivector import TokenStates
 
     ties = id_order(data.doc_ids)
     out = {}
+    states = None
     if settings.prompt_name is None and settings.document_prompt_name is None:
         texts = list(dict.fromkeys([*data.queries, *data.documents]))
         where = {t: i for i, t in enumerate(texts)}
         q_rows = np.fromiter((where[t] for t in data.queries), np.int64, count=len(data.queries))
         d_rows = np.fromiter((where[t] for t in data.documents), np.int64,
                              count=len(data.documents))  # fmt: skip
+        tap = TokenStates(len(texts)) if keep_tokens else None
         vectors, stats = embed_sequences(encoder, texts, cands, settings,
-                                         f"embedding {data.source}")  # fmt: skip
+                                         f"embedding {data.source}", tap=tap)  # fmt: skip
         queries = {c: vectors[c][q_rows] for c in cands}
         documents = {c: vectors[c][d_rows] for c in cands}
         cut = int(np.isin(d_rows, stats.truncated).sum())
+        if tap is not None:
+            states = ([tap.vectors[i] for i in q_rows], [tap.vectors[i] for i in d_rows])
     else:  # an asymmetric model: a prompt per side, so each side is embedded apart
+        q_tap = TokenStates(len(data.queries)) if keep_tokens else None
+        d_tap = TokenStates(len(data.documents)) if keep_tokens else None
         queries, _ = embed_sequences(encoder, data.queries, cands, settings,
-                                     f"embedding {data.source} queries", settings.prompt_name)  # fmt: skip
+                                     f"embedding {data.source} queries", settings.prompt_name,
+                                     tap=q_tap)  # fmt: skip
         documents, stats = embed_sequences(
             encoder, data.documents, cands, settings, f"embedding {data.source} documents",
-            settings.document_prompt_name,
+            settings.document_prompt_name, tap=d_tap,
         )  # fmt: skip
         cut = stats.num_truncated
+        if q_tap is not None and d_tap is not None:
+            states = (q_tap.vectors, d_tap.vectors)
     stages = getattr(settings, "stages", None) or {}
     facts = getattr(settings, "budget_facts", {})
     per_query = 1000 / max(len(data.queries), 1)
@@ -392,4 +410,4 @@ def _score_dense(encoder: Any, data: RetrievalData, cands: Sequence[Any], settin
                 "calibration": f"{len(data.documents)} documents" if cal else None,
                 "ranges": cal,
             }
-    return out
+    return out, states
