@@ -67,6 +67,9 @@ def _check_token_offsets(args: argparse.Namespace, recipe: Any) -> None:
     if recipe.muvera is not None:
         _refuse("--token-offsets", str(recipe), "MUVERA writes one vector per text: drop "
                 "--token-offsets.")  # fmt: skip
+    if getattr(args, "engine", None) == "ray":
+        raise InputError("--token-offsets: not on --engine ray yet (its shards hold the token "
+                         "vectors only); run without --engine ray.")  # fmt: skip
     if str(args.output).lower().endswith(".npz"):
         _refuse("--token-offsets", str(recipe), "the .npz output has no place for them: write "
                 ".parquet or .jsonl.")  # fmt: skip
