@@ -24,7 +24,7 @@ import numpy as np
 from poolkit._errors import unmet
 from poolkit.recipe import Recipe
 
-__all__ = ["build_graph", "pipeline_module"]
+__all__ = ["build_graph", "model_inputs", "pipeline_module"]
 
 # Families whose embeddings derive positions from input_ids and the padding id (so they
 # already count from the first real token); they must not be handed position ids.
@@ -43,6 +43,25 @@ _POSITIONS_FROM_IDS = frozenset(
         "esm",
     }
 )
+
+
+def model_inputs(
+    input_ids: Any, attention_mask: Any, token_type_ids: Any, *, takes_types: bool,
+    positions: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """The encoder's keyword inputs inside a traced graph: zero token types where the model
+    takes them and none were given; with ``positions``, position ids counted over real
+    tokens (so a left-padded row's first real token is position 0)."""
+    import torch
+
+    kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if takes_types:
+        kwargs["token_type_ids"] = (
+            torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        )
+    if positions:
+        kwargs["position_ids"] = (torch.cumsum(attention_mask, 1) - 1).clamp(min=0)
+    return kwargs
 
 
 def pipeline_module(
@@ -74,13 +93,8 @@ def pipeline_module(
             self.register_buffer("special", torch.tensor(special_ids or [-1], dtype=torch.int64))
 
         def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
-            kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
-            if takes_types:
-                kwargs["token_type_ids"] = (
-                    torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-                )
-            if positions:
-                kwargs["position_ids"] = (torch.cumsum(attention_mask, 1) - 1).clamp(min=0)
+            kwargs = model_inputs(input_ids, attention_mask, token_type_ids,
+                                  takes_types=takes_types, positions=positions)  # fmt: skip
             out = self.model(**kwargs, output_hidden_states=recipe.all_layers)
             hidden = out.hidden_states if recipe.all_layers else out.last_hidden_state
             special = (input_ids[:, :, None] == self.special[None, None, :]).any(-1)

@@ -19,6 +19,7 @@ from typing import Any
 
 from poolkit._errors import unmet, value_error
 from poolkit._versions import installed_versions
+from poolkit.deploy import ONNX_LOAD as _DENSE_ONNX_LOAD
 from poolkit.recipe import Recipe
 from poolkit.sparse.names import SPARSE_STRATEGIES
 
@@ -33,21 +34,11 @@ model = SparseEncoder("{dir}")
 vectors = model.encode(["A man is playing a guitar."])  # ({dim},) sparse, per text
 """
 
-_ONNX_LOAD = """\
-import numpy as np
-import onnxruntime as ort
-from tokenizers import Tokenizer
-
-texts = ["A man is playing a guitar.", "Hello"]
-tokenizer = Tokenizer.from_file("{dir}/tokenizer.json")  # truncation, padding set
-session = ort.InferenceSession("{dir}/model.onnx")
-names = {{i.name for i in session.get_inputs()}}
-enc = tokenizer.encode_batch(texts)
-feed = {{"input_ids": [e.ids for e in enc], "attention_mask": [e.attention_mask for e in enc],
-        "token_type_ids": [e.type_ids for e in enc]}}
-feed = {{k: np.array(v, dtype=np.int64) for k, v in feed.items() if k in names}}
-(weights,) = session.run(["sparse_embedding"], feed)  # ({dim},) per text, mostly zeros
-"""
+# The dense card's ONNX snippet, reading the sparse output instead.
+_ONNX_LOAD = _DENSE_ONNX_LOAD.replace(
+    '(vectors,) = session.run(["sentence_embedding"], feed)  # ({dim},) per text',
+    '(weights,) = session.run(["sparse_embedding"], feed)  # ({dim},) per text, mostly zeros',
+)
 
 _TOP_LOAD = """\
 ids, values = session.run(["top_indices", "top_values"], feed)  # ({k},) each, per text

@@ -47,7 +47,7 @@ def sparse_module(mlm: Any, recipe: Recipe) -> tuple[Any, bool]:
     ``token_type_ids``. ``mlm``: the ``*ForMaskedLM`` model (float32, eager attention)."""
     import torch
 
-    from poolkit.deploy.graph import _POSITIONS_FROM_IDS
+    from poolkit.deploy.graph import _POSITIONS_FROM_IDS, model_inputs
     from poolkit.sparse.mlm import head_chain
 
     base, head = mlm.base_model, head_chain(mlm)
@@ -69,13 +69,8 @@ def sparse_module(mlm: Any, recipe: Recipe) -> tuple[Any, bool]:
             self.base, self.head = base, head
 
         def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
-            kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
-            if takes_types:
-                kwargs["token_type_ids"] = (
-                    torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-                )
-            if positions:
-                kwargs["position_ids"] = (torch.cumsum(attention_mask, 1) - 1).clamp(min=0)
+            kwargs = model_inputs(input_ids, attention_mask, token_type_ids,
+                                  takes_types=takes_types, positions=positions)  # fmt: skip
             logits = self.head(self.base(**kwargs).last_hidden_state)  # (B, L, V)
             real = attention_mask[:, :, None].to(logits.dtype)
             if pooling == "max":
