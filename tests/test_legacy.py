@@ -94,3 +94,22 @@ def test_words_spans_chunks_take_the_old_keywords(minilm):
 def test_recipe_and_strategy_together_is_refused(minilm):
     with pytest.raises(TypeError, match="`recipe`"):
         embed(TEXTS, minilm, recipe="mean", strategy="max")
+
+
+def test_nn_modules_take_recipes_and_the_old_keywords():
+    import torch
+
+    from poolkit.nn import Pooler, SpanExtractor, WordPooler
+
+    hidden, mask = torch.randn(2, 5, 8), torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    old, _ = _legacy(Pooler, strategy=["cls", "max"])
+    assert old.recipe == Pooler("cls+max").recipe == Pooler(["cls", "max"]).recipe
+    torch.testing.assert_close(
+        old(hidden, mask), Pooler(poolkit.Recipe.parse("cls+max"))(hidden, mask)
+    )
+    old, _ = _legacy(WordPooler, strategy="mean")
+    assert old.recipe == WordPooler("mean").recipe == WordPooler("word:mean").recipe
+    old, _ = _legacy(SpanExtractor, 8, strategy="x,y,x*y")
+    assert old.strategy == SpanExtractor(8, "span:x,y,x*y").strategy == ("x", "y", "x*y")
+    with pytest.raises(ValueError, match="`recipe`"):
+        SpanExtractor(8, "span:mean@last4")  # one hidden: no layers

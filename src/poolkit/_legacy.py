@@ -51,11 +51,13 @@ def legacy_recipe(
     level: str,
     recipe: Any,
     legacy: Mapping[str, Any],
-    load: Callable[[], Any],
+    load: Callable[[], Any] | None = None,
+    stacklevel: int = 4,
 ) -> Any:
     """``recipe`` with the ``legacy`` keywords folded in, or ``recipe`` itself when none is
     given. ``load()`` gives the encoder, needed only when the keywords adjust the model's
-    own pooling (no ``strategy`` nor ``recipe``). Warns once per call, naming the recipe.
+    own pooling (no ``strategy`` nor ``recipe``). Warns once per call, naming the recipe;
+    ``stacklevel`` points the warning at the user's line (4: ``embed*`` -> ``run_options``).
 
     Returns what ``recipe=`` takes: one :class:`~poolkit.Recipe`, or for a list a mapping
     ``{name: Recipe}`` keyed as the old call keyed its result."""
@@ -91,6 +93,7 @@ def legacy_recipe(
             exclude_special=given.get("exclude_special", False), normalize=given.get("normalize"),
         )  # fmt: skip
         if named is None:  # the model's own pooling, adjusted
+            assert load is not None, "a caller without a model always names a strategy"
             info = load().info
             named = {info.pooling: info.intended_recipe(
                 layers=given.get("layers"), layer_how=given.get("layer_how", "mean"),
@@ -104,7 +107,7 @@ def legacy_recipe(
         f"{func}(): {words} {'is' if len(given) == 1 else 'are'} deprecated; pass "
         f"recipe={spelled!r} instead (the same vectors).",
         DeprecationWarning,
-        stacklevel=4,  # the user's call: embed* -> run_options -> here
+        stacklevel=stacklevel,
     )
     return out
 
