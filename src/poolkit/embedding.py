@@ -34,8 +34,8 @@ from poolkit.driver import (
 )
 from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens, check_texts
 from poolkit.errors import InputError
-from poolkit.output import Calibration, needs_calibration, quantize, truncate
-from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
+from poolkit.output import Calibration, needs_calibration, truncate
+from poolkit.prompts import check_pipeline, resolve_prompt
 from poolkit.recipe import Recipe, check_dims, check_output_stage, check_shorthands
 
 __all__ = [
@@ -463,44 +463,13 @@ def embed_recipes(
     (late chunks); ``tap(batch)`` sees every batch first (``compare`` keeps its token
     states for the multi-vector rows). No warning is raised here.
     """
-    n = len(texts) if num_rows is None else num_rows
-    out: dict[str, np.ndarray] = {}
-    text = resolve_prompt(encoder.info, prompt_name, prompt)
-    check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
-    staged = {name: r for name, r in recipes.items() if r.has_output_stage}
-    recipes = {name: r.pooling for name, r in recipes.items()}  # float vectors first
-    heads, model_normalize, _ = head_plan(encoder, recipes, pipeline)
-    ranges = check_output_stages(encoder, staged, heads, calibration or {})
+    from poolkit.plan import make_plan
 
-    def on_batch(batch: EncodedBatch) -> None:
-        if tap is not None:
-            tap(batch)
-        pooled, at = (batch, batch.indices) if rows is None else rows(batch)
-        vectors = sequence_vectors(LayerViews(pooled), recipes.values(), empty=empty,
-                                   model_normalize=model_normalize, heads=heads)  # fmt: skip
-        for name, r in recipes.items():
-            arr = vectors[r]
-            if name not in out:
-                out[name] = np.empty((n, arr.shape[1]), dtype=np.float32)
-            out[name][at] = arr
-
-    stats = drive(encoder, texts, on_batch, all_layers=any(r.all_layers for r in recipes.values()),
-                  long_text=long_text, max_batch_tokens=max_batch_tokens, progress=progress,
-                  prompt=text, stride=stride)  # fmt: skip
-    for name, r in recipes.items():
-        if name not in out:
-            width = pooled_width(encoder, r)
-            head = heads.get(r)
-            out[name] = np.empty((0, head.out_dim(width) if head else width), np.float32)
-    # The stored form of the staged recipes: truncated, re-normalised where the recipe
-    # normalises, quantised with the ranges.
-    stats.dims = {k: int(v.shape[1]) for k, v in out.items()}
-    for name, r in staged.items():
-        vec = truncate(out[name], r.dims, normalize=r.resolved_normalize(model_normalize))
-        stats.dims[name] = int(vec.shape[1])
-        out[name] = quantize(vec, r.precision, ranges.get(name))
-    stats.calibration = dict(ranges)
-    return out, stats
+    plan = make_plan(encoder, recipes, prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
+                     calibration=calibration)  # fmt: skip
+    return plan.run(encoder, texts, long_text=long_text, max_batch_tokens=max_batch_tokens,
+                    progress=progress, empty=empty, stride=stride, rows=rows, num_rows=num_rows,
+                    tap=tap)  # fmt: skip
 
 
 def recipe_kind(recipes: Mapping[str, Recipe]) -> str:
@@ -678,9 +647,16 @@ def pooled_width(encoder: Encoder, recipe: Recipe) -> int:
     hidden = encoder.info.hidden_size
     if hidden:
         return recipe.pooled_dim(int(hidden))
-    # No hidden size in the config: a forward pass of one word says it.
-    probe, _ = embed_recipes(["x"], encoder, {"x": recipe}, pipeline="pooled", prompt="")
-    return int(probe["x"].shape[1])
+    # No hidden size in the config: a forward pass of one word says it (pooled as the
+    # plan pools, without a plan: a plan needs this width).
+    width: list[int] = []
+    pooling = recipe.pooling
+
+    def on_batch(batch: EncodedBatch) -> None:
+        width.append(int(sequence_vectors(LayerViews(batch), [pooling])[pooling].shape[1]))
+
+    drive(encoder, ["x"], on_batch, all_layers=pooling.all_layers, prompt="")
+    return width[0]
 
 
 def embed_tokens(

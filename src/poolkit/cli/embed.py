@@ -250,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
         args.documents_read_as = BEIR_JOIN
     note_beir(args, title)
     keep = keep_list(args)
-    from poolkit.embedding import check_inputs, embed_recipes, get_encoder
+    from poolkit.embedding import check_inputs, get_encoder
     from poolkit.io.checkpoint import Checkpoint, Part, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp
     from poolkit.io.writers import check_output
@@ -354,6 +354,10 @@ def run(args: argparse.Namespace) -> int:
     how = {"calibration": ranges, "prompt_name": args.prompt_name, "prompt": args.prompt,
            "pipeline": _pipeline(args)}  # fmt: skip
     sparse = _kind(recipes) == "sparse"
+    if not sparse and mv is None and chunking is None:  # resolved once for every part
+        from poolkit.plan import make_plan
+
+        plan = make_plan(encoder, recipes, **how)
     if sparse:
         from poolkit.prompts import resolve_prompt
         from poolkit.sparse import embed_sparse
@@ -392,9 +396,8 @@ def run(args: argparse.Namespace) -> int:
                                          prompt=prompt, side=side)  # fmt: skip
             tally.truncated += stats.num_truncated
         elif chunking is None:  # truncation is reported once, in the summary line
-            result, stats = embed_recipes(check_inputs(texts), encoder, recipes,
-                                          long_text=args.long_text, progress=progress,
-                                          **how)  # fmt: skip
+            result, stats = plan.run(encoder, check_inputs(texts), long_text=args.long_text,
+                                     progress=progress)  # fmt: skip
             tally.truncated += stats.num_truncated
         else:  # one row per chunk
             piece = first_chunks if k == 0 else chunking.chunk(part, first)
