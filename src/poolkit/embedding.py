@@ -466,7 +466,7 @@ def embed_recipes(
     from poolkit.plan import make_plan
 
     plan = make_plan(encoder, recipes, prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
-                     calibration=calibration)  # fmt: skip
+                     calibration=calibration or {})  # fmt: skip
     return plan.run(encoder, texts, long_text=long_text, max_batch_tokens=max_batch_tokens,
                     progress=progress, empty=empty, stride=stride, rows=rows, num_rows=num_rows,
                     tap=tap)  # fmt: skip

@@ -54,6 +54,8 @@ class Plan:
         model_normalize: whether the model normalises (a recipe's ``normalize=None``).
         widths: name -> width of the float vectors before the output stage.
         ranges: name -> the int8/uint8 ranges of the recipes that need them.
+        pooled_only: the names that get no modules after pooling under ``pipeline="fit"``
+            (their width does not fit them, or poolkit cannot apply them).
     """
 
     recipes: Mapping[str, Recipe]
@@ -62,6 +64,7 @@ class Plan:
     model_normalize: bool
     widths: Mapping[str, int]
     ranges: Mapping[str, Calibration]
+    pooled_only: tuple[str, ...] = ()
 
     def outputs(self) -> dict[str, Output]:
         """name -> :class:`Output`, in the recipes' order."""
@@ -136,18 +139,20 @@ def make_plan(
     :func:`poolkit.embed`), the modules after pooling (``pipeline``: ``"full"``,
     ``"pooled"`` or ``"fit"``, see :func:`poolkit.embedding.head_plan`), each width and
     ``dims`` checked, and each int8/uint8 recipe's ranges from ``calibration`` (by name;
-    ``None``: not needed yet, e.g. a probe run). Raises before any forward pass."""
+    ``None``: not checked, for a plan that only says widths). Raises before any forward
+    pass."""
     from poolkit.embedding import check_output_stages, head_plan, pooled_width
 
     text = resolve_prompt(encoder.info, prompt_name, prompt)
     check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
     pooling = {name: r.pooling for name, r in recipes.items()}
-    heads, model_normalize, _ = head_plan(encoder, pooling, pipeline)
+    heads, model_normalize, skipped = head_plan(encoder, pooling, pipeline)
     staged = {name: r for name, r in recipes.items() if r.has_output_stage}
-    ranges = check_output_stages(encoder, staged, heads, calibration or {})
+    ranges = check_output_stages(encoder, staged, heads, calibration)
     widths = {}
     for name, r in pooling.items():
         width = pooled_width(encoder, r)
         head = heads.get(r)
         widths[name] = head.out_dim(width) if head is not None else width
-    return Plan(dict(recipes), text, heads, model_normalize, widths, ranges)
+    pooled_only = tuple(skipped) if pipeline == "fit" else ()
+    return Plan(dict(recipes), text, heads, model_normalize, widths, ranges, pooled_only)

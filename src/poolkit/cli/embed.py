@@ -68,7 +68,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "embed",
         help="embed the texts of a file",
         description="Embed every text of INPUT and write the vectors to OUTPUT, in input "
-        "order, with the model's intended pooling unless --strategy says otherwise. With "
+        "order, with the model's intended pooling unless --recipe says otherwise. With "
         "--chunks, long texts (documents) are cut into chunks and each chunk gets a row of "
         "its own: id (the document's), chunk, start, end, vectors (naive, or --late).",
     )

@@ -85,14 +85,10 @@ class Stage:
 def row_width(encoder: Any, recipe: Recipe) -> tuple[int, bool]:
     """Width of ``recipe``'s float32 vectors in ``compare`` (after the model's modules
     where they fit) and whether the recipe normalises them; no forward pass."""
-    from poolkit.embedding import head_plan, pooled_width
+    from poolkit.plan import make_plan
 
-    heads, model_normalize, _ = head_plan(encoder, {str(recipe): recipe}, "fit")
-    width = pooled_width(encoder, recipe)
-    head = heads.get(recipe)
-    if head is not None:
-        width = head.out_dim(width)
-    return width, bool(recipe.resolved_normalize(model_normalize))
+    plan = make_plan(encoder, {"r": recipe}, prompt="", pipeline="fit")
+    return plan.widths["r"], bool(recipe.resolved_normalize(plan.model_normalize))
 
 
 def plan(encoder: Any, budget: Budget, bases: Sequence[Recipe]) -> dict[Recipe, Stage]:

@@ -282,12 +282,9 @@ def _write_st(
             )
     width = None
     if recipe.dims is not None:
-        from poolkit.embedding import head_plan, pooled_width
+        from poolkit.plan import make_plan
 
-        heads, _, _ = head_plan(encoder, {str(recipe): recipe.pooling}, "full")
-        head = heads.get(recipe.pooling)
-        width = pooled_width(encoder, recipe.pooling)
-        width = head.out_dim(width) if head is not None else width
+        width = make_plan(encoder, {"r": recipe.pooling}, prompt="").widths["r"]
     modules = copy_pipeline(source, transformer_dir(source), work, pooling, normalize,
                             encoder.max_length, recipe.dims, width)  # fmt: skip
     record["modules"] = modules
@@ -305,14 +302,14 @@ def _write_onnx(
 ) -> None:
     from poolkit.backends.onnx import quantize_int8, transformer_dir
     from poolkit.deploy.graph import build_graph
-    from poolkit.embedding import head_plan
+    from poolkit.plan import make_plan
 
     info = encoder.info
     staged, recipe = recipe, recipe.pooling  # the float graph first, then the output stage
     # The model's Dense/LayerNorm modules go into the graph as poolkit.embed applies them; a
     # module poolkit cannot apply, or a recipe width the head cannot take, is refused here
     # (PipelineError, naming the module) before anything is exported.
-    heads, _, _ = head_plan(encoder, {str(recipe): recipe}, "full")
+    heads = make_plan(encoder, {str(recipe): recipe}, prompt="").heads
     special = list(encoder.special_tokens.ids)
     fp32 = work / ("model-fp32.onnx" if quantize else "model.onnx")
     graph = build_graph(
