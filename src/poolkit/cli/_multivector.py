@@ -91,11 +91,9 @@ class MultivectorPart:
             self.prompt = side_prompt(self.late, args.prompt_name, args.prompt)
             check_width(encoder, recipe)
         except InputError as e:
-            from poolkit._errors import with_flags
+            from poolkit.cli._flags import MULTIVECTOR, flagged
 
-            raise InputError(with_flags(str(e), {"prompt_name": "--prompt-name",
-                                                 "prompt": "--prompt", "dims": "--recipe",
-                                                 "dim_proj": "--recipe"})) from None  # fmt: skip
+            raise flagged(e, MULTIVECTOR) from None
         self.normalize = recipe.resolved_normalize(self.late.normalize)
         self.max_length = side_length(self.late, self.side, encoder.max_length)
         self.ragged = recipe.kind == "multivector"

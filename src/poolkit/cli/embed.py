@@ -198,7 +198,7 @@ def _kind(recipes: dict[str, Any]) -> str:
 
 def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
     """A recipe's /DIMS (or --dims) wider than its vectors: one line naming the flag."""
-    from poolkit._errors import with_flags
+    from poolkit.cli._flags import flagged
     from poolkit.embedding import check_output_stages, head_plan
 
     staged = {n: r for n, r in recipes.items() if r.has_output_stage}
@@ -209,7 +209,7 @@ def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -
         check_output_stages(encoder, staged, heads, None)
     except ValueError as e:
         flag = "--dims" if args.dims is not None else "--recipe"
-        raise InputError(with_flags(str(e), {"dims": flag})) from None
+        raise flagged(e, {"dims": flag}) from None
 
 
 def _kept(done: Any, noun: str) -> str:
