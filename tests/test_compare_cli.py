@@ -298,9 +298,9 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
     ("args", "files", "fragments"),
     [
         (["all.txt", "--task", "relation"], {}, ["all.txt:501: label 'Message-Topic(e1,e2)' has only this one example"]),
-        (["p.jsonl", "--task", "sts"], {"p.jsonl": '{"sentence1": "a", "score": 1}\n'}, ["missing column 'sentence2' (columns: sentence1, score); pass --sentence2-column"]),
-        (["r.jsonl", "--task", "relation"], {"r.jsonl": '{"text": "abc", "spans": [[0, 1], [2, 9]], "label": "x"}\n'}, ["r.jsonl:1: span 2 [2, 9) is outside the text of length 3"]),
-        (["c.txt", "--task", "classification"], {"c.txt": "1 good film\n0\n"}, ["c.txt:2: expected `LABEL sentence` (SST-2 format)"]),
+        (["p.jsonl", "--task", "sts"], {"p.jsonl": '{"sentence1": "a", "score": 1}\n'}, ["Expected --sentence2-column to be a column of the file, but got 'sentence2'. Its columns: sentence1, score."]),
+        (["r.jsonl", "--task", "relation"], {"r.jsonl": '{"text": "abc", "spans": [[0, 1], [2, 9]], "label": "x"}\n'}, ["r.jsonl:1: Expected span 2 [2, 9) inside the text of length 3, but it is outside"]),
+        (["c.txt", "--task", "classification"], {"c.txt": "1 good film\n0\n"}, ["c.txt:2: Expected `LABEL sentence` (SST-2 format)"]),
         (["n.conll", "--task", "ner"], {"n.conll": "John\tB-PER\n"}, ["--task ner needs --train FILE"]),
         (["n.conll", "--task", "ner", "--train", "n.conll", "--recipes", "average"], {"n.conll": "John\tB-PER\n"}, ["--recipes to be one of first, last, endpoints, mean, max, but got 'average'"]),
         (["c.txt", "--task", "classification", "--recipes", "mode"], {"c.txt": "1 a\n0 b\n"}, ["--recipes to be one of cls, mean", "but got 'mode'", "Closest valid name: "]),

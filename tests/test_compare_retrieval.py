@@ -175,20 +175,22 @@ def test_a_tie_at_the_cut_keeps_the_documents_trec_eval_ranks_first():
     ("name", "content", "line", "problem"),
     [
         ("corpus.jsonl", b'{"_id": "a", "text": "x"}\n\n{"_id": "b", "text": \n', 3,
-         "is not valid JSON (Expecting value)."),
+         "Expected valid JSON, but it is not (Expecting value)."),
         ("queries.jsonl", b'{"_id": "1", "text": "q"}\n["1", "q"]\n', 2,
-         "is a JSON list; expected an object per line."),
+         "Expected an object per line, but got a JSON list."),
         ("queries.jsonl", b'{"_id": "1", "text": "q"}\n{"_id": "2", "text": "caf\xe9"}\n', 2,
-         "is not valid UTF-8 (invalid continuation byte at byte 25). Convert the file to UTF-8."),
+         "Expected UTF-8 text, but it is not valid UTF-8 (invalid continuation byte at byte 25). "
+         "Convert the file to UTF-8."),
         ("qrels/test.tsv", b"query-id\tcorpus-id\tscore\n1\ta\t1\n1\tb\t1\t1\n", 3,
-         "has 4 fields, more than 3 (query-id, corpus-id, score); quote fields that contain '\\t'."),
+         "Expected at most 3 (query-id, corpus-id, score) fields, but got 4. Quote fields that "
+         "contain '\\t'."),
         ("pairs.jsonl", b'{"query": "q", "document": "d"}\n{"query": "q2", "document": \n', 2,
-         "is not valid JSON (Expecting value)."),
+         "Expected valid JSON, but it is not (Expecting value)."),
         ("pairs.csv", b"query,document\nq,d\nq2,d2,extra\n", 3,
-         "has 3 fields, more than the header's 2; quote fields that contain ','."),
+         "Expected at most the header's 2 fields, but got 3. Quote fields that contain ','."),
         ("pairs.tsv", b"query\tdocument\nq\td\nq2\tnul\x00\n", 3,
-         "contains a NUL byte, so this is not a UTF-8 text file (binary, or UTF-16?). "
-         "Convert it to UTF-8 text."),
+         "Expected UTF-8 text, but it contains a NUL byte (binary, or UTF-16?). Convert it to "
+         "UTF-8 text."),
     ],
 )  # fmt: skip
 def test_a_broken_line_is_named_by_file_and_line(tmp_path, name, content, line, problem):
@@ -200,7 +202,7 @@ def test_a_broken_line_is_named_by_file_and_line(tmp_path, name, content, line, 
     path.write_bytes(content)
     with pytest.raises(InputError) as info:
         read_retrieval(path if name.startswith("pairs") else folder)
-    assert str(info.value) == f"{path}: line {line} {problem}"
+    assert str(info.value) == f"{path}: line {line}: {problem}"
     # The shared reader's own message for the file, word for word.
     names = ["query-id", "corpus-id", "score"] if name.startswith("qrels") else None
     with pytest.raises(InputError) as shared:
@@ -233,6 +235,5 @@ def test_cli_names_the_broken_line(tmp_path, form):
     path.write_text('{"_id": "a", "query": "q", "document": "d", "text": "x"}\n\n{"_id": \n')
     data = folder if form == "beir" else path
     result = poolkit("compare", "--task", "retrieval", str(data), cwd=tmp_path)
-    one_error_line(
-        result, 2, f"poolkit: error: {path}: line 3 is not valid JSON (Expecting value)."
-    )
+    one_error_line(result, 2, f"poolkit: error: {path}: line 3: Expected valid JSON, but it is "
+                   "not (Expecting value).")  # fmt: skip
