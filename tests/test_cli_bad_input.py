@@ -60,7 +60,7 @@ def refused(cwd: Path, args: list[str], code: int, *fragments: str, stdin: bytes
 # (file name, content, extra args, fragments of the one error line); all exit status 2.
 INPUT_CASES = {
     "empty file": ("empty.txt", b"", [], ["empty.txt: Expected texts, but the input is empty"]),
-    "only blank lines": ("blank.txt", b"\n  \n\t\n\n", [], ["all 4 texts are blank"]),
+    "only blank lines": ("blank.txt", b"\n  \n\t\n\n", [], ["Expected a text to embed, but all 4 texts are blank"]),
     "invalid UTF-8": ("latin1.txt", "ok\nstill ok\ncaf\xe9\n".encode("latin-1"), [],
                       ["latin1.txt: line 3: Expected UTF-8 text, but it is not valid UTF-8", "Convert the file to UTF-8"]),
     "NUL byte": ("nul.txt", b"fine\nbad\x00line\n", [], ["nul.txt: line 2: Expected UTF-8 text, but it contains a NUL byte"]),
@@ -75,19 +75,19 @@ INPUT_CASES = {
     "CSV row with too many fields": ("long.csv", b"id,text\n1,hello\n2,hello, world\n", [],
                                      ["long.csv: line 3: Expected at most the header's 2 fields, but got 3"]),
     "CSV quote never closed": ("open.csv", b'id,text\n1,"never closed\n2,x\n', [],
-                               ["open.csv: line 3 is not valid CSV", "quotes"]),
+                               ["open.csv: line 3: Expected valid CSV, but it is not", "quotes"]),
     "JSONL bad line": ("bad.jsonl", b'{"text": "a"}\n{"text": "b"}\n{"text": oops}\n', [],
                        ["bad.jsonl: line 3: Expected valid JSON, but it is not"]),
     "JSONL non-string value": ("int.jsonl", b'{"text": "a"}\n{"text": 5}\n', [],
                                ['int.jsonl: line 2: Expected a string in "text", but got int']),
-    "JSONL null value": ("null.jsonl", b'{"text": null}\n', [], ['line 1: "text" is NoneType']),
+    "JSONL null value": ("null.jsonl", b'{"text": null}\n', [], ['line 1: Expected a string in "text", but got NoneType']),
     "JSONL missing key": ("key.jsonl", b'{"text": "a"}\n{"body": "b"}\n', [],
                           ['key.jsonl: line 2: Expected a "text" field, but its fields are: body']),
     "JSONL not an object": ("list.jsonl", b'{"text": "a"}\n[1, 2]\n', [],
                             ["line 2: Expected an object with a \"text\" field, but got a JSON list"]),
     "JSONL lone surrogate": ("sur.jsonl", b'{"text": "a"}\n{"text": "x \\ud800"}\n', [],
                              ["sur.jsonl: line 2: Expected text, but got an unpaired surrogate escape (\\ud800"]),
-    "unknown extension": ("in.docx", b"hello\n", [], ["from its extension 'docx'"]),
+    "unknown extension": ("in.docx", b"hello\n", [], ["Expected an extension that names the format", "but got 'docx'", "--input-format"]),
 }  # fmt: skip
 
 
@@ -108,9 +108,19 @@ def test_parquet_wrong_column_type_null_and_not_parquet(tmp_path):
     refused(tmp_path, ["int.parquet", "-o", "o.npy"], 2,
             "int.parquet: Expected strings in column 'text', but got int64")  # fmt: skip
     pq.write_table(pa.table({"text": pa.array(["a", None])}), tmp_path / "null.parquet")
-    refused(tmp_path, ["null.parquet", "-o", "o.npy"], 2, "row 1: Expected a string in column 'text', but got null")
+    refused(
+        tmp_path,
+        ["null.parquet", "-o", "o.npy"],
+        2,
+        "row 1: Expected a string in column 'text', but got null",
+    )
     (tmp_path / "fake.parquet").write_text("not parquet")
-    refused(tmp_path, ["fake.parquet", "-o", "o.npy"], 2, "fake.parquet: not a readable Parquet")
+    refused(
+        tmp_path,
+        ["fake.parquet", "-o", "o.npy"],
+        2,
+        "fake.parquet: Expected a readable Parquet file, but it is not",
+    )
 
 
 def test_outputs_that_cannot_be_written(tmp_path):
@@ -137,7 +147,9 @@ def test_outputs_that_cannot_be_written(tmp_path):
 def test_debug_shows_the_traceback(tmp_path):
     (tmp_path / "bad.jsonl").write_bytes(b"{oops}\n")
     status, err = poolkit_cli(tmp_path, "embed", "bad.jsonl", "-o", "o.npy", "--debug")
-    assert status == 1 and "Traceback" in err and "line 1: Expected valid JSON, but it is not" in err
+    assert (
+        status == 1 and "Traceback" in err and "line 1: Expected valid JSON, but it is not" in err
+    )
 
 
 def library(texts: list[str], minilm) -> np.ndarray:

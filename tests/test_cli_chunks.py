@@ -181,7 +181,7 @@ def test_killed_after_the_first_part_then_resumed_is_byte_identical(tmp_path, mi
     # Other chunk settings: refused, naming them; the work directory stays as it was.
     other = poolkit("embed", "docs.jsonl", "-o", "out.parquet", *flags, "--late", "--resume",
                     cwd=tmp_path)  # fmt: skip
-    one_error_line(other, 2, "cannot resume, the checkpoint was made with other settings",
+    one_error_line(other, 2, "Expected the settings the checkpoint was made with, but they differ",
                    "chunks: ")  # fmt: skip
     assert _parts(work) == kept
 

@@ -118,7 +118,7 @@ def test_a_folder_without_engine_ray(tmp_path):
     (tmp_path / "corpus" / "a.txt").write_text("hello\n", encoding="utf-8")
     result = poolkit("embed", "corpus", "-o", "o.npy", cwd=tmp_path)
     assert (result.returncode, result.stderr) == (
-        2, "poolkit: error: corpus: is a folder; poolkit embed reads one file (or - for stdin). "
+        2, "poolkit: error: corpus: Expected one file (or - for stdin), but got a folder. "
         "Add --engine ray to embed every file of a folder (see docs/scaling.md).\n",
     )  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]

@@ -169,9 +169,13 @@ def test_errors_name_the_row(tmp_path, task, name, text, message):
 
 
 def test_missing_file_and_bad_encoding(tmp_path):
-    with pytest.raises(DataError, match=r"nope.csv: Expected a data file, but there is no such file"):
+    with pytest.raises(
+        DataError, match=r"nope.csv: Expected a data file, but there is no such file"
+    ):
         read_task("sts", tmp_path / "nope.csv")
     path = tmp_path / "bad.txt"
     path.write_bytes(b"1 caf\xe9\n")
-    with pytest.raises(InputError, match=r"bad.txt: line 1: Expected UTF-8 text, but it is not valid UTF-8"):
+    with pytest.raises(
+        InputError, match=r"bad.txt: line 1: Expected UTF-8 text, but it is not valid UTF-8"
+    ):
         read_task("classification", path)

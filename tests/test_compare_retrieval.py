@@ -54,18 +54,18 @@ def test_simple_table_form(tmp_path):
 @pytest.mark.parametrize(
     ("corpus", "queries", "qrels", "message"),
     [
-        (CORPUS, QUERIES, "1\tzz\t1\n", r"qrels/test.tsv:1: corpus-id 'zz' is not in corpus.jsonl"),
-        (CORPUS, QUERIES, "query-id\tcorpus-id\tscore\n9\ta\t1\n", r"qrels/test.tsv:2: query-id '9' is not in queries.jsonl"),
-        (CORPUS, QUERIES, "1\ta\t1\n1\ta\t2\n", r"qrels/test.tsv:2: duplicate judgement of \(1, a\) \(first at .*test.tsv:1\)"),
-        (CORPUS, QUERIES, "1\ta\t0\n2\tb\t1\n", r"qrels/test.tsv:1: query '1' has no relevant document"),
-        (CORPUS, QUERIES, "1\ta\n", r"qrels/test.tsv:1: expected 3 tab-separated fields"),
-        (CORPUS, QUERIES, "1\ta\thigh\n", r"qrels/test.tsv:1: expected an integer score, but got 'high'"),
-        ([*CORPUS, {"_id": "b", "text": "again"}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:4: duplicate _id 'b' \(first at .*corpus.jsonl:2\)"),
-        (CORPUS, [*QUERIES, {"_id": "1", "text": "x"}], "1\ta\t1\n", r"queries.jsonl:4: duplicate _id '1'"),
-        ([], QUERIES, "1\ta\t1\n", r"corpus.jsonl: empty corpus"),
-        ([{"_id": "a", "title": " ", "text": ""}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:1: empty document"),
-        ([{"text": "no id"}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:1: expected an `_id`"),
-        (CORPUS, QUERIES, "", r"qrels/test.tsv: no judgements found"),
+        (CORPUS, QUERIES, "1\tzz\t1\n", r"qrels/test.tsv:1: Expected a corpus-id of corpus.jsonl, but got 'zz'"),
+        (CORPUS, QUERIES, "query-id\tcorpus-id\tscore\n9\ta\t1\n", r"qrels/test.tsv:2: Expected a query-id of queries.jsonl, but got '9'"),
+        (CORPUS, QUERIES, "1\ta\t1\n1\ta\t2\n", r"qrels/test.tsv:2: Expected one judgement of \(1, a\), but it was first at .*test.tsv:1\."),
+        (CORPUS, QUERIES, "1\ta\t0\n2\tb\t1\n", r"qrels/test.tsv:1: Expected query '1' to have a relevant document"),
+        (CORPUS, QUERIES, "1\ta\n", r"qrels/test.tsv:1: Expected 3 tab-separated fields"),
+        (CORPUS, QUERIES, "1\ta\thigh\n", r"qrels/test.tsv:1: Expected an integer score, but got 'high'"),
+        ([*CORPUS, {"_id": "b", "text": "again"}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:4: Expected _id 'b' once, but it was first at .*corpus.jsonl:2\."),
+        (CORPUS, [*QUERIES, {"_id": "1", "text": "x"}], "1\ta\t1\n", r"queries.jsonl:4: Expected _id '1' once"),
+        ([], QUERIES, "1\ta\t1\n", r"corpus.jsonl: Expected documents, but the corpus is empty"),
+        ([{"_id": "a", "title": " ", "text": ""}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:1: Expected a document with a title or text, but it is empty"),
+        ([{"text": "no id"}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:1: Expected an _id"),
+        (CORPUS, QUERIES, "", r"qrels/test.tsv: Expected judgements, but none was found"),
     ],
 )  # fmt: skip
 def test_bad_beir_data_names_file_and_line(tmp_path, corpus, queries, qrels, message):
@@ -79,12 +79,13 @@ def test_split_choice(tmp_path):
     (folder / "qrels" / "train.tsv").write_text("2\tb\t1\n")
     with pytest.raises(
         DataError,
-        match=r"qrels: expected qrels/test.tsv or a single qrels file, found dev, train; choose one with `split`",
+        match=r"qrels: Expected qrels/test.tsv or a single qrels file, but found dev, train\. Choose one with `split`",
     ):
         read_retrieval(folder)
     assert read_retrieval(folder, split="train").queries == ["second"]
     with pytest.raises(
-        DataError, match=r"`split`=test: .*test.tsv does not exist \(splits: dev, train\)"
+        DataError,
+        match=r"Expected `split` to be a split of .*qrels, but got 'test'\. Its splits: dev, train\.",
     ):
         read_retrieval(folder, split="test")
 

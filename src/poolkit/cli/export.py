@@ -116,16 +116,19 @@ def _calibration(args: argparse.Namespace) -> Any:
     from poolkit.recipe import Recipe
 
     if args.ranges is not None and args.calibrate is not None:
-        raise InputError("--ranges and --calibrate both give int8 ranges: keep one.")
+        raise InputError(arg="--ranges", expected="unset with --calibrate (both give int8 ranges)",
+                         got=args.ranges, fix="Keep one.")  # fmt: skip
     if args.text_column is not None and args.calibrate is None:
-        raise InputError("--text-column: only with --calibrate FILE; drop --text-column.")
+        raise InputError(arg="--text-column", expected="given only with --calibrate FILE",
+                         got=repr(args.text_column), fix="Drop --text-column.")  # fmt: skip
     if args.ranges is not None:
         # Without --recipe (--from-compare's top row): the file's one set of ranges.
         return ranges_from_file(args.ranges, args.recipe or "", Recipe.parse(args.recipe or "mean"))
     if args.calibrate is not None:
         texts = [t for part in calibrate_file_texts(args) for t in part]
         if not texts:
-            raise InputError(f"--calibrate {args.calibrate}: no non-blank text to take ranges "
-                             "from; name a file with some of your texts.")  # fmt: skip
+            raise InputError(arg="--calibrate", expected="a file with a non-blank text to take "
+                             "ranges from", got=args.calibrate,
+                             fix="Name a file with some of your texts.")  # fmt: skip
         return texts
     return None
