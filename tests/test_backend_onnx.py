@@ -344,5 +344,6 @@ def test_cli_embed_with_onnx_backend(
     assert bad.returncode == 2
     # Refused by the CLI's one backend-flag check (the same line on --engine ray), in flags.
     assert bad.stderr.decode().strip() == (
-        "poolkit: error: --quantize int8 works with --backend onnx; add --backend onnx."
+        "poolkit: error: Expected --backend to be onnx with --quantize int8, but got torch. "
+        "Add --backend onnx."
     )

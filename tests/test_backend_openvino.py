@@ -242,14 +242,15 @@ def test_cli_embed_openvino_end_to_end(ov_fp32, ov_int8, ov_cache, minilm, sts_d
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [
-        (["--calibrate", "c.txt"], "--calibrate: only with --backend openvino --quantize int8-static"),
-        (["--backend", "openvino", "--calibrate", "c.txt"], "--calibrate: only with"),
+        (["--calibrate", "c.txt"], "Expected --calibrate to be given only with --backend openvino --quantize int8-static"),
+        (["--backend", "openvino", "--calibrate", "c.txt"], "Expected --calibrate to be given only with"),
         (["--backend", "onnx", "--quantize", "int8-static"],
-         "--quantize int8-static works with --backend openvino; add --backend openvino."),
-        (["--backend", "openvino", "--quantize", "int8"], "--quantize int8 works with --backend onnx"),
+         "Expected --backend to be openvino with --quantize int8-static, but got onnx. Add "
+         "--backend openvino."),
+        (["--backend", "openvino", "--quantize", "int8"], "Expected --backend to be onnx with --quantize int8"),
         (["--backend", "openvino", "--dtype", "float16"],
-         "--dtype float16: the openvino backend runs float32 or bfloat16"),
-        (["--backend", "onnx", "--dtype", "bfloat16"], "--dtype bfloat16: the onnx backend runs float32"),
+         "Expected --dtype to be float32 or bfloat16 on the openvino backend (CPU), but got float16"),
+        (["--backend", "onnx", "--dtype", "bfloat16"], "Expected --dtype to be float32 on the onnx backend"),
         (["--backend", "openvino", "--quantize", "int8-static", "--engine", "ray"],
          "--quantize int8-static with --engine ray needs --calibrate FILE"),
     ],
@@ -298,8 +299,16 @@ def test_clear_error_without_openvino(tmp_path, minilm_dir):
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [
-        (["--quantize", "int8"], "--quantize int8 works with --backend onnx; add --backend onnx."),
-        (["--dtype", "float16"], "--dtype float16: the openvino backend runs float32 or bfloat16"),
+        (
+            ["--quantize", "int8"],
+            "Expected --backend to be onnx with --quantize int8, but got "
+            "openvino. Add --backend onnx.",
+        ),
+        (
+            ["--dtype", "float16"],
+            "Expected --dtype to be float32 or bfloat16 on the openvino "
+            "backend (CPU), but got float16",
+        ),
         (["--layers", "last4"], "--layers: the openvino backend returns the last layer only"),
     ],
 )

@@ -91,7 +91,8 @@ def test_existing_work_dir_without_resume_is_reported_and_kept(tmp_path):
     cp.close()
     before = sorted(os.listdir(work_dir_for(out)))
     with pytest.raises(
-        CheckpointError, match=r"out.npy.poolkit-work: .*1 part done.*`resume=True`"
+        CheckpointError,
+        match=r"out.npy.poolkit-work: Expected no work directory of an earlier run, .*1 part done.*`resume=True`",
     ):
         Checkpoint.open(out, SETTINGS, resume=False)
     assert sorted(os.listdir(work_dir_for(out))) == before
@@ -114,7 +115,9 @@ def test_existing_work_dir_without_resume_is_reported_and_kept(tmp_path):
 def test_changed_settings_are_refused_on_resume(tmp_path, change, fragment):
     out = tmp_path / "out.npy"
     Checkpoint.open(out, SETTINGS, resume=False).close()
-    with pytest.raises(CheckpointError, match="cannot resume") as info:
+    with pytest.raises(
+        CheckpointError, match="Expected the settings the checkpoint was made with, but they differ"
+    ) as info:
         Checkpoint.open(out, {**SETTINGS, **change}, resume=True)
     assert fragment in str(info.value) and "delete the directory" in str(info.value)
     Checkpoint.open(out, SETTINGS, resume=True).close()  # still usable with the old settings
@@ -127,9 +130,11 @@ def test_changed_texts_in_done_part_are_refused(tmp_path):
     cp.close()
     cp = Checkpoint.open(out, SETTINGS, resume=True)
     cp.verify(0, 0, texts_digest(TEXTS[0]))
-    with pytest.raises(CheckpointError, match=r"input changed .*texts 0\.\.4"):
+    with pytest.raises(
+        CheckpointError, match=r"Expected the input of the part already embedded, but texts 0\.\.4"
+    ):
         cp.verify(0, 0, texts_digest([*TEXTS[0][:4], "edited"]))
-    with pytest.raises(CheckpointError, match="input changed"):
+    with pytest.raises(CheckpointError, match="Expected the input of the part already embedded"):
         cp.verify(0, 1, texts_digest(TEXTS[0]))
     cp.close()
 
@@ -158,7 +163,7 @@ def _reference_digest(texts: list[str]) -> str:
 def test_a_second_process_is_locked_out(tmp_path):
     out = tmp_path / "out.npy"
     first = Checkpoint.open(out, SETTINGS, resume=False)
-    with pytest.raises(CheckpointError, match="another poolkit process"):
+    with pytest.raises(CheckpointError, match="Expected no other poolkit process on this output"):
         Checkpoint.open(out, SETTINGS, resume=True)
     first.close()
     Checkpoint.open(out, SETTINGS, resume=True).close()
@@ -357,7 +362,9 @@ def test_kill_between_final_rename_and_cleanup_is_recognised(tmp_path, monkeypat
 def test_unwritable_output_directory(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(CheckpointError, match="cannot create the work directory"):
+    with pytest.raises(
+        CheckpointError, match=r"Expected a work directory .* in .*, but it cannot be created"
+    ):
         Checkpoint.open(blocker / "out.npy", SETTINGS, resume=False)
 
 
@@ -365,7 +372,7 @@ def test_foreign_directory_is_not_resumed(tmp_path):
     out = tmp_path / "out.npy"
     work_dir_for(out).mkdir()
     (work_dir_for(out) / "notes.txt").write_text("mine")
-    with pytest.raises(CheckpointError, match="not a poolkit work directory"):
+    with pytest.raises(CheckpointError, match="Expected a poolkit work directory"):
         Checkpoint.open(out, SETTINGS, resume=True)
     assert (work_dir_for(out) / "notes.txt").read_text() == "mine"
 
@@ -395,7 +402,10 @@ def test_chunk_damaged_after_the_resume_check_is_caught_when_publishing(tmp_path
     data = bytearray(path.read_bytes())
     data[-200] ^= 0x01  # one bit, after the check
     path.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=rf"{path.name}: checkpoint part damaged after"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"{path.name}: Expected a checkpoint part matching its SHA-256, but it was damaged after",
+    ):
         cp.publish(len(TEXTS), overwrite=False)
     cp.close()
     assert not out.exists() and not path.exists()

@@ -75,17 +75,25 @@ def test_input_errors_are_one_line_exit_2(tmp_path):
     (tmp_path / "two.csv").write_text("a,b\n1,2\n")
     (tmp_path / "ok.txt").write_text("a\nb\n")
     one_error_line(
-        poolkit("embed", "missing.txt", "-o", "o.npy", cwd=tmp_path), 2, "missing.txt: no such file"
-    )
-    one_error_line(poolkit("embed", "empty.txt", "-o", "o.npy", cwd=tmp_path), 2, "no texts found")
-    one_error_line(
-        poolkit("embed", "bad.txt", "-o", "o.npy", cwd=tmp_path), 2, "line 3 is not valid UTF-8"
+        poolkit("embed", "missing.txt", "-o", "o.npy", cwd=tmp_path),
+        2,
+        "missing.txt: Expected an input file, but there is no such file",
     )
     one_error_line(
-        poolkit("embed", "two.csv", "-o", "o.npy", cwd=tmp_path), 2, "available columns: a, b"
+        poolkit("embed", "empty.txt", "-o", "o.npy", cwd=tmp_path),
+        2,
+        "Expected texts, but the input is empty",
+    )
+    one_error_line(
+        poolkit("embed", "bad.txt", "-o", "o.npy", cwd=tmp_path),
+        2,
+        "line 3: Expected UTF-8 text, but it is not valid UTF-8",
+    )
+    one_error_line(
+        poolkit("embed", "two.csv", "-o", "o.npy", cwd=tmp_path), 2, "its columns are: a, b"
     )
     one_error_line(poolkit("embed", "two.csv", "--text-column", "c", "-o", "o.npy", cwd=tmp_path),
-                   2, "no column 'c'; available columns: a, b")  # fmt: skip
+                   2, "Expected --text-column to be a column of the input, but got 'c'. Its columns: a, b")  # fmt: skip
     one_error_line(poolkit("embed", "ok.txt", "-o", "o.npy", "-s", "avg", cwd=tmp_path),
                    2, "one of cls, mean, max, min, sum, mean_sqrt_len, weighted_mean, last")  # fmt: skip
     one_error_line(poolkit("embed", "ok.txt", "-o", "o.npy", "-s", "cls", "mean", cwd=tmp_path),
@@ -108,7 +116,13 @@ def test_input_errors_are_one_line_exit_2(tmp_path):
 def test_no_half_written_output_when_a_later_chunk_fails(tmp_path):
     (tmp_path / "in.txt").write_bytes(b"one\ntwo\nthree\n\xff\n")
     r = poolkit("embed", "in.txt", "-o", "o.parquet", "--part-size", "1", cwd=tmp_path)
-    one_error_line(r, 2, "line 4 is not valid UTF-8", "3 finished parts are kept", "--resume")
+    one_error_line(
+        r,
+        2,
+        "line 4: Expected UTF-8 text, but it is not valid UTF-8",
+        "3 finished parts are kept",
+        "--resume",
+    )
     # No OUTPUT; the finished parts wait in the work directory (see test_resume.py).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.parquet.poolkit-work"]
 
@@ -175,9 +189,17 @@ def test_tokens_and_spans(tmp_path, minilm):
                    "of texts[0], but got (4, 5), which covers none")  # fmt: skip
     # the spans input goes through the readers' line decoding: NUL bytes and bad UTF-8 named
     (tmp_path / "nul.jsonl").write_bytes(b'{"text": "a b", "spans": [[0, 1]]}\n{"text": "\x00"}\n')
-    one_error_line(poolkit("spans", "nul.jsonl", cwd=tmp_path), 2, "line 2 contains a NUL byte")
+    one_error_line(
+        poolkit("spans", "nul.jsonl", cwd=tmp_path),
+        2,
+        "line 2: Expected UTF-8 text, but it contains a NUL byte",
+    )
     (tmp_path / "latin.jsonl").write_bytes(b'{"text": "caf\xe9", "spans": [[0, 1]]}\n')
-    one_error_line(poolkit("spans", "latin.jsonl", cwd=tmp_path), 2, "line 1 is not valid UTF-8")
+    one_error_line(
+        poolkit("spans", "latin.jsonl", cwd=tmp_path),
+        2,
+        "line 1: Expected UTF-8 text, but it is not valid UTF-8",
+    )
 
 
 def test_resume_with_another_batch_budget_is_refused(tmp_path):
@@ -186,7 +208,12 @@ def test_resume_with_another_batch_budget_is_refused(tmp_path):
     (tmp_path / "in.txt").write_bytes(b"one text\ntwo text\n\xff bad\n")
     first = poolkit("embed", "in.txt", "-o", "o.npy", "--part-size", "2", "--batch-tokens",
                     "512", cwd=tmp_path)  # fmt: skip
-    one_error_line(first, 2, "line 3 is not valid UTF-8", "1 finished part is kept")
+    one_error_line(
+        first,
+        2,
+        "line 3: Expected UTF-8 text, but it is not valid UTF-8",
+        "1 finished part is kept",
+    )
     manifest = json.loads((tmp_path / "o.npy.poolkit-work" / "manifest.json").read_text())
     assert manifest["settings"]["batch_tokens"] == 512
     assert manifest["settings"]["recipes"] == ["mean"]

@@ -59,35 +59,35 @@ def refused(cwd: Path, args: list[str], code: int, *fragments: str, stdin: bytes
 
 # (file name, content, extra args, fragments of the one error line); all exit status 2.
 INPUT_CASES = {
-    "empty file": ("empty.txt", b"", [], ["empty.txt: no texts found"]),
-    "only blank lines": ("blank.txt", b"\n  \n\t\n\n", [], ["all 4 texts are blank"]),
+    "empty file": ("empty.txt", b"", [], ["empty.txt: Expected texts, but the input is empty"]),
+    "only blank lines": ("blank.txt", b"\n  \n\t\n\n", [], ["Expected a text to embed, but all 4 texts are blank"]),
     "invalid UTF-8": ("latin1.txt", "ok\nstill ok\ncaf\xe9\n".encode("latin-1"), [],
-                      ["latin1.txt: line 3 is not valid UTF-8", "Convert the file to UTF-8"]),
-    "NUL byte": ("nul.txt", b"fine\nbad\x00line\n", [], ["nul.txt: line 2 contains a NUL byte"]),
+                      ["latin1.txt: line 3: Expected UTF-8 text, but it is not valid UTF-8", "Convert the file to UTF-8"]),
+    "NUL byte": ("nul.txt", b"fine\nbad\x00line\n", [], ["nul.txt: line 2: Expected UTF-8 text, but it contains a NUL byte"]),
     "UTF-16 without BOM": ("utf16.txt", "hello\nworld\n".encode("utf-16-le"), [],
-                           ["line 1 contains a NUL byte", "UTF-16"]),
+                           ["line 1: Expected UTF-8 text, but it contains a NUL byte", "UTF-16"]),
     "CSV missing column": ("nocol.csv", b"id,body\n1,hello\n", [],
-                           ["no 'text' column; available columns: id, body", "--text-column"]),
+                           ["Expected a 'text' column, but its columns are: id, body", "--text-column"]),
     "CSV named column missing": ("named.csv", b"id,body\n1,hello\n", ["--text-column", "txt"],
-                                 ["no column 'txt'; available columns: id, body"]),
+                                 ["Expected --text-column to be a column of the input, but got 'txt'. Its columns: id, body"]),
     "CSV row with too few fields": ("short.csv", b"id,text\n1,hello\n2\n", [],
-                                    ["short.csv: line 3 has 1 fields, fewer than the header's 2"]),
+                                    ["short.csv: line 3: Expected the header's 2 fields, but got 1"]),
     "CSV row with too many fields": ("long.csv", b"id,text\n1,hello\n2,hello, world\n", [],
-                                     ["long.csv: line 3 has 3 fields, more than the header's 2"]),
+                                     ["long.csv: line 3: Expected at most the header's 2 fields, but got 3"]),
     "CSV quote never closed": ("open.csv", b'id,text\n1,"never closed\n2,x\n', [],
-                               ["open.csv: line 3 is not valid CSV", "quotes"]),
+                               ["open.csv: line 3: Expected valid CSV, but it is not", "quotes"]),
     "JSONL bad line": ("bad.jsonl", b'{"text": "a"}\n{"text": "b"}\n{"text": oops}\n', [],
-                       ["bad.jsonl: line 3 is not valid JSON"]),
+                       ["bad.jsonl: line 3: Expected valid JSON, but it is not"]),
     "JSONL non-string value": ("int.jsonl", b'{"text": "a"}\n{"text": 5}\n', [],
-                               ['int.jsonl: line 2: "text" is int, not a string']),
-    "JSONL null value": ("null.jsonl", b'{"text": null}\n', [], ['line 1: "text" is NoneType']),
+                               ['int.jsonl: line 2: Expected a string in "text", but got int']),
+    "JSONL null value": ("null.jsonl", b'{"text": null}\n', [], ['line 1: Expected a string in "text", but got NoneType']),
     "JSONL missing key": ("key.jsonl", b'{"text": "a"}\n{"body": "b"}\n', [],
-                          ['key.jsonl: line 2 has no "text" field; its fields are: body']),
+                          ['key.jsonl: line 2: Expected a "text" field, but its fields are: body']),
     "JSONL not an object": ("list.jsonl", b'{"text": "a"}\n[1, 2]\n', [],
-                            ["line 2 is a JSON list; expected an object"]),
+                            ["line 2: Expected an object with a \"text\" field, but got a JSON list"]),
     "JSONL lone surrogate": ("sur.jsonl", b'{"text": "a"}\n{"text": "x \\ud800"}\n', [],
-                             ["sur.jsonl: line 2 holds an unpaired surrogate escape (\\ud800"]),
-    "unknown extension": ("in.docx", b"hello\n", [], ["from its extension 'docx'"]),
+                             ["sur.jsonl: line 2: Expected text, but got an unpaired surrogate escape (\\ud800"]),
+    "unknown extension": ("in.docx", b"hello\n", [], ["Expected an extension that names the format", "but got 'docx'", "--input-format"]),
 }  # fmt: skip
 
 
@@ -99,18 +99,28 @@ def test_bad_input_file(tmp_path, case):
 
 
 def test_bad_stdin(tmp_path):
-    refused(tmp_path, ["-", "-o", "out.npy"], 2, "<stdin>: line 2 is not valid UTF-8",
+    refused(tmp_path, ["-", "-o", "out.npy"], 2, "<stdin>: line 2: Expected UTF-8 text, but it is not valid UTF-8",
             stdin=b"ok\n\xff\xfe\n")  # fmt: skip
 
 
 def test_parquet_wrong_column_type_null_and_not_parquet(tmp_path):
     pq.write_table(pa.table({"text": pa.array([1, 2, 3])}), tmp_path / "int.parquet")
     refused(tmp_path, ["int.parquet", "-o", "o.npy"], 2,
-            "int.parquet: column 'text' has type int64, not string")  # fmt: skip
+            "int.parquet: Expected strings in column 'text', but got int64")  # fmt: skip
     pq.write_table(pa.table({"text": pa.array(["a", None])}), tmp_path / "null.parquet")
-    refused(tmp_path, ["null.parquet", "-o", "o.npy"], 2, "row 1 of column 'text' is null")
+    refused(
+        tmp_path,
+        ["null.parquet", "-o", "o.npy"],
+        2,
+        "row 1: Expected a string in column 'text', but got null",
+    )
     (tmp_path / "fake.parquet").write_text("not parquet")
-    refused(tmp_path, ["fake.parquet", "-o", "o.npy"], 2, "fake.parquet: not a readable Parquet")
+    refused(
+        tmp_path,
+        ["fake.parquet", "-o", "o.npy"],
+        2,
+        "fake.parquet: Expected a readable Parquet file, but it is not",
+    )
 
 
 def test_outputs_that_cannot_be_written(tmp_path):
@@ -137,7 +147,9 @@ def test_outputs_that_cannot_be_written(tmp_path):
 def test_debug_shows_the_traceback(tmp_path):
     (tmp_path / "bad.jsonl").write_bytes(b"{oops}\n")
     status, err = poolkit_cli(tmp_path, "embed", "bad.jsonl", "-o", "o.npy", "--debug")
-    assert status == 1 and "Traceback" in err and "line 1 is not valid JSON" in err
+    assert (
+        status == 1 and "Traceback" in err and "line 1: Expected valid JSON, but it is not" in err
+    )
 
 
 def library(texts: list[str], minilm) -> np.ndarray:

@@ -181,7 +181,7 @@ def test_killed_after_the_first_part_then_resumed_is_byte_identical(tmp_path, mi
     # Other chunk settings: refused, naming them; the work directory stays as it was.
     other = poolkit("embed", "docs.jsonl", "-o", "out.parquet", *flags, "--late", "--resume",
                     cwd=tmp_path)  # fmt: skip
-    one_error_line(other, 2, "cannot resume, the checkpoint was made with other settings",
+    one_error_line(other, 2, "Expected the settings the checkpoint was made with, but they differ",
                    "chunks: ")  # fmt: skip
     assert _parts(work) == kept
 
@@ -206,8 +206,8 @@ REFUSED = [
     (["--chunks", "tokens:32", "--long-text", "window"], "--long-text window: with --chunks"),
     (["--chunks", "sentences", "-o", "out.npy"], "out.npy: --chunks writes one row per chunk with its document id and span, which a .npy matrix cannot hold; write .parquet or .jsonl."),
     (["--chunks", "tokens:32", "--engine", "ray", "-o", "folder"], "--chunks: not supported with --engine ray yet; run without --engine ray."),
-    (["--chunks", "column:spans", "--input-format", "txt"], "docs.jsonl: a .txt input has no columns to read 'spans' from"),
-    (["--chunks", "column:spans"], 'docs.jsonl: line 1 has no "spans" field; its fields are: text.'),
+    (["--chunks", "column:spans", "--input-format", "txt"], "docs.jsonl: Expected a column 'spans' to read, but a .txt input has no columns"),
+    (["--chunks", "column:spans"], 'docs.jsonl: line 1: Expected a "spans" field, but its fields are: text.'),
 ]  # fmt: skip
 
 

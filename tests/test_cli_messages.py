@@ -63,11 +63,13 @@ def test_library_reader_names_the_argument_not_the_flag(tmp_path):
     with pytest.raises(InputError) as e:
         read_all(tmp_path / "a.txt", text_column="text")
     assert str(e.value) == (
-        f"{tmp_path / 'a.txt'}: a .txt input has no columns; leave `text_column` unset."
+        f"{tmp_path / 'a.txt'}: Expected `text_column` to be unset for a .txt input (it has no columns), but got 'text'. Leave it unset."
     )
     with pytest.raises(InputError) as e:
         read_all(tmp_path / "a.docx")
-    assert str(e.value) == f"{tmp_path / 'a.docx'}: no such file."
+    assert (
+        str(e.value) == f"{tmp_path / 'a.docx'}: Expected an input file, but there is no such file."
+    )
 
 
 @pytest.mark.slow
@@ -90,7 +92,7 @@ def test_read_corpus_names_the_argument_not_the_flag(tmp_path):
             ray.shutdown()
     # The files are scanned in parallel: either one may be the first to answer.
     assert str(e.value) in {
-        f"{corpus / name}: a .txt input has no columns; leave `text_column` unset."
+        f"{corpus / name}: Expected `text_column` to be unset for a .txt input (it has no columns), but got 'text'. Leave it unset."
         for name in ("a.txt", "b.txt")
     }
     assert "--" not in str(e.value)
@@ -100,12 +102,13 @@ def test_cli_names_the_flag(tmp_path):
     (tmp_path / "a.txt").write_text("hello\n", encoding="utf-8")
     result = poolkit("embed", "a.txt", "-o", "o.npy", "--text-column", "text", cwd=tmp_path)
     assert (result.returncode, result.stderr) == (
-        2, "poolkit: error: a.txt: a .txt input has no columns; leave --text-column unset.\n"
+        2, "poolkit: error: a.txt: Expected --text-column to be unset for a .txt input (it has no "
+        "columns), but got 'text'. Leave it unset.\n"
     )  # fmt: skip
     (tmp_path / "a.jsonl").write_text('{"body": "hello"}\n', encoding="utf-8")
     result = poolkit("embed", "a.jsonl", "-o", "o.npy", cwd=tmp_path)
     assert (result.returncode, result.stderr) == (
-        2, 'poolkit: error: a.jsonl: line 1 has no "text" field; its fields are: body. '
+        2, 'poolkit: error: a.jsonl: line 1: Expected a "text" field, but its fields are: body. '
         "Choose one with --text-column.\n",
     )  # fmt: skip
 
@@ -115,7 +118,7 @@ def test_a_folder_without_engine_ray(tmp_path):
     (tmp_path / "corpus" / "a.txt").write_text("hello\n", encoding="utf-8")
     result = poolkit("embed", "corpus", "-o", "o.npy", cwd=tmp_path)
     assert (result.returncode, result.stderr) == (
-        2, "poolkit: error: corpus: is a folder; poolkit embed reads one file (or - for stdin). "
+        2, "poolkit: error: corpus: Expected one file (or - for stdin), but got a folder. "
         "Add --engine ray to embed every file of a folder (see docs/scaling.md).\n",
     )  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]

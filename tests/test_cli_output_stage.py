@@ -118,7 +118,7 @@ def test_int8_on_the_first_texts_and_resume_with_other_ranges(work, minilm_dir) 
         (["--ranges", "x.json"], ["--ranges: only with --precision int8 or uint8"]),
         (["--recipe", "mean/256", "--dims", "128"], ["--dims", "as the recipe 'mean/256' says"]),
         (["--recipe", "word:first/int8"], ["no output stage", "word level"]),
-        (["--calibrate", "calib.txt"], ["--calibrate: only with"]),
+        (["--calibrate", "calib.txt"], ["Expected --calibrate to be given only with"]),
         (["--precision", "int8", "--ranges", "missing.json"], ["--ranges missing.json: no such"]),
     ],
 )

@@ -63,10 +63,12 @@ def test_several_strategies_and_a_pipe_into_jq(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--resume"], "--resume needs an OUTPUT file: -o - streams to stdout and keeps no work "
-                       "directory to resume from."),
-        (["--overwrite"], "--overwrite replaces an OUTPUT file; -o - writes to stdout: drop it."),
-        (["--engine", "ray"], "-o -: --engine ray writes a folder of Parquet shards; name a folder."),
+        (["--resume"], "Expected -o to be an OUTPUT file with --resume, but got - (stdout), which "
+                       "keeps no work directory to resume from."),
+        (["--overwrite"], "Expected --overwrite to be given with an OUTPUT file, but got -o - "
+                          "(stdout). Drop it."),
+        (["--engine", "ray"], "Expected -o to be a folder with --engine ray (it writes Parquet "
+                              "shards), but got - (stdout). Name a folder."),
     ],
 )  # fmt: skip
 def test_flags_that_need_a_file_are_refused(tmp_path, argv, message):
@@ -80,5 +82,6 @@ def test_only_blank_texts_write_nothing(tmp_path):
                      stdin=b"\n  \n\n")  # fmt: skip
     assert result.returncode == 2 and result.stdout == b""
     assert result.stderr.decode() == (
-        "poolkit: error: -: all 3 texts are blank (empty or whitespace only); nothing to embed.\n"
+        "poolkit: error: -: Expected a text to embed, but all 3 texts are blank (empty or "
+        "whitespace only).\n"
     )

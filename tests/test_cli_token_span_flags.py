@@ -209,9 +209,10 @@ def test_spans_flags_are_honoured_or_refused(tmp_path, tiny_dirs):
     short = _lines(_spied(tmp_path, *flags, "-s", "max")[0].stdout)
     assert short == _lines(_spied(tmp_path, *flags, "--recipe", "span:max")[0].stdout)
     one_error_line(cli(*flags, "--recipe", "word:first", cwd=tmp_path), 2,
-                   "--recipe: 'word:first' is a word-level recipe; poolkit spans takes a "
-                   "span-level one")  # fmt: skip
+                   "Expected --recipe to be a span-level recipe, e.g. span:endpoints or "
+                   "span:mean@last4, but got 'word:first', a word-level one")  # fmt: skip
     one_error_line(cli(*flags, "--recipe", "mean", "-s", "max", cwd=tmp_path), 2,
-                   "--recipe names the strategy itself: drop -s/--strategy")  # fmt: skip
+                   "Expected -s/--strategy to be unset with --recipe (it names the strategy "
+                   "itself), but got 'max'. Drop it")  # fmt: skip
     one_error_line(cli(*flags, "--recipe", "span:meen", cwd=tmp_path), 2,
                    "Closest valid name: span:mean")  # fmt: skip

@@ -143,23 +143,23 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 @pytest.mark.parametrize(
     ("task", "name", "text", "message"),
     [
-        ("sts", "p.jsonl", '{"sentence1": "a", "score": 1}\n', r"missing column 'sentence2' \(columns: sentence1, score\); pass `sentence2_column`"),
-        ("sts", "p.jsonl", '{"sentence1": "a", "sentence2": "b", "score": "high"}\n', r"p.jsonl:1: expected a numeric 'score', but got 'high'"),
-        ("sts", "p.txt", "just some text\n", r"p.txt: not an STS-B tsv file"),
-        ("sts", "p.tsv", "g\tf\ty\ti\t1.0\tonly one sentence\n", r"missing column 'sentence1'"),
-        ("sts", "p.jsonl", '{"sentence1": "a",\n', r"p.jsonl: line 1 is not valid JSON"),
-        ("classification", "c.txt", "1 good\nnolabel\n", r"c.txt:2: expected `LABEL sentence` \(SST-2 format\)"),
-        ("classification", "c.csv", "text,label\nhello,\n", r"c.csv:2: empty 'label'"),
-        ("classification", "c.csv", "words,label\nhello,1\n", r"missing column 'text' \(columns: words, label\); pass `text_column`"),
-        ("ner", "n.conll", "John\tB-PER\nworks\n", r"n.conll:2: expected `token<TAB>tag` \(CoNLL\)"),
-        ("ner", "n.conll", "John\tPERSON\n", r"n.conll:1: expected a BIO/IOB tag \(O, B-TYPE, I-TYPE\), but got 'PERSON'"),
-        ("ner", "n.conll", "\n\n", r"n.conll: no sentences found"),
-        ("relation", "r.txt", '1\t"no markers here"\nOther\n', r"r.txt:1: expected one non-empty <e1>..</e1> entity"),
-        ("relation", "r.txt", "1\tnot quoted\n", r"r.txt:1: expected `ID<TAB>\"sentence with <e1>"),
-        ("relation", "r.txt", '1\t"<e1>a</e1> <e2>b</e2>"\n', r"r.txt:1: the sentence has no relation label"),
-        ("relation", "r.jsonl", '{"text": "abc", "spans": [[0, 1], [2, 9]], "label": "x"}\n', r"r.jsonl:1: span 2 \[2, 9\) is outside the text of length 3"),
-        ("relation", "r.jsonl", '{"text": "abc", "spans": [[0, 1]], "label": "x"}\n', r"r.jsonl:1: expected 'spans' to be two \[start, end\] character offsets"),
-        ("relation", "r.jsonl", '{"text": "a c", "spans": [[0, 1], [1, 2]], "label": "x"}\n', r"r.jsonl:1: span 2 \[1, 2\) covers only whitespace"),
+        ("sts", "p.jsonl", '{"sentence1": "a", "score": 1}\n', r"p.jsonl: Expected `sentence2_column` to be a column of the file, but got 'sentence2'. Its columns: sentence1, score\."),
+        ("sts", "p.jsonl", '{"sentence1": "a", "sentence2": "b", "score": "high"}\n', r"p.jsonl:1: Expected a numeric 'score', but got 'high'"),
+        ("sts", "p.txt", "just some text\n", r"p.txt: Expected an STS-B tsv file, or a .jsonl/.csv/.tsv/.parquet table"),
+        ("sts", "p.tsv", "g\tf\ty\ti\t1.0\tonly one sentence\n", r"Expected `sentence1_column` to be a column of the file, but got 'sentence1'"),
+        ("sts", "p.jsonl", '{"sentence1": "a",\n', r"p.jsonl: line 1: Expected valid JSON, but it is not"),
+        ("classification", "c.txt", "1 good\nnolabel\n", r"c.txt:2: Expected `LABEL sentence` \(SST-2 format\)"),
+        ("classification", "c.csv", "text,label\nhello,\n", r"c.csv:2: Expected a value in 'label', but it is empty"),
+        ("classification", "c.csv", "words,label\nhello,1\n", r"Expected `text_column` to be a column of the file, but got 'text'. Its columns: words, label\."),
+        ("ner", "n.conll", "John\tB-PER\nworks\n", r"n.conll:2: Expected `token<TAB>tag` \(CoNLL\)"),
+        ("ner", "n.conll", "John\tPERSON\n", r"n.conll:1: Expected a BIO/IOB tag \(O, B-TYPE, I-TYPE\), but got 'PERSON'"),
+        ("ner", "n.conll", "\n\n", r"n.conll: Expected CoNLL `token<TAB>tag` lines, but no sentence was found"),
+        ("relation", "r.txt", '1\t"no markers here"\nOther\n', r"r.txt:1: Expected one non-empty <e1>..</e1> entity"),
+        ("relation", "r.txt", "1\tnot quoted\n", r"r.txt:1: Expected `ID<TAB>\"sentence with <e1>"),
+        ("relation", "r.txt", '1\t"<e1>a</e1> <e2>b</e2>"\n', r"r.txt:1: Expected a relation label line after the sentence"),
+        ("relation", "r.jsonl", '{"text": "abc", "spans": [[0, 1], [2, 9]], "label": "x"}\n', r"r.jsonl:1: Expected span 2 \[2, 9\) inside the text of length 3, but it is outside"),
+        ("relation", "r.jsonl", '{"text": "abc", "spans": [[0, 1]], "label": "x"}\n', r"r.jsonl:1: Expected 'spans' to be two \[start, end\] character offsets"),
+        ("relation", "r.jsonl", '{"text": "a c", "spans": [[0, 1], [1, 2]], "label": "x"}\n', r"r.jsonl:1: Expected span 2 \[1, 2\) to cover text, but it covers only whitespace"),
     ],
 )  # fmt: skip
 def test_errors_name_the_row(tmp_path, task, name, text, message):
@@ -169,9 +169,13 @@ def test_errors_name_the_row(tmp_path, task, name, text, message):
 
 
 def test_missing_file_and_bad_encoding(tmp_path):
-    with pytest.raises(DataError, match=r"nope.csv: no such file"):
+    with pytest.raises(
+        DataError, match=r"nope.csv: Expected a data file, but there is no such file"
+    ):
         read_task("sts", tmp_path / "nope.csv")
     path = tmp_path / "bad.txt"
     path.write_bytes(b"1 caf\xe9\n")
-    with pytest.raises(InputError, match=r"bad.txt: line 1 is not valid UTF-8"):
+    with pytest.raises(
+        InputError, match=r"bad.txt: line 1: Expected UTF-8 text, but it is not valid UTF-8"
+    ):
         read_task("classification", path)

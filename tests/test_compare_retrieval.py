@@ -54,18 +54,18 @@ def test_simple_table_form(tmp_path):
 @pytest.mark.parametrize(
     ("corpus", "queries", "qrels", "message"),
     [
-        (CORPUS, QUERIES, "1\tzz\t1\n", r"qrels/test.tsv:1: corpus-id 'zz' is not in corpus.jsonl"),
-        (CORPUS, QUERIES, "query-id\tcorpus-id\tscore\n9\ta\t1\n", r"qrels/test.tsv:2: query-id '9' is not in queries.jsonl"),
-        (CORPUS, QUERIES, "1\ta\t1\n1\ta\t2\n", r"qrels/test.tsv:2: duplicate judgement of \(1, a\) \(first at .*test.tsv:1\)"),
-        (CORPUS, QUERIES, "1\ta\t0\n2\tb\t1\n", r"qrels/test.tsv:1: query '1' has no relevant document"),
-        (CORPUS, QUERIES, "1\ta\n", r"qrels/test.tsv:1: expected 3 tab-separated fields"),
-        (CORPUS, QUERIES, "1\ta\thigh\n", r"qrels/test.tsv:1: expected an integer score, but got 'high'"),
-        ([*CORPUS, {"_id": "b", "text": "again"}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:4: duplicate _id 'b' \(first at .*corpus.jsonl:2\)"),
-        (CORPUS, [*QUERIES, {"_id": "1", "text": "x"}], "1\ta\t1\n", r"queries.jsonl:4: duplicate _id '1'"),
-        ([], QUERIES, "1\ta\t1\n", r"corpus.jsonl: empty corpus"),
-        ([{"_id": "a", "title": " ", "text": ""}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:1: empty document"),
-        ([{"text": "no id"}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:1: expected an `_id`"),
-        (CORPUS, QUERIES, "", r"qrels/test.tsv: no judgements found"),
+        (CORPUS, QUERIES, "1\tzz\t1\n", r"qrels/test.tsv:1: Expected a corpus-id of corpus.jsonl, but got 'zz'"),
+        (CORPUS, QUERIES, "query-id\tcorpus-id\tscore\n9\ta\t1\n", r"qrels/test.tsv:2: Expected a query-id of queries.jsonl, but got '9'"),
+        (CORPUS, QUERIES, "1\ta\t1\n1\ta\t2\n", r"qrels/test.tsv:2: Expected one judgement of \(1, a\), but it was first at .*test.tsv:1\."),
+        (CORPUS, QUERIES, "1\ta\t0\n2\tb\t1\n", r"qrels/test.tsv:1: Expected query '1' to have a relevant document"),
+        (CORPUS, QUERIES, "1\ta\n", r"qrels/test.tsv:1: Expected 3 tab-separated fields"),
+        (CORPUS, QUERIES, "1\ta\thigh\n", r"qrels/test.tsv:1: Expected an integer score, but got 'high'"),
+        ([*CORPUS, {"_id": "b", "text": "again"}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:4: Expected _id 'b' once, but it was first at .*corpus.jsonl:2\."),
+        (CORPUS, [*QUERIES, {"_id": "1", "text": "x"}], "1\ta\t1\n", r"queries.jsonl:4: Expected _id '1' once"),
+        ([], QUERIES, "1\ta\t1\n", r"corpus.jsonl: Expected documents, but the corpus is empty"),
+        ([{"_id": "a", "title": " ", "text": ""}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:1: Expected a document with a title or text, but it is empty"),
+        ([{"text": "no id"}], QUERIES, "1\ta\t1\n", r"corpus.jsonl:1: Expected an _id"),
+        (CORPUS, QUERIES, "", r"qrels/test.tsv: Expected judgements, but none was found"),
     ],
 )  # fmt: skip
 def test_bad_beir_data_names_file_and_line(tmp_path, corpus, queries, qrels, message):
@@ -79,12 +79,13 @@ def test_split_choice(tmp_path):
     (folder / "qrels" / "train.tsv").write_text("2\tb\t1\n")
     with pytest.raises(
         DataError,
-        match=r"qrels: expected qrels/test.tsv or a single qrels file, found dev, train; choose one with `split`",
+        match=r"qrels: Expected qrels/test.tsv or a single qrels file, but found dev, train\. Choose one with `split`",
     ):
         read_retrieval(folder)
     assert read_retrieval(folder, split="train").queries == ["second"]
     with pytest.raises(
-        DataError, match=r"`split`=test: .*test.tsv does not exist \(splits: dev, train\)"
+        DataError,
+        match=r"Expected `split` to be a split of .*qrels, but got 'test'\. Its splits: dev, train\.",
     ):
         read_retrieval(folder, split="test")
 
@@ -175,20 +176,22 @@ def test_a_tie_at_the_cut_keeps_the_documents_trec_eval_ranks_first():
     ("name", "content", "line", "problem"),
     [
         ("corpus.jsonl", b'{"_id": "a", "text": "x"}\n\n{"_id": "b", "text": \n', 3,
-         "is not valid JSON (Expecting value)."),
+         "Expected valid JSON, but it is not (Expecting value)."),
         ("queries.jsonl", b'{"_id": "1", "text": "q"}\n["1", "q"]\n', 2,
-         "is a JSON list; expected an object per line."),
+         "Expected an object per line, but got a JSON list."),
         ("queries.jsonl", b'{"_id": "1", "text": "q"}\n{"_id": "2", "text": "caf\xe9"}\n', 2,
-         "is not valid UTF-8 (invalid continuation byte at byte 25). Convert the file to UTF-8."),
+         "Expected UTF-8 text, but it is not valid UTF-8 (invalid continuation byte at byte 25). "
+         "Convert the file to UTF-8."),
         ("qrels/test.tsv", b"query-id\tcorpus-id\tscore\n1\ta\t1\n1\tb\t1\t1\n", 3,
-         "has 4 fields, more than 3 (query-id, corpus-id, score); quote fields that contain '\\t'."),
+         "Expected at most 3 (query-id, corpus-id, score) fields, but got 4. Quote fields that "
+         "contain '\\t'."),
         ("pairs.jsonl", b'{"query": "q", "document": "d"}\n{"query": "q2", "document": \n', 2,
-         "is not valid JSON (Expecting value)."),
+         "Expected valid JSON, but it is not (Expecting value)."),
         ("pairs.csv", b"query,document\nq,d\nq2,d2,extra\n", 3,
-         "has 3 fields, more than the header's 2; quote fields that contain ','."),
+         "Expected at most the header's 2 fields, but got 3. Quote fields that contain ','."),
         ("pairs.tsv", b"query\tdocument\nq\td\nq2\tnul\x00\n", 3,
-         "contains a NUL byte, so this is not a UTF-8 text file (binary, or UTF-16?). "
-         "Convert it to UTF-8 text."),
+         "Expected UTF-8 text, but it contains a NUL byte (binary, or UTF-16?). Convert it to "
+         "UTF-8 text."),
     ],
 )  # fmt: skip
 def test_a_broken_line_is_named_by_file_and_line(tmp_path, name, content, line, problem):
@@ -200,7 +203,7 @@ def test_a_broken_line_is_named_by_file_and_line(tmp_path, name, content, line, 
     path.write_bytes(content)
     with pytest.raises(InputError) as info:
         read_retrieval(path if name.startswith("pairs") else folder)
-    assert str(info.value) == f"{path}: line {line} {problem}"
+    assert str(info.value) == f"{path}: line {line}: {problem}"
     # The shared reader's own message for the file, word for word.
     names = ["query-id", "corpus-id", "score"] if name.startswith("qrels") else None
     with pytest.raises(InputError) as shared:
@@ -233,6 +236,5 @@ def test_cli_names_the_broken_line(tmp_path, form):
     path.write_text('{"_id": "a", "query": "q", "document": "d", "text": "x"}\n\n{"_id": \n')
     data = folder if form == "beir" else path
     result = poolkit("compare", "--task", "retrieval", str(data), cwd=tmp_path)
-    one_error_line(
-        result, 2, f"poolkit: error: {path}: line 3 is not valid JSON (Expecting value)."
-    )
+    one_error_line(result, 2, f"poolkit: error: {path}: line 3: Expected valid JSON, but it is "
+                   "not (Expecting value).")  # fmt: skip

@@ -88,9 +88,16 @@ def test_explicit_id_column_and_kept_fields(model, tmp_path, capfd):
 @pytest.mark.parametrize(
     "ids, fragments",
     [
-        (["a", "b", "a", "c"], ["in.jsonl: line 3", "duplicate id 'a'", "also the id of text 0"]),
-        (["a", None, "b", "c"], ["in.jsonl: line 2", "no id in 'id'"]),
-        (["a", 2, "b", "c"], ["in.jsonl: line 2", "the ids before are str"]),
+        (
+            ["a", "b", "a", "c"],
+            [
+                "in.jsonl: line 3",
+                "Expected a unique id in 'id', but got 'a'",
+                "also the id of text 0",
+            ],
+        ),
+        (["a", None, "b", "c"], ["in.jsonl: line 2", "Expected an id in 'id'"]),
+        (["a", 2, "b", "c"], ["in.jsonl: line 2", "Expected a str id, as the ids before"]),
     ],
 )
 def test_bad_ids_are_refused_in_one_line_naming_the_row(model, tmp_path, capfd, ids, fragments):
@@ -267,5 +274,6 @@ def test_ray_refuses_its_own_column_names_as_kept_fields_before_it_starts(
     out = tmp_path / "out"
     assert main(["embed", str(src), "-o", str(out), "--engine", "ray", "--keep-columns", name,
                  *model]) == 2  # fmt: skip
-    assert f"--keep-columns: {name!r} is a column poolkit writes itself" in _error(capfd)
+    error = _error(capfd)
+    assert "--keep-columns" in error and repr(name) in error and "poolkit writes itself" in error
     assert not out.exists()

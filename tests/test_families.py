@@ -238,7 +238,10 @@ def test_pooled_pipeline_is_the_pooling_output(loaded):
 
 def test_recipe_the_head_cannot_take_is_refused(loaded):
     enc, _ = loaded("bert_dense")
-    with pytest.raises(PipelineError, match=r"'cls\+mean' gives 64-d vectors.*2_Dense.*32-d"):
+    with pytest.raises(
+        PipelineError,
+        match=r"32-d vectors, as the model's .*2_Dense.*'cls\+mean', which gives 64-d vectors",
+    ):
         embed(["x"], model=enc, strategy="cls+mean")
     assert _ours(enc, ["x"], strategy="cls+mean", pipeline="pooled").shape == (1, 64)
     assert _ours(enc, ["x"], strategy="cls").shape == (1, 16)  # the width fits: applied

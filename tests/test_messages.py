@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from poolkit._errors import arg_names, expected, renamed, unmet, value_error, with_flags
+from poolkit._errors import arg_names, expected, render, unmet, value_error
+from poolkit.recipe import RecipeError
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "poolkit"
 
@@ -74,14 +75,14 @@ def test_expected_names_the_argument_the_expectation_the_input_and_the_fix():
 
 
 def test_command_line_names_are_written_as_typed():
-    # Flags and metavars read as on the command line, the way with_flags writes flags.
+    # Flags and metavars read as on the command line, the way the command line's table writes flags.
     assert expected("--workers", "a positive integer", 0) == (
         "Expected --workers to be a positive integer, but got 0."
     )
     assert expected("INPUT", "a file", "neither") == "Expected INPUT to be a file, but got neither."
-    assert with_flags(
-        expected("overwrite", "True or False", "'yes'"), {"overwrite": "--overwrite"}
-    ) == ("Expected --overwrite to be True or False, but got 'yes'.")
+    error = RecipeError(arg="overwrite", expected="True or False", got="'yes'")
+    flags = {"overwrite": "--overwrite"}.get
+    assert render(error, flags) == "Expected --overwrite to be True or False, but got 'yes'."
 
 
 def test_unmet_states_a_check_on_a_state():
@@ -93,16 +94,14 @@ def test_unmet_states_a_check_on_a_state():
     )
 
 
-def test_renamed_names_the_whole_argument():
-    msg = expected("strategy", "one of cls, mean", "'avg'", "Valid forms: X.")
-    assert (
-        renamed(msg, "recipe")
-        == "Expected `recipe` to be one of cls, mean, but got 'avg'. Valid forms: X."
-    )
-    assert renamed(expected("char_spans[0][1]", "a pair", "3"), "spans") == (
-        "Expected `spans` to be a pair, but got 3."
-    )
-    assert renamed("no template here", "recipe") == "no template here"
+def test_a_recipe_part_is_refused_as_the_whole_recipe():
+    from poolkit import Recipe
+
+    with pytest.raises(RecipeError) as e:
+        Recipe.parse("avg")
+    assert e.value.arg == "recipe"
+    assert str(e.value).startswith("Expected `recipe` to be ")
+    assert "Valid forms: " in str(e.value)
 
 
 def test_arg_names():

@@ -58,7 +58,7 @@ def test_pooling_read_from_current_and_legacy_keys(tmp_path, pooling, expected):
 
 
 def test_unknown_pooling_mode_is_an_error(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown pooling_mode 'bogus'"):
+    with pytest.raises(ValueError, match=r"Expected a pooling_mode of .*, but got 'bogus'"):
         read_model_info(_model_dir(tmp_path / "m", {"pooling_mode": "bogus"}))
 
 

@@ -181,7 +181,7 @@ def test_token_offsets_are_the_tokenizers(job, tmp_path, fmt):
     ("args", "fragments"),
     [
         (["-o", "bad.npy", "--recipe", RECIPE], ["bad.npy", "write .npz"]),
-        (["-o", "bad.npz", "--recipe", "mean"], [".npz is for sparse recipes", "multi-vector"]),
+        (["-o", "bad.npz", "--recipe", "mean"], ["Expected an output for dense vectors", ".npz is for sparse recipes", "multi-vector"]),
         (["-o", "bad.npz", "--recipe", "multivector:tokens/pool0.5"], ["a number >= 1"]),
         (["-o", "bad.npy", "--recipe", "multivector:tokens/muvera:dim_proj=32"],
          ["dim_proj", "at most the token width 16"]),

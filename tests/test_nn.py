@@ -42,7 +42,7 @@ def test_attention_pooler_softmax_over_real_tokens(batch):
         np.testing.assert_allclose(out[b].detach().numpy(), want, rtol=1e-5, atol=1e-6)
     out.sum().backward()
     assert pooler.scorer.weight.grad.abs().sum() > 0
-    with pytest.raises(ValueError, match="Row 0 of `mask` has no real token"):
+    with pytest.raises(ValueError, match=r"Expected `mask\[0\]` to be a row with a real token"):
         pooler(hidden[:1], torch.zeros(1, 6, dtype=torch.long))
     with pytest.raises(TypeError, match="Expected `mask` to be a bool or integer 0/1 array"):
         pooler(hidden[:1], torch.zeros(1, 6))

@@ -107,10 +107,12 @@ def cpu_batch():
     return hidden, mask
 
 
-EMPTY_ROW = r"Row\(s\) 1 of `mask` have no real token \(all padding\)"
+EMPTY_ROW = r"Expected `mask` to be a real token in every row \(something to pool\), but got row\(s\) 1 with no real token \(all padding\)"
 NOT_01 = r"Expected `mask` to be 0/1 values, but got value 2 at index \(0, 1\)"
-REVERSED = r"Invalid `spans`: span \(1, 0\) = \[3, 1\] has start > end"
-OVER_PADDING = r"Invalid `spans`: span \(0, 0\) = \[1, 4\] covers padding"
+REVERSED = r"Expected `spans\[1\]\[0\]` to be a valid span, but got \[3, 1\], which has start > end"
+OVER_PADDING = (
+    r"Expected `spans\[0\]\[0\]` to be a valid span, but got \[1, 4\], which covers padding"
+)
 
 BAD_MODULE_CALLS = [
     (Pooler, ("mean",), lambda m, h, mk: m(h, torch.tensor([[1, 1, 0, 0, 0], [0] * 5])), EMPTY_ROW),
@@ -119,7 +121,7 @@ BAD_MODULE_CALLS = [
         AttentionPooler,
         (H,),
         lambda m, h, mk: m(h, torch.tensor([[1, 1, 0, 0, 0], [0] * 5])),
-        "Row 1 of `mask` has no real token",
+        r"Expected `mask\[1\]` to be a row with a real token",
     ),
     (
         SpanExtractor,
@@ -137,7 +139,7 @@ BAD_MODULE_CALLS = [
         WordPooler,
         ("first",),
         lambda m, h, mk: m(h, torch.tensor([[0, 1, 0, -1, -1]] * 2), num_words=2),
-        "the sub-tokens of row 0, word 0 are not adjacent",
+        "but got those of row 0, word 0 at positions",
     ),
 ]
 
@@ -159,7 +161,7 @@ def test_functional_checking_modes_raise_the_exact_message(check):
         sequence_embedding(hidden, torch.tensor([[1, 0, 0, 0, 0], [0] * 5]), check=check)
     with pytest.raises(ValueError, match=REVERSED):
         span_embeddings(hidden, torch.tensor([[[0, 0]], [[3, 1]]]), check=check)
-    with pytest.raises(ValueError, match="not adjacent"):
+    with pytest.raises(ValueError, match="Expected `word_ids` to be adjacent sub-tokens"):
         word_embeddings(hidden, [[0, 1, 0, None, None]] * 2, num_words=2, check=check)
 
 

@@ -665,8 +665,8 @@ def test_own_ids_and_kept_fields_travel_as_on_one_machine(ray_cluster, tmp_path,
     folder.mkdir()
     _jsonl(folder / "a.jsonl", rows[:3])
     _jsonl(folder / "b.jsonl", [rows[3], {**rows[4], "id": "doc-1"}])
-    for problem, line in (("duplicate id 'doc-1' in 'id' (also the id of text 1)", 2),
-                          ("no id in 'id'", 1)):  # fmt: skip
+    for problem, line in (("Expected a unique id in 'id', but got 'doc-1', also the id of text 1", 2),
+                          ("Expected an id in 'id'", 1)):  # fmt: skip
         out = tmp_path / "refused"
         run = _poolkit("embed", str(folder), "-o", str(out), "--engine", "ray", "--address",
                        address, *model)  # fmt: skip

@@ -60,9 +60,13 @@ def test_a_piece_names_the_broken_line_it_reaches(tmp_path):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     file = InputFile(str(path), "b.jsonl", "jsonl")
     assert _piece_texts(file, 2, 6, None) == TEXTS[2:6]  # parsed up to its stop only
-    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: line 8 is not valid JSON"):
+    with pytest.raises(
+        InputError, match=rf"^{re.escape(str(path))}: line 8: Expected valid JSON, but it is not"
+    ):
         _piece_texts(file, 6, 10, None)
-    with pytest.raises(InputError, match=r"^file://.*/b\.jsonl: line 8 is not valid JSON"):
+    with pytest.raises(
+        InputError, match=r"^file://.*/b\.jsonl: line 8: Expected valid JSON, but it is not"
+    ):
         _piece_texts(InputFile(path.as_uri(), "b.jsonl", "jsonl"), 6, 10, None)
 
     parquet = tmp_path / "e.parquet"
@@ -71,7 +75,9 @@ def test_a_piece_names_the_broken_line_it_reaches(tmp_path):
     file = InputFile(str(parquet), "e.parquet", "parquet")
     assert _piece_texts(file, 1, 9, None) == TEXTS[1:9]
     assert _piece_texts(file, 12, 23, None) == TEXTS[12:23]
-    with pytest.raises(InputError, match=r"e\.parquet: row 9 of column 'text' is null"):
+    with pytest.raises(
+        InputError, match=r"e\.parquet: row 9: Expected a string in column 'text', but got null"
+    ):
         _piece_texts(file, 8, 12, None)
 
 
@@ -91,7 +97,8 @@ def test_ray_cli_names_the_broken_line(tmp_path, minilm_dir):
     assert run.returncode == 2, run.stderr
     last = run.stderr.strip().splitlines()[-1]  # Ray logs its start above it
     assert (
-        last == f"poolkit: error: {folder / 'b.jsonl'}: line 3 is not valid JSON (Expecting value)."
+        last
+        == f"poolkit: error: {folder / 'b.jsonl'}: line 3: Expected valid JSON, but it is not (Expecting value)."
     )
     assert "Traceback" not in run.stderr and not out.exists()
 

@@ -137,8 +137,8 @@ def test_killed_driver_resumes_with_only_the_unfinished_files(
                            "--no-normalize"))  # fmt: skip
     assert other.returncode == 2, other.stderr
     assert other.stderr.strip().splitlines()[-1] == (
-        f"poolkit: error: {work}: cannot resume, the checkpoint was made with other settings "
-        "(normalize: null then, false now). Rerun with the original settings, or delete the "
+        f"poolkit: error: {work}: Expected the settings the checkpoint was made with, but they "
+        "differ (normalize: null then, false now). Rerun with the original settings, or delete the "
         "directory to start over."
     ), other.stderr
     assert "Traceback" not in other.stderr

@@ -46,7 +46,9 @@ def test_read_stream_empty_input_yields_nothing():
 def test_read_stream_errors_name_the_input_and_the_fix():
     with pytest.raises(TypeError, match=r"Expected `source` to be a binary stream for txt, but"):
         list(read_stream("a.txt", "txt", where="a.txt"))
-    with pytest.raises(InputError, match=r"^s3://b/x\.jsonl: line 2 is not valid JSON"):
+    with pytest.raises(
+        InputError, match=r"^s3://b/x\.jsonl: line 2: Expected valid JSON, but it is not"
+    ):
         list(read_stream(io.BytesIO(b'"ok"\n{\n'), "json", where="s3://b/x.jsonl"))
 
 
@@ -54,9 +56,14 @@ def test_pick_column():
     assert pick_column(["id", "text"], None, "f") == "text"
     assert pick_column(["body"], None, "f") == "body"
     assert pick_column(["a", "b"], "b", "f") == "b"
-    with pytest.raises(InputError, match=r"^f: no 'text' column; available columns: a, b\. Cho"):
+    with pytest.raises(
+        InputError, match=r"^f: Expected a 'text' column, but its columns are: a, b\. Cho"
+    ):
         pick_column(["a", "b"], None, "f")
-    with pytest.raises(InputError, match=r"^f: no column 'c'; available columns: a, b\.$"):
+    with pytest.raises(
+        InputError,
+        match=r"^f: Expected `text_column` to be a column of the input, but got 'c'\. Its columns: a, b\.$",
+    ):
         pick_column(["a", "b"], "c", "f")
 
 
@@ -184,7 +191,9 @@ def test_tsv_written_by_csv_writers_reads_back(tmp_path, quoting):
 def test_tsv_problems_name_the_line(tmp_path):
     path = tmp_path / "r.tsv"
     path.write_text('text\tlabel\n"a" b\tx\nc\td\te\n', encoding="utf-8")
-    with pytest.raises(InputError, match=r"r\.tsv: line 3 has 3 fields, more than the header's 2"):
+    with pytest.raises(
+        InputError, match=r"r\.tsv: line 3: Expected at most the header's 2 fields, but got 3"
+    ):
         read_all(path)
     path.write_text('text\tlabel\n"two\nlines"\tx\nok\t"unclosed\n', encoding="utf-8")
     assert read_all(path) == ["two\nlines", "ok"]
@@ -235,7 +244,9 @@ def test_a_parquet_range_reads_only_the_row_groups_that_hold_it(tmp_path):
         return [t for c in read_stream(str(path), "parquet", where=str(path), rows=rows) for t in c]
 
     assert texts(range(3, 20)) == RANGE_TEXTS[3:20]
-    problem = rf"^{re.escape(str(path))}: not a readable Parquet file \([^\n]+\)\.$"
+    problem = (
+        rf"^{re.escape(str(path))}: Expected a readable Parquet file, but it is not \([^\n]+\)\.$"
+    )
     for call in (lambda: texts(range(15, 22)), texts, lambda: read_all(path)):
         with pytest.raises(InputError, match=problem):
             call()
@@ -260,15 +271,16 @@ def test_read_records_names_reads_a_table_without_a_header_row(tmp_path):
     csv_path = tmp_path / "q.csv"
     csv_path.write_text("1,a,2\n3,c,0,9\n", encoding="utf-8")
     with pytest.raises(InputError, match=re.escape(
-        f"{csv_path}: line 2 has 4 fields, more than 3 (q, d, s); quote fields that contain ','."
+        f"{csv_path}: line 2: Expected at most 3 (q, d, s) fields, but got 4. Quote fields that "
+        "contain ','."
     )):  # fmt: skip
         read_records(csv_path, names=["q", "d", "s"])
 
 
 BROKEN = {
-    "jsonl": ('{"text": "a"}\n\n{"text": "b"}\n{"text": \n{"text": "c"}\n', 4, "is not valid JSON"),
-    "csv": ('text,label\na,1\n"b\nc",2\nd,3,4\n', 5, "has 3 fields, more than the header's 2"),
-    "tsv": ("text\tlabel\na\t1\nb\t2\t3\n", 3, "has 3 fields, more than the header's 2"),
+    "jsonl": ('{"text": "a"}\n\n{"text": "b"}\n{"text": \n{"text": "c"}\n', 4, "Expected valid JSON, but it is not"),
+    "csv": ('text,label\na,1\n"b\nc",2\nd,3,4\n', 5, "Expected at most the header's 2 fields, but got 3"),
+    "tsv": ("text\tlabel\na\t1\nb\t2\t3\n", 3, "Expected at most the header's 2 fields, but got 3"),
 }  # fmt: skip
 
 
@@ -281,7 +293,7 @@ def test_every_reader_names_a_broken_line_in_one_message(tmp_path, fmt):
     content, line, problem = BROKEN[fmt]
     path = tmp_path / f"b.{fmt}"
     path.write_text(content, encoding="utf-8")
-    expected = rf"^{re.escape(str(path))}: line {line} {problem}"
+    expected = rf"^{re.escape(str(path))}: line {line}: {problem}"
 
     def stream():
         with open(path, "rb") as f:

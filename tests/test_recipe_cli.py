@@ -150,11 +150,11 @@ def test_the_table_ends_with_the_command_that_embeds_the_winner(which, request) 
 
 @pytest.mark.parametrize(
     ("args", "fragments"),
-    [(["--recipe", "meen"], ["`--recipe` to be", "Closest valid name: mean."]),
-     (["--recipe", "mean@last5"], ["`--recipe`", "Closest valid name: mean@last4."]),
+    [(["--recipe", "meen"], ["--recipe to be", "Closest valid name: mean."]),
+     (["--recipe", "mean@last5"], ["--recipe to be", "Closest valid name: mean@last4."]),
      (["--recipe", "mean", "-s", "cls"], ["--recipe names the strategy"]),
      (["--recipe", "mean", "--layers", "last4"], ["--recipe names the strategy"]),
-     (["-s", "avg"], ["`--strategy` to be one of cls, mean"])],
+     (["-s", "avg"], ["--strategy to be one of cls, mean"])],
 )  # fmt: skip
 def test_bad_recipes_are_one_line_with_status_2(tmp_path: Path, args, fragments) -> None:
     (tmp_path / "in.txt").write_text("a\nb\n", encoding="utf-8")
@@ -167,7 +167,7 @@ def test_bad_recipes_are_one_line_with_status_2(tmp_path: Path, args, fragments)
 def test_compare_names_the_recipes_flag(tmp_path: Path, flag: str) -> None:
     sts_pairs_table(tmp_path / DATA)
     r = poolkit("compare", DATA, "--task", "sts", flag, "meen", cwd=tmp_path)
-    one_error_line(r, 2, "`--recipes` to be", "Closest valid name: mean.")
+    one_error_line(r, 2, "--recipes to be", "Closest valid name: mean.")
 
 
 # ---------------------------------------------------------------- budget rows (--dims/--precision)

@@ -202,7 +202,10 @@ def test_changed_input_or_settings_are_refused_on_resume(job: Path, tiny_dirs):
     texts[5] = texts[5] + " (edited)"
     (job / "edited.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     cases = [
-        (["edited.txt", out, "--resume"], "input changed inside the part already embedded"),
+        (
+            ["edited.txt", out, "--resume"],
+            "Expected the input of the part already embedded, but texts",
+        ),
         (["in.txt", out, "--resume", "-s", "cls"], 'strategies: ["mean"] then, ["cls"] now'),
         (["in.txt", out, "--resume", "--no-normalize"], "normalize: [true] then, [false] now"),
         # The budget actually used is recorded (it was the Encoder's default, whatever the flag).
@@ -212,7 +215,7 @@ def test_changed_input_or_settings_are_refused_on_resume(job: Path, tiny_dirs):
             'recipes: ["mean"] then, ["mean_no_special"] now',
         ),
         (["in.txt", out, "--resume", "--model", str(tiny_dirs["bert_plain"])], "model_files: "),
-        (["in.txt", out], "add --resume to continue it"),
+        (["in.txt", out], "Add --resume to continue it"),
     ]
     for args, fragment in cases:
         r = run(job, *args)

@@ -136,7 +136,10 @@ def test_half_precision_never_overflows(dtype):
 def test_empty_rows_raise_by_default_and_name_the_row():
     h = np.ones((3, 4, 2), np.float32)
     mask = np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]])
-    with pytest.raises(ValueError, match=r"Row\(s\) 1 of `mask` have no real token.*empty='zeros'"):
+    with pytest.raises(
+        ValueError,
+        match=r"Expected `mask` to be a real token in every row .*row\(s\) 1 with no real token.*empty='zeros'",
+    ):
         sequence_embedding(h, mask, "mean")
     for strategy in SEQUENCE_STRATEGIES:
         out = sequence_embedding(h, mask, strategy, empty="zeros")

@@ -74,7 +74,7 @@ def test_resume_skips_exactly_the_unchanged_verified_files(tmp_path):
     left = sorted(p.name for p in work.iterdir() if p.name.startswith(("part-", "file-")))
     assert left == sorted([records["a.txt"].name, *shards])
     # Staging names the shards in file order; not-done files are refused.
-    with pytest.raises(CheckpointError, match="are not done"):
+    with pytest.raises(CheckpointError, match=r"Expected every input file done, but .* are not"):
         cp.stage(["a.txt", "b.txt"])
     staged = cp.stage(["a.txt"])
     assert sorted(p.name for p in staged.iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
@@ -119,7 +119,7 @@ def test_a_file_whose_own_ids_changed_is_sent_back(tmp_path):
 def test_without_resume_an_existing_work_dir_is_reported_with_its_files(tmp_path):
     out = tmp_path / "out"
     _job(out, [_stamp("a.txt", 0, 3, "a" * 64)])
-    with pytest.raises(CheckpointError, match=r"\(1 input file done\); add `resume=True`"):
+    with pytest.raises(CheckpointError, match=r"\(1 input file done\)\. Add `resume=True`"):
         ShardCheckpoint.open(out, SETTINGS, resume=False)
-    with pytest.raises(CheckpointError, match=r"other settings \(block_rows: 2 then, 3 now\)"):
+    with pytest.raises(CheckpointError, match=r"but they differ \(block_rows: 2 then, 3 now\)"):
         ShardCheckpoint.open(out, {**SETTINGS, "block_rows": 3}, resume=True)

@@ -94,7 +94,10 @@ def test_stopped_and_resumed_gives_the_same_bytes(work, mlm, ext) -> None:
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["-o", "x.npy", "--recipe", "splade"], ["a .npy file holds dense vectors", ".npz"]),
+        (
+            ["-o", "x.npy", "--recipe", "splade"],
+            ["Expected an output for sparse vectors: .npz", "a .npy file holds dense vectors"],
+        ),
         (["-o", "x.npz", "--recipe", "splade/top0"], ["--recipe", "positive number"]),
         (["-o", "x.npz", "--recipe", "splade", "--dims", "8"], ["--dims", "/topK"]),
         (["-o", "x.npz", "--recipe", "splade", "--precision", "int8"], ["--precision", "/topK"]),

@@ -81,7 +81,8 @@ def test_words_without_subtokens_are_zero_and_num_words_keeps_them():
 def test_word_errors():
     h = np.ones((4, 2), np.float32)
     with pytest.raises(
-        ValueError, match=r"sub-tokens of word 0 are not adjacent \(positions 0, 2\)"
+        ValueError,
+        match=r"Expected `word_ids` to be adjacent sub-tokens for each word, but got those of word 0 at positions 0, 2\.",
     ):
         word_embeddings(h, [0, 1, 0, None])
     with pytest.raises(

@@ -1,16 +1,84 @@
-"""One message template for every error poolkit raises.
+"""One message template, and one renderer, for every error poolkit raises.
 
 Messages read "Expected `arg` to be <expected>, but got <got>." followed by the fix, so
-that a user sees which argument was wrong without reading a traceback.
+that a user sees which argument was wrong without reading a traceback. An error carries
+those parts as fields (:class:`poolkit.errors.PoolkitError`); :func:`render` writes them,
+naming arguments as Python does (```text_column```) or, given the command line's table,
+as its flags (``--text-column``). No message is rewritten after it was rendered.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import NoReturn, TypeVar
 
-from poolkit.errors import InputError, InputTypeError
+from poolkit.errors import InputError, InputTypeError, PoolkitError
+
+E = TypeVar("E", bound=PoolkitError)
+
+# An argument's name -> how to write it (None: as Python writes it, ```name```).
+Namer = Callable[[str], "str | None"]
+
+
+def _python_name(name: str) -> str | None:
+    return None
+
+
+def arg_text(name: str, namer: Namer = _python_name) -> str:
+    """An argument as a message names it: its flag where ``namer`` has one; a flag or a
+    metavar (``--workers``, ``INPUT``) as typed; else ```name```."""
+    flag = namer(name)
+    if flag is not None:
+        return flag
+    return name if name.startswith("-") or name.isupper() else f"`{name}`"
+
+
+def markup(text: str, namer: Namer = _python_name) -> str:
+    """``text`` with each ```name``` (an argument reference) written by ``namer``: a
+    template, read once here; a text without balanced backticks is left as written."""
+    pieces = text.split("`")
+    if len(pieces) % 2 == 0:
+        return text
+    return "".join(p if i % 2 == 0 else _ref(p, namer) for i, p in enumerate(pieces))
+
+
+def _ref(name: str, namer: Namer) -> str:
+    flag = namer(name)
+    return f"`{name}`" if flag is None else flag
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
+def render(error: PoolkitError, namer: Namer = _python_name) -> str:
+    """The one line ``error`` says: "[WHERE: ]Expected `arg` to be EXPECTED, but got GOT.
+    FIX", "Expected EXPECTED, but GOT. FIX" (a state), or its message; every argument
+    it names written by ``namer`` (default: as Python names them)."""
+    arg, index = error.arg, error.index
+    name = None
+    if arg is not None:
+        at = (index,) if isinstance(index, int) else (index or ())
+        at_text = "".join(f"[{i}]" for i in at)
+        flag = namer(arg)
+        name = f"{flag}{at_text}" if flag is not None else arg_text(arg + at_text)
+    if error.expected is not None:
+        what = markup(error.expected, namer)
+        if name is not None:
+            body = f"Expected {name} to be {what}, but got {error.got}."
+        else:
+            body = f"Expected {what}, but {error.got}."
+        if error.message:
+            body = f"{_sentence(markup(error.message, namer))} {body}"
+    elif name is not None:
+        body = f"{name}: {markup(error.message, namer)}" if error.message else name
+    else:
+        body = markup(error.message, namer)
+    if error.where is not None:
+        body = f"{error.where}: {body}"
+    if error.fix:
+        body = f"{_sentence(body)} {markup(error.fix, namer)}" if body else markup(error.fix, namer)
+    return body
 
 
 def expected(arg: str, what: str, got: object, fix: str = "") -> str:
@@ -23,14 +91,32 @@ def expected(arg: str, what: str, got: object, fix: str = "") -> str:
     return f"{msg} {fix}".rstrip() if fix else msg
 
 
-def value_error(arg: str, what: str, got: object, fix: str = "") -> NoReturn:
-    """Raise :class:`~poolkit.errors.InputError` (a ``ValueError``) with :func:`expected`."""
-    raise InputError(expected(arg, what, got, fix))
+def recast(error: BaseException, kind: type[E]) -> E:
+    """``error`` as a ``kind`` with the same fields (a part's error raised as the whole's
+    kind); an error from outside the family keeps its text."""
+    if not isinstance(error, PoolkitError):
+        return kind(str(error))
+    out = kind(error.message, arg=error.arg, index=error.index, expected=error.expected,
+               got=error.got, fix=error.fix, where=error.where)  # fmt: skip
+    out.flags = error.flags
+    return out
 
 
-def type_error(arg: str, what: str, got: object, fix: str = "") -> NoReturn:
-    """Raise :class:`~poolkit.errors.InputTypeError` (a ``TypeError``) with :func:`expected`."""
-    raise InputTypeError(expected(arg, what, got, fix))
+Index = int | tuple[int, ...] | None
+
+
+def value_error(
+    arg: str, what: str, got: object, fix: str = "", *, index: Index = None
+) -> NoReturn:
+    """Raise :class:`~poolkit.errors.InputError` (a ``ValueError``): ``arg`` (its element
+    ``index``) was not ``what``."""
+    raise InputError(arg=arg, index=index, expected=what, got=got, fix=fix)
+
+
+def type_error(arg: str, what: str, got: object, fix: str = "", *, index: Index = None) -> NoReturn:
+    """Raise :class:`~poolkit.errors.InputTypeError` (a ``TypeError``): ``arg`` (its element
+    ``index``) was not ``what``."""
+    raise InputTypeError(arg=arg, index=index, expected=what, got=got, fix=fix)
 
 
 def already_exists(
@@ -74,17 +160,3 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 def missing_extra(feature: str, package: str, extra: str) -> str:
     """The one line for a missing optional dependency: what needs what, and the fix."""
     return f"{feature} needs {package}, which is not installed: pip install 'poolkit[{extra}]'"
-
-
-def renamed(message: str, arg: str) -> str:
-    """``message`` (built by :func:`expected`) naming ``arg`` instead of the argument it named:
-    a part's message raised for the whole (a recipe name's strategy part -> `recipe`)."""
-    return re.sub(r"^Expected `[^`]+`", lambda _: f"Expected `{arg}`", message)
-
-
-def with_flags(message: str, flags: dict[str, str]) -> str:
-    """``message`` with each argument name written `name` replaced by its command-line flag:
-    library messages name arguments, the command line names flags."""
-    for name, flag in flags.items():
-        message = message.replace(f"`{name}`", flag)
-    return message

@@ -221,37 +221,40 @@ def sentence_spans(text: str) -> np.ndarray:
     return np.asarray(out, dtype=np.int64).reshape(-1, 2)
 
 
-def check_spans(text: str, spans: Any, arg: str) -> np.ndarray:
+def check_spans(text: str, spans: Any, arg: str, index: tuple[int, ...] = ()) -> np.ndarray:
     """The user's chunk spans of one document as ``(C, 2)`` int64, checked.
 
     Each ``(start, end)`` must satisfy ``0 <= start < end <= len(text)`` and cover more
     than whitespace; spans must come in order without overlapping (chunks of a document
-    are disjoint pieces; overlapping windows are ``tokens:SIZE:OVERLAP``). ``arg`` names
-    the document in messages (``"chunks[3]"``).
+    are disjoint pieces; overlapping windows are ``tokens:SIZE:OVERLAP``). ``arg`` and
+    ``index`` name the document in errors (``"chunks"``, ``(3,)``: ``chunks[3]``).
     """
     if not isinstance(spans, Sequence | np.ndarray) or isinstance(spans, str):
-        type_error(arg, "a list of (start, end) pairs", type(spans).__name__)
+        type_error(arg, "a list of (start, end) pairs", type(spans).__name__, index=index or None)
     try:
         arr = np.asarray(spans)
     except ValueError:
         arr = np.asarray([], dtype=object)
     if arr.size == 0 and len(spans) == 0:
         value_error(arg, "at least one (start, end) span", "none",
-                    "Give every document one chunk at least, e.g. [(0, len(text))].")  # fmt: skip
+                    "Give every document one chunk at least, e.g. [(0, len(text))].",
+                    index=index or None)  # fmt: skip
     if arr.ndim != 2 or arr.shape[1] != 2 or not np.issubdtype(arr.dtype, np.integer):
-        type_error(arg, "a list of (start, end) pairs of ints", f"{spans!r:.60}")
+        type_error(arg, "a list of (start, end) pairs of ints", f"{spans!r:.60}",
+                   index=index or None)  # fmt: skip
     arr = arr.astype(np.int64)
     for k, (a, b) in enumerate(arr.tolist()):
         if not 0 <= a < b <= len(text):
-            value_error(f"{arg}[{k}]",
-                        f"(start, end) with 0 <= start < end <= len(text) = {len(text)}",
-                        f"({a}, {b})", "Spans are half-open character offsets, like text[start:end].")  # fmt: skip
+            value_error(arg, f"(start, end) with 0 <= start < end <= len(text) = {len(text)}",
+                        f"({a}, {b})", "Spans are half-open character offsets, like "
+                        "text[start:end].", index=(*index, k))  # fmt: skip
         if not text[a:b].strip():
-            value_error(f"{arg}[{k}]", "a span with some text", f"({a}, {b}), whitespace only")
+            value_error(arg, "a span with some text", f"({a}, {b}), whitespace only",
+                        index=(*index, k))  # fmt: skip
         if k and a < arr[k - 1, 1]:
             p, q = arr[k - 1].tolist()
-            value_error(f"{arg}[{k}]", f"a span starting at or after the previous one's end ({q})",
+            value_error(arg, f"a span starting at or after the previous one's end ({q})",
                         f"({a}, {b}) after ({p}, {q})",
                         "Chunk spans come in order and do not overlap; for overlapping "
-                        "windows use tokens:SIZE:OVERLAP.")  # fmt: skip
+                        "windows use tokens:SIZE:OVERLAP.", index=(*index, k))  # fmt: skip
     return arr

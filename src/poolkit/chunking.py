@@ -106,12 +106,13 @@ def chunk_documents(
         if len(chunks) != len(documents):
             value_error("chunks", f"one list of spans per document ({len(documents)})",
                         len(chunks))  # fmt: skip
-        spans = [check_spans(doc, s, f"chunks[{i}]") for i, (doc, s) in
+        spans = [check_spans(doc, s, "chunks", (i,)) for i, (doc, s) in
                  enumerate(zip(documents, chunks, strict=True))]  # fmt: skip
     for i, s in enumerate(spans):
         if not len(s):
-            value_error(f"documents[{i}]", "a document with text to chunk",
-                        f"{documents[i]!r:.40} (no chunk)", "Remove it or give it some text.")  # fmt: skip
+            value_error("documents", "a document with text to chunk",
+                        f"{documents[i]!r:.40} (no chunk)", "Remove it or give it some text.",
+                        index=i)  # fmt: skip
     return spans
 
 
@@ -184,8 +185,8 @@ def _check_chunking(documents: list[str], chunks: Any, late: Any, stride: Any) -
     given some text, before the model loads."""
     for i, doc in enumerate(documents):
         if not doc.strip():
-            value_error(f"documents[{i}]", "a document with text to chunk",
-                        f"{doc!r:.40}", "Remove it or give it some text.")  # fmt: skip
+            value_error("documents", "a document with text to chunk",
+                        f"{doc!r:.40}", "Remove it or give it some text.", index=i)  # fmt: skip
     if not isinstance(chunks, Chunker | str) and not isinstance(chunks, Sequence):
         value_error("chunks", "a chunker name or one list of spans per document",
                     type(chunks).__name__)  # fmt: skip
@@ -214,7 +215,7 @@ def check_late(recipes: Mapping[str, Recipe], late: bool) -> None:
             value_error("recipe", "a strategy that pools a late chunk's tokens (mean, max, ...)",
                         f"{name!r}, whose {bad[0]!r} names one token of the whole sequence",
                         "A late chunk has no [CLS] or last token of its own: use mean or max, "
-                        "or late=False.")  # fmt: skip
+                        "or `late=False`.")  # fmt: skip
 
 
 def naive_chunk_vectors(

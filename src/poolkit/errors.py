@@ -16,9 +16,18 @@ kind also derives from the built-in exception it always was (``ValueError``,
 =========================  ===================================================
 
 ``poolkit.io.DiskFullError`` (an ``OSError``) is one too: a file written without room for it.
+
+An error carries what was wrong as fields, not only as text: ``arg`` (the argument),
+``index`` (which element of it), ``expected``, ``got``, ``fix`` and ``where`` (the file and
+line); ``str(error)`` renders them with :func:`poolkit._errors.render`, the one renderer,
+which the command line calls with its flag table (``arg`` -> ``--flag``).
 """
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = [
     "ExportError",
@@ -34,7 +43,53 @@ __all__ = [
 
 
 class PoolkitError(Exception):
-    """Base of every error poolkit raises on purpose; the message says what to fix."""
+    """Base of every error poolkit raises on purpose; the message says what to fix.
+
+    Keyword fields (all optional; a positional ``message`` is free text):
+
+    - ``arg``: the argument that was wrong (a library name: ``text_column``; the command
+      line shows its flag); ``index``: the element of it (``3`` or ``(0, 1)``: ``arg[0][1]``);
+    - ``expected`` and ``got``: what it should be and what it was ("Expected `arg` to be
+      EXPECTED, but got GOT."); without ``arg``, a state: "Expected EXPECTED, but GOT.";
+    - ``fix``: what to do; ``where``: the place in the input (``"a.jsonl: line 3"``).
+
+    Texts (``message``, ``expected``, ``fix``) name other arguments as ```name```; the
+    renderer writes each such name once, as Python or as the command line spells it.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        arg: str | None = None,
+        index: int | tuple[int, ...] | None = None,
+        expected: str | None = None,
+        got: object = None,
+        fix: str = "",
+        where: object = None,
+    ) -> None:
+        self.message, self.arg, self.index = message, arg, index
+        self.expected, self.got, self.fix, self.where = expected, got, fix, where
+        self.flags: Mapping[str, str] = {}  # the caller's own argument -> flag names
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        from poolkit._errors import render
+
+        return render(self)
+
+    def __str__(self) -> str:
+        return self._text()
+
+    def but(self, **fields: Any) -> PoolkitError:
+        """A copy with ``fields`` replaced (``arg``, ``index``, ``where``, ``fix``, ``flags``,
+        ...): a caller that knows more (the whole argument, the input row) says it."""
+        other = copy.copy(self)
+        for name, value in fields.items():
+            assert name in vars(other), name  # a field, not a new attribute
+            setattr(other, name, value)
+        other.args = (other._text(),)
+        return other
 
 
 class InputError(PoolkitError, ValueError):

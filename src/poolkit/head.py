@@ -146,20 +146,19 @@ class Head:
         go through the whole pipeline."""
         if self.refused:
             s = self.refused[0]
-            raise PipelineError(
-                f"Model {reference!r} has a {s.module} module in its pipeline that poolkit "
-                f"cannot apply ({s.status.removeprefix('refused: ')}), so its own vectors "
-                "cannot be computed here. Pass `pipeline='pooled'` to get "
-                "the pooled vectors before the modules after pooling, on purpose."
-            )
+            raise PipelineError(where=f"Model {reference!r}", expected="a pipeline poolkit can "
+                                "apply", got=f"its {s.module} module cannot be applied "
+                                f"({s.status.removeprefix('refused: ')})",
+                                fix="Pass `pipeline='pooled'` to get the pooled vectors before "
+                                "the modules after pooling, on purpose.")  # fmt: skip
         if not self.fits(width):
             first = next(s for s in self.steps if s.in_dim is not None)
-            raise PipelineError(
-                f"Recipe {recipe!r} gives {width}-d vectors, but the model's {first.module} "
-                f"takes {first.in_dim}-d vectors (it was trained on the model's own pooling). "
-                "Use the model's pooling (no recipe), or pass `pipeline='pooled'` for the "
-                "pooled vectors without the modules after pooling."
-            )
+            raise PipelineError(arg="recipe", expected=f"{first.in_dim}-d vectors, as the model's "
+                                f"{first.module} takes (it was trained on the model's own "
+                                "pooling)", got=f"{recipe!r}, which gives {width}-d vectors",
+                                fix="Use the model's pooling (no recipe), or pass "
+                                "`pipeline='pooled'` for the pooled vectors without the "
+                                "modules after pooling.")  # fmt: skip
 
 
 def _read_json(path: Path) -> Any:

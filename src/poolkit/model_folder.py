@@ -224,7 +224,8 @@ def _read_json(path: Path) -> Any:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        raise InputError(f"Could not parse {path}: {e}. Fix or remove the file.") from e
+        raise InputError(where=path, expected="JSON", got=f"it is not ({e})",
+                         fix="Fix or remove the file.") from e  # fmt: skip
 
 
 def _no_config(folder: Path) -> str:
@@ -295,11 +296,11 @@ def resolve_model(reference: str | os.PathLike[str] | None = None) -> Path:
         return _routed(found) or found
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelNotFoundError(
-            f"Could not load model {ref!r}: it is not a local directory, no installed package "
-            f"carries it, and downloading it from the Hugging Face Hub failed ({reason}). "
-            "If you are offline, pass the path of a local model directory."
-        ) from e
+        raise ModelNotFoundError(arg="model", expected="a local directory, an installed package's "
+                                 "model or one on the Hugging Face Hub",
+                                 got=f"{ref!r}, and downloading it failed ({reason})",
+                                 fix="If you are offline, pass the path of a local model "
+                                 "directory.") from e  # fmt: skip
 
 
 def _routed(folder: Path) -> Path | None:
@@ -323,8 +324,9 @@ def _splade_pooling(root: Path, sub: str) -> tuple[str, str]:
     activation = cfg.get("activation_function", "relu")
     name = sparse_strategy_name(pooling, activation)
     if name is None:
-        raise InputError(f"{rel}: unknown SpladePooling pooling_strategy {pooling!r} / "
-                         f"activation_function {activation!r}; known: max|sum, relu|log1p_relu.")  # fmt: skip
+        raise InputError(where=rel, expected="a SpladePooling of max|sum and relu|log1p_relu",
+                         got=f"pooling_strategy {pooling!r} / activation_function "
+                         f"{activation!r}")  # fmt: skip
     source = f"{rel}: SpladePooling {pooling}, {activation}"
     st_cfg = root / "config_sentence_transformers.json"
     top = _read_json(st_cfg).get("max_active_dims") if st_cfg.is_file() else None
@@ -340,9 +342,8 @@ def _pooling_from_config(cfg: dict[str, Any], where: str) -> tuple[str, str] | N
         names = []
         for m in modes:
             if m not in _MODE_NAMES:
-                raise InputError(
-                    f"{where}: unknown pooling_mode {m!r}; known: {sorted(set(_MODE_NAMES))}."
-                )
+                raise InputError(where=where, expected=f"a pooling_mode of {sorted(set(_MODE_NAMES))}",
+                                 got=f"got {m!r}")  # fmt: skip
             names.append(_MODE_NAMES[m])
         return "+".join(names), f"{where}: pooling_mode={mode!r}"
     on = [(key, name) for key, name in _LEGACY_KEYS if cfg.get(key)]
@@ -539,10 +540,8 @@ def load_transformers_tokenizer(path: str | os.PathLike[str]) -> Any:
     try:
         tokenizer = AutoTokenizer.from_pretrained(os.fspath(path), use_fast=True)
     except Exception as e:
-        raise InputError(
-            f"Could not load a tokenizer from {os.fspath(path)!r}: {e}. The model directory "
-            "needs tokenizer files (tokenizer.json for a fast tokenizer)."
-        ) from e
+        raise InputError(where=os.fspath(path), expected="tokenizer files (tokenizer.json for a "
+                         "fast tokenizer)", got=f"no tokenizer loads ({e})") from e  # fmt: skip
     if not getattr(tokenizer, "is_fast", False):
         value_error(
             "model",

@@ -279,4 +279,5 @@ def _check_repr(check: bool | str) -> str:
 
 def _no_real_token(count: torch.Tensor) -> None:
     row = int((count == 0).nonzero()[0])
-    raise InputError(f"Row {row} of `mask` has no real token (all padding): nothing to attend to.")
+    raise InputError(arg="mask", index=row, expected="a row with a real token (something to "
+                     "attend to)", got="all padding")  # fmt: skip

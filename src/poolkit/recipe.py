@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from poolkit._errors import expected, renamed, value_error
+from poolkit._errors import expected, recast, value_error
 from poolkit.errors import InputError
 from poolkit.layers import (
     LAYER_COMBINATIONS,
@@ -85,9 +85,12 @@ class RecipeError(InputError):
     """A recipe that does not name a valid pooling (one line: the valid forms, the closest)."""
 
 
+_VALID_FORMS = f"Valid forms: {_FORMS}."
+
+
 def _fail(what: str, got: object, closest: str | None = None, arg: str = "recipe") -> Any:
     hint = f" Closest valid name: {closest}." if closest else ""
-    raise RecipeError(expected(arg, what, repr(got), f"Valid forms: {_FORMS}.{hint}"))
+    raise RecipeError(arg=arg, expected=what, got=repr(got), fix=f"{_VALID_FORMS}{hint}")
 
 
 def _closest(text: str) -> str | None:
@@ -225,7 +228,7 @@ class Recipe:
             pool_factor, muvera = settle_multivector(level, self.pool_factor, self.muvera,
                                                      precision, layers)  # fmt: skip
         except InputError as e:
-            raise RecipeError(str(e)) from None
+            raise recast(e, RecipeError) from None
         set_(self, "pool_factor", pool_factor)
         set_(self, "muvera", muvera)
         set_(self, "dims", dims)
@@ -257,15 +260,14 @@ class Recipe:
         try:
             return cls(**_split_name(raw, level or "sequence"), exclude_special=exclude_special)
         except RecipeError as e:
-            # A name is one argument: the message names `recipe`, whichever part failed.
-            msg = renamed(str(e), "recipe")
-            msg = msg.split(" Closest valid name:")[0]
-            if " Closest: " in msg or "/DIMS, /PRECISION" in msg:  # the fix is said already
-                raise RecipeError(msg) from None
+            # A name is one argument: the error names `recipe`, whichever part failed.
+            whole = e.but(arg="recipe", index=None) if e.arg is not None else e
+            fix = _VALID_FORMS if e.fix.startswith(_VALID_FORMS) else e.fix  # the part's hint: off
+            if "Closest: " in fix or "/DIMS, /PRECISION" in (e.expected or ""):  # said already
+                raise whole.but(fix=fix) from None
             closest = _closest_name(raw)
-            if closest is None:  # no valid name differs from the one refused: no hint
-                raise RecipeError(msg) from None
-            raise RecipeError(f"{msg} Closest valid name: {closest}.") from None
+            hint = f" Closest valid name: {closest}." if closest else ""  # none: no hint
+            raise whole.but(fix=f"{fix}{hint}") from None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recipe:
@@ -566,7 +568,7 @@ def check_shorthands(layers: Any, layer_how: Any, exclude_special: Any, normaliz
     try:
         spec = layer_spec(layers)
     except (TypeError, ValueError) as e:  # a recipe refuses with a RecipeError (ValueError)
-        raise RecipeError(str(e)) from None
+        raise recast(e, RecipeError) from None
     if layer_how not in LAYER_COMBINATIONS:
         _fail(f"one of {', '.join(LAYER_COMBINATIONS)}", layer_how, arg="layer_how")
     return spec
@@ -611,7 +613,7 @@ def _output_segment(segment: str) -> tuple[str, Any] | None:
     try:
         return multivector_segment(low)
     except InputError as e:
-        raise RecipeError(str(e)) from None
+        raise recast(e, RecipeError) from None
 
 
 def _split_name(text: str, level: str) -> dict[str, Any]:

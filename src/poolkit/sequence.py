@@ -291,10 +291,10 @@ def _check_empty(plan: RowPlan, empty: Empty, special_dropped: bool) -> None:
     what = (
         "no real token left after dropping special tokens" if special_dropped else "no real token"
     )
-    raise InputError(
-        f"Row(s) {short_list(rows)} of `mask` have {what} (all padding), so there is nothing to "
-        "pool. Remove those rows, or pass empty='zeros' to get zero vectors for them."
-    )
+    raise InputError(arg="mask", expected="a real token in every row (something to pool)",
+                     got=f"row(s) {short_list(rows)} with {what} (all padding)",
+                     fix="Remove those rows, or pass empty='zeros' to get zero vectors for "
+                     "them.")  # fmt: skip
 
 
 Reducer = Callable[[Any, Array, Array | None, int, Any], Array]

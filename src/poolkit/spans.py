@@ -244,11 +244,9 @@ def _check_spans(
         bad = np.argwhere(live & cond)
         if len(bad):
             r, s = (int(i) for i in bad[0])
-            where = f"span ({r}, {s})" if batched else f"span {s}"
-            raise InputError(
-                f"Invalid `spans`: {where} = [{int(start[r, s])}, {int(end[r, s])}] {problem} "
-                f"({len(bad)} span(s) affected). {fix}"
-            )
+            raise InputError(arg="spans", index=(r, s) if batched else s, expected="a valid span",
+                             got=f"[{int(start[r, s])}, {int(end[r, s])}], which {problem} "
+                             f"({len(bad)} span(s) affected)", fix=fix)  # fmt: skip
 
     fail(
         (start < 0) | (end < 0),

@@ -182,7 +182,7 @@ def _read_record(file: Path) -> TextTokenizer | None:
         head, _, body = raw.partition(b"\n")
         record = json.loads(body)
         if json.loads(head)["sha256"] != bytes_digest(body):
-            raise InputError("digest mismatch")
+            raise InputError(expected="the cached tokenizer's digest", got="it differs")
         return TextTokenizer.from_record(record["pipeline"], record["facts"])
     except Exception:
         warnings.warn(

@@ -67,11 +67,11 @@ def word_spans(word_ids: Any, length: int, num_words: int | None = None) -> np.n
     if split.any():
         r, w = (int(i) for i in np.argwhere(split)[0])
         where = f"row {r}, word {w}" if batched else f"word {w}"
-        raise InputError(
-            f"Invalid `word_ids`: the sub-tokens of {where} are not adjacent (positions "
-            f"{short_list(pos[(rows == r) & (words == w)].tolist())}). A word's sub-tokens must "
-            "be one contiguous run, as fast tokenizers produce them."
-        )
+        raise InputError(arg="word_ids", expected="adjacent sub-tokens for each word",
+                         got=f"those of {where} at positions "
+                         f"{short_list(pos[(rows == r) & (words == w)].tolist())}",
+                         fix="A word's sub-tokens must be one contiguous run, as fast "
+                         "tokenizers produce them.")  # fmt: skip
     spans = np.where(present[..., None], np.stack([first, last], -1), -1)
     return spans if batched else spans[0]
 

@@ -320,7 +320,8 @@ def load_onnx_runner(
         _build(hf_dir, settings, entry, cache_dir)
         runner = _load_verified(entry, threads)
     if runner is None:
-        raise ExportError(f"{entry}: the ONNX export changed while it was being published.")
+        raise ExportError(where=entry, expected="the ONNX export unchanged while it was published",
+                          got="it changed")  # fmt: skip
     return runner
 
 
@@ -548,7 +549,7 @@ def _fuse(config: Any, src: Path, dst: Path) -> None:
         optimization_options=options,
     )
     if not fused.get_fused_operator_statistics().get("Attention"):
-        raise ExportError("no attention block was fused")
+        raise ExportError(expected="a fused attention block", got="none was fused")
     fused.save_model_to_file(str(dst))
 
 
@@ -573,10 +574,9 @@ def quantize_int8(src: Path, dst: Path) -> Path:
     try:
         onnx.save(quantize_rows(onnx.load(str(dst))), str(dst))
     except ValueError as e:  # a quantised graph of a shape the rewrite does not know
-        raise ExportError(
-            f"int8 quantisation of {src.name}: {e}; nothing was cached. Run without "
-            "quantize='int8' (the fp32 ONNX backend) for this model."
-        ) from None
+        raise ExportError(where=f"int8 quantisation of {src.name}", expected="a quantised graph",
+                          got=f"it failed ({e}); nothing was cached", fix="Run without "
+                          "quantize='int8' (the fp32 ONNX backend) for this model.") from None  # fmt: skip
     return dst
 
 
@@ -646,11 +646,10 @@ def _check(model: Any, path: Path, settings: dict[str, Any]) -> dict[str, Any]:
             if quantize is None
             else f"mean token cosine >= {_INT8_MIN_COS}"
         )
-        raise ExportError(
-            f"The ONNX export disagrees with the torch model on padded batches ({limit} required, got "
-            f"max abs diff {worst_abs:.3g}, mean token cosine {mean_cos:.5f}); nothing was cached. "
-            "Use backend='torch' for this model."
-        )
+        raise ExportError(expected=f"the ONNX export to agree with the torch model on padded "
+                          f"batches ({limit})", got=f"got max abs diff {worst_abs:.3g}, mean "
+                          f"token cosine {mean_cos:.5f}; nothing was cached",
+                          fix="Use backend='torch' for this model.")  # fmt: skip
     return result
 
 

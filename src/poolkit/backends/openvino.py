@@ -225,7 +225,8 @@ def load_openvino_runner(
         _build(hf_dir, settings, entry, cache_dir, calibration)
         record = _onnx.verified_record(entry, "model.xml")
     if record is None:
-        raise RunError(f"{entry}: the OpenVINO model changed while it was being published.")
+        raise RunError(where=entry, expected="the OpenVINO model unchanged while it was "
+                       "published", got="it changed")  # fmt: skip
     return OpenVinoRunner(entry / "model.xml", threads=threads, settings=record)
 
 
@@ -330,11 +331,10 @@ def _check(
         floor = _BF16_MIN_COS if precision == "bf16" else _INT8_MIN_COS
         ok, limit = mean_cos >= floor, f"mean token cosine >= {floor}"
     if not ok:
-        raise ExportError(
-            f"The OpenVINO model ({precision}) disagrees with the torch model on padded batches "
-            f"({limit} required, got max abs diff {worst_abs:.3g}, mean token cosine "
-            f"{mean_cos:.5f}); nothing was cached. Use backend='torch' for this model."
-        )
+        raise ExportError(expected=f"the OpenVINO model ({precision}) to agree with the torch "
+                          f"model on padded batches ({limit})", got=f"got max abs diff "
+                          f"{worst_abs:.3g}, mean token cosine {mean_cos:.5f}; nothing was "
+                          "cached", fix="Use backend='torch' for this model.")  # fmt: skip
     shapes = ([[int(i.shape[0]), int(i.shape[1]), side] for (i, _), (_, _, side)
                in zip(batches, _onnx.CHECK_SHAPES, strict=False)] if batches
               else [list(s) for s in _onnx.CHECK_SHAPES])  # fmt: skip

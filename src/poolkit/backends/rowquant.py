@@ -65,7 +65,8 @@ def quantize_rows(model: Any) -> Any:
             )
             mul = _only_user(users, cast.output[0], "Mul") if cast is not None else None
             if mul is None or scale not in _inputs_of(mul.input, producer):
-                raise InputError(f"unexpected use of {q} by {mm.op_type} {mm.name!r}")
+                raise InputError(expected=f"{q} used as poolkit's quantiser writes it",
+                                 got=f"{mm.op_type} {mm.name!r} uses it otherwise")  # fmt: skip
             scaled[id(mul)] = row_scale[q]
 
     out: list[Any] = []

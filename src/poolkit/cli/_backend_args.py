@@ -40,24 +40,27 @@ def check_backend_args(args: argparse.Namespace, *, output_ranges: bool = False)
     ``--calibrate`` may calibrate too (``poolkit embed``)."""
     backend, quantize = args.backend, args.quantize
     if quantize is not None and QUANTIZED_BY[quantize] != backend:
-        raise InputError(f"--quantize {quantize} works with --backend {QUANTIZED_BY[quantize]}; "
-                         f"add --backend {QUANTIZED_BY[quantize]}.")  # fmt: skip
+        raise InputError(arg="--backend", expected=f"{QUANTIZED_BY[quantize]} with --quantize "
+                         f"{quantize}", got=backend,
+                         fix=f"Add --backend {QUANTIZED_BY[quantize]}.")  # fmt: skip
     if getattr(args, "calibrate", None) is not None and quantize != "int8-static":
         if not output_ranges:
-            raise InputError("--calibrate: only with --backend openvino --quantize int8-static "
-                             "or --precision int8/uint8 (the other modes need no calibration); "
-                             "drop --calibrate.")  # fmt: skip
+            raise InputError(arg="--calibrate", expected="given only with --backend openvino "
+                             "--quantize int8-static or --precision int8/uint8 (the other "
+                             "modes need no calibration)", got=args.calibrate,
+                             fix="Drop --calibrate.")  # fmt: skip
     dtype = getattr(args, "dtype", None)
     if backend == "onnx" and dtype not in (None, "float32"):
-        raise InputError(f"--dtype {dtype}: the onnx backend runs float32 (or --quantize int8); "
-                         "drop --dtype, or use --backend openvino --dtype bfloat16.")  # fmt: skip
+        raise InputError(arg="--dtype", expected="float32 on the onnx backend (or --quantize "
+                         "int8)", got=dtype, fix="Drop --dtype, or use --backend openvino "
+                         "--dtype bfloat16.")  # fmt: skip
     if backend == "openvino" and dtype not in (None, "float32", "bfloat16"):
-        raise InputError(f"--dtype {dtype}: the openvino backend runs float32 or bfloat16 (CPU).")
+        raise InputError(arg="--dtype", expected="float32 or bfloat16 on the openvino backend "
+                         "(CPU)", got=dtype)  # fmt: skip
     device = getattr(args, "device", "auto")
     if backend in ("onnx", "openvino") and device not in ("auto", "cpu"):
-        raise InputError(
-            f"--device {device}: the {backend} backend runs on the CPU; drop --device."
-        )
+        raise InputError(arg="--device", expected=f"cpu on the {backend} backend", got=device,
+                         fix="Drop --device.")  # fmt: skip
     if backend in ("onnx", "openvino"):
         require_extra(f"--backend {backend}", "onnxruntime", "onnxruntime", backend)
     if backend == "openvino":
@@ -87,6 +90,7 @@ def calibration_texts(args: argparse.Namespace, first: list[str] | None) -> list
         texts = [t for t in (first or []) if t.strip()][:CALIBRATION_TEXTS]
         source = "the input"
     if not texts:
-        raise InputError(f"--quantize int8-static: {source} has no non-blank text to calibrate "
-                         "on; pass --calibrate FILE with some of your texts.")  # fmt: skip
+        raise InputError(where="--quantize int8-static", expected="a non-blank text to "
+                         "calibrate on", got=f"{source} has none",
+                         fix="Pass --calibrate FILE with some of your texts.")  # fmt: skip
     return texts

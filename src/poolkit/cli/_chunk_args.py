@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,8 +141,9 @@ class PartChunker:
             try:
                 check_late(recipes, True)
             except ValueError as e:
-                message = str(e).replace("`recipe`", "--recipe/--strategy")
-                raise InputError(message.replace("late=False", "drop --late")) from None
+                from poolkit.cli._flags import LATE_CHUNKS, flagged
+
+                raise flagged(e, LATE_CHUNKS) from None
 
     def settings(self) -> dict[str, Any]:
         """What the rows depend on beside embed's settings (the manifest)."""
@@ -207,16 +207,17 @@ class PartChunker:
                              "pairs, e.g. [[0, 120], [121, 300]].") from None  # fmt: skip
 
     def _at_row(self, error: Exception, rows: Any, first_id: int) -> InputError:
-        """``chunk_documents``' error naming ``chunks[i]`` or ``documents[i]`` (the i-th
+        """``chunk_documents``' error about ``chunks[i]`` or ``documents[i]`` (the i-th
         document of the part) as one naming the input line/row and its id."""
-        message = str(error)
-        found = re.search(r"`(chunks|documents)\[(\d+)\]", message)
-        if found is None:
-            return InputError(message)
-        i = int(found.group(2))
-        name = f"`{self.column}" if found.group(1) == "chunks" else "`document"
-        message = message.replace(found.group(0), name, 1)
-        return InputError(f"{rows.where[i]} (id {first_id + i}): {message}")
+        from poolkit._errors import recast
+
+        out = recast(error, InputError)
+        at = (out.index,) if isinstance(out.index, int) else out.index
+        if out.arg not in ("chunks", "documents") or not at:
+            return out
+        i, rest = at[0], tuple(at[1:]) or None
+        name = self.column if out.arg == "chunks" else "document"
+        return out.but(arg=name, index=rest, where=f"{rows.where[i]} (id {first_id + i})")
 
     def embed(
         self, part: ChunkedPart, *, progress: Any, calibration: Any, **options: Any

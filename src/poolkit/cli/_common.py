@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from poolkit._errors import missing_extra, value_error, with_flags
-from poolkit.errors import MissingDependencyError, OutputExistsError, RunError
+from poolkit._errors import missing_extra, render, value_error
+from poolkit.cli._flags import namer
+from poolkit.errors import (
+    ExportError,
+    InputError,
+    InputTypeError,
+    MissingDependencyError,
+    ModelNotFoundError,
+    OutputExistsError,
+    PipelineError,
+    PoolkitError,
+    RunError,
+)
 from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = [
     "add_common",
     "add_input_format",
     "add_model_or_positional",
-    "flag_message",
+    "error_line",
+    "exit_status",
     "guess_note",
     "model_given",
     "progress_bar",
@@ -27,38 +38,42 @@ __all__ = [
     "text_parts",
 ]
 
-# Errors the user can fix by changing the command line, the input or the installed extras
-# (nothing has run yet): exit status 2.
-_USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-                 MissingDependencyError)  # fmt: skip
-
-# Library messages name arguments (`text_column`, `overwrite=True`); the command line names
-# their flags. Every `NAME_column` argument is the flag --NAME-column.
-ARGUMENT_FLAGS = {"fmt": "--input-format", "overwrite=True": "--overwrite",
-                  "resume=True": "--resume", "split": "--split", "train": "--train",
-                  "pipeline='pooled'": "--pooled-only", "format='onnx'": "--format onnx",
-                  "prompt_name": "--prompt-name", "prompt": "--prompt", "chunks": "--chunks",
-                  "prompt='...'": "--prompt '...'",
-                  "format='sentence-transformers'": "--format sentence-transformers"}  # fmt: skip
+# The exit status of each kind of error: 2 for what the user fixes by changing the command
+# line, the input or the installed extras (nothing has run yet), 1 for a run that failed.
+# The first kind in this order that an error is decides.
+_EXIT_STATUS: tuple[tuple[type[BaseException], int], ...] = (
+    (InputError, 2), (InputTypeError, 2), (ModelNotFoundError, 2), (PipelineError, 2),
+    (MissingDependencyError, 2), (RunError, 1), (OutputExistsError, 1), (ExportError, 1),
+    (PoolkitError, 1),
+    # Outside the family: a missing or wrong file, a bad value from a library poolkit calls.
+    (FileNotFoundError, 2), (IsADirectoryError, 2), (NotADirectoryError, 2),
+    (ValueError, 2), (TypeError, 2),
+)  # fmt: skip
 
 
-def as_flags(message: str) -> str:
-    """``message`` on one line, with the library arguments it names written as flags."""
-    message = re.sub(r"`([a-z0-9]+)_column`", r"--\1-column", " ".join(message.split()))
-    return with_flags(message, ARGUMENT_FLAGS)
+def exit_status(error: BaseException) -> int:
+    """2 for an error in the user's input or command line, 1 for a run that failed."""
+    return next((status for kind, status in _EXIT_STATUS if isinstance(error, kind)), 1)
+
+
+def error_line(error: BaseException) -> str:
+    """``error``'s message on one line, naming flags where the library names arguments."""
+    text = render(error, namer(error)) if isinstance(error, PoolkitError) else str(error)
+    return " ".join(text.split())
 
 
 def report_error(error: BaseException) -> int:
     """Print one line on stderr and return the exit status (2 usage/input, 1 runtime)."""
-    message = as_flags(str(error)) or type(error).__name__
-    if isinstance(error, _USAGE_ERRORS):
+    message = error_line(error) or type(error).__name__
+    status = exit_status(error)
+    if status == 2:
         print(f"poolkit: error: {message}", file=sys.stderr)
         return 2
     print(
         f"poolkit: error: {_kind(error)}: {message} (rerun with --debug for details)",
         file=sys.stderr,
     )
-    return 1
+    return status
 
 
 def _kind(error: BaseException) -> str:
@@ -67,16 +82,6 @@ def _kind(error: BaseException) -> str:
     if isinstance(error, (RunError, OutputExistsError)):
         return next(c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins")
     return type(error).__name__
-
-
-def flag_message(error: BaseException, flags: dict[str, str]) -> str:
-    """``error``'s message with the library argument it names (```recipe```) replaced by
-    the command-line flag that set it (``--recipe``): lower layers never name flags."""
-
-    def swap(m: re.Match[str]) -> str:
-        return f"`{flags.get(m.group(1), m.group(1))}`"
-
-    return re.sub(r"`([A-Za-z_]+)`", swap, str(error), count=1)
 
 
 def require_extra(flag: str, module: str, package: str, extra: str) -> None:

@@ -53,7 +53,7 @@ def run_job(
             sink.discard()
             raise error from error.__cause__  # its own cause, as raised
         sink.close()
-        raise with_note(error, f"({note} in {sink.path}; fix the problem and rerun with "
+        raise with_note(error, note=f"({note} in {sink.path}; fix the problem and rerun with "
                         "--resume.)") from error  # fmt: skip
     except BaseException:
         sink.close()
@@ -83,8 +83,12 @@ def job_settings(
     }
 
 
-def with_note(error: Exception, note: str) -> Exception:
-    """The same kind of error with ``note`` appended (the CLI prints one line)."""
+def with_note(error: Exception, *, note: str) -> Exception:
+    """The same error with ``note`` after its fix (the CLI prints one line)."""
+    from poolkit.errors import PoolkitError
+
+    if isinstance(error, PoolkitError):
+        return error.but(fix=f"{error.fix} {note}".strip())
     try:
         return type(error)(f"{error} {note}")
     except Exception:

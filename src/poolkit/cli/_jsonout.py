@@ -49,7 +49,8 @@ def json_lines(output: str | None, overwrite: bool) -> Iterator[Any]:
     if target.exists() and not overwrite:
         raise InputError(already_exists(target, fix="--overwrite"))
     if not target.parent.is_dir():
-        raise InputError(f"{target}: directory {str(target.parent)!r} does not exist.")
+        raise InputError(where=target, expected="an output in an existing directory",
+                         got=f"{str(target.parent)!r} does not exist")  # fmt: skip
     out = AtomicFile(target, "w")
     stream = out.file
     try:

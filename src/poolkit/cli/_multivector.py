@@ -21,7 +21,8 @@ __all__ = ["MultivectorPart", "check_multivector_args"]
 
 
 def _refuse(flag: str, recipe: str, fix: str) -> Any:
-    raise InputError(f"{flag}: not for the multi-vector recipe {recipe!r}; {fix}")
+    raise InputError(arg=flag, expected="unset with a multi-vector recipe",
+                     got=f"it is given with {recipe!r}", fix=fix)  # fmt: skip
 
 
 def check_multivector_args(args: argparse.Namespace, wanted: dict[str, Any] | None) -> bool:
@@ -31,14 +32,14 @@ def check_multivector_args(args: argparse.Namespace, wanted: dict[str, Any] | No
     multi = [r for r in recipes if r.level == "multivector"]
     if not multi:
         if args.token_offsets:
-            raise InputError("--token-offsets: for the token vectors of a multi-vector recipe "
-                             "(multivector:tokens); a dense or sparse row has one vector per "
-                             "text: drop it.")  # fmt: skip
+            raise InputError(arg="--token-offsets", expected="given with a multi-vector recipe "
+                             "(multivector:tokens)", got="a dense or sparse recipe, one vector "
+                             "per text", fix="Drop it.")  # fmt: skip
         return False
     name = str(multi[0])
     if len(recipes) > 1:
-        raise InputError(f"--recipe: a multi-vector recipe ({name}) is embedded alone, "
-                         f"but {len(recipes)} recipes were asked for; run one job each.")  # fmt: skip
+        raise InputError(arg="--recipe", expected=f"a multi-vector recipe ({name}) alone",
+                         got=f"{len(recipes)} recipes", fix="Run one job each.")  # fmt: skip
     dense_only = (
         ("--exclude-special", args.exclude_special, "the folder says which tokens count"),
         ("--pooled-only", args.pooled_only, "token vectors always go through the folder's "
@@ -68,8 +69,9 @@ def _check_token_offsets(args: argparse.Namespace, recipe: Any) -> None:
         _refuse("--token-offsets", str(recipe), "MUVERA writes one vector per text: drop "
                 "--token-offsets.")  # fmt: skip
     if getattr(args, "engine", None) == "ray":
-        raise InputError("--token-offsets: not on --engine ray yet (its shards hold the token "
-                         "vectors only); run without --engine ray.")  # fmt: skip
+        raise InputError(arg="--token-offsets", expected="unset on --engine ray (its shards "
+                         "hold the token vectors only)", got="it is given",
+                         fix="Run without --engine ray.")  # fmt: skip
     if str(args.output).lower().endswith(".npz"):
         _refuse("--token-offsets", str(recipe), "the .npz output has no place for them: write "
                 ".parquet or .jsonl.")  # fmt: skip
@@ -91,11 +93,9 @@ class MultivectorPart:
             self.prompt = side_prompt(self.late, args.prompt_name, args.prompt)
             check_width(encoder, recipe)
         except InputError as e:
-            from poolkit._errors import with_flags
+            from poolkit.cli._flags import MULTIVECTOR, flagged
 
-            raise InputError(with_flags(str(e), {"prompt_name": "--prompt-name",
-                                                 "prompt": "--prompt", "dims": "--recipe",
-                                                 "dim_proj": "--recipe"})) from None  # fmt: skip
+            raise flagged(e, MULTIVECTOR) from None
         self.normalize = recipe.resolved_normalize(self.late.normalize)
         self.max_length = side_length(self.late, self.side, encoder.max_length)
         self.ragged = recipe.kind == "multivector"
@@ -125,8 +125,9 @@ class MultivectorPart:
             return {name: np.stack(out)}, None, {}, stats
         empty = [first + i for i, v in enumerate(out) if not len(v)]
         if empty:
-            raise InputError(f"text {empty[0]}: keeps no token vector (blank, and the model "
-                             "adds no special token); remove it or give it text.")  # fmt: skip
+            raise InputError(where=f"text {empty[0]}", expected="a token vector kept",
+                             got="none (blank, and the model adds no special token)",
+                             fix="Remove it or give it text.")  # fmt: skip
         counts = [len(v) for v in out]
         ids = np.repeat(np.arange(first, first + len(texts), dtype=np.int64), counts)
         columns = {"offsets": np.concatenate(spans).astype(np.int64)} if self.offsets else {}

@@ -11,25 +11,19 @@ from poolkit.errors import InputError
 __all__ = ["intended_recipes", "recipes_from_args"]
 
 
-_FLAGS = {"recipe": "--recipe", "strategy": "--strategy", "layers": "--layers",
-          "layer_how": "--layers", "normalize": "--normalize", "dims": "--dims",
-          "precision": "--precision"}  # fmt: skip
-
-
 def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, bool]:
     """``--recipe`` or ``-s``/``--layers``/``--exclude-special``/``--normalize`` as
     recipes, validated once (see :func:`poolkit.embedding.resolve_recipes`); errors name flags."""
-    from poolkit.cli._common import flag_message
+    from poolkit.cli._flags import RECIPE, flagged
     from poolkit.embedding import resolve_recipes
 
     if args.recipe is not None and (
         args.strategy is not None or args.layers is not None or args.exclude_special
     ):
-        raise InputError(
-            "--recipe names the strategy, layers and special tokens itself: drop "
-            "-s/--strategy, --layers and --exclude-special (e.g. --recipe "
-            "mean_no_special@last4)."
-        )
+        raise InputError(arg="--recipe", expected="given alone (it names the strategy, layers "
+                         "and special tokens itself)", got="it is given with -s/--strategy, "
+                         "--layers or --exclude-special", fix="Drop those (e.g. --recipe "
+                         "mean_no_special@last4).")  # fmt: skip
     from poolkit.embedding import with_output_stage
     from poolkit.recipe import check_output_stage
 
@@ -44,7 +38,7 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
             wanted = with_output_stage(wanted, dims, precision)
         return wanted, as_dict
     except (TypeError, ValueError) as e:
-        raise InputError(flag_message(e, _FLAGS)) from None
+        raise flagged(e, RECIPE) from None
 
 
 def intended_recipes(
@@ -53,7 +47,7 @@ def intended_recipes(
     """``wanted``, or the model's intended pooling shaped by the shorthand flags."""
     if wanted is not None:
         return wanted
-    from poolkit.cli._common import flag_message
+    from poolkit.cli._flags import RECIPE, flagged
     from poolkit.embedding import with_output_stage
 
     pooling = encoder.info.pooling
@@ -64,4 +58,4 @@ def intended_recipes(
         return with_output_stage(intended, getattr(args, "dims", None),
                                  getattr(args, "precision", None))  # fmt: skip
     except (TypeError, ValueError) as e:
-        raise InputError(flag_message(e, _FLAGS)) from None
+        raise flagged(e, RECIPE) from None

@@ -55,15 +55,16 @@ def keep_list(args: argparse.Namespace) -> tuple[str, ...]:
         return ()
     names = tuple(n.strip() for n in args.keep_columns.split(",") if n.strip())
     if not names:
-        raise InputError("--keep-columns: expected field names joined with commas, e.g. "
-                         "--keep-columns title,url.")  # fmt: skip
+        raise InputError(arg="--keep-columns", expected="field names joined with commas, e.g. "
+                         "--keep-columns title,url", got=repr(args.keep_columns))  # fmt: skip
     if str(args.output).lower().endswith((".npy", ".npz")):
-        raise InputError("--keep-columns: a .npy or .npz output holds no other column; "
-                         "write .parquet or .jsonl.")  # fmt: skip
+        raise InputError(arg="--keep-columns", expected="given with a .parquet or .jsonl output",
+                         got=f"a .npy or .npz output ({args.output}), which holds no other "
+                         "column", fix="Write .parquet or .jsonl.")  # fmt: skip
     clash = [n for n in names if n in ("id", "chunk", "start", "end", "text")]
     if clash:
-        raise InputError(f"--keep-columns: {clash[0]!r} is a column poolkit writes itself; "
-                         "keep other fields.")  # fmt: skip
+        raise InputError(arg="--keep-columns", expected="fields other than the columns poolkit "
+                         "writes itself", got=repr(clash[0]), fix="Keep other fields.")  # fmt: skip
     return names
 
 
@@ -99,27 +100,31 @@ class UserIds:
         or None (row numbers); raises :class:`InputError` naming the row."""
         if part.ids is None:
             if self.column is not None:
-                raise InputError(f"{part.where[0]}: no {self.column!r} field, but the rows "
-                                 "before have one; give every row an id.")  # fmt: skip
+                raise InputError(where=part.where[0], expected=f"a {self.column!r} field, as the "
+                                 "rows before have", got="there is none",
+                                 fix="Give every row an id.")  # fmt: skip
             return None
         self.column = part.id_column
         for k, value in enumerate(part.ids):
             where = part.where[k]
             if value is None or (isinstance(value, str) and not value.strip()):
-                raise InputError(f"{where}: no id in {self.column!r}; give every row an id, "
-                                 "or name another field with --id-column.")  # fmt: skip
+                raise InputError(where=where, expected=f"an id in {self.column!r}", got="it is "
+                                 "empty", fix="Give every row an id, or name another field "
+                                 "with --id-column.")  # fmt: skip
             kind = int if isinstance(value, int | np.integer) else type(value)
             if isinstance(value, bool) or kind not in (int, str):
-                raise InputError(f"{where}: id {value!r} in {self.column!r} is "
-                                 f"{type(value).__name__}; ids are integers or text.")  # fmt: skip
+                raise InputError(where=where, expected=f"an integer or text id in {self.column!r}",
+                                 got=f"got {value!r} ({type(value).__name__})")  # fmt: skip
             if self.kind is None:
                 self.kind = kind
             elif kind is not self.kind:
-                raise InputError(f"{where}: id {value!r} is {kind.__name__}, but the ids before "
-                                 f"are {self.kind.__name__}; use one type in {self.column!r}.")  # fmt: skip
+                raise InputError(where=where, expected=f"a {self.kind.__name__} id, as the ids "
+                                 "before", got=f"got {value!r} ({kind.__name__})",
+                                 fix=f"Use one type in {self.column!r}.")  # fmt: skip
             if value in self._seen:
-                raise InputError(f"{where}: duplicate id {value!r} in {self.column!r} (also the "
-                                 f"id of text {self._seen[value]}); ids must be unique.")  # fmt: skip
+                raise InputError(where=where, expected=f"a unique id in {self.column!r}",
+                                 got=f"got {value!r}, also the id of text "
+                                 f"{self._seen[value]}")  # fmt: skip
             self._seen[value] = first + k
         return list(part.ids)
 

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from poolkit.cli._common import as_flags
+from poolkit._errors import markup
+from poolkit.cli._flags import flag_for
 from poolkit.io.integrity import IntegrityWarning
 
 __all__ = ["one_line_warnings"]
@@ -29,7 +30,7 @@ def one_line_warnings() -> Iterator[None]:
 
         def show(message: Any, category: type, *args: Any, **kwargs: Any) -> None:
             if issubclass(category, IntegrityWarning):
-                text = as_flags(str(message))
+                text = markup(" ".join(str(message).split()), flag_for)
                 print(f"poolkit: warning: {text}", file=sys.stderr)
             else:
                 default(message, category, *args, **kwargs)

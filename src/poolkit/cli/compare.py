@@ -13,7 +13,8 @@ from typing import Any
 from poolkit._errors import already_exists
 from poolkit._versions import installed_versions
 from poolkit.cli._backend_args import check_backend_args
-from poolkit.cli._common import add_common, flag_message, guess_note, report_error, require_extra
+from poolkit.cli._common import add_common, guess_note, report_error, require_extra
+from poolkit.cli._flags import COMPARE_BUDGET, COMPARE_CHUNKS, COMPARE_RECIPES, flagged
 from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
 from poolkit.errors import InputError
 
@@ -329,10 +330,7 @@ def _run(args: argparse.Namespace) -> int:
         for spec in layers or ():
             layer_spec(spec)
     except (TypeError, ValueError) as e:
-        raise _UsageError(
-            flag_message(e, {"recipe": "--recipes", "strategy": "--recipes",
-                             "strategies": "--recipes", "layers": "--layers"})
-        ) from None  # fmt: skip
+        raise flagged(e, COMPARE_RECIPES) from None
     settings = Settings(
         args.task, recipes, layers, args.folds, quiet=args.quiet,
         long_text=args.long_text, bootstrap=args.bootstrap, seed=args.seed,
@@ -364,9 +362,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         results = compare(encoder, data, settings, train, quantized)
     except BudgetError as e:
-        raise _UsageError(flag_message(e, {"dims": "--dims"})) from None
+        raise flagged(e, COMPARE_BUDGET) from None
     except ChunkError as e:
-        raise _UsageError(flag_message(e, {"chunk_tokens": "--chunk-tokens"})) from None
+        raise flagged(e, COMPARE_CHUNKS) from None
     seconds = time.perf_counter() - start
     model = encoder.info.reference
     boot = (

@@ -19,9 +19,6 @@ from poolkit.cli._common import add_input_format, progress_bar
 
 __all__ = ["add_parser", "run"]
 
-_FLAGS = {"vectors": "VECTORS", "texts": "TEXTS", "prompts": "--prompt", "tol": "--tol",
-          "model": "--model"}  # fmt: skip
-
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -123,7 +120,7 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poolkit.cli._common import flag_message
+    from poolkit.cli._flags import DIAGNOSE, flagged
     from poolkit.diagnosis import diagnose
     from poolkit.diagnosis.sources import (
         folder_vectors,
@@ -153,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             found = diagnose(texts, vectors, encoder, prompts=args.prompt, tol=args.tol,
                              progress=bar.update)  # fmt: skip
     except PoolkitError as e:
-        raise type(e)(flag_message(e, _FLAGS)) from None
+        raise flagged(e, DIAGNOSE) from None
     report = found.to_json()
     if args.output is not None:
         from poolkit.io.atomic import atomic_write

@@ -172,8 +172,9 @@ def _check_pipeline_and_prompt(args: argparse.Namespace, encoder: Any, recipes: 
         from poolkit.sparse.embed import mlm_head
 
         if getattr(args, "chunks", None):
-            raise InputError("--chunks: sparse recipes (splade) embed whole texts for now; "
-                             "drop --chunks, or use a dense recipe.")  # fmt: skip
+            raise InputError(arg="--chunks", expected="unset with a sparse recipe (splade embeds "
+                             "whole texts for now)", got=repr(args.chunks),
+                             fix="Drop --chunks, or use a dense recipe.")  # fmt: skip
         mlm_head(encoder, next(iter(recipes)))
         if args.output != "-":
             from poolkit.io.writers import check_output
@@ -190,15 +191,14 @@ def _kind(recipes: dict[str, Any]) -> str:
     try:
         return recipe_kind(recipes)
     except ValueError:
-        raise InputError(
-            "--recipe: dense and sparse recipes write different outputs; "
-            "embed them in separate runs."
-        ) from None
+        raise InputError(arg="--recipe", expected="all dense or all sparse recipes (they write "
+                         "different outputs)", got="both", fix="Embed them in separate "
+                         "runs.") from None  # fmt: skip
 
 
 def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
     """A recipe's /DIMS (or --dims) wider than its vectors: one line naming the flag."""
-    from poolkit._errors import with_flags
+    from poolkit.cli._flags import flagged
     from poolkit.embedding import check_output_stages, head_plan
 
     staged = {n: r for n, r in recipes.items() if r.has_output_stage}
@@ -209,7 +209,7 @@ def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -
         check_output_stages(encoder, staged, heads, None)
     except ValueError as e:
         flag = "--dims" if args.dims is not None else "--recipe"
-        raise InputError(with_flags(str(e), {"dims": flag})) from None
+        raise flagged(e, {"dims": flag}) from None
 
 
 def _kept(done: Any, noun: str) -> str:
@@ -220,12 +220,14 @@ def _kept(done: Any, noun: str) -> str:
 def _check_stdout(args: argparse.Namespace) -> None:
     """-o - (JSON Lines on stdout) keeps no file: refuse the flags that need one."""
     if args.engine == "ray":
-        raise InputError("-o -: --engine ray writes a folder of Parquet shards; name a folder.")
+        raise InputError(arg="-o", expected="a folder with --engine ray (it writes Parquet "
+                         "shards)", got="- (stdout)", fix="Name a folder.")  # fmt: skip
     if args.resume:
-        raise InputError("--resume needs an OUTPUT file: -o - streams to stdout and keeps no work "
-                         "directory to resume from.")  # fmt: skip
+        raise InputError(arg="-o", expected="an OUTPUT file with --resume", got="- (stdout), "
+                         "which keeps no work directory to resume from")  # fmt: skip
     if args.overwrite:
-        raise InputError("--overwrite replaces an OUTPUT file; -o - writes to stdout: drop it.")
+        raise InputError(arg="--overwrite", expected="given with an OUTPUT file",
+                         got="-o - (stdout)", fix="Drop it.")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -241,8 +243,9 @@ def run(args: argparse.Namespace) -> int:
     multivector = check_multivector_args(args, wanted)  # its dense-only flags refused
     kind = None if wanted is None else _kind(wanted)
     if multivector and args.keep_columns:
-        raise InputError("--keep-columns: a multi-vector output has one row per text's tokens "
-                         "and no other column; drop --keep-columns.")  # fmt: skip
+        raise InputError(arg="--keep-columns", expected="given with a single-vector recipe",
+                         got="a multi-vector output, one row per text's tokens and no other "
+                         "column", fix="Drop --keep-columns.")  # fmt: skip
     if (status := dispatch_engine(args, wanted)) is not None:  # --engine ray
         return status
     title = beir_input(args)  # a BEIR folder or corpus.jsonl: compare's documents
@@ -257,10 +260,9 @@ def run(args: argparse.Namespace) -> int:
 
     check_backend_args(args, output_ranges=wants_ranges(args, wanted))
     if args.input != "-" and Path(args.input).is_dir():
-        raise InputError(
-            f"{args.input}: is a folder; poolkit embed reads one file (or - for stdin). Add "
-            "--engine ray to embed every file of a folder (see docs/scaling.md)."
-        )
+        raise InputError(where=args.input, expected="one file (or - for stdin)", got="got a folder",
+                         fix="Add --engine ray to embed every file of a folder (see "
+                         "docs/scaling.md).")  # fmt: skip
     output = Path(args.output)
     if not to_stdout:
         check_output(output, list(wanted) if wanted else ["intended"], True, kind)
@@ -423,8 +425,8 @@ def run(args: argparse.Namespace) -> int:
             stamp.check()
         if len(blank) == tally.texts:
             tally.nothing = True  # the parts hold nothing worth resuming
-            raise InputError(f"{args.input}: all {tally.texts} texts are blank (empty or "
-                             "whitespace only); nothing to embed.")  # fmt: skip
+            raise InputError(where=args.input, expected="a text to embed", got=f"all "
+                             f"{tally.texts} texts are blank (empty or whitespace only)")  # fmt: skip
         # Opens the output at its first stored rows if no part was computed: metadata() then
         # gives the summary its widths (a job all resumed).
         checkpoint.publish(tally.parts, overwrite=args.overwrite)

@@ -11,19 +11,6 @@ from poolkit.cli._common import add_model_or_positional, model_given
 
 __all__ = ["add_parser", "run"]
 
-# Library argument names -> the flags that set them, for one-line errors (`model`: the
-# spelling the user typed, see run).
-_FLAGS = {
-    "recipe": "--recipe",
-    "from_compare": "--from-compare",
-    "out_dir": "-o",
-    "format": "--format",
-    "quantize": "--quantize",
-    "overwrite": "--overwrite",
-    "model": "MODEL",
-    "calibration": "--calibrate FILE (or --ranges FILE)",
-}
-
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -88,13 +75,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from poolkit._errors import with_flags
+    from poolkit.cli._flags import EXPORT, flagged
     from poolkit.deploy import RECORD, export
     from poolkit.errors import PoolkitError
 
     model = model_given(args)
     # A library message about `model` names the spelling given: MODEL as before, unless --model.
-    flags = {**_FLAGS, "model": "--model"} if args.model is not None else _FLAGS
+    flags = {**EXPORT, "model": "--model"} if args.model is not None else EXPORT
     try:
         calibration = _calibration(args)
         out = export(
@@ -108,9 +95,7 @@ def run(args: argparse.Namespace) -> int:
             calibration=calibration,
         )
     except PoolkitError as e:
-        # Library messages name arguments; the command line names flags.
-        message = with_flags(str(e), flags)  # `overwrite=True` & co: report_error
-        raise type(e)(message) from None
+        raise flagged(e, flags) from None  # library messages name arguments
     if not args.quiet:
         record = json.loads((out / RECORD).read_text(encoding="utf-8"))
         check = record.get("agreement", {}).get("summary")
@@ -131,16 +116,19 @@ def _calibration(args: argparse.Namespace) -> Any:
     from poolkit.recipe import Recipe
 
     if args.ranges is not None and args.calibrate is not None:
-        raise InputError("--ranges and --calibrate both give int8 ranges: keep one.")
+        raise InputError(arg="--ranges", expected="unset with --calibrate (both give int8 ranges)",
+                         got=args.ranges, fix="Keep one.")  # fmt: skip
     if args.text_column is not None and args.calibrate is None:
-        raise InputError("--text-column: only with --calibrate FILE; drop --text-column.")
+        raise InputError(arg="--text-column", expected="given only with --calibrate FILE",
+                         got=repr(args.text_column), fix="Drop --text-column.")  # fmt: skip
     if args.ranges is not None:
         # Without --recipe (--from-compare's top row): the file's one set of ranges.
         return ranges_from_file(args.ranges, args.recipe or "", Recipe.parse(args.recipe or "mean"))
     if args.calibrate is not None:
         texts = [t for part in calibrate_file_texts(args) for t in part]
         if not texts:
-            raise InputError(f"--calibrate {args.calibrate}: no non-blank text to take ranges "
-                             "from; name a file with some of your texts.")  # fmt: skip
+            raise InputError(arg="--calibrate", expected="a file with a non-blank text to take "
+                             "ranges from", got=args.calibrate,
+                             fix="Name a file with some of your texts.")  # fmt: skip
         return texts
     return None

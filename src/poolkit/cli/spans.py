@@ -66,16 +66,13 @@ def _records(args: argparse.Namespace) -> Iterator[tuple[str, list[tuple[int, in
     for where, obj in records:
         number = where.rsplit(":", 1)[1]
         if not isinstance(obj.get("text"), str) or not isinstance(obj.get("spans"), list):
-            raise InputError(
-                f'{args.input}: line {number}: expected {{"text": str, "spans": [[start, '
-                "end], ...]}."
-            )
+            raise InputError(where=f"{args.input}: line {number}", expected='{"text": str, '
+                             '"spans": [[start, end], ...]}', got="got other fields")  # fmt: skip
         try:
             spans = [(int(a), int(b)) for a, b in obj["spans"]]
         except (TypeError, ValueError):
-            raise InputError(
-                f"{args.input}: line {number}: spans must be [start, end] integer pairs."
-            ) from None
+            raise InputError(where=f"{args.input}: line {number}", expected="spans as [start, end] "
+                             "integer pairs", got=f"got {obj['spans']!r:.60}") from None  # fmt: skip
         yield obj["text"], spans
 
 
@@ -85,17 +82,20 @@ def _recipe(args: argparse.Namespace) -> Any:
     from poolkit.recipe import Recipe
 
     if args.recipe is not None and args.strategy is not None:
-        raise InputError("--recipe names the strategy itself: drop -s/--strategy "
-                         f"(e.g. --recipe span:{args.strategy}).")  # fmt: skip
+        raise InputError(arg="-s/--strategy", expected="unset with --recipe (it names the "
+                         "strategy itself)", got=repr(args.strategy),
+                         fix=f"Drop it (e.g. --recipe span:{args.strategy}).")  # fmt: skip
     name = args.recipe if args.recipe is not None else f"span:{args.strategy or 'endpoints'}"
     flag = "--recipe" if args.recipe is not None else "--strategy"
     try:
         recipe = Recipe.parse(name, level="span")
     except ValueError as e:
-        raise InputError(f"{flag}: {e}") from None
+        from poolkit.cli._flags import flagged
+
+        raise flagged(e, {"recipe": flag}) from None
     if recipe.level != "span":
-        raise InputError(f"{flag}: {name!r} is a {recipe.level}-level recipe; poolkit spans "
-                         "takes a span-level one, e.g. span:endpoints or span:mean@last4.")  # fmt: skip
+        raise InputError(arg=flag, expected="a span-level recipe, e.g. span:endpoints or "
+                         "span:mean@last4", got=f"{name!r}, a {recipe.level}-level one")  # fmt: skip
     return recipe
 
 
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     recipe = _recipe(args)
     records = list(_records(args))
     if not records:
-        raise InputError(f"{args.input}: no texts found (the input is empty).")
+        raise InputError(where=args.input, expected="texts", got="the input is empty")
     texts = [t for t, _ in records]
     char_spans = [s for _, s in records]
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,

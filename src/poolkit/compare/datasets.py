@@ -131,7 +131,7 @@ def read_task(task: str, path: str | Path, columns: Columns | None = None) -> Ta
     columns = columns or Columns()
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such file.")
+        raise DataError(where=path, expected="a data file", got="there is no such file")
     suffix = path.suffix.lower()
     if task == "ner":
         return _read_conll(path)
@@ -185,12 +185,11 @@ def _read_stsb(path: Path) -> PairData:
         if not "".join(fields).strip():
             continue
         if len(fields) < 7:
-            raise DataError(
-                f"{where}: expected 7 tab-separated STS-B fields (genre, file, year, id, "
-                f"score, sentence1, sentence2), but got {len(fields)}."
-            )
+            raise DataError(where=where, expected="7 tab-separated STS-B fields (genre, file, year, "
+                            "id, score, sentence1, sentence2)", got=f"got {len(fields)}")  # fmt: skip
         if not _is_float(fields[4]):
-            raise DataError(f"{where}: expected a numeric score in field 5, got {fields[4]!r}.")
+            raise DataError(where=where, expected="a numeric score in field 5",
+                            got=f"got {fields[4]!r}")  # fmt: skip
         s1.append(_nonempty(fields[5], where, "sentence1"))
         s2.append(_nonempty(fields[6], where, "sentence2"))
         scores.append(float(fields[4]))
@@ -207,10 +206,9 @@ def _read_sst2(path: Path) -> TextData:
         label, _, text = line.strip().partition(" ")
         where = f"{path}:{number}"
         if not text.strip():
-            raise DataError(
-                f"{where}: expected `LABEL sentence` (SST-2 format) or a table with "
-                f"columns; got {line[:60]!r}. Use a .jsonl/.csv/.tsv/.parquet file for tables."
-            )
+            raise DataError(where=where, expected="`LABEL sentence` (SST-2 format) or a table with "
+                            "columns", got=f"got {line[:60]!r}",
+                            fix="Use a .jsonl/.csv/.tsv/.parquet file for tables.")  # fmt: skip
         texts.append(text.strip())
         labels.append(label)
         rows.append(where)
@@ -232,7 +230,9 @@ def _read_conll(path: Path) -> TaggedData:
         fields = line.split("\t") if "\t" in line else line.split()
         where = f"{path}:{number}"
         if len(fields) < 2 or not fields[0]:
-            raise DataError(f"{where}: expected `token<TAB>tag` (CoNLL), but got {line[:60]!r}.")
+            raise DataError(
+                where=where, expected="`token<TAB>tag` (CoNLL)", got=f"got {line[:60]!r}"
+            )
         tag = fields[-1].strip()
         _check_tag(tag, where)
         cur_w.append(fields[0])
@@ -241,7 +241,9 @@ def _read_conll(path: Path) -> TaggedData:
         words.append(cur_w)
         tags.append(cur_t)
     if not words:
-        raise DataError(f"{path}: no sentences found (expected CoNLL `token<TAB>tag` lines).")
+        raise DataError(
+            where=path, expected="CoNLL `token<TAB>tag` lines", got="no sentence was found"
+        )
     return TaggedData(words, tags, str(path))
 
 
@@ -250,7 +252,9 @@ _TAG = re.compile(r"^(O|[BI]-\S+)$")
 
 def _check_tag(tag: str, where: str) -> None:
     if not _TAG.match(tag):
-        raise DataError(f"{where}: expected a BIO/IOB tag (O, B-TYPE, I-TYPE), but got {tag!r}.")
+        raise DataError(
+            where=where, expected="a BIO/IOB tag (O, B-TYPE, I-TYPE)", got=f"got {tag!r}"
+        )
 
 
 _SEMEVAL = re.compile(r'^\s*\S+\t"(.*)"\s*$')
@@ -268,7 +272,8 @@ def _read_semeval(path: Path) -> SpanPairData:
         if pending is not None:
             label = line.strip()
             if not label:
-                raise DataError(f"{where}: expected the relation label after line {number - 1}.")
+                raise DataError(where=where, expected=f"the relation label after line {number - 1}",
+                                got="the line is empty")  # fmt: skip
             texts.append(pending[0])
             spans.append(pending[1])
             labels.append(label)
@@ -279,14 +284,14 @@ def _read_semeval(path: Path) -> SpanPairData:
             continue
         match = _SEMEVAL.match(line)
         if not match:
-            raise DataError(
-                f'{where}: expected `ID<TAB>"sentence with <e1>..</e1> and <e2>..</e2>"` '
-                f"(SemEval-2010 Task 8) or a .jsonl file; got {line[:60]!r}."
-            )
+            raise DataError(where=where, expected='`ID<TAB>"sentence with <e1>..</e1> and '
+                            '<e2>..</e2>"` (SemEval-2010 Task 8) or a .jsonl file',
+                            got=f"got {line[:60]!r}")  # fmt: skip
         text, pair = strip_markers(match.group(1), where)
         pending = (text, pair, where)
     if pending is not None:
-        raise DataError(f"{pending[2]}: the sentence has no relation label line after it.")
+        raise DataError(where=pending[2], expected="a relation label line after the sentence",
+                        got="the file ends")  # fmt: skip
     return _finish_spans(path, texts, spans, labels, rows)
 
 
@@ -306,16 +311,15 @@ def strip_markers(marked: str, where: str = "text") -> tuple[str, list[list[int]
         length += m.start() - pos
         pos = m.end()
         if m.group() in found:
-            raise DataError(f"{where}: marker {m.group()} occurs twice.")
+            raise DataError(where=where, expected=f"marker {m.group()} once", got="it occurs twice")
         found[m.group()] = length
     pieces.append(marked[pos:])
     out: list[list[int]] = []
     for k in ("1", "2"):
         start, end = found.get(f"<e{k}>"), found.get(f"</e{k}>")
         if start is None or end is None or end <= start:
-            raise DataError(
-                f"{where}: expected one non-empty <e{k}>..</e{k}> entity in the sentence."
-            )
+            raise DataError(where=where, expected=f"one non-empty <e{k}>..</e{k}> entity in the "
+                            "sentence", got="it is missing or empty")  # fmt: skip
         out.append([start, end])
     return "".join(pieces), out
 
@@ -333,33 +337,30 @@ def _require(path: Path, names: list[str], wanted: dict[str, str]) -> None:
     for option, name in wanted.items():
         if name not in names:
             have = ", ".join(names) if names else "none"
-            raise DataError(
-                f"{path}: missing column {name!r} (columns: {have}); "
-                f"pass `{option}_column` to use another."
-            )
+            raise DataError(where=path, arg=f"{option}_column", expected="a column of the file",
+                            got=repr(name), fix=f"Its columns: {have}.")  # fmt: skip
 
 
 def _field(rec: dict, name: str, where: str) -> object:
     value = rec.get(name)
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise DataError(f"{where}: empty {name!r}.")
+        raise DataError(where=where, expected=f"a value in {name!r}", got="it is empty")
     return value
 
 
 def _nonempty(text: object, where: str, name: str) -> str:
     if not isinstance(text, str):
-        raise DataError(f"{where}: expected text in {name!r}, but got {type(text).__name__}.")
+        raise DataError(where=where, expected=f"text in {name!r}", got=f"got {type(text).__name__}")
     if not text.strip():
-        raise DataError(f"{where}: empty {name!r}.")
+        raise DataError(where=where, expected=f"a value in {name!r}", got="it is empty")
     return text
 
 
 def _pairs_from_table(path: Path, c: Columns) -> PairData:
     if path.suffix.lower() not in TABLE_SUFFIXES:
-        raise DataError(
-            f"{path}: not an STS-B tsv file; for other formats use .jsonl/.csv/.tsv/.parquet "
-            f"with columns {c.sentence1}, {c.sentence2}, {c.score}."
-        )
+        raise DataError(where=path, expected="an STS-B tsv file, or a .jsonl/.csv/.tsv/.parquet "
+                        f"table with columns {c.sentence1}, {c.sentence2}, {c.score}",
+                        got="it is neither")  # fmt: skip
     names, records = _read_table(path)
     _require(path, names, {"sentence1": c.sentence1, "sentence2": c.sentence2, "score": c.score})
     s1, s2, scores = [], [], []
@@ -368,7 +369,7 @@ def _pairs_from_table(path: Path, c: Columns) -> PairData:
         s2.append(_nonempty(_field(rec, c.sentence2, where), where, c.sentence2))
         score = _field(rec, c.score, where)
         if isinstance(score, bool) or not _is_float(str(score)):
-            raise DataError(f"{where}: expected a numeric {c.score!r}, but got {score!r}.")
+            raise DataError(where=where, expected=f"a numeric {c.score!r}", got=f"got {score!r}")
         scores.append(float(score))
     return _finish_pairs(path, s1, s2, scores)
 
@@ -395,7 +396,8 @@ def _spans_from_table(path: Path, c: Columns) -> SpanPairData:
             try:
                 raw = json.loads(raw)
             except json.JSONDecodeError:
-                raise DataError(f"{where}: {c.spans!r} is not JSON: {raw!r}.") from None
+                raise DataError(where=where, expected=f"JSON in {c.spans!r}",
+                                got=f"got {raw!r}") from None  # fmt: skip
         spans.append(_span_pair(raw, c.spans, where))
         labels.append(str(_field(rec, c.label, where)))
         rows.append(where)
@@ -414,10 +416,8 @@ def _span_pair(raw: object, name: str, where: str) -> list[list[int]]:
         )
     )
     if not ok:
-        raise DataError(
-            f"{where}: expected {name!r} to be two [start, end] character offsets, "
-            f"like [[0, 4], [15, 21]], but got {raw!r}."
-        )
+        raise DataError(where=where, expected=f"{name!r} to be two [start, end] character "
+                        "offsets, like [[0, 4], [15, 21]]", got=f"got {raw!r}")  # fmt: skip
     return [list(s) for s in raw]  # type: ignore[union-attr]
 
 
@@ -426,13 +426,13 @@ def _span_pair(raw: object, name: str, where: str) -> list[list[int]]:
 
 def _finish_pairs(path: Path, s1: list[str], s2: list[str], scores: list[float]) -> PairData:
     if not s1:
-        raise DataError(f"{path}: no sentence pairs found.")
+        raise DataError(where=path, expected="sentence pairs", got="none was found")
     return PairData(s1, s2, np.asarray(scores, dtype=np.float64), str(path))
 
 
 def _finish_texts(path: Path, texts: list[str], labels: list[str], rows: list[str]) -> TextData:
     if not texts:
-        raise DataError(f"{path}: no examples found.")
+        raise DataError(where=path, expected="examples", got="none was found")
     return TextData(texts, labels, str(path), rows)
 
 
@@ -444,14 +444,14 @@ def _finish_spans(
     rows: list[str],
 ) -> SpanPairData:
     if not texts:
-        raise DataError(f"{path}: no examples found.")
+        raise DataError(where=path, expected="examples", got="none was found")
     for text, pair, where in zip(texts, spans, rows, strict=True):
         for k, (start, end) in enumerate(pair, 1):
             if not 0 <= start < end <= len(text):
-                raise DataError(
-                    f"{where}: span {k} [{start}, {end}) is outside the text of length "
-                    f"{len(text)}; spans are half-open character offsets [start, end)."
-                )
+                raise DataError(where=where, expected=f"span {k} [{start}, {end}) inside the text "
+                                f"of length {len(text)}", got="it is outside",
+                                fix="Spans are half-open character offsets [start, end).")  # fmt: skip
             if not text[start:end].strip():
-                raise DataError(f"{where}: span {k} [{start}, {end}) covers only whitespace.")
+                raise DataError(where=where, expected=f"span {k} [{start}, {end}) to cover text",
+                                got="it covers only whitespace")  # fmt: skip
     return SpanPairData(texts, np.asarray(spans, dtype=np.int64), labels, str(path), rows)

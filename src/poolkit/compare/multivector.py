@@ -38,19 +38,21 @@ def check_candidates(
         if c.level != "multivector":
             continue
         if prompt_name not in (None, "query"):
-            raise InputError(f"--prompt-name: {prompt_name!r} with the multi-vector recipe {c}: "
-                             "its queries take the query side, which poolkit embed gives to "
-                             "--prompt-name query only; drop it (the folder's query prompt "
-                             "applies).")  # fmt: skip
+            raise InputError(arg="--prompt-name", expected=f"query with the multi-vector recipe "
+                             f"{c} (its queries take the query side, which poolkit embed gives "
+                             "to --prompt-name query only)", got=repr(prompt_name),
+                             fix="Drop it (the folder's query prompt applies).")  # fmt: skip
         if document_prompt_name == "query":
-            raise InputError(f"--document-prompt-name: 'query' with the multi-vector recipe "
-                             f"{c}: its documents take the document side; drop it.")  # fmt: skip
+            raise InputError(arg="--document-prompt-name", expected="not 'query' with the "
+                             f"multi-vector recipe {c} (its documents take the document side)",
+                             got="'query'", fix="Drop it.")  # fmt: skip
         if task != "retrieval":
-            raise InputError(f"--recipes: {c} is a multi-vector recipe, scored by MaxSim: "
-                             "use it with --task retrieval.")  # fmt: skip
+            raise InputError(arg="--recipes", expected=f"recipes for --task {task}",
+                             got=f"{c}, a multi-vector recipe scored by MaxSim",
+                             fix="Use it with --task retrieval.")  # fmt: skip
         if c.precision in ("binary", "ubinary"):
-            raise InputError(f"--recipes: {c}: MaxSim over packed bits is not offered; use "
-                             "float16 or float32 tokens.")  # fmt: skip
+            raise InputError(arg="--recipes", expected="float16 or float32 tokens for MaxSim",
+                             got=f"{c} (packed bits)")  # fmt: skip
 
 
 def _slice(r: Ragged, a: int, b: int) -> Ragged:

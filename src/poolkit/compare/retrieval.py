@@ -82,15 +82,19 @@ def read_retrieval(
     if path.is_dir():
         return _read_beir(path, split, text_column)
     if not path.is_file():
-        raise DataError(f"{path}: no such file or folder.")
+        raise DataError(
+            where=path, expected="a file or folder", got="there is no such file or folder"
+        )
     if split is not None:
-        raise DataError(f"`split`={split}: only for a BEIR folder, but {path} is a file.")
+        raise DataError(arg="split", expected="given only for a BEIR folder", got=repr(split),
+                        fix=f"{path} is a file: drop it.")  # fmt: skip
     return _read_pairs(path, query_column, document_column)
 
 
 def _jsonl_records(path: Path) -> list[tuple[str, dict]]:
     if not path.is_file():
-        raise DataError(f"{path}: missing (a BEIR folder has corpus.jsonl, queries.jsonl, qrels/).")
+        raise DataError(where=path, expected="a BEIR folder's file (corpus.jsonl, queries.jsonl, "
+                        "qrels/)", got="it is missing")  # fmt: skip
     return read_records(path, "jsonl")[1]
 
 
@@ -99,7 +103,7 @@ def _text(rec: dict, name: str, where: str, required: bool = True) -> str:
     if value is None and not required:
         return ""
     if not isinstance(value, str):
-        raise DataError(f"{where}: expected text in {name!r}, but got {value!r}.")
+        raise DataError(where=where, expected=f"text in {name!r}", got=f"got {value!r}")
     return value
 
 
@@ -109,10 +113,11 @@ def _ids(path: Path, records: list[tuple[str, dict]]) -> dict[str, int]:
     for where, rec in records:
         raw = rec.get("_id")
         if isinstance(raw, bool) or not isinstance(raw, str | int) or str(raw) == "":
-            raise DataError(f"{where}: expected an `_id` (string), but got {raw!r}.")
+            raise DataError(where=where, expected="an _id (string)", got=f"got {raw!r}")
         key = str(raw)
         if key in first:
-            raise DataError(f"{where}: duplicate _id {key!r} (first at {first[key]}).")
+            raise DataError(where=where, expected=f"_id {key!r} once",
+                            got=f"it was first at {first[key]}")  # fmt: skip
         first[key] = where
         out[key] = len(out)
     return out
@@ -121,7 +126,9 @@ def _ids(path: Path, records: list[tuple[str, dict]]) -> dict[str, int]:
 def _read_beir(folder: Path, split: str | None, text_column: str = "text") -> RetrievalData:
     corpus = _jsonl_records(folder / "corpus.jsonl")
     if not corpus:
-        raise DataError(f"{folder / 'corpus.jsonl'}: empty corpus (no documents).")
+        raise DataError(
+            where=folder / "corpus.jsonl", expected="documents", got="the corpus is empty"
+        )
     doc_index = _ids(folder / "corpus.jsonl", corpus)
     documents = []
     for where, rec in corpus:
@@ -131,7 +138,9 @@ def _read_beir(folder: Path, split: str | None, text_column: str = "text") -> Re
         else:
             joined = text.strip()
         if not joined:
-            raise DataError(f"{where}: empty document (no title and no text).")
+            raise DataError(
+                where=where, expected="a document with a title or text", got="it is empty"
+            )
         documents.append(joined)
     query_records = _jsonl_records(folder / "queries.jsonl")
     query_index = _ids(folder / "queries.jsonl", query_records)
@@ -139,7 +148,7 @@ def _read_beir(folder: Path, split: str | None, text_column: str = "text") -> Re
     for where, rec in query_records:
         text = _text(rec, text_column, where)
         if not text.strip():
-            raise DataError(f"{where}: empty query text.")
+            raise DataError(where=where, expected="a query text", got="it is empty")
         query_texts.append(text)
     qrels_path = _qrels_file(folder, split)
     judged: dict[tuple[int, int], str] = {}
@@ -151,38 +160,35 @@ def _read_beir(folder: Path, split: str | None, text_column: str = "text") -> Re
         if not any(fields) or (k == 0 and fields[0].lower() in ("query-id", "query_id", "qid")):
             continue  # a blank line, or the header
         if len(fields) != 3:
-            raise DataError(
-                f"{where}: expected 3 tab-separated fields ({', '.join(_QRELS_COLUMNS)}), "
-                f"but got {len(fields)}."
-            )
+            raise DataError(where=where, expected="3 tab-separated fields "
+                            f"({', '.join(_QRELS_COLUMNS)})", got=f"got {len(fields)}")  # fmt: skip
         qid, did, score = fields
         if qid not in query_index:
-            raise DataError(f"{where}: query-id {qid!r} is not in queries.jsonl.")
+            raise DataError(where=where, expected="a query-id of queries.jsonl", got=f"got {qid!r}")
         if did not in doc_index:
-            raise DataError(f"{where}: corpus-id {did!r} is not in corpus.jsonl.")
+            raise DataError(where=where, expected="a corpus-id of corpus.jsonl", got=f"got {did!r}")
         try:
             rel = int(score)
         except ValueError:
-            raise DataError(f"{where}: expected an integer score, but got {score!r}.") from None
+            raise DataError(where=where, expected="an integer score",
+                            got=f"got {score!r}") from None  # fmt: skip
         key = (query_index[qid], doc_index[did])
         if key in judged:
-            raise DataError(
-                f"{where}: duplicate judgement of ({qid}, {did}) (first at {judged[key]})."
-            )
+            raise DataError(where=where, expected=f"one judgement of ({qid}, {did})",
+                            got=f"it was first at {judged[key]}")  # fmt: skip
         judged[key] = where
         first_line.setdefault(key[0], where)
         rows.append((*key, rel))
     if not rows:
-        raise DataError(f"{qrels_path}: no judgements found.")
+        raise DataError(where=qrels_path, expected="judgements", got="none was found")
     qrels = np.asarray(rows, dtype=np.int64)
     used = np.unique(qrels[:, 0])
     positive = set(qrels[qrels[:, 2] > 0, 0].tolist())
     for q in used.tolist():
         if q not in positive:
-            raise DataError(
-                f"{first_line[q]}: query {query_records[q][1]['_id']!r} has no relevant "
-                f"document (every score <= 0); drop its lines."
-            )
+            raise DataError(where=first_line[q], expected=f"query "
+                            f"{query_records[q][1]['_id']!r} to have a relevant document",
+                            got="every score is <= 0", fix="Drop its lines.")  # fmt: skip
     # Keep the judged queries only, renumbered in queries.jsonl order.
     renumber = np.full(len(query_texts), -1, dtype=np.int64)
     renumber[used] = np.arange(len(used))
@@ -200,41 +206,34 @@ def _qrels_file(folder: Path, split: str | None) -> Path:
     have = sorted(p.stem for p in qdir.glob("*.tsv")) if qdir.is_dir() else []
     if split is not None:
         if split not in have:
-            raise DataError(
-                f"`split`={split}: {qdir / (split + '.tsv')} does not exist "
-                f"(splits: {', '.join(have) or 'none'})."
-            )
+            raise DataError(arg="split", expected=f"a split of {qdir}", got=repr(split),
+                            fix=f"Its splits: {', '.join(have) or 'none'}.")  # fmt: skip
         return qdir / f"{split}.tsv"
     if "test" in have:
         return qdir / "test.tsv"
     if len(have) == 1:
         return qdir / f"{have[0]}.tsv"
-    raise DataError(
-        f"{qdir}: expected qrels/test.tsv or a single qrels file, found "
-        f"{', '.join(have) or 'none'}; choose one with `split`."
-    )
+    raise DataError(where=qdir, expected="qrels/test.tsv or a single qrels file",
+                    got=f"found {', '.join(have) or 'none'}",
+                    fix="Choose one with `split`.")  # fmt: skip
 
 
 def _read_pairs(path: Path, query_column: str, document_column: str) -> RetrievalData:
     suffix = path.suffix.lower()
     if suffix not in (".jsonl", ".csv", ".tsv", ".parquet"):
-        raise DataError(
-            f"{path}: expected a BEIR folder or a .jsonl/.csv/.tsv/.parquet table with "
-            f"columns {query_column}, {document_column}."
-        )
+        raise DataError(where=path, expected="a BEIR folder or a .jsonl/.csv/.tsv/.parquet "
+                        f"table with columns {query_column}, {document_column}",
+                        got=f"a {suffix or 'suffix-less'} file")  # fmt: skip
     names, records = read_records(path)
     for option, name in (("query", query_column), ("document", document_column)):
         if name not in names:
             if path.name in _BEIR_FILES or "_id" in names:  # a file of a BEIR folder
-                raise DataError(
-                    f"{path}: a file of a BEIR folder, which retrieval reads whole: pass the "
-                    f"folder ({path.parent}) holding corpus.jsonl, queries.jsonl and "
-                    "qrels/SPLIT.tsv; a single file is a table of (query, document) rows."
-                )
-            raise DataError(
-                f"{path}: missing column {name!r} (columns: {', '.join(names) or 'none'}); "
-                f"pass `{option}_column` to use another."
-            )
+                raise DataError(where=path, expected="a BEIR folder (read whole) or a table of "
+                                "(query, document) rows", got="a file of a BEIR folder",
+                                fix=f"Pass the folder ({path.parent}) holding corpus.jsonl, "
+                                "queries.jsonl and qrels/SPLIT.tsv.")  # fmt: skip
+            raise DataError(where=path, arg=f"{option}_column", expected="a column of the file",
+                            got=repr(name), fix=f"Its columns: {', '.join(names) or 'none'}.")  # fmt: skip
     queries: dict[str, int] = {}
     docs: dict[str, int] = {}
     seen: dict[tuple[int, int], str] = {}
@@ -244,14 +243,15 @@ def _read_pairs(path: Path, query_column: str, document_column: str) -> Retrieva
         d = _text(rec, document_column, where)
         for name, value in ((query_column, q), (document_column, d)):
             if not value.strip():
-                raise DataError(f"{where}: empty {name!r}.")
+                raise DataError(where=where, expected=f"a value in {name!r}", got="it is empty")
         key = (queries.setdefault(q, len(queries)), docs.setdefault(d, len(docs)))
         if key in seen:
-            raise DataError(f"{where}: duplicate (query, document) row (first at {seen[key]}).")
+            raise DataError(where=where, expected="each (query, document) row once",
+                            got=f"it was first at {seen[key]}")  # fmt: skip
         seen[key] = where
         rows.append((*key, 1))
     if not rows:
-        raise DataError(f"{path}: no (query, document) rows found.")
+        raise DataError(where=path, expected="(query, document) rows", got="none was found")
     qrels = np.asarray(rows, dtype=np.int64)
     qrels = qrels[np.lexsort((qrels[:, 1], qrels[:, 0]))]
     return RetrievalData(

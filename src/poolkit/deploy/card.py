@@ -10,22 +10,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import expected, value_error
+from poolkit._errors import value_error
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
 __all__ = ["choice_text", "model_card", "read_compare"]
 
 
-def _bad(path: Path, what: str) -> InputError:
-    return InputError(
-        expected(
-            "from_compare",
-            "a `poolkit compare --json` file",
-            f"{str(path)!r}, which {what}",
-            "Write one with: poolkit compare ... --json results.json",
-        )
-    )
+def _bad(path: Path, *, which: str) -> InputError:
+    """``from_compare`` refused: the file at ``path`` ``which`` ("does not exist")."""
+    return InputError(arg="from_compare", expected="a `poolkit compare --json` file",
+                      got=f"{str(path)!r}, which {which}",
+                      fix="Write one with: poolkit compare ... --json results.json")  # fmt: skip
 
 
 def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]]:
@@ -40,12 +36,12 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise _bad(path, "does not exist") from None
+        raise _bad(path, which="does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _bad(path, f"cannot be read as JSON ({type(e).__name__})") from None
+        raise _bad(path, which=f"cannot be read as JSON ({type(e).__name__})") from None
     rows = doc.get("results") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
-        raise _bad(path, "has no rows under `results`")
+        raise _bad(path, which="has no rows under `results`")
     # A document row (window, naive or late chunks) is a way to cut a corpus, and a BM25
     # row needs no model, so no model folder carries either: the top row a folder can hold
     # is the choice.
@@ -56,7 +52,7 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
         recipe = Recipe.parse(top["recipe"])
     except (KeyError, TypeError, ValueError):
         raise _bad(
-            path, f"has a top row without a valid `recipe` ({top.get('recipe')!r})"
+            path, which=f"has a top row without a valid `recipe` ({top.get('recipe')!r})"
         ) from None
     compared = doc.get("model")
     try:

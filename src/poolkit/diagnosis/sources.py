@@ -56,7 +56,7 @@ def _numpy(p: Path) -> np.ndarray:
     try:
         data = np.load(p, allow_pickle=False)
     except (ValueError, OSError) as e:
-        raise InputError(f"{_where(p)}: not a NumPy file ({e}).") from None
+        raise InputError(where=_where(p), expected="a NumPy file", got=f"it is not ({e})") from None
     if isinstance(data, np.lib.npyio.NpzFile):
         with data:
             names = list(data.files)
@@ -73,13 +73,16 @@ def _parquet(p: Path, column: str | None) -> np.ndarray:
     try:
         schema = pq.read_schema(p)
     except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{_where(p)}: not a Parquet file ({e}).") from None
+        raise InputError(
+            where=_where(p), expected="a Parquet file", got=f"it is not ({e})"
+        ) from None
     lists = [f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_fixed_size_list(
         f.type) or pa.types.is_large_list(f.type)]  # fmt: skip
     name = _pick(lists, column, p)
     col = pq.read_table(p, columns=[name]).column(name).combine_chunks()
     if col.null_count:
-        raise InputError(f"{_where(p)}: column {name!r} has empty rows.")
+        raise InputError(where=_where(p), expected=f"a vector in every row of column {name!r}",
+                         got="some rows are empty")  # fmt: skip
     values = col.flatten().to_numpy(zero_copy_only=False)
     return _rows(values, len(col), p)
 
@@ -98,7 +101,8 @@ def _pick(names: list[str], column: str | None, p: Path) -> str:
 
 def _rows(flat: np.ndarray, n: int, p: Path) -> np.ndarray:
     if n == 0 or flat.size % n:
-        raise InputError(f"{_where(p)}: vectors of different widths (or none).")
+        raise InputError(where=_where(p), expected="vectors of one width",
+                         got="different widths (or none)")  # fmt: skip
     return flat.reshape(n, flat.size // n)
 
 
@@ -120,14 +124,15 @@ def _json(p: Path, column: str | None, lines: bool) -> np.ndarray:
     try:
         return np.asarray(rows, dtype=np.float64)
     except (TypeError, ValueError):
-        raise InputError(f"{_where(p)}: vectors of different widths, or not numbers.") from None
+        raise InputError(where=_where(p), expected="vectors of numbers, of one width",
+                         got="they are not") from None  # fmt: skip
 
 
 def _loads(text: str, where: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"{where}: not JSON ({e.msg}).") from None
+        raise InputError(where=where, expected="JSON", got=f"it is not ({e.msg})") from None
 
 
 def _json_row(item: Any, column: str | None, where: str) -> Any:
@@ -136,7 +141,8 @@ def _json_row(item: Any, column: str | None, where: str) -> Any:
     if isinstance(item, Mapping):
         names = [k for k, v in item.items() if isinstance(v, list)]
         return item[_pick(names, column, Path(where))]
-    raise InputError(f"{where}: expected a list of numbers or an object holding one.")
+    raise InputError(where=where, expected="a list of numbers or an object holding one",
+                         got=f"got {type(item).__name__}")  # fmt: skip
 
 
 def _by_index(items: list[Any]) -> list[Any]:
@@ -147,7 +153,8 @@ def _by_index(items: list[Any]) -> list[Any]:
 
 def _openai_item(item: Any, where: str) -> Any:
     if not isinstance(item, Mapping) or not isinstance(item.get("embedding"), list):
-        raise InputError(f"{where}: expected data[...].embedding lists (OpenAI's shape).")
+        raise InputError(where=where, expected="data[...].embedding lists (OpenAI's shape)",
+                         got="they are missing")  # fmt: skip
     return item["embedding"]
 
 
@@ -174,7 +181,8 @@ def onnx_vectors(path: str | os.PathLike[str], texts: Sequence[str], encoder: An
     try:
         session = ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own classes for a file it cannot load
-        raise InputError(f"{_where(p)}: not an ONNX graph onnxruntime can load ({e}).") from None
+        raise InputError(where=_where(p), expected="an ONNX graph onnxruntime can load",
+                         got=f"it is not ({e})") from None  # fmt: skip
     outputs = session.get_outputs()
     names = [o.name for o in outputs]
     name = "sentence_embedding" if "sentence_embedding" in names else names[0]

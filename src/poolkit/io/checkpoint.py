@@ -135,10 +135,9 @@ def _lock(path: Path) -> Any:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         handle.close()
-        raise CheckpointError(
-            f"{path.parent}: another poolkit process is working on this output; wait for "
-            "it to finish or stop it first."
-        ) from None
+        raise CheckpointError(where=path.parent, expected="no other poolkit process on this "
+                              "output", got="another one is working on it",
+                              fix="Wait for it to finish or stop it first.") from None  # fmt: skip
     return handle
 
 
@@ -173,11 +172,10 @@ def check_no_work_dir(output: str | os.PathLike[str], kind: type[Checkpoint] | N
     ``kind`` (default :class:`Checkpoint`) counts the work it holds."""
     path = work_dir_for(output)
     if path.exists():
-        raise CheckpointError(
-            f"{path}: a work directory from an earlier, unfinished run is there "
-            f"({(kind or Checkpoint)._progress(path)}); add `resume=True` to continue it, or "
-            "delete the directory to start over."
-        )
+        raise CheckpointError(where=path, expected="no work directory of an earlier run",
+                              got=f"an unfinished one is there ({(kind or Checkpoint)._progress(path)})",
+                              fix="Add `resume=True` to continue it, or delete the directory to "
+                              "start over.")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -342,14 +340,12 @@ class Checkpoint:
             # its manifest.
             staging = AtomicDir(path, parents=False)
         except OutputExistsError:
-            raise CheckpointError(
-                f"{path}: another poolkit process started this output at the same time."
-            ) from None
+            raise CheckpointError(where=path, expected="one poolkit process on this output",
+                                  got="another one started it at the same time") from None  # fmt: skip
         except OSError as e:
-            raise CheckpointError(
-                f"{out}: cannot create the work directory {path.name} in "
-                f"{str(out.parent)!r} ({e.strerror}); choose a writable output directory."
-            ) from None
+            raise CheckpointError(where=out, expected=f"a work directory {path.name} in "
+                                  f"{str(out.parent)!r}", got=f"it cannot be created ({e.strerror})",
+                                  fix="Choose a writable output directory.") from None  # fmt: skip
         try:
             atomic_write(
                 staging.tmp / _MANIFEST,
@@ -360,9 +356,8 @@ class Checkpoint:
                 staging.commit()
             except OSError:
                 lock.close()
-                raise CheckpointError(
-                    f"{path}: another poolkit process started this output at the same time."
-                ) from None
+                raise CheckpointError(where=path, expected="one poolkit process on this output",
+                                      got="another one started it at the same time") from None  # fmt: skip
         finally:
             staging.abort()  # nothing left once committed
         return cls(out, path, settings, lock)
@@ -374,24 +369,20 @@ class Checkpoint:
             if manifest.get("kind") != _KIND:
                 raise InputError(manifest.get("kind"))
         except (OSError, ValueError, AttributeError):
-            raise CheckpointError(
-                f"{path}: not a poolkit work directory (no readable {_MANIFEST}); move or "
-                "delete it."
-            ) from None
+            raise CheckpointError(where=path, expected=f"a poolkit work directory (a readable "
+                                  f"{_MANIFEST})", got="it is not", fix="Move or delete it.") from None  # fmt: skip
         if manifest.get("version") != _VERSION:
-            raise CheckpointError(
-                f"{path}: made by another poolkit version (checkpoint format "
-                f"{manifest.get('version')}, this one reads {_VERSION}); delete it to start over."
-            )
+            raise CheckpointError(where=path, expected=f"checkpoint format {_VERSION}",
+                                  got=f"it was made by another poolkit version (format "
+                                  f"{manifest.get('version')})", fix="Delete it to start over.")  # fmt: skip
         lock = _lock(path / "lock")
         diffs = settings_diff(manifest.get("settings", {}), settings)
         if diffs:
             lock.close()
-            raise CheckpointError(
-                f"{path}: cannot resume, the checkpoint was made with other settings ("
-                f"{'; '.join(diffs)}). Rerun with the original settings, or delete the "
-                "directory to start over."
-            )
+            raise CheckpointError(where=path, expected="the settings the checkpoint was made with",
+                                  got=f"they differ ({'; '.join(diffs)})",
+                                  fix="Rerun with the original settings, or delete the directory "
+                                  "to start over.")  # fmt: skip
         return cls(out, path, settings, lock)
 
     @staticmethod
@@ -532,10 +523,9 @@ class Checkpoint:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             self.done.discard(index)
-            raise CheckpointError(
-                f"{path}: checkpoint part damaged after it was written (its content no "
-                "longer matches its SHA-256); deleted, rerun with `resume=True` to recompute it."
-            )
+            raise CheckpointError(where=path, expected="a checkpoint part matching its SHA-256",
+                                  got="it was damaged after it was written (deleted)",
+                                  fix="Rerun with `resume=True` to recompute it.")  # fmt: skip
         return data
 
     def verify(self, index: int, first_row: int, digest: str) -> None:
@@ -547,12 +537,10 @@ class Checkpoint:
         meta = self._meta(index)
         if meta["first_row"] != first_row or meta["texts_sha256"] != digest:
             last = first_row + meta.get("texts", meta["rows"]) - 1
-            raise CheckpointError(
-                f"{self.path}: cannot resume, the input changed inside the part already "
-                f"embedded (texts {first_row}..{last} differ from "
-                "the checkpoint). Restore the original input, or delete the work directory "
-                "to start over."
-            )
+            raise CheckpointError(where=self.path, expected="the input of the part already embedded",
+                                  got=f"texts {first_row}..{last} differ from the checkpoint",
+                                  fix="Restore the original input, or delete the work directory "
+                                  "to start over.")  # fmt: skip
 
     def load_part(self, index: int) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, Any]]:
         """Part ``index``: row ids ``(n,)`` int64, strategy -> ``(n, D)`` as stored, and its
@@ -587,7 +575,8 @@ class Checkpoint:
         """
         missing = [k for k in range(num_parts) if k not in self.done]
         if missing:
-            raise CheckpointError(f"{self.path}: parts {missing[:5]} are missing.")
+            raise CheckpointError(where=self.path, expected="every part",
+                                  got=f"parts {missing[:5]} are missing")  # fmt: skip
         fmt = output_format(self.output)
         if (self._assembled or 0) > num_parts:
             self._close_assembly()

@@ -67,8 +67,7 @@ class InputStamp:
         """Raise :class:`InputChangedError` if the file changed since the stamp."""
         what = self.changed()
         if what is not None:
-            raise InputChangedError(
-                f"{self.path}: the input changed while it was being read ({what}); its "
-                "vectors would mix two versions of the file, so no output was written. "
-                f"Let the file settle, then rerun.{note}"
-            )
+            raise InputChangedError(where=self.path, expected="the input unchanged while it was "
+                                    "being read", got=f"{what}; its vectors would mix two "
+                                    "versions of the file, so no output was written",
+                                    fix=f"Let the file settle, then rerun.{note}")  # fmt: skip

@@ -63,10 +63,9 @@ def input_format(path: str | os.PathLike[str], fmt: str | None = None) -> str:
     ext = Path(path).suffix.lower().lstrip(".")
     name = _ALIASES.get(ext, ext)
     if name not in INPUT_FORMATS:
-        raise InputError(
-            f"Cannot tell the format of {os.fspath(path)!r} from its extension {ext or '(none)'!r}: "
-            f"use one of .{', .'.join(INPUT_FORMATS)}, or name the format with `fmt`."
-        )
+        raise InputError(where=os.fspath(path), expected="an extension that names the format "
+                         f"(.{', .'.join(INPUT_FORMATS)})", got=f"got {ext or '(none)'!r}",
+                         fix="Rename the file, or name the format with `fmt`.")  # fmt: skip
     return name
 
 
@@ -80,15 +79,13 @@ def numbered_lines(stream: IO[bytes], where: str) -> Iterator[tuple[int, str]]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise InputError(
-                f"{where}: line {number} is not valid UTF-8 ({e.reason} at byte {e.start}). "
-                "Convert the file to UTF-8."
-            ) from None
+            raise InputError(where=f"{where}: line {number}", expected="UTF-8 text",
+                             got=f"it is not valid UTF-8 ({e.reason} at byte {e.start})",
+                             fix="Convert the file to UTF-8.") from None  # fmt: skip
         if b"\0" in raw:
-            raise InputError(
-                f"{where}: line {number} contains a NUL byte, so this is not a UTF-8 text "
-                "file (binary, or UTF-16?). Convert it to UTF-8 text."
-            )
+            raise InputError(where=f"{where}: line {number}", expected="UTF-8 text",
+                             got="it contains a NUL byte (binary, or UTF-16?)",
+                             fix="Convert it to UTF-8 text.")  # fmt: skip
         if number == 1 and line.startswith("\ufeff"):
             line = line[1:]
         yield number, line.rstrip("\r\n")
@@ -167,12 +164,13 @@ def join_title(title: Any, text: str) -> str:
 
 def _txt(stream: IO[bytes], where: str, column: str | None, fields: Fields) -> Iterator[_Item]:
     if column is not None:
-        raise InputError(f"{where}: a .txt input has no columns; leave `text_column` unset.")
+        raise InputError(where=where, arg="text_column", expected="unset for a .txt input (it "
+                         "has no columns)", got=repr(column), fix="Leave it unset.")  # fmt: skip
     asked = fields.wanted(())
     if asked:
         name = next(iter(asked.values()))
-        raise InputError(f"{where}: a .txt input has no columns to read {name!r} from; use "
-                         ".jsonl, .csv, .tsv or .parquet.")  # fmt: skip
+        raise InputError(where=where, expected=f"a column {name!r} to read", got="a .txt input "
+                         "has no columns", fix="Use .jsonl, .csv, .tsv or .parquet.")  # fmt: skip
     for number, line in numbered_lines(stream, where):
         yield number, line, {}
 
@@ -185,7 +183,8 @@ def _json_values(stream: IO[bytes], where: str) -> Iterator[tuple[int, Any]]:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as e:
-            raise InputError(f"{where}: line {number} is not valid JSON ({e.msg}).") from None
+            raise InputError(where=f"{where}: line {number}", expected="valid JSON",
+                             got=f"it is not ({e.msg})") from None  # fmt: skip
         yield number, value
 
 
@@ -195,43 +194,40 @@ def _jsonl(stream: IO[bytes], where: str, column: str | None, fields: Fields) ->
     for number, value in _json_values(stream, where):
         if isinstance(value, str) and column is None and not fields.wanted(()):
             if asked:  # objects before: this line has none of their fields
-                raise InputError(f"{where}: line {number} is a JSON string; the lines before "
-                                 f"are objects with {', '.join(asked.values())}.")  # fmt: skip
+                raise InputError(where=f"{where}: line {number}", expected="an object with "
+                                 f"{', '.join(asked.values())}, as on the lines before",
+                                 got="got a JSON string")  # fmt: skip
             asked = {}
             yield number, _unicode(value, where, number), {}
             continue
         if not isinstance(value, dict):
             names = [key, *fields.wanted(()).values()]
             wanted = " and ".join(f'a "{n}" field' for n in names)
-            raise InputError(
-                f"{where}: line {number} is a JSON {type(value).__name__}; expected an object "
-                f"with {wanted}."
-            )
+            raise InputError(where=f"{where}: line {number}", expected=f"an object with {wanted}",
+                             got=f"got a JSON {type(value).__name__}")  # fmt: skip
         if asked is None:
             asked = fields.wanted(value)
         if key not in value:
             keys = ", ".join(map(str, value)) or "(none)"
-            raise InputError(
-                f'{where}: line {number} has no "{key}" field; its fields are: {keys}. '
-                "Choose one with `text_column`."
-            )
+            raise InputError(where=f"{where}: line {number}", expected=f'a "{key}" field',
+                             got=f"its fields are: {keys}",
+                             fix="Choose one with `text_column`.")  # fmt: skip
         for name in asked.values():
             if name not in value:
                 keys = ", ".join(map(str, value)) or "(none)"
-                raise InputError(
-                    f'{where}: line {number} has no "{name}" field; its fields are: {keys}.'
-                )
+                raise InputError(where=f"{where}: line {number}", expected=f'a "{name}" field',
+                                 got=f"its fields are: {keys}")  # fmt: skip
         text = value[key]
         if not isinstance(text, str):
-            raise InputError(
-                f'{where}: line {number}: "{key}" is {type(text).__name__}, not a string.'
-            )
+            raise InputError(where=f"{where}: line {number}", expected=f'a string in "{key}"',
+                             got=f"got {type(text).__name__}")  # fmt: skip
         text = _unicode(text, where, number)
         if fields.title is not None:
             title = value.get(fields.title)
             if title is not None and not isinstance(title, str):
-                raise InputError(f'{where}: line {number}: "{fields.title}" is '
-                                 f"{type(title).__name__}, not a string.")  # fmt: skip
+                raise InputError(where=f"{where}: line {number}",
+                                 expected=f'a string in "{fields.title}"',
+                                 got=f"got {type(title).__name__}")  # fmt: skip
             text = join_title(title, text)
         yield number, text, _got(asked, value)
 
@@ -241,11 +237,9 @@ def _unicode(text: str, where: str, number: int) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise InputError(
-            f"{where}: line {number} holds an unpaired surrogate escape "
-            f"(\\u{ord(text[e.start]):04x} at character {e.start}), which is not text. Fix "
-            "the JSON escape."
-        ) from None
+        raise InputError(where=f"{where}: line {number}", expected="text",
+                         got=f"got an unpaired surrogate escape (\\u{ord(text[e.start]):04x} at "
+                         f"character {e.start})", fix="Fix the JSON escape.") from None  # fmt: skip
     return text
 
 
@@ -258,18 +252,15 @@ def pick_column(columns: list[str], column: str | None, where: str) -> str:
     """
     if column is not None:
         if column not in columns:
-            raise InputError(
-                f"{where}: no column {column!r}; available columns: {', '.join(columns)}."
-            )
+            raise InputError(where=where, arg="text_column", expected="a column of the input",
+                             got=repr(column), fix=f"Its columns: {', '.join(columns)}.")  # fmt: skip
         return column
     if "text" in columns:
         return "text"
     if len(columns) == 1:
         return columns[0]
-    raise InputError(
-        f"{where}: no 'text' column; available columns: {', '.join(columns)}. "
-        "Choose one with `text_column`."
-    )
+    raise InputError(where=where, expected="a 'text' column", got=f"its columns are: "
+                     f"{', '.join(columns)}", fix="Choose one with `text_column`.")  # fmt: skip
 
 
 # A quoted TSV field may span at most this many lines; beyond it its quote is read as text.
@@ -381,7 +372,8 @@ def _delimited_records(
             yield line + "\n"
 
     def bad(e: csv.Error) -> InputError:
-        return InputError(f"{where}: line {current[0]} is not valid CSV ({e}); check its quotes.")
+        return InputError(where=f"{where}: line {current[0]}", expected="valid CSV",
+                          got=f"it is not ({e})", fix="Check its quotes.")  # fmt: skip
 
     # strict: a quote left open would otherwise swallow the rest of the file silently.
     reader: Iterator[list[str]] = (
@@ -401,10 +393,10 @@ def _delimited_records(
                 if not record:
                     continue
                 if len(record) > len(header):
-                    raise InputError(
-                        f"{where}: line {current[0]} has {len(record)} fields, more than "
-                        f"{most}; quote fields that contain {delimiter!r}."
-                    )
+                    raise InputError(where=f"{where}: line {current[0]}",
+                                     expected=f"at most {most} fields",
+                                     got=f"got {len(record)}",
+                                     fix=f"Quote fields that contain {delimiter!r}.")  # fmt: skip
                 yield current[0], dict(zip(header, record, strict=False))
         except csv.Error as e:
             raise bad(e) from None
@@ -423,10 +415,9 @@ def _delimited(
     for number, record in records:
         for wanted in (name, *asked.values()):
             if wanted not in record:
-                raise InputError(
-                    f"{where}: line {number} has {len(record)} fields, fewer than the "
-                    f"header's {len(header)}; column {wanted!r} is missing."
-                )
+                raise InputError(where=f"{where}: line {number}",
+                                 expected=f"the header's {len(header)} fields",
+                                 got=f"got {len(record)}: column {wanted!r} is missing")  # fmt: skip
         yield number, record[name], _got(asked, record)
 
 
@@ -453,17 +444,16 @@ def read_records(
         rows = _parquet_rows(pfile, where)
         return list(pfile.schema_arrow.names), [(f"{where}: row {n}", r) for n, r in rows]
     if kind == "txt":
-        raise InputError(f"{where}: a .txt file has no columns; use jsonl/csv/tsv/parquet.")
+        raise InputError(where=where, expected="a table (jsonl/csv/tsv/parquet)",
+                         got="a .txt file has no columns")  # fmt: skip
     with open(where, "rb") as stream:
         if kind == "jsonl":
             columns: list[str] = []
             out: list[tuple[str, dict[str, Any]]] = []
             for number, value in _json_values(stream, where):
                 if not isinstance(value, dict):
-                    raise InputError(
-                        f"{where}: line {number} is a JSON {type(value).__name__}; expected "
-                        "an object per line."
-                    )
+                    raise InputError(where=f"{where}: line {number}", expected="an object per line",
+                                     got=f"got a JSON {type(value).__name__}")  # fmt: skip
                 columns.extend(k for k in value if k not in columns)
                 out.append((f"{where}:{number}", value))
             return columns, out
@@ -486,7 +476,8 @@ def _parquet_file(source: str | IO[bytes], where: str) -> Any:
 
 def _not_parquet(where: str, e: Exception) -> InputError:
     # pyarrow's reason may span lines; an error is one line.
-    return InputError(f"{where}: not a readable Parquet file ({' '.join(str(e).split())}).")
+    return InputError(where=where, expected="a readable Parquet file",
+                      got=f"it is not ({' '.join(str(e).split())})")  # fmt: skip
 
 
 def _parquet_rows(
@@ -524,12 +515,13 @@ def _parquet(
     name = pick_column(names, column, where)
     kind = pfile.schema_arrow.field(name).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise InputError(f"{where}: column {name!r} has type {kind}, not string.")
+        raise InputError(where=where, expected=f"strings in column {name!r}", got=f"got {kind}")
     asked = {role: pick_column(names, f, where) for role, f in fields.wanted(names).items()}
     wanted = list(dict.fromkeys([name, *asked.values()]))
     for number, record in _parquet_rows(pfile, where, wanted, rows):
         if record[name] is None:
-            raise InputError(f"{where}: row {number - 1} of column {name!r} is null.")
+            raise InputError(where=f"{where}: row {number - 1}",
+                             expected=f"a string in column {name!r}", got="got null")  # fmt: skip
         yield number, record[name], _got(asked, record)
 
 
@@ -640,9 +632,9 @@ def read_texts(
 
 def _exists(where: str) -> None:
     if not os.path.exists(where):
-        raise InputError(f"{where}: no such file.")
+        raise InputError(where=where, expected="an input file", got="there is no such file")
     if os.path.isdir(where):
-        raise InputError(f"{where}: is a directory, not a file.")
+        raise InputError(where=where, expected="an input file", got="got a directory")
 
 
 @dataclass
@@ -701,7 +693,8 @@ def read_rows(
     with contextlib.ExitStack() as stack:
         if where == "<stdin>":
             if kind == "parquet":
-                raise InputError("Parquet cannot be read from stdin; pass a file path.")
+                raise InputError(arg="fmt", expected="a format stdin can carry", got="'parquet'",
+                                 fix="Pass the Parquet file's path.")  # fmt: skip
             source: str | IO[bytes] = stdin if stdin is not None else sys.stdin.buffer
         else:
             source = where if kind == "parquet" else stack.enter_context(open(where, "rb"))
@@ -711,7 +704,7 @@ def read_rows(
             total += len(part)
             yield part
     if total == 0:
-        raise InputError(f"{where}: no texts found (the input is empty).")
+        raise InputError(where=where, expected="texts", got="the input is empty")
 
 
 def _parts(

@@ -230,7 +230,8 @@ class ShardCheckpoint(Checkpoint):
         ``staged/part-00000.parquet`` ...; returns the ``staged`` folder."""
         missing = [n for n in names if n not in self.done_files]
         if missing:
-            raise CheckpointError(f"{self.path}: input files {_short(missing)} are not done.")
+            raise CheckpointError(where=self.path, expected="every input file done",
+                                  got=f"{_short(missing)} are not")  # fmt: skip
         staged = self.path / _STAGED
         self._unlink(_STAGED)
         staged.mkdir()

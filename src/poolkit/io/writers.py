@@ -95,10 +95,8 @@ def output_format(path: str | os.PathLike[str]) -> str:
     ext = Path(path).suffix.lower().lstrip(".")
     ext = {"pq": "parquet", "ndjson": "jsonl"}.get(ext, ext)
     if ext not in OUTPUT_FORMATS:
-        raise InputError(
-            f"Cannot write {os.fspath(path)!r}: use an output ending in "
-            f".{', .'.join(OUTPUT_FORMATS)}."
-        )
+        raise InputError(where=os.fspath(path), expected="an output name ending in "
+                         f".{', .'.join(OUTPUT_FORMATS)}", got=f"it ends in {'.' + ext if ext else 'no extension'}")  # fmt: skip
     return ext
 
 
@@ -482,21 +480,21 @@ def check_kind(path: Path, fmt: str, strategies: list[str], kind: str | None) ->
     None: not known yet): ``.npy`` holds dense vectors only; ``.npz`` sparse or multi-vector
     ones; a multi-vector (ragged) output holds one recipe."""
     if fmt == "npy" and kind == "sparse":
-        raise InputError(f"{path}: a .npy file holds dense vectors; a sparse recipe is "
-                         "written as .npz (scipy.sparse.load_npz reads it), .parquet or .jsonl.")  # fmt: skip
+        raise InputError(where=path, expected="an output for sparse vectors: .npz "
+                         "(scipy.sparse.load_npz reads it), .parquet or .jsonl",
+                         got="a .npy file holds dense vectors")  # fmt: skip  # fmt: skip
     if fmt not in RAGGED_FORMATS and kind == "multivector":
-        raise InputError(
-            f"{path}: a .{fmt} file holds one matrix, but a multi-vector recipe gives a "
-            "(tokens, dims) array per text; write .npz (one flat matrix + offsets), .parquet "
-            "or .jsonl."
-        )
+        raise InputError(where=path, expected="an output for a (tokens, dims) array per text: "
+                         ".npz (one flat matrix + offsets), .parquet or .jsonl",
+                         got=f"a .{fmt} file holds one matrix")  # fmt: skip
     if fmt == "npz" and kind == "dense":
-        raise InputError(f"{path}: .npz is for sparse recipes (e.g. splade) and multi-vector "
-                         "ones (multivector:tokens); write dense vectors as .npy, .parquet or "
-                         ".jsonl.")  # fmt: skip
+        raise InputError(where=path, expected="an output for dense vectors: .npy, .parquet or "
+                         ".jsonl", got=".npz is for sparse recipes (e.g. splade) and "
+                         "multi-vector ones (multivector:tokens)")  # fmt: skip  # fmt: skip
     if kind == "multivector" and len(strategies) != 1:
-        raise InputError(f"{path}: a multi-vector output holds one recipe, but "
-                         f"{len(strategies)} were asked for; run one job per recipe.")  # fmt: skip
+        raise InputError(where=path, expected="one recipe in a multi-vector output",
+                         got=f"{len(strategies)} were asked for",
+                         fix="Run one job per recipe.")  # fmt: skip  # fmt: skip
 
 
 def check_output(
@@ -508,19 +506,20 @@ def check_output(
     target = Path(path)
     fmt = output_format(target)
     if fmt in ("npy", "npz") and len(strategies) > 1:
-        raise InputError(
-            f"{target}: a .{fmt} file holds one matrix, but {len(strategies)} strategies were "
-            "asked for; write .parquet or .jsonl instead."
-        )
+        raise InputError(where=target, expected=f"one strategy in a .{fmt} file (one matrix)",
+                         got=f"{len(strategies)} were asked for",
+                         fix="Write .parquet or .jsonl instead.")  # fmt: skip
     check_kind(target, fmt, strategies, kind)
     if target.exists() and not overwrite:
         raise InputError(already_exists(target))
     parent = target.parent
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"
-        raise InputError(f"{target}: {str(parent)!r} {what}; choose an existing directory.")
+        raise InputError(where=target, expected="an output in an existing directory",
+                         got=f"{str(parent)!r} {what}", fix="Choose an existing directory.")  # fmt: skip
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{target}: directory {str(parent)!r} is not writable.")
+        raise InputError(where=target, expected="an output in a writable directory",
+                         got=f"{str(parent)!r} is not writable")  # fmt: skip
     return fmt
 
 

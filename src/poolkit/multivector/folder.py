@@ -111,7 +111,8 @@ def _token_id(tokenizer: Any, token: Any) -> int | None:
 def _dense(folder: Path, module: str) -> PipelineStep:
     step = token_dense(folder, module)
     if not step.applied:
-        raise PipelineError(f"{module}: {step.status}; poolkit cannot apply this projection.")
+        raise PipelineError(where=module, expected="a projection poolkit can apply",
+                            got=step.status)  # fmt: skip
     return step
 
 

@@ -55,7 +55,8 @@ def _json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise InputError(f"Could not read {path}: {e}. Fix or remove the file.") from e
+        raise InputError(where=path, expected="a readable JSON file", got=f"it is not ({e})",
+                         fix="Fix or remove the file.") from e  # fmt: skip
 
 
 def _kind(type_name: str) -> str:
@@ -63,12 +64,11 @@ def _kind(type_name: str) -> str:
 
 
 def _refuse(root: Path, what: str) -> Any:
-    raise InputError(
-        f"{root}: a sentence-transformers Router whose {what}; poolkit reads a Router with a "
-        f"'query' route of one {_STATIC} and a 'document' route of a masked-LM transformer "
-        f"and {_POOLING} (an inference-free SparseEncoder). Save the document route's "
-        "modules as a SparseEncoder of its own to embed with it."
-    )
+    raise InputError(where=root, expected=f"a sentence-transformers Router with a 'query' "
+                     f"route of one {_STATIC} and a 'document' route of a masked-LM "
+                     f"transformer and {_POOLING} (an inference-free SparseEncoder)",
+                     got=f"its {what}", fix="Save the document route's modules as a "
+                     "SparseEncoder of its own to embed with it.")  # fmt: skip
 
 
 def read_routes(root: str | Path) -> Routes | None:

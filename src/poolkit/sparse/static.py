@@ -33,11 +33,10 @@ class StaticQueries:
 
         weight = _weights(folder)
         if weight.shape[0] > width:
-            raise InputError(
-                f"{folder}: the query route's weights cover {weight.shape[0]} terms, more than "
-                f"the document route's vocabulary of {width}; the two sides must share one "
-                "vocabulary. Save the model again with matching tokenizers."
-            )
+            raise InputError(where=folder, expected=f"query weights over the document route's "
+                             f"vocabulary of {width} (the two sides share one)",
+                             got=f"they cover {weight.shape[0]} terms",
+                             fix="Save the model again with matching tokenizers.")  # fmt: skip
         self.weight = np.zeros(width, np.float32)
         self.weight[: weight.shape[0]] = weight
         self.tokenizer = load_tokenizer(folder)
@@ -58,12 +57,13 @@ def _weights(folder: Path) -> np.ndarray:
         tensors = {k: v.float().numpy() for k, v in
                    torch.load(legacy, map_location="cpu", weights_only=True).items()}  # fmt: skip
     else:
-        raise InputError(f"{folder}: no model.safetensors or pytorch_model.bin with the query "
-                         "route's weights. Save the model again with sentence-transformers.")  # fmt: skip
+        raise InputError(where=folder, expected="model.safetensors or pytorch_model.bin with the "
+                         "query route's weights", got="neither is there",
+                         fix="Save the model again with sentence-transformers.")  # fmt: skip
     weight = tensors.get("weight")
     if weight is None or np.ndim(weight) != 1:
-        raise InputError(f"{folder}: no 1-d 'weight' among the stored tensors "
-                         f"({', '.join(sorted(tensors)) or 'none'}).")  # fmt: skip
+        raise InputError(where=folder, expected="a 1-d 'weight' among the stored tensors",
+                         got=f"got {', '.join(sorted(tensors)) or 'none'}")  # fmt: skip
     return np.asarray(weight, dtype=np.float32)
 
 
