@@ -377,8 +377,8 @@ def embed(
             ``precision``) still work and warn with a ``DeprecationWarning`` naming the
             recipe to pass instead.
 
-    A multi-vector recipe (``"multivector:tokens..."``, see :mod:`poolkit.multivector`)
-    returns one ``(tokens, D)`` float32 array per text (MUVERA: an ``(N, D)`` array); the
+    A multi-vector recipe (``"multivector:tokens..."``, see :mod:`poolkit.multivector`;
+    the default of a ``MultiVectorEncoder`` or PyLate folder, as its ``encode`` gives) returns one ``(tokens, D)`` float32 array per text (MUVERA: an ``(N, D)`` array); the
     side is ``prompt_name="query"`` or ``"document"`` (the default), with the folder's
     prompts, lengths, query expansion and skiplist.
 
@@ -400,6 +400,10 @@ def embed(
     )
 
     recipe, opts = run_options("embed", "sequence", recipe, options, model)
+    if recipe is None and opts["pipeline"] == "full":  # a multi-vector folder: its own recipe
+        info = get_encoder(model, device=opts["device"], dtype=opts["dtype"],
+                           max_length=opts["max_length"]).info  # fmt: skip
+        recipe = info.intended_multivector() if info.is_multivector_folder else None
     if is_multivector(recipe):
         refused = {"long_text": long_text != "truncate", "pipeline": opts["pipeline"] != "full",
                    "calibration": calibration is not None}  # fmt: skip

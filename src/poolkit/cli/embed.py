@@ -236,6 +236,12 @@ def run(args: argparse.Namespace) -> int:
         _check_stdout(args)
     chunker = check_chunk_flags(args)  # --chunks (None without), refused on Ray
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
+    if wanted is None and not args.pooled_only:  # a multi-vector folder: its own recipe
+        from poolkit.model_folder import model_info
+
+        info = model_info(args.model)
+        if info.is_multivector_folder:
+            wanted = {info.multivector or "intended": info.intended_multivector()}
     check_output_flags(args, wanted)  # before Ray starts: its engine refuses an output stage
     for value, flag in ((args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
                         (args.max_length, "--max-length")):  # fmt: skip
