@@ -162,9 +162,12 @@ def _pipeline(args: argparse.Namespace) -> str:
     return "pooled" if args.pooled_only else "full"
 
 
-def _check_pipeline_and_prompt(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
-    """Prompt flags and the model's pipeline checked before any text is embedded."""
-    from poolkit.embedding import head_plan, recipe_kind
+def _check_recipes(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
+    """Before any text is embedded: the prompt flags, the model's pipeline and each /DIMS (or
+    --dims) against its vectors' width (the dense recipes' plan, made once here)."""
+    from poolkit.cli._flags import flagged
+    from poolkit.embedding import recipe_kind
+    from poolkit.plan import make_plan
     from poolkit.prompts import resolve_prompt
 
     resolve_prompt(encoder.info, args.prompt_name, args.prompt)  # `prompt`: --prompt, printed
@@ -181,7 +184,11 @@ def _check_pipeline_and_prompt(args: argparse.Namespace, encoder: Any, recipes: 
 
             check_output(Path(args.output), list(recipes), True, "sparse")
         return
-    head_plan(encoder, recipes, _pipeline(args))
+    try:
+        make_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
+                  pipeline=_pipeline(args))  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise flagged(e, {"dims": "--dims" if args.dims is not None else "--recipe"}) from None
 
 
 def _kind(recipes: dict[str, Any]) -> str:
@@ -194,22 +201,6 @@ def _kind(recipes: dict[str, Any]) -> str:
         raise InputError(arg="--recipe", expected="all dense or all sparse recipes (they write "
                          "different outputs)", got="both", fix="Embed them in separate "
                          "runs.") from None  # fmt: skip
-
-
-def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
-    """A recipe's /DIMS (or --dims) wider than its vectors: one line naming the flag."""
-    from poolkit.cli._flags import flagged
-    from poolkit.embedding import check_output_stages, head_plan
-
-    staged = {n: r for n, r in recipes.items() if r.has_output_stage}
-    if not staged:
-        return
-    heads, _, _ = head_plan(encoder, {n: r.pooling for n, r in staged.items()}, _pipeline(args))
-    try:
-        check_output_stages(encoder, staged, heads, None)
-    except ValueError as e:
-        flag = "--dims" if args.dims is not None else "--recipe"
-        raise flagged(e, {"dims": flag}) from None
 
 
 def _kept(done: Any, noun: str) -> str:
@@ -309,8 +300,7 @@ def run(args: argparse.Namespace) -> int:
     if multivector:  # the folder's sides and projection, not the dense pipeline
         mv = MultivectorPart(args, encoder, next(iter(recipes.values())))
     else:
-        _check_pipeline_and_prompt(args, encoder, recipes)
-        _check_output_widths(args, encoder, recipes)
+        _check_recipes(args, encoder, recipes)
     chunking = first_chunks = None
     if mv is not None:
         ranges = {}
