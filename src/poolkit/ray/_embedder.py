@@ -209,7 +209,7 @@ class Embedder:
         from poolkit.multivector.encode import embed_multivector
 
         name, recipe = next(iter(self.recipes.items()))
-        out, _ = embed_multivector(texts, self.encoder, recipe, side=self.side,
+        out, _, _ = embed_multivector(texts, self.encoder, recipe, side=self.side,
                                    prompt=self.prompt)  # fmt: skip
         if recipe.muvera is not None:  # one dense vector a text
             width = recipe.muvera.output_dim()
