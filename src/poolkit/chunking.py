@@ -89,11 +89,7 @@ def chunk_documents(
             value_error("chunks", "per-document spans for column:NAME", str(chunker),
                         "The library takes the span lists themselves: chunks=[[(0, 10), ...], ...].")  # fmt: skip
         if chunker.kind == "tokens":
-            room = encoder.text_room
-            if chunker.size is not None and chunker.size > room:
-                value_error("chunks", f"a SIZE of at most {room} tokens (the model reads "
-                            f"{encoder.max_length}, {encoder.max_length - room} of them special)",
-                            str(chunker))  # fmt: skip
+            check_size(encoder, chunker.size)
             tok = encoder.tokenize(documents)
             spans = [token_spans(doc, tok.offsets[i], chunker.size or 1, chunker.overlap,
                                  tok.word_ids[i]) for i, doc in enumerate(documents)]  # fmt: skip
@@ -204,13 +200,30 @@ def _check_chunking(documents: list[str], chunks: Any, late: Any, stride: Any) -
     return chunks
 
 
+def positional_parts(recipe: Recipe) -> list[str]:
+    """The strategies of ``recipe`` that name one token of the whole sequence (``cls``,
+    ``last``): a late chunk has no such token of its own."""
+    return [s for s, _ in recipe.parts if s in _POSITIONAL]
+
+
+def check_size(encoder: Encoder, size: int | None, arg: str = "chunks") -> None:
+    """A chunk of ``size`` tokens fits one of ``encoder``'s sequences: at most its text room
+    (the max length less the special tokens); ``arg`` names the argument."""
+    room = encoder.text_room
+    if size is not None and not 1 <= size <= room:
+        special = encoder.max_length - room
+        value_error(arg, f"a chunk size from 1 to {room} tokens (the model reads "
+                    f"{encoder.max_length}, {special} of them special)", size,
+                    f"e.g. tokens:{min(room, 128)}.")  # fmt: skip
+
+
 def check_late(recipes: Mapping[str, Recipe], late: bool) -> None:
     """With ``late``: refuse a recipe whose strategy names one token of the sequence
     (``cls``, ``last``), which a late chunk does not have."""
     if not late:
         return
     for name, r in recipes.items():
-        bad = [s for s, _ in r.parts if s in _POSITIONAL]
+        bad = positional_parts(r)
         if bad:
             value_error("recipe", "a strategy that pools a late chunk's tokens (mean, max, ...)",
                         f"{name!r}, whose {bad[0]!r} names one token of the whole sequence",

@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected
 from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.search import top_k_by, unit_rows
 from poolkit.errors import InputError
@@ -49,8 +48,6 @@ __all__ = [
 
 DOCUMENT_TASKS = ("retrieval",)
 WINDOW = "window"
-# Strategies naming one token of the whole sequence: a late chunk has no such token.
-_POSITIONAL = ("cls", "last")
 # Chunk vectors scored per block of documents (memory: query_block x these chunks).
 _CHUNK_BLOCK = 32768
 
@@ -66,7 +63,9 @@ def chunk_label(kind: str, size: int) -> str:
 
 def late_ok(recipe: Recipe) -> bool:
     """Whether ``recipe`` can pool a late chunk (no strategy naming one sequence token)."""
-    return not any(s in _POSITIONAL for s, _ in recipe.parts)
+    from poolkit.chunking import positional_parts
+
+    return not positional_parts(recipe)
 
 
 def labels(sizes: Sequence[int], window: bool = True, late: bool = True) -> list[str]:
@@ -91,18 +90,19 @@ def suggested_sizes(room: int) -> str:
 def check_sizes(encoder: Any, sizes: Sequence[int]) -> tuple[int, ...]:
     """``sizes`` without repeats, each from 1 to the model's text room (max length less
     the special tokens); raises :class:`ChunkError` (before any forward pass)."""
-    room = encoder.text_room
+    from poolkit.chunking import check_size
+
     out = tuple(dict.fromkeys(int(n) for n in sizes))
     for n in out:
-        if not 1 <= n <= room:
-            special = encoder.max_length - room
+        try:
+            check_size(encoder, n, "chunk_tokens")
+        except InputError as e:  # the same check, with the sizes compare suggests
             raise ChunkError(
-                expected(
-                    "chunk_tokens", f"chunk sizes from 1 to {room} tokens (the model reads "
-                    f"{encoder.max_length}, {special} of them special)", n,
-                    f"e.g. {suggested_sizes(room)}.",
-                )
-            )  # fmt: skip
+                arg=e.arg,
+                expected=e.expected,
+                got=e.got,
+                fix=f"e.g. {suggested_sizes(encoder.text_room)}.",
+            ) from None
     return out
 
 
