@@ -205,7 +205,10 @@ def export(
     check_stage_export(parsed, format, calibration)  # a compare row's recipe, too
     normalize = parsed.resolved_normalize(info.normalize)
     ranges = stage_ranges(encoder, parsed, calibration)
-    hidden = int(info.hidden_size or 0)
+    from poolkit.plan import make_plan
+
+    # The width the exported model gives: after the model's own modules (a Dense) and dims.
+    (output,) = make_plan(encoder, {"r": parsed}, prompt="").outputs().values()
     record: dict[str, Any] = {
         "poolkit_export": RECORD_VERSION,
         "format": format,
@@ -213,7 +216,7 @@ def export(
         "recipe_json": parsed.to_json(),
         "description": _describe(parsed),
         "normalize": normalize,
-        "output_dim": parsed.output_dim(hidden) if hidden else None,
+        "output_dim": output.dims,
         "max_length": encoder.max_length,
         "source": {
             "model": info.reference,
@@ -225,8 +228,6 @@ def export(
     with AtomicDir(out, replace=replace) as work:
         if format == "sentence-transformers":
             _write_st(encoder, parsed, normalize, work, record)
-            if parsed.dims is not None:
-                record["output_dim"] = parsed.dims
             load = _ST_LOAD
         else:
             _write_onnx(encoder, parsed, normalize, quantize, work, record, ranges)
