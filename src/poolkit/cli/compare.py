@@ -139,10 +139,12 @@ def _add_models_and_budgets(p: argparse.ArgumentParser) -> None:
     """--model (repeatable: several models in one table), --max-bytes-per-doc, --max-query-ms."""
     from poolkit.model_folder import DEFAULT_MODEL
 
-    p.add_argument("--model", "-m", dest="models", action="append", default=None,
-                   metavar="MODEL", help=f"model directory or hub id (default: {DEFAULT_MODEL}); "
-                   "repeat it to score several models' rows in one table, paired on the same "
-                   "data (vs *: the first model's intended pooling)")  # fmt: skip
+    p.add_argument(
+        "--model", "-m", dest="models", action="append", default=None, metavar="MODEL",
+        help="model directory or hub id; repeat it to score several models' rows in one "
+        "table, paired on the same data (vs *: the first model's intended pooling) "
+        f"(default: {DEFAULT_MODEL})",
+    )  # fmt: skip
     p.add_argument("--max-bytes-per-doc", type=float, default=None, metavar="N",
                    help="retrieval: name the best row storing at most N bytes per document, "
                    "and the rows it cannot be told apart from")  # fmt: skip

@@ -129,11 +129,11 @@ def render(page: Page) -> str:
         "</ul>",
         f'<p class="winner">{_e(page.winner)}</p>' if page.winner else "",
         "</section>",
+        *_frontier_section(page, c),
         '<section id="intervals">',
         "<h2>Intervals</h2>",
         *_figures(page, c),
         "</section>",
-        *_frontier_section(page, c),
         '<section id="commands">',
         "<h2>Reproduce a row</h2>",
         "<p>For your own texts: <code>INPUT</code> is a file of texts as "

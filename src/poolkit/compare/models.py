@@ -9,9 +9,9 @@ intervals, ``vs *`` and ``vs best`` stay paired across models.
 The reference row ``*`` is the *first* model's intended pooling: ``vs *`` compares every
 row, of every model, with it (the question "does another model or pooling beat the one I
 use?"); the other models' own poolings are rows like the rest. Model-free rows (BM25)
-come once, with the first model. Without ``--recipes``, a multi-vector folder's own
-recipe (its ``MultiVectorEncoder`` / PyLate pipeline) takes part beside its dense rows, as
-a sparse model's own row always does.
+come once, with the first model. A multi-vector folder's own recipe (its
+``MultiVectorEncoder`` / PyLate pipeline) takes part beside its rows (retrieval), as a
+sparse model's own row always does.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from poolkit.compare import bootstrap as bs
 from poolkit.compare.candidates import default_strategies
 from poolkit.compare.frontier import untold
 from poolkit.compare.report import Result
-from poolkit.compare.runner import LEVELS, Settings, planned_rows
+from poolkit.compare.runner import Settings, planned_rows
 from poolkit.compare.summary import summarize
+from poolkit.recipe import Recipe
 
 __all__ = ["Compared", "compare_models", "labels", "untold_rows"]
 
@@ -58,17 +59,18 @@ def labels(models: Sequence[str]) -> list[str]:
 
 
 def _own_strategies(encoder: Any, settings: Settings) -> Any:
-    """The strategies a model runs with: ``settings.strategies``, or, when they are the
-    defaults, the defaults with a multi-vector folder's own recipe added."""
+    """The strategies a model runs with among several: ``settings.strategies``, with a
+    multi-vector folder's own recipe added (retrieval), as a sparse model's own row is."""
     info = encoder.info
-    if settings.strategies is not None or LEVELS[settings.task] != "sequence":
+    own = getattr(info, "multivector", None)
+    if settings.task != "retrieval" or not own or not getattr(info, "is_multivector_folder", 0):
         return settings.strategies
-    own = getattr(info, "multivector", None) if settings.task == "retrieval" else None
-    if not own or not getattr(info, "is_multivector_folder", False):
-        return None
-    intended = str(info.intended_recipe())
-    base = default_strategies("sequence")
-    return (*base, *([] if intended in base else [intended]), own)
+    if settings.strategies is None:  # the defaults, the dense intended pooling among them
+        intended = str(info.intended_recipe())
+        base = default_strategies("sequence")
+        return (*base, *([] if intended in base else [intended]), own)
+    recipe = Recipe.parse(own)
+    return settings.strategies if recipe in settings.strategies else [*settings.strategies, recipe]
 
 
 def compare_models(

@@ -400,7 +400,9 @@ def frontier_footer(task: str, ranked: Sequence[Result]) -> list[str]:
     for front, what, cost in (("bytes", "no bytes per document", bytes_cost),
                               ("query", "no query time", QUERY_COST)):  # fmt: skip
         missing = [r.label for r in ranked if cost(r) is None]
-        if missing:
+        if len(missing) == len(ranked):
+            out.append(f"frontier: no {front} frontier ({what} in this run).")
+        elif missing:
             out.append(f"frontier: off the {front} frontier ({what} in this run): "
                        f"{', '.join(missing)}.")  # fmt: skip
     return out
