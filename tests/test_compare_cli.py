@@ -81,7 +81,9 @@ def by_key(doc: dict) -> dict[tuple[str, str], dict]:
 
 
 # embed_command: the command that writes what the row scored (#38).
-ROW_KEYS = {"intended", "ci", "significant", "difference", "members", "tied", "embed_command"}
+# model: the row's model as --model names it (several models in one table, #43).
+ROW_KEYS = {"model", "intended", "ci", "significant", "difference", "members", "tied",
+            "embed_command"}  # fmt: skip
 
 
 def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) -> None:
@@ -94,6 +96,7 @@ def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) ->
     for row in doc["results"]:
         assert set(row) == {"recipe", "strategy", "layers", *metrics, *ROW_KEYS}
         assert Recipe.parse(row["recipe"]).strategy == row["strategy"]
+        assert row["model"] == doc["model"]
         # a sequence row's CLI command; word and span rows name the Python call
         assert row["embed_command"].startswith(("poolkit embed ", "poolkit.embed_")), row
         assert set(row["ci"]) == set(metrics)
