@@ -152,6 +152,28 @@ def test_frontier_equals_the_one_from_the_printed_figures(three):
     assert marks == [r["frontier_bytes"] for r in rows]
 
 
+def _frontier_labels(markup: str) -> list[dict]:
+    """The attributes of every frontier label of the page's charts."""
+    from test_compare_report import PageText
+
+    page = PageText(markup)
+    return [a for tag, a in page.tags if tag == "text" and a.get("class") == "frontier-label"]
+
+
+def _check_labels(labels: list[dict], rows: list[dict]) -> None:
+    """The labelled ranks are the JSON's frontier rows, each named model:recipe."""
+    want = [i for i, r in enumerate(rows, 1) if r["frontier_bytes"]]
+    assert sorted(int(a["data-rank"]) for a in labels) == want
+    for a in labels:
+        r = rows[int(a["data-rank"]) - 1]
+        assert a["data-name"].startswith(f"{r['model']}:{r['recipe']}"), a
+
+
+def test_the_report_labels_the_json_frontier(three):
+    cwd, doc, _, report = three
+    _check_labels(_frontier_labels((cwd / report).read_text(encoding="utf-8")), doc["results"])
+
+
 def _qrels() -> dict[str, dict[str, int]]:
     qrels: dict[str, dict[str, int]] = {}
     for line in (FIXTURE / "qrels" / "test.tsv").read_text().splitlines()[1:]:
@@ -296,13 +318,7 @@ def test_frontier_plot_in_headless_chromium(three):
     dom = run_chromium(browser, cwd / "profile", "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr.decode()[-2000:]
     page = PageText(dom.stdout.decode())
-    labels = [a for tag, a in page.tags if tag == "text" and a.get("class") == "frontier-label"]
-    rows = doc["results"]
-    want = {i for i, r in enumerate(rows, 1) if r["frontier_bytes"]}
-    assert {int(a["data-rank"]) for a in labels} == want
-    for a in labels:
-        r = rows[int(a["data-rank"]) - 1]
-        assert a["data-name"].startswith(f"{r['model']}:{r['recipe']}"), a
+    _check_labels(_frontier_labels(dom.stdout.decode()), doc["results"])
     anchors = {
         a["href"] for tag, a in page.tags if tag == "a" and a.get("href", "").startswith("#row-")
     }

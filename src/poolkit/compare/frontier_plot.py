@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from poolkit.compare.html_report import _ticks
+from poolkit.compare.axes import linear_ticks, log_ticks
 
 __all__ = ["Point", "frontier_svg"]
 
@@ -42,14 +42,6 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _decades(lo: float, hi: float) -> list[float]:
-    """Log-axis ticks covering [lo, hi]: powers of ten, with 2 and 5 between them when the
-    range spans under three decades."""
-    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    steps = (1, 2, 5) if last - first < 3 else (1,)
-    return [m * 10.0**p for p in range(first, last + 1) for m in steps if lo <= m * 10.0**p <= hi]
-
-
 def frontier_svg(points: Sequence[Point], chart_id: str, cost_name: str, metric: str) -> str:
     """One chart: ``metric`` (fraction) against ``cost_name`` on a log axis; ``chart_id``
     is the ``<svg>``'s id. ``points`` must not be empty."""
@@ -62,7 +54,7 @@ def frontier_svg(points: Sequence[Point], chart_id: str, cost_name: str, metric:
     lo_q = min(min(p.low for p in points), min(p.quality for p in points))
     hi_q = max(max(p.high for p in points), max(p.quality for p in points))
     pad = max(0.05 * (hi_q - lo_q), 0.005)
-    ticks_y = _ticks(lo_q - pad, hi_q + pad)
+    ticks_y = linear_ticks(lo_q - pad, hi_q + pad)
     lo_q, hi_q = min(lo_q - pad, ticks_y[0]), max(hi_q + pad, ticks_y[-1])
 
     def x(v: float) -> float:
@@ -85,7 +77,7 @@ def frontier_svg(points: Sequence[Point], chart_id: str, cost_name: str, metric:
             f'stroke="#e5e7eb"/><text x="{left - 8}" y="{y(t) + 4:.1f}" text-anchor="end" '
             f'fill="#59636e">{t:g}</text>'
         )
-    for t in _decades(lo_c, hi_c):
+    for t in log_ticks(lo_c, hi_c):
         parts.append(
             f'<line x1="{x(t):.1f}" y1="{top}" x2="{x(t):.1f}" y2="{base}" stroke="#e5e7eb"/>'
             f'<text x="{x(t):.1f}" y="{base + 16}" text-anchor="middle" fill="#59636e">'

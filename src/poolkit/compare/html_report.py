@@ -11,11 +11,11 @@ names, column names, labels) is escaped. It reads without JavaScript and prints.
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from poolkit.compare.axes import linear_ticks as _ticks
 from poolkit.compare.report import METRICS, Cells, Result, cells, footer
 from poolkit.io.atomic import atomic_write
 
@@ -290,16 +290,6 @@ def _frontier_section(page: Page, c: Cells) -> list[str]:
                 f"{sum(p.frontier for p in points)} rows on the frontier.</figcaption>",
                 "</figure>"]  # fmt: skip
     return [*out, "</section>"]
-
-
-def _ticks(lo: float, hi: float, want: int = 6) -> list[float]:
-    """Round tick values covering [lo, hi]: steps of 1, 2, 2.5 or 5 times a power of ten."""
-    span = max(hi - lo, 1e-9)
-    raw = span / want
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
-    first = math.ceil(lo / step - 1e-9) * step
-    return [round(first + k * step, 12) for k in range(int((hi - first) / step + 1e-9) + 1)]
 
 
 def _figures(page: Page, c: Cells) -> list[str]:
