@@ -455,7 +455,8 @@ def _run(args: argparse.Namespace) -> int:
     if plot_path:
         report.write_plot(plot_path, args.task, model, results)
     best = report.winner(results, report.MAIN_METRIC[args.task])
-    intended_note = _intended_note(encoder.info, results, args.task)
+    infos = {m: e.info for m, e in encoders}
+    intended_note = _intended_note(encoder.info, results, args.task, len(infos) > 1)
     winner = winner_command(_for_row(args, best), best.recipe, best.quantize, best.documents,
                             best.rescore)  # fmt: skip
     unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
@@ -463,7 +464,8 @@ def _run(args: argparse.Namespace) -> int:
     if report_path:
         from poolkit.compare.html_report import write_report
 
-        page = _page(args, encoder.info, results, boot, data, train, unit, notes, seconds)
+        page = _page(args, encoder.info, results, boot, data, train, unit, notes, seconds,
+                     infos)  # fmt: skip
         write_report(report_path, replace(page, limits=[d["line"] for d in limits], model=model))
     print(report.table(args.task, results, intended_note, boot, winner), flush=True)
     for d in limits:
@@ -561,7 +563,7 @@ def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
 
 def _page(
     args: argparse.Namespace, info: Any, results: list, boot: dict | None, data: Any,
-    train: Any, unit: str, notes: list[str], seconds: float,
+    train: Any, unit: str, notes: list[str], seconds: float, infos: dict | None = None,
 ) -> Any:  # fmt: skip
     """What ``--report`` shows: the table's rows with their commands, and the run."""
     import platform
@@ -571,12 +573,15 @@ def _page(
 
     ranked = report.rank(results, report.MAIN_METRIC[args.task])
     best = report.winner(results, report.MAIN_METRIC[args.task])
+    infos = infos or {}
     commands = [
         (
             row_command(_for_row(args, r), r),
             None
             if r.documents
-            else export_command(_for_row(args, r), r.recipe, r.quantize, info.is_decoder),
+            else export_command(
+                _for_row(args, r), r.recipe, r.quantize, infos.get(r.model, info).is_decoder
+            ),
         )
         for r in ranked
     ]
@@ -594,7 +599,7 @@ def _page(
     elif args.task in ("classification", "relation"):
         facts.append(("probe", f"stratified {args.folds}-fold cross-validation"))
     facts += [
-        ("model", info.reference),
+        ("model", ", ".join(i.reference for i in infos.values()) if infos else info.reference),
         ("model folder", str(info.path)),
         ("intended pooling", f"{info.pooling} (from {info.pooling_source})"),
         ("backend", args.backend + (f", with {args.quantize} rows" if args.quantize else "")),
@@ -631,7 +636,7 @@ def _page(
     return Page(
         task=args.task, model=info.reference, results=results, bootstrap=boot,
         data=args.data, size=len(data), unit=unit, commands=commands,
-        intended_note=_intended_note(info, results, args.task),
+        intended_note=_intended_note(info, results, args.task, len(infos) > 1),
         winner=winner_command(_for_row(args, best), best.recipe, best.quantize, best.documents,
                               best.rescore),
         no_export=no_export, notes=notes, facts=facts,
@@ -639,8 +644,10 @@ def _page(
     )  # fmt: skip
 
 
-def _intended_note(info: Any, results: list, task: str) -> str:
+def _intended_note(info: Any, results: list, task: str, several: bool = False) -> str:
     source = f"{info.pooling}, from {info.pooling_source}"
+    if several and any(r.intended for r in results):  # one *: the first model's
+        return f"* the first model's intended pooling ({source}); vs *: every row against it"
     if task in ("ner", "relation"):
         return f"(the model's intended pooling, {source}, is a sequence strategy: none marked here)"
     if any(r.intended for r in results):
@@ -867,8 +874,9 @@ def compare_command(args: argparse.Namespace) -> str:
         add(f"--{name}-column", getattr(args, f"{name}_column"), name)
     for model in getattr(args, "models", None) or [args.model]:
         add("--model", model)
-    add("--max-bytes-per-doc", getattr(args, "max_bytes_per_doc", None))
-    add("--max-query-ms", getattr(args, "max_query_ms", None))
+    for flag in ("--max-bytes-per-doc", "--max-query-ms"):
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        add(flag, None if value is None else f"{value:g}")
     add("--max-length", args.max_length)
     add("--device", args.device, "auto")
     add("--dtype", args.dtype)
