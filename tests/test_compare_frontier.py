@@ -170,8 +170,12 @@ def _check_labels(labels: list[dict], rows: list[dict]) -> None:
 
 
 def test_the_report_labels_the_json_frontier(three):
-    cwd, doc, _, report = three
-    _check_labels(_frontier_labels((cwd / report).read_text(encoding="utf-8")), doc["results"])
+    cwd, doc, table, report = three
+    markup = (cwd / report).read_text(encoding="utf-8")
+    _check_labels(_frontier_labels(markup), doc["results"])
+    # The page's compare command scores the same table again: every model, the limit.
+    assert "--model dense --model splade --model colbert --max-bytes-per-doc 200" in markup
+    assert "* the first model's intended pooling" in table
 
 
 def _qrels() -> dict[str, dict[str, int]]:
@@ -301,6 +305,13 @@ def test_bad_input_is_one_line(three, tiny_dirs, tmp_path):
     assert "tokenizers differ" in err and "chunk ids" in err, err
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "dense")
     assert "--model dense: given twice" in err
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "splade",
+                   "--backend", "onnx", "--quantize", "int8")  # fmt: skip
+    assert "--quantize with several --model" in err
+    # No row answers in a billionth of a ms (or this run times no query): refused either way.
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--recipes", "mean",
+                   "--bootstrap", "0", "--max-query-ms", "1e-9")  # fmt: skip
+    assert err.startswith("poolkit: error: --max-query-ms 1e-09: no row"), err
 
 
 # --- slow: the report in headless Chromium -------------------------------------------------
