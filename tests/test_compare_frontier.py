@@ -122,6 +122,7 @@ def _bytes(row: dict) -> float | None:
 def test_rows_of_every_model_in_one_table(three):
     _, doc, table, _ = three
     rows = doc["results"]
+    assert doc["models"] == ["dense", "splade", "colbert"]
     assert {r["model"] for r in rows} == {"dense", "splade", "colbert"}
     kinds = {(r["model"], r["recipe"].split(":")[0].split("/")[0]) for r in rows}
     assert {("dense", "mean"), ("splade", "splade"), ("colbert", "multivector")} <= kinds

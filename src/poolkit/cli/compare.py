@@ -444,6 +444,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     doc = report.to_json(args.task, model, results, boot,
                          lambda r: row_command(_for_row(args, r), r))  # fmt: skip
+    if len(models) > 1:  # each as --model named it, the rows' `model` values
+        doc["models"] = models
     if limits:
         doc["limits"] = [{k: v for k, v in d.items() if k != "line"} for d in limits]
     if args.task == "retrieval" and Path(args.data).is_dir():
