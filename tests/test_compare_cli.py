@@ -81,7 +81,9 @@ def by_key(doc: dict) -> dict[tuple[str, str], dict]:
 
 
 # embed_command: the command that writes what the row scored (#38).
-ROW_KEYS = {"intended", "ci", "significant", "difference", "members", "tied", "embed_command"}
+# model: the row's model as --model names it (several models in one table, #43).
+ROW_KEYS = {"model", "intended", "ci", "significant", "difference", "members", "tied",
+            "embed_command"}  # fmt: skip
 
 
 def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) -> None:
@@ -91,9 +93,12 @@ def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) ->
     assert doc["task"] == task and doc["metric"] == metric
     assert doc["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert doc["bootstrap"]["resamples"] >= 2 and doc["bootstrap"]["level"] == 0.95
+    # retrieval rows also say whether they are on the bytes / query-time frontier (#43)
+    front = {"frontier_bytes", "frontier_query"} if task == "retrieval" else set()
     for row in doc["results"]:
-        assert set(row) == {"recipe", "strategy", "layers", *metrics, *ROW_KEYS}
+        assert set(row) == {"recipe", "strategy", "layers", *metrics, *ROW_KEYS, *front}
         assert Recipe.parse(row["recipe"]).strategy == row["strategy"]
+        assert row["model"] == doc["model"]
         # a sequence row's CLI command; word and span rows name the Python call
         assert row["embed_command"].startswith(("poolkit embed ", "poolkit.embed_")), row
         assert set(row["ci"]) == set(metrics)

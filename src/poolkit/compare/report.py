@@ -26,6 +26,7 @@ __all__ = [
     "bootstrap_info",
     "cells",
     "footer",
+    "frontier_footer",
     "rank",
     "table",
     "tied",
@@ -81,6 +82,10 @@ class RowFacts:
     flops: float | None = None
     bytes_per_document: float | None = None
     bytes_per_document_f16: float | None = None
+    # Several models in one run (:mod:`poolkit.compare.models`): the row's ``--model`` as
+    # given, and its short label (set only with several models; the name's prefix).
+    model: str | None = None
+    model_label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,10 @@ class Result(RowFacts):
     (:mod:`poolkit.compare.documents`), and ``vectors_per_document``: the vectors its index
     stores per document, on average; None for every other row (each document one text, as
     the strategy rows embed it).
+
+    ``frontier_bytes`` / ``frontier_query`` (retrieval; :mod:`poolkit.compare.frontier`):
+    whether no other row beats the row's main metric at no more bytes per document / query
+    time (False for a row whose cost is unknown); None where no frontier was computed.
     """
 
     recipe: Recipe
@@ -120,13 +129,17 @@ class Result(RowFacts):
     vs_best: Paired | None = None
     members: tuple[Recipe, ...] = ()
     vs_fp32: Paired | None = None
+    frontier_bytes: bool | None = None
+    frontier_query: bool | None = None
 
     @property
     def name(self) -> str:
         """The recipe's name, ``+rescore`` after it for a re-scored binary row, `` · `` and
-        the documents' representation for a document row (``mean · late tokens:128``)."""
+        the documents' representation for a document row (``mean · late tokens:128``);
+        with several models, the model's label and ``:`` before it (``minilm:mean``)."""
         return (
-            str(self.recipe)
+            (f"{self.model_label}:" if self.model_label else "")
+            + str(self.recipe)
             + (f" {DOCUMENT_MARK} {self.documents}" if self.documents else "")
             + (" +rescore" if self.rescore else "")
         )
@@ -225,6 +238,11 @@ def _sparse_cells(r: Result) -> list[str]:
             f"{r.bytes_per_document:.0f}|{r.bytes_per_document_f16:.0f}"]  # fmt: skip
 
 
+def _frontier_cell(r: Result) -> str:
+    """Which frontiers a row is on: ``bytes``, ``query``, both, or blank."""
+    return " ".join(n for n, on in (("bytes", r.frontier_bytes), ("query", r.frontier_query)) if on)
+
+
 def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -> Cells:
     """The cells of :func:`table` (see there for what each column holds)."""
     names = METRICS[task]
@@ -234,11 +252,13 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
     show_backend = any(r.quantize for r in ranked)
     show_bytes = any(r.bytes_per_vector is not None for r in ranked)
     show_sparse = any(r.flops is not None for r in ranked)
+    show_front = any(r.frontier_bytes is not None for r in ranked)
     has_ci = bootstrap is not None and all(r.ci for r in ranked)
     has_vs = has_ci and any(r.vs_intended is not None for r in ranked)
     head = [
         "#", "recipe",
         *(["backend"] if show_backend else []),
+        *(["frontier"] if show_front else []),
         *(["bytes"] if show_bytes else []),
         *(["q dims", "d dims", "FLOPS", "bytes/doc f32|f16"] if show_sparse else []),
         *(f"{n} [95% CI]" if has_ci else n for n in names),
@@ -262,13 +282,14 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
                 r.name + (" *" if r.intended else "")
                 + (f" (= {', '.join(r.member_names()[1:])})" if len(r.members) > 1 else ""),
                 *([f"{r.backend or 'torch'} {r.quantize or 'fp32'}"] if show_backend else []),
+                *([_frontier_cell(r)] if show_front else []),
                 *([str(r.bytes_per_vector or "")] if show_bytes else []),
                 *(_sparse_cells(r) if show_sparse else []),
                 *(metric(r, n) for n in names),
                 *(_vs_cells(vs) if has_vs else []),
             ]
         )  # fmt: skip
-    n_text = 2 + show_backend
+    n_text = 2 + show_backend + show_front
     numeric = [False] * n_text + [True] * (len(head) - n_text)
     return Cells(head, rows, numeric, ranked, ties)
 
@@ -323,7 +344,7 @@ def footer(
     if bootstrap is None:
         out.append("no confidence intervals (--bootstrap 0).")
         return (out + _budget_footer(task, ranked) + _multivector_footer(ranked)
-                + _document_footer(ranked))  # fmt: skip
+                + _document_footer(ranked) + frontier_footer(task, ranked))  # fmt: skip
     level = round(100 * bootstrap["level"])
     out.append(
         f"[{level}% CI]: percentile bootstrap, {bootstrap['resamples']} resamples of the "
@@ -347,6 +368,7 @@ def footer(
     out.extend(_budget_footer(task, ranked))
     out.extend(_multivector_footer(ranked))
     out.extend(_document_footer(ranked))
+    out.extend(frontier_footer(task, ranked))
     for r in ranked:
         if r.vs_fp32 is not None and r.quantize:
             speed = f", {r.speedup:.1f}x faster" if r.speedup else ""
@@ -361,6 +383,29 @@ _STORED_SCORES = {
     "sts": "cosine of the stored values, int8 as integers; 1 - hamming/dims for bits",
     "retrieval": "exact search: cosine for floats, int8 dot products, Hamming distance for bits",
 }
+
+
+def frontier_footer(task: str, ranked: Sequence[Result]) -> list[str]:
+    """Lines on the frontier column (:mod:`poolkit.compare.frontier`): what it marks, and
+    the rows left off a frontier for want of their cost."""
+    if not any(r.frontier_bytes is not None for r in ranked):
+        return []
+    from poolkit.compare.frontier import QUERY_COST, bytes_cost
+
+    main = METRICS[task][0]
+    out = [
+        f"frontier: bytes = no other row has a higher {main} at no more bytes per document, "
+        f"query = at no more query time (ms per query); ties on both: each row marked."
+    ]
+    for front, what, cost in (("bytes", "no bytes per document", bytes_cost),
+                              ("query", "no query time", QUERY_COST)):  # fmt: skip
+        missing = [r.label for r in ranked if cost(r) is None]
+        if len(missing) == len(ranked):
+            out.append(f"frontier: no {front} frontier ({what} in this run).")
+        elif missing:
+            out.append(f"frontier: off the {front} frontier ({what} in this run): "
+                       f"{', '.join(missing)}.")  # fmt: skip
+    return out
 
 
 def _multivector_footer(ranked: Sequence[Result]) -> list[str]:
@@ -495,7 +540,7 @@ def to_json(
 ) -> dict:
     """``{"task", "model", "metric", "bootstrap", "results": [...]}``, results best first.
 
-    Each result: ``recipe`` (the row's name; ``Recipe.parse`` it, ``poolkit embed
+    Each result: ``model`` (the row's model as ``--model`` names it), ``recipe`` (the row's name; ``Recipe.parse`` it, ``poolkit embed
     --recipe`` takes it), ``strategy``, ``layers``, every metric, ``intended``, then
     ``ci`` ({metric: [lo, hi]} or null), ``significant`` (vs the intended row; null for it,
     without one, or with the bootstrap off), ``difference`` ({"metric", "value", "ci"} vs
@@ -511,7 +556,8 @@ def to_json(
     ``embed_command``: the command(s) that write what the row scored.
     With sparse rows (retrieval) every row also has ``active_dims_query``,
     ``active_dims_document``, ``flops``, ``bytes_per_document`` and
-    ``bytes_per_document_f16`` (null for the dense and BM25 rows).
+    ``bytes_per_document_f16`` (null for the dense and BM25 rows). With a frontier
+    (retrieval) every row also has ``frontier_bytes`` and ``frontier_query``.
     """
     metric = MAIN_METRIC[task]
     ranked = rank(results, metric)
@@ -519,9 +565,11 @@ def to_json(
     budget = any(r.bytes_per_vector is not None for r in ranked)
     chunked = any(r.documents for r in ranked)
     sparse = any(r.flops is not None for r in ranked)
+    front = any(r.frontier_bytes is not None for r in ranked)
     rows = []
     for r, tie in zip(ranked, tied(ranked, metric), strict=True):
         row = {
+            "model": r.model or model,
             "recipe": str(r.recipe),
             "strategy": r.strategy,
             "layers": r.layers,
@@ -555,6 +603,9 @@ def to_json(
                        active_dims_document=r.active_dims_document,
                        bytes_per_document=r.bytes_per_document,
                        bytes_per_document_f16=r.bytes_per_document_f16)  # fmt: skip
+        if front:
+            row.update(frontier_bytes=bool(r.frontier_bytes),
+                       frontier_query=bool(r.frontier_query))  # fmt: skip
         if chunked:
             row["documents"] = r.documents
             row["vectors_per_document"] = r.vectors_per_document

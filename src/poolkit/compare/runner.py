@@ -41,7 +41,7 @@ from poolkit.driver import LayerViews, drive
 from poolkit.output import bytes_per_vector
 from poolkit.recipe import Recipe
 
-__all__ = ["LEVELS", "Settings", "compare"]
+__all__ = ["LEVELS", "Settings", "compare", "planned_rows"]
 
 LEVELS = {
     "sts": "sequence", "classification": "sequence", "ner": "word", "relation": "span",
@@ -99,15 +99,28 @@ def compare(
     train: TaskData | None = None,
     quantized: Any = None,
 ) -> list[Result]:
+    """:func:`planned_rows`, summarized: one :class:`Result` per row, with bootstrap
+    intervals unless ``settings.bootstrap`` is 0 (see there for the arguments)."""
+    rows, evaluations = planned_rows(encoder, data, settings, train, quantized)
+    return summarize(settings.task, rows, evaluations, settings.bootstrap, settings.seed)
+
+
+def planned_rows(
+    encoder: Any,
+    data: Any,
+    settings: Settings,
+    train: TaskData | None = None,
+    quantized: Any = None,
+) -> tuple[list[Row], dict[Any, bs.Evaluation]]:
     """Score every candidate of ``settings`` on ``data`` (probes trained on ``train`` if
     given, else stratified cross-validation where the task allows it).
 
     ``encoder`` is a :class:`poolkit.encoder.Encoder`; ``quantized``, if given, an int8
     Encoder of the same model whose rows are added beside the intended row (or every row,
-    ``settings.int8_rows="all"``), compared paired and timed. Returns one :class:`Result`
+    ``settings.int8_rows="all"``), compared paired and timed. Returns one :class:`Row`
     per row in candidate order (rows that cannot differ merged, :mod:`.grouping`), the
-    model's intended pooling flagged, with bootstrap intervals unless
-    ``settings.bootstrap`` is 0. Raises :class:`DataError` for data the protocol cannot
+    model's intended pooling flagged, and every row key's per-unit evaluation
+    (:func:`poolkit.compare.summary.summarize` turns them into results). Raises :class:`DataError` for data the protocol cannot
     use; ValueError for unknown strategies.
     """
     level = LEVELS[settings.task]
@@ -198,7 +211,7 @@ def compare(
                         intended=g[0] == chosen, backend=settings.backend, quantize="int8",
                         reference=(g[0], None), speedup=speedup, seconds=timed_q.seconds)
                 )  # fmt: skip
-    return summarize(settings.task, rows, evaluations, settings.bootstrap, settings.seed)
+    return rows, evaluations
 
 
 def _plan_budget(
