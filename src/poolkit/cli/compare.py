@@ -315,12 +315,15 @@ def _run(args: argparse.Namespace) -> int:
     # recipes asked for are parsed here once and handed on as values; without --recipes
     # the defaults (and the model's pooling) are the runner's, so only the layers can fail.
     recipes = None
+    hybrids: list[Any] = []
     named: list[Any] = []  # recipes with an output stage: budget rows of their base
     try:
         if args.recipes:
+            from poolkit.compare.hybrid import split_hybrids
             from poolkit.compare.sparse_rows import split_extra
 
-            dense, extra = split_extra(args.recipes, args.task)  # sparse and BM25 rows
+            names, hybrids = split_hybrids(args.recipes)  # rrf(A,B), fuse(A,B,W)
+            dense, extra = split_extra(names, args.task)  # sparse and BM25 rows
             recipes = candidates(LEVELS[args.task], dense, layers) if dense else []
             layers = None
             # Sequence recipes with an output stage: budget rows of their float32 row.
@@ -339,7 +342,7 @@ def _run(args: argparse.Namespace) -> int:
         backend=args.backend if args.quantize else None,
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
         document_prompt_name=args.document_prompt_name, budget=_budget(args, named),
-        chunk_tokens=tuple(args.chunk_tokens or ()),
+        chunk_tokens=tuple(args.chunk_tokens or ()), hybrids=tuple(hybrids),
     )  # fmt: skip
     check_labels(data, train, settings)
     from poolkit.encoder import Encoder
@@ -499,12 +502,35 @@ def winner_command(
     quantised row) and settings; ``documents``: a document row's (its documents')."""
     if documents:
         return "embed with the winner (documents): " + document_command(args, recipe, documents)
+    if recipe.level == "hybrid":
+        return f"embed with the winner ({recipe}, both rows): " + hybrid_commands(args, recipe)
     return "embed with the winner: " + embed_command(args, recipe, quantize, rescore)
+
+
+def hybrid_commands(args: argparse.Namespace, recipe: Any, export: bool = False) -> str:
+    """Each side's ``embed`` command of a hybrid row (``export``: its ``export`` command,
+    where it has one), as ``NAME: COMMAND`` joined by `` ; ``."""
+    from poolkit.compare.hybrid import side_rows
+
+    parts = []
+    for name, r, rescore, documents in side_rows(recipe):
+        if export:
+            cmd = None if documents else export_command(args, r)
+        elif documents:
+            cmd = document_command(args, r, documents)
+        else:
+            cmd = embed_command(args, r, None, rescore)
+        if cmd is not None:
+            parts.append(f"{name}: {cmd}")
+    return " ; ".join(parts)
 
 
 def row_command(args: argparse.Namespace, result: Any) -> str:
     """The ``poolkit embed`` command of one result row: :func:`document_command` for a
-    document row, else :func:`embed_command`."""
+    document row, both rows' commands for a hybrid row (:func:`hybrid_commands`), else
+    :func:`embed_command`."""
+    if result.recipe.level == "hybrid":
+        return hybrid_commands(args, result.recipe)
     if result.documents:
         return document_command(args, result.recipe, result.documents)
     return embed_command(args, result.recipe, result.quantize, result.rescore)
@@ -658,6 +684,8 @@ def export_command(
     stored form; int8/uint8 with the ranges the row was scored with, as its embed command."""
     from poolkit.deploy.stfolder import st_refusal
 
+    if recipe.level == "hybrid":  # each side's model, where a side has one
+        return hybrid_commands(args, recipe, export=True) or None
     if recipe.level != "sequence":
         return None  # export pools whole texts
     parts = ["poolkit", "export"]

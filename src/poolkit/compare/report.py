@@ -81,6 +81,8 @@ class RowFacts:
     flops: float | None = None
     bytes_per_document: float | None = None
     bytes_per_document_f16: float | None = None
+    query_ms: float | None = None
+    search_growth: str | None = None
 
 
 @dataclass(frozen=True)
