@@ -378,6 +378,14 @@ def _run(args: argparse.Namespace) -> int:
         else None
     )
     doc = report.to_json(args.task, model, results, boot, lambda r: row_command(args, r))
+    if args.task == "retrieval":  # where the query and search times were measured
+        from poolkit.compare.cost import hardware
+
+        doc["costs_measured_on"] = measured = hardware(encoder)
+        settings.notes.append(
+            f"cost columns measured on {measured['model']}, {measured['device']}, "
+            f"{measured['cpu']} ({measured['cpu_count']} cores), in this run."
+        )
     if args.task == "retrieval" and Path(args.data).is_dir():
         doc["documents_read_as"] = _BEIR_READ
         settings.notes.append(f"retrieval: {_BEIR_READ}; poolkit embed reads {args.data} "
