@@ -302,7 +302,8 @@ def query_metrics(ranked: np.ndarray, qrels: np.ndarray, n_docs: int) -> np.ndar
 
 
 def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], settings: Any):
-    """``compare``'s scorer: one forward pass over the distinct query and document texts,
+    """``compare``'s scorer: one forward pass over the distinct query and document texts
+    (the queries' timed apart: :mod:`poolkit.compare.cost`),
     then per candidate an exact top-100 search and the per-query metrics
     (:class:`~poolkit.compare.evaluation.QueryEval`). Multi-vector candidates are scored
     by :func:`poolkit.compare.multivector.multivector_rows` (MaxSim, MUVERA), on the token
@@ -342,21 +343,33 @@ def _score_dense(
     out = {}
     states = None
     if settings.prompt_name is None and settings.document_prompt_name is None:
-        texts = list(dict.fromkeys([*data.queries, *data.documents]))
+        # Every distinct text once: the queries first, in a pass of their own that is
+        # timed (the queries' encoding time), then the documents that are not queries.
+        first = list(dict.fromkeys(data.queries))
+        seen = set(first)
+        rest = [t for t in dict.fromkeys(data.documents) if t not in seen]
+        texts = first + rest
         where = {t: i for i, t in enumerate(texts)}
         q_rows = np.fromiter((where[t] for t in data.queries), np.int64, count=len(data.queries))
         d_rows = np.fromiter((where[t] for t in data.documents), np.int64,
                              count=len(data.documents))  # fmt: skip
-        tap = TokenStates(len(texts)) if keep_tokens else None
-        vectors, stats = embed_sequences(encoder, texts, cands, settings,
-                                         f"embedding {data.source}", tap=tap)  # fmt: skip
+        tap = TokenStates(len(first)) if keep_tokens else None
+        began = time.perf_counter()
+        vectors, stats = embed_sequences(encoder, first, cands, settings,
+                                         f"embedding {data.source} queries", tap=tap)  # fmt: skip
+        query_seconds = time.perf_counter() - began
+        truncated = list(stats.truncated)
+        if rest:
+            d_tap = TokenStates(len(rest)) if keep_tokens else None
+            more, d_stats = embed_sequences(encoder, rest, cands, settings,
+                                            f"embedding {data.source} documents", tap=d_tap)  # fmt: skip
+            vectors = {c: np.concatenate([vectors[c], more[c]]) for c in cands}
+            truncated += [len(first) + i for i in d_stats.truncated]
+            if tap is not None and d_tap is not None:
+                tap.vectors += d_tap.vectors
         queries = {c: vectors[c][q_rows] for c in cands}
         documents = {c: vectors[c][d_rows] for c in cands}
-        # The queries' encoding time: one more pass over the queries alone, timed.
-        began = time.perf_counter()
-        embed_sequences(encoder, data.queries, cands, settings, f"timing {data.source} queries")
-        query_seconds = time.perf_counter() - began
-        cut = int(np.isin(d_rows, stats.truncated).sum())
+        cut = int(np.isin(d_rows, truncated).sum())
         if tap is not None:
             states = ([tap.vectors[i] for i in q_rows], [tap.vectors[i] for i in d_rows])
     else:  # an asymmetric model: a prompt per side, so each side is embedded apart
