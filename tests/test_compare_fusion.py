@@ -288,3 +288,21 @@ def test_unknown_row_is_one_line_naming_the_known_rows(tiny, tmp_path):
                   "rrf(cls)", "--model", str(tiny), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 2 and out.stderr.decode().count("\n") == 1
     assert "rrf(A,B) of two row names" in out.stderr.decode()
+
+
+def test_export_from_compare_skips_hybrid_rows(tiny, tmp_path):
+    """A hybrid row is two rows, which no model folder holds: ``export --from-compare``
+    takes the first row below it that a folder can hold (here: past BM25 too)."""
+    from poolkit.deploy.card import read_compare
+    from poolkit.model_folder import resolve_model
+
+    rows = [
+        {"recipe": "rrf(cls,bm25)", "sides": ["cls", "bm25"], "ndcg_at_10": 0.5},
+        {"recipe": "bm25", "strategy": "bm25", "ndcg_at_10": 0.4},
+        {"recipe": "cls", "strategy": "cls", "ndcg_at_10": 0.3, "intended": True},
+    ]
+    path = tmp_path / "scores.json"
+    path.write_text(json.dumps({"task": "retrieval", "model": str(tiny), "metric": "ndcg_at_10",
+                                "results": rows}))  # fmt: skip
+    recipe, choice = read_compare(path, resolve_model(str(tiny)))
+    assert str(recipe) == "cls" and choice["rank"] == 3
