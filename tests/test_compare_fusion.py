@@ -288,6 +288,15 @@ def test_unknown_row_is_one_line_naming_the_known_rows(tiny, tmp_path):
                   "rrf(cls)", "--model", str(tiny), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 2 and out.stderr.decode().count("\n") == 1
     assert "rrf(A,B) of two row names" in out.stderr.decode()
+    # Another task: refused before the model loads (there is none at this path).
+    sts = Path(__file__).parent / "data" / "stsb-dev-sample.csv"
+    out = poolkit("compare", str(sts), "--task", "sts", "--recipes", "mean", "rrf(mean,cls)",
+                  "--model", str(tmp_path / "no-model"), cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.decode() == (
+        "poolkit: error: --recipes rrf(mean,cls): hybrid rows fuse two rows' rankings: use "
+        "them with --task retrieval.\n"
+    )
 
 
 def test_export_from_compare_skips_hybrid_rows(tiny, tmp_path):

@@ -32,7 +32,8 @@ Embed DATA once and score every pooling candidate on it, best first.
                   probe on --train FILE or CV; macro-F1 (main) and accuracy
   retrieval       a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) or a table of
                   (query, document) rows; exact cosine search; nDCG@10 (main), MRR@10,
-                  Recall@100, MAP@100 (as MTEB/pytrec_eval compute them)
+                  Recall@100, MAP@100 (as MTEB/pytrec_eval compute them); every row's
+                  bytes per document, query and search time beside them
   clustering      rows text, label (or SST-2 lines); MiniBatchKMeans with k = number of
                   labels, 5 seeds; V-measure (main, mean over the seeds)
 Every row carries a 95% paired-bootstrap interval per metric (--bootstrap N resamples; 0: off)
@@ -60,7 +61,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--recipes", nargs="+", action="extend", metavar="NAME",
         help="compare only these, named as embed --recipe takes them (e.g. mean cls+mean@last4 "
-        "mean_no_special word:first span:x,y,x*y) (default: every candidate of the task)",
+        "mean_no_special word:first span:x,y,x*y); retrieval also bm25, splade and hybrid rows "
+        "of two rows: 'rrf(mean,bm25)', 'fuse(mean,bm25,0.5)' (default: every candidate of "
+        "the task, and rrf of the intended row with bm25)",
     )  # fmt: skip
     # The old spelling (before the flag took recipe names): same dest, not in --help.
     p.add_argument("--strategies", dest="recipes", nargs="+", action="extend",
@@ -323,6 +326,9 @@ def _run(args: argparse.Namespace) -> int:
             from poolkit.compare.sparse_rows import split_extra
 
             names, hybrids = split_hybrids(args.recipes)  # rrf(A,B), fuse(A,B,W)
+            if hybrids and args.task != "retrieval":
+                raise _UsageError(f"--recipes {hybrids[0]}: hybrid rows fuse two rows' "
+                                  "rankings: use them with --task retrieval.")  # fmt: skip
             dense, extra = split_extra(names, args.task)  # sparse and BM25 rows
             recipes = candidates(LEVELS[args.task], dense, layers) if dense else []
             layers = None
