@@ -34,7 +34,8 @@ Embed DATA once and score every pooling candidate on it, best first.
                   probe on --train FILE or CV; macro-F1 (main) and accuracy
   retrieval       a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) or a table of
                   (query, document) rows; exact cosine search; nDCG@10 (main), MRR@10,
-                  Recall@100, MAP@100 (as MTEB/pytrec_eval compute them)
+                  Recall@100, MAP@100 (as MTEB/pytrec_eval compute them); every row's
+                  bytes per document, query and search time beside them
   clustering      rows text, label (or SST-2 lines); MiniBatchKMeans with k = number of
                   labels, 5 seeds; V-measure (main, mean over the seeds)
 Every row carries a 95% paired-bootstrap interval per metric (--bootstrap N resamples; 0: off)
@@ -62,7 +63,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--recipes", nargs="+", action="extend", metavar="NAME",
         help="compare only these, named as embed --recipe takes them (e.g. mean cls+mean@last4 "
-        "mean_no_special word:first span:x,y,x*y) (default: every candidate of the task)",
+        "mean_no_special word:first span:x,y,x*y); retrieval also bm25, splade and hybrid rows "
+        "of two rows: 'rrf(mean,bm25)', 'fuse(mean,bm25,0.5)' (default: every candidate of "
+        "the task, and rrf of the intended row with bm25)",
     )  # fmt: skip
     # The old spelling (before the flag took recipe names): same dest, not in --help.
     p.add_argument("--strategies", dest="recipes", nargs="+", action="extend",
@@ -369,12 +372,18 @@ def _run(args: argparse.Namespace) -> int:
     # recipes asked for are parsed here once and handed on as values; without --recipes
     # the defaults (and the model's pooling) are the runner's, so only the layers can fail.
     recipes = None
+    hybrids: list[Any] = []
     named: list[Any] = []  # recipes with an output stage: budget rows of their base
     try:
         if args.recipes:
+            from poolkit.compare.hybrid import split_hybrids
             from poolkit.compare.sparse_rows import split_extra
 
-            dense, extra = split_extra(args.recipes, args.task)  # sparse and BM25 rows
+            names, hybrids = split_hybrids(args.recipes)  # rrf(A,B), fuse(A,B,W)
+            if hybrids and args.task != "retrieval":
+                raise _UsageError(f"--recipes {hybrids[0]}: hybrid rows fuse two rows' "
+                                  "rankings: use them with --task retrieval.")  # fmt: skip
+            dense, extra = split_extra(names, args.task)  # sparse and BM25 rows
             recipes = candidates(LEVELS[args.task], dense, layers) if dense else []
             layers = None
             # Sequence recipes with an output stage: budget rows of their float32 row.
@@ -390,7 +399,7 @@ def _run(args: argparse.Namespace) -> int:
         backend=args.backend if args.quantize else None,
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
         document_prompt_name=args.document_prompt_name, budget=_budget(args, named),
-        chunk_tokens=tuple(args.chunk_tokens or ()),
+        chunk_tokens=tuple(args.chunk_tokens or ()), hybrids=tuple(hybrids),
     )  # fmt: skip
     check_labels(data, train, settings)
     from poolkit.encoder import Encoder
@@ -446,6 +455,14 @@ def _run(args: argparse.Namespace) -> int:
         doc["models"] = models
     if limits:
         doc["limits"] = [{k: v for k, v in d.items() if k != "line"} for d in limits]
+    if args.task == "retrieval":  # where the query and search times were measured
+        from poolkit.compare.cost import hardware
+
+        doc["costs_measured_on"] = measured = {**hardware(encoders[0][1]), "model": model}
+        settings.notes.append(
+            f"cost columns measured on {measured['model']}, {measured['device']}, "
+            f"{measured['cpu']} ({measured['cpu_count']} cores), in this run."
+        )
     if args.task == "retrieval" and Path(args.data).is_dir():
         doc["documents_read_as"] = _BEIR_READ
         settings.notes.append(f"retrieval: {_BEIR_READ}; poolkit embed reads {args.data} "
@@ -664,12 +681,35 @@ def winner_command(
     quantised row) and settings; ``documents``: a document row's (its documents')."""
     if documents:
         return "embed with the winner (documents): " + document_command(args, recipe, documents)
+    if recipe.level == "hybrid":
+        return f"embed with the winner ({recipe}, both rows): " + hybrid_commands(args, recipe)
     return "embed with the winner: " + embed_command(args, recipe, quantize, rescore)
+
+
+def hybrid_commands(args: argparse.Namespace, recipe: Any, export: bool = False) -> str:
+    """Each side's ``embed`` command of a hybrid row (``export``: its ``export`` command,
+    where it has one), as ``NAME: COMMAND`` joined by `` ; ``."""
+    from poolkit.compare.hybrid import side_rows
+
+    parts = []
+    for name, r, rescore, documents in side_rows(recipe):
+        if export:
+            cmd = None if documents else export_command(args, r)
+        elif documents:
+            cmd = document_command(args, r, documents)
+        else:
+            cmd = embed_command(args, r, None, rescore)
+        if cmd is not None:
+            parts.append(f"{name}: {cmd}")
+    return " ; ".join(parts)
 
 
 def row_command(args: argparse.Namespace, result: Any) -> str:
     """The ``poolkit embed`` command of one result row: :func:`document_command` for a
-    document row, else :func:`embed_command`."""
+    document row, both rows' commands for a hybrid row (:func:`hybrid_commands`), else
+    :func:`embed_command`."""
+    if result.recipe.level == "hybrid":
+        return hybrid_commands(args, result.recipe)
     if result.documents:
         return document_command(args, result.recipe, result.documents)
     return embed_command(args, result.recipe, result.quantize, result.rescore)
@@ -823,6 +863,8 @@ def export_command(
     stored form; int8/uint8 with the ranges the row was scored with, as its embed command."""
     from poolkit.deploy.stfolder import st_refusal
 
+    if recipe.level == "hybrid":  # each side's model, where a side has one
+        return hybrid_commands(args, recipe, export=True) or None
     if recipe.level != "sequence":
         return None  # export pools whole texts
     parts = ["poolkit", "export"]

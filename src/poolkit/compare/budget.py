@@ -173,14 +173,18 @@ def retrieval_rows(
     stage: Stage,
     depth: int,
     ties: np.ndarray,
+    deep: int = 0,
 ) -> dict[tuple[Recipe, bool], tuple[np.ndarray, float, Calibration | None]]:
     """Every budget row of one base recipe: ``(recipe, rescored) -> (ranked (Q, depth)
     document indices, search seconds, calibration)`` from float32 ``queries`` and
-    ``documents``. int8/uint8 ranges come from the documents; queries use them too."""
+    ``documents``. int8/uint8 ranges come from the documents; queries use them too.
+    ``deep``: the stored rows are searched to ``max(depth, deep)`` (a hybrid fuses them);
+    the ``+rescore`` rows still re-rank the Hamming top ``RESCORE_FACTOR x depth``."""
     from poolkit.compare.search import top_k, top_k_by
 
     out: dict[tuple[Recipe, bool], tuple[np.ndarray, float, Calibration | None]] = {}
     n_q, n_d = len(queries), len(documents)
+    top = max(depth, deep)
     for r in stage.recipes:
         d_stored, _, cal = stored(documents, r, stage.normalize)
         q_stored, q_floats, _ = stored(queries, r, stage.normalize, cal)
@@ -188,7 +192,7 @@ def retrieval_rows(
         if r.precision in _BITS:
             index = HammingIndex(d_stored, ties)  # faiss where installed, else NumPy
             start = time.perf_counter()
-            ranked, _ = index.search(q_stored, depth)
+            ranked, _ = index.search(q_stored, top)
             out[(r, False)] = (ranked, time.perf_counter() - start, cal)
             start = time.perf_counter()
             ranked = _rescored(q_floats, q_stored, d_stored, index, depth, ties)
@@ -197,12 +201,12 @@ def retrieval_rows(
             dtype = _exact_dtype(r.precision, dims)
             qi, di = q_stored.astype(dtype), d_stored.astype(dtype)
             start = time.perf_counter()
-            ranked, _ = top_k_by(_dots(qi, di), n_q, n_d, depth, ties)
+            ranked, _ = top_k_by(_dots(qi, di), n_q, n_d, top, ties)
             out[(r, False)] = (ranked, time.perf_counter() - start, cal)
         else:  # float32, float16: cosine of the stored values
             qf, df = q_stored.astype(np.float32), d_stored.astype(np.float32)
             start = time.perf_counter()
-            ranked, _ = top_k(qf, df, depth, ties)
+            ranked, _ = top_k(qf, df, top, ties)
             out[(r, False)] = (ranked, time.perf_counter() - start, cal)
     return out
 

@@ -24,6 +24,7 @@ metrics are those of :mod:`poolkit.compare.retrieval`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -154,9 +155,12 @@ def document_rows(
     for label, (vectors, counts) in document_vectors(
         encoder, documents, recipe, sizes, settings, source
     ).items():
+        began = time.perf_counter()
         out[label] = max_chunk_top_k(queries, vectors, counts, depth, ties)
+        seconds = time.perf_counter() - began
         if facts is not None:
-            facts[(recipe, label)] = {"vectors_per_document": float(np.mean(counts))}
+            facts[(recipe, label)] = {"vectors_per_document": float(np.mean(counts)),
+                                      "search_ms": seconds * 1000 / max(len(queries), 1)}  # fmt: skip
     return out
 
 

@@ -20,6 +20,7 @@ from poolkit.compare import clustering, metrics, probes, retrieval
 from poolkit.compare import documents as docrows
 from poolkit.compare.budget import BUDGET_TASKS, Budget, Stage
 from poolkit.compare.candidates import candidates, default_strategies
+from poolkit.compare.cost import priced
 from poolkit.compare.datasets import (
     DataError,
     PairData,
@@ -31,6 +32,9 @@ from poolkit.compare.datasets import (
 from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.evaluation import LabelEval, PairEval, TagEval
 from poolkit.compare.grouping import groups
+from poolkit.compare.hybrid import HybridError, default_hybrids, row_keys, split_hybrids
+from poolkit.compare.hybrid import evaluations as hybrid_evaluations
+from poolkit.compare.hybrid import plan as fuse_plan
 from poolkit.compare.multivector import RERANK
 from poolkit.compare.multivector import check_candidates as check_multivector
 from poolkit.compare.report import Result
@@ -90,6 +94,10 @@ class Settings:
     budget_facts: dict[Any, dict[str, Any]] = field(default_factory=dict)
     chunk_tokens: Sequence[int] = ()
     document_base: Recipe | None = None
+    hybrids: Sequence[Any] = ()
+    keep: dict[Any, int] = field(default_factory=dict)
+    rankings: dict[Any, Any] = field(default_factory=dict)
+    costs: dict[Any, Any] = field(default_factory=dict)
 
 
 def compare(
@@ -124,8 +132,14 @@ def planned_rows(
     use; ValueError for unknown strategies.
     """
     level = LEVELS[settings.task]
+    # Hybrid rows (retrieval) fuse two rows' rankings (.hybrid); named among the strategies.
+    named, hybrids = split_hybrids(settings.strategies)
+    hybrids = [*settings.hybrids, *hybrids]
+    if hybrids and settings.task != "retrieval":
+        raise HybridError(f"--recipes {hybrids[0]}: hybrid rows fuse rankings: use them "
+                          "with --task retrieval.")  # fmt: skip
     # Sparse and BM25 rows (retrieval) are scored on their own path (.sparse_rows).
-    strategies, extra = split_extra(settings.strategies, settings.task)
+    strategies, extra = split_extra(named, settings.task)
     intended = encoder.info.intended_recipe() if level == "sequence" else None
     own_sparse = None  # a sparse model's own pooling: its row is the * row
     if intended is not None and intended.kind != "dense":  # a sparse model: its own row
@@ -149,6 +163,12 @@ def planned_rows(
     dense = [r for r in reps if r.level != "multivector"]  # MaxSim rows: their own facts
     widths = _plan_budget(encoder, settings, chosen, dense, quantized)
     _plan_documents(encoder, settings, chosen, quantized)
+    if settings.task == "retrieval":
+        if settings.strategies is None:  # the defaults: the * row fused with BM25, SPLADE
+            hybrids += default_hybrids(chosen, extra)
+        settings.hybrids = hybrids
+        settings.costs = {}
+        hybrids = fuse_plan(settings, row_keys(grouped, settings, extra, RERANK))
     score = _SCORERS[settings.task]
     timed = TimedEncoder(encoder)
     evaluations = {
@@ -198,6 +218,11 @@ def planned_rows(
                 per_doc = facts.get((base, label), {}).get("vectors_per_document")
                 rows.append(Row((base, label), base, (base,), backend=settings.backend,
                                 documents=label, vectors_per_document=per_doc))  # fmt: skip
+    if hybrids:
+        evaluations.update(hybrid_evaluations(hybrids, settings, data))
+        rows += [Row((h, None), h, (h,), backend=settings.backend) for h in hybrids]
+    if settings.task == "retrieval":
+        rows = priced(rows, settings)
     if quantized is not None:
         twins = [chosen] if settings.int8_rows == "intended" and chosen else reps
         timed_q = TimedEncoder(quantized)
