@@ -16,8 +16,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
+import re
 import shlex
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +30,11 @@ from test_compare_report import chromium, pixels, run_chromium
 from tiny_models import build_family, build_mlm, build_multivector, build_sparse_encoder
 
 from poolkit.compare import bootstrap as bs
-from poolkit.compare.frontier import best_within, pareto, untold
+from poolkit.compare import report
+from poolkit.compare.frontier import best_within, mark, pareto, untold
+from poolkit.compare.html_report import Page, render
+from poolkit.compare.report import Result
+from poolkit.recipe import Recipe
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -345,3 +352,53 @@ def test_frontier_plot_in_headless_chromium(three):
     assert grey.std() > 0.05 and (grey < 0.5).mean() > 0.002
     purple = (image[..., 0] > 0.4) & (image[..., 2] > 0.8) & (image[..., 1] < 0.35)
     assert purple.sum() > 50  # the frontier's line and dots are drawn
+
+
+# --- the page's charts from made-up rows (both costs; model names with markup) -------------
+
+
+@dataclass(frozen=True)
+class _Timed(Result):
+    """A result with a query time, as the rows' cost columns give one."""
+
+    query_ms: float | None = None
+
+
+def _made_up_rows(seed: int) -> list:
+    rnd = random.Random(seed)
+    out = []
+    for i, name in enumerate(["mean", "cls", "max", "mean/binary", "mean/int8", "cls+mean"]):
+        v = round(rnd.uniform(0.2, 0.8), 2)
+        out.append(_Timed(
+            Recipe.parse(name), {"ndcg_at_10": v, "mrr_at_10": v, "recall_at_100": v,
+                                 "map_at_100": v},
+            intended=i == 0, ci={m: (v - 0.05, v + 0.05) for m in ("ndcg_at_10", "mrr_at_10",
+                                                                  "recall_at_100", "map_at_100")},
+            model="m<b>", model_label=f"m<b>{i % 2}", bytes_per_vector=rnd.choice([2, 64, 128, 512]),
+            query_ms=None if i == 5 else rnd.choice([0.1, 0.5, 2.0, 9.0]),
+        ))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_both_charts_label_their_frontier(seed):
+    from test_compare_report import PageText
+
+    rows = mark(_made_up_rows(seed), "ndcg_at_10")
+    ranked = report.rank(rows, "ndcg_at_10")
+    page = Page("retrieval", "m<b>", rows, None, "beir", 10, "queries",
+                [("poolkit embed x", None)] * len(rows))  # fmt: skip
+    markup = render(page)
+    assert "<b>" not in markup  # the model's label is escaped
+    parsed = PageText(markup)
+    q = [r.metrics["ndcg_at_10"] for r in ranked]
+    for chart, cost in (("bytes", lambda r: r.bytes_per_vector), ("query", lambda r: r.query_ms)):
+        want = [i for i, on in enumerate(reference_frontier(q, [cost(r) for r in ranked]), 1) if on]
+        svg = markup[markup.index(f'id="frontier-{chart}"') :]
+        svg = svg[: svg.index("</svg>")]
+        got = sorted(int(x) for x in re.findall(r'class="frontier-label" data-rank="(\d+)"', svg))
+        assert got == want, chart
+        dots = re.findall(r'<a href="#row-(\d+)">', svg)
+        assert sorted(map(int, dots)) == [i for i, r in enumerate(ranked, 1) if cost(r) is not None]
+    ids = {a["id"] for tag, a in parsed.tags if tag == "tr" and "id" in a}
+    assert {f"row-{i}" for i in range(1, len(rows) + 1)} <= ids

@@ -270,12 +270,10 @@ def _check_models(args: argparse.Namespace) -> None:
                                        f"e.g. {flag} 1024."))  # fmt: skip
     if len(models) < 2:
         return
-    seen: dict[str, int] = {}
-    for m in models:
-        if m in seen:
+    for k, m in enumerate(models):
+        if m in models[:k]:
             raise _UsageError(f"--model {m}: given twice; each model's rows already cover "
                               "every recipe: drop the repeat.")  # fmt: skip
-        seen[m] = 1
     if args.quantize:
         raise _UsageError("--quantize with several --model: int8 rows are for one model at a "
                           "time; drop --quantize or keep one --model.")  # fmt: skip
@@ -435,7 +433,7 @@ def _run(args: argparse.Namespace) -> int:
     except ChunkError as e:
         raise flagged(e, COMPARE_CHUNKS) from None
     results = run.results
-    limits: list[str] = []
+    limits: list[dict] = []
     if args.task == "retrieval":
         from poolkit.compare.frontier import mark
 
