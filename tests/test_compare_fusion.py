@@ -288,6 +288,14 @@ def test_unknown_row_is_one_line_naming_the_known_rows(tiny, tmp_path):
                   "rrf(cls)", "--model", str(tiny), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 2 and out.stderr.decode().count("\n") == 1
     assert "rrf(A,B) of two row names" in out.stderr.decode()
+    # fuse() of a row that keeps no scores: refused before any text is embedded.
+    out = poolkit("compare", str(SQUAD), "--task", "retrieval", "--recipes", "cls", "cls/16/int8",
+                  "bm25", "fuse(cls/16/int8,bm25)", "--model", str(tiny), cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.decode() == (
+        "poolkit: error: --recipes fuse(cls/16/int8,bm25,0.5): cls/16/int8 keeps no scores to "
+        "normalise (a /DIMS, /PRECISION, +rescore or chunked row); fuse it by rrf.\n"
+    )
     # Another task: refused before the model loads (there is none at this path).
     sts = Path(__file__).parent / "data" / "stsb-dev-sample.csv"
     out = poolkit("compare", str(sts), "--task", "sts", "--recipes", "mean", "rrf(mean,cls)",

@@ -8,11 +8,11 @@ Names, as ``--recipes`` takes them (``A`` and ``B`` are row names of the table:
   ``rrf(A,B,k=K,depth=D)`` changes them (the name shows what differs from the defaults).
 - ``fuse(A,B,W)``: ``W * A + (1 - W) * B`` of min-max normalised scores over each side's
   top 1000 (``W`` 0..1, default 0.5); ``,norm=z`` for z-scores, ``,depth=D`` as above.
-  Rows that keep no scores (the ``/DIMS``, ``/PRECISION`` rows, chunked documents, MUVERA)
-  fuse by ``rrf`` only.
+  Rows that keep no scores (the ``/DIMS``, ``/PRECISION`` rows, ``+rescore`` rows,
+  chunked documents) fuse by ``rrf`` only.
 
 A side's ranking is as deep as its search gives it: exact searches (dense, BM25, sparse,
-MaxSim, stored budget rows) are searched to ``depth`` for a row that is fused; a
+MaxSim, MUVERA, stored budget rows) are searched to ``depth`` for a row that is fused; a
 ``+rescore`` row or a MUVERA ``+rescore`` row holds its re-ranked top 100, a chunked
 documents row its top 100. Without ``--recipes`` a retrieval run adds ``rrf(*,bm25)`` and
 ``rrf(*,S)`` for each sparse row ``S`` (``*``: the intended dense row).
@@ -194,7 +194,7 @@ def fused(
     for name, side in zip(hybrid.parts, (a, b), strict=True):
         if side.scores is None:
             raise _bad(str(hybrid), f"{name} keeps no scores to normalise (a /DIMS, "
-                                    "/PRECISION, chunked or MUVERA row); fuse it by rrf.")  # fmt: skip
+                                    "/PRECISION, +rescore or chunked row); fuse it by rrf.")  # fmt: skip
     return score_fusion(a.ranked, a.scores, b.ranked, b.scores, n_docs, id_order,
                         hybrid.weight, hybrid.norm, hybrid.depth)  # fmt: skip
 
@@ -245,6 +245,11 @@ def plan(settings: Any, keys: Mapping[str, Hashable]) -> list[Hybrid]:
     """Resolve ``settings.hybrids`` against ``keys`` (:func:`row_keys`) and ask the scorers
     to keep each fused row's ranking to its hybrid's depth (``settings.keep``)."""
     hybrids = resolve(settings.hybrids, keys)
+    for h in hybrids:  # before any forward pass: fuse() needs both rows' scores
+        for name, (_, label) in zip(h.parts, h.sides, strict=True):
+            if h.method == "fuse" and label is not None:
+                raise _bad(str(h), f"{name} keeps no scores to normalise (a /DIMS, "
+                                   "/PRECISION, +rescore or chunked row); fuse it by rrf.")  # fmt: skip
     settings.keep = {}
     settings.rankings = {}
     for h in hybrids:
