@@ -208,7 +208,7 @@ def test_hybrid_rows_equal_an_independent_recomputation(tiny, tmp_path):
                   other, f"rrf(bm25,{other})", f"fuse({other},bm25,0.3)",
                   f"fuse(bm25,{other},0.6,norm=z)", f"rrf(bm25,{other},k=5,depth=20)",
                   "rrf(cls,bm25)", "--model", str(tiny), "--bootstrap", "50", "--json",
-                  "out.json", cwd=tmp_path)  # fmt: skip
+                  "out.json", "--report", "out.html", cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr.decode()
     doc = json.loads((tmp_path / "out.json").read_text())
     rows = {r["recipe"]: r for r in doc["results"]}
@@ -261,6 +261,10 @@ def test_hybrid_rows_equal_an_independent_recomputation(tiny, tmp_path):
     text = out.stdout.decode()
     assert "bytes/doc" in text and "rrf(A,B): reciprocal rank fusion" in text
     assert "search grows with the corpus" in text
+    page = (tmp_path / "out.html").read_text()
+    for head in ("bytes/doc", "index 1M|100M", "query ms", "search ms"):
+        assert f'<th scope="col">{head}</th>' in page
+    assert "cls: poolkit embed" in page and "cost columns measured on" in page
 
 
 def test_default_run_adds_the_dense_and_bm25_hybrid(tiny):
