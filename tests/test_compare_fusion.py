@@ -208,7 +208,7 @@ def test_hybrid_rows_equal_an_independent_recomputation(tiny, tmp_path):
                   other, f"rrf(bm25,{other})", f"fuse({other},bm25,0.3)",
                   f"fuse(bm25,{other},0.6,norm=z)", f"rrf(bm25,{other},k=5,depth=20)",
                   "rrf(cls,bm25)", "--model", str(tiny), "--bootstrap", "50", "--json",
-                  "out.json", cwd=tmp_path)  # fmt: skip
+                  "out.json", "--report", "out.html", cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr.decode()
     doc = json.loads((tmp_path / "out.json").read_text())
     rows = {r["recipe"]: r for r in doc["results"]}
@@ -261,6 +261,10 @@ def test_hybrid_rows_equal_an_independent_recomputation(tiny, tmp_path):
     text = out.stdout.decode()
     assert "bytes/doc" in text and "rrf(A,B): reciprocal rank fusion" in text
     assert "search grows with the corpus" in text
+    page = (tmp_path / "out.html").read_text()
+    for head in ("bytes/doc", "index 1M|100M", "query ms", "search ms"):
+        assert f'<th scope="col">{head}</th>' in page
+    assert "cls: poolkit embed" in page and "cost columns measured on" in page
 
 
 def test_default_run_adds_the_dense_and_bm25_hybrid(tiny):
@@ -288,6 +292,14 @@ def test_unknown_row_is_one_line_naming_the_known_rows(tiny, tmp_path):
                   "rrf(cls)", "--model", str(tiny), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 2 and out.stderr.decode().count("\n") == 1
     assert "rrf(A,B) of two row names" in out.stderr.decode()
+    # fuse() of a row that keeps no scores: refused before any text is embedded.
+    out = poolkit("compare", str(SQUAD), "--task", "retrieval", "--recipes", "cls", "cls/16/int8",
+                  "bm25", "fuse(cls/16/int8,bm25)", "--model", str(tiny), cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.decode() == (
+        "poolkit: error: --recipes fuse(cls/16/int8,bm25,0.5): cls/16/int8 keeps no scores to "
+        "normalise (a /DIMS, /PRECISION, +rescore or chunked row); fuse it by rrf.\n"
+    )
     # Another task: refused before the model loads (there is none at this path).
     sts = Path(__file__).parent / "data" / "stsb-dev-sample.csv"
     out = poolkit("compare", str(sts), "--task", "sts", "--recipes", "mean", "rrf(mean,cls)",

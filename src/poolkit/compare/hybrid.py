@@ -8,11 +8,11 @@ Names, as ``--recipes`` takes them (``A`` and ``B`` are row names of the table:
   ``rrf(A,B,k=K,depth=D)`` changes them (the name shows what differs from the defaults).
 - ``fuse(A,B,W)``: ``W * A + (1 - W) * B`` of min-max normalised scores over each side's
   top 1000 (``W`` 0..1, default 0.5); ``,norm=z`` for z-scores, ``,depth=D`` as above.
-  Rows that keep no scores (the ``/DIMS``, ``/PRECISION`` rows, chunked documents, MUVERA)
-  fuse by ``rrf`` only.
+  Rows that keep no scores (the ``/DIMS``, ``/PRECISION`` rows, ``+rescore`` rows,
+  chunked documents) fuse by ``rrf`` only.
 
 A side's ranking is as deep as its search gives it: exact searches (dense, BM25, sparse,
-MaxSim, stored budget rows) are searched to ``depth`` for a row that is fused; a
+MaxSim, MUVERA, stored budget rows) are searched to ``depth`` for a row that is fused; a
 ``+rescore`` row or a MUVERA ``+rescore`` row holds its re-ranked top 100, a chunked
 documents row its top 100. Without ``--recipes`` a retrieval run adds ``rrf(*,bm25)`` and
 ``rrf(*,S)`` for each sparse row ``S`` (``*``: the intended dense row).
@@ -34,9 +34,14 @@ __all__ = [
     "DEPTH",
     "Hybrid",
     "HybridError",
+    "Ranking",
     "default_hybrids",
+    "fused",
+    "keep_depth",
     "parse_hybrid",
+    "record",
     "resolve",
+    "side_rows",
     "split_hybrids",
 ]
 
@@ -194,7 +199,7 @@ def fused(
     for name, side in zip(hybrid.parts, (a, b), strict=True):
         if side.scores is None:
             raise _bad(str(hybrid), f"{name} keeps no scores to normalise (a /DIMS, "
-                                    "/PRECISION, chunked or MUVERA row); fuse it by rrf.")  # fmt: skip
+                                    "/PRECISION, +rescore or chunked row); fuse it by rrf.")  # fmt: skip
     return score_fusion(a.ranked, a.scores, b.ranked, b.scores, n_docs, id_order,
                         hybrid.weight, hybrid.norm, hybrid.depth)  # fmt: skip
 
@@ -208,64 +213,6 @@ def record(settings: Any, key: Hashable, ranked: np.ndarray, scores: Any = None)
     """Keep row ``key``'s ranking (and scores) where a hybrid fuses it."""
     if key in getattr(settings, "keep", {}):
         settings.rankings[key] = Ranking(ranked, None if scores is None else np.asarray(scores))
-
-
-def row_keys(
-    grouped: Sequence[Sequence[Any]], settings: Any, extra: Sequence[Any], rerank: str
-) -> dict[str, Hashable]:
-    """Every row name a retrieval run will have (before any forward pass) -> its key: the
-    strategy rows and their merged members, MUVERA ``+rescore`` rows (``rerank``: their
-    key's label), budget rows (binary: and ``+rescore``), sparse and BM25 rows, document
-    rows."""
-    from poolkit.compare.documents import labels, late_ok
-    from poolkit.compare.report import DOCUMENT_MARK
-
-    keys: dict[str, Hashable] = {}
-    for g in grouped:
-        for member in g:
-            keys.setdefault(str(member), (g[0], None))
-        if g[0].level == "multivector" and g[0].muvera is not None:
-            keys[f"{g[0]} +rescore"] = (g[0], rerank)
-    for stage in getattr(settings, "stages", {}).values():
-        for r in stage.recipes:
-            keys[str(r)] = (r, "stored")
-            if r.precision in ("binary", "ubinary"):
-                keys[f"{r} +rescore"] = (r, "rescore")
-    for r in extra:
-        keys[str(r)] = (r, None)
-    base = getattr(settings, "document_base", None)
-    if base is not None:
-        window = settings.long_text != "window"
-        for label in labels(settings.chunk_tokens, window, late_ok(base)):
-            keys[f"{base} {DOCUMENT_MARK} {label}"] = (base, label)
-    return keys
-
-
-def plan(settings: Any, keys: Mapping[str, Hashable]) -> list[Hybrid]:
-    """Resolve ``settings.hybrids`` against ``keys`` (:func:`row_keys`) and ask the scorers
-    to keep each fused row's ranking to its hybrid's depth (``settings.keep``)."""
-    hybrids = resolve(settings.hybrids, keys)
-    settings.keep = {}
-    settings.rankings = {}
-    for h in hybrids:
-        for side in h.sides:
-            settings.keep[side] = max(settings.keep.get(side, 0), h.depth)
-    return hybrids
-
-
-def evaluations(hybrids: Sequence[Hybrid], settings: Any, data: Any) -> dict[Hashable, Any]:
-    """Each resolved hybrid's :class:`~poolkit.compare.evaluation.QueryEval`, by row key
-    ``(hybrid, None)``, from the rankings the scorers kept."""
-    from poolkit.compare.evaluation import QueryEval
-    from poolkit.compare.retrieval import query_metrics
-    from poolkit.compare.search import id_order
-
-    ties = id_order(data.doc_ids)
-    n = len(data.documents)
-    return {
-        (h, None): QueryEval(query_metrics(fused(h, settings.rankings, n, ties), data.qrels, n))
-        for h in hybrids
-    }
 
 
 def side_rows(hybrid: Hybrid) -> list[tuple[str, Any, bool, str | None]]:

@@ -182,17 +182,18 @@ def multivector_rows(
                        for v in d_tok])  # fmt: skip
         if c.precision == "float16":
             qm, dm = (x.astype(np.float16).astype(np.float32) for x in (qm, dm))
-        ranked[c], _, seconds = _search(
+        ranked[c], muvera_scores, seconds = _search(
             lambda q0, q1, d0, d1, qm=qm, dm=dm: qm[q0:q1] @ dm[d0:d1].T, len(qm), len(dm),
-            depth, ties,
+            keep_depth(settings, (c, None), depth), ties,
         )  # fmt: skip
-        record(settings, (c, None), ranked[c])
+        record(settings, (c, None), ranked[c], muvera_scores)
         _cost(settings, (c, None), query_ms)
         facts[c] = {"dims": int(dm.shape[1]), "search_ms": seconds * per_query,
                     "bytes_per_vector": int(dm.shape[1] * stored)}  # fmt: skip
         began = time.perf_counter()
-        reranked = np.empty_like(ranked[c])
-        for q, row in enumerate(ranked[c]):
+        top = ranked[c][:, :depth]  # reranked: the top ``depth`` (searched deeper when fused)
+        reranked = np.empty_like(top)
+        for q, row in enumerate(top):
             docs = Ragged(*_gather(dr, row))
             scores = maxsim(_slice(qr, q, q + 1), docs)[0]
             reranked[q] = row[np.lexsort((-ties[row], -scores))]

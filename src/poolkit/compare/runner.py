@@ -32,9 +32,10 @@ from poolkit.compare.datasets import (
 from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.evaluation import LabelEval, PairEval, TagEval
 from poolkit.compare.grouping import groups
-from poolkit.compare.hybrid import HybridError, default_hybrids, row_keys, split_hybrids
-from poolkit.compare.hybrid import evaluations as hybrid_evaluations
-from poolkit.compare.hybrid import plan as fuse_plan
+from poolkit.compare.hybrid import HybridError, default_hybrids, split_hybrids
+from poolkit.compare.hybrid_rows import evaluations as hybrid_evaluations
+from poolkit.compare.hybrid_rows import plan as fuse_plan
+from poolkit.compare.hybrid_rows import row_keys
 from poolkit.compare.multivector import RERANK
 from poolkit.compare.multivector import check_candidates as check_multivector
 from poolkit.compare.report import Result
