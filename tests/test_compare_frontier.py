@@ -20,7 +20,6 @@ import random
 import re
 import shlex
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -357,19 +356,12 @@ def test_frontier_plot_in_headless_chromium(three):
 # --- the page's charts from made-up rows (both costs; model names with markup) -------------
 
 
-@dataclass(frozen=True)
-class _Timed(Result):
-    """A result with a query time, as the rows' cost columns give one."""
-
-    query_ms: float | None = None
-
-
 def _made_up_rows(seed: int) -> list:
     rnd = random.Random(seed)
     out = []
     for i, name in enumerate(["mean", "cls", "max", "mean/binary", "mean/int8", "cls+mean"]):
         v = round(rnd.uniform(0.2, 0.8), 2)
-        out.append(_Timed(
+        out.append(Result(
             Recipe.parse(name), {"ndcg_at_10": v, "mrr_at_10": v, "recall_at_100": v,
                                  "map_at_100": v},
             intended=i == 0, ci={m: (v - 0.05, v + 0.05) for m in ("ndcg_at_10", "mrr_at_10",

@@ -428,7 +428,9 @@ def _score_dense(
     from poolkit.compare.budget import retrieval_rows
 
     for base, stage in stages.items():
-        deep = max(keep_depth(settings, (r, "stored"), DEPTH) for r in stage.recipes)
+        # (--precision float32 alone leaves a base without budget rows: its own row)
+        deep = max((keep_depth(settings, (r, "stored"), DEPTH) for r in stage.recipes),
+                   default=DEPTH)  # fmt: skip
         rows = retrieval_rows(queries[base], documents[base], stage, DEPTH, ties, deep)
         for (r, rescore), (ranked, seconds, cal) in rows.items():
             key = (r, "rescore" if rescore else "stored")
