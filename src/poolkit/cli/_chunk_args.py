@@ -58,8 +58,8 @@ def add_chunk_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
     """The chunker --chunks names (None without it), after the refusals that need no model:
-    a flag of --chunks without it, a bad spelling, --engine ray, --stride without --late
-    or below 1, --long-text window, a .npy OUTPUT."""
+    a flag of --chunks without it, a bad spelling, column:NAME on --engine ray, --stride
+    without --late or below 1, --long-text window, a .npy OUTPUT."""
     from poolkit.cli._common import positive
     from poolkit.io.writers import output_format
 
@@ -70,8 +70,10 @@ def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
                              f"add --chunks, e.g. --chunks tokens:128, or drop {given[0]}.")  # fmt: skip
         return None
     chunker = Chunker.parse(args.chunks)  # `chunks` in its message: --chunks when printed
-    if getattr(args, "engine", "local") == "ray":
-        raise InputError("--chunks: not supported with --engine ray yet; run without --engine ray.")
+    on_ray = getattr(args, "engine", "local") == "ray"  # OUTPUT: a folder of Parquet shards
+    if on_ray and chunker.kind == "column":
+        raise InputError(f"--chunks {chunker}: the spans of a field are read on one machine only; "
+                         "use tokens:SIZE or sentences, or run without --engine ray.")  # fmt: skip
     if args.stride is not None and not args.late:
         raise InputError("--stride: the window step of late chunks; add --late, or drop --stride.")
     positive(args.stride, "--stride")
@@ -79,7 +81,7 @@ def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
         raise InputError("--long-text window: with --chunks a chunk is embedded whole (a naive "
                          "chunk longer than the max length is cut and counted); for documents "
                          "past the limit read in windows use --late; drop --long-text.")  # fmt: skip
-    if args.output != "-" and output_format(args.output) == "npy":
+    if not on_ray and args.output != "-" and output_format(args.output) == "npy":
         raise InputError(f"{args.output}: --chunks writes one row per chunk with its document id "
                          "and span, which a .npy matrix cannot hold; write .parquet or .jsonl.")  # fmt: skip
     return chunker
@@ -119,17 +121,22 @@ class ChunkedPart:
 
 
 class PartChunker:
-    """Chunks and embeds the parts of one ``poolkit embed --chunks`` job.
+    """Chunks and embeds the parts of one ``poolkit embed --chunks`` job, on either engine
+    (``--engine ray``: in each worker, from the values the driver resolved).
 
-    Checks, once the model is loaded: a ``tokens:SIZE`` that fits the model, and recipes
-    that pool a late chunk (no ``cls``/``last``)."""
+    Checks, once the model is loaded: no sparse recipe, a ``tokens:SIZE`` that fits the
+    model, and recipes that pool a late chunk (no ``cls``/``last``)."""
 
     def __init__(
-        self, args: argparse.Namespace, chunker: Chunker, encoder: Any, recipes: dict[str, Any]
-    ) -> None:
+        self, chunker: Chunker, encoder: Any, recipes: dict[str, Any], *, late: bool = False,
+        stride: int | None = None, with_text: bool = False,
+    ) -> None:  # fmt: skip
         self.chunker, self.encoder, self.recipes = chunker, encoder, recipes
-        self.late, self.stride, self.with_text = bool(args.late), args.stride, args.chunk_text
+        self.late, self.stride, self.with_text = bool(late), stride, bool(with_text)
         self.column = chunker.column if chunker.kind == "column" else None
+        if any(r.kind == "sparse" for r in recipes.values()):
+            raise InputError("--chunks: sparse recipes (splade) embed whole texts for now; "
+                             "drop --chunks, or use a dense recipe.")  # fmt: skip
         room = encoder.text_room
         if chunker.kind == "tokens" and (chunker.size or 0) > room:
             raise InputError(f"--chunks {chunker}: a chunk holds at most {room} tokens with this "
@@ -219,7 +226,7 @@ class PartChunker:
         return InputError(f"{rows.where[i]} (id {first_id + i}): {message}")
 
     def embed(
-        self, part: ChunkedPart, *, progress: Any, calibration: Any, **options: Any
+        self, part: ChunkedPart, *, progress: Any = None, calibration: Any = None, **options: Any
     ) -> tuple[dict[str, np.ndarray], Any]:
         """``{name: (sum C_i, D)}`` and the stats of a chunked part (an empty part gives
         ``(0, 0)`` arrays); ``options``: ``prompt_name``, ``prompt``, ``pipeline``."""

@@ -65,18 +65,19 @@ def wants_ranges(args: argparse.Namespace, wanted: dict[str, Any] | None) -> boo
 
 
 def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) -> None:
-    """Refusals before any model loads: --ranges without int8/uint8, an output stage on
-    the Ray engine."""
+    """Refusals before any model loads: --ranges without int8/uint8, or beside
+    --calibrate; on --engine ray, int8/uint8 without either (every worker must quantise
+    with the same ranges, computed once)."""
     if args.ranges is not None and not wants_ranges(args, wanted):
         raise InputError("--ranges: only with --precision int8 or uint8 (or such a --recipe); "
                          "drop --ranges.")  # fmt: skip
     if args.ranges is not None and args.calibrate is not None and args.quantize is None:
         raise InputError("--ranges and --calibrate both give int8 ranges: keep one.")
-    if getattr(args, "engine", "local") == "ray" and wants_output_stage(args, wanted):
-        raise InputError(
-            "--engine ray: the output stage (--dims, --precision, or /DIMS, /PRECISION in "
-            "--recipe) is not supported on Ray yet; run without --engine ray."
-        )
+    if (getattr(args, "engine", "local") == "ray" and wants_ranges(args, wanted)
+            and args.ranges is None and args.calibrate is None):  # fmt: skip
+        raise InputError("--precision int8/uint8 with --engine ray: the ranges are taken once "
+                         "for every worker from --calibrate FILE (some of your texts) or "
+                         "--ranges FILE; add one.")  # fmt: skip
 
 
 def _read_record(path: str) -> dict[str, Any]:

@@ -171,9 +171,6 @@ def _check_pipeline_and_prompt(args: argparse.Namespace, encoder: Any, recipes: 
     if recipe_kind(recipes) == "sparse":  # no modules after SPLADE pooling; the head it needs
         from poolkit.sparse.embed import mlm_head
 
-        if getattr(args, "chunks", None):
-            raise InputError("--chunks: sparse recipes (splade) embed whole texts for now; "
-                             "drop --chunks, or use a dense recipe.")  # fmt: skip
         mlm_head(encoder, next(iter(recipes)))
         if args.output != "-":
             from poolkit.io.writers import check_output
@@ -232,9 +229,9 @@ def run(args: argparse.Namespace) -> int:
     to_stdout = args.output == "-"
     if to_stdout:
         _check_stdout(args)
-    chunker = check_chunk_flags(args)  # --chunks (None without), refused on Ray
+    chunker = check_chunk_flags(args)  # --chunks (None without)
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
-    check_output_flags(args, wanted)  # before Ray starts: its engine refuses an output stage
+    check_output_flags(args, wanted)
     for value, flag in ((args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
                         (args.max_length, "--max-length")):  # fmt: skip
         positive(value, flag)  # both engines
@@ -243,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
     if multivector and args.keep_columns:
         raise InputError("--keep-columns: a multi-vector output has one row per text's tokens "
                          "and no other column; drop --keep-columns.")  # fmt: skip
-    if (status := dispatch_engine(args, wanted)) is not None:  # --engine ray
+    if (status := dispatch_engine(args, wanted, chunker)) is not None:  # --engine ray
         return status
     title = beir_input(args)  # a BEIR folder or corpus.jsonl: compare's documents
     if title is not None:
@@ -294,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
                           max_length=args.max_length, backend=args.backend,
                           quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                           calibrate=calibration)  # fmt: skip
-    recipes = intended_recipes(wanted, encoder, args)
+    recipes = intended_recipes(wanted, encoder.info, args)
     options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
                "prompt": args.prompt, "pipeline": _pipeline(args)}  # fmt: skip
     mv = None
@@ -312,7 +309,8 @@ def run(args: argparse.Namespace) -> int:
         from poolkit.cli._chunk_args import PartChunker
         from poolkit.cli._output_args import RANGE_TEXTS
 
-        chunking = PartChunker(args, chunker, encoder, recipes)
+        chunking = PartChunker(chunker, encoder, recipes, late=args.late, stride=args.stride,
+                               with_text=args.chunk_text)  # fmt: skip
         first_chunks = chunking.chunk(first, 0)  # bad spans refused before the work dir
         texts, source = chunking.calibration_texts(first_chunks, RANGE_TEXTS)
         ranges = output_ranges(args, encoder, recipes, texts, first_source=source, **options)
