@@ -25,7 +25,7 @@ import numpy as np
 from poolkit.chunkers import Chunker
 from poolkit.errors import InputError
 
-__all__ = ["ChunkedPart", "PartChunker", "add_chunk_arguments", "check_chunk_flags"]
+__all__ = ["ChunkPlan", "ChunkedPart", "PartChunker", "add_chunk_arguments", "check_chunk_flags"]
 
 # The flags that mean something only with --chunks: (dest, flag).
 _WITH_CHUNKS = (("late", "--late"), ("stride", "--stride"), ("chunk_text", "--chunk-text"))
@@ -56,8 +56,37 @@ def add_chunk_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
-    """The chunker --chunks names (None without it), after the refusals that need no model:
+@dataclass(frozen=True)
+class ChunkPlan:
+    """What --chunks, --late, --stride and --chunk-text ask for, resolved once from the
+    flags (it pickles: ``--engine ray`` ships it to its workers)."""
+
+    chunker: Chunker
+    late: bool = False
+    stride: int | None = None
+    with_text: bool = False
+
+    def settings(self) -> dict[str, Any]:
+        """What the rows depend on beside embed's settings (the manifest)."""
+        return {"chunker": str(self.chunker), "late": self.late, "stride": self.stride,
+                "chunk_text": self.with_text}  # fmt: skip
+
+    def metadata(self, record: dict[str, Any] | None) -> dict[str, Any]:
+        """``record`` (the output stage's, or None) with the chunks' own entry."""
+        from poolkit import __version__
+
+        out = dict(record) if record else {"poolkit": __version__}
+        out["chunks"] = {
+            **self.settings(),
+            "columns": ["id", *COLUMNS, *(["text"] if self.with_text else [])],
+            "id": "the document's row id in the input",
+            "offsets": "character offsets into the document: text[start:end] is the chunk",
+        }
+        return out
+
+
+def check_chunk_flags(args: argparse.Namespace) -> ChunkPlan | None:
+    """What --chunks asks for (None without it), after the refusals that need no model:
     a flag of --chunks without it, a bad spelling, column:NAME on --engine ray, --stride
     without --late or below 1, --long-text window, a .npy OUTPUT."""
     from poolkit.cli._common import positive
@@ -84,7 +113,7 @@ def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
     if not on_ray and args.output != "-" and output_format(args.output) == "npy":
         raise InputError(f"{args.output}: --chunks writes one row per chunk with its document id "
                          "and span, which a .npy matrix cannot hold; write .parquet or .jsonl.")  # fmt: skip
-    return chunker
+    return ChunkPlan(chunker, bool(args.late), args.stride, bool(args.chunk_text))
 
 
 @dataclass
@@ -127,12 +156,10 @@ class PartChunker:
     Checks, once the model is loaded: no sparse recipe, a ``tokens:SIZE`` that fits the
     model, and recipes that pool a late chunk (no ``cls``/``last``)."""
 
-    def __init__(
-        self, chunker: Chunker, encoder: Any, recipes: dict[str, Any], *, late: bool = False,
-        stride: int | None = None, with_text: bool = False,
-    ) -> None:  # fmt: skip
-        self.chunker, self.encoder, self.recipes = chunker, encoder, recipes
-        self.late, self.stride, self.with_text = bool(late), stride, bool(with_text)
+    def __init__(self, plan: ChunkPlan, encoder: Any, recipes: dict[str, Any]) -> None:
+        self.plan, self.encoder, self.recipes = plan, encoder, recipes
+        chunker = self.chunker = plan.chunker
+        self.late, self.stride, self.with_text = plan.late, plan.stride, plan.with_text
         self.column = chunker.column if chunker.kind == "column" else None
         if any(r.kind == "sparse" for r in recipes.values()):
             raise InputError("--chunks: sparse recipes (splade) embed whole texts for now; "
@@ -151,24 +178,6 @@ class PartChunker:
             except ValueError as e:
                 message = str(e).replace("`recipe`", "--recipe/--strategy")
                 raise InputError(message.replace("late=False", "drop --late")) from None
-
-    def settings(self) -> dict[str, Any]:
-        """What the rows depend on beside embed's settings (the manifest)."""
-        return {"chunker": str(self.chunker), "late": self.late, "stride": self.stride,
-                "chunk_text": self.with_text}  # fmt: skip
-
-    def metadata(self, record: dict[str, Any] | None) -> dict[str, Any]:
-        """``record`` (the output stage's, or None) with the chunks' own entry."""
-        from poolkit import __version__
-
-        out = dict(record) if record else {"poolkit": __version__}
-        out["chunks"] = {
-            **self.settings(),
-            "columns": ["id", *COLUMNS, *(["text"] if self.with_text else [])],
-            "id": "the document's row id in the input",
-            "offsets": "character offsets into the document: text[start:end] is the chunk",
-        }
-        return out
 
     def digest(self, rows: Any) -> str:
         """SHA-256 of a part's texts, and of its spans with ``column:NAME``."""

@@ -27,6 +27,7 @@ from poolkit.output import PRECISIONS, Calibration, needs_calibration, stored_dt
 __all__ = [
     "RANGE_TEXTS",
     "add_output_arguments",
+    "kept_dims",
     "output_metadata",
     "output_ranges",
     "ranges_from_file",
@@ -205,6 +206,15 @@ def calibrate_file_texts(args: argparse.Namespace, part: int = 4096) -> Iterator
         texts = [t for t in rows.texts if t.strip()]
         if texts:
             yield texts
+
+
+def kept_dims(widths: dict[str, int], recipes: dict[str, Any]) -> dict[str, int]:
+    """The dimensions kept per column, from the stored widths (packed bits: 8 a byte)."""
+    dims = dict(widths)
+    for n, r in recipes.items():
+        if r.precision in ("binary", "ubinary") and n in dims:
+            dims[n] = r.dims or dims[n] * 8
+    return dims
 
 
 def output_metadata(

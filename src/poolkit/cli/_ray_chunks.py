@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit.chunkers import Chunker
+from poolkit.cli._chunk_args import ChunkPlan, PartChunker
 from poolkit.ray import Embedder
 
 __all__ = ["ChunkEmbedder"]
@@ -19,18 +19,11 @@ class ChunkEmbedder(Embedder):
     """The Ray :class:`~poolkit.ray.Embedder` with ``--chunks``: a block of ``B`` documents
     (``id``, ``text_id``, ``text`` and the fields read beside them) in, one row per chunk
     out: the document's columns repeated, then ``chunk``, ``start``, ``end`` (``text`` with
-    ``with_text``) and the vectors. ``chunker``, ``late``, ``stride`` and ``with_text`` are
-    the values ``poolkit embed`` resolved from its flags."""
+    ``--chunk-text``) and the vectors. ``plan``: what ``poolkit embed``'s flags asked for."""
 
-    def __init__(
-        self, *args: Any, chunker: Chunker, late: bool, stride: int | None, with_text: bool,
-        **kwargs: Any,
-    ) -> None:  # fmt: skip
+    def __init__(self, *args: Any, plan: ChunkPlan, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from poolkit.cli._chunk_args import PartChunker
-
-        self.chunking = PartChunker(chunker, self.encoder, self.recipes, late=late,
-                                    stride=stride, with_text=with_text)  # fmt: skip
+        self.chunking = PartChunker(plan, self.encoder, self.recipes)
 
     def __call__(self, batch: Any) -> Any:
         """A ``pyarrow.Table`` block of consecutive row ids (a piece of one input file, as

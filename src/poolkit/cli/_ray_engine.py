@@ -64,12 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "refused where no GPU is visible (default: none, CPUs only)")  # fmt: skip
 
 
-def dispatch(args: argparse.Namespace, wanted: Any, chunker: Any = None) -> int | None:
+def dispatch(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int | None:
     """Run the Ray engine if asked for (returns its exit status), else ``None``; ``wanted``:
-    the recipes the pooling flags name (None: the model's), ``chunker``: --chunks' (None
-    without), read once by the caller."""
+    the recipes the pooling flags name (None: the model's), ``plan``: what --chunks asks
+    for (a :class:`~poolkit.cli._chunk_args.ChunkPlan`, None without), both read once by
+    the caller."""
     if getattr(args, "engine", "local") == "ray":
-        return run(args, wanted, chunker)
+        return run(args, wanted, plan)
     for name in _RAY_ONLY:
         if getattr(args, name, None) is not None:
             flag = "--" + name.replace("_", "-")
@@ -223,7 +224,30 @@ def _widths(schema: Any) -> dict[str, int]:
     for name, column in (record.get("columns") or {}).items():
         if column.get("kind") == "sparse":
             dims[name] = column["vocab_size"]
+        elif column.get("dims"):  # an output stage's: the dimensions kept (packed bits too)
+            dims[name] = column["dims"]
     return dims
+
+
+def with_record(table: Any, wanted: Any, ranges: dict[str, Any], plan: Any) -> Any:
+    """A shard's ``table`` with the record one machine writes beside an output stage or
+    chunks (:func:`~poolkit.cli._output_args.output_metadata`: recipes, dimensions kept,
+    int8/uint8 ranges; the chunks' settings), so that ``--ranges`` reads a shard as it
+    reads a local file; other tables as they are."""
+    import json
+
+    from poolkit.cli._output_args import kept_dims, output_metadata
+
+    staged = [r for r in (wanted or {}).values() if r.kind == "dense" and r.has_output_stage]
+    record = None
+    if staged:
+        record = output_metadata(wanted, kept_dims(_widths(table.schema), wanted), ranges)
+    if plan is not None:
+        record = plan.metadata(record)
+    if record is None:
+        return table
+    meta = {**(table.schema.metadata or {}), b"poolkit": json.dumps(record).encode()}
+    return table.replace_schema_metadata(meta)
 
 
 def _user_error(error: BaseException) -> BaseException:
@@ -290,9 +314,8 @@ def _ray_settings(
         head["rows"] = rows
     if job.ranges:  # ... quantise with the same ranges
         head["output_ranges"] = {n: c.digest() for n, c in job.ranges.items()}
-    if job.chunker is not None:  # ... and cut the same chunks
-        head["chunks"] = {"chunker": str(job.chunker), "late": bool(args.late),
-                          "stride": args.stride, "chunk_text": args.chunk_text}  # fmt: skip
+    if job.plan is not None:  # ... and cut the same chunks
+        head["chunks"] = job.plan.settings()
     versions = installed_versions("torch", "transformers", "onnxruntime", "ray")
     return job_settings(args, head, engine, versions)
 
@@ -371,7 +394,7 @@ def _output_stage(args: argparse.Namespace, wanted: Any) -> tuple[Any, dict[str,
     return wanted, output_ranges(args, encoder, wanted, [], **options)
 
 
-def run(args: argparse.Namespace, wanted: Any, chunker: Any = None) -> int:
+def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:
     from poolkit.ray import Corpus, list_inputs, require_ray
 
     positive(args.workers, "--workers")
@@ -431,7 +454,7 @@ def run(args: argparse.Namespace, wanted: Any, chunker: Any = None) -> int:
                              id_column=args.id_column or "auto", keep_columns=keep)  # fmt: skip
         check_ids(corpus)  # before any model loads, one line naming the row
         block = corpus.balanced_block_rows(workers, args.part_size)
-        job = _Job(args, corpus, wanted, workers, cpus, ranges=ranges, chunker=chunker)
+        job = _Job(args, corpus, wanted, workers, cpus, ranges=ranges, plan=plan)
         if remote:
             shards, dims = job.write_remote(output, block)
             resumed = 0
@@ -467,11 +490,11 @@ class _Job:
 
     def __init__(
         self, args: argparse.Namespace, corpus: Any, wanted: Any, workers: int, cpus: int, *,
-        ranges: dict[str, Any], chunker: Any,
+        ranges: dict[str, Any], plan: Any,
     ) -> None:  # fmt: skip
         self.args, self.corpus, self.wanted = args, corpus, wanted
         self.workers, self.cpus = workers, cpus
-        self.ranges, self.chunker = ranges, chunker  # resolved once, shipped to the workers
+        self.ranges, self.plan = ranges, plan  # resolved once, shipped to the workers
 
     def dataset(self, block: int, only: set[int] | None = None) -> Any:
         from poolkit.ray import embed_dataset
@@ -487,11 +510,10 @@ class _Job:
         }  # fmt: skip
         if self.ranges:
             options["calibration"] = self.ranges
-        if self.chunker is not None:  # one row per chunk: the local engine's PartChunker
+        if self.plan is not None:  # one row per chunk: the local engine's PartChunker
             from poolkit.cli._ray_chunks import ChunkEmbedder
 
-            options.update(fn=ChunkEmbedder, chunker=self.chunker, late=bool(args.late),
-                           stride=args.stride, with_text=bool(args.chunk_text))  # fmt: skip
+            options.update(fn=ChunkEmbedder, plan=self.plan)
         if self.wanted is None:  # the model's pooling, shaped by the shorthand flags
             # The spec as typed: each Recipe reads it (poolkit.layers.layer_spec); the CLI
             # checked it before the cluster started (embed's recipes_from_args).
@@ -515,13 +537,17 @@ class _Job:
         ds = self.dataset(block)
         if self.corpus.id_type is not None:  # each row's own id in `id`
             ds = ds.map_batches(user_rows, batch_format="pyarrow", batch_size=None, num_cpus=0)
+        if self.plan is not None or any(r.has_output_stage for r in (self.wanted or {}).values()):
+            ds = ds.map_batches(with_record, batch_format="pyarrow", batch_size=None, num_cpus=0,
+                                fn_kwargs={"wanted": self.wanted, "ranges": self.ranges,
+                                           "plan": self.plan})  # fmt: skip
         try:
             # Zero CPUs: writing must not wait for CPUs that the embedding actors hold.
             ds.write_parquet(output, ray_remote_args={"num_cpus": 0, "max_retries": 3})
         except Exception as e:
             raise _user_error(e) from None
         return _verify(output, self.corpus.rows, self.corpus.id_type is not None,
-                       self.chunker is not None)  # fmt: skip
+                       self.plan is not None)  # fmt: skip
 
     def write_checkpointed(
         self, output: str, block: int, settings: dict[str, Any]
@@ -556,7 +582,10 @@ class _Job:
                         batch_size=None, batch_format="pyarrow"
                     ):
                         for k, first, table in split_by_file(batch, corpus.offsets):
-                            yield k, first, user_rows(table)  # each row's own id in `id`
+                            # each row's own id in `id`; the output stage's record
+                            table = with_record(user_rows(table), self.wanted, self.ranges,
+                                                self.plan)  # fmt: skip
+                            yield k, first, table
                 except Exception as e:
                     raise _user_error(e) from None
 
@@ -567,7 +596,7 @@ class _Job:
                                      "The output was not published."))  # fmt: skip
             staged = checkpoint.stage([f.name for f in corpus.files])
             shards_count, dims = _verify(os.fspath(staged), corpus.rows, corpus.id_type is not None,
-                                         self.chunker is not None)  # fmt: skip
+                                         self.plan is not None)  # fmt: skip
             checkpoint.publish(overwrite=self.args.overwrite)
             return shards_count, dims
 

@@ -41,6 +41,7 @@ from poolkit.cli._multivector import MultivectorPart, check_multivector_args
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,
+    kept_dims,
     output_metadata,
     output_ranges,
     wants_ranges,
@@ -229,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     to_stdout = args.output == "-"
     if to_stdout:
         _check_stdout(args)
-    chunker = check_chunk_flags(args)  # --chunks (None without)
+    plan = check_chunk_flags(args)  # --chunks (None without)
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
     check_output_flags(args, wanted)
     for value, flag in ((args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
@@ -240,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     if multivector and args.keep_columns:
         raise InputError("--keep-columns: a multi-vector output has one row per text's tokens "
                          "and no other column; drop --keep-columns.")  # fmt: skip
-    if (status := dispatch_engine(args, wanted, chunker)) is not None:  # --engine ray
+    if (status := dispatch_engine(args, wanted, plan)) is not None:  # --engine ray
         return status
     title = beir_input(args)  # a BEIR folder or corpus.jsonl: compare's documents
     if title is not None:
@@ -280,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
     # The texts with where each was read, their ids, the fields kept (and column:NAME's
     # spans beside them).
     parts: Any = read_rows(args.input, text_column=args.text_column, fmt=args.input_format,
-                           column=None if chunker is None else chunker.column,
+                           column=None if plan is None else plan.chunker.column,
                            chunk_size=args.part_size, id_column=args.id_column or "auto",
                            keep_columns=keep, title_column=title)  # fmt: skip
     first = next(parts)
@@ -303,14 +304,13 @@ def run(args: argparse.Namespace) -> int:
     chunking = first_chunks = None
     if mv is not None:
         ranges = {}
-    elif chunker is None:
+    elif plan is None:
         ranges = output_ranges(args, encoder, recipes, first.texts, **options)
     else:
         from poolkit.cli._chunk_args import PartChunker
         from poolkit.cli._output_args import RANGE_TEXTS
 
-        chunking = PartChunker(chunker, encoder, recipes, late=args.late, stride=args.stride,
-                               with_text=args.chunk_text)  # fmt: skip
+        chunking = PartChunker(plan, encoder, recipes)
         first_chunks = chunking.chunk(first, 0)  # bad spans refused before the work dir
         texts, source = chunking.calibration_texts(first_chunks, RANGE_TEXTS)
         ranges = output_ranges(args, encoder, recipes, texts, first_source=source, **options)
@@ -329,14 +329,14 @@ def run(args: argparse.Namespace) -> int:
         if ranges:  # ... and quantise its vectors with the same ranges
             settings["output_ranges"] = {n: c.digest() for n, c in ranges.items()}
         if chunking is not None:
-            settings["chunks"] = chunking.settings()
+            settings["chunks"] = plan.settings()
         if first.ids is not None or keep:  # a resumed job must read the same ids
             settings["rows"] = {"id_column": first.id_column, "keep_columns": list(keep)}
 
         def metadata(arrays: Any) -> Any:  # the output's record, from its first stored rows
             tally.dims = _dims_of(arrays, recipes)  # also the widths of a job all resumed
             record = output_metadata(recipes, tally.dims, ranges)
-            record = record if chunking is None else chunking.metadata(record)
+            record = record if plan is None else plan.metadata(record)
             origin = provenance(args, encoder, recipes, settings, settings.get("rows"))
             return {**(record or {"poolkit": origin["versions"]["poolkit"]}),
                     "provenance": origin}  # fmt: skip
@@ -508,9 +508,5 @@ class _Tally:
 
 
 def _dims_of(arrays: Any, recipes: dict[str, Any]) -> dict[str, int]:
-    """The dimensions kept per column, from stored arrays (packed bits: 8 a byte)."""
-    dims = {n: int(a.shape[1]) for n, a in arrays.items()}
-    for n, r in recipes.items():  # stored bytes of packed bits: the dimensions kept
-        if r.precision in ("binary", "ubinary"):
-            dims[n] = r.dims or dims[n] * 8
-    return dims
+    """The dimensions kept per column, from stored arrays."""
+    return kept_dims({n: int(a.shape[1]) for n, a in arrays.items()}, recipes)
