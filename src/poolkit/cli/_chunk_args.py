@@ -38,10 +38,10 @@ def add_chunk_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("chunks (long documents: one row per chunk)")
     group.add_argument("--chunks", default=None, metavar="SPEC",
                        help="cut each text into chunks and write one row per chunk (id of "
-                       "the document, chunk, start, end, vectors; .parquet, .jsonl or -o -): "
-                       "tokens:SIZE[:OVERLAP] (SIZE model tokens, OVERLAP shared by "
-                       "neighbours), sentences, or column:NAME (each record's [start, end] "
-                       "character spans in field NAME)")  # fmt: skip
+                       "the document, chunk, start, end, vectors; .parquet, .jsonl, -o - or "
+                       "--engine ray's shards): tokens:SIZE[:OVERLAP] (SIZE model tokens, "
+                       "OVERLAP shared by neighbours), sentences, or column:NAME (each "
+                       "record's [start, end] character spans in field NAME; not on Ray)")  # fmt: skip
     group.add_argument("--late", action="store_true",
                        help="with --chunks: late chunking, each chunk pooled from its whole "
                        "document's contextual token vectors (documents past the max length "

@@ -45,7 +45,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         help="store vectors as float32, float16, int8, uint8, binary or ubinary "
                         "(sign bits, 8 per byte): the recipe's /PRECISION; int8/uint8 take "
                         f"their ranges from --ranges, --calibrate, else the first {RANGE_TEXTS} "
-                        "input texts")  # fmt: skip
+                        "input texts (--engine ray: --ranges or --calibrate)")  # fmt: skip
     parser.add_argument("--ranges", default=None, metavar="FILE",
                         help="int8/uint8: reuse the ranges an earlier poolkit embed recorded "
                         "(its .parquet, or the .poolkit.json beside its .npy/.jsonl), e.g. to "
