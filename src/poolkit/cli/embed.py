@@ -41,6 +41,7 @@ from poolkit.cli._multivector import MultivectorPart, check_multivector_args
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,
+    kept_dims,
     output_metadata,
     output_ranges,
     wants_ranges,
@@ -174,10 +175,6 @@ def _check_recipes(args: argparse.Namespace, encoder: Any, recipes: Any) -> None
     if recipe_kind(recipes) == "sparse":  # no modules after SPLADE pooling; the head it needs
         from poolkit.sparse.embed import mlm_head
 
-        if getattr(args, "chunks", None):
-            raise InputError(arg="--chunks", expected="unset with a sparse recipe (splade embeds "
-                             "whole texts for now)", got=repr(args.chunks),
-                             fix="Drop --chunks, or use a dense recipe.")  # fmt: skip
         mlm_head(encoder, next(iter(recipes)))
         if args.output != "-":
             from poolkit.io.writers import check_output
@@ -225,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     to_stdout = args.output == "-"
     if to_stdout:
         _check_stdout(args)
-    chunker = check_chunk_flags(args)  # --chunks (None without), refused on Ray
+    plan = check_chunk_flags(args)  # --chunks (None without)
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
     if wanted is None and not args.pooled_only:  # a multi-vector folder: its own recipe
         from poolkit.model_folder import model_info
@@ -243,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(arg="--keep-columns", expected="given with a single-vector recipe",
                          got="a multi-vector output, one row per text's tokens and no other "
                          "column", fix="Drop --keep-columns.")  # fmt: skip
-    if (status := dispatch_engine(args, wanted)) is not None:  # --engine ray
+    if (status := dispatch_engine(args, wanted, plan)) is not None:  # --engine ray
         return status
     title = beir_input(args)  # a BEIR folder or corpus.jsonl: compare's documents
     if title is not None:
@@ -282,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
     # The texts with where each was read, their ids, the fields kept (and column:NAME's
     # spans beside them).
     parts: Any = read_rows(args.input, text_column=args.text_column, fmt=args.input_format,
-                           column=None if chunker is None else chunker.column,
+                           column=None if plan is None else plan.chunker.column,
                            chunk_size=args.part_size, id_column=args.id_column or "auto",
                            keep_columns=keep, title_column=title)  # fmt: skip
     first = next(parts)
@@ -293,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
                           max_length=args.max_length, backend=args.backend,
                           quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                           calibrate=calibration)  # fmt: skip
-    recipes = intended_recipes(wanted, encoder, args)
+    recipes = intended_recipes(wanted, encoder.info, args)
     options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
                "prompt": args.prompt, "pipeline": _pipeline(args)}  # fmt: skip
     mv = None
@@ -304,13 +301,13 @@ def run(args: argparse.Namespace) -> int:
     chunking = first_chunks = None
     if mv is not None:
         ranges = {}
-    elif chunker is None:
+    elif plan is None:
         ranges = output_ranges(args, encoder, recipes, first.texts, **options)
     else:
         from poolkit.cli._chunk_args import PartChunker
         from poolkit.cli._output_args import RANGE_TEXTS
 
-        chunking = PartChunker(args, chunker, encoder, recipes)
+        chunking = PartChunker(plan, encoder, recipes)
         first_chunks = chunking.chunk(first, 0)  # bad spans refused before the work dir
         texts, source = chunking.calibration_texts(first_chunks, RANGE_TEXTS)
         ranges = output_ranges(args, encoder, recipes, texts, first_source=source, **options)
@@ -329,14 +326,14 @@ def run(args: argparse.Namespace) -> int:
         if ranges:  # ... and quantise its vectors with the same ranges
             settings["output_ranges"] = {n: c.digest() for n, c in ranges.items()}
         if chunking is not None:
-            settings["chunks"] = chunking.settings()
+            settings["chunks"] = plan.settings()
         if first.ids is not None or keep:  # a resumed job must read the same ids
             settings["rows"] = {"id_column": first.id_column, "keep_columns": list(keep)}
 
         def metadata(arrays: Any) -> Any:  # the output's record, from its first stored rows
             tally.dims = _dims_of(arrays, recipes)  # also the widths of a job all resumed
             record = output_metadata(recipes, tally.dims, ranges)
-            record = record if chunking is None else chunking.metadata(record)
+            record = record if plan is None else plan.metadata(record)
             origin = provenance(args, encoder, recipes, settings, settings.get("rows"))
             return {**(record or {"poolkit": origin["versions"]["poolkit"]}),
                     "provenance": origin}  # fmt: skip
@@ -355,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
     if not sparse and mv is None and chunking is None:  # resolved once for every part
         from poolkit.plan import make_plan
 
-        plan = make_plan(encoder, recipes, **how)
+        dense = make_plan(encoder, recipes, **how)
     if sparse:
         from poolkit.prompts import resolve_prompt
         from poolkit.sparse import embed_sparse
@@ -394,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
                                          prompt=prompt, side=side)  # fmt: skip
             tally.truncated += stats.num_truncated
         elif chunking is None:  # truncation is reported once, in the summary line
-            result, stats = plan.run(encoder, check_inputs(texts), long_text=args.long_text,
+            result, stats = dense.run(encoder, check_inputs(texts), long_text=args.long_text,
                                      progress=progress)  # fmt: skip
             tally.truncated += stats.num_truncated
         else:  # one row per chunk
@@ -511,9 +508,5 @@ class _Tally:
 
 
 def _dims_of(arrays: Any, recipes: dict[str, Any]) -> dict[str, int]:
-    """The dimensions kept per column, from stored arrays (packed bits: 8 a byte)."""
-    dims = {n: int(a.shape[1]) for n, a in arrays.items()}
-    for n, r in recipes.items():  # stored bytes of packed bits: the dimensions kept
-        if r.precision in ("binary", "ubinary"):
-            dims[n] = r.dims or dims[n] * 8
-    return dims
+    """The dimensions kept per column, from stored arrays."""
+    return kept_dims({n: int(a.shape[1]) for n, a in arrays.items()}, recipes)
