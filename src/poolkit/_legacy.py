@@ -64,7 +64,7 @@ def legacy_recipe(
     given = {k: v for k, v in legacy.items() if _given(k, v)}
     if not given:
         return recipe
-    from poolkit.embedding import _one_recipe, resolve_recipes, with_output_stage
+    from poolkit.asked import one_recipe, resolve_recipes, with_output_stage
     from poolkit.multivector.api import is_multivector, resolve_multivector
 
     if (
@@ -77,7 +77,7 @@ def legacy_recipe(
         given, recipe = {"strategy": recipe, **given}, None
 
     if level != "sequence":
-        out: Any = _one_recipe(level, given.get("strategy"), recipe, given.get("layers"),
+        out: Any = one_recipe(level, given.get("strategy"), recipe, given.get("layers"),
                                given.get("layer_how", "mean"))  # fmt: skip
         spelled: Any = str(out)
     elif is_multivector(recipe):

@@ -22,21 +22,21 @@ from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
-from poolkit._errors import arg_names, expected, type_error, value_error
+from poolkit._errors import expected, type_error, value_error
+from poolkit.asked import Layers, one_recipe, resolve_recipes
 from poolkit.driver import (
     EmbedStats,
-    LayerViews,
     TruncationWarning,
     drive,
-    sequence_vectors,
     user_tokens,
     warn_truncated,
 )
 from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens, check_texts
 from poolkit.errors import InputError
 from poolkit.output import Calibration, needs_calibration, truncate
+from poolkit.plan import head_plan, make_plan
 from poolkit.prompts import check_pipeline, resolve_prompt
-from poolkit.recipe import Recipe, check_dims, check_output_stage, check_shorthands
+from poolkit.recipe import Recipe
 
 __all__ = [
     "EmbedStats",
@@ -52,7 +52,6 @@ __all__ = [
 ]
 
 ModelRef = str | os.PathLike[str] | Encoder | None
-Layers = str | int | Sequence[int] | None
 
 
 @dataclass(frozen=True)
@@ -121,94 +120,6 @@ def get_encoder(
     return encoder
 
 
-def resolve_recipes(
-    strategy: Any = None,
-    recipe: Any = None,
-    *,
-    level: str = "sequence",
-    layers: Layers = None,
-    layer_how: str = "mean",
-    exclude_special: bool = False,
-    normalize: bool | None = None,
-) -> tuple[dict[str, Recipe] | None, bool]:
-    """What to compute, validated once: ``({column name: Recipe}, as_dict)``.
-
-    ``recipe`` (a :class:`Recipe`, a recipe name, or a list of them) or the shorthands
-    ``strategy`` (a name or a list of names) + ``layers``/``layer_how``/``exclude_special``
-    build the recipes; ``normalize`` fills a recipe's unset ``normalize``. ``None`` for
-    the mapping means the model's intended pooling (known once the model loads).
-    ``as_dict`` says whether a list was asked for (the result is then a dict).
-
-    Raises:
-        TypeError: ``strategy``/``recipe`` of the wrong type, or both given.
-        ValueError: an unknown name (:class:`RecipeError`), an empty list, a repeated name.
-    """
-    if normalize is not None and not isinstance(normalize, bool):
-        type_error("normalize", "True, False or None", repr(normalize))
-    if recipe is not None:
-        shorthands = {"strategy": strategy is not None, "layers": layers is not None,
-                      "exclude_special": bool(exclude_special), "layer_how": layer_how != "mean"}  # fmt: skip
-        clash = [k for k, given in shorthands.items() if given]
-        if clash:
-            type_error(
-                "recipe",
-                f"None when {arg_names(clash)} {'is' if len(clash) == 1 else 'are'} given",
-                f"{recipe!r:.40}",
-                "Pass one of the two: a recipe names the strategy, layers and special tokens "
-                "itself, e.g. 'mean_no_special@last4'.",
-            )
-        if isinstance(recipe, Mapping):  # column name -> Recipe, already validated
-            named = dict(recipe)
-            if not named or not all(isinstance(r, Recipe) for r in named.values()):
-                type_error("recipe", "a mapping of names to Recipe values", f"{recipe!r:.60}")
-            if normalize is not None:
-                named = {k: _with_normalize(r, normalize) for k, r in named.items()}
-            return named, True
-        items, arg = _as_list(recipe, "recipe", (str, Recipe))
-        parsed = [Recipe.parse(x, level=level) for x in items]
-        # Named as the recipe was asked for; a normalize= override does not rename it.
-        named = {str(r): r if normalize is None else _with_normalize(r, normalize) for r in parsed}
-    elif strategy is None:
-        # The model's pooling, once known; still validate the shorthands now.
-        check_shorthands(layers, layer_how, exclude_special, normalize)
-        return None, False
-    else:
-        items, arg = _as_list(strategy, "strategy", (str,))
-        named = {
-            x: Recipe(x, level=level, layers=layers, layer_how=layer_how,
-                      exclude_special=exclude_special, normalize=normalize)
-            for x in items
-        }  # fmt: skip
-    if len(named) != len(items):
-        value_error(arg, "a list of distinct names", items, "List each name once.")
-    return named, not isinstance(recipe if recipe is not None else strategy, str | Recipe)
-
-
-_DEFAULT = {"sequence": "mean", "word": "first", "span": "endpoints"}
-
-
-def _with_normalize(recipe: Recipe, normalize: bool) -> Recipe:
-    if recipe.normalize is not None and recipe.normalize != normalize:
-        value_error(
-            "normalize",
-            f"None or {recipe.normalize}, as the recipe {str(recipe)!r} says",
-            normalize,
-            "Drop one of the two.",
-        )
-    return recipe.replace(normalize=normalize)
-
-
-def _as_list(value: Any, arg: str, kinds: tuple[type, ...]) -> tuple[list[Any], str]:
-    if isinstance(value, kinds):
-        return [value], arg
-    if not isinstance(value, Sequence) or isinstance(value, bytes):
-        type_error(arg, "a name or a list of names", f"{type(value).__name__} ({value!r:.40})")
-    items = list(value)
-    if not items or not all(isinstance(x, kinds) for x in items):
-        value_error(arg, "a name or a non-empty list of names", repr(value))
-    return items, arg
-
-
 def _unicode(value: str, arg: str) -> None:
     # A lone surrogate (e.g. from a JSON "\\ud800" escape) is not text; tokenizers choke on it.
     try:
@@ -269,7 +180,7 @@ def resolve_request(
         wanted, as_dict = resolve_recipes(None, recipe)
     else:  # one recipe (for tokens, a sequence recipe: only its layer choice counts)
         one = "sequence" if level == "token" else level
-        wanted, as_dict = {one: _one_recipe(one, None, recipe, None, "mean")}, False
+        wanted, as_dict = {one: one_recipe(one, None, recipe, None, "mean")}, False
     if wanted is not None and refuse is not None:
         refuse(wanted)
     if calibration is not None and not isinstance(calibration, Mapping | Calibration):
@@ -467,8 +378,6 @@ def embed_recipes(
     (late chunks); ``tap(batch)`` sees every batch first (``compare`` keeps its token
     states for the multi-vector rows). No warning is raised here.
     """
-    from poolkit.plan import make_plan
-
     plan = make_plan(encoder, recipes, prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
                      calibration=calibration or {})  # fmt: skip
     return plan.run(encoder, texts, long_text=long_text, max_batch_tokens=max_batch_tokens,
@@ -484,61 +393,6 @@ def recipe_kind(recipes: Mapping[str, Recipe]) -> str:
         value_error("recipe", "recipes of one kind per call", ", ".join(map(str, recipes)),
                     "Embed dense and sparse recipes in separate calls.")  # fmt: skip
     return kinds.pop() if kinds else "dense"
-
-
-def with_output_stage(
-    recipes: Mapping[str, Recipe], dims: int | None, precision: str | None
-) -> dict[str, Recipe]:
-    """``recipes`` with the output stage of the ``dims``/``precision`` keywords (or flags)
-    added; a recipe naming another stage is refused. A key that was the recipe's name
-    becomes the new name."""
-    if dims is None and precision is None:
-        return dict(recipes)
-    dims, precision = check_output_stage("sequence", dims, precision)  # once, for all
-    out: dict[str, Recipe] = {}
-    for name, r in recipes.items():
-        for arg, mine, asked in (("dims", r.dims, dims),
-                                 ("precision", r.precision, precision)):  # fmt: skip
-            if mine is not None and asked is not None and mine != asked:
-                value_error(arg, f"None or {mine!r}, as the recipe {str(r)!r} says", asked,
-                            "Drop one of the two.")  # fmt: skip
-        new = r.replace(dims=r.dims if dims is None else dims,
-                        precision=r.precision or precision)  # fmt: skip
-        out[str(new) if name == str(r) else name] = new
-    return out
-
-
-def check_output_stages(
-    encoder: Encoder,
-    staged: Mapping[str, Recipe],
-    heads: Mapping[Recipe, Any],
-    calibration: Mapping[str, Calibration] | None,
-) -> dict[str, Calibration]:
-    """Before any forward pass: each recipe's ``dims`` fits its width, and each int8/uint8
-    recipe has ranges of that many dimensions (``calibration=None``: not checked yet).
-    Returns the ranges by name."""
-    ranges: dict[str, Calibration] = {}
-    for name, r in staged.items():
-        width = pooled_width(encoder, r)
-        head = heads.get(r.pooling)
-        if head is not None:
-            width = head.out_dim(width)
-        dims = width if r.dims is None else r.dims
-        check_dims(dims, width, str(r))
-        if calibration is None or not needs_calibration(r.precision):
-            continue
-        cal = calibration.get(name)
-        if cal is None:
-            value_error(
-                "calibration", f"ranges for the {r.precision} recipe {str(r)!r}", "none",
-                "Pass calibration= (texts or vectors like the corpus', or the Calibration "
-                "of an earlier call's stats.calibration).",
-            )  # fmt: skip
-        if cal.dims != dims:
-            value_error("calibration", f"ranges for {dims} dimensions ({str(r)!r})",
-                        f"ranges for {cal.dims}")  # fmt: skip
-        ranges[name] = cal
-    return ranges
 
 
 class CalibrationTexts(list):  # type: ignore[type-arg]
@@ -614,53 +468,6 @@ def calibrate_recipes(
         vecs, _ = embed_recipes(list(texts), encoder, floats, **embed_options)
         out[name] = Calibration.from_vectors(vecs[name], f"{len(texts)} calibration texts")
     return out
-
-
-def head_plan(
-    encoder: Encoder, recipes: Mapping[str, Recipe], pipeline: str
-) -> tuple[dict[Recipe, Any], bool, list[str]]:
-    """Which recipes get the model's modules after pooling: ``(heads, model_normalize,
-    pooled-only names)``.
-
-    ``"full"``: every recipe, checked first (:meth:`poolkit.head.Head.check` raises
-    :class:`~poolkit.PipelineError` for a module poolkit cannot apply or a width the
-    head cannot take); ``"pooled"``: none, and no model normalisation; ``"fit"``: the
-    recipes whose width the head takes, the names of the others listed.
-    """
-    if pipeline == "pooled":
-        return {}, False, list(recipes)
-    if pipeline not in ("full", "fit"):
-        check_pipeline(pipeline)
-    head = encoder.head
-    heads: dict[Recipe, Any] = {}
-    skipped: list[str] = []
-    for name, r in recipes.items():
-        width = pooled_width(encoder, r)
-        if pipeline == "full":
-            head.check(width, name, encoder.info.reference)
-        elif head.refused or not head.fits(width):
-            skipped.append(name)
-            continue
-        if head.steps:
-            heads[r] = head
-    return heads, head.normalize, skipped
-
-
-def pooled_width(encoder: Encoder, recipe: Recipe) -> int:
-    """Width of ``recipe``'s pooled vectors on ``encoder``'s model (before any head)."""
-    hidden = encoder.info.hidden_size
-    if hidden:
-        return recipe.pooled_dim(int(hidden))
-    # No hidden size in the config: a forward pass of one word says it (pooled as the
-    # plan pools, without a plan: a plan needs this width).
-    width: list[int] = []
-    pooling = recipe.pooling
-
-    def on_batch(batch: EncodedBatch) -> None:
-        width.append(int(sequence_vectors(LayerViews(batch), [pooling])[pooling].shape[1]))
-
-    drive(encoder, ["x"], on_batch, all_layers=pooling.all_layers, prompt="")
-    return width[0]
 
 
 def embed_tokens(
@@ -754,27 +561,6 @@ def embed_words(
                   progress=progress, prompt=req.prompt)  # fmt: skip
     warn_truncated(stats, "word lists")
     return (result, stats) if return_stats else result
-
-
-def _one_recipe(
-    level: str, strategy: str | None, recipe: Any, layers: Layers, layer_how: str
-) -> Recipe:
-    """The one word/span recipe asked for by ``recipe`` or the shorthands (validated once)."""
-    if recipe is None:
-        return Recipe(strategy or _DEFAULT[level], level=level, layers=layers, layer_how=layer_how)
-    if strategy is not None or layers is not None or layer_how != "mean":
-        type_error(
-            "recipe",
-            "None when `strategy`, `layers` or `layer_how` is given",
-            f"{recipe!r:.40}",
-            "Pass one of the two: a recipe names its strategy and layers itself.",
-        )
-    if not isinstance(recipe, str | Recipe):
-        type_error("recipe", "a Recipe or a name", f"{recipe!r:.40}")
-    r = Recipe.parse(recipe, level=level)
-    if r.level != level:
-        value_error("recipe", f"a {level}-level recipe", f"{str(r)!r} ({r.level} level)")
-    return r
 
 
 def char_to_token_spans(

@@ -17,13 +17,21 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import value_error
 from poolkit.driver import EmbedStats, LayerViews, drive, sequence_vectors
 from poolkit.encoder import EncodedBatch, Encoder, LongText
-from poolkit.output import Calibration, bytes_per_vector, quantize, stored_dtype, truncate
-from poolkit.prompts import check_prompt_pooling, resolve_prompt
-from poolkit.recipe import Recipe
+from poolkit.output import (
+    Calibration,
+    bytes_per_vector,
+    needs_calibration,
+    quantize,
+    stored_dtype,
+    truncate,
+)
+from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
+from poolkit.recipe import Recipe, check_dims
 
-__all__ = ["Output", "Plan", "make_plan"]
+__all__ = ["Output", "Plan", "check_output_stages", "head_plan", "make_plan", "pooled_width"]
 
 
 @dataclass(frozen=True)
@@ -137,12 +145,10 @@ def make_plan(
 ) -> Plan:
     """Resolve ``recipes`` on ``encoder`` once: the prompt (``prompt_name``/``prompt`` as in
     :func:`poolkit.embed`), the modules after pooling (``pipeline``: ``"full"``,
-    ``"pooled"`` or ``"fit"``, see :func:`poolkit.embedding.head_plan`), each width and
+    ``"pooled"`` or ``"fit"``, see :func:`head_plan`), each width and
     ``dims`` checked, and each int8/uint8 recipe's ranges from ``calibration`` (by name;
     ``None``: not checked, for a plan that only says widths). Raises before any forward
     pass."""
-    from poolkit.embedding import check_output_stages, head_plan, pooled_width
-
     text = resolve_prompt(encoder.info, prompt_name, prompt)
     check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
     pooling = {name: r.pooling for name, r in recipes.items()}
@@ -156,3 +162,83 @@ def make_plan(
         widths[name] = head.out_dim(width) if head is not None else width
     pooled_only = tuple(skipped) if pipeline == "fit" else ()
     return Plan(dict(recipes), text, heads, model_normalize, widths, ranges, pooled_only)
+
+
+def check_output_stages(
+    encoder: Encoder,
+    staged: Mapping[str, Recipe],
+    heads: Mapping[Recipe, Any],
+    calibration: Mapping[str, Calibration] | None,
+) -> dict[str, Calibration]:
+    """Before any forward pass: each recipe's ``dims`` fits its width, and each int8/uint8
+    recipe has ranges of that many dimensions (``calibration=None``: not checked yet).
+    Returns the ranges by name."""
+    ranges: dict[str, Calibration] = {}
+    for name, r in staged.items():
+        width = pooled_width(encoder, r)
+        head = heads.get(r.pooling)
+        if head is not None:
+            width = head.out_dim(width)
+        dims = width if r.dims is None else r.dims
+        check_dims(dims, width, str(r))
+        if calibration is None or not needs_calibration(r.precision):
+            continue
+        cal = calibration.get(name)
+        if cal is None:
+            value_error(
+                "calibration", f"ranges for the {r.precision} recipe {str(r)!r}", "none",
+                "Pass calibration= (texts or vectors like the corpus', or the Calibration "
+                "of an earlier call's stats.calibration).",
+            )  # fmt: skip
+        if cal.dims != dims:
+            value_error("calibration", f"ranges for {dims} dimensions ({str(r)!r})",
+                        f"ranges for {cal.dims}")  # fmt: skip
+        ranges[name] = cal
+    return ranges
+
+
+def head_plan(
+    encoder: Encoder, recipes: Mapping[str, Recipe], pipeline: str
+) -> tuple[dict[Recipe, Any], bool, list[str]]:
+    """Which recipes get the model's modules after pooling: ``(heads, model_normalize,
+    pooled-only names)``.
+
+    ``"full"``: every recipe, checked first (:meth:`poolkit.head.Head.check` raises
+    :class:`~poolkit.PipelineError` for a module poolkit cannot apply or a width the
+    head cannot take); ``"pooled"``: none, and no model normalisation; ``"fit"``: the
+    recipes whose width the head takes, the names of the others listed.
+    """
+    if pipeline == "pooled":
+        return {}, False, list(recipes)
+    if pipeline not in ("full", "fit"):
+        check_pipeline(pipeline)
+    head = encoder.head
+    heads: dict[Recipe, Any] = {}
+    skipped: list[str] = []
+    for name, r in recipes.items():
+        width = pooled_width(encoder, r)
+        if pipeline == "full":
+            head.check(width, name, encoder.info.reference)
+        elif head.refused or not head.fits(width):
+            skipped.append(name)
+            continue
+        if head.steps:
+            heads[r] = head
+    return heads, head.normalize, skipped
+
+
+def pooled_width(encoder: Encoder, recipe: Recipe) -> int:
+    """Width of ``recipe``'s pooled vectors on ``encoder``'s model (before any head)."""
+    hidden = encoder.info.hidden_size
+    if hidden:
+        return recipe.pooled_dim(int(hidden))
+    # No hidden size in the config: a forward pass of one word says it (pooled as the
+    # plan pools, without a plan: a plan needs this width).
+    width: list[int] = []
+    pooling = recipe.pooling
+
+    def on_batch(batch: EncodedBatch) -> None:
+        width.append(int(sequence_vectors(LayerViews(batch), [pooling])[pooling].shape[1]))
+
+    drive(encoder, ["x"], on_batch, all_layers=pooling.all_layers, prompt="")
+    return width[0]

@@ -13,9 +13,9 @@ __all__ = ["intended_recipes", "recipes_from_args"]
 
 def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, bool]:
     """``--recipe`` or ``-s``/``--layers``/``--exclude-special``/``--normalize`` as
-    recipes, validated once (see :func:`poolkit.embedding.resolve_recipes`); errors name flags."""
+    recipes, validated once (see :func:`poolkit.asked.resolve_recipes`); errors name flags."""
+    from poolkit.asked import resolve_recipes
     from poolkit.cli._flags import RECIPE, flagged
-    from poolkit.embedding import resolve_recipes
 
     if args.recipe is not None and (
         args.strategy is not None or args.layers is not None or args.exclude_special
@@ -24,7 +24,7 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
                          "and special tokens itself)", got="it is given with -s/--strategy, "
                          "--layers or --exclude-special", fix="Drop those (e.g. --recipe "
                          "mean_no_special@last4).")  # fmt: skip
-    from poolkit.embedding import with_output_stage
+    from poolkit.asked import with_output_stage
     from poolkit.recipe import check_output_stage
 
     try:
@@ -49,8 +49,8 @@ def intended_recipes(
     stage's."""
     if wanted is not None:
         return wanted
+    from poolkit.asked import with_output_stage
     from poolkit.cli._flags import RECIPE, flagged
-    from poolkit.embedding import with_output_stage
 
     intended = {info.pooling: info.intended_recipe(layers=args.layers,
                                                    exclude_special=args.exclude_special,

@@ -87,7 +87,7 @@ class Embedder:
         **options: Any,
     ) -> None:
         require_ray()
-        from poolkit.embedding import resolve_recipes
+        from poolkit.asked import resolve_recipes
         from poolkit.encoder import Encoder
         from poolkit.recipe import Recipe
 
@@ -136,9 +136,12 @@ class Embedder:
 
             mlm_head(self.encoder, str(next(iter(self.recipes.values()))))
             return
-        from poolkit.embedding import head_plan
+        from poolkit.plan import make_plan
 
-        head_plan(self.encoder, self.recipes, self.embed_options.get("pipeline", "full"))
+        # The dense recipes resolved once per actor (ranges included): every batch runs it.
+        options = {k: v for k, v in self.embed_options.items() if k != "calibration"}
+        self.plan = make_plan(self.encoder, self.recipes, calibration=self.embed_options.get(
+            "calibration") or {}, **options)  # fmt: skip
 
     @property
     def output_columns(self) -> list[str]:
@@ -192,7 +195,7 @@ class Embedder:
 
         Truncation is not warned about here: thousands of batches would flood the log.
         """
-        from poolkit.embedding import check_inputs, embed_recipes
+        from poolkit.embedding import check_inputs
 
         checked = check_inputs(texts)
         if self.kind == "sparse":
@@ -204,8 +207,7 @@ class Embedder:
             return vectors
         if self.kind == "multivector":
             return self._multivector(checked)
-        vectors, _ = embed_recipes(checked, self.encoder, self.recipes, long_text=self.long_text,
-                                   **self.embed_options)  # fmt: skip
+        vectors, _ = self.plan.run(self.encoder, checked, long_text=self.long_text)
         self.widths.update({n: int(v.shape[1]) for n, v in vectors.items()})
         return vectors
 
@@ -378,7 +380,7 @@ def embed_dataset(
         Ray's, so carry an id column) plus ``fixed_size_list<float32>[D]`` per strategy.
     """
     ray = require_ray()
-    from poolkit.embedding import resolve_recipes
+    from poolkit.asked import resolve_recipes
 
     if fn is None:  # a subclass (fn=) may take keyword arguments of its own
         check_options(options)
