@@ -269,7 +269,7 @@ def test_chunk_size_past_the_text_room_is_refused_before_any_pass(minilm):
 @pytest.mark.parametrize(
     "args, fragments",
     [
-        (["--task", "sts", "--chunk-tokens", "128"], ["--chunk-tokens: only for --task retrieval"]),
+        (["--task", "sts", "--chunk-tokens", "128"], ["Expected --chunk-tokens to be given only for --task retrieval"]),
         (["--task", "retrieval", "--chunk-tokens", "0"], ["--chunk-tokens", "at least 1", "got 0"]),
         (["--task", "retrieval", "--chunk-tokens", "128", "-5"], ["--chunk-tokens", "got -5"]),
     ],

@@ -85,7 +85,7 @@ def expected(arg: str, what: str, got: object, fix: str = "") -> str:
     """Build the standard message: names the argument, the expectation and the input.
 
     ``arg`` is a library argument (written `arg`), or a command-line flag or metavar
-    (``--workers``, ``INPUT``: written bare, as :func:`with_flags` writes flags)."""
+    (``--workers``, ``INPUT``: written bare, as the command line writes flags)."""
     name = arg if arg.startswith("-") or arg.isupper() else f"`{arg}`"
     msg = f"Expected {name} to be {what}, but got {got}."
     return f"{msg} {fix}".rstrip() if fix else msg

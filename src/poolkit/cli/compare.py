@@ -158,27 +158,30 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
         return None
     out = Path(path)
     if suffix and out.suffix.lower() != suffix:
-        raise _UsageError(f"{option} {path}: expected a {suffix} file name.")
+        raise _UsageError(arg=option, expected=f"a {suffix} file name", got=path)
     if out.exists() and not overwrite:
         raise _UsageError(
             already_exists(f"{option} {path}", fix="--overwrite", state="file exists")
         )
     if not out.parent.is_dir():
-        raise _UsageError(f"{option} {path}: folder {out.parent} does not exist.")
+        raise _UsageError(arg=option, expected="a file in an existing folder",
+                          got=f"{path}, whose folder {out.parent} does not exist")  # fmt: skip
     return out
 
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse, in one line, options that the task or backend would not honour."""
     if args.folds < 2:
-        raise _UsageError(f"--folds {args.folds}: expected at least 2.")
+        raise _UsageError(arg="--folds", expected="at least 2", got=args.folds)
     if args.bootstrap < 0 or args.bootstrap == 1:
-        raise _UsageError(f"--bootstrap {args.bootstrap}: expected 0 (off) or at least 2.")
+        raise _UsageError(arg="--bootstrap", expected="0 (off) or at least 2", got=args.bootstrap)
     if args.task in ("retrieval", "clustering") and args.train:
-        raise _UsageError(f"--train: --task {args.task} has no training step; drop --train.")
+        raise _UsageError(arg="--train", expected=f"unset: --task {args.task} has no training step",
+                          got=args.train, fix="Drop --train.")  # fmt: skip
     if args.task in ("ner", "relation") and args.prompt_name is not None:
-        raise _UsageError(f"--prompt-name: --task {args.task} embeds words and spans of the "
-                          "text as written; prompts are for sequence tasks.")  # fmt: skip
+        raise _UsageError(arg="--prompt-name", expected=f"unset with --task {args.task}, which "
+                          "embeds words and spans of the text as written (prompts are for "
+                          "sequence tasks)", got=args.prompt_name)  # fmt: skip
     if args.task != "retrieval":
         for flag, value, default in (
             ("--split", args.split, None), ("--query-column", args.query_column, "query"),
@@ -186,64 +189,63 @@ def _check_options(args: argparse.Namespace) -> None:
             ("--document-prompt-name", args.document_prompt_name, None),
         ):  # fmt: skip
             if value != default:
-                raise _UsageError(f"{flag}: only for --task retrieval.")
+                raise _UsageError(arg=flag, expected="given only for --task retrieval",
+                                  got=f"--task {args.task}")  # fmt: skip
     _check_budget(args)
     _check_chunks(args)
     if args.int8_rows and not args.quantize:
-        raise _UsageError("--int8-rows: only with --backend onnx --quantize int8.")
+        raise _UsageError(arg="--int8-rows", expected="given only with --backend onnx --quantize "
+                          "int8", got=args.int8_rows)  # fmt: skip
     if args.backend in ("onnx", "openvino") and args.layers is not None:
-        raise _UsageError(f"--layers: the {args.backend} backend returns the last layer only; "
-                          "drop --layers or use --backend torch.")  # fmt: skip
+        raise _UsageError(arg="--layers", expected=f"unset on the {args.backend} backend (it "
+                          "returns the last layer only)", got=" ".join(args.layers),
+                          fix="Drop --layers or use --backend torch.")  # fmt: skip
     check_backend_args(args)  # --backend, --quantize, --dtype, --device; the extras they need
 
 
 def _check_budget(args: argparse.Namespace) -> None:
     """--dims/--precision/--budget-rows: refused in one line before the model loads."""
-    from poolkit._errors import expected
     from poolkit.compare.budget import BUDGET_TASKS
     from poolkit.output import PRECISIONS
 
     if args.dims is None and args.precision is None:
         if args.budget_rows:
-            raise _UsageError("--budget-rows: only with --dims or --precision (it chooses "
-                              "which rows get them); add one, or drop --budget-rows.")  # fmt: skip
+            raise _UsageError(arg="--budget-rows", expected="given only with --dims or "
+                              "--precision (it chooses which rows get them)",
+                              got=args.budget_rows, fix="Add one, or drop --budget-rows.")  # fmt: skip
         return
     flag = "--dims" if args.dims is not None else "--precision"
     if args.task not in BUDGET_TASKS:
-        raise _UsageError(
-            f"{flag}: only for --task {' and '.join(BUDGET_TASKS)} (similarity on the stored "
-            f"vectors); --task {args.task} trains on float vectors: drop {flag}."
-        )
+        raise _UsageError(arg=flag, expected=f"given only for --task {' and '.join(BUDGET_TASKS)} "
+                          "(similarity on the stored vectors)", got=f"--task {args.task}, which "
+                          f"trains on float vectors", fix=f"Drop {flag}.")  # fmt: skip
     if args.quantize:
-        raise _UsageError(f"{flag} and --quantize: one at a time (budget rows or int8 model "
-                          "rows); drop one.")  # fmt: skip
+        raise _UsageError(arg=flag, expected="unset with --quantize (budget rows or int8 model "
+                          "rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
     for k in args.dims or ():
         if k < 1:
-            raise _UsageError(expected("--dims", "positive numbers of dimensions", k,
-                                       "e.g. --dims 384 256 128 64."))  # fmt: skip
+            raise _UsageError(arg="--dims", expected="positive numbers of dimensions", got=k, fix="e.g. --dims 384 256 128 64.")  # fmt: skip
     for p in args.precision or ():
         if p not in PRECISIONS:
-            raise _UsageError(expected("--precision", f"among {', '.join(PRECISIONS)}",
-                                       repr(p), "e.g. --precision float32 int8 binary."))  # fmt: skip
+            raise _UsageError(arg="--precision", expected=f"among {', '.join(PRECISIONS)}", got=repr(p), fix="e.g. --precision float32 int8 binary.")  # fmt: skip
 
 
 def _check_chunks(args: argparse.Namespace) -> None:
     """--chunk-tokens: refused in one line before the model loads (sizes past the model's
     text room are refused once it is loaded, before any forward pass)."""
-    from poolkit._errors import expected
 
     if args.chunk_tokens is None:
         return
     if args.task != "retrieval":
-        raise _UsageError(f"--chunk-tokens: only for --task retrieval (documents scored by "
-                          f"their best chunk); --task {args.task} has no documents to chunk.")  # fmt: skip
+        raise _UsageError(arg="--chunk-tokens", expected="given only for --task retrieval "
+                          "(documents scored by their best chunk)", got=f"--task {args.task}, "
+                          "which has no documents to chunk")  # fmt: skip
     if args.quantize:
-        raise _UsageError("--chunk-tokens and --quantize: one at a time (document rows or int8 "
-                          "model rows); drop one.")  # fmt: skip
+        raise _UsageError(arg="--chunk-tokens", expected="unset with --quantize (document rows "
+                          "or int8 model rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
     for n in args.chunk_tokens:
         if n < 1:
-            raise _UsageError(expected("--chunk-tokens", "chunk sizes of at least 1 token", n,
-                                       "e.g. --chunk-tokens 64 128 254."))  # fmt: skip
+            raise _UsageError(arg="--chunk-tokens", expected="chunk sizes of at least 1 token", got=n, fix="e.g. --chunk-tokens 64 128 254.")  # fmt: skip
 
 
 def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
@@ -253,14 +255,15 @@ def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
 
     if named:
         if args.task not in BUDGET_TASKS:
-            raise _UsageError(
-                f"--recipes {named[0]}: an output stage (/DIMS, /PRECISION) is scored only for "
-                f"--task {' and '.join(BUDGET_TASKS)}; --task {args.task} trains on float "
-                "vectors: name the recipe without it."
-            )
+            raise _UsageError(arg="--recipes", expected="recipes without an output stage (/DIMS, "
+                              f"/PRECISION) for --task {args.task}, which trains on float "
+                              f"vectors (it is scored only for --task "
+                              f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
+                              fix="Name the recipe without it.")  # fmt: skip
         if args.quantize:
-            raise _UsageError(f"--recipes {named[0]} and --quantize: one at a time (budget rows "
-                              "or int8 model rows); drop one.")  # fmt: skip
+            raise _UsageError(arg="--recipes", expected="no output stage with --quantize (budget "
+                              "rows or int8 model rows, one at a time)", got=str(named[0]),
+                              fix="Drop one.")  # fmt: skip
     if args.dims is None and args.precision is None and not named:
         return None
     return Budget(
@@ -304,7 +307,8 @@ def _run(args: argparse.Namespace) -> int:
         data = read_task(kind, args.data, columns)
     train = read_task(args.task, args.train, columns) if args.train else None
     if args.task == "ner" and train is None:
-        raise _UsageError("--task ner needs --train FILE (CoNLL) to train the tagging probe.")
+        raise _UsageError(arg="--train", expected="a CoNLL FILE with --task ner (it trains the "
+                          "tagging probe)", got="none")  # fmt: skip
 
     from poolkit.compare import report
     from poolkit.compare.budget import base_of

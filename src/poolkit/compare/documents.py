@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected
 from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.search import top_k_by, unit_rows
 from poolkit.errors import InputError
@@ -97,11 +96,8 @@ def check_sizes(encoder: Any, sizes: Sequence[int]) -> tuple[int, ...]:
         if not 1 <= n <= room:
             special = encoder.max_length - room
             raise ChunkError(
-                expected(
-                    "chunk_tokens", f"chunk sizes from 1 to {room} tokens (the model reads "
-                    f"{encoder.max_length}, {special} of them special)", n,
-                    f"e.g. {suggested_sizes(room)}.",
-                )
+                arg="chunk_tokens", expected=f"chunk sizes from 1 to {room} tokens (the model reads "
+                    f"{encoder.max_length}, {special} of them special)", got=n, fix=f"e.g. {suggested_sizes(room)}."
             )  # fmt: skip
     return out
 
