@@ -287,7 +287,7 @@ def test_bad_chunk_tokens_one_line_before_the_model(tmp_path, args, fragments):
         (["--chunk-tokens", "64", "256"], ["--chunk-tokens", "from 1 to 254 tokens", "got 256",
                                            "e.g. 64 128 254"]),
         (["--chunk-tokens", "128", "--recipes", "cls"], ["--chunk-tokens", "(mean)",
-                                                          "add it to --recipes"]),
+                                                          "Add it to --recipes"]),
     ],
 )  # fmt: skip
 def test_chunk_tokens_the_model_cannot_take_one_line(tmp_path, args, fragments):

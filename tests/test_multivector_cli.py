@@ -201,7 +201,7 @@ def test_token_offsets_are_the_tokenizers(job, tmp_path, fmt):
         (["-o", "bad.parquet", "--recipe", "mean", "--token-offsets"],
          ["--token-offsets", "multi-vector recipe"]),
         (["-o", "shards", "--recipe", "multivector:tokens", "--token-offsets", "--engine", "ray"],
-         ["--token-offsets", "unset on --engine ray"]),
+         ["--token-offsets", "no --token-offsets on --engine ray"]),
     ],
 )  # fmt: skip
 def test_bad_input_one_line_exit_2_nothing_written(job, args, fragments):

@@ -221,8 +221,8 @@ def _plan_budget(
     settings.stages = budgets.plan(encoder, budget, bases)
     for base in settings.stages:
         if base not in reps:  # a named budget row's base (--recipes mean/256/int8)
-            raise DataError(arg="--recipes", expected=f"{base} itself among the rows compared "
-                            f"(its budget rows need it)", got="it is not",
+            raise DataError(expected=f"{base} itself among the rows --recipes compares (its "
+                            "budget rows need it)", got="it is not",
                             fix="Add it to --recipes.")  # fmt: skip
     widths = {base: st.width for base, st in settings.stages.items()}
     for c in reps:
@@ -245,9 +245,9 @@ def _plan_documents(encoder: Any, settings: Settings, chosen: Recipe | None, qua
         raise DataError(arg="--chunk-tokens", expected="unset with --quantize int8 (one at a time)",
                         got="both", fix="Drop one.")  # fmt: skip
     if chosen is None:
-        raise DataError(arg="--recipes", expected="the model's intended pooling "
-                        f"({encoder.info.pooling}), whose documents --chunk-tokens chunks",
-                        got="it is left out", fix="Add it to --recipes.")  # fmt: skip
+        raise DataError(expected="the model's intended pooling "
+                        f"({encoder.info.pooling}) among --recipes (--chunk-tokens chunks its "
+                        "documents)", got="it is left out", fix="Add it to --recipes.")  # fmt: skip
     settings.chunk_tokens = docrows.check_sizes(encoder, settings.chunk_tokens)
     settings.document_base = chosen
 
