@@ -91,7 +91,7 @@ def expected(arg: str, what: str, got: object, fix: str = "") -> str:
     return f"{msg} {fix}".rstrip() if fix else msg
 
 
-def recast(error: BaseException, kind: type[E]) -> E:
+def recast(error: BaseException, kind: type[E]) -> PoolkitError:
     """``error`` as a ``kind`` with the same fields (a part's error raised as the whole's
     kind); an error from outside the family keeps its text."""
     if not isinstance(error, PoolkitError):
@@ -160,3 +160,6 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 def missing_extra(feature: str, package: str, extra: str) -> str:
     """The one line for a missing optional dependency: what needs what, and the fix."""
     return f"{feature} needs {package}, which is not installed: pip install 'poolkit[{extra}]'"
+
+
+PoolkitError.renderer = render  # str(error) for every error of the family
