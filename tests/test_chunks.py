@@ -302,7 +302,7 @@ def test_user_spans_and_spans_are_the_same_for_both_ways(minilm):
 def test_bad_input_names_the_argument(minilm):
     cases = [
         (dict(chunks="tokens:0"), InputError, "SIZE >= 1"),
-        (dict(chunks="tokens:300"), InputError, "at most 254 tokens"),
+        (dict(chunks="tokens:300"), InputError, "a chunk size from 1 to 254 tokens"),
         (dict(chunks="tokens:8:9"), InputError, "OVERLAP"),
         (dict(chunks="column:x"), InputError, "per-document spans"),
         (dict(chunks=[[(0, 500)]]), InputError, "len(text)"),

@@ -205,7 +205,7 @@ REFUSED = [
     (["--chunks", "tokens:32", "--late", "--stride", "0"], "Expected --stride to be a positive integer, but got 0."),
     (["--chunks", "tokens:32", "--long-text", "window"], "--long-text window: with --chunks"),
     (["--chunks", "sentences", "-o", "out.npy"], "out.npy: --chunks writes one row per chunk with its document id and span, which a .npy matrix cannot hold; write .parquet or .jsonl."),
-    (["--chunks", "tokens:32", "--engine", "ray", "-o", "folder"], "--chunks: not supported with --engine ray yet; run without --engine ray."),
+    (["--chunks", "column:spans", "--engine", "ray", "-o", "folder"], "--chunks column:spans: the spans of a field are read on one machine only; use tokens:SIZE or sentences, or run without --engine ray."),
     (["--chunks", "column:spans", "--input-format", "txt"], "docs.jsonl: Expected a column 'spans' to read, but a .txt input has no columns"),
     (["--chunks", "column:spans"], 'docs.jsonl: line 1: Expected a "spans" field, but its fields are: text.'),
 ]  # fmt: skip

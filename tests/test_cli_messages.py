@@ -126,7 +126,7 @@ def test_a_folder_without_engine_ray(tmp_path):
 
 # --- a guessed pooling is said once ---------------------------------------------------
 
-GUESS = "poolkit: note: no file states this model's pooling; using mean — pass --strategy to choose"
+GUESS = "poolkit: note: no file states this model's pooling; using mean — pass --recipe to choose"
 
 
 @pytest.mark.slow

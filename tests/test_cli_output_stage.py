@@ -113,8 +113,8 @@ def test_int8_on_the_first_texts_and_resume_with_other_ranges(work, minilm_dir) 
 @pytest.mark.parametrize(
     ("argv", "fragments"),
     [
-        (["--engine", "ray", "--dims", "64"], ["--engine ray", "not supported on Ray"]),
-        (["--recipe", "mean/64", "--engine", "ray"], ["--engine ray"]),
+        (["--engine", "ray", "--precision", "int8"], ["--engine ray", "--calibrate FILE"]),
+        (["--recipe", "mean/64/uint8", "--engine", "ray"], ["--engine ray", "--calibrate"]),
         (["--ranges", "x.json"], ["--ranges: only with --precision int8 or uint8"]),
         (["--recipe", "mean/256", "--dims", "128"], ["--dims", "as the recipe 'mean/256' says"]),
         (["--recipe", "word:first/int8"], ["no output stage", "word level"]),

@@ -261,7 +261,7 @@ def test_chunk_size_past_the_text_room_is_refused_before_any_pass(minilm):
     from poolkit.compare.runner import Settings, compare
 
     settings = Settings("retrieval", strategies=["mean"], chunk_tokens=(128, 255))
-    with pytest.raises(ChunkError, match=r"`chunk_tokens` to be chunk sizes from 1 to 254 tokens "
+    with pytest.raises(ChunkError, match=r"`chunk_tokens` to be a chunk size from 1 to 254 tokens "
                        r"\(the model reads 256, 2 of them special\), but got 255"):  # fmt: skip
         compare(minilm, read_retrieval(LONGDOCS), settings)
 

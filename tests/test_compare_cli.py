@@ -81,19 +81,27 @@ def by_key(doc: dict) -> dict[tuple[str, str], dict]:
 
 
 # embed_command: the command that writes what the row scored (#38).
-ROW_KEYS = {"intended", "ci", "significant", "difference", "members", "tied", "embed_command"}
+# model: the row's model as --model names it (several models in one table, #43).
+ROW_KEYS = {"model", "intended", "ci", "significant", "difference", "members", "tied",
+            "embed_command"}  # fmt: skip
 
 
 def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) -> None:
-    # retrieval also says how documents were read (title + text joined, #38)
-    extra = {"documents_read_as"} if task == "retrieval" else set()
+    # retrieval also says how documents were read (title + text joined, #38) and where the
+    # cost columns were measured (#43)
+    extra = {"documents_read_as", "costs_measured_on"} if task == "retrieval" else set()
     assert set(doc) == {"task", "model", "metric", "bootstrap", "results", *extra}
     assert doc["task"] == task and doc["metric"] == metric
     assert doc["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert doc["bootstrap"]["resamples"] >= 2 and doc["bootstrap"]["level"] == 0.95
+    # retrieval rows also say their cost and whether they are on the bytes / query-time
+    # frontier (#43)
+    front = ({"frontier_bytes", "frontier_query", "bytes_per_document", "index_bytes",
+              "query_ms", "search_ms", "search_growth"} if task == "retrieval" else set())  # fmt: skip
     for row in doc["results"]:
-        assert set(row) == {"recipe", "strategy", "layers", *metrics, *ROW_KEYS}
+        assert set(row) == {"recipe", "strategy", "layers", *metrics, *ROW_KEYS, *front}
         assert Recipe.parse(row["recipe"]).strategy == row["strategy"]
+        assert row["model"] == doc["model"]
         # a sequence row's CLI command; word and span rows name the Python call
         assert row["embed_command"].startswith(("poolkit embed ", "poolkit.embed_")), row
         assert set(row["ci"]) == set(metrics)

@@ -189,9 +189,24 @@ _DECIMAL = re.compile(r"[-+\u2212]?\d+\.\d+")
 _NOISE_UNITS = 3
 
 
+# `...` between two spaces in shown output: the run's measured times (compare's query and
+# search milliseconds), any text within one line.
+_ELIDED = " ... "
+
+
 def _same_but_float_noise(shown: str, printed: str) -> bool:
     """The same text, every decimal within ``_NOISE_UNITS`` of its last digit, printed with
-    as many decimals; integers and words exactly (a ``...`` that elides text: no match)."""
+    as many decimals; integers and words exactly; `` ... `` (a measured time) stands for
+    any text within its line (any other ``...`` that elides text: no match)."""
+    if _ELIDED in shown:  # the printed text less what each `` ... `` stands for
+        parts = [
+            "(" + _DECIMAL.pattern.join(re.escape(x) for x in _DECIMAL.split(part)) + ")"
+            for part in shown.split(_ELIDED)
+        ]
+        match = re.fullmatch(r" [^\n]*? ".join(parts), printed)
+        if match is None:
+            return False
+        printed = _ELIDED.join(match.groups())
     if _DECIMAL.split(shown) != _DECIMAL.split(printed):
         return False
     pairs = zip(_DECIMAL.findall(shown), _DECIMAL.findall(printed), strict=True)
@@ -217,7 +232,12 @@ def test_float_noise_is_the_only_slack():
         shown.replace("\u22120.0285", "+0.0285"),  # the sign is part of the figure
     ):
         assert not _same_but_float_noise(shown, changed), changed
-    assert not _same_but_float_noise("mean ... 0.8672", "mean x 0.8671")  # `...`: doctest's
+    assert not _same_but_float_noise("mean...0.8672", "mean x 0.8671")  # `...`: doctest's
+    # ` ... `: a measured time, any text within its line; the figures around it as above.
+    assert _same_but_float_noise("mean ... 0.8672", "mean 13.41  0.664 0.8671")
+    assert not _same_but_float_noise("mean ... 0.8672", "mean 13.41  0.664 0.8676")
+    assert not _same_but_float_noise("mean ... 0.8672", "mean 13.41\n 0.8672")
+    assert not _same_but_float_noise("mean ... 0.8672", "cls 13.41 0.8672")
     assert _same_but_float_noise("(= ...) 0.8672", "(= ...) 0.8671")  # a literal `...`
 
 

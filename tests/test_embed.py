@@ -156,12 +156,13 @@ def test_empty_input_and_cache(minilm_dir):
 
 
 def test_strategy_errors(minilm):
-    with pytest.raises(ValueError, match=r"Expected `strategy` to be one of cls, mean"):
+    # The third argument is the recipe (it was `strategy`): errors name it so.
+    with pytest.raises(ValueError, match=r"Expected `recipe` to be one of cls, mean"):
         embed(["a"], minilm, "avg")
     with pytest.raises(ValueError) as e:
         embed(["a"], minilm, ["mean", "mean"])
     assert str(e.value) == (
-        "Expected `strategy` to be a list of distinct names, but got ['mean', 'mean']. "
+        "Expected `recipe` to be a list of distinct names, but got ['mean', 'mean']. "
         "List each name once."
     )
 

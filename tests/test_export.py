@@ -346,6 +346,10 @@ def test_a_dense_head_goes_into_both_formats(tiny_dirs, tmp_path):
     np.testing.assert_allclose(
         SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts), want, atol=TOL
     )
+    # Both records give the width the folder gives (the Dense's, not the pooled one's).
+    for folder in ("onnx", "st"):
+        record = json.loads((tmp_path / folder / "poolkit-export.json").read_text())
+        assert record["output_dim"] == want.shape[1] == 16
     # A recipe whose width the Dense cannot take is refused before anything is exported.
     r = poolkit("export", str(src), "-o", "wide", "--format", "onnx", "--recipe", "cls+mean",
                 cwd=tmp_path)  # fmt: skip

@@ -75,6 +75,29 @@ def test_sides_equal_sentence_transformers(folders, name):
     _same(_embed(DOCUMENTS, folders[name]), st.encode_document(DOCUMENTS, convert_to_numpy=True))
 
 
+def test_no_recipe_gives_the_folders_own_token_vectors(folders, tmp_path):
+    # A MultiVectorEncoder folder's intended output is its token vectors, as its encode.
+    path = folders["bert_dense"]
+    st = _st(path)
+    _same(
+        _embed(DOCUMENTS, path, recipe=None), st.encode_document(DOCUMENTS, convert_to_numpy=True)
+    )
+    _same(_embed(QUERIES, path, recipe=None, prompt_name="query"),
+          st.encode_query(QUERIES, convert_to_numpy=True))  # fmt: skip
+    # The command line too: no --recipe writes what --recipe multivector:tokens writes.
+    from clitools import run_cli
+
+    (tmp_path / "in.txt").write_text("\n".join(DOCUMENTS) + "\n")
+    for out, extra in (("own.npz", []), ("named.npz", ["--recipe", "multivector:tokens"])):
+        done = run_cli(["embed", "in.txt", "-o", out, "--model", str(path), "--quiet", *extra],
+                       cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    own, named = np.load(tmp_path / "own.npz"), np.load(tmp_path / "named.npz")
+    assert sorted(own.files) == sorted(named.files)
+    for key in own.files:
+        np.testing.assert_array_equal(own[key], named[key])
+
+
 def test_query_expansion_scores_mask_tokens(folders):
     # bert_dense: fixed expansion to 12 tokens; every query has exactly 12 vectors.
     shapes = {v.shape[0] for v in _embed(QUERIES, folders["bert_dense"], prompt_name="query")}

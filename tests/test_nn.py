@@ -59,7 +59,7 @@ def test_word_pooler_matches_the_reference(batch, check):
             want = span_reference(hidden[b].detach().double().numpy(), start, end, "mean")
             np.testing.assert_allclose(out[b, w], want, rtol=1e-5, atol=1e-6)
     assert WordPooler("endpoints").output_dim(8) == 16
-    with pytest.raises(ValueError, match="Expected `strategy` to be one of first"):
+    with pytest.raises(ValueError, match="Expected `recipe` to be one of first"):
         WordPooler("avg")
 
 

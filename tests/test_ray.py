@@ -316,6 +316,7 @@ def test_ray_client_address_without_grpc(tmp_path):
 
 # How each `poolkit embed` option is treated under --engine ray, and the run proving it.
 # The walk below fails for an option of the parser that is missing here.
+_STAGED = "test_chunks_and_output_stage_give_the_local_rows"
 RAY_TREATMENT = {
     "input": "run_a", "--output": "run_a", "--strategy": "run_a",
     "--recipe": "run_b; sparse and multi-vector recipes: "
@@ -331,11 +332,10 @@ RAY_TREATMENT = {
     "--engine": "run_a", "--address": "run_a", "--workers": "run_a", "--cpus-per-worker": "run_a",
     "--gpus-per-worker": "refused on a cluster without GPUs (below; test_gpu_rules.py: without "
                          "a visible GPU, and the placement rule)",
-    "--dims": "refused: test_cli_output_stage.py", "--precision": "refused: test_cli_output_stage.py",
-    "--ranges": "refused with the output stage it needs: test_cli_output_stage.py",
-    "--chunks": "refused: test_cli_chunks.py", "--late": "refused with --chunks, which it needs",
-    "--stride": "refused with --chunks, which it needs",
-    "--chunk-text": "refused with --chunks, which it needs",
+    "--dims": _STAGED, "--precision": _STAGED,
+    "--ranges": f"{_STAGED} (a Ray shard's ranges read by --ranges)",
+    "--chunks": f"{_STAGED} (column:NAME refused: test_cli_chunks.py)", "--late": _STAGED,
+    "--stride": _STAGED, "--chunk-text": _STAGED,
     "--id-column": "test_own_ids_and_kept_fields_travel_as_on_one_machine",
     "--keep-columns": "test_own_ids_and_kept_fields_travel_as_on_one_machine (its own column "
                       "names refused: test_embed_rows.py)",
@@ -412,13 +412,21 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     plain = poolkit.embed(texts[:5], minilm_dir, "cls+mean")
     assert np.abs(_vectors(local, "cls+mean")[:5] - plain).max() > 0.05
 
-    # run_b: --recipe, and --overwrite replacing run_b's folder; --chunk-size, the old
-    # spelling of --part-size, is taken by both engines.
+    # run_b: --recipe, two with an output stage (int8, its ranges taken once from
+    # --calibrate by the driver; packed bits): the local bytes; --overwrite replacing run_b's
+    # folder; --chunk-size, the old spelling of --part-size, is taken by both engines.
+    calib = tmp_path / "calib.txt"
+    calib.write_text("\n".join(texts[:25]) + "\n", encoding="utf-8")
+    staged = ["mean/128/int8", "cls/128/binary"]
     local, ray_out, _ = _ray_and_local(tmp_path, "b", address, "--recipe",
-                                       "mean_no_special@first_last/raw", "--chunk-size", "42",
+                                       "mean_no_special@first_last/raw", *staged,
+                                       "--calibrate", str(calib), "--chunk-size", "42",
                                        "--text-column", "sentence1")  # fmt: skip
     col = "mean_no_special@first_last/raw"
     assert np.abs(_vectors(ray_out, col) - _vectors(local, col)).max() < 1e-5  # /raw
+    for col in staged:
+        assert _vectors(local, col).dtype == np.int8
+        np.testing.assert_array_equal(_vectors(ray_out, col), _vectors(local, col))
     again = _poolkit("embed", str(tmp_path / "pairs.tsv"), "-o", str(ray_out), "--recipe", "cls",
                      "--text-column", "sentence1", "--engine", "ray", "--address", address, "--overwrite", "--quiet")  # fmt: skip
     assert again.returncode == 0, again.stderr
@@ -439,8 +447,6 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
 
     # run_d: OpenVINO static int8 calibrated on --calibrate FILE: the workers calibrate on the
     # same texts (same cache key), so their vectors are the local run's.
-    calib = tmp_path / "calib.txt"
-    calib.write_text("\n".join(texts[:25]) + "\n", encoding="utf-8")
     local, ray_out, _ = _ray_and_local(tmp_path, "d", address, "--backend", "openvino",
                                        "--quantize", "int8-static", "--calibrate", str(calib),
                                        "--part-size", "42", "--text-column", "sentence2")  # fmt: skip
@@ -677,3 +683,66 @@ def test_own_ids_and_kept_fields_travel_as_on_one_machine(ray_cluster, tmp_path,
         )
         assert not out.exists() and not (tmp_path / "refused.poolkit-work").exists()
         _jsonl(folder / "b.jsonl", [{**rows[3], "id": None}, rows[4]])
+
+
+# ------------------------------------------------- chunks and the output stage on Ray
+
+
+def test_chunks_and_output_stage_give_the_local_rows(ray_cluster, tmp_path, minilm_dir):
+    """``--chunks tokens:64`` naive with ``--dims 128 --precision int8`` (ranges from
+    ``--calibrate``) and ``--chunk-text``, and ``--late --stride`` (documents past
+    ``--max-length``, read in windows) with a binary recipe: the shards hold the local
+    file's rows, the documents' own ids on every chunk row, int8/binary bytes equal and
+    floats to 1e-6, and the local file's record (ranges included: ``--ranges`` reads them
+    from a shard). Whole texts with int8 and binary recipes: run_b above."""
+    import pyarrow as pa
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    texts = sts_sentences()
+    docs = [" ".join(texts[k : k + 8]) for k in range(0, 320, 8)]  # 40 documents, ~90 tokens
+    assert min(len(d.split()) for d in docs) > 40 and max(len(d.split()) for d in docs) > 80
+    data = _jsonl(tmp_path / "docs.jsonl",
+                  [{"id": f"doc-{k}", "text": d} for k, d in enumerate(docs)])  # fmt: skip
+    calib = tmp_path / "calib.txt"
+    calib.write_text("".join(t + "\n" for t in texts[320:]), encoding="utf-8")
+    # Parts of 10 documents, and Ray blocks of 40 / 4: the same texts share a batch.
+    common = ["--model", str(minilm_dir), "--part-size", "10", "-q"]
+    runs = {
+        "naive": ["--chunks", "tokens:64", "--chunk-text", "--dims", "128", "--precision",
+                  "int8", "--calibrate", str(calib)],
+        "late": ["--chunks", "tokens:64", "--late", "--stride", "24", "--max-length", "80",
+                 "--recipe", "mean", "max/128/binary"],
+    }  # fmt: skip
+    for name, flags in runs.items():
+        local, ray_out, _ = _ray_and_local(tmp_path, name, address, *flags, *common, data=data)
+        want, got = _in_row_order(local), _in_row_order(ray_out)
+        assert got.column_names == ["id", "text_id", *want.column_names[1:]], name
+        assert got.num_rows == want.num_rows
+        for column in want.column_names:
+            a, b = got.column(column), want.column(column)
+            assert a.type == b.type, (name, column)
+            if pa.types.is_fixed_size_list(b.type) and pa.types.is_floating(b.type.value_type):
+                x, y = (np.stack(c.to_numpy(zero_copy_only=False)) for c in (a, b))
+                assert np.abs(x - y).max() <= 1e-6, (name, column)
+            else:  # ids, chunk spans and texts, int8 and packed bits: equal
+                assert a.to_pylist() == b.to_pylist(), (name, column)
+        record = {k: v for k, v in _record(local)[0].items() if k != "provenance"}
+        assert all(r == record for r in _record(ray_out)), name
+        assert set(want["id"].to_pylist()) == {f"doc-{k}" for k in range(40)}
+        assert want.num_rows > 40  # several chunks a document
+    source = _record(ray_out)[0]["columns"]["max/128/binary"]
+    assert source["dims"] == 128 and source["calibration"] is None
+    ranges = _record(tmp_path / "naive")[0]["columns"]["mean/128/int8"]["calibration"]
+    assert ranges["source"].startswith(f"--calibrate {calib}")
+    # --ranges takes a Ray shard's ranges: the local --calibrate run's bytes again.
+    shard = sorted((tmp_path / "naive").glob("*.parquet"))[0]
+    flags = [f if f != "--calibrate" else "--ranges" for f in runs["naive"]]
+    flags[flags.index("--ranges") + 1] = str(shard)
+    again = clitools.run_cli(["embed", str(data), "-o", str(tmp_path / "again.parquet"), *flags,
+                              *common], cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    column = "mean/128/int8"
+    assert (
+        _in_row_order(tmp_path / "again.parquet")[column]
+        == _in_row_order(tmp_path / "naive.parquet")[column]
+    )

@@ -210,24 +210,33 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("recipe", ["splade/top16", "multivector:tokens/pool2"])
-def test_sparse_and_multivector_jobs_resume_to_a_clean_runs_bytes(
-    ray_address, folder, tmp_path, recipe
+# Late chunks (three or so a text) stored as int8 with ranges from --calibrate FILE.
+_CHUNKS_INT8 = ("--chunks", "tokens:6", "--late", "--recipe", "mean/int8", "--calibrate")
+
+
+@pytest.mark.parametrize("recipe", ["splade/top16", "multivector:tokens/pool2", "chunks+int8"])
+def test_sparse_multivector_and_chunked_int8_jobs_resume_to_a_clean_runs_bytes(
+    ray_address, folder, tmp_path, recipe, minilm_dir
 ):
     import sys
     import warnings
 
     from tiny_models import build_mlm, build_multivector
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        build = build_mlm if recipe.startswith("splade") else build_multivector
-        model = build("bert_dense", tmp_path / "model")
+    if recipe == "chunks+int8":
+        model = minilm_dir
+        calib = tmp_path / "calib.txt"
+        calib.write_text("".join(t + "\n" for _, t in sentiment_lines()[-30:]), encoding="utf-8")
+        flags = [*_CHUNKS_INT8, str(calib)]
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            build = build_mlm if recipe.startswith("splade") else build_multivector
+            model = build("bert_dense", tmp_path / "model")
+        flags = ["--recipe", recipe]
     clean, out = tmp_path / "clean", tmp_path / "out"
-    assert (
-        _poolkit(_argv(folder, clean, ray_address, model, "--recipe", recipe, "-q")).returncode == 0
-    )
-    argv = _argv(folder, out, ray_address, model, "--recipe", recipe)
+    assert _poolkit(_argv(folder, clean, ray_address, model, *flags, "-q")).returncode == 0
+    argv = _argv(folder, out, ray_address, model, *flags)
     stopped = subprocess.run([sys.executable, "-c", _STOP_AFTER_ONE_FILE, *argv[3:], "-q"],
                              capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
     # The job stops in one line with its checkpoint kept. (Its exit status is 143, though Ray
@@ -246,3 +255,9 @@ def test_sparse_and_multivector_jobs_resume_to_a_clean_runs_bytes(
     assert sorted(p.name for p in out.iterdir()) == names and len(names) == 2 * FILES
     for name in names:
         assert (out / name).read_bytes() == (clean / name).read_bytes(), name
+    if recipe == "chunks+int8":  # one row per chunk, its document's id on it; int8 bytes
+        import pyarrow.dataset as pads
+
+        table = pads.dataset(out, format="parquet").to_table()
+        assert table.num_rows > FILES * ROWS and table.column("mean/int8").type.value_type == "int8"
+        assert sorted(set(table["id"].to_pylist())) == list(range(FILES * ROWS))

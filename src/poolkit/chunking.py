@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -29,11 +29,12 @@ from poolkit._errors import value_error
 from poolkit.chunkers import Chunker, check_spans, sentence_spans, token_spans
 from poolkit.driver import EmbedStats, user_tokens, warn_truncated
 from poolkit.embedding import (
-    Layers,
+    EmbedOptions,
     ModelRef,
     char_to_token_spans,
     embed_recipes,
     resolve_request,
+    run_options,
 )
 from poolkit.encoder import EncodedBatch, Encoder
 from poolkit.recipe import Recipe
@@ -88,11 +89,7 @@ def chunk_documents(
             value_error("chunks", "per-document spans for column:NAME", str(chunker),
                         "The library takes the span lists themselves: chunks=[[(0, 10), ...], ...].")  # fmt: skip
         if chunker.kind == "tokens":
-            room = encoder.text_room
-            if chunker.size is not None and chunker.size > room:
-                value_error("chunks", f"a SIZE of at most {room} tokens (the model reads "
-                            f"{encoder.max_length}, {encoder.max_length - room} of them special)",
-                            str(chunker))  # fmt: skip
+            check_size(encoder, chunker.size)
             tok = encoder.tokenize(documents)
             spans = [token_spans(doc, tok.offsets[i], chunker.size or 1, chunker.overlap,
                                  tok.word_ids[i]) for i, doc in enumerate(documents)]  # fmt: skip
@@ -119,27 +116,16 @@ def embed_chunks(
     documents: Sequence[str],
     chunks: Chunker | str | Sequence[Any] = "tokens:128",
     model: ModelRef = None,
-    strategy: str | Sequence[str] | None = None,
+    recipe: Recipe | str | Sequence[Recipe | str] | None = None,
     *,
     late: bool = False,
-    recipe: Recipe | str | Sequence[Recipe | str] | None = None,
-    normalize: bool | None = None,
-    layers: Layers = None,
-    layer_how: str = "mean",
-    exclude_special: bool = False,
     stride: int | None = None,
-    max_length: int | None = None,
-    max_batch_tokens: int | None = None,
-    device: str = "auto",
-    dtype: Any = None,
-    return_stats: bool = False,
-    progress: Callable[[int], None] | None = None,
     prompt_name: str | None = None,
     prompt: str | None = None,
-    pipeline: str = "full",
-    dims: int | None = None,
-    precision: str | None = None,
     calibration: Any = None,
+    return_stats: bool = False,
+    progress: Callable[[int], None] | None = None,
+    **options: Unpack[EmbedOptions],
 ) -> Any:
     """Per document, its chunks' spans and vectors.
 
@@ -152,10 +138,8 @@ def embed_chunks(
             each chunk from its document's contextual token vectors (late chunking).
         stride: window step in tokens for late chunks of documents past the model's
             limit (default: half a window); refused with ``late=False``.
-        strategy: as for :func:`poolkit.embed`, applied to each chunk, as are ``recipe``,
-            ``normalize``, ``layers``, ``layer_how``, ``exclude_special``, ``max_length``,
-            ``max_batch_tokens``, ``device``, ``dtype``, ``prompt_name``, ``prompt``,
-            ``pipeline``, ``dims``, ``precision`` and ``calibration``.
+        recipe: as for :func:`poolkit.embed`, applied to each chunk, as are
+            ``prompt_name``, ``prompt``, ``calibration`` and ``**options``.
         return_stats: also return an :class:`EmbedStats` (``num_texts`` counts documents;
             ``truncated`` lists the documents with a naive chunk cut at the max length).
         progress: called with the number of documents finished.
@@ -168,23 +152,20 @@ def embed_chunks(
         InputError: a bad chunker or spans (:func:`chunk_documents`), ``cls``/``last`` with
             ``late=True``, or any argument :func:`poolkit.embed` refuses.
     """
-    req = resolve_request("sequence", documents, model, strategy, recipe, normalize=normalize,
-                          layers=layers, layer_how=layer_how, exclude_special=exclude_special,
-                          max_length=max_length, max_batch_tokens=max_batch_tokens,
-                          device=device, dtype=dtype, prompt_name=prompt_name, prompt=prompt,
-                          pipeline=pipeline, dims=dims, precision=precision,
-                          calibration=calibration,
+    recipe, opts = run_options("embed_chunks", "sequence", recipe, options, model)
+    req = resolve_request("sequence", documents, model, recipe, prompt_name=prompt_name,
+                          prompt=prompt, calibration=calibration,
                           check=lambda docs: _check_chunking(docs, chunks, late, stride),
-                          refuse=lambda recipes: check_late(recipes, late))  # fmt: skip
+                          refuse=lambda recipes: check_late(recipes, late), **opts)  # fmt: skip
     spans = chunk_documents(req.inputs, req.checked, req.encoder)
-    options = {"max_batch_tokens": max_batch_tokens, "progress": progress,
-               "prompt_name": prompt_name, "prompt": prompt, "pipeline": pipeline,
-               "calibration": req.ranges}  # fmt: skip
+    run = {"max_batch_tokens": opts["max_batch_tokens"], "progress": progress,
+           "prompt_name": prompt_name, "prompt": prompt, "pipeline": opts["pipeline"],
+           "calibration": req.ranges}  # fmt: skip
     if late:
         flat, stats = late_chunk_vectors(req.inputs, spans, req.encoder, req.recipes,
-                                         stride=stride, **options)  # fmt: skip
+                                         stride=stride, **run)  # fmt: skip
     else:
-        flat, stats = naive_chunk_vectors(req.inputs, spans, req.encoder, req.recipes, **options)
+        flat, stats = naive_chunk_vectors(req.inputs, spans, req.encoder, req.recipes, **run)
         warn_truncated(stats, "documents (a chunk of each)")
     cuts = np.cumsum([len(s) for s in spans])[:-1]
     per_name = {name: np.split(v, cuts) for name, v in flat.items()}
@@ -219,13 +200,30 @@ def _check_chunking(documents: list[str], chunks: Any, late: Any, stride: Any) -
     return chunks
 
 
+def positional_parts(recipe: Recipe) -> list[str]:
+    """The strategies of ``recipe`` that name one token of the whole sequence (``cls``,
+    ``last``): a late chunk has no such token of its own."""
+    return [s for s, _ in recipe.parts if s in _POSITIONAL]
+
+
+def check_size(encoder: Encoder, size: int | None, arg: str = "chunks") -> None:
+    """A chunk of ``size`` tokens fits one of ``encoder``'s sequences: at most its text room
+    (the max length less the special tokens); ``arg`` names the argument."""
+    room = encoder.text_room
+    if size is not None and not 1 <= size <= room:
+        special = encoder.max_length - room
+        value_error(arg, f"a chunk size from 1 to {room} tokens (the model reads "
+                    f"{encoder.max_length}, {special} of them special)", size,
+                    f"e.g. tokens:{min(room, 128)}.")  # fmt: skip
+
+
 def check_late(recipes: Mapping[str, Recipe], late: bool) -> None:
     """With ``late``: refuse a recipe whose strategy names one token of the sequence
     (``cls``, ``last``), which a late chunk does not have."""
     if not late:
         return
     for name, r in recipes.items():
-        bad = [s for s, _ in r.parts if s in _POSITIONAL]
+        bad = positional_parts(r)
         if bad:
             value_error("recipe", "a strategy that pools a late chunk's tokens (mean, max, ...)",
                         f"{name!r}, whose {bad[0]!r} names one token of the whole sequence",

@@ -18,7 +18,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -34,8 +34,8 @@ from poolkit.driver import (
 )
 from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens, check_texts
 from poolkit.errors import InputError
-from poolkit.output import Calibration, needs_calibration, quantize, truncate
-from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
+from poolkit.output import Calibration, needs_calibration, truncate
+from poolkit.prompts import check_pipeline, resolve_prompt
 from poolkit.recipe import Recipe, check_dims, check_output_stage, check_shorthands
 
 __all__ = [
@@ -249,12 +249,10 @@ class Request:
 
 
 def resolve_request(
-    level: str, inputs: Any, model: ModelRef, strategy: Any = None, recipe: Any = None, *,
-    normalize: bool | None = None, layers: Layers = None, layer_how: str = "mean",
-    exclude_special: bool = False, long_text: LongText = "truncate",
-    max_length: int | None = None, max_batch_tokens: int | None = None, device: str = "auto",
-    dtype: Any = None, prompt_name: str | None = None, prompt: str | None = None,
-    pipeline: str = "full", dims: int | None = None, precision: str | None = None,
+    level: str, inputs: Any, model: ModelRef, recipe: Any = None, *,
+    long_text: LongText = "truncate", max_length: int | None = None,
+    max_batch_tokens: int | None = None, device: str = "auto", dtype: Any = None,
+    prompt_name: str | None = None, prompt: str | None = None, pipeline: str = "full",
     calibration: Any = None, check: Callable[[list[Any]], Any] | None = None,
     refuse: Callable[[dict[str, Recipe]], None] | None = None,
 ) -> Request:  # fmt: skip
@@ -268,26 +266,17 @@ def resolve_request(
     check_batch_tokens(max_batch_tokens)
     check_pipeline(pipeline)
     if level == "sequence":
-        wanted, as_dict = resolve_recipes(strategy, recipe, layers=layers, layer_how=layer_how,
-                                          exclude_special=exclude_special, normalize=normalize)  # fmt: skip
-        if wanted is None:
-            check_output_stage("sequence", dims, precision)
-        else:
-            wanted = with_output_stage(wanted, dims, precision)
+        wanted, as_dict = resolve_recipes(None, recipe)
     else:  # one recipe (for tokens, a sequence recipe: only its layer choice counts)
         one = "sequence" if level == "token" else level
-        wanted, as_dict = {one: _one_recipe(one, strategy, recipe, layers, layer_how)}, False
+        wanted, as_dict = {one: _one_recipe(one, None, recipe, None, "mean")}, False
     if wanted is not None and refuse is not None:
         refuse(wanted)
     if calibration is not None and not isinstance(calibration, Mapping | Calibration):
         calibration = _calibration_source(calibration)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
-    if wanted is None:  # the model's pooling, with the shorthands and output stage asked for
-        pooling = encoder.info.pooling
-        intended = encoder.info.intended_recipe(layers=layers, layer_how=layer_how,
-                                                exclude_special=exclude_special,
-                                                normalize=normalize)  # fmt: skip
-        wanted = with_output_stage({pooling: intended}, dims, precision)
+    if wanted is None:  # the model's pooling
+        wanted = {encoder.info.pooling: encoder.info.intended_recipe()}
         if refuse is not None:
             refuse(wanted)
     text = resolve_prompt(encoder.info, prompt_name, prompt)
@@ -297,29 +286,57 @@ def resolve_request(
     return Request(inputs, encoder, wanted, as_dict, text, ranges, checked)
 
 
+class EmbedOptions(TypedDict, total=False):
+    """The ``**options`` of the ``embed*`` functions: how to load and run the model, and
+    the deprecated recipe keywords (see :mod:`poolkit._legacy`)."""
+
+    max_length: int | None
+    max_batch_tokens: int | None
+    device: str
+    dtype: Any
+    pipeline: str
+    strategy: str | Sequence[str] | None
+    normalize: bool | None
+    layers: Layers
+    layer_how: str
+    exclude_special: bool
+    dims: int | None
+    precision: str | None
+
+
+#: The run options and their defaults (``pipeline`` only where a model's head applies).
+RUN_OPTIONS: dict[str, Any] = {"max_length": None, "max_batch_tokens": None, "device": "auto",
+                               "dtype": None, "pipeline": "full"}  # fmt: skip
+
+
+def run_options(
+    func: str, level: str, recipe: Any, options: Mapping[str, Any], model: ModelRef,
+    pipeline: bool = True,
+) -> tuple[Any, dict[str, Any]]:  # fmt: skip
+    """``(recipe, run options)`` of an ``embed*`` call's ``**options``: the deprecated
+    recipe keywords folded into ``recipe`` (warning once), the others checked by name."""
+    from poolkit._legacy import legacy_recipe, split_options
+
+    run = RUN_OPTIONS if pipeline else {k: v for k, v in RUN_OPTIONS.items() if k != "pipeline"}
+    opts, legacy = split_options(func, options, run, level)
+    load = lambda: get_encoder(  # noqa: E731 -- only when the model's pooling is adjusted
+        model, device=opts["device"], dtype=opts["dtype"],
+        max_length=opts["max_length"])  # fmt: skip
+    return legacy_recipe(func, level, recipe, legacy, load), opts
+
+
 def embed(
     texts: Sequence[str],
     model: ModelRef = None,
-    strategy: str | Sequence[str] | None = None,
-    *,
     recipe: Recipe | str | Sequence[Recipe | str] | None = None,
-    normalize: bool | None = None,
-    layers: Layers = None,
-    layer_how: str = "mean",
-    exclude_special: bool = False,
-    long_text: LongText = "truncate",
-    max_length: int | None = None,
-    max_batch_tokens: int | None = None,
-    device: str = "auto",
-    dtype: Any = None,
-    return_stats: bool = False,
-    progress: Callable[[int], None] | None = None,
+    *,
     prompt_name: str | None = None,
     prompt: str | None = None,
-    pipeline: str = "full",
-    dims: int | None = None,
-    precision: str | None = None,
     calibration: Any = None,
+    long_text: LongText = "truncate",
+    return_stats: bool = False,
+    progress: Callable[[int], None] | None = None,
+    **options: Unpack[EmbedOptions],
 ) -> Any:
     """Embed texts, one vector each, with the model's intended pooling by default.
 
@@ -327,48 +344,41 @@ def embed(
         texts: ``N`` strings.
         model: model directory, hub id, or an :class:`Encoder`; ``None`` for the default
             ``sentence-transformers/all-MiniLM-L6-v2``. Encoders are cached, so repeated calls do not reload.
-        strategy: shorthand for a recipe: ``None`` for the model's intended pooling
-            (:attr:`ModelInfo.pooling`); a name such as ``"cls"``, ``"cls+mean"``
-            (concatenation) or ``"mean_no_special"``; or a list of names, computed from
-            one forward pass and returned as a dict.
-        recipe: a :class:`Recipe`, a recipe name (any row name ``poolkit compare``
-            prints, e.g. ``"mean@last4"``), or a list of them (a dict keyed by name).
-            Not together with ``strategy``, ``layers``, ``layer_how``, ``exclude_special``.
-        normalize: L2-normalise each vector; ``None`` follows the recipe, else the model
-            (its ``Normalize`` module).
-        layers: ``None`` for the last layer, else passed to ``layer_mix``
-            (``"last4"``, ``"first_last"``, an int or a list of ints) with ``layer_how``.
-        exclude_special: pool without [CLS]/[SEP]-like tokens (not for ``cls``).
-        long_text: ``"truncate"`` (counted; warns with :class:`TruncationWarning`) or
-            ``"window"`` (overlapping windows, pooled over all of a text's tokens).
-        max_length: tokens per sequence, specials included; default the model's.
-        max_batch_tokens: token budget per forward batch; default the Encoder's (2048 on CPU).
-        device, dtype: for loading the model (see :class:`Encoder`).
-        return_stats: also return an :class:`EmbedStats`.
-        progress: called with the number of texts finished after each batch.
+        recipe: ``None`` for the model's intended pooling (:attr:`ModelInfo.pooling`); a
+            :class:`Recipe` or a recipe name (any row name ``poolkit compare`` prints, e.g.
+            ``"mean"``, ``"cls+mean"``, ``"mean_no_special@last4"``, ``"mean/256/int8"``);
+            or a list of them, computed from one forward pass and returned as a dict keyed
+            by name.
         prompt_name: one of the model's prompts (``config_sentence_transformers.json``),
             e.g. ``"query"``; ``None``: the model's ``default_prompt_name``, if any.
         prompt: a prompt text of your own (``""``: none, not even the default); not
             together with ``prompt_name``. The prompt goes before each text, tokenized
             with it; ``include_prompt: false`` in the model's pooling config keeps its
             tokens out of pooling, as the model's pipeline does.
-        pipeline: ``"full"`` applies the modules after pooling (``Dense``, ``LayerNorm``,
-            ``Normalize``) to every recipe; a recipe whose width a ``Dense`` cannot take,
-            or a module poolkit cannot apply, raises :class:`~poolkit.PipelineError`.
-            ``"pooled"``: the pooled vectors, before any of them (``normalize=None``
-            then means no normalisation).
-        dims, precision: the recipe's output stage, spelled as keywords
-            (``dims=256, precision="int8"`` is the recipe ``"mean/256/int8"``): keep the
-            first ``dims`` dimensions (L2-normalised again where the recipe normalises),
-            stored at ``precision`` (see :mod:`poolkit.output`).
         calibration: the int8/uint8 ranges: texts (embedded with the recipe, before
             quantisation), float calibration vectors ``(M, D)`` (``D`` the full or the
             truncated width), a :class:`poolkit.output.Calibration` (e.g.
             ``stats.calibration[name]`` of the corpus' call, for its queries), or a dict
             of these per recipe name. Required for int8/uint8, refused otherwise.
+        long_text: ``"truncate"`` (counted; warns with :class:`TruncationWarning`) or
+            ``"window"`` (overlapping windows, pooled over all of a text's tokens).
+        return_stats: also return an :class:`EmbedStats`.
+        progress: called with the number of texts finished after each batch.
+        **options: how to load and run the model (:class:`EmbedOptions`):
+            ``max_length`` (tokens per sequence, specials included; default the model's),
+            ``max_batch_tokens`` (token budget per forward batch; default the Encoder's,
+            2048 on CPU), ``device`` and ``dtype`` (see :class:`Encoder`), and
+            ``pipeline``: ``"full"`` (default) applies the modules after pooling
+            (``Dense``, ``LayerNorm``, ``Normalize``) to every recipe; a recipe whose width
+            a ``Dense`` cannot take, or a module poolkit cannot apply, raises
+            :class:`~poolkit.PipelineError`; ``"pooled"``: the pooled vectors, before any
+            of them. The recipe keywords of earlier versions (``strategy``,
+            ``normalize``, ``layers``, ``layer_how``, ``exclude_special``, ``dims``,
+            ``precision``) still work and warn with a ``DeprecationWarning`` naming the
+            recipe to pass instead.
 
-    A multi-vector recipe (``"multivector:tokens..."``, see :mod:`poolkit.multivector`)
-    returns one ``(tokens, D)`` float32 array per text (MUVERA: an ``(N, D)`` array); the
+    A multi-vector recipe (``"multivector:tokens..."``, see :mod:`poolkit.multivector`;
+    the default of a ``MultiVectorEncoder`` or PyLate folder, as its ``encode`` gives) returns one ``(tokens, D)`` float32 array per text (MUVERA: an ``(N, D)`` array); the
     side is ``prompt_name="query"`` or ``"document"`` (the default), with the folder's
     prompts, lengths, query expansion and skiplist.
 
@@ -389,36 +399,37 @@ def embed(
         resolve_multivector,
     )
 
+    recipe, opts = run_options("embed", "sequence", recipe, options, model)
+    if recipe is None and opts["pipeline"] == "full":  # a multi-vector folder: its own recipe
+        info = get_encoder(model, device=opts["device"], dtype=opts["dtype"],
+                           max_length=opts["max_length"]).info  # fmt: skip
+        recipe = info.intended_multivector() if info.is_multivector_folder else None
     if is_multivector(recipe):
-        refused = {"strategy": strategy is not None, "layers": layers is not None,
-                   "layer_how": layer_how != "mean", "exclude_special": bool(exclude_special),
-                   "long_text": long_text != "truncate", "pipeline": pipeline != "full",
+        refused = {"long_text": long_text != "truncate", "pipeline": opts["pipeline"] != "full",
                    "calibration": calibration is not None}  # fmt: skip
-        wanted = resolve_multivector(recipe, normalize=normalize, dims=dims, precision=precision,
+        wanted = resolve_multivector(recipe, normalize=None, dims=None, precision=None,
                                      refused=refused)  # fmt: skip
         items = check_inputs(texts)
-        encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
+        encoder = get_encoder(model, device=opts["device"], dtype=opts["dtype"],
+                              max_length=opts["max_length"])  # fmt: skip
         return embed_multivector_recipe(items, encoder, wanted, prompt_name=prompt_name,
-                                        prompt=prompt, max_batch_tokens=max_batch_tokens,
+                                        prompt=prompt, max_batch_tokens=opts["max_batch_tokens"],
                                         return_stats=return_stats, progress=progress)  # fmt: skip
-    req = resolve_request("sequence", texts, model, strategy, recipe, normalize=normalize,
-                          layers=layers, layer_how=layer_how, exclude_special=exclude_special,
-                          long_text=long_text, max_length=max_length,
-                          max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
-                          prompt_name=prompt_name, prompt=prompt, pipeline=pipeline, dims=dims,
-                          precision=precision, calibration=calibration)  # fmt: skip
+    req = resolve_request("sequence", texts, model, recipe, long_text=long_text,
+                          prompt_name=prompt_name, prompt=prompt, calibration=calibration,
+                          **opts)  # fmt: skip
     if recipe_kind(req.recipes) == "sparse":
         from poolkit.sparse import embed_sparse
 
         side = "query" if prompt_name == "query" else "document"  # as multi-vector sides
         result, stats = embed_sparse(req.inputs, req.encoder, req.recipes, long_text=long_text,
-                                     max_batch_tokens=max_batch_tokens, progress=progress,
-                                     prompt=req.prompt, side=side)  # fmt: skip
+                                     max_batch_tokens=opts["max_batch_tokens"],
+                                     progress=progress, prompt=req.prompt, side=side)  # fmt: skip
     else:
         result, stats = embed_recipes(req.inputs, req.encoder, req.recipes, long_text=long_text,
-                                      max_batch_tokens=max_batch_tokens, progress=progress,
-                                      prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
-                                      calibration=req.ranges)  # fmt: skip
+                                      max_batch_tokens=opts["max_batch_tokens"],
+                                      progress=progress, prompt_name=prompt_name, prompt=prompt,
+                                      pipeline=opts["pipeline"], calibration=req.ranges)  # fmt: skip
     warn_truncated(stats)
     out: Any = result if req.as_dict else next(iter(result.values()))
     return (out, stats) if return_stats else out
@@ -456,44 +467,13 @@ def embed_recipes(
     (late chunks); ``tap(batch)`` sees every batch first (``compare`` keeps its token
     states for the multi-vector rows). No warning is raised here.
     """
-    n = len(texts) if num_rows is None else num_rows
-    out: dict[str, np.ndarray] = {}
-    text = resolve_prompt(encoder.info, prompt_name, prompt)
-    check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
-    staged = {name: r for name, r in recipes.items() if r.has_output_stage}
-    recipes = {name: r.pooling for name, r in recipes.items()}  # float vectors first
-    heads, model_normalize, _ = head_plan(encoder, recipes, pipeline)
-    ranges = check_output_stages(encoder, staged, heads, calibration or {})
+    from poolkit.plan import make_plan
 
-    def on_batch(batch: EncodedBatch) -> None:
-        if tap is not None:
-            tap(batch)
-        pooled, at = (batch, batch.indices) if rows is None else rows(batch)
-        vectors = sequence_vectors(LayerViews(pooled), recipes.values(), empty=empty,
-                                   model_normalize=model_normalize, heads=heads)  # fmt: skip
-        for name, r in recipes.items():
-            arr = vectors[r]
-            if name not in out:
-                out[name] = np.empty((n, arr.shape[1]), dtype=np.float32)
-            out[name][at] = arr
-
-    stats = drive(encoder, texts, on_batch, all_layers=any(r.all_layers for r in recipes.values()),
-                  long_text=long_text, max_batch_tokens=max_batch_tokens, progress=progress,
-                  prompt=text, stride=stride)  # fmt: skip
-    for name, r in recipes.items():
-        if name not in out:
-            width = pooled_width(encoder, r)
-            head = heads.get(r)
-            out[name] = np.empty((0, head.out_dim(width) if head else width), np.float32)
-    # The stored form of the staged recipes: truncated, re-normalised where the recipe
-    # normalises, quantised with the ranges.
-    stats.dims = {k: int(v.shape[1]) for k, v in out.items()}
-    for name, r in staged.items():
-        vec = truncate(out[name], r.dims, normalize=r.resolved_normalize(model_normalize))
-        stats.dims[name] = int(vec.shape[1])
-        out[name] = quantize(vec, r.precision, ranges.get(name))
-    stats.calibration = dict(ranges)
-    return out, stats
+    plan = make_plan(encoder, recipes, prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
+                     calibration=calibration or {})  # fmt: skip
+    return plan.run(encoder, texts, long_text=long_text, max_batch_tokens=max_batch_tokens,
+                    progress=progress, empty=empty, stride=stride, rows=rows, num_rows=num_rows,
+                    tap=tap)  # fmt: skip
 
 
 def recipe_kind(recipes: Mapping[str, Recipe]) -> str:
@@ -671,9 +651,16 @@ def pooled_width(encoder: Encoder, recipe: Recipe) -> int:
     hidden = encoder.info.hidden_size
     if hidden:
         return recipe.pooled_dim(int(hidden))
-    # No hidden size in the config: a forward pass of one word says it.
-    probe, _ = embed_recipes(["x"], encoder, {"x": recipe}, pipeline="pooled", prompt="")
-    return int(probe["x"].shape[1])
+    # No hidden size in the config: a forward pass of one word says it (pooled as the
+    # plan pools, without a plan: a plan needs this width).
+    width: list[int] = []
+    pooling = recipe.pooling
+
+    def on_batch(batch: EncodedBatch) -> None:
+        width.append(int(sequence_vectors(LayerViews(batch), [pooling])[pooling].shape[1]))
+
+    drive(encoder, ["x"], on_batch, all_layers=pooling.all_layers, prompt="")
+    return width[0]
 
 
 def embed_tokens(
@@ -702,8 +689,8 @@ def embed_tokens(
         ``N`` :class:`TokenVectors` in input order; text ``i`` has ``n_i`` tokens
         (after truncation, which warns), vectors ``(n_i, H)`` float32.
     """
-    req = resolve_request("token", texts, model, layers=layers, layer_how=layer_how,
-                          max_length=max_length, max_batch_tokens=max_batch_tokens, device=device,
+    mix = Recipe("mean", layers=layers, layer_how=layer_how)  # only its layer choice counts
+    req = resolve_request("token", texts, model, mix, max_length=max_length, max_batch_tokens=max_batch_tokens, device=device,
                           dtype=dtype, prompt_name=prompt_name, prompt=prompt)  # fmt: skip
     texts, encoder, (mix,) = req.inputs, req.encoder, req.recipes.values()
     result: list[TokenVectors | None] = [None] * len(texts)
@@ -724,30 +711,24 @@ def embed_tokens(
 def embed_words(
     words: Sequence[Sequence[str]],
     model: ModelRef = None,
-    strategy: str | None = None,
-    *,
     recipe: Recipe | str | None = None,
-    layers: Layers = None,
-    layer_how: str = "mean",
-    long_text: LongText = "truncate",
-    max_length: int | None = None,
-    max_batch_tokens: int | None = None,
-    device: str = "auto",
-    dtype: Any = None,
-    return_stats: bool = False,
-    progress: Callable[[int], None] | None = None,
+    *,
     prompt_name: str | None = None,
     prompt: str | None = None,
+    long_text: LongText = "truncate",
+    return_stats: bool = False,
+    progress: Callable[[int], None] | None = None,
+    **options: Unpack[EmbedOptions],
 ) -> Any:
     """Word vectors for pre-split words (CoNLL style), pooled from sub-tokens.
 
     Args:
         words: ``N`` lists of words.
-        strategy: ``first`` (default), ``last``, ``mean``, ``max`` or ``endpoints``
-            (``2H``): shorthand for a word-level recipe.
-        recipe: a word-level :class:`Recipe` or its name (``"first"``, ``"word:mean@last4"``);
-            not together with ``strategy``/``layers``/``layer_how``.
-        max_batch_tokens, return_stats, progress: as for :func:`embed`.
+        recipe: a word-level :class:`Recipe` or its name: ``"first"`` (default),
+            ``"last"``, ``"mean"``, ``"max"``, ``"endpoints"`` (``2H``), with layers as
+            ``"word:mean@last4"``.
+        long_text, return_stats, progress, **options: as for :func:`embed` (no
+            ``pipeline``; ``strategy``, ``layers``, ``layer_how`` are deprecated).
         prompt_name, prompt: as for :func:`embed`; the prompt's words go first (split
             on whitespace) and get no row.
 
@@ -755,10 +736,10 @@ def embed_words(
         ``N`` float32 arrays ``(W_i, D)`` in input order, one row per word. A word with no
         sub-token (e.g. only whitespace, or cut by truncation, which warns) gets zeros.
     """
-    req = resolve_request("word", words, model, strategy, recipe, layers=layers,
-                          layer_how=layer_how, max_length=max_length,
-                          max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
-                          prompt_name=prompt_name, prompt=prompt)  # fmt: skip
+    recipe, opts = run_options("embed_words", "word", recipe, options, model, pipeline=False)
+    req = resolve_request("word", words, model, recipe, prompt_name=prompt_name, prompt=prompt,
+                          **opts)  # fmt: skip
+    max_batch_tokens = opts["max_batch_tokens"]
     words, encoder, (r,) = req.inputs, req.encoder, req.recipes.values()
     result: list[np.ndarray | None] = [None] * len(words)
 
@@ -884,21 +865,15 @@ def embed_spans(
     texts: Sequence[str],
     char_spans: Sequence[Sequence[tuple[int, int]]],
     model: ModelRef = None,
-    strategy: str | None = None,
-    *,
     recipe: Recipe | str | None = None,
-    layers: Layers = None,
-    layer_how: str = "mean",
+    *,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
     long_text: LongText = "truncate",
-    max_length: int | None = None,
-    max_batch_tokens: int | None = None,
-    device: str = "auto",
-    dtype: Any = None,
     return_token_spans: bool = False,
     return_stats: bool = False,
     progress: Callable[[int], None] | None = None,
-    prompt_name: str | None = None,
-    prompt: str | None = None,
+    **options: Unpack[EmbedOptions],
 ) -> Any:
     """Span vectors from character spans in raw text.
 
@@ -907,15 +882,15 @@ def embed_spans(
         char_spans: per text, ``S_i`` half-open character spans ``(start, end)`` like
             ``text[start:end]``. Each becomes the *inclusive* token span of every token
             overlapping it ("at Google" in "John works at Google" -> tokens 3..4).
-        strategy: shorthand for a span-level recipe: any ``span_embeddings`` strategy:
-            ``endpoints`` (default, ``2H``), ``mean``, ``max``, ``attention``,
-            ``diff_sum`` or combinations like ``"x,y,x*y"``.
-        recipe: a span-level :class:`Recipe` or its name (``"span:x,y,x*y@last4"``); not
-            together with ``strategy``/``layers``/``layer_how``.
+        recipe: a span-level :class:`Recipe` or its name: any ``span_embeddings``
+            strategy, ``"endpoints"`` (default, ``2H``), ``"mean"``, ``"max"``,
+            ``"attention"``, ``"diff_sum"`` or combinations like ``"x,y,x*y"``, with layers
+            as ``"span:x,y,x*y@last4"``.
         return_token_spans: also return the inclusive token spans (positions in the
             tokenized text, [CLS] = 0).
-        max_batch_tokens, return_stats, progress: as for :func:`embed`; texts cut by
-            truncation warn with :class:`TruncationWarning`.
+        long_text, return_stats, progress, **options: as for :func:`embed` (no
+            ``pipeline``; ``strategy``, ``layers``, ``layer_how`` are deprecated); texts cut
+            by truncation warn with :class:`TruncationWarning`.
         prompt_name, prompt: as for :func:`embed`; ``char_spans`` still index the user's
             text, and token spans count the prompt's tokens (positions in the model input).
 
@@ -926,11 +901,11 @@ def embed_spans(
     Raises:
         ValueError: a span outside its text, or covering no token.
     """
-    req = resolve_request("span", texts, model, strategy, recipe, layers=layers,
-                          layer_how=layer_how, max_length=max_length,
-                          max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
-                          prompt_name=prompt_name, prompt=prompt,
-                          check=lambda texts: _check_char_spans(texts, char_spans))  # fmt: skip
+    recipe, opts = run_options("embed_spans", "span", recipe, options, model, pipeline=False)
+    req = resolve_request("span", texts, model, recipe, prompt_name=prompt_name, prompt=prompt,
+                          check=lambda texts: _check_char_spans(texts, char_spans),
+                          **opts)  # fmt: skip
+    max_batch_tokens = opts["max_batch_tokens"]
     texts, encoder, spans_in, (r,) = req.inputs, req.encoder, req.checked, req.recipes.values()
     result: list[np.ndarray | None] = [None] * len(texts)
     token_spans: list[np.ndarray | None] = [None] * len(texts)

@@ -38,6 +38,7 @@ from torch import nn
 
 from poolkit._arrays import Checks, check_mode, device_mask
 from poolkit._errors import value_error
+from poolkit._legacy import legacy_recipe
 from poolkit._plan import row_bounds
 from poolkit.driver import LayerViews, l2_normalize, sequence_vectors
 from poolkit.errors import InputError
@@ -57,8 +58,9 @@ from poolkit.words import word_embeddings, words_dense
 class Pooler(nn.Module):
     """A sequence recipe as a module: ``(B, L, H)`` + mask ``(B, L)`` -> ``(B, D)``.
 
-    ``strategy``: a :class:`~poolkit.Recipe` or a name (list of names) parsed to one;
-    ``exclude_special`` adds ``_no_special`` to every part. With layers, ``hidden`` is every
+    ``recipe``: a :class:`~poolkit.Recipe` or a name (a list of names: concatenated),
+    default ``"mean"``; ``strategy`` and ``exclude_special`` are its deprecated spellings
+    (:mod:`poolkit._legacy`). With layers, ``hidden`` is every
     layer's ``(B, L, H)``, embeddings first. Pooled as :func:`poolkit.embed` pools
     (:func:`poolkit.driver.sequence_vectors`), on ``hidden``'s device, dtype and graph.
     ``check``: ``True``/``"async"`` (default), ``"full"`` or ``False``; see the module
@@ -67,17 +69,22 @@ class Pooler(nn.Module):
 
     def __init__(
         self,
-        strategy: Recipe | str | Sequence[str] = "mean",
+        recipe: Recipe | str | Sequence[str] | None = None,
         *,
-        exclude_special: bool = False,
         check: bool | str = True,
+        strategy: str | Sequence[str] | None = None,
+        exclude_special: bool = False,
     ):
         super().__init__()
-        if not isinstance(strategy, str | Recipe):
+        if strategy is not None and not isinstance(strategy, str):
             strategy = "+".join(parse_sequence_strategy(strategy))
-        recipe = Recipe.parse(strategy, exclude_special=exclude_special)
+        legacy = {"strategy": strategy, "exclude_special": exclude_special}
+        recipe = legacy_recipe("Pooler", "sequence", recipe, legacy, stacklevel=3)
+        if recipe is not None and not isinstance(recipe, str | Recipe):
+            recipe = "+".join(parse_sequence_strategy(recipe))  # a list: concatenated
+        recipe = Recipe.parse(recipe or "mean")
         if recipe.level != "sequence" or recipe.has_output_stage:
-            value_error("strategy", "a sequence recipe, no /DIMS or /PRECISION", repr(str(recipe)))
+            value_error("recipe", "a sequence recipe, no /DIMS or /PRECISION", repr(str(recipe)))
         self.recipe = recipe
         check_mode(check)
         self.check = check
@@ -140,17 +147,25 @@ class AttentionPooler(nn.Module):
 class WordPooler(nn.Module):
     """Sub-token vectors to word vectors: ``(B, L, H)`` + word ids ``(B, L)`` -> ``(B, W, D)``.
 
-    ``strategy``: a ``WORD_STRATEGIES`` name or a word-level :class:`~poolkit.Recipe`
-    (layers and ``/l2`` as for :class:`Pooler`). Pass ``num_words`` for a forward pass
+    ``recipe``: a word-level :class:`~poolkit.Recipe` or a ``WORD_STRATEGIES`` name
+    (default ``"first"``; layers and ``/l2`` as for :class:`Pooler`; ``strategy``: its
+    deprecated spelling). Pass ``num_words`` for a forward pass
     without host sync: without it the output width is read from the ids. ``check``: see
     the module docstring.
     """
 
-    def __init__(self, strategy: Recipe | str = "first", *, check: bool | str = True):
+    def __init__(
+        self,
+        recipe: Recipe | str | None = None,
+        *,
+        check: bool | str = True,
+        strategy: str | None = None,
+    ):
         super().__init__()
-        self.recipe = strategy if isinstance(strategy, Recipe) else Recipe(strategy, "word")
+        recipe = legacy_recipe("WordPooler", "word", recipe, {"strategy": strategy}, stacklevel=3)
+        self.recipe = Recipe.parse(recipe or "first", level="word")
         if self.recipe.level != "word":
-            value_error("strategy", "a word-level recipe", repr(str(self.recipe)))
+            value_error("recipe", "a word-level recipe", repr(str(self.recipe)))
         check_mode(check)
         self.check = check
 
@@ -172,8 +187,10 @@ class WordPooler(nn.Module):
 class SpanExtractor(nn.Module):
     """Span representations with learned parts: ``(B, L, H)`` + spans ``(B, S, 2)`` -> ``(B, S, D)``.
 
-    Spans are inclusive ``[start, end]``; ``[-1, -1]`` or ``span_mask`` marks padded spans,
-    which come out as zeros. ``attention`` terms use a learned ``Linear(H, 1)`` scorer
+    ``recipe``: a span-level :class:`~poolkit.Recipe` of one layer, or its strategy
+    (``"endpoints"`` default, ``"x,y,x*y"``, a list of terms); ``strategy``: its deprecated
+    spelling. Spans are inclusive ``[start, end]``; ``[-1, -1]`` or ``span_mask`` marks
+    padded spans, which come out as zeros. ``attention`` terms use a learned ``Linear(H, 1)`` scorer
     (Lee et al. 2017). ``width_embedding_dim`` appends a learned embedding of the span's
     width bucket (``width_buckets``, default log buckets). ``D = output_dim``.
     ``check``: ``True``/``"async"`` (default), ``"full"`` or ``False``; see the module
@@ -183,17 +200,28 @@ class SpanExtractor(nn.Module):
     def __init__(
         self,
         hidden_size: int,
-        strategy: str | Sequence[str] = "endpoints",
+        recipe: Recipe | str | Sequence[str] | None = None,
         *,
         width_embedding_dim: int | None = None,
         width_buckets: Any = "log",
         check: bool | str = True,
+        strategy: str | Sequence[str] | None = None,
     ):
         super().__init__()
         check_mode(check)
         self.check = check
         self.hidden_size = hidden_size
-        self.strategy = parse_span_strategy(strategy)
+        if strategy is not None and not isinstance(strategy, str):
+            strategy = ",".join(parse_span_strategy(strategy))
+        recipe = legacy_recipe("SpanExtractor", "span", recipe, {"strategy": strategy},
+                               stacklevel=3)  # fmt: skip
+        if isinstance(recipe, Recipe | str):
+            parsed = Recipe.parse(recipe, level="span")
+            if parsed.level != "span" or parsed.layers is not None:
+                value_error("recipe", "a span-level recipe of one layer (the hidden given)",
+                            repr(str(parsed)))  # fmt: skip
+            recipe = parsed.strategy
+        self.strategy = parse_span_strategy(recipe or "endpoints")
         self.scorer = nn.Linear(hidden_size, 1) if "attention" in self.strategy else None
         self.width_buckets = width_buckets
         self.width_embedding = (

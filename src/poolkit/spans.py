@@ -336,11 +336,15 @@ def _term(
     start = xp.astype(_gather(xp, flat, plan, 0), dtype)
     end_index = to_device(xp, plan.base + plan.width - 1, flat)
     end = xp.astype(xp.take(flat, end_index, axis=0), dtype)
-    if term == "x":
-        return start
-    if term == "y":
-        return end
-    a, op, c = (start if term[0] == "x" else end), term[1], (start if term[2] == "x" else end)
+    return endpoint_term(term, start, end)
+
+
+def endpoint_term(term: str, x: Any, y: Any) -> Any:
+    """An endpoint term of ``x`` (the start token's vectors) and ``y`` (the end's), any
+    shape, NumPy or torch: ``"x"``, ``"y"`` or ``"x-y"``-like (``+ - * /``)."""
+    if term in ("x", "y"):
+        return x if term == "x" else y
+    a, op, c = (x if term[0] == "x" else y), term[1], (x if term[2] == "x" else y)
     if op == "-":
         return a - c
     if op == "+":
@@ -605,15 +609,7 @@ class _SpanContext:
         ends = self.cached(
             "ends", lambda: self.at(torch.cat([self.start, self.end], dim=1)).to(self.dtype)
         )
-        x, y = ends.split(self.start.shape[1], dim=1)
-        if term in ("x", "y"):
-            return x if term == "x" else y
-        a, op, c = (x if term[0] == "x" else y), term[1], (x if term[2] == "x" else y)
-        if op == "-":
-            return a - c
-        if op == "+":
-            return a + c
-        return a * c if op == "*" else a / c
+        return endpoint_term(term, *ends.split(self.start.shape[1], dim=1))
 
     def mean(self) -> Any:
         """Difference of prefix sums, accumulated in float64 where the device has it (a

@@ -30,8 +30,8 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate", default=None, metavar="FILE",
                         help="texts to calibrate on, read like INPUT (format from its "
                         "extension; --text-column for jsonl/csv/tsv/parquet): --quantize "
-                        "int8-static uses the first 300, and on poolkit embed --precision "
-                        "int8/uint8 takes the vectors' ranges from the first 1000")  # fmt: skip
+                        "int8-static uses the first 300, and poolkit embed --precision "
+                        "int8/uint8 takes the vectors' ranges from every text of it")  # fmt: skip
 
 
 def check_backend_args(args: argparse.Namespace, *, output_ranges: bool = False) -> None:

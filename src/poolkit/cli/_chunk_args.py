@@ -24,7 +24,7 @@ import numpy as np
 from poolkit.chunkers import Chunker
 from poolkit.errors import InputError, PoolkitError
 
-__all__ = ["ChunkedPart", "PartChunker", "add_chunk_arguments", "check_chunk_flags"]
+__all__ = ["ChunkPlan", "ChunkedPart", "PartChunker", "add_chunk_arguments", "check_chunk_flags"]
 
 # The flags that mean something only with --chunks: (dest, flag).
 _WITH_CHUNKS = (("late", "--late"), ("stride", "--stride"), ("chunk_text", "--chunk-text"))
@@ -37,10 +37,10 @@ def add_chunk_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("chunks (long documents: one row per chunk)")
     group.add_argument("--chunks", default=None, metavar="SPEC",
                        help="cut each text into chunks and write one row per chunk (id of "
-                       "the document, chunk, start, end, vectors; .parquet, .jsonl or -o -): "
-                       "tokens:SIZE[:OVERLAP] (SIZE model tokens, OVERLAP shared by "
-                       "neighbours), sentences, or column:NAME (each record's [start, end] "
-                       "character spans in field NAME)")  # fmt: skip
+                       "the document, chunk, start, end, vectors; .parquet, .jsonl, -o - or "
+                       "--engine ray's shards): tokens:SIZE[:OVERLAP] (SIZE model tokens, "
+                       "OVERLAP shared by neighbours), sentences, or column:NAME (each "
+                       "record's [start, end] character spans in field NAME; not on Ray)")  # fmt: skip
     group.add_argument("--late", action="store_true",
                        help="with --chunks: late chunking, each chunk pooled from its whole "
                        "document's contextual token vectors (documents past the max length "
@@ -55,10 +55,39 @@ def add_chunk_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
-    """The chunker --chunks names (None without it), after the refusals that need no model:
-    a flag of --chunks without it, a bad spelling, --engine ray, --stride without --late
-    or below 1, --long-text window, a .npy OUTPUT."""
+@dataclass(frozen=True)
+class ChunkPlan:
+    """What --chunks, --late, --stride and --chunk-text ask for, resolved once from the
+    flags (it pickles: ``--engine ray`` ships it to its workers)."""
+
+    chunker: Chunker
+    late: bool = False
+    stride: int | None = None
+    with_text: bool = False
+
+    def settings(self) -> dict[str, Any]:
+        """What the rows depend on beside embed's settings (the manifest)."""
+        return {"chunker": str(self.chunker), "late": self.late, "stride": self.stride,
+                "chunk_text": self.with_text}  # fmt: skip
+
+    def metadata(self, record: dict[str, Any] | None) -> dict[str, Any]:
+        """``record`` (the output stage's, or None) with the chunks' own entry."""
+        from poolkit import __version__
+
+        out = dict(record) if record else {"poolkit": __version__}
+        out["chunks"] = {
+            **self.settings(),
+            "columns": ["id", *COLUMNS, *(["text"] if self.with_text else [])],
+            "id": "the document's row id in the input",
+            "offsets": "character offsets into the document: text[start:end] is the chunk",
+        }
+        return out
+
+
+def check_chunk_flags(args: argparse.Namespace) -> ChunkPlan | None:
+    """What --chunks asks for (None without it), after the refusals that need no model:
+    a flag of --chunks without it, a bad spelling, column:NAME on --engine ray, --stride
+    without --late or below 1, --long-text window, a .npy OUTPUT."""
     from poolkit.cli._common import positive
     from poolkit.io.writers import output_format
 
@@ -69,8 +98,10 @@ def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
                              f"add --chunks, e.g. --chunks tokens:128, or drop {given[0]}.")  # fmt: skip
         return None
     chunker = Chunker.parse(args.chunks)  # `chunks` in its message: --chunks when printed
-    if getattr(args, "engine", "local") == "ray":
-        raise InputError("--chunks: not supported with --engine ray yet; run without --engine ray.")
+    on_ray = getattr(args, "engine", "local") == "ray"  # OUTPUT: a folder of Parquet shards
+    if on_ray and chunker.kind == "column":
+        raise InputError(f"--chunks {chunker}: the spans of a field are read on one machine only; "
+                         "use tokens:SIZE or sentences, or run without --engine ray.")  # fmt: skip
     if args.stride is not None and not args.late:
         raise InputError("--stride: the window step of late chunks; add --late, or drop --stride.")
     positive(args.stride, "--stride")
@@ -78,10 +109,10 @@ def check_chunk_flags(args: argparse.Namespace) -> Chunker | None:
         raise InputError("--long-text window: with --chunks a chunk is embedded whole (a naive "
                          "chunk longer than the max length is cut and counted); for documents "
                          "past the limit read in windows use --late; drop --long-text.")  # fmt: skip
-    if args.output != "-" and output_format(args.output) == "npy":
+    if not on_ray and args.output != "-" and output_format(args.output) == "npy":
         raise InputError(f"{args.output}: --chunks writes one row per chunk with its document id "
                          "and span, which a .npy matrix cannot hold; write .parquet or .jsonl.")  # fmt: skip
-    return chunker
+    return ChunkPlan(chunker, bool(args.late), args.stride, bool(args.chunk_text))
 
 
 @dataclass
@@ -118,17 +149,20 @@ class ChunkedPart:
 
 
 class PartChunker:
-    """Chunks and embeds the parts of one ``poolkit embed --chunks`` job.
+    """Chunks and embeds the parts of one ``poolkit embed --chunks`` job, on either engine
+    (``--engine ray``: in each worker, from the values the driver resolved).
 
-    Checks, once the model is loaded: a ``tokens:SIZE`` that fits the model, and recipes
-    that pool a late chunk (no ``cls``/``last``)."""
+    Checks, once the model is loaded: no sparse recipe, a ``tokens:SIZE`` that fits the
+    model, and recipes that pool a late chunk (no ``cls``/``last``)."""
 
-    def __init__(
-        self, args: argparse.Namespace, chunker: Chunker, encoder: Any, recipes: dict[str, Any]
-    ) -> None:
-        self.chunker, self.encoder, self.recipes = chunker, encoder, recipes
-        self.late, self.stride, self.with_text = bool(args.late), args.stride, args.chunk_text
+    def __init__(self, plan: ChunkPlan, encoder: Any, recipes: dict[str, Any]) -> None:
+        self.plan, self.encoder, self.recipes = plan, encoder, recipes
+        chunker = self.chunker = plan.chunker
+        self.late, self.stride, self.with_text = plan.late, plan.stride, plan.with_text
         self.column = chunker.column if chunker.kind == "column" else None
+        if any(r.kind == "sparse" for r in recipes.values()):
+            raise InputError("--chunks: sparse recipes (splade) embed whole texts for now; "
+                             "drop --chunks, or use a dense recipe.")  # fmt: skip
         room = encoder.text_room
         if chunker.kind == "tokens" and (chunker.size or 0) > room:
             raise InputError(f"--chunks {chunker}: a chunk holds at most {room} tokens with this "
@@ -144,24 +178,6 @@ class PartChunker:
                 from poolkit.cli._flags import LATE_CHUNKS, flagged
 
                 raise flagged(e, LATE_CHUNKS) from None
-
-    def settings(self) -> dict[str, Any]:
-        """What the rows depend on beside embed's settings (the manifest)."""
-        return {"chunker": str(self.chunker), "late": self.late, "stride": self.stride,
-                "chunk_text": self.with_text}  # fmt: skip
-
-    def metadata(self, record: dict[str, Any] | None) -> dict[str, Any]:
-        """``record`` (the output stage's, or None) with the chunks' own entry."""
-        from poolkit import __version__
-
-        out = dict(record) if record else {"poolkit": __version__}
-        out["chunks"] = {
-            **self.settings(),
-            "columns": ["id", *COLUMNS, *(["text"] if self.with_text else [])],
-            "id": "the document's row id in the input",
-            "offsets": "character offsets into the document: text[start:end] is the chunk",
-        }
-        return out
 
     def digest(self, rows: Any) -> str:
         """SHA-256 of a part's texts, and of its spans with ``column:NAME``."""
@@ -220,7 +236,7 @@ class PartChunker:
         return out.but(arg=name, index=rest, where=f"{rows.where[i]} (id {first_id + i})")
 
     def embed(
-        self, part: ChunkedPart, *, progress: Any, calibration: Any, **options: Any
+        self, part: ChunkedPart, *, progress: Any = None, calibration: Any = None, **options: Any
     ) -> tuple[dict[str, np.ndarray], Any]:
         """``{name: (sum C_i, D)}`` and the stats of a chunked part (an empty part gives
         ``(0, 0)`` arrays); ``options``: ``prompt_name``, ``prompt``, ``pipeline``."""

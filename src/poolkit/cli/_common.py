@@ -95,7 +95,7 @@ def require_extra(flag: str, module: str, package: str, extra: str) -> None:
         raise MissingDependencyError(missing_extra(flag, package, extra)) from None
 
 
-def guess_note(info: Any, then: str = "using {pooling} — pass --strategy to choose") -> str:
+def guess_note(info: Any, then: str = "using {pooling} — pass --recipe to choose") -> str:
     """The line shown when no file of the model states its pooling (``info``: ModelInfo);
     ``then`` says what the command does about it."""
     return f"no file states this model's pooling; {then.format(pooling=info.pooling)}"

@@ -114,13 +114,11 @@ class MultivectorPart:
         ragged, one row per token (``ids`` each token's text; ``columns``: its ``offsets``
         ``(tokens, 2)`` with ``--token-offsets``, else none); MUVERA, one row per text
         (``ids`` None)."""
-        from poolkit.multivector.encode import embed_multivector, embed_multivector_offsets
+        from poolkit.multivector.encode import embed_multivector
 
-        how = {"side": self.side, "prompt": self.prompt, "progress": progress}
-        if self.offsets:
-            out, spans, stats = embed_multivector_offsets(texts, self.encoder, self.recipe, **how)
-        else:
-            out, stats = embed_multivector(texts, self.encoder, self.recipe, **how)
+        out, spans, stats = embed_multivector(texts, self.encoder, self.recipe, side=self.side,
+                                              prompt=self.prompt, progress=progress,
+                                              keep_offsets=self.offsets)  # fmt: skip
         if not self.ragged:
             return {name: np.stack(out)}, None, {}, stats
         empty = [first + i for i, v in enumerate(out) if not len(v)]

@@ -27,6 +27,7 @@ from poolkit.output import PRECISIONS, Calibration, needs_calibration, stored_dt
 __all__ = [
     "RANGE_TEXTS",
     "add_output_arguments",
+    "kept_dims",
     "output_metadata",
     "output_ranges",
     "ranges_from_file",
@@ -44,7 +45,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         help="store vectors as float32, float16, int8, uint8, binary or ubinary "
                         "(sign bits, 8 per byte): the recipe's /PRECISION; int8/uint8 take "
                         f"their ranges from --ranges, --calibrate, else the first {RANGE_TEXTS} "
-                        "input texts")  # fmt: skip
+                        "input texts (--engine ray: --ranges or --calibrate)")  # fmt: skip
     parser.add_argument("--ranges", default=None, metavar="FILE",
                         help="int8/uint8: reuse the ranges an earlier poolkit embed recorded "
                         "(its .parquet, or the .poolkit.json beside its .npy/.jsonl), e.g. to "
@@ -65,18 +66,19 @@ def wants_ranges(args: argparse.Namespace, wanted: dict[str, Any] | None) -> boo
 
 
 def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) -> None:
-    """Refusals before any model loads: --ranges without int8/uint8, an output stage on
-    the Ray engine."""
+    """Refusals before any model loads: --ranges without int8/uint8, or beside
+    --calibrate; on --engine ray, int8/uint8 without either (every worker must quantise
+    with the same ranges, computed once)."""
     if args.ranges is not None and not wants_ranges(args, wanted):
         raise InputError("--ranges: only with --precision int8 or uint8 (or such a --recipe); "
                          "drop --ranges.")  # fmt: skip
     if args.ranges is not None and args.calibrate is not None and args.quantize is None:
         raise InputError("--ranges and --calibrate both give int8 ranges: keep one.")
-    if getattr(args, "engine", "local") == "ray" and wants_output_stage(args, wanted):
-        raise InputError(
-            "--engine ray: the output stage (--dims, --precision, or /DIMS, /PRECISION in "
-            "--recipe) is not supported on Ray yet; run without --engine ray."
-        )
+    if (getattr(args, "engine", "local") == "ray" and wants_ranges(args, wanted)
+            and args.ranges is None and args.calibrate is None):  # fmt: skip
+        raise InputError("--precision int8/uint8 with --engine ray: the ranges are taken once "
+                         "for every worker from --calibrate FILE (some of your texts) or "
+                         "--ranges FILE; add one.")  # fmt: skip
 
 
 def _read_record(path: str) -> dict[str, Any]:
@@ -204,6 +206,15 @@ def calibrate_file_texts(args: argparse.Namespace, part: int = 4096) -> Iterator
         texts = [t for t in rows.texts if t.strip()]
         if texts:
             yield texts
+
+
+def kept_dims(widths: dict[str, int], recipes: dict[str, Any]) -> dict[str, int]:
+    """The dimensions kept per column, from the stored widths (packed bits: 8 a byte)."""
+    dims = dict(widths)
+    for n, r in recipes.items():
+        if r.precision in ("binary", "ubinary") and n in dims:
+            dims[n] = r.dims or dims[n] * 8
+    return dims
 
 
 def output_metadata(

@@ -64,11 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "refused where no GPU is visible (default: none, CPUs only)")  # fmt: skip
 
 
-def dispatch(args: argparse.Namespace, wanted: Any) -> int | None:
+def dispatch(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int | None:
     """Run the Ray engine if asked for (returns its exit status), else ``None``; ``wanted``:
-    the recipes the pooling flags name (None: the model's), read once by the caller."""
+    the recipes the pooling flags name (None: the model's), ``plan``: what --chunks asks
+    for (a :class:`~poolkit.cli._chunk_args.ChunkPlan`, None without), both read once by
+    the caller."""
     if getattr(args, "engine", "local") == "ray":
-        return run(args, wanted)
+        return run(args, wanted, plan)
     for name in _RAY_ONLY:
         if getattr(args, name, None) is not None:
             flag = "--" + name.replace("_", "-")
@@ -176,14 +178,19 @@ def _init_ray(ray: Any, address: str | None, quiet: bool) -> None:
         ray.init(address=address, **options)
 
 
-def _verify(tmp: str, total: int, own_ids: bool = False) -> tuple[int, dict[str, int]]:
+def _verify(
+    tmp: str, total: int, own_ids: bool = False, chunks: bool = False
+) -> tuple[int, dict[str, int]]:
     """Check the shards hold ids 0..total-1 exactly once (``own_ids``: the rows' own ids,
-    ``total`` distinct ones); returns (shards, dims)."""
+    ``total`` distinct ones; ``chunks``: each id on the rows of its chunks, so at least
+    once); returns (shards, dims)."""
     import numpy as np
     import pyarrow.dataset as pads
 
     data = pads.dataset(tmp, format="parquet")
     ids = data.to_table(columns=["id"]).column("id")
+    if chunks:  # one row per chunk: the documents' ids, each on consecutive rows
+        ids = ids.unique()
     if own_ids:
         wrong = len(ids) != total or len(ids.unique()) != total
     else:
@@ -217,7 +224,30 @@ def _widths(schema: Any) -> dict[str, int]:
     for name, column in (record.get("columns") or {}).items():
         if column.get("kind") == "sparse":
             dims[name] = column["vocab_size"]
+        elif column.get("dims"):  # an output stage's: the dimensions kept (packed bits too)
+            dims[name] = column["dims"]
     return dims
+
+
+def with_record(table: Any, wanted: Any, ranges: dict[str, Any], plan: Any) -> Any:
+    """A shard's ``table`` with the record one machine writes beside an output stage or
+    chunks (:func:`~poolkit.cli._output_args.output_metadata`: recipes, dimensions kept,
+    int8/uint8 ranges; the chunks' settings), so that ``--ranges`` reads a shard as it
+    reads a local file; other tables as they are."""
+    import json
+
+    from poolkit.cli._output_args import kept_dims, output_metadata
+
+    staged = [r for r in (wanted or {}).values() if r.kind == "dense" and r.has_output_stage]
+    record = None
+    if staged:
+        record = output_metadata(wanted, kept_dims(_widths(table.schema), wanted), ranges)
+    if plan is not None:
+        record = plan.metadata(record)
+    if record is None:
+        return table
+    meta = {**(table.schema.metadata or {}), b"poolkit": json.dumps(record).encode()}
+    return table.replace_schema_metadata(meta)
 
 
 def _user_error(error: BaseException) -> BaseException:
@@ -257,13 +287,14 @@ def _check_sparse_head(args: argparse.Namespace, wanted: Any, model_dir: Path | 
 
 
 def _ray_settings(
-    args: argparse.Namespace, wanted: Any, model_dir: Path | None, block: int, corpus: Any
+    args: argparse.Namespace, job: _Job, model_dir: Path | None, block: int
 ) -> dict[str, Any]:
     """The Ray job's manifest settings (:func:`~poolkit.cli._job.job_settings`): the values
     asked of its workers (``block_rows`` is read back from the manifest on --resume, so a
     resize of the cluster is no change)."""
     from poolkit.io.checkpoint import model_fingerprint
 
+    wanted, corpus = job.wanted, job.corpus
     if wanted is None:  # the model's pooling, shaped by the shorthand flags
         pooling: dict[str, Any] = {"recipes": None, "layers": args.layers,
                                    "exclude_special": args.exclude_special,
@@ -281,6 +312,10 @@ def _ray_settings(
     rows = rows_setting(corpus)
     if rows is not None:  # a resumed job must read the same ids and fields
         head["rows"] = rows
+    if job.ranges:  # ... quantise with the same ranges
+        head["output_ranges"] = {n: c.digest() for n, c in job.ranges.items()}
+    if job.plan is not None:  # ... and cut the same chunks
+        head["chunks"] = job.plan.settings()
     versions = installed_versions("torch", "transformers", "onnxruntime", "ray")
     return job_settings(args, head, engine, versions)
 
@@ -332,7 +367,34 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
     return False
 
 
-def run(args: argparse.Namespace, wanted: Any) -> int:
+def _output_stage(args: argparse.Namespace, wanted: Any) -> tuple[Any, dict[str, Any]]:
+    """The recipes the workers get (with --dims/--precision the model's intended one,
+    resolved here) and their int8/uint8 ranges, computed here once from --ranges or
+    --calibrate as on one machine (:func:`~poolkit.cli._output_args.output_ranges`), so
+    that every worker quantises alike."""
+    from poolkit.cli._output_args import output_ranges, wants_output_stage, wants_ranges
+    from poolkit.cli._recipe_args import intended_recipes
+
+    if wanted is None and wants_output_stage(args, None):
+        from poolkit.model_folder import model_info
+
+        wanted = intended_recipes(None, model_info(args.model), args)
+    if not wants_ranges(args, wanted):
+        return wanted, {}
+    encoder = None
+    if args.ranges is None:  # --calibrate FILE: its texts embedded here, as on one machine
+        from poolkit.embedding import get_encoder
+
+        encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
+                              max_length=args.max_length, backend=args.backend,
+                              quantize=args.quantize, max_batch_tokens=args.batch_tokens,
+                              calibrate=args.calibration)  # fmt: skip
+    options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
+               "prompt": args.prompt, "pipeline": "pooled" if args.pooled_only else "full"}  # fmt: skip
+    return wanted, output_ranges(args, encoder, wanted, [], **options)
+
+
+def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:
     from poolkit.ray import Corpus, list_inputs, require_ray
 
     positive(args.workers, "--workers")
@@ -352,7 +414,9 @@ def run(args: argparse.Namespace, wanted: Any) -> int:
                 f"--address {args.address}: ray:// addresses need Ray Client: "
                 "pip install 'ray[client]' (or run on the cluster with --address auto)."
             )
-    check_backend_args(args)
+    from poolkit.cli._output_args import wants_ranges
+
+    check_backend_args(args, output_ranges=wants_ranges(args, wanted))
     check_gpu_args(args)
     if args.quantize == "int8-static" and args.calibrate is None:
         raise InputError("--quantize int8-static with --engine ray needs --calibrate FILE (every "
@@ -362,6 +426,7 @@ def run(args: argparse.Namespace, wanted: Any) -> int:
     # A local cluster is this machine: the model is checked here, before any actor loads it.
     model_dir = _model_dir(args)
     _check_sparse_head(args, wanted, model_dir)
+    wanted, ranges = _output_stage(args, wanted)
     if args.address is None and args.backend == "onnx":
         # Export (and check) once here; every worker then loads it from the same cache
         # entry instead of exporting it again. Remote workers build it from the same key.
@@ -389,14 +454,14 @@ def run(args: argparse.Namespace, wanted: Any) -> int:
                              id_column=args.id_column or "auto", keep_columns=keep)  # fmt: skip
         check_ids(corpus)  # before any model loads, one line naming the row
         block = corpus.balanced_block_rows(workers, args.part_size)
-        job = _Job(args, corpus, wanted, workers, cpus)
+        job = _Job(args, corpus, wanted, workers, cpus, ranges=ranges, plan=plan)
         if remote:
             shards, dims = job.write_remote(output, block)
             resumed = 0
         else:
             if args.resume:
                 block = _stored_block_rows(output) or block
-            settings = _ray_settings(args, wanted, model_dir, block, corpus)
+            settings = _ray_settings(args, job, model_dir, block)
             outcome = job.write_checkpointed(output, block, settings)
             if isinstance(outcome, int):
                 return outcome  # interrupted: the line is printed
@@ -424,10 +489,12 @@ class _Job:
     """One ``--engine ray`` job over a scanned corpus: the dataset, and its two outputs."""
 
     def __init__(
-        self, args: argparse.Namespace, corpus: Any, wanted: Any, workers: int, cpus: int
-    ) -> None:
+        self, args: argparse.Namespace, corpus: Any, wanted: Any, workers: int, cpus: int, *,
+        ranges: dict[str, Any], plan: Any,
+    ) -> None:  # fmt: skip
         self.args, self.corpus, self.wanted = args, corpus, wanted
         self.workers, self.cpus = workers, cpus
+        self.ranges, self.plan = ranges, plan  # resolved once, shipped to the workers
 
     def dataset(self, block: int, only: set[int] | None = None) -> Any:
         from poolkit.ray import embed_dataset
@@ -441,6 +508,12 @@ class _Job:
             "prompt_name": args.prompt_name, "prompt": args.prompt,
             "pipeline": "pooled" if args.pooled_only else "full",
         }  # fmt: skip
+        if self.ranges:
+            options["calibration"] = self.ranges
+        if self.plan is not None:  # one row per chunk: the local engine's PartChunker
+            from poolkit.cli._ray_chunks import ChunkEmbedder
+
+            options.update(fn=ChunkEmbedder, plan=self.plan)
         if self.wanted is None:  # the model's pooling, shaped by the shorthand flags
             # The spec as typed: each Recipe reads it (poolkit.layers.layer_spec); the CLI
             # checked it before the cluster started (embed's recipes_from_args).
@@ -464,12 +537,17 @@ class _Job:
         ds = self.dataset(block)
         if self.corpus.id_type is not None:  # each row's own id in `id`
             ds = ds.map_batches(user_rows, batch_format="pyarrow", batch_size=None, num_cpus=0)
+        if self.plan is not None or any(r.has_output_stage for r in (self.wanted or {}).values()):
+            ds = ds.map_batches(with_record, batch_format="pyarrow", batch_size=None, num_cpus=0,
+                                fn_kwargs={"wanted": self.wanted, "ranges": self.ranges,
+                                           "plan": self.plan})  # fmt: skip
         try:
             # Zero CPUs: writing must not wait for CPUs that the embedding actors hold.
             ds.write_parquet(output, ray_remote_args={"num_cpus": 0, "max_retries": 3})
         except Exception as e:
             raise _user_error(e) from None
-        return _verify(output, self.corpus.rows, self.corpus.id_type is not None)
+        return _verify(output, self.corpus.rows, self.corpus.id_type is not None,
+                       self.plan is not None)  # fmt: skip
 
     def write_checkpointed(
         self, output: str, block: int, settings: dict[str, Any]
@@ -504,7 +582,10 @@ class _Job:
                         batch_size=None, batch_format="pyarrow"
                     ):
                         for k, first, table in split_by_file(batch, corpus.offsets):
-                            yield k, first, user_rows(table)  # each row's own id in `id`
+                            # each row's own id in `id`; the output stage's record
+                            table = with_record(user_rows(table), self.wanted, self.ranges,
+                                                self.plan)  # fmt: skip
+                            yield k, first, table
                 except Exception as e:
                     raise _user_error(e) from None
 
@@ -514,7 +595,8 @@ class _Job:
                                      f"{len(missing)} came back incomplete",
                                      "The output was not published."))  # fmt: skip
             staged = checkpoint.stage([f.name for f in corpus.files])
-            shards_count, dims = _verify(os.fspath(staged), corpus.rows, corpus.id_type is not None)
+            shards_count, dims = _verify(os.fspath(staged), corpus.rows, corpus.id_type is not None,
+                                         self.plan is not None)  # fmt: skip
             checkpoint.publish(overwrite=self.args.overwrite)
             return shards_count, dims
 

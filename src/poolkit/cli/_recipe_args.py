@@ -42,18 +42,19 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
 
 
 def intended_recipes(
-    wanted: dict[str, Any] | None, encoder: Any, args: argparse.Namespace
+    wanted: dict[str, Any] | None, info: Any, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """``wanted``, or the model's intended pooling shaped by the shorthand flags."""
+    """``wanted``, or the intended pooling of the model ``info`` describes (a
+    :class:`~poolkit.model_folder.ModelInfo`) shaped by the shorthand flags and the output
+    stage's."""
     if wanted is not None:
         return wanted
     from poolkit.cli._flags import RECIPE, flagged
     from poolkit.embedding import with_output_stage
 
-    pooling = encoder.info.pooling
-    intended = {pooling: encoder.info.intended_recipe(layers=args.layers,
-                                                      exclude_special=args.exclude_special,
-                                                      normalize=args.normalize)}  # fmt: skip
+    intended = {info.pooling: info.intended_recipe(layers=args.layers,
+                                                   exclude_special=args.exclude_special,
+                                                   normalize=args.normalize)}  # fmt: skip
     try:
         return with_output_stage(intended, getattr(args, "dims", None),
                                  getattr(args, "precision", None))  # fmt: skip

@@ -7,6 +7,7 @@ import re
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ Embed DATA once and score every pooling candidate on it, best first.
                   probe on --train FILE or CV; macro-F1 (main) and accuracy
   retrieval       a BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) or a table of
                   (query, document) rows; exact cosine search; nDCG@10 (main), MRR@10,
-                  Recall@100, MAP@100 (as MTEB/pytrec_eval compute them)
+                  Recall@100, MAP@100 (as MTEB/pytrec_eval compute them); every row's
+                  bytes per document, query and search time beside them
   clustering      rows text, label (or SST-2 lines); MiniBatchKMeans with k = number of
                   labels, 5 seeds; V-measure (main, mean over the seeds)
 Every row carries a 95% paired-bootstrap interval per metric (--bootstrap N resamples; 0: off)
@@ -61,7 +63,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--recipes", nargs="+", action="extend", metavar="NAME",
         help="compare only these, named as embed --recipe takes them (e.g. mean cls+mean@last4 "
-        "mean_no_special word:first span:x,y,x*y) (default: every candidate of the task)",
+        "mean_no_special word:first span:x,y,x*y); retrieval also bm25, splade and hybrid rows "
+        "of two rows: 'rrf(mean,bm25)', 'fuse(mean,bm25,0.5)' (default: every candidate of "
+        "the task, and rrf of the intended row with bm25)",
     )  # fmt: skip
     # The old spelling (before the flag took recipe names): same dest, not in --help.
     p.add_argument("--strategies", dest="recipes", nargs="+", action="extend",
@@ -129,9 +133,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
         p.add_argument(f"--{name}-column", default=name, metavar="C",
                        help=f"column/field of the {name} in table files (default: {name})")  # fmt: skip
+    _add_models_and_budgets(p)
     add_common(p)
     p.set_defaults(func=run)
     return p
+
+
+def _add_models_and_budgets(p: argparse.ArgumentParser) -> None:
+    """--model (repeatable: several models in one table), --max-bytes-per-doc, --max-query-ms."""
+    from poolkit.model_folder import DEFAULT_MODEL
+
+    p.add_argument(
+        "--model", "-m", dest="models", action="append", default=None, metavar="MODEL",
+        help="model directory or hub id; repeat it to score several models' rows in one "
+        "table, paired on the same data (vs *: the first model's intended pooling) "
+        f"(default: {DEFAULT_MODEL})",
+    )  # fmt: skip
+    p.add_argument("--max-bytes-per-doc", type=float, default=None, metavar="N",
+                   help="retrieval: name the best row storing at most N bytes per document, "
+                   "and the rows it cannot be told apart from")  # fmt: skip
+    p.add_argument("--max-query-ms", type=float, default=None, metavar="T",
+                   help="retrieval: name the best row answering a query in at most T ms, "
+                   "and the rows it cannot be told apart from")  # fmt: skip
 
 
 _BEIR_READ = (
@@ -193,6 +216,7 @@ def _check_options(args: argparse.Namespace) -> None:
                                   got=f"--task {args.task}")  # fmt: skip
     _check_budget(args)
     _check_chunks(args)
+    _check_models(args)
     if args.int8_rows and not args.quantize:
         raise _UsageError(arg="--int8-rows", expected="given only with --backend onnx --quantize "
                           "int8", got=args.int8_rows)  # fmt: skip
@@ -228,6 +252,34 @@ def _check_budget(args: argparse.Namespace) -> None:
     for p in args.precision or ():
         if p not in PRECISIONS:
             raise _UsageError(arg="--precision", expected=f"among {', '.join(PRECISIONS)}", got=repr(p), fix="e.g. --precision float32 int8 binary.")  # fmt: skip
+
+
+def _check_models(args: argparse.Namespace) -> None:
+    """Several --model and the cost limits: refused in one line before any model loads."""
+    from poolkit._errors import expected
+
+    models = args.models or []
+    for flag, value in (("--max-bytes-per-doc", args.max_bytes_per_doc),
+                        ("--max-query-ms", args.max_query_ms)):  # fmt: skip
+        if value is None:
+            continue
+        if args.task != "retrieval":
+            what = "documents" if flag == "--max-bytes-per-doc" else "queries"
+            raise _UsageError(f"{flag}: only for --task retrieval (a cost per stored document "
+                              f"or per query); --task {args.task} has no {what} to "
+                              f"search: drop {flag}.")  # fmt: skip
+        if not value > 0:
+            raise _UsageError(expected(flag, "a positive number", f"{value:g}",
+                                       f"e.g. {flag} 1024."))  # fmt: skip
+    if len(models) < 2:
+        return
+    for k, m in enumerate(models):
+        if m in models[:k]:
+            raise _UsageError(f"--model {m}: given twice; each model's rows already cover "
+                              "every recipe: drop the repeat.")  # fmt: skip
+    if args.quantize:
+        raise _UsageError("--quantize with several --model: int8 rows are for one model at a "
+                          "time; drop --quantize or keep one --model.")  # fmt: skip
 
 
 def _check_chunks(args: argparse.Namespace) -> None:
@@ -277,6 +329,8 @@ def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
 def _run(args: argparse.Namespace) -> int:
     from poolkit.compare.datasets import Columns, read_task
 
+    models = list(getattr(args, "models", None) or [None])
+    args.model = models[0]  # the commands' --model: one row's model (_for_row)
     json_path = _output(args.json, "--json", ".json", args.overwrite)
     plot_path = _output(args.plot, "--plot", ".png", args.overwrite)
     report_path = _output(args.report, "--report", ".html", args.overwrite)
@@ -313,19 +367,25 @@ def _run(args: argparse.Namespace) -> int:
     from poolkit.compare import report
     from poolkit.compare.budget import base_of
     from poolkit.compare.candidates import candidates
-    from poolkit.compare.runner import LEVELS, Settings, check_labels, compare
+    from poolkit.compare.runner import LEVELS, Settings, check_labels
     from poolkit.layers import layer_spec
 
     # Unknown recipes, layers and unusable labels fail here, before the model loads. The
     # recipes asked for are parsed here once and handed on as values; without --recipes
     # the defaults (and the model's pooling) are the runner's, so only the layers can fail.
     recipes = None
+    hybrids: list[Any] = []
     named: list[Any] = []  # recipes with an output stage: budget rows of their base
     try:
         if args.recipes:
+            from poolkit.compare.hybrid import split_hybrids
             from poolkit.compare.sparse_rows import split_extra
 
-            dense, extra = split_extra(args.recipes, args.task)  # sparse and BM25 rows
+            names, hybrids = split_hybrids(args.recipes)  # rrf(A,B), fuse(A,B,W)
+            if hybrids and args.task != "retrieval":
+                raise _UsageError(f"--recipes {hybrids[0]}: hybrid rows fuse two rows' "
+                                  "rankings: use them with --task retrieval.")  # fmt: skip
+            dense, extra = split_extra(names, args.task)  # sparse and BM25 rows
             recipes = candidates(LEVELS[args.task], dense, layers) if dense else []
             layers = None
             # Sequence recipes with an output stage: budget rows of their float32 row.
@@ -341,19 +401,25 @@ def _run(args: argparse.Namespace) -> int:
         backend=args.backend if args.quantize else None,
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
         document_prompt_name=args.document_prompt_name, budget=_budget(args, named),
-        chunk_tokens=tuple(args.chunk_tokens or ()),
+        chunk_tokens=tuple(args.chunk_tokens or ()), hybrids=tuple(hybrids),
     )  # fmt: skip
     check_labels(data, train, settings)
     from poolkit.encoder import Encoder
 
     start = time.perf_counter()
-    encoder = Encoder(
-        args.model, device=args.device, dtype=args.dtype, max_length=args.max_length,
-        max_batch_tokens=args.batch_tokens, backend=args.backend,
-    )  # fmt: skip
-    if encoder.info.pooling_is_guess:
-        note = guess_note(encoder.info, "marking {pooling} as intended — check the model card")
-        print(f"poolkit: note: {note}", file=sys.stderr)
+    encoders = []
+    for m in models:
+        encoder = Encoder(
+            m, device=args.device, dtype=args.dtype, max_length=args.max_length,
+            max_batch_tokens=args.batch_tokens, backend=args.backend,
+        )  # fmt: skip
+        if encoder.info.pooling_is_guess:
+            note = guess_note(encoder.info, "marking {pooling} as intended — check the model card")
+            print(f"poolkit: note: {note}", file=sys.stderr)
+        encoders.append((m, encoder))
+    encoder = encoders[0][1]
+    if len(encoders) > 1 and settings.chunk_tokens:
+        _check_shared_tokens(encoders)
     quantized = None
     if args.quantize:
         quantized = Encoder(
@@ -362,21 +428,43 @@ def _run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     from poolkit.compare.budget import BudgetError
     from poolkit.compare.documents import ChunkError
+    from poolkit.compare.models import compare_models
 
     try:
-        results = compare(encoder, data, settings, train, quantized)
+        run = compare_models(encoders, data, settings, train, quantized)
     except BudgetError as e:
         raise flagged(e, COMPARE_BUDGET) from None
     except ChunkError as e:
         raise flagged(e, COMPARE_CHUNKS) from None
+    results = run.results
+    limits: list[dict] = []
+    if args.task == "retrieval":
+        from poolkit.compare.frontier import mark
+
+        results = mark(results, report.MAIN_METRIC[args.task])
+        run = replace(run, results=results)
+        limits = _limits(args, run)  # before anything is written: a limit no row meets
     seconds = time.perf_counter() - start
-    model = encoder.info.reference
+    model = ", ".join(e.info.reference for _, e in encoders)
     boot = (
         report.bootstrap_info(args.task, args.bootstrap, args.seed, len(data))
         if args.bootstrap
         else None
     )
-    doc = report.to_json(args.task, model, results, boot, lambda r: row_command(args, r))
+    doc = report.to_json(args.task, model, results, boot,
+                         lambda r: row_command(_for_row(args, r), r))  # fmt: skip
+    if len(models) > 1:  # each as --model named it, the rows' `model` values
+        doc["models"] = models
+    if limits:
+        doc["limits"] = [{k: v for k, v in d.items() if k != "line"} for d in limits]
+    if args.task == "retrieval":  # where the query and search times were measured
+        from poolkit.compare.cost import hardware
+
+        doc["costs_measured_on"] = measured = {**hardware(encoders[0][1]), "model": model}
+        settings.notes.append(
+            f"cost columns measured on {measured['model']}, {measured['device']}, "
+            f"{measured['cpu']} ({measured['cpu_count']} cores), in this run."
+        )
     if args.task == "retrieval" and Path(args.data).is_dir():
         doc["documents_read_as"] = _BEIR_READ
         settings.notes.append(f"retrieval: {_BEIR_READ}; poolkit embed reads {args.data} "
@@ -386,16 +474,21 @@ def _run(args: argparse.Namespace) -> int:
     if plot_path:
         report.write_plot(plot_path, args.task, model, results)
     best = report.winner(results, report.MAIN_METRIC[args.task])
-    intended_note = _intended_note(encoder.info, results, args.task)
-    winner = winner_command(args, best.recipe, best.quantize, best.documents, best.rescore)
+    infos = {m: e.info for m, e in encoders}
+    intended_note = _intended_note(encoder.info, results, args.task, len(infos) > 1)
+    winner = winner_command(_for_row(args, best), best.recipe, best.quantize, best.documents,
+                            best.rescore)  # fmt: skip
     unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
     notes = list(dict.fromkeys(settings.notes))
     if report_path:
         from poolkit.compare.html_report import write_report
 
-        page = _page(args, encoder.info, results, boot, data, train, unit, notes, seconds)
-        write_report(report_path, page)
+        page = _page(args, encoder.info, results, boot, data, train, unit, notes, seconds,
+                     infos)  # fmt: skip
+        write_report(report_path, replace(page, limits=[d["line"] for d in limits], model=model))
     print(report.table(args.task, results, intended_note, boot, winner), flush=True)
+    for d in limits:
+        print(d["line"], flush=True)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     print(
@@ -406,9 +499,90 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _for_row(args: argparse.Namespace, result: Any) -> argparse.Namespace:
+    """``args`` with ``--model`` the row's model (several models: each row's own)."""
+    if getattr(result, "model", None) is None or result.model == args.model:
+        return args
+    return argparse.Namespace(**{**vars(args), "model": result.model})
+
+
+def _check_shared_tokens(encoders: list) -> None:
+    """--chunk-tokens with several models: only models that cut the same chunks (one
+    tokenizer), else one line that says why."""
+    first_model, first = encoders[0]
+    for model, encoder in encoders[1:]:
+        if (
+            encoder.tokenizer.backend_tokenizer.to_str()
+            != first.tokenizer.backend_tokenizer.to_str()
+        ):
+            raise _UsageError(
+                f"--chunk-tokens with --model {first_model} and --model {model}: their "
+                "tokenizers differ, so chunks of N tokens are different texts in each and "
+                "their chunk rows would not index the same chunk ids of a corpus document; "
+                "run --chunk-tokens one model at a time (or with models sharing a tokenizer)."
+            )
+
+
+def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
+    """--max-bytes-per-doc / --max-query-ms: per limit, the best row within it and the rows
+    it cannot be told apart from (``line``: what the terminal prints); a limit no row meets
+    is refused, naming the cheapest row."""
+    import numpy as np
+
+    from poolkit.compare import frontier, report
+    from poolkit.compare.bootstrap import LEVEL
+    from poolkit.compare.models import untold_rows
+
+    metric = report.MAIN_METRIC[args.task]
+    place = {id(r): i for i, r in enumerate(report.rank(run.results, metric), 1)}
+    quality = np.array([r.metrics[metric] for r in run.results])
+    out = []
+    for flag, limit in (("--max-bytes-per-doc", args.max_bytes_per_doc),
+                        ("--max-query-ms", args.max_query_ms)):  # fmt: skip
+        if limit is None:
+            continue
+        what, cost_of, unit = frontier.COSTS[flag]
+        cost = frontier.costs(run.results, cost_of)
+        i = frontier.best_within(quality, cost, limit)
+        if i is None:
+            j = frontier.cheapest(cost)
+            if j is None:
+                raise _UsageError(f"{flag} {limit:g}: no row of this run has a {what}; "
+                                  f"drop {flag}.")  # fmt: skip
+            cheap = run.results[j]
+            raise _UsageError(
+                f"{flag} {limit:g}: no row is within it; the cheapest is #{place[id(cheap)]} "
+                f"{cheap.label} ({cost[j]:g} {unit}): raise {flag} to at least {cost[j]:g}."
+            )
+        best = run.results[i]
+        line = (f"{flag} {limit:g}: best within it #{place[id(best)]} {best.label} "
+                f"({cost[i]:g} {unit}; {metric} {quality[i]:.4f})")  # fmt: skip
+        untold = None
+        if args.bootstrap:
+            mask = untold_rows(run, i, args.bootstrap, args.seed)
+            same = sorted(
+                (run.results[k] for k in np.flatnonzero(mask)), key=lambda r: place[id(r)]
+            )
+            untold = [r.label for r in same]
+            level = round(100 * LEVEL)
+            line += (
+                "; cannot be told apart from "
+                + ", ".join(f"#{place[id(r)]} {r.label}" for r in same)
+                + f" (paired {level}% interval of the difference includes 0)"
+                if same
+                else f"; every other row differs from it (paired {level}% intervals exclude 0)"
+            )
+        else:
+            line += "; no paired test with --bootstrap 0, so no row is said to tie with it"
+        out.append({"flag": flag, "limit": limit, "rank": place[id(best)], "model": best.model,
+                    "name": best.label, "cost": float(cost[i]), "untold": untold,
+                    "line": line + "."})  # fmt: skip
+    return out
+
+
 def _page(
     args: argparse.Namespace, info: Any, results: list, boot: dict | None, data: Any,
-    train: Any, unit: str, notes: list[str], seconds: float,
+    train: Any, unit: str, notes: list[str], seconds: float, infos: dict | None = None,
 ) -> Any:  # fmt: skip
     """What ``--report`` shows: the table's rows with their commands, and the run."""
     import platform
@@ -418,10 +592,15 @@ def _page(
 
     ranked = report.rank(results, report.MAIN_METRIC[args.task])
     best = report.winner(results, report.MAIN_METRIC[args.task])
+    infos = infos or {}
     commands = [
         (
-            row_command(args, r),
-            None if r.documents else export_command(args, r.recipe, r.quantize, info.is_decoder),
+            row_command(_for_row(args, r), r),
+            None
+            if r.documents
+            else export_command(
+                _for_row(args, r), r.recipe, r.quantize, infos.get(r.model, info).is_decoder
+            ),
         )
         for r in ranked
     ]
@@ -439,7 +618,7 @@ def _page(
     elif args.task in ("classification", "relation"):
         facts.append(("probe", f"stratified {args.folds}-fold cross-validation"))
     facts += [
-        ("model", info.reference),
+        ("model", ", ".join(i.reference for i in infos.values()) if infos else info.reference),
         ("model folder", str(info.path)),
         ("intended pooling", f"{info.pooling} (from {info.pooling_source})"),
         ("backend", args.backend + (f", with {args.quantize} rows" if args.quantize else "")),
@@ -476,15 +655,18 @@ def _page(
     return Page(
         task=args.task, model=info.reference, results=results, bootstrap=boot,
         data=args.data, size=len(data), unit=unit, commands=commands,
-        intended_note=_intended_note(info, results, args.task),
-        winner=winner_command(args, best.recipe, best.quantize, best.documents, best.rescore),
+        intended_note=_intended_note(info, results, args.task, len(infos) > 1),
+        winner=winner_command(_for_row(args, best), best.recipe, best.quantize, best.documents,
+                              best.rescore),
         no_export=no_export, notes=notes, facts=facts,
         versions=installed_versions(*dict.fromkeys(packages)), command=compare_command(args),
     )  # fmt: skip
 
 
-def _intended_note(info: Any, results: list, task: str) -> str:
+def _intended_note(info: Any, results: list, task: str, several: bool = False) -> str:
     source = f"{info.pooling}, from {info.pooling_source}"
+    if several and any(r.intended for r in results):  # one *: the first model's
+        return f"* the first model's intended pooling ({source}); vs *: every row against it"
     if task in ("ner", "relation"):
         return f"(the model's intended pooling, {source}, is a sequence strategy: none marked here)"
     if any(r.intended for r in results):
@@ -501,12 +683,35 @@ def winner_command(
     quantised row) and settings; ``documents``: a document row's (its documents')."""
     if documents:
         return "embed with the winner (documents): " + document_command(args, recipe, documents)
+    if recipe.level == "hybrid":
+        return f"embed with the winner ({recipe}, both rows): " + hybrid_commands(args, recipe)
     return "embed with the winner: " + embed_command(args, recipe, quantize, rescore)
+
+
+def hybrid_commands(args: argparse.Namespace, recipe: Any, export: bool = False) -> str:
+    """Each side's ``embed`` command of a hybrid row (``export``: its ``export`` command,
+    where it has one), as ``NAME: COMMAND`` joined by `` ; ``."""
+    from poolkit.compare.hybrid import side_rows
+
+    parts = []
+    for name, r, rescore, documents in side_rows(recipe):
+        if export:
+            cmd = None if documents else export_command(args, r)
+        elif documents:
+            cmd = document_command(args, r, documents)
+        else:
+            cmd = embed_command(args, r, None, rescore)
+        if cmd is not None:
+            parts.append(f"{name}: {cmd}")
+    return " ; ".join(parts)
 
 
 def row_command(args: argparse.Namespace, result: Any) -> str:
     """The ``poolkit embed`` command of one result row: :func:`document_command` for a
-    document row, else :func:`embed_command`."""
+    document row, both rows' commands for a hybrid row (:func:`hybrid_commands`), else
+    :func:`embed_command`."""
+    if result.recipe.level == "hybrid":
+        return hybrid_commands(args, result.recipe)
     if result.documents:
         return document_command(args, result.recipe, result.documents)
     return embed_command(args, result.recipe, result.quantize, result.rescore)
@@ -660,6 +865,8 @@ def export_command(
     stored form; int8/uint8 with the ranges the row was scored with, as its embed command."""
     from poolkit.deploy.stfolder import st_refusal
 
+    if recipe.level == "hybrid":  # each side's model, where a side has one
+        return hybrid_commands(args, recipe, export=True) or None
     if recipe.level != "sequence":
         return None  # export pools whole texts
     parts = ["poolkit", "export"]
@@ -709,7 +916,11 @@ def compare_command(args: argparse.Namespace) -> str:
     add("--split", args.split)
     for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
         add(f"--{name}-column", getattr(args, f"{name}_column"), name)
-    add("--model", args.model)
+    for model in getattr(args, "models", None) or [args.model]:
+        add("--model", model)
+    for flag in ("--max-bytes-per-doc", "--max-query-ms"):
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        add(flag, None if value is None else f"{value:g}")
     add("--max-length", args.max_length)
     add("--device", args.device, "auto")
     add("--dtype", args.dtype)

@@ -41,6 +41,7 @@ from poolkit.cli._multivector import MultivectorPart, check_multivector_args
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,
+    kept_dims,
     output_metadata,
     output_ranges,
     wants_ranges,
@@ -68,7 +69,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "embed",
         help="embed the texts of a file",
         description="Embed every text of INPUT and write the vectors to OUTPUT, in input "
-        "order, with the model's intended pooling unless --strategy says otherwise. With "
+        "order, with the model's intended pooling unless --recipe says otherwise. With "
         "--chunks, long texts (documents) are cut into chunks and each chunk gets a row of "
         "its own: id (the document's), chunk, start, end, vectors (naive, or --late).",
     )
@@ -162,26 +163,29 @@ def _pipeline(args: argparse.Namespace) -> str:
     return "pooled" if args.pooled_only else "full"
 
 
-def _check_pipeline_and_prompt(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
-    """Prompt flags and the model's pipeline checked before any text is embedded."""
-    from poolkit.embedding import head_plan, recipe_kind
+def _check_recipes(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
+    """Before any text is embedded: the prompt flags, the model's pipeline and each /DIMS (or
+    --dims) against its vectors' width (the dense recipes' plan, made once here)."""
+    from poolkit.cli._flags import flagged
+    from poolkit.embedding import recipe_kind
+    from poolkit.plan import make_plan
     from poolkit.prompts import resolve_prompt
 
     resolve_prompt(encoder.info, args.prompt_name, args.prompt)  # `prompt`: --prompt, printed
     if recipe_kind(recipes) == "sparse":  # no modules after SPLADE pooling; the head it needs
         from poolkit.sparse.embed import mlm_head
 
-        if getattr(args, "chunks", None):
-            raise InputError(arg="--chunks", expected="unset with a sparse recipe (splade embeds "
-                             "whole texts for now)", got=repr(args.chunks),
-                             fix="Drop --chunks, or use a dense recipe.")  # fmt: skip
         mlm_head(encoder, next(iter(recipes)))
         if args.output != "-":
             from poolkit.io.writers import check_output
 
             check_output(Path(args.output), list(recipes), True, "sparse")
         return
-    head_plan(encoder, recipes, _pipeline(args))
+    try:
+        make_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
+                  pipeline=_pipeline(args))  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise flagged(e, {"dims": "--dims" if args.dims is not None else "--recipe"}) from None
 
 
 def _kind(recipes: dict[str, Any]) -> str:
@@ -194,22 +198,6 @@ def _kind(recipes: dict[str, Any]) -> str:
         raise InputError(arg="--recipe", expected="all dense or all sparse recipes (they write "
                          "different outputs)", got="both", fix="Embed them in separate "
                          "runs.") from None  # fmt: skip
-
-
-def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
-    """A recipe's /DIMS (or --dims) wider than its vectors: one line naming the flag."""
-    from poolkit.cli._flags import flagged
-    from poolkit.embedding import check_output_stages, head_plan
-
-    staged = {n: r for n, r in recipes.items() if r.has_output_stage}
-    if not staged:
-        return
-    heads, _, _ = head_plan(encoder, {n: r.pooling for n, r in staged.items()}, _pipeline(args))
-    try:
-        check_output_stages(encoder, staged, heads, None)
-    except ValueError as e:
-        flag = "--dims" if args.dims is not None else "--recipe"
-        raise flagged(e, {"dims": flag}) from None
 
 
 def _kept(done: Any, noun: str) -> str:
@@ -234,8 +222,14 @@ def run(args: argparse.Namespace) -> int:
     to_stdout = args.output == "-"
     if to_stdout:
         _check_stdout(args)
-    chunker = check_chunk_flags(args)  # --chunks (None without), refused on Ray
+    plan = check_chunk_flags(args)  # --chunks (None without)
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
+    if wanted is None and not args.pooled_only:  # a multi-vector folder: its own recipe
+        from poolkit.model_folder import model_info
+
+        info = model_info(args.model)
+        if info.is_multivector_folder:
+            wanted = {info.multivector or "intended": info.intended_multivector()}
     check_output_flags(args, wanted)  # before Ray starts: its engine refuses an output stage
     for value, flag in ((args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
                         (args.max_length, "--max-length")):  # fmt: skip
@@ -246,14 +240,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(arg="--keep-columns", expected="given with a single-vector recipe",
                          got="a multi-vector output, one row per text's tokens and no other "
                          "column", fix="Drop --keep-columns.")  # fmt: skip
-    if (status := dispatch_engine(args, wanted)) is not None:  # --engine ray
+    if (status := dispatch_engine(args, wanted, plan)) is not None:  # --engine ray
         return status
     title = beir_input(args)  # a BEIR folder or corpus.jsonl: compare's documents
     if title is not None:
         args.documents_read_as = BEIR_JOIN
     note_beir(args, title)
     keep = keep_list(args)
-    from poolkit.embedding import check_inputs, embed_recipes, get_encoder
+    from poolkit.embedding import check_inputs, get_encoder
     from poolkit.io.checkpoint import Checkpoint, Part, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp
     from poolkit.io.writers import check_output
@@ -285,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
     # The texts with where each was read, their ids, the fields kept (and column:NAME's
     # spans beside them).
     parts: Any = read_rows(args.input, text_column=args.text_column, fmt=args.input_format,
-                           column=None if chunker is None else chunker.column,
+                           column=None if plan is None else plan.chunker.column,
                            chunk_size=args.part_size, id_column=args.id_column or "auto",
                            keep_columns=keep, title_column=title)  # fmt: skip
     first = next(parts)
@@ -296,25 +290,24 @@ def run(args: argparse.Namespace) -> int:
                           max_length=args.max_length, backend=args.backend,
                           quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                           calibrate=calibration)  # fmt: skip
-    recipes = intended_recipes(wanted, encoder, args)
+    recipes = intended_recipes(wanted, encoder.info, args)
     options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
                "prompt": args.prompt, "pipeline": _pipeline(args)}  # fmt: skip
     mv = None
     if multivector:  # the folder's sides and projection, not the dense pipeline
         mv = MultivectorPart(args, encoder, next(iter(recipes.values())))
     else:
-        _check_pipeline_and_prompt(args, encoder, recipes)
-        _check_output_widths(args, encoder, recipes)
+        _check_recipes(args, encoder, recipes)
     chunking = first_chunks = None
     if mv is not None:
         ranges = {}
-    elif chunker is None:
+    elif plan is None:
         ranges = output_ranges(args, encoder, recipes, first.texts, **options)
     else:
         from poolkit.cli._chunk_args import PartChunker
         from poolkit.cli._output_args import RANGE_TEXTS
 
-        chunking = PartChunker(args, chunker, encoder, recipes)
+        chunking = PartChunker(plan, encoder, recipes)
         first_chunks = chunking.chunk(first, 0)  # bad spans refused before the work dir
         texts, source = chunking.calibration_texts(first_chunks, RANGE_TEXTS)
         ranges = output_ranges(args, encoder, recipes, texts, first_source=source, **options)
@@ -333,14 +326,14 @@ def run(args: argparse.Namespace) -> int:
         if ranges:  # ... and quantise its vectors with the same ranges
             settings["output_ranges"] = {n: c.digest() for n, c in ranges.items()}
         if chunking is not None:
-            settings["chunks"] = chunking.settings()
+            settings["chunks"] = plan.settings()
         if first.ids is not None or keep:  # a resumed job must read the same ids
             settings["rows"] = {"id_column": first.id_column, "keep_columns": list(keep)}
 
         def metadata(arrays: Any) -> Any:  # the output's record, from its first stored rows
             tally.dims = _dims_of(arrays, recipes)  # also the widths of a job all resumed
             record = output_metadata(recipes, tally.dims, ranges)
-            record = record if chunking is None else chunking.metadata(record)
+            record = record if plan is None else plan.metadata(record)
             origin = provenance(args, encoder, recipes, settings, settings.get("rows"))
             return {**(record or {"poolkit": origin["versions"]["poolkit"]}),
                     "provenance": origin}  # fmt: skip
@@ -356,6 +349,10 @@ def run(args: argparse.Namespace) -> int:
     how = {"calibration": ranges, "prompt_name": args.prompt_name, "prompt": args.prompt,
            "pipeline": _pipeline(args)}  # fmt: skip
     sparse = _kind(recipes) == "sparse"
+    if not sparse and mv is None and chunking is None:  # resolved once for every part
+        from poolkit.plan import make_plan
+
+        dense = make_plan(encoder, recipes, **how)
     if sparse:
         from poolkit.prompts import resolve_prompt
         from poolkit.sparse import embed_sparse
@@ -394,9 +391,8 @@ def run(args: argparse.Namespace) -> int:
                                          prompt=prompt, side=side)  # fmt: skip
             tally.truncated += stats.num_truncated
         elif chunking is None:  # truncation is reported once, in the summary line
-            result, stats = embed_recipes(check_inputs(texts), encoder, recipes,
-                                          long_text=args.long_text, progress=progress,
-                                          **how)  # fmt: skip
+            result, stats = dense.run(encoder, check_inputs(texts), long_text=args.long_text,
+                                     progress=progress)  # fmt: skip
             tally.truncated += stats.num_truncated
         else:  # one row per chunk
             piece = first_chunks if k == 0 else chunking.chunk(part, first)
@@ -512,9 +508,5 @@ class _Tally:
 
 
 def _dims_of(arrays: Any, recipes: dict[str, Any]) -> dict[str, int]:
-    """The dimensions kept per column, from stored arrays (packed bits: 8 a byte)."""
-    dims = {n: int(a.shape[1]) for n, a in arrays.items()}
-    for n, r in recipes.items():  # stored bytes of packed bits: the dimensions kept
-        if r.precision in ("binary", "ubinary"):
-            dims[n] = r.dims or dims[n] * 8
-    return dims
+    """The dimensions kept per column, from stored arrays."""
+    return kept_dims({n: int(a.shape[1]) for n, a in arrays.items()}, recipes)

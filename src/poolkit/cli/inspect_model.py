@@ -43,5 +43,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"{label:<{width}}  {value}")
     if info.pooling_is_guess and not info.is_multivector_folder:
         print(f"{'':<{width}}  ! no file states the pooling: check the model card, or pass "
-              "--strategy.")  # fmt: skip
+              "--recipe.")  # fmt: skip
     return 0

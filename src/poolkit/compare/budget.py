@@ -84,14 +84,10 @@ class Stage:
 def row_width(encoder: Any, recipe: Recipe) -> tuple[int, bool]:
     """Width of ``recipe``'s float32 vectors in ``compare`` (after the model's modules
     where they fit) and whether the recipe normalises them; no forward pass."""
-    from poolkit.embedding import head_plan, pooled_width
+    from poolkit.plan import make_plan
 
-    heads, model_normalize, _ = head_plan(encoder, {str(recipe): recipe}, "fit")
-    width = pooled_width(encoder, recipe)
-    head = heads.get(recipe)
-    if head is not None:
-        width = head.out_dim(width)
-    return width, bool(recipe.resolved_normalize(model_normalize))
+    plan = make_plan(encoder, {"r": recipe}, prompt="", pipeline="fit")
+    return plan.widths["r"], bool(recipe.resolved_normalize(plan.model_normalize))
 
 
 def plan(encoder: Any, budget: Budget, bases: Sequence[Recipe]) -> dict[Recipe, Stage]:
@@ -175,14 +171,18 @@ def retrieval_rows(
     stage: Stage,
     depth: int,
     ties: np.ndarray,
+    deep: int = 0,
 ) -> dict[tuple[Recipe, bool], tuple[np.ndarray, float, Calibration | None]]:
     """Every budget row of one base recipe: ``(recipe, rescored) -> (ranked (Q, depth)
     document indices, search seconds, calibration)`` from float32 ``queries`` and
-    ``documents``. int8/uint8 ranges come from the documents; queries use them too."""
+    ``documents``. int8/uint8 ranges come from the documents; queries use them too.
+    ``deep``: the stored rows are searched to ``max(depth, deep)`` (a hybrid fuses them);
+    the ``+rescore`` rows still re-rank the Hamming top ``RESCORE_FACTOR x depth``."""
     from poolkit.compare.search import top_k, top_k_by
 
     out: dict[tuple[Recipe, bool], tuple[np.ndarray, float, Calibration | None]] = {}
     n_q, n_d = len(queries), len(documents)
+    top = max(depth, deep)
     for r in stage.recipes:
         d_stored, _, cal = stored(documents, r, stage.normalize)
         q_stored, q_floats, _ = stored(queries, r, stage.normalize, cal)
@@ -190,7 +190,7 @@ def retrieval_rows(
         if r.precision in _BITS:
             index = HammingIndex(d_stored, ties)  # faiss where installed, else NumPy
             start = time.perf_counter()
-            ranked, _ = index.search(q_stored, depth)
+            ranked, _ = index.search(q_stored, top)
             out[(r, False)] = (ranked, time.perf_counter() - start, cal)
             start = time.perf_counter()
             ranked = _rescored(q_floats, q_stored, d_stored, index, depth, ties)
@@ -199,12 +199,12 @@ def retrieval_rows(
             dtype = _exact_dtype(r.precision, dims)
             qi, di = q_stored.astype(dtype), d_stored.astype(dtype)
             start = time.perf_counter()
-            ranked, _ = top_k_by(_dots(qi, di), n_q, n_d, depth, ties)
+            ranked, _ = top_k_by(_dots(qi, di), n_q, n_d, top, ties)
             out[(r, False)] = (ranked, time.perf_counter() - start, cal)
         else:  # float32, float16: cosine of the stored values
             qf, df = q_stored.astype(np.float32), d_stored.astype(np.float32)
             start = time.perf_counter()
-            ranked, _ = top_k(qf, df, depth, ties)
+            ranked, _ = top_k(qf, df, top, ties)
             out[(r, False)] = (ranked, time.perf_counter() - start, cal)
     return out
 

@@ -24,6 +24,7 @@ metrics are those of :mod:`poolkit.compare.retrieval`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,8 +49,6 @@ __all__ = [
 
 DOCUMENT_TASKS = ("retrieval",)
 WINDOW = "window"
-# Strategies naming one token of the whole sequence: a late chunk has no such token.
-_POSITIONAL = ("cls", "last")
 # Chunk vectors scored per block of documents (memory: query_block x these chunks).
 _CHUNK_BLOCK = 32768
 
@@ -65,7 +64,9 @@ def chunk_label(kind: str, size: int) -> str:
 
 def late_ok(recipe: Recipe) -> bool:
     """Whether ``recipe`` can pool a late chunk (no strategy naming one sequence token)."""
-    return not any(s in _POSITIONAL for s, _ in recipe.parts)
+    from poolkit.chunking import positional_parts
+
+    return not positional_parts(recipe)
 
 
 def labels(sizes: Sequence[int], window: bool = True, late: bool = True) -> list[str]:
@@ -90,15 +91,19 @@ def suggested_sizes(room: int) -> str:
 def check_sizes(encoder: Any, sizes: Sequence[int]) -> tuple[int, ...]:
     """``sizes`` without repeats, each from 1 to the model's text room (max length less
     the special tokens); raises :class:`ChunkError` (before any forward pass)."""
-    room = encoder.text_room
+    from poolkit.chunking import check_size
+
     out = tuple(dict.fromkeys(int(n) for n in sizes))
     for n in out:
-        if not 1 <= n <= room:
-            special = encoder.max_length - room
+        try:
+            check_size(encoder, n, "chunk_tokens")
+        except InputError as e:  # the same check, with the sizes compare suggests
             raise ChunkError(
-                arg="chunk_tokens", expected=f"chunk sizes from 1 to {room} tokens (the model reads "
-                    f"{encoder.max_length}, {special} of them special)", got=n, fix=f"e.g. {suggested_sizes(room)}."
-            )  # fmt: skip
+                arg=e.arg,
+                expected=e.expected,
+                got=e.got,
+                fix=f"e.g. {suggested_sizes(encoder.text_room)}.",
+            ) from None
     return out
 
 
@@ -150,9 +155,12 @@ def document_rows(
     for label, (vectors, counts) in document_vectors(
         encoder, documents, recipe, sizes, settings, source
     ).items():
+        began = time.perf_counter()
         out[label] = max_chunk_top_k(queries, vectors, counts, depth, ties)
+        seconds = time.perf_counter() - began
         if facts is not None:
-            facts[(recipe, label)] = {"vectors_per_document": float(np.mean(counts))}
+            facts[(recipe, label)] = {"vectors_per_document": float(np.mean(counts)),
+                                      "search_ms": seconds * 1000 / max(len(queries), 1)}  # fmt: skip
     return out
 
 

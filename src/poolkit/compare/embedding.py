@@ -48,18 +48,15 @@ def embed_sequences(
     for ``_no_special`` parts (``embed`` refuses it). ``tap(batch)`` sees every forward
     batch (:class:`poolkit.compare.multivector.TokenStates`).
     """
-    from poolkit.embedding import embed_recipes, head_plan
+    from poolkit.plan import make_plan
 
     named = {str(c): c for c in cands}
+    name = settings.prompt_name if prompt_name is SETTINGS_PROMPT else prompt_name
+    plan = make_plan(encoder, named, prompt_name=name, pipeline="fit", calibration={})
     with progress(settings, desc, len(texts), "text") as bar:
-        vectors, stats = embed_recipes(
-            list(texts), encoder, named, long_text=long_text or settings.long_text,
-            progress=bar.update,
-            empty="zeros", pipeline="fit",
-            prompt_name=settings.prompt_name if prompt_name is SETTINGS_PROMPT else prompt_name,
-            tap=tap,
-        )  # fmt: skip
-    _, _, pooled = head_plan(encoder, named, "fit")
+        vectors, stats = plan.run(encoder, list(texts), long_text=long_text or settings.long_text,
+                                  progress=bar.update, empty="zeros", tap=tap)  # fmt: skip
+    pooled = plan.pooled_only
     if pooled and (encoder.head.steps or encoder.head.refused):
         note = (
             f"{', '.join(pooled)}: pooled vectors, before the model's modules after pooling "

@@ -11,11 +11,11 @@ names, column names, labels) is escaped. It reads without JavaScript and prints.
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from poolkit.compare.axes import linear_ticks as _ticks
 from poolkit.compare.report import METRICS, Cells, Result, cells, footer
 from poolkit.io.atomic import atomic_write
 
@@ -31,7 +31,8 @@ class Page:
     command (None: the row cannot be exported, ``no_export`` says why); ``intended_note``
     and ``winner``: the lines the terminal prints under the table; ``notes``: the remarks
     ``compare`` prints on stderr; ``facts``: (name, value) pairs about the data set, the
-    model and the run; ``versions``: package -> version (None: not installed).
+    model and the run; ``versions``: package -> version (None: not installed);
+    ``limits``: the lines on ``--max-bytes-per-doc`` / ``--max-query-ms``.
     """
 
     task: str
@@ -49,6 +50,7 @@ class Page:
     facts: Sequence[tuple[str, str]] = ()
     versions: dict[str, str | None] = field(default_factory=dict)
     command: str = ""
+    limits: Sequence[str] = ()
 
 
 def _e(text: object) -> str:
@@ -123,10 +125,11 @@ def render(page: Page) -> str:
         "<h2>Results</h2>",
         _table(c, metric),
         '<ul class="footers">',
-        *(f"<li>{_e(line)}</li>" for line in [page.intended_note, *lines] if line),
+        *(f"<li>{_e(line)}</li>" for line in [page.intended_note, *lines, *page.limits] if line),
         "</ul>",
         f'<p class="winner">{_e(page.winner)}</p>' if page.winner else "",
         "</section>",
+        *_frontier_section(page, c),
         '<section id="intervals">',
         "<h2>Intervals</h2>",
         *_figures(page, c),
@@ -235,14 +238,14 @@ def _table(c: Cells, metric: str) -> str:
 
 def _commands(page: Page, c: Cells) -> str:
     rows = []
-    for row, (embed, export) in zip(c.rows, page.commands, strict=True):
+    for i, (row, (embed, export)) in enumerate(zip(c.rows, page.commands, strict=True), 1):
         exp = (
             f'<td class="cmd">{_e(export)}</td>'
             if export
             else f'<td class="none">{_e(page.no_export or "not exported")}</td>'
         )
         rows.append(
-            f"<tr><td>{_e(row[0])}</td><td><code>{_e(row[1])}</code></td>"
+            f'<tr id="row-{i}"><td>{_e(row[0])}</td><td><code>{_e(row[1])}</code></td>'
             f'<td class="cmd">{_e(embed)}</td>{exp}</tr>'
         )
     return (
@@ -255,14 +258,38 @@ def _commands(page: Page, c: Cells) -> str:
 # ---------------------------------------------------------------------------- the plot
 
 
-def _ticks(lo: float, hi: float, want: int = 6) -> list[float]:
-    """Round tick values covering [lo, hi]: steps of 1, 2, 2.5 or 5 times a power of ten."""
-    span = max(hi - lo, 1e-9)
-    raw = span / want
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
-    first = math.ceil(lo / step - 1e-9) * step
-    return [round(first + k * step, 12) for k in range(int((hi - first) / step + 1e-9) + 1)]
+def _frontier_section(page: Page, c: Cells) -> list[str]:
+    """The frontier plots (:mod:`poolkit.compare.frontier_plot`): quality against bytes per
+    document and against query time, one chart each where some row has that cost."""
+    if not any(r.frontier_bytes is not None for r in c.ranked):
+        return []
+    from poolkit.compare.frontier import COSTS
+    from poolkit.compare.frontier_plot import Point, frontier_svg
+
+    metric = METRICS[page.task][0]
+    out = ['<section id="frontier">', "<h2>Frontier</h2>",
+           f"<p>{_e(metric)} against each cost, one dot per row with its interval; the "
+           "rows no other row beats at no more cost are joined and labelled (purple; "
+           "orange: *). A dot links to its row's commands.</p>"]  # fmt: skip
+    for flag, chart in (("--max-bytes-per-doc", "bytes"), ("--max-query-ms", "query")):
+        what, cost_of, unit = COSTS[flag]
+        points = []
+        for i, (r, row) in enumerate(zip(c.ranked, c.rows, strict=True), 1):
+            cost = cost_of(r)
+            if cost is None:
+                continue
+            low, high = r.ci.get(metric, (r.metrics[metric],) * 2)
+            on = r.frontier_bytes if chart == "bytes" else r.frontier_query
+            points.append(Point(i, row[0], r.label, cost, r.metrics[metric], low, high,
+                                bool(on), r.intended))  # fmt: skip
+        if not points:
+            out.append(f"<p>No row has a {_e(what)} in this run: no {_e(what)} chart.</p>")
+            continue
+        out += ["<figure>", frontier_svg(points, f"frontier-{chart}", f"{what} ({unit})", metric),
+                f"<figcaption>{_e(metric)} against {_e(what)} ({_e(unit)}, log scale); "
+                f"{sum(p.frontier for p in points)} rows on the frontier.</figcaption>",
+                "</figure>"]  # fmt: skip
+    return [*out, "</section>"]
 
 
 def _figures(page: Page, c: Cells) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit.compare.hybrid import keep_depth, record
 from poolkit.compare.search import top_k_by
 from poolkit.errors import InputError
 from poolkit.multivector.scoring import Ragged, maxsim, ragged
@@ -60,10 +61,10 @@ def _slice(r: Ragged, a: int, b: int) -> Ragged:
     return Ragged(r.vectors[start : r.offsets[b]], r.offsets[a : b + 1] - start)
 
 
-def _search(score: Any, n_q: int, n_d: int, depth: int, ties: np.ndarray) -> tuple[Any, float]:
+def _search(score: Any, n_q: int, n_d: int, depth: int, ties: np.ndarray) -> tuple[Any, Any, float]:
     began = time.perf_counter()
-    ranked, _ = top_k_by(score, n_q, n_d, depth, ties, query_block=64, doc_block=4096)
-    return ranked, time.perf_counter() - began
+    ranked, scores = top_k_by(score, n_q, n_d, depth, ties, query_block=64, doc_block=4096)
+    return ranked, scores, time.perf_counter() - began
 
 
 class TokenStates:
@@ -140,13 +141,16 @@ def multivector_rows(
     q_prompt = side_prompt(late, settings.prompt_name or "query", None)
     d_prompt = side_prompt(late, getattr(settings, "document_prompt_name", None) or "document",
                            None)  # fmt: skip
+    per_query = 1000 / max(len(data.queries), 1)
+    query_ms = None  # the queries' token pass: the dense rows' when shared
     if states is None:  # one pass a side; L2 per token below where a recipe asks for it
-        states = (_tokens(encoder, data.queries, "query", q_prompt),
-                  _tokens(encoder, data.documents, "document", d_prompt))  # fmt: skip
+        began = time.perf_counter()
+        q_states = _tokens(encoder, data.queries, "query", q_prompt)
+        query_ms = (time.perf_counter() - began) * per_query
+        states = (q_states, _tokens(encoder, data.documents, "document", d_prompt))
     base: dict[bool, tuple[list[Any], list[Any]]] = {False: states}
     ranked: dict[Any, np.ndarray] = {}
     facts: dict[Any, dict[str, Any]] = {}
-    per_query = 1000 / max(len(data.queries), 1)
     for c in cands:
         width = check_width(encoder, c)
         normalize = c.resolved_normalize(late.normalize)
@@ -166,31 +170,47 @@ def multivector_rows(
             return maxsim(_slice(qr, q0, q1), _slice(dr, d0, d1))
 
         if c.muvera is None:
-            ranked[c], seconds = _search(by_maxsim, len(qr), len(dr), depth, ties)
+            deep = keep_depth(settings, (c, None), depth)
+            ranked[c], scores, seconds = _search(by_maxsim, len(qr), len(dr), deep, ties)
+            record(settings, (c, None), ranked[c], scores)
             facts[c] = {"dims": width, "search_ms": seconds * per_query,
                         "bytes_per_vector": round(dr.lengths.mean() * width * stored)}  # fmt: skip
+            _cost(settings, (c, None), query_ms)
             continue
         qm = np.stack([finish(v, c.replace(precision=None), "query", normalize) for v in q_tok])
         dm = np.stack([finish(v, c.replace(precision=None), "document", normalize)
                        for v in d_tok])  # fmt: skip
         if c.precision == "float16":
             qm, dm = (x.astype(np.float16).astype(np.float32) for x in (qm, dm))
-        ranked[c], seconds = _search(lambda q0, q1, d0, d1, qm=qm, dm=dm: qm[q0:q1] @ dm[d0:d1].T,
-                                     len(qm), len(dm), depth, ties)  # fmt: skip
+        ranked[c], muvera_scores, seconds = _search(
+            lambda q0, q1, d0, d1, qm=qm, dm=dm: qm[q0:q1] @ dm[d0:d1].T, len(qm), len(dm),
+            keep_depth(settings, (c, None), depth), ties,
+        )  # fmt: skip
+        record(settings, (c, None), ranked[c], muvera_scores)
+        _cost(settings, (c, None), query_ms)
         facts[c] = {"dims": int(dm.shape[1]), "search_ms": seconds * per_query,
                     "bytes_per_vector": int(dm.shape[1] * stored)}  # fmt: skip
         began = time.perf_counter()
-        reranked = np.empty_like(ranked[c])
-        for q, row in enumerate(ranked[c]):
+        top = ranked[c][:, :depth]  # reranked: the top ``depth`` (searched deeper when fused)
+        reranked = np.empty_like(top)
+        for q, row in enumerate(top):
             docs = Ragged(*_gather(dr, row))
             scores = maxsim(_slice(qr, q, q + 1), docs)[0]
             reranked[q] = row[np.lexsort((-ties[row], -scores))]
         seconds += time.perf_counter() - began
         ranked[(c, RERANK)] = reranked
+        record(settings, (c, RERANK), reranked)
+        _cost(settings, (c, RERANK), query_ms)
         facts[(c, RERANK)] = {"dims": width, "search_ms": seconds * per_query,
                               "bytes_per_vector": int(dm.shape[1] * stored
                                                       + round(dr.lengths.mean() * width * stored))}  # fmt: skip
     return ranked, facts
+
+
+def _cost(settings: Any, key: Any, query_ms: float | None) -> None:
+    """The query time of a multi-vector row: its own query pass (None: the dense rows')."""
+    if query_ms is not None and hasattr(settings, "costs"):
+        settings.costs[key] = {"query_ms": query_ms}
 
 
 def _gather(r: Ragged, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,7 @@ __all__ = [
     "bootstrap_info",
     "cells",
     "footer",
+    "frontier_footer",
     "rank",
     "table",
     "tied",
@@ -81,6 +82,12 @@ class RowFacts:
     flops: float | None = None
     bytes_per_document: float | None = None
     bytes_per_document_f16: float | None = None
+    # Several models in one run (:mod:`poolkit.compare.models`): the row's ``--model`` as
+    # given, and its short label (set only with several models; the name's prefix).
+    model: str | None = None
+    model_label: str | None = None
+    query_ms: float | None = None
+    search_growth: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,10 @@ class Result(RowFacts):
     (:mod:`poolkit.compare.documents`), and ``vectors_per_document``: the vectors its index
     stores per document, on average; None for every other row (each document one text, as
     the strategy rows embed it).
+
+    ``frontier_bytes`` / ``frontier_query`` (retrieval; :mod:`poolkit.compare.frontier`):
+    whether no other row beats the row's main metric at no more bytes per document / query
+    time (False for a row whose cost is unknown); None where no frontier was computed.
     """
 
     recipe: Recipe
@@ -120,13 +131,17 @@ class Result(RowFacts):
     vs_best: Paired | None = None
     members: tuple[Recipe, ...] = ()
     vs_fp32: Paired | None = None
+    frontier_bytes: bool | None = None
+    frontier_query: bool | None = None
 
     @property
     def name(self) -> str:
         """The recipe's name, ``+rescore`` after it for a re-scored binary row, `` · `` and
-        the documents' representation for a document row (``mean · late tokens:128``)."""
+        the documents' representation for a document row (``mean · late tokens:128``);
+        with several models, the model's label and ``:`` before it (``minilm:mean``)."""
         return (
-            str(self.recipe)
+            (f"{self.model_label}:" if self.model_label else "")
+            + str(self.recipe)
             + (f" {DOCUMENT_MARK} {self.documents}" if self.documents else "")
             + (" +rescore" if self.rescore else "")
         )
@@ -225,6 +240,25 @@ def _sparse_cells(r: Result) -> list[str]:
             f"{r.bytes_per_document:.0f}|{r.bytes_per_document_f16:.0f}"]  # fmt: skip
 
 
+def _frontier_cell(r: Result) -> str:
+    """Which frontiers a row is on: ``bytes``, ``query``, both, or blank."""
+    return " ".join(n for n, on in (("bytes", r.frontier_bytes), ("query", r.frontier_query)) if on)
+
+
+def _cost_cells(r: Result) -> list[str]:
+    """A row's cost (:mod:`poolkit.compare.cost`): bytes per document, the index at 1M and
+    100M documents, query and search milliseconds per query; blank where unknown."""
+    from poolkit.compare.cost import human_bytes, index_bytes
+
+    sizes = index_bytes(r.bytes_per_document)
+    return [
+        "" if r.bytes_per_document is None else f"{r.bytes_per_document:.0f}",
+        "" if sizes is None else "|".join(human_bytes(x) for x in sizes),
+        "" if r.query_ms is None else f"{r.query_ms:.2f}",
+        "" if r.search_ms is None else f"{r.search_ms:.3f}",
+    ]
+
+
 def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -> Cells:
     """The cells of :func:`table` (see there for what each column holds)."""
     names = METRICS[task]
@@ -234,13 +268,17 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
     show_backend = any(r.quantize for r in ranked)
     show_bytes = any(r.bytes_per_vector is not None for r in ranked)
     show_sparse = any(r.flops is not None for r in ranked)
+    show_front = any(r.frontier_bytes is not None for r in ranked)
+    show_cost = any(r.search_growth is not None for r in ranked)
     has_ci = bootstrap is not None and all(r.ci for r in ranked)
     has_vs = has_ci and any(r.vs_intended is not None for r in ranked)
     head = [
         "#", "recipe",
         *(["backend"] if show_backend else []),
+        *(["frontier"] if show_front else []),
         *(["bytes"] if show_bytes else []),
         *(["q dims", "d dims", "FLOPS", "bytes/doc f32|f16"] if show_sparse else []),
+        *(["bytes/doc", "index 1M|100M", "query ms", "search ms"] if show_cost else []),
         *(f"{n} [95% CI]" if has_ci else n for n in names),
         *(["vs * [95% CI]", "sig"] if has_vs else []),
     ]  # fmt: skip
@@ -262,13 +300,15 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
                 r.name + (" *" if r.intended else "")
                 + (f" (= {', '.join(r.member_names()[1:])})" if len(r.members) > 1 else ""),
                 *([f"{r.backend or 'torch'} {r.quantize or 'fp32'}"] if show_backend else []),
+                *([_frontier_cell(r)] if show_front else []),
                 *([str(r.bytes_per_vector or "")] if show_bytes else []),
                 *(_sparse_cells(r) if show_sparse else []),
+                *(_cost_cells(r) if show_cost else []),
                 *(metric(r, n) for n in names),
                 *(_vs_cells(vs) if has_vs else []),
             ]
         )  # fmt: skip
-    n_text = 2 + show_backend
+    n_text = 2 + show_backend + show_front
     numeric = [False] * n_text + [True] * (len(head) - n_text)
     return Cells(head, rows, numeric, ranked, ties)
 
@@ -323,7 +363,8 @@ def footer(
     if bootstrap is None:
         out.append("no confidence intervals (--bootstrap 0).")
         return (out + _budget_footer(task, ranked) + _multivector_footer(ranked)
-                + _document_footer(ranked))  # fmt: skip
+                + _document_footer(ranked) + _hybrid_footer(ranked) + _cost_footer(ranked)
+                + frontier_footer(task, ranked))  # fmt: skip
     level = round(100 * bootstrap["level"])
     out.append(
         f"[{level}% CI]: percentile bootstrap, {bootstrap['resamples']} resamples of the "
@@ -347,6 +388,9 @@ def footer(
     out.extend(_budget_footer(task, ranked))
     out.extend(_multivector_footer(ranked))
     out.extend(_document_footer(ranked))
+    out.extend(_hybrid_footer(ranked))
+    out.extend(_cost_footer(ranked))
+    out.extend(frontier_footer(task, ranked))
     for r in ranked:
         if r.vs_fp32 is not None and r.quantize:
             speed = f", {r.speedup:.1f}x faster" if r.speedup else ""
@@ -361,6 +405,29 @@ _STORED_SCORES = {
     "sts": "cosine of the stored values, int8 as integers; 1 - hamming/dims for bits",
     "retrieval": "exact search: cosine for floats, int8 dot products, Hamming distance for bits",
 }
+
+
+def frontier_footer(task: str, ranked: Sequence[Result]) -> list[str]:
+    """Lines on the frontier column (:mod:`poolkit.compare.frontier`): what it marks, and
+    the rows left off a frontier for want of their cost."""
+    if not any(r.frontier_bytes is not None for r in ranked):
+        return []
+    from poolkit.compare.frontier import QUERY_COST, bytes_cost
+
+    main = METRICS[task][0]
+    out = [
+        f"frontier: bytes = no other row has a higher {main} at no more bytes per document, "
+        f"query = at no more query time (ms per query); ties on both: each row marked."
+    ]
+    for front, what, cost in (("bytes", "no bytes per document", bytes_cost),
+                              ("query", "no query time", QUERY_COST)):  # fmt: skip
+        missing = [r.label for r in ranked if cost(r) is None]
+        if len(missing) == len(ranked):
+            out.append(f"frontier: no {front} frontier ({what} in this run).")
+        elif missing:
+            out.append(f"frontier: off the {front} frontier ({what} in this run): "
+                       f"{', '.join(missing)}.")  # fmt: skip
+    return out
 
 
 def _multivector_footer(ranked: Sequence[Result]) -> list[str]:
@@ -414,12 +481,62 @@ def _budget_footer(task: str, ranked: Sequence[Result]) -> list[str]:
             "stored as the row's recipe; queries embedded without /binary)."
         )
     timed = [r for r in ranked if r.search_ms is not None]
-    if timed:
+    if timed and not any(r.search_growth for r in ranked):  # else: the search ms column
         out.append(
             "search per query (exact, this run): "
             + "; ".join(f"{r.label} {r.search_ms:.3f} ms" for r in timed)
             + "."
         )
+    return out
+
+
+def _hybrid_footer(ranked: Sequence[Result]) -> list[str]:
+    """Lines on hybrid rows (:mod:`poolkit.compare.hybrid`): how each kind fuses."""
+    hybrids = [r.recipe for r in ranked if r.recipe.level == "hybrid"]
+    if not hybrids:
+        return []
+    from poolkit.compare.fusion import RRF_K
+    from poolkit.compare.hybrid import DEPTH
+
+    out = []
+    if any(h.method == "rrf" for h in hybrids):
+        out.append(
+            f"rrf(A,B): reciprocal rank fusion of rows A and B, each document scored "
+            f"sum 1/(k + its rank in each row), k = {RRF_K}, over each row's top {DEPTH} "
+            "(rrf(A,B,k=K,depth=D) when changed; a +rescore or chunked row: its top 100)."
+        )
+    if any(h.method == "fuse" for h in hybrids):
+        out.append(
+            f"fuse(A,B,W): W x A + (1 - W) x B of each row's scores normalised over its top "
+            f"{DEPTH} per query (min-max; norm=z: z-scores), a document missing from a "
+            "row's list taking that row's lowest value."
+        )
+    out.append("hybrid rows: scored, resampled and paired like every row; their cost is the "
+               "sum of their two rows'; their commands are both rows'.")  # fmt: skip
+    return out
+
+
+def _cost_footer(ranked: Sequence[Result]) -> list[str]:
+    """Lines on the cost columns (:mod:`poolkit.compare.cost`): what each holds, and how
+    each row kind's search grows with the corpus."""
+    priced = [r for r in ranked if r.search_growth is not None]
+    if not priced:
+        return []
+    out = [
+        "bytes/doc: what an index stores per document (dense: dims x bits/8 x vectors per "
+        "document; sparse and BM25: mean non-zeros x (4-byte index + 4-byte value); MaxSim: "
+        "tokens x dims x bytes); index 1M|100M: bytes/doc x 1 million | 100 million "
+        "documents (ids and index structures left out); query ms: encoding the query "
+        "(BM25: tokenising) and search ms: exact search over this corpus, per query, both "
+        "measured in this run; a hybrid row: the sums of its two rows'."
+    ]
+    growth = dict.fromkeys(r.search_growth for r in priced if r.recipe.level != "hybrid")
+    by_kind = {g: [r.label for r in priced if r.search_growth == g] for g in growth}
+    out.append(
+        "search grows with the corpus (N documents): "
+        + "; ".join(f"{', '.join(names)}: {g}" for g, names in by_kind.items())
+        + "."
+    )
     return out
 
 
@@ -495,7 +612,7 @@ def to_json(
 ) -> dict:
     """``{"task", "model", "metric", "bootstrap", "results": [...]}``, results best first.
 
-    Each result: ``recipe`` (the row's name; ``Recipe.parse`` it, ``poolkit embed
+    Each result: ``model`` (the row's model as ``--model`` names it), ``recipe`` (the row's name; ``Recipe.parse`` it, ``poolkit embed
     --recipe`` takes it), ``strategy``, ``layers``, every metric, ``intended``, then
     ``ci`` ({metric: [lo, hi]} or null), ``significant`` (vs the intended row; null for it,
     without one, or with the bootstrap off), ``difference`` ({"metric", "value", "ci"} vs
@@ -512,6 +629,11 @@ def to_json(
     With sparse rows (retrieval) every row also has ``active_dims_query``,
     ``active_dims_document``, ``flops``, ``bytes_per_document`` and
     ``bytes_per_document_f16`` (null for the dense and BM25 rows).
+    Retrieval rows also have their cost (:mod:`poolkit.compare.cost`):
+    ``bytes_per_document`` (every row kind), ``index_bytes`` ({"1000000": bytes,
+    "100000000": bytes}), ``query_ms``, ``search_ms`` (per query, measured in the run) and
+    ``search_growth``; a hybrid row also ``sides`` and ``fusion``. With a frontier
+    (retrieval) every row also has ``frontier_bytes`` and ``frontier_query``.
     """
     metric = MAIN_METRIC[task]
     ranked = rank(results, metric)
@@ -519,9 +641,12 @@ def to_json(
     budget = any(r.bytes_per_vector is not None for r in ranked)
     chunked = any(r.documents for r in ranked)
     sparse = any(r.flops is not None for r in ranked)
+    front = any(r.frontier_bytes is not None for r in ranked)
+    priced = any(r.search_growth is not None for r in ranked)
     rows = []
     for r, tie in zip(ranked, tied(ranked, metric), strict=True):
         row = {
+            "model": r.model or model,
             "recipe": str(r.recipe),
             "strategy": r.strategy,
             "layers": r.layers,
@@ -555,6 +680,11 @@ def to_json(
                        active_dims_document=r.active_dims_document,
                        bytes_per_document=r.bytes_per_document,
                        bytes_per_document_f16=r.bytes_per_document_f16)  # fmt: skip
+        if front:
+            row.update(frontier_bytes=bool(r.frontier_bytes),
+                       frontier_query=bool(r.frontier_query))  # fmt: skip
+        if priced:
+            row.update(_cost_json(r))
         if chunked:
             row["documents"] = r.documents
             row["vectors_per_document"] = r.vectors_per_document
@@ -563,6 +693,28 @@ def to_json(
         rows.append(row)
     return {"task": task, "model": model, "metric": metric, "bootstrap": bootstrap,
             "results": rows}  # fmt: skip
+
+
+def _cost_json(r: Result) -> dict[str, Any]:
+    """A row's cost fields of the JSON file; a hybrid row's also ``sides`` (its two rows'
+    names) and ``fusion`` (method, k, depth, weight, norm)."""
+    from poolkit.compare.cost import SIZES, index_bytes
+
+    sizes = index_bytes(r.bytes_per_document)
+    out: dict[str, Any] = {
+        "bytes_per_document": r.bytes_per_document,
+        "index_bytes": None if sizes is None else dict(zip(map(str, SIZES), sizes, strict=True)),
+        "query_ms": r.query_ms,
+        "search_ms": r.search_ms,
+        "search_growth": r.search_growth,
+    }
+    h = r.recipe
+    if h.level == "hybrid":
+        out["sides"] = list(h.parts)
+        out["fusion"] = {"method": h.method, "k": h.k if h.method == "rrf" else None,
+                         "depth": h.depth, "weight": h.weight if h.method == "fuse" else None,
+                         "norm": h.norm if h.method == "fuse" else None}  # fmt: skip
+    return out
 
 
 def write_json(path: Path, document: dict) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from poolkit.compare.datasets import DataError
+from poolkit.compare.hybrid import keep_depth, record
 from poolkit.compare.search import id_order, top_k
 from poolkit.io.readers import read_records
 
@@ -301,7 +302,8 @@ def query_metrics(ranked: np.ndarray, qrels: np.ndarray, n_docs: int) -> np.ndar
 
 
 def score(encoder: Any, data: RetrievalData, train: Any, cands: Sequence[Any], settings: Any):
-    """``compare``'s scorer: one forward pass over the distinct query and document texts,
+    """``compare``'s scorer: one forward pass over the distinct query and document texts
+    (the queries' timed apart: :mod:`poolkit.compare.cost`),
     then per candidate an exact top-100 search and the per-query metrics
     (:class:`~poolkit.compare.evaluation.QueryEval`). Multi-vector candidates are scored
     by :func:`poolkit.compare.multivector.multivector_rows` (MaxSim, MUVERA), on the token
@@ -341,25 +343,43 @@ def _score_dense(
     out = {}
     states = None
     if settings.prompt_name is None and settings.document_prompt_name is None:
-        texts = list(dict.fromkeys([*data.queries, *data.documents]))
+        # Every distinct text once: the queries first, in a pass of their own that is
+        # timed (the queries' encoding time), then the documents that are not queries.
+        first = list(dict.fromkeys(data.queries))
+        seen = set(first)
+        rest = [t for t in dict.fromkeys(data.documents) if t not in seen]
+        texts = first + rest
         where = {t: i for i, t in enumerate(texts)}
         q_rows = np.fromiter((where[t] for t in data.queries), np.int64, count=len(data.queries))
         d_rows = np.fromiter((where[t] for t in data.documents), np.int64,
                              count=len(data.documents))  # fmt: skip
-        tap = TokenStates(len(texts)) if keep_tokens else None
-        vectors, stats = embed_sequences(encoder, texts, cands, settings,
-                                         f"embedding {data.source}", tap=tap)  # fmt: skip
+        tap = TokenStates(len(first)) if keep_tokens else None
+        began = time.perf_counter()
+        vectors, stats = embed_sequences(encoder, first, cands, settings,
+                                         f"embedding {data.source} queries", tap=tap)  # fmt: skip
+        query_seconds = time.perf_counter() - began
+        truncated = list(stats.truncated)
+        if rest:
+            d_tap = TokenStates(len(rest)) if keep_tokens else None
+            more, d_stats = embed_sequences(encoder, rest, cands, settings,
+                                            f"embedding {data.source} documents", tap=d_tap)  # fmt: skip
+            vectors = {c: np.concatenate([vectors[c], more[c]]) for c in cands}
+            truncated += [len(first) + i for i in d_stats.truncated]
+            if tap is not None and d_tap is not None:
+                tap.vectors += d_tap.vectors
         queries = {c: vectors[c][q_rows] for c in cands}
         documents = {c: vectors[c][d_rows] for c in cands}
-        cut = int(np.isin(d_rows, stats.truncated).sum())
+        cut = int(np.isin(d_rows, truncated).sum())
         if tap is not None:
             states = ([tap.vectors[i] for i in q_rows], [tap.vectors[i] for i in d_rows])
     else:  # an asymmetric model: a prompt per side, so each side is embedded apart
         q_tap = TokenStates(len(data.queries)) if keep_tokens else None
         d_tap = TokenStates(len(data.documents)) if keep_tokens else None
+        began = time.perf_counter()
         queries, _ = embed_sequences(encoder, data.queries, cands, settings,
                                      f"embedding {data.source} queries", settings.prompt_name,
                                      tap=q_tap)  # fmt: skip
+        query_seconds = time.perf_counter() - began
         documents, stats = embed_sequences(
             encoder, data.documents, cands, settings, f"embedding {data.source} documents",
             settings.document_prompt_name, tap=d_tap,
@@ -370,13 +390,19 @@ def _score_dense(
     stages = getattr(settings, "stages", None) or {}
     facts = getattr(settings, "budget_facts", {})
     per_query = 1000 / max(len(data.queries), 1)
+    costs = getattr(settings, "costs", {})
+    costs["query_ms"] = query_seconds * per_query  # every row of this forward pass
     for c in cands:
         start = time.perf_counter()
-        ranked, _ = top_k(queries[c], documents[c], DEPTH, ties)
+        ranked, scores = top_k(queries[c], documents[c], keep_depth(settings, (c, None), DEPTH),
+                               ties)  # fmt: skip
+        seconds = time.perf_counter() - start
         if stages:
-            facts[(c, None)] = {"search_ms": (time.perf_counter() - start) * per_query}
+            facts[(c, None)] = {"search_ms": seconds * per_query}
+        costs[(c, None)] = {"search_ms": seconds * per_query, "dims": documents[c].shape[1]}
+        record(settings, (c, None), ranked, scores)
         out[c] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
-        del ranked
+        del ranked, scores
     # Document rows (poolkit.compare.documents): the intended recipe's documents whole
     # (windows) and in chunks, each document scored by its best chunk.
     base = getattr(settings, "document_base", None)
@@ -386,6 +412,7 @@ def _score_dense(
         ranked_by = document_rows(encoder, data.documents, base, settings.chunk_tokens,
                                   queries[base], settings, DEPTH, ties, data.source)  # fmt: skip
         for label, ranked in ranked_by.items():
+            record(settings, (base, label), ranked)
             out[(base, label)] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
     elif cut and getattr(settings, "long_text", "truncate") == "truncate":
         from poolkit.compare.documents import suggested_sizes
@@ -401,9 +428,13 @@ def _score_dense(
     from poolkit.compare.budget import retrieval_rows
 
     for base, stage in stages.items():
-        rows = retrieval_rows(queries[base], documents[base], stage, DEPTH, ties)
+        # (--precision float32 alone leaves a base without budget rows: its own row)
+        deep = max((keep_depth(settings, (r, "stored"), DEPTH) for r in stage.recipes),
+                   default=DEPTH)  # fmt: skip
+        rows = retrieval_rows(queries[base], documents[base], stage, DEPTH, ties, deep)
         for (r, rescore), (ranked, seconds, cal) in rows.items():
             key = (r, "rescore" if rescore else "stored")
+            record(settings, key, ranked)
             out[key] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
             facts[key] = {
                 "search_ms": seconds * per_query,

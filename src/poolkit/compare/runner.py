@@ -20,6 +20,7 @@ from poolkit.compare import clustering, metrics, probes, retrieval
 from poolkit.compare import documents as docrows
 from poolkit.compare.budget import BUDGET_TASKS, Budget, Stage
 from poolkit.compare.candidates import candidates, default_strategies
+from poolkit.compare.cost import priced
 from poolkit.compare.datasets import (
     DataError,
     PairData,
@@ -31,6 +32,10 @@ from poolkit.compare.datasets import (
 from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.evaluation import LabelEval, PairEval, TagEval
 from poolkit.compare.grouping import groups
+from poolkit.compare.hybrid import HybridError, default_hybrids, split_hybrids
+from poolkit.compare.hybrid_rows import evaluations as hybrid_evaluations
+from poolkit.compare.hybrid_rows import plan as fuse_plan
+from poolkit.compare.hybrid_rows import row_keys
 from poolkit.compare.multivector import RERANK
 from poolkit.compare.multivector import check_candidates as check_multivector
 from poolkit.compare.report import Result
@@ -41,7 +46,7 @@ from poolkit.driver import LayerViews, drive
 from poolkit.output import bytes_per_vector
 from poolkit.recipe import Recipe
 
-__all__ = ["LEVELS", "Settings", "compare"]
+__all__ = ["LEVELS", "Settings", "compare", "planned_rows"]
 
 LEVELS = {
     "sts": "sequence", "classification": "sequence", "ner": "word", "relation": "span",
@@ -90,6 +95,10 @@ class Settings:
     budget_facts: dict[Any, dict[str, Any]] = field(default_factory=dict)
     chunk_tokens: Sequence[int] = ()
     document_base: Recipe | None = None
+    hybrids: Sequence[Any] = ()
+    keep: dict[Any, int] = field(default_factory=dict)
+    rankings: dict[Any, Any] = field(default_factory=dict)
+    costs: dict[Any, Any] = field(default_factory=dict)
 
 
 def compare(
@@ -99,20 +108,39 @@ def compare(
     train: TaskData | None = None,
     quantized: Any = None,
 ) -> list[Result]:
+    """:func:`planned_rows`, summarized: one :class:`Result` per row, with bootstrap
+    intervals unless ``settings.bootstrap`` is 0 (see there for the arguments)."""
+    rows, evaluations = planned_rows(encoder, data, settings, train, quantized)
+    return summarize(settings.task, rows, evaluations, settings.bootstrap, settings.seed)
+
+
+def planned_rows(
+    encoder: Any,
+    data: Any,
+    settings: Settings,
+    train: TaskData | None = None,
+    quantized: Any = None,
+) -> tuple[list[Row], dict[Any, bs.Evaluation]]:
     """Score every candidate of ``settings`` on ``data`` (probes trained on ``train`` if
     given, else stratified cross-validation where the task allows it).
 
     ``encoder`` is a :class:`poolkit.encoder.Encoder`; ``quantized``, if given, an int8
     Encoder of the same model whose rows are added beside the intended row (or every row,
-    ``settings.int8_rows="all"``), compared paired and timed. Returns one :class:`Result`
+    ``settings.int8_rows="all"``), compared paired and timed. Returns one :class:`Row`
     per row in candidate order (rows that cannot differ merged, :mod:`.grouping`), the
-    model's intended pooling flagged, with bootstrap intervals unless
-    ``settings.bootstrap`` is 0. Raises :class:`DataError` for data the protocol cannot
+    model's intended pooling flagged, and every row key's per-unit evaluation
+    (:func:`poolkit.compare.summary.summarize` turns them into results). Raises :class:`DataError` for data the protocol cannot
     use; ValueError for unknown strategies.
     """
     level = LEVELS[settings.task]
+    # Hybrid rows (retrieval) fuse two rows' rankings (.hybrid); named among the strategies.
+    named, hybrids = split_hybrids(settings.strategies)
+    hybrids = [*settings.hybrids, *hybrids]
+    if hybrids and settings.task != "retrieval":
+        raise HybridError(f"--recipes {hybrids[0]}: hybrid rows fuse rankings: use them "
+                          "with --task retrieval.")  # fmt: skip
     # Sparse and BM25 rows (retrieval) are scored on their own path (.sparse_rows).
-    strategies, extra = split_extra(settings.strategies, settings.task)
+    strategies, extra = split_extra(named, settings.task)
     intended = encoder.info.intended_recipe() if level == "sequence" else None
     own_sparse = None  # a sparse model's own pooling: its row is the * row
     if intended is not None and intended.kind != "dense":  # a sparse model: its own row
@@ -135,6 +163,12 @@ def compare(
     dense = [r for r in reps if r.level != "multivector"]  # MaxSim rows: their own facts
     widths = _plan_budget(encoder, settings, chosen, dense, quantized)
     _plan_documents(encoder, settings, chosen, quantized)
+    if settings.task == "retrieval":
+        if settings.strategies is None:  # the defaults: the * row fused with BM25, SPLADE
+            hybrids += default_hybrids(chosen, extra)
+        settings.hybrids = hybrids
+        settings.costs = {}
+        hybrids = fuse_plan(settings, row_keys(grouped, settings, extra, RERANK))
     score = _SCORERS[settings.task]
     timed = TimedEncoder(encoder)
     evaluations = {
@@ -184,6 +218,11 @@ def compare(
                 per_doc = facts.get((base, label), {}).get("vectors_per_document")
                 rows.append(Row((base, label), base, (base,), backend=settings.backend,
                                 documents=label, vectors_per_document=per_doc))  # fmt: skip
+    if hybrids:
+        evaluations.update(hybrid_evaluations(hybrids, settings, data))
+        rows += [Row((h, None), h, (h,), backend=settings.backend) for h in hybrids]
+    if settings.task == "retrieval":
+        rows = priced(rows, settings)
     if quantized is not None:
         twins = [chosen] if settings.int8_rows == "intended" and chosen else reps
         timed_q = TimedEncoder(quantized)
@@ -197,7 +236,7 @@ def compare(
                         intended=g[0] == chosen, backend=settings.backend, quantize="int8",
                         reference=(g[0], None), speedup=speedup, seconds=timed_q.seconds)
                 )  # fmt: skip
-    return summarize(settings.task, rows, evaluations, settings.bootstrap, settings.seed)
+    return rows, evaluations
 
 
 def _plan_budget(

@@ -19,6 +19,7 @@ stored as (int32 index, float32 weight) per active term, and with float16 weight
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -132,22 +133,27 @@ def sparsity_facts(queries: Any, documents: Any) -> dict[str, float]:
     }
 
 
-def sparse_ranked(queries: Any, documents: Any, k: int, ties: np.ndarray) -> np.ndarray:
-    """Top-``k`` documents per query by exact sparse dot product (ties as the dense rows')."""
+def sparse_ranked(
+    queries: Any, documents: Any, k: int, ties: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` documents per query by exact sparse dot product (ties as the dense rows'):
+    indices and scores ``(Q, k)``."""
     from poolkit.compare.search import top_k_by
 
     def scores(q0: int, q1: int, d0: int, d1: int) -> np.ndarray:
         block = queries[q0:q1] @ documents[d0:d1].T
         return np.asarray(block.toarray(), dtype=np.float32)
 
-    ranked, _ = top_k_by(scores, queries.shape[0], documents.shape[0], k, ties, doc_block=4096)
-    return ranked
+    return top_k_by(scores, queries.shape[0], documents.shape[0], k, ties, doc_block=4096)
 
 
 def bm25_ranked(
     queries: Sequence[str], documents: Sequence[str], row: BM25, k: int, ties: np.ndarray
-) -> np.ndarray:
-    """Top-``k`` documents per query by ``bm25s``' scores (ties as the dense rows')."""
+) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Top-``k`` documents per query by ``bm25s``' scores (ties as the dense rows'):
+    indices and scores ``(Q, k)``, and the row's cost (:mod:`poolkit.compare.cost`):
+    ``bytes_per_document`` (the index's stored (document, term) scores per document, each
+    a value and a document index), ``query_ms`` (tokenising) and ``search_ms`` per query."""
     import bm25s
 
     from poolkit.compare.search import top_k_by
@@ -155,12 +161,23 @@ def bm25_ranked(
     index = bm25s.BM25(k1=row.k1, b=row.b)
     index.index(bm25s.tokenize(list(documents), stopwords="en", show_progress=False),
                 show_progress=False)  # fmt: skip
+    began = time.perf_counter()
     tokens = bm25s.tokenize(list(queries), stopwords="en", return_ids=False, show_progress=False)
+    tokenized = time.perf_counter()
     n = len(documents)
     matrix = np.stack([index.get_scores(list(t)) if t else np.zeros(n, np.float32)
                        for t in tokens]) if tokens else np.zeros((0, n), np.float32)  # fmt: skip
-    ranked, _ = top_k_by(lambda q0, q1, d0, d1: matrix[q0:q1, d0:d1], len(queries), n, k, ties)
-    return ranked
+    ranked, scores = top_k_by(lambda q0, q1, d0, d1: matrix[q0:q1, d0:d1], len(queries), n, k,
+                              ties)  # fmt: skip
+    per_query = 1000 / max(len(queries), 1)
+    stored = index.scores
+    entry = stored["data"].itemsize + stored["indices"].itemsize
+    cost = {
+        "bytes_per_document": float(stored["data"].size * entry / max(n, 1)),
+        "query_ms": (tokenized - began) * per_query,
+        "search_ms": (time.perf_counter() - tokenized) * per_query,
+    }
+    return ranked, scores, cost
 
 
 def score_extra_rows(
@@ -172,25 +189,38 @@ def score_extra_rows(
     ``settings.document_prompt_name``, as the dense rows do; an inference-free model's
     queries go through its query route (:mod:`poolkit.sparse.static`)."""
     from poolkit.compare.evaluation import QueryEval
+    from poolkit.compare.hybrid import keep_depth, record
     from poolkit.compare.retrieval import DEPTH, query_metrics
     from poolkit.compare.search import id_order
 
     ties = id_order(data.doc_ids)
     out: dict[Any, Any] = {}
     facts: dict[Any, dict[str, float]] = {}
+    costs = getattr(settings, "costs", {})
+    per_query = 1000 / max(len(data.queries), 1)
     sparse = [r for r in rows if not isinstance(r, BM25)]
     if sparse:
         named = {str(r): r for r in sparse}
+        began = time.perf_counter()
         q_vecs = _embed(encoder, data.queries, named, settings, settings.prompt_name, "query")
+        query_ms = (time.perf_counter() - began) * per_query
         d_vecs = _embed(encoder, data.documents, named, settings, settings.document_prompt_name,
                         "document")  # fmt: skip
         for name, r in named.items():
-            ranked = sparse_ranked(q_vecs[name], d_vecs[name], DEPTH, ties)
+            began = time.perf_counter()
+            ranked, scores = sparse_ranked(q_vecs[name], d_vecs[name],
+                                           keep_depth(settings, (r, None), DEPTH), ties)  # fmt: skip
+            costs[(r, None)] = {"query_ms": query_ms,
+                                "search_ms": (time.perf_counter() - began) * per_query}  # fmt: skip
+            record(settings, (r, None), ranked, scores)
             out[r] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
             facts[r] = sparsity_facts(q_vecs[name], d_vecs[name])
     for r in rows:
         if isinstance(r, BM25):
-            ranked = bm25_ranked(data.queries, data.documents, r, DEPTH, ties)
+            ranked, scores, costs[(r, None)] = bm25_ranked(
+                data.queries, data.documents, r, keep_depth(settings, (r, None), DEPTH), ties
+            )
+            record(settings, (r, None), ranked, scores)
             out[r] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
     return out, facts
 

@@ -205,7 +205,10 @@ def export(
     check_stage_export(parsed, format, calibration)  # a compare row's recipe, too
     normalize = parsed.resolved_normalize(info.normalize)
     ranges = stage_ranges(encoder, parsed, calibration)
-    hidden = int(info.hidden_size or 0)
+    from poolkit.plan import make_plan
+
+    # The width the exported model gives: after the model's own modules (a Dense) and dims.
+    (output,) = make_plan(encoder, {"r": parsed}, prompt="").outputs().values()
     record: dict[str, Any] = {
         "poolkit_export": RECORD_VERSION,
         "format": format,
@@ -213,7 +216,7 @@ def export(
         "recipe_json": parsed.to_json(),
         "description": _describe(parsed),
         "normalize": normalize,
-        "output_dim": parsed.output_dim(hidden) if hidden else None,
+        "output_dim": output.dims,
         "max_length": encoder.max_length,
         "source": {
             "model": info.reference,
@@ -225,8 +228,6 @@ def export(
     with AtomicDir(out, replace=replace) as work:
         if format == "sentence-transformers":
             _write_st(encoder, parsed, normalize, work, record)
-            if parsed.dims is not None:
-                record["output_dim"] = parsed.dims
             load = _ST_LOAD
         else:
             _write_onnx(encoder, parsed, normalize, quantize, work, record, ranges)
@@ -282,12 +283,9 @@ def _write_st(
             )
     width = None
     if recipe.dims is not None:
-        from poolkit.embedding import head_plan, pooled_width
+        from poolkit.plan import make_plan
 
-        heads, _, _ = head_plan(encoder, {str(recipe): recipe.pooling}, "full")
-        head = heads.get(recipe.pooling)
-        width = pooled_width(encoder, recipe.pooling)
-        width = head.out_dim(width) if head is not None else width
+        width = make_plan(encoder, {"r": recipe.pooling}, prompt="").widths["r"]
     modules = copy_pipeline(source, transformer_dir(source), work, pooling, normalize,
                             encoder.max_length, recipe.dims, width)  # fmt: skip
     record["modules"] = modules
@@ -305,14 +303,14 @@ def _write_onnx(
 ) -> None:
     from poolkit.backends.onnx import quantize_int8, transformer_dir
     from poolkit.deploy.graph import build_graph
-    from poolkit.embedding import head_plan
+    from poolkit.plan import make_plan
 
     info = encoder.info
     staged, recipe = recipe, recipe.pooling  # the float graph first, then the output stage
     # The model's Dense/LayerNorm modules go into the graph as poolkit.embed applies them; a
     # module poolkit cannot apply, or a recipe width the head cannot take, is refused here
     # (PipelineError, naming the module) before anything is exported.
-    heads, _, _ = head_plan(encoder, {str(recipe): recipe}, "full")
+    heads = make_plan(encoder, {str(recipe): recipe}, prompt="").heads
     special = list(encoder.special_tokens.ids)
     fp32 = work / ("model-fp32.onnx" if quantize else "model.onnx")
     graph = build_graph(

@@ -42,11 +42,12 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
     rows = doc.get("results") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
         raise _bad(path, which="has no rows under `results`")
-    # A document row (window, naive or late chunks) is a way to cut a corpus, and a BM25
-    # row needs no model, so no model folder carries either: the top row a folder can hold
-    # is the choice.
+    # A document row (window, naive or late chunks) is a way to cut a corpus, a BM25 row
+    # needs no model and a hybrid row (``sides``) is two rows, so no model folder carries
+    # any of them: the top row a folder can hold is the choice.
     rank, top = next(((k, r) for k, r in enumerate(rows, 1) if isinstance(r, dict)
-                      and not r.get("documents") and not _is_bm25(r)), (1, rows[0]))  # fmt: skip
+                      and not r.get("documents") and not _is_bm25(r) and not r.get("sides")),
+                     (1, rows[0]))  # fmt: skip
     above = rows[: rank - 1]
     try:
         recipe = Recipe.parse(top["recipe"])

@@ -47,17 +47,17 @@ def check_stage_export(recipe: Recipe, format: str, calibration: Any) -> None:
 def stage_ranges(encoder: Any, recipe: Recipe, calibration: Any) -> Calibration | None:
     """``recipe``'s ``dims`` checked against the model's width, and its int8/uint8 ranges
     from ``calibration`` (as :func:`poolkit.embed` takes it; None without int8/uint8)."""
-    from poolkit.embedding import calibrate_recipes, check_output_stages, head_plan
+    from poolkit.embedding import calibrate_recipes
+    from poolkit.plan import make_plan
 
     if not recipe.has_output_stage:
         return None
-    name = str(recipe)
-    heads, _, _ = head_plan(encoder, {name: recipe.pooling}, "full")
-    check_output_stages(encoder, {name: recipe}, heads, None)  # dims fit, before calibrating
+    one = {str(recipe): recipe}
+    make_plan(encoder, one, prompt="")  # dims fit, before calibrating
     if calibration is None:
         return None
-    ranges = calibrate_recipes(encoder, {name: recipe}, calibration)
-    return check_output_stages(encoder, {name: recipe}, heads, ranges)[name]
+    return make_plan(encoder, one, prompt="",
+                     calibration=calibrate_recipes(encoder, one, calibration)).ranges[str(recipe)]  # fmt: skip
 
 
 def append_output_stage(

@@ -187,10 +187,13 @@ class ShardCheckpoint(Checkpoint):
     def put(self, block: tuple[int, int, Any]) -> None:
         """Write a block of input file ``k``'s rows, ``(k, first id, pyarrow.Table)`` as
         :func:`~poolkit.cli._ray_resume.split_by_file` cuts them, as a shard; once every
-        row of file ``k`` is in, record it done (:meth:`finish`), shards in row order."""
+        row of file ``k`` is in, record it done (:meth:`finish`), shards in row order.
+        Rows are counted by distinct ``id``: with ``--chunks`` a row of the file gives one
+        table row per chunk, each with the row's id."""
         k, first, table = block
         pending = self._pending.setdefault(k, [])
-        pending.append((first, table.num_rows, self.add_shard(table)))
+        rows = len(table.column("id").unique())
+        pending.append((first, rows, self.add_shard(table)))
         if sum(n for _, n, _ in pending) == self._stamps[k]["rows"]:
             if k < len(self._unchanged) and self._unchanged[k] is not None:
                 self._unchanged[k].check()

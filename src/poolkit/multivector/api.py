@@ -116,7 +116,7 @@ def embed_multivector_recipe(
     check_width(encoder, recipe)
     late = late_interaction(encoder)
     text = side_prompt(late, prompt_name, prompt)
-    out, stats = embed_multivector(texts, encoder, recipe, side=side_of(prompt_name), prompt=text,
+    out, _, stats = embed_multivector(texts, encoder, recipe, side=side_of(prompt_name), prompt=text,
                                    max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
     warn_truncated(stats, stacklevel=4)
     if recipe.muvera is not None:

@@ -30,7 +30,6 @@ from poolkit.output import quantize, truncate
 __all__ = [
     "TokenBatch",
     "embed_multivector",
-    "embed_multivector_offsets",
     "finish",
     "iter_token_vectors",
     "late_interaction",
@@ -168,39 +167,17 @@ def embed_multivector(
     prompt: str | None,
     max_batch_tokens: int | None = None,
     progress: Callable[[int], None] | None = None,
-) -> tuple[list[np.ndarray], EmbedStats]:
-    """Per text, the recipe's ``(tokens, dims)`` array (MUVERA: ``(dims,)``), in input
-    order, and the run's :class:`EmbedStats`."""
-    out, _, stats = _embed(texts, encoder, recipe, side, prompt, max_batch_tokens, progress, False)
-    return out, stats
-
-
-def embed_multivector_offsets(
-    texts: Sequence[str],
-    encoder: Encoder,
-    recipe: Any,
-    *,
-    side: str,
-    prompt: str | None,
-    max_batch_tokens: int | None = None,
-    progress: Callable[[int], None] | None = None,
+    keep_offsets: bool = False,
 ) -> tuple[list[np.ndarray], list[np.ndarray], EmbedStats]:
-    """As :func:`embed_multivector`, with each text's token character offsets ``(n, 2)``
-    int64 into the text (half-open; ``(0, 0)`` for special, prompt and expansion tokens),
-    row for row with its vectors. A recipe that merges tokens (``/poolF``) or folds them
+    """``(vectors, offsets, stats)``: per text, in input order, the recipe's ``(tokens,
+    dims)`` array (MUVERA: ``(dims,)``); with ``keep_offsets`` each text's token character
+    offsets ``(n, 2)`` int64 into the text (half-open; ``(0, 0)`` for special, prompt and
+    expansion tokens), row for row with its vectors, else an empty list; and the run's
+    :class:`EmbedStats`. A recipe that merges tokens (``/poolF``) or folds them
     (``/muvera``) has no offsets per vector: refused."""
-    if recipe.pool_factor is not None or recipe.muvera is not None:
+    if keep_offsets and (recipe.pool_factor is not None or recipe.muvera is not None):
         value_error("recipe", "one vector per token (no /poolF, no /muvera) for token offsets",
                     str(recipe), "A pooled vector spans merged tokens: drop the offsets.")  # fmt: skip
-    return _embed(texts, encoder, recipe, side, prompt, max_batch_tokens, progress, True)
-
-
-def _embed(
-    texts: Sequence[str], encoder: Encoder, recipe: Any, side: str, prompt: str | None,
-    max_batch_tokens: int | None, progress: Callable[[int], None] | None, keep_offsets: bool,
-) -> tuple[list[np.ndarray], list[np.ndarray], EmbedStats]:  # fmt: skip
-    """``(vectors, offsets, stats)`` of :func:`embed_multivector_offsets` (``offsets``
-    empty unless ``keep_offsets``)."""
     began = time.perf_counter()
     late = late_interaction(encoder)
     normalize = recipe.resolved_normalize(late.normalize)

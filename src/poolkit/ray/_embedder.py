@@ -50,13 +50,16 @@ class Embedder:
         keep_text: keep ``text_column`` in the output (``False`` drops it).
         num_threads: torch threads; ``None``: the actor's CPUs (left alone outside Ray).
         **options: recipe shorthands (``layers``, ``layer_how``, ``exclude_special``),
-            ``long_text``, or :class:`~poolkit.Encoder` settings (``device``, ``dtype``,
-            ``max_length``, ``max_batch_tokens``, ``backend``, ``quantize``, ``calibrate``).
+            ``long_text``, ``prompt_name``, ``prompt``, ``pipeline``, ``calibration`` (an
+            int8/uint8 recipe's ranges by column name, computed once for every actor, as
+            :func:`poolkit.embedding.embed_recipes` takes them), or :class:`~poolkit.Encoder`
+            settings (``device``, ``dtype``, ``max_length``, ``max_batch_tokens``,
+            ``backend``, ``quantize``, ``calibrate``).
 
     ``__call__`` takes a batch (``pyarrow.Table``, or a dict of NumPy arrays) of ``B``
     rows and returns it with every input column unchanged (row ids included) plus one
-    column per recipe: ``fixed_size_list<float32>[D]`` for tables, float32 ``(B, D)``
-    for dicts. Sparse recipes (``splade``) and multi-vector ones take their own paths
+    column per recipe: ``fixed_size_list<float32>[D]`` for tables (a recipe's output
+    stage: its stored type, e.g. int8), float32 ``(B, D)`` for dicts. Sparse recipes (``splade``) and multi-vector ones take their own paths
     (those of :func:`poolkit.embed`) and give the columns ``poolkit embed`` writes to
     Parquet (:mod:`poolkit.ray._columns`): ``<name>_indices``/``<name>_values`` lists
     (the table's metadata holds the record ``poolkit embed`` writes with them: recipe and
@@ -69,7 +72,7 @@ class Embedder:
     _ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backend", "quantize",
                         "calibrate")  # fmt: skip
     _RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
-    _EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline")
+    _EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline", "calibration")
 
     def __init__(
         self,
@@ -102,9 +105,10 @@ class Embedder:
         self.text_column = text_column
         self.keep_text = keep_text
         self.long_text = options.get("long_text", "truncate")
-        # Prompt and pipeline checked now, on the actor's first start, not per batch.
-        self.embed_options = {k: options[k] for k in ("prompt_name", "prompt", "pipeline")
-                              if k in options}  # fmt: skip
+        # Prompt and pipeline checked now, on the actor's first start, not per batch; the
+        # int8/uint8 ranges come computed (every actor quantises with the same ones).
+        self.embed_options = {k: options[k] for k in ("prompt_name", "prompt", "pipeline",
+                                                      "calibration") if k in options}  # fmt: skip
         self.kind = _kind(self.recipes)
         self.widths: dict[str, int] = {}  # column -> vector width, once a batch is embedded
         self._prepare(options.get("prompt_name"), options.get("prompt"))
@@ -209,7 +213,7 @@ class Embedder:
         from poolkit.multivector.encode import embed_multivector
 
         name, recipe = next(iter(self.recipes.items()))
-        out, _ = embed_multivector(texts, self.encoder, recipe, side=self.side,
+        out, _, _ = embed_multivector(texts, self.encoder, recipe, side=self.side,
                                    prompt=self.prompt)  # fmt: skip
         if recipe.muvera is not None:  # one dense vector a text
             width = recipe.muvera.output_dim()
@@ -245,14 +249,8 @@ class Embedder:
                 out.extend(sparse_columns(name, value))
             elif isinstance(value, list):
                 out.append((name, ragged_column(value, self.widths[name])))
-            elif self.kind == "multivector":  # MUVERA, stored as the local writer stores it
+            else:  # dense or MUVERA, stored as the local writer stores them
                 out.append((name, dense_column(value)))
-            else:
-                import pyarrow as pa
-
-                arr = np.ascontiguousarray(value, dtype=np.float32)
-                flat = pa.array(arr.reshape(-1), pa.float32())
-                out.append((name, pa.FixedSizeListArray.from_arrays(flat, arr.shape[1])))
         return out
 
     def __call__(self, batch: Batch) -> Batch:

@@ -1,0 +1,128 @@
+"""The quality/cost frontier of a retrieval comparison, and the best row within a budget.
+
+A row is *on a frontier* when no other row has a higher main metric at no more cost and no
+row has the same metric at a lower cost (Pareto: quality up, cost down); rows equal on
+both are all on it. Two costs give two frontiers: bytes per stored document
+(:func:`bytes_cost`) and query time (:data:`QUERY_COST`, ms per query). A row whose cost
+is unknown is on neither side of that frontier: it is not marked and beats no row.
+
+A budget (``--max-bytes-per-doc N``, ``--max-query-ms T``) keeps the best row whose cost is
+at most the limit (:func:`best_within`), and names the rows it cannot be told apart from:
+those whose paired bootstrap interval of the difference on the main metric includes 0
+(:func:`untold`, on the same resamples as the table's intervals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from poolkit.compare.bootstrap import interval
+
+__all__ = [
+    "COSTS",
+    "QUERY_COST",
+    "best_within",
+    "bytes_cost",
+    "cheapest",
+    "costs",
+    "mark",
+    "pareto",
+    "untold",
+]
+
+
+def pareto(quality: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """Which rows are on the frontier: bool ``(N,)``.
+
+    ``quality`` float ``(N,)`` (higher is better), ``cost`` float ``(N,)`` (lower is
+    better; NaN: unknown, never on the frontier and dominating no row). Row ``i`` is off
+    it when a known-cost row ``j`` has ``quality[j] >= quality[i]`` and ``cost[j] <=
+    cost[i]``, one of them strictly."""
+    q = np.asarray(quality, dtype=np.float64)
+    c = np.asarray(cost, dtype=np.float64)
+    known = ~np.isnan(c)
+    qj, qi = q[:, None], q[None, :]  # [j, i]: does row j dominate row i?
+    cj, ci = c[:, None], c[None, :]
+    with np.errstate(invalid="ignore"):
+        dominates = (qj >= qi) & (cj <= ci) & ((qj > qi) | (cj < ci)) & known[:, None]
+    return known & ~dominates.any(axis=0)
+
+
+def best_within(quality: np.ndarray, cost: np.ndarray, limit: float) -> int | None:
+    """Index of the best row with ``cost <= limit`` (the first of equals, in the given
+    order), or None when no known cost is within it. Shapes as :func:`pareto`."""
+    c = np.asarray(cost, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        ok = np.flatnonzero(c <= limit)  # NaN compares False: unknown costs are out
+    if ok.size == 0:
+        return None
+    q = np.asarray(quality, dtype=np.float64)[ok]
+    return int(ok[np.flatnonzero(q == q.max())[0]])
+
+
+def cheapest(cost: np.ndarray) -> int | None:
+    """Index of the lowest known cost (the first of equals), or None when none is known."""
+    c = np.asarray(cost, dtype=np.float64)
+    if np.isnan(c).all():
+        return None
+    return int(np.nanargmin(c))
+
+
+def untold(point: np.ndarray, boot: np.ndarray, chosen: int, level: float = 0.95) -> np.ndarray:
+    """Which rows cannot be told apart from row ``chosen``: bool ``(N,)`` (False for the
+    row itself). ``point`` ``(N,)``: the main metric on the data; ``boot`` ``(R, N)``: it
+    on the same ``R`` resamples; a row is untold when the percentile interval at
+    ``level`` of ``boot[:, k] - boot[:, chosen]`` includes 0."""
+    out = np.zeros(len(point), dtype=bool)
+    for k in range(len(point)):
+        if k != chosen:
+            lo, hi = interval(boot[:, k] - boot[:, chosen], level)
+            out[k] = lo <= 0 <= hi
+    return out
+
+
+# ---------------------------------------------------------------------------- on results
+
+
+def bytes_cost(r: Any) -> float | None:
+    """A result's bytes per stored document: ``bytes_per_document`` when set, else
+    ``bytes_per_vector`` where that is the same quantity (one vector per document, or a
+    multi-vector row, whose ``bytes_per_vector`` counts a whole document); else None."""
+    if r.bytes_per_document is not None:
+        return float(r.bytes_per_document)
+    if r.bytes_per_vector is not None and r.documents is None:
+        return float(r.bytes_per_vector)
+    return None
+
+
+def _query_cost(r: Any) -> float | None:
+    value = getattr(r, "query_ms", None)  # set by the rows' cost columns where measured
+    return None if value is None else float(value)
+
+
+QUERY_COST: Callable[[Any], float | None] = _query_cost
+# flag name -> (what the limit bounds, the cost of a result, its unit)
+COSTS: dict[str, tuple[str, Callable[[Any], float | None], str]] = {
+    "--max-bytes-per-doc": ("bytes per document", bytes_cost, "bytes"),
+    "--max-query-ms": ("query time", QUERY_COST, "ms per query"),
+}
+
+
+def costs(results: Sequence[Any], cost: Callable[[Any], float | None]) -> np.ndarray:
+    """float ``(N,)``: each result's cost, NaN where unknown."""
+    return np.array([np.nan if (v := cost(r)) is None else v for r in results], dtype=np.float64)
+
+
+def mark(results: Sequence[Any], metric: str) -> list[Any]:
+    """``results`` with ``frontier_bytes`` and ``frontier_query`` set (main ``metric``)."""
+    quality = np.array([r.metrics[metric] for r in results], dtype=np.float64)
+    on_bytes = pareto(quality, costs(results, bytes_cost))
+    on_query = pareto(quality, costs(results, QUERY_COST))
+    return [
+        replace(r, frontier_bytes=bool(b), frontier_query=bool(q))
+        for r, b, q in zip(results, on_bytes, on_query, strict=True)
+    ]

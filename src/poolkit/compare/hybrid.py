@@ -1,0 +1,225 @@
+"""Hybrid rows of ``compare --task retrieval``: two rows of the same run fused into one
+ranking (:mod:`poolkit.compare.fusion`), scored, bootstrapped and paired like any row.
+
+Names, as ``--recipes`` takes them (``A`` and ``B`` are row names of the table:
+``mean``, ``bm25``, ``mean/256/int8``, ``mean/binary +rescore``, ``splade``, ...):
+
+- ``rrf(A,B)``: reciprocal rank fusion, ``k`` = 60, over each side's top 1000;
+  ``rrf(A,B,k=K,depth=D)`` changes them (the name shows what differs from the defaults).
+- ``fuse(A,B,W)``: ``W * A + (1 - W) * B`` of min-max normalised scores over each side's
+  top 1000 (``W`` 0..1, default 0.5); ``,norm=z`` for z-scores, ``,depth=D`` as above.
+  Rows that keep no scores (the ``/DIMS``, ``/PRECISION`` rows, ``+rescore`` rows,
+  chunked documents) fuse by ``rrf`` only.
+
+A side's ranking is as deep as its search gives it: exact searches (dense, BM25, sparse,
+MaxSim, MUVERA, stored budget rows) are searched to ``depth`` for a row that is fused; a
+``+rescore`` row or a MUVERA ``+rescore`` row holds its re-ranked top 100, a chunked
+documents row its top 100. Without ``--recipes`` a retrieval run adds ``rrf(*,bm25)`` and
+``rrf(*,S)`` for each sparse row ``S`` (``*``: the intended dense row).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from poolkit.compare.fusion import NORMS, RRF_K, rrf, score_fusion
+from poolkit.errors import InputError
+
+__all__ = [
+    "DEPTH",
+    "Hybrid",
+    "HybridError",
+    "Ranking",
+    "default_hybrids",
+    "fused",
+    "keep_depth",
+    "parse_hybrid",
+    "record",
+    "resolve",
+    "side_rows",
+    "split_hybrids",
+]
+
+DEPTH = 1000  # each side's top 1000, as MTEB keeps a retrieval run
+_NAME = re.compile(r"^\s*(rrf|fuse)\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
+
+
+class HybridError(InputError):
+    """A hybrid row that names no row of the run, or fuses what it cannot."""
+
+
+@dataclass(frozen=True)
+class Hybrid:
+    """A hybrid row: ``method`` ``"rrf"`` or ``"fuse"`` of the rows named ``parts`` (as
+    parsed: the comma-separated pieces of the names, joined into two row names by
+    :func:`resolve`), with RRF's ``k``, each side's ``depth``, and the score fusion's
+    ``weight`` (of the first row) and ``norm``. ``sides``: the two rows' keys once
+    resolved."""
+
+    method: str
+    parts: tuple[str, ...]
+    k: int = RRF_K
+    depth: int = DEPTH
+    weight: float = 0.5
+    norm: str = "minmax"
+    sides: tuple[Hashable, ...] = field(default=(), compare=False)
+    level = "hybrid"
+    kind = "hybrid"
+    layers = None
+    precision = None
+    dims = None
+    muvera = None
+    has_output_stage = False
+
+    def __str__(self) -> str:
+        args = list(self.parts)
+        if self.method == "fuse":
+            args.append(f"{self.weight:g}")
+            if self.norm != "minmax":
+                args.append(f"norm={self.norm}")
+        elif self.k != RRF_K:
+            args.append(f"k={self.k}")
+        if self.depth != DEPTH:
+            args.append(f"depth={self.depth}")
+        return f"{self.method}({','.join(args)})"
+
+    @property
+    def strategy(self) -> str:
+        return str(self)
+
+
+def _bad(name: str, fix: str) -> HybridError:
+    return HybridError(f"--recipes {name}: {fix}")
+
+
+def parse_hybrid(name: Any) -> Hybrid | None:
+    """The :class:`Hybrid` named ``name`` (``rrf(mean,bm25)``, ``fuse(mean,bm25,0.3)``), or
+    None for a name that is not a hybrid's. Raises :class:`HybridError` for a malformed
+    one."""
+    if isinstance(name, Hybrid):
+        return name
+    m = _NAME.match(name) if isinstance(name, str) else None
+    if m is None:
+        return None
+    method = m.group(1).lower()
+    pieces = [p.strip() for p in m.group(2).split(",")]
+    options: dict[str, Any] = {}
+    while pieces and re.fullmatch(r"(k|depth|norm)\s*=.*", pieces[-1]):
+        key, _, raw = pieces.pop().partition("=")
+        options[key.strip()] = raw.strip()
+    weight = 0.5
+    if method == "fuse" and len(pieces) > 2 and re.fullmatch(r"[0-9.eE+-]+", pieces[-1]):
+        try:
+            weight = float(pieces.pop())
+        except ValueError:
+            raise _bad(name, "the weight is not a number; e.g. fuse(mean,bm25,0.5).") from None
+    if len(pieces) < 2 or not all(pieces):
+        raise _bad(name, f"expected {method}(A,B) of two row names, e.g. {method}(mean,bm25).")
+    try:
+        k = int(options.pop("k", RRF_K))
+        depth = int(options.pop("depth", DEPTH))
+    except ValueError:
+        raise _bad(name, "k and depth are whole numbers; e.g. rrf(mean,bm25,k=60).") from None
+    norm = options.pop("norm", "minmax")
+    if method == "rrf" and norm != "minmax":
+        raise _bad(name, "norm= is a fuse() option; rrf fuses ranks.")
+    if method == "fuse" and k != RRF_K:
+        raise _bad(name, "k= is an rrf() option; fuse() weighs scores (fuse(A,B,W)).")
+    if k < 0 or depth < 1 or not 0.0 <= weight <= 1.0 or norm not in NORMS:
+        raise _bad(name, f"expected k >= 0, depth >= 1, a weight in 0..1 and norm "
+                         f"{' or '.join(NORMS)}.")  # fmt: skip
+    return Hybrid(method, tuple(pieces), k, depth, weight, norm)
+
+
+def split_hybrids(names: Sequence[Any] | None) -> tuple[list[Any] | None, list[Hybrid]]:
+    """``(other names, hybrids)`` of ``names`` (None stays None)."""
+    if names is None:
+        return None, []
+    rest: list[Any] = []
+    hybrids: list[Hybrid] = []
+    for n in names:
+        h = parse_hybrid(n)
+        if h is None:
+            rest.append(n)
+        elif h not in hybrids:
+            hybrids.append(h)
+    return rest, hybrids
+
+
+def default_hybrids(dense: Any, extra: Sequence[Any]) -> list[Hybrid]:
+    """``rrf(dense, X)`` for each BM25 and sparse row ``X`` of ``extra``."""
+    if dense is None:
+        return []
+    return [Hybrid("rrf", (str(dense), str(x))) for x in extra]
+
+
+def resolve(hybrids: Sequence[Hybrid], keys: Mapping[str, Hashable]) -> list[Hybrid]:
+    """Each hybrid with its ``parts`` joined into two row names of ``keys`` (row name ->
+    row key) and ``sides`` set; raises :class:`HybridError` naming the known rows for a
+    part that names none."""
+    out = []
+    for h in hybrids:
+        found = None
+        for cut in range(1, len(h.parts)):
+            a, b = ",".join(h.parts[:cut]), ",".join(h.parts[cut:])
+            if a in keys and b in keys:
+                found = (a, b)
+                break
+        if found is None:
+            unknown = next((p for p in h.parts if p not in keys), ",".join(h.parts))
+            raise _bad(str(h), f"no row named {unknown!r} in this run (rows: "
+                               f"{', '.join(keys)}); add it to --recipes.")  # fmt: skip
+        if found[0] == found[1]:
+            raise _bad(str(h), "fuses a row with itself; name two different rows.")
+        out.append(replace(h, parts=found, sides=(keys[found[0]], keys[found[1]])))
+    return out
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """One row's kept ranking: ``ranked`` int64 ``(Q, K)`` best first and its ``scores``
+    ``(Q, K)`` (None where the row keeps none)."""
+
+    ranked: np.ndarray
+    scores: np.ndarray | None = None
+
+
+def fused(
+    hybrid: Hybrid, rankings: Mapping[Hashable, Ranking], n_docs: int, id_order: np.ndarray
+) -> np.ndarray:
+    """The fused ranking ``(Q, K)`` of a resolved ``hybrid`` from its sides' rankings."""
+    a, b = (rankings[s] for s in hybrid.sides)
+    if hybrid.method == "rrf":
+        return rrf(a.ranked, b.ranked, n_docs, id_order, hybrid.k, hybrid.depth)
+    for name, side in zip(hybrid.parts, (a, b), strict=True):
+        if side.scores is None:
+            raise _bad(str(hybrid), f"{name} keeps no scores to normalise (a /DIMS, "
+                                    "/PRECISION, +rescore or chunked row); fuse it by rrf.")  # fmt: skip
+    return score_fusion(a.ranked, a.scores, b.ranked, b.scores, n_docs, id_order,
+                        hybrid.weight, hybrid.norm, hybrid.depth)  # fmt: skip
+
+
+def keep_depth(settings: Any, key: Hashable, depth: int) -> int:
+    """How deep to search row ``key``: ``depth``, or deeper where a hybrid fuses it."""
+    return max(depth, getattr(settings, "keep", {}).get(key, 0))
+
+
+def record(settings: Any, key: Hashable, ranked: np.ndarray, scores: Any = None) -> None:
+    """Keep row ``key``'s ranking (and scores) where a hybrid fuses it."""
+    if key in getattr(settings, "keep", {}):
+        settings.rankings[key] = Ranking(ranked, None if scores is None else np.asarray(scores))
+
+
+def side_rows(hybrid: Hybrid) -> list[tuple[str, Any, bool, str | None]]:
+    """Each side of a resolved ``hybrid`` as ``(row name, recipe, rescore, documents)``:
+    what its ``embed`` command needs."""
+    out = []
+    for name, (recipe, label) in zip(hybrid.parts, hybrid.sides, strict=True):
+        documents = label if label not in (None, "stored", "rescore") else None
+        out.append((name, recipe, label == "rescore", documents))
+    return out

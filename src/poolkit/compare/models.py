@@ -1,0 +1,120 @@
+"""Several models in one ``compare`` run: each model's rows in one table, all paired.
+
+Each model runs :func:`poolkit.compare.runner.planned_rows` on the same data (its own
+forward passes: every distinct query and document once per model), and the rows of all
+models are summarized together (:func:`poolkit.compare.summary.summarize`): every row is
+scored on the same bootstrap resamples of the same units (queries, pairs, examples), so
+intervals, ``vs *`` and ``vs best`` stay paired across models.
+
+The reference row ``*`` is the *first* model's intended pooling: ``vs *`` compares every
+row, of every model, with it (the question "does another model or pooling beat the one I
+use?"); the other models' own poolings are rows like the rest. Model-free rows (BM25)
+come once, with the first model. A multi-vector folder's own recipe (its
+``MultiVectorEncoder`` / PyLate pipeline) takes part beside its rows (retrieval), as a
+sparse model's own row always does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolkit.compare import bootstrap as bs
+from poolkit.compare.candidates import default_strategies
+from poolkit.compare.frontier import untold
+from poolkit.compare.report import Result
+from poolkit.compare.runner import Settings, planned_rows
+from poolkit.compare.summary import summarize
+from poolkit.recipe import Recipe
+
+__all__ = ["Compared", "compare_models", "labels", "untold_rows"]
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A run's results (rows order) with each one's evaluation key, and the evaluations
+    (what :func:`untold_rows` resamples again)."""
+
+    results: list[Result]
+    keys: list[Hashable]
+    evaluations: dict[Hashable, Any]
+
+
+def labels(models: Sequence[str]) -> list[str]:
+    """Short, distinct labels of ``models`` (as ``--model`` names them): the folder's or hub
+    id's last part, ``#2``, ``#3`` after repeats of it."""
+    out: list[str] = []
+    for m in models:
+        base = Path(str(m).rstrip("/\\")).name or str(m)
+        label, k = base, 1
+        while label in out:
+            k += 1
+            label = f"{base}#{k}"
+        out.append(label)
+    return out
+
+
+def _own_strategies(encoder: Any, settings: Settings) -> Any:
+    """The strategies a model runs with among several: ``settings.strategies``, with a
+    multi-vector folder's own recipe added (retrieval), as a sparse model's own row is."""
+    info = encoder.info
+    own = getattr(info, "multivector", None)
+    if settings.task != "retrieval" or not own or not getattr(info, "is_multivector_folder", 0):
+        return settings.strategies
+    if settings.strategies is None:  # the defaults, the dense intended pooling among them
+        intended = str(info.intended_recipe())
+        base = default_strategies("sequence")
+        return (*base, *([] if intended in base else [intended]), own)
+    recipe = Recipe.parse(own)
+    return settings.strategies if recipe in settings.strategies else [*settings.strategies, recipe]
+
+
+def compare_models(
+    encoders: Sequence[tuple[str, Any]],
+    data: Any,
+    settings: Settings,
+    train: Any = None,
+    quantized: Any = None,
+) -> Compared:
+    """Score ``encoders`` (``(model as --model names it, Encoder)`` pairs) on ``data``;
+    one pair: exactly :func:`poolkit.compare.runner.compare`'s rows. ``quantized``: only
+    with one model. ``settings.notes`` gets every model's notes (prefixed by its label when
+    there are several)."""
+    several = len(encoders) > 1
+    names = labels([m for m, _ in encoders])
+    rows: list[Any] = []
+    evaluations: dict[Hashable, Any] = {}
+    for i, ((model, encoder), label) in enumerate(zip(encoders, names, strict=True)):
+        if not several:
+            own_rows, own_evals = planned_rows(encoder, data, settings, train, quantized)
+            rows += own_rows
+            evaluations.update(own_evals)
+            continue
+        own = replace(settings, strategies=_own_strategies(encoder, settings), notes=[],
+                      stages={}, budget_facts={})  # fmt: skip
+        own_rows, own_evals = planned_rows(encoder, data, own, train)
+        settings.notes.extend(f"{label}: {n}" for n in own.notes)
+        for r in own_rows:
+            if i and r.recipe.level == "lexical":
+                continue  # model-free (BM25): the first model's row stands for it
+            key = (i, r.key)
+            rows.append(replace(
+                r, key=key, intended=r.intended and i == 0, model=model, model_label=label,
+                reference=None if r.reference is None else (i, r.reference),
+            ))  # fmt: skip
+            evaluations[key] = own_evals[r.key]
+    results = summarize(settings.task, rows, evaluations, settings.bootstrap, settings.seed)
+    return Compared(results, [r.key for r in rows], evaluations)
+
+
+def untold_rows(run: Compared, chosen: int, resamples: int, seed: int) -> np.ndarray:
+    """Which results cannot be told apart from ``run.results[chosen]`` on the main metric:
+    bool ``(N,)``, on the table's own resamples (same count, same seed)."""
+    boot = bs.resampled_scores({k: run.evaluations[k] for k in run.keys}, resamples, seed)
+    main = np.stack([boot[k][:, 0] for k in run.keys], axis=1)  # (R, N)
+    point = np.array([next(iter(r.metrics.values())) for r in run.results])
+    return untold(point, main, chosen)

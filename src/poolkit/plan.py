@@ -1,0 +1,158 @@
+"""A request resolved once: what each output is, and the one path that makes it.
+
+:func:`make_plan` takes an encoder and the recipes (output stage included) with the prompt,
+the pipeline and the calibration, and resolves, before any forward pass, everything a run
+needs: the prompt text, which recipes get the model's modules after pooling, each
+output's width, and the int8/uint8 ranges. :meth:`Plan.run` then runs texts (or chunk
+rows) to outputs; :meth:`Plan.outputs` says each output's kind, width and bytes per vector
+without running the model. A job embeds its parts with one plan, so nothing is resolved
+per part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from poolkit.driver import EmbedStats, LayerViews, drive, sequence_vectors
+from poolkit.encoder import EncodedBatch, Encoder, LongText
+from poolkit.output import Calibration, bytes_per_vector, quantize, stored_dtype, truncate
+from poolkit.prompts import check_prompt_pooling, resolve_prompt
+from poolkit.recipe import Recipe
+
+__all__ = ["Output", "Plan", "make_plan"]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of a plan, known before the model runs.
+
+    Attributes:
+        kind: ``"dense"`` (one vector per row).
+        dims: dimensions of the stored vector (after the output stage).
+        dtype: the stored NumPy dtype (``float32``, ``float16``, ``int8``, ``uint8``).
+        bytes_per_vector: bytes one stored vector takes (bits packed eight to a byte).
+    """
+
+    kind: str
+    dims: int
+    dtype: np.dtype
+    bytes_per_vector: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Dense recipes resolved for one encoder (see :func:`make_plan`).
+
+    Attributes:
+        recipes: name -> :class:`~poolkit.Recipe`, output stage included.
+        prompt: the prompt text put before every text (``None``: none).
+        heads: pooling recipe -> the model's modules after pooling it gets.
+        model_normalize: whether the model normalises (a recipe's ``normalize=None``).
+        widths: name -> width of the float vectors before the output stage.
+        ranges: name -> the int8/uint8 ranges of the recipes that need them.
+        pooled_only: the names that get no modules after pooling under ``pipeline="fit"``
+            (their width does not fit them, or poolkit cannot apply them).
+    """
+
+    recipes: Mapping[str, Recipe]
+    prompt: str | None
+    heads: Mapping[Recipe, Any]
+    model_normalize: bool
+    widths: Mapping[str, int]
+    ranges: Mapping[str, Calibration]
+    pooled_only: tuple[str, ...] = ()
+
+    def outputs(self) -> dict[str, Output]:
+        """name -> :class:`Output`, in the recipes' order."""
+        out = {}
+        for name, r in self.recipes.items():
+            dims = r.dims or self.widths[name]
+            out[name] = Output("dense", dims, stored_dtype(r.precision),
+                               bytes_per_vector(dims, r.precision))  # fmt: skip
+        return out
+
+    def run(
+        self,
+        encoder: Encoder,
+        texts: Sequence[Any],
+        *,
+        long_text: LongText = "truncate",
+        max_batch_tokens: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        empty: str = "raise",
+        stride: int | None = None,
+        rows: Callable[[EncodedBatch], tuple[Any, np.ndarray]] | None = None,
+        num_rows: int | None = None,
+        tap: Callable[[EncodedBatch], None] | None = None,
+    ) -> tuple[dict[str, np.ndarray], EmbedStats]:
+        """Each recipe's stored vectors for checked ``texts``: ``{name: (N, D)}`` and the
+        run's stats (``stats.dims``: each output's width; ``stats.calibration``: the
+        ranges). ``empty`` as in :func:`poolkit.driver.sequence_vectors`; ``stride`` as in
+        :func:`poolkit.driver.drive`; ``rows(batch)`` gives the rows to pool instead of
+        the batch's and their places among ``num_rows`` outputs (late chunks); ``tap``
+        sees every batch first. No warning is raised here."""
+        n = len(texts) if num_rows is None else num_rows
+        pooling = {name: r.pooling for name, r in self.recipes.items()}  # float vectors first
+        out = {name: np.empty((n, self.widths[name]), np.float32) for name in pooling}
+
+        def on_batch(batch: EncodedBatch) -> None:
+            if tap is not None:
+                tap(batch)
+            pooled, at = (batch, batch.indices) if rows is None else rows(batch)
+            vectors = sequence_vectors(LayerViews(pooled), pooling.values(), empty=empty,
+                                       model_normalize=self.model_normalize,
+                                       heads=self.heads)  # fmt: skip
+            for name, r in pooling.items():
+                out[name][at] = vectors[r]
+
+        stats = drive(encoder, texts, on_batch,
+                      all_layers=any(r.all_layers for r in pooling.values()),
+                      long_text=long_text, max_batch_tokens=max_batch_tokens, progress=progress,
+                      prompt=self.prompt, stride=stride)  # fmt: skip
+        # The stored form: truncated, re-normalised where the recipe normalises, quantised
+        # with the ranges.
+        stats.dims = {}
+        for name, r in self.recipes.items():
+            if r.has_output_stage:
+                vec = truncate(out[name], r.dims,
+                               normalize=r.resolved_normalize(self.model_normalize))  # fmt: skip
+                out[name] = quantize(vec, r.precision, self.ranges.get(name))
+            stats.dims[name] = int(r.dims or out[name].shape[1])
+        stats.calibration = dict(self.ranges)
+        return out, stats
+
+
+def make_plan(
+    encoder: Encoder,
+    recipes: Mapping[str, Recipe],
+    *,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    pipeline: str = "full",
+    calibration: Mapping[str, Calibration] | None = None,
+) -> Plan:
+    """Resolve ``recipes`` on ``encoder`` once: the prompt (``prompt_name``/``prompt`` as in
+    :func:`poolkit.embed`), the modules after pooling (``pipeline``: ``"full"``,
+    ``"pooled"`` or ``"fit"``, see :func:`poolkit.embedding.head_plan`), each width and
+    ``dims`` checked, and each int8/uint8 recipe's ranges from ``calibration`` (by name;
+    ``None``: not checked, for a plan that only says widths). Raises before any forward
+    pass."""
+    from poolkit.embedding import check_output_stages, head_plan, pooled_width
+
+    text = resolve_prompt(encoder.info, prompt_name, prompt)
+    check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
+    pooling = {name: r.pooling for name, r in recipes.items()}
+    heads, model_normalize, skipped = head_plan(encoder, pooling, pipeline)
+    staged = {name: r for name, r in recipes.items() if r.has_output_stage}
+    ranges = check_output_stages(encoder, staged, heads, calibration)
+    widths = {}
+    for name, r in pooling.items():
+        width = pooled_width(encoder, r)
+        head = heads.get(r)
+        widths[name] = head.out_dim(width) if head is not None else width
+    pooled_only = tuple(skipped) if pipeline == "fit" else ()
+    return Plan(dict(recipes), text, heads, model_normalize, widths, ranges, pooled_only)

@@ -1,0 +1,396 @@
+"""Several models in one ``compare`` run, the quality/cost frontier and the cost limits.
+
+Pure: :func:`poolkit.compare.frontier.pareto`, ``best_within`` and ``untold`` against
+loops written from their definitions (and ``bootstrap.paired``). CLI, in process, on
+tiny random models built offline (a dense sentence-transformers folder, a SPLADE
+``SparseEncoder`` and a ``MultiVectorEncoder``) and the committed BEIR fixture: rows of
+all three models in one table; the frontier marks recomputed from the printed figures;
+a row of each model reproduced from its printed ``embed`` commands (pytrec_eval on the
+files they write); ``vs *`` across models recomputed as a paired bootstrap of those
+per-query scores; the cost limit's row recomputed; bad input refused in one line.
+Slow: the report in headless Chromium, its frontier read back and a screenshot checked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import re
+import shlex
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from clitools import run_cli
+from test_compare_report import chromium, pixels, run_chromium
+from tiny_models import build_family, build_mlm, build_multivector, build_sparse_encoder
+
+from poolkit.compare import bootstrap as bs
+from poolkit.compare import report
+from poolkit.compare.frontier import best_within, mark, pareto, untold
+from poolkit.compare.html_report import Page, render
+from poolkit.compare.report import Result
+from poolkit.recipe import Recipe
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+pq = pytest.importorskip("pyarrow.parquet")
+pytestmark = pytest.mark.filterwarnings("ignore::poolkit.driver.TruncationWarning")
+
+FIXTURE = Path(__file__).parent / "data" / "stsb-images-retrieval"
+RESAMPLES = 200
+LIMIT = 200.0  # bytes per document: the dense rows' float32 vectors fit, no other row
+
+
+# --- pure ----------------------------------------------------------------------------------
+
+
+def _dominated(q: list[float], c: list[float | None], i: int) -> bool:
+    return c[i] is None or any(
+        c[j] is not None and q[j] >= q[i] and c[j] <= c[i] and (q[j] > q[i] or c[j] < c[i])
+        for j in range(len(q))
+    )
+
+
+def reference_frontier(q: list[float], c: list[float | None]) -> list[bool]:
+    """The frontier by its definition: no known-cost row at least as good and as cheap,
+    better or cheaper in one; a row of unknown cost is never on it."""
+    return [not _dominated(q, c, i) for i in range(len(q))]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pareto_equals_the_definition(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    q = rng.integers(0, 6, n).astype(float) / 5  # few values: ties on quality and on cost
+    c = rng.integers(1, 8, n).astype(float)
+    c[rng.random(n) < 0.2] = np.nan
+    costs = [None if math.isnan(x) else float(x) for x in c]
+    got = pareto(q, c)
+    assert got.tolist() == reference_frontier(q.tolist(), costs)
+    on = sorted({(c[i], q[i]) for i in np.flatnonzero(got)})
+    assert all(a[1] < b[1] and a[0] < b[0] for a, b in itertools.pairwise(on))
+    for limit in (0.5, 3, 7.5):
+        ok = [i for i in range(n) if costs[i] is not None and costs[i] <= limit]
+        want = max(ok, key=lambda i: (q[i], -i)) if ok else None
+        assert best_within(q, c, limit) == want
+
+
+def test_untold_is_the_paired_bootstrap_interval():
+    rng = np.random.default_rng(3)
+    boot = rng.normal(0.5, 0.05, (300, 6)) + np.linspace(0, 0.12, 6)
+    point = boot.mean(axis=0)
+    got = untold(point, boot, 2)
+    for k in range(6):
+        if k == 2:
+            assert not got[k]
+            continue
+        paired = bs.paired(point[k], point[2], boot[:, k], boot[:, 2])
+        assert got[k] == (not paired.significant)
+    assert got.any() and not got.all()
+
+
+# --- three tiny models, one table --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str, str]:
+    """One compare run of a dense, a SPLADE and a multi-vector tiny model: the folder, the
+    JSON, the table and the report's path."""
+    cwd = tmp_path_factory.mktemp("three_models")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_family("bert_dense", cwd / "dense")
+        build_sparse_encoder(build_mlm("bert_dense", cwd / "mlm"), cwd / "splade")
+        build_multivector("bert_dense", cwd / "colbert")
+    out = run_cli(["compare", str(FIXTURE), "--task", "retrieval", "--model", "dense",
+                   "--model", "splade", "--model", "colbert", "--recipes", "mean",
+                   "--precision", "float32", "--bootstrap", str(RESAMPLES),
+                   "--max-bytes-per-doc", f"{LIMIT:g}", "--json", "r.json", "--report",
+                   "r.html", "--quiet"], cwd=cwd)  # fmt: skip
+    assert out.returncode == 0, out.stderr.decode()
+    doc = json.loads((cwd / "r.json").read_text())
+    return cwd, doc, out.stdout.decode(), "r.html"
+
+
+def _bytes(row: dict) -> float | None:
+    """A row's bytes per document from the JSON: ``bytes_per_document``, else the bytes of
+    its one vector (or, for a multi-vector row, of its document's token vectors)."""
+    if row.get("bytes_per_document") is not None:
+        return row["bytes_per_document"]
+    if row.get("bytes_per_vector") is not None and not row.get("documents"):
+        return row["bytes_per_vector"]
+    return None
+
+
+def test_rows_of_every_model_in_one_table(three):
+    _, doc, table, _ = three
+    rows = doc["results"]
+    assert doc["models"] == ["dense", "splade", "colbert"]
+    assert {r["model"] for r in rows} == {"dense", "splade", "colbert"}
+    kinds = {(r["model"], r["recipe"].split(":")[0].split("/")[0]) for r in rows}
+    assert {("dense", "mean"), ("splade", "splade"), ("colbert", "multivector")} <= kinds
+    assert [r["intended"] for r in rows].count(True) == 1  # one *: the first model's
+    (star,) = [r for r in rows if r["intended"]]
+    assert (star["model"], star["recipe"]) == ("dense", "mean")
+    for r in rows:  # every row paired with *, on the same resamples
+        assert r["ci"] is not None
+        if r is not star:
+            d = r["difference"]
+            assert d["value"] == pytest.approx(r["ndcg_at_10"] - star["ndcg_at_10"], abs=1e-12)
+    body = table.splitlines()[2 : 2 + len(rows)]
+    for r, line in zip(rows, body, strict=True):  # the table names model and recipe
+        assert f"{r['model']}:{r['recipe']}" in line
+
+
+def test_frontier_equals_the_one_from_the_printed_figures(three):
+    _, doc, table, _ = three
+    rows = doc["results"]
+    q = [r["ndcg_at_10"] for r in rows]
+    assert [r["frontier_bytes"] for r in rows] == reference_frontier(q, [_bytes(r) for r in rows])
+    times = [r.get("query_ms") for r in rows]
+    assert [r["frontier_query"] for r in rows] == reference_frontier(q, times)
+    assert sum(r["frontier_bytes"] for r in rows) >= 2
+    head, *lines = table.splitlines()
+    at = head.index("frontier")
+    marks = [line[at : at + 8].strip() == "bytes" for line in lines[1 : 1 + len(rows)]]
+    assert marks == [r["frontier_bytes"] for r in rows]
+
+
+def _frontier_labels(markup: str) -> list[dict]:
+    """The attributes of every frontier label of the page's charts."""
+    from test_compare_report import PageText
+
+    page = PageText(markup)
+    return [a for tag, a in page.tags if tag == "text" and a.get("class") == "frontier-label"]
+
+
+def _check_labels(labels: list[dict], rows: list[dict]) -> None:
+    """The labelled ranks are the JSON's frontier rows, each named model:recipe."""
+    want = [i for i, r in enumerate(rows, 1) if r["frontier_bytes"]]
+    assert sorted(int(a["data-rank"]) for a in labels) == want
+    for a in labels:
+        r = rows[int(a["data-rank"]) - 1]
+        assert a["data-name"].startswith(f"{r['model']}:{r['recipe']}"), a
+
+
+def test_the_report_labels_the_json_frontier(three):
+    cwd, doc, table, report = three
+    markup = (cwd / report).read_text(encoding="utf-8")
+    _check_labels(_frontier_labels(markup), doc["results"])
+    # The page's compare command scores the same table again: every model, the limit.
+    assert "--model dense --model splade --model colbert --max-bytes-per-doc 200" in markup
+    assert "* the first model's intended pooling" in table
+
+
+def _qrels() -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (FIXTURE / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        qid, did, rel = line.split("\t")
+        qrels.setdefault(qid, {})[did] = int(rel)
+    return qrels
+
+
+def _written(command: str, cwd: Path) -> list[tuple[str, Path]]:
+    """Each ``poolkit embed`` of ``command`` run as printed: (recipe, output file)."""
+    out = []
+    for one in command.split(" && "):
+        argv = shlex.split(one)
+        assert argv[:2] == ["poolkit", "embed"], one
+        ran = run_cli([*argv[1:], "--quiet"], cwd=cwd)
+        assert ran.returncode == 0, (one, ran.stderr.decode())
+        out.append((argv[argv.index("--recipe") + 1], cwd / argv[argv.index("-o") + 1]))
+    return out
+
+
+def _scores(kind: str, recipe: str, docs: Path, queries: Path) -> tuple[list, list, np.ndarray]:
+    """Document ids, query ids and the (queries, documents) scores of the files, as each
+    kind of row ranks: cosine, sparse dot product, MaxSim."""
+    d, qt = pq.read_table(docs), pq.read_table(queries)
+    if kind == "splade":
+        width = 1 + max(
+            max(x, default=0) for t in (d, qt) for x in t[f"{recipe}_indices"].to_pylist()
+        )
+
+        def dense(t):
+            out = np.zeros((t.num_rows, width))
+            for i, (ix, v) in enumerate(zip(t[f"{recipe}_indices"].to_pylist(),
+                                            t[f"{recipe}_values"].to_pylist(), strict=True)):  # fmt: skip
+                out[i, ix] = v
+            return out
+
+        s = dense(qt) @ dense(d).T
+    elif kind == "multivector":
+        dv = [np.asarray(x, np.float64) for x in d[recipe].to_pylist()]
+        qv = [np.asarray(x, np.float64) for x in qt[recipe].to_pylist()]
+        s = np.array([[(a @ b.T).max(axis=1).sum() for b in dv] for a in qv])
+    else:
+        a = np.asarray(qt[recipe].to_pylist(), np.float64)
+        b = np.asarray(d[recipe].to_pylist(), np.float64)
+        s = (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (
+            b / np.linalg.norm(b, axis=1, keepdims=True)
+        ).T
+    return d["id"].to_pylist(), qt["id"].to_pylist(), s
+
+
+def test_a_row_of_each_model_reproduces_and_stays_paired(three, tmp_path):
+    cwd, doc, _, _ = three
+    rows = doc["results"]
+    qrels = _qrels()
+    for name in ("dense", "splade", "colbert"):
+        (tmp_path / name).symlink_to(cwd / name)
+    wanted = {"dense": "mean", "splade": "splade", "colbert": "multivector"}  # their own
+    per_query = {}
+    for model, kind in wanted.items():
+        (row,) = [r for r in rows if r["model"] == model and r["recipe"].split(":")[0] == kind]
+        command = row["embed_command"]
+        assert f"--model {model}" in command and "INPUT" not in command, command
+        (recipe, docs), (_, queries) = _written(command, tmp_path)
+        doc_ids, query_ids, s = _scores(kind, recipe, docs, queries)
+        run = {qid: {did: float(x) for did, x in zip(doc_ids, s[i], strict=True)}
+               for i, qid in enumerate(query_ids) if qid in qrels}  # fmt: skip
+        measured = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+        order = [qid for qid in query_ids if qid in qrels]  # compare's units: queries in order
+        per_query[model] = np.array([measured[qid]["ndcg_cut_10"] for qid in order])
+        assert per_query[model].mean() == pytest.approx(row["ndcg_at_10"], abs=1e-6), model
+        per_query[(model, "row")] = row
+    # vs * across models: the paired bootstrap of the per-query differences, redrawn here.
+    n = len(per_query["dense"])
+    idx = np.random.default_rng(0).integers(0, n, size=(RESAMPLES, n))
+    for model in ("splade", "colbert"):
+        diff = per_query[model][idx].mean(axis=1) - per_query["dense"][idx].mean(axis=1)
+        want = np.percentile(diff, [2.5, 97.5])
+        got = per_query[(model, "row")]["difference"]["ci"]
+        assert got == pytest.approx(want.tolist(), abs=1e-9), model
+
+
+def test_the_cost_limit_keeps_the_best_row_within_it(three):
+    _, doc, table, _ = three
+    rows = doc["results"]
+    (limit,) = doc["limits"]
+    fits = [i for i, r in enumerate(rows) if (b := _bytes(r)) is not None and b <= LIMIT]
+    best = max(fits, key=lambda i: (rows[i]["ndcg_at_10"], -i))
+    assert (limit["flag"], limit["limit"], limit["rank"]) == (
+        "--max-bytes-per-doc",
+        LIMIT,
+        best + 1,
+    )
+    assert limit["model"] == rows[best]["model"] and limit["cost"] == _bytes(rows[best])
+    assert isinstance(limit["untold"], list)
+    line = next(x for x in table.splitlines() if x.startswith("--max-bytes-per-doc"))
+    assert f"#{best + 1} {rows[best]['model']}:{rows[best]['recipe']}" in line
+
+
+# --- bad input: one line, status 2 ---------------------------------------------------------
+
+
+def _refused(cwd: Path, *argv: str) -> str:
+    out = run_cli(["compare", *argv, "--quiet"], cwd=cwd)
+    err = out.stderr.decode()
+    assert (out.returncode, out.stdout) == (2, b""), err
+    assert err.startswith("poolkit: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_bad_input_is_one_line(three, tiny_dirs, tmp_path):
+    cwd = three[0]
+    data = str(FIXTURE)
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--recipes", "mean",
+                   "--precision", "binary", "--bootstrap", "0", "--max-bytes-per-doc", "1",
+                   "--json", str(tmp_path / "x.json"))  # fmt: skip
+    assert "--max-bytes-per-doc 1: no row is within it; the cheapest is #" in err, err
+    assert "mean/binary" in err, err  # the cheapest row: a binary one
+    assert not (tmp_path / "x.json").exists()  # nothing half-written
+    sts = str(Path(__file__).parent / "data" / "stsb-dev-sample.csv")
+    err = _refused(cwd, sts, "--task", "sts", "--model", "dense", "--max-bytes-per-doc", "64")
+    assert "--max-bytes-per-doc: only for --task retrieval" in err and "no documents" in err
+    other = str(tiny_dirs["bert_cls"])  # MiniLM's tokenizer, not the family's
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", other,
+                   "--chunk-tokens", "16")  # fmt: skip
+    assert "tokenizers differ" in err and "chunk ids" in err, err
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "dense")
+    assert "--model dense: given twice" in err
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "splade",
+                   "--backend", "onnx", "--quantize", "int8")  # fmt: skip
+    assert "--quantize with several --model" in err
+    # No row answers in a billionth of a ms (or this run times no query): refused either way.
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--recipes", "mean",
+                   "--bootstrap", "0", "--max-query-ms", "1e-9")  # fmt: skip
+    assert err.startswith("poolkit: error: --max-query-ms 1e-09: no row"), err
+
+
+# --- slow: the report in headless Chromium -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_frontier_plot_in_headless_chromium(three):
+    """The page as Chromium builds it: the bytes chart's labelled frontier rows are the
+    JSON's, each dot links to a row of the commands table, and a screenshot is a picture."""
+    from test_compare_report import PageText
+
+    browser = chromium()
+    cwd, doc, _, report = three
+    url = (cwd / report).as_uri()
+    dom = run_chromium(browser, cwd / "profile", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr.decode()[-2000:]
+    page = PageText(dom.stdout.decode())
+    _check_labels(_frontier_labels(dom.stdout.decode()), doc["results"])
+    anchors = {
+        a["href"] for tag, a in page.tags if tag == "a" and a.get("href", "").startswith("#row-")
+    }
+    ids = {a["id"] for tag, a in page.tags if tag == "tr" and a.get("id", "").startswith("row-")}
+    assert anchors and {h[1:] for h in anchors} <= ids
+    shot = cwd / "frontier.png"
+    run = run_chromium(browser, cwd / "profile", f"--screenshot={shot}",
+                       "--window-size=1280,2400", url)  # fmt: skip
+    assert run.returncode == 0 and shot.is_file(), run.stderr.decode()[-2000:]
+    image = pixels(shot)
+    grey = image[..., :3].mean(axis=2)
+    assert grey.std() > 0.05 and (grey < 0.5).mean() > 0.002
+    purple = (image[..., 0] > 0.4) & (image[..., 2] > 0.8) & (image[..., 1] < 0.35)
+    assert purple.sum() > 50  # the frontier's line and dots are drawn
+
+
+# --- the page's charts from made-up rows (both costs; model names with markup) -------------
+
+
+def _made_up_rows(seed: int) -> list:
+    rnd = random.Random(seed)
+    out = []
+    for i, name in enumerate(["mean", "cls", "max", "mean/binary", "mean/int8", "cls+mean"]):
+        v = round(rnd.uniform(0.2, 0.8), 2)
+        out.append(Result(
+            Recipe.parse(name), {"ndcg_at_10": v, "mrr_at_10": v, "recall_at_100": v,
+                                 "map_at_100": v},
+            intended=i == 0, ci={m: (v - 0.05, v + 0.05) for m in ("ndcg_at_10", "mrr_at_10",
+                                                                  "recall_at_100", "map_at_100")},
+            model="m<b>", model_label=f"m<b>{i % 2}", bytes_per_vector=rnd.choice([2, 64, 128, 512]),
+            query_ms=None if i == 5 else rnd.choice([0.1, 0.5, 2.0, 9.0]),
+        ))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_both_charts_label_their_frontier(seed):
+    from test_compare_report import PageText
+
+    rows = mark(_made_up_rows(seed), "ndcg_at_10")
+    ranked = report.rank(rows, "ndcg_at_10")
+    page = Page("retrieval", "m<b>", rows, None, "beir", 10, "queries",
+                [("poolkit embed x", None)] * len(rows))  # fmt: skip
+    markup = render(page)
+    assert "<b>" not in markup  # the model's label is escaped
+    parsed = PageText(markup)
+    q = [r.metrics["ndcg_at_10"] for r in ranked]
+    for chart, cost in (("bytes", lambda r: r.bytes_per_vector), ("query", lambda r: r.query_ms)):
+        want = [i for i, on in enumerate(reference_frontier(q, [cost(r) for r in ranked]), 1) if on]
+        svg = markup[markup.index(f'id="frontier-{chart}"') :]
+        svg = svg[: svg.index("</svg>")]
+        got = sorted(int(x) for x in re.findall(r'class="frontier-label" data-rank="(\d+)"', svg))
+        assert got == want, chart
+        dots = re.findall(r'<a href="#row-(\d+)">', svg)
+        assert sorted(map(int, dots)) == [i for i, r in enumerate(ranked, 1) if cost(r) is not None]
+    ids = {a["id"] for tag, a in parsed.tags if tag == "tr" and "id" in a}
+    assert {f"row-{i}" for i in range(1, len(rows) + 1)} <= ids

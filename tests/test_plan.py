@@ -1,0 +1,57 @@
+"""``poolkit.plan``: a request resolved once, run on every dense path."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import poolkit
+from poolkit.output import Calibration
+from poolkit.plan import make_plan
+from poolkit.recipe import Recipe
+
+TEXTS = ["John works at Google.", "A man is playing a guitar.", "Short"]
+
+
+def _recipes(*names: str) -> dict[str, Recipe]:
+    return {n: Recipe.parse(n) for n in names}
+
+
+def test_outputs_are_known_before_running_and_match_what_runs(minilm):
+    recipes = _recipes("mean", "cls+mean", "mean/128/int8", "max/200/binary", "mean/float16")
+    ranges = {"mean/128/int8": Calibration.from_vectors(
+        poolkit.embed(TEXTS, minilm, recipe="mean/128"), "test")}  # fmt: skip
+    plan = make_plan(minilm, recipes, calibration=ranges)
+    outputs = plan.outputs()
+    got, stats = plan.run(minilm, TEXTS)
+    for name, out in outputs.items():
+        arr = got[name]
+        assert arr.dtype == out.dtype and stats.dims[name] == out.dims
+        assert arr.shape == (len(TEXTS), arr.nbytes // len(TEXTS) // arr.itemsize)
+        assert arr[0].nbytes == out.bytes_per_vector  # what one stored row takes
+        want = poolkit.embed(TEXTS, minilm, recipe=name,
+                             calibration=ranges.get(name))  # fmt: skip
+        np.testing.assert_array_equal(arr, want)
+    assert [o.dims for o in outputs.values()] == [384, 768, 128, 200, 384]
+    assert [o.bytes_per_vector for o in outputs.values()] == [1536, 3072, 128, 25, 768]
+
+
+def test_plan_refuses_before_running(minilm):
+    with pytest.raises(ValueError, match="384"):
+        make_plan(minilm, _recipes("mean/512"))
+    with pytest.raises(ValueError, match="calibration"):
+        make_plan(minilm, _recipes("mean/int8"), calibration={})
+    # Without calibration the plan still says its outputs (e.g. to size a job).
+    assert make_plan(minilm, _recipes("mean/int8")).outputs()["mean/int8"].dims == 384
+
+
+def test_plan_pickles_and_runs_the_same_elsewhere(minilm):
+    plan = make_plan(minilm, _recipes("mean", "cls/64/binary"), prompt="query: ")
+    again = pickle.loads(pickle.dumps(plan))
+    a, _ = plan.run(minilm, TEXTS)
+    b, _ = again.run(minilm, TEXTS)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+    np.testing.assert_array_equal(a["mean"], poolkit.embed(TEXTS, minilm, "mean", prompt="query: "))
