@@ -256,7 +256,6 @@ def _check_budget(args: argparse.Namespace) -> None:
 
 def _check_models(args: argparse.Namespace) -> None:
     """Several --model and the cost limits: refused in one line before any model loads."""
-    from poolkit._errors import expected
 
     models = args.models or []
     for flag, value in (("--max-bytes-per-doc", args.max_bytes_per_doc),
@@ -265,21 +264,21 @@ def _check_models(args: argparse.Namespace) -> None:
             continue
         if args.task != "retrieval":
             what = "documents" if flag == "--max-bytes-per-doc" else "queries"
-            raise _UsageError(f"{flag}: only for --task retrieval (a cost per stored document "
-                              f"or per query); --task {args.task} has no {what} to "
-                              f"search: drop {flag}.")  # fmt: skip
+            raise _UsageError(arg=flag, expected="given only for --task retrieval (a cost per "
+                              "stored document or per query)", got=f"--task {args.task}, which "
+                              f"has no {what} to search", fix=f"Drop {flag}.")  # fmt: skip
         if not value > 0:
-            raise _UsageError(expected(flag, "a positive number", f"{value:g}",
-                                       f"e.g. {flag} 1024."))  # fmt: skip
+            raise _UsageError(arg=flag, expected="a positive number", got=f"{value:g}", fix=f"e.g. {flag} 1024.")  # fmt: skip
     if len(models) < 2:
         return
     for k, m in enumerate(models):
         if m in models[:k]:
-            raise _UsageError(f"--model {m}: given twice; each model's rows already cover "
-                              "every recipe: drop the repeat.")  # fmt: skip
+            raise _UsageError(arg="--model", expected="each model once (its rows already cover "
+                              "every recipe)", got=f"{m} twice", fix="Drop the repeat.")  # fmt: skip
     if args.quantize:
-        raise _UsageError("--quantize with several --model: int8 rows are for one model at a "
-                          "time; drop --quantize or keep one --model.")  # fmt: skip
+        raise _UsageError(arg="--quantize", expected="one --model (int8 rows are for one model "
+                          "at a time)", got=f"{args.quantize} with {len(models)} models",
+                          fix="Drop --quantize or keep one --model.")  # fmt: skip
 
 
 def _check_chunks(args: argparse.Namespace) -> None:
@@ -383,8 +382,10 @@ def _run(args: argparse.Namespace) -> int:
 
             names, hybrids = split_hybrids(args.recipes)  # rrf(A,B), fuse(A,B,W)
             if hybrids and args.task != "retrieval":
-                raise _UsageError(f"--recipes {hybrids[0]}: hybrid rows fuse two rows' "
-                                  "rankings: use them with --task retrieval.")  # fmt: skip
+                raise _UsageError(arg="--recipes", expected="no hybrid row with --task "
+                                  f"{args.task} (hybrid rows fuse two rows' rankings)",
+                                  got=str(hybrids[0]),
+                                  fix="Use them with --task retrieval.")  # fmt: skip
             dense, extra = split_extra(names, args.task)  # sparse and BM25 rows
             recipes = candidates(LEVELS[args.task], dense, layers) if dense else []
             layers = None
@@ -515,12 +516,11 @@ def _check_shared_tokens(encoders: list) -> None:
             encoder.tokenizer.backend_tokenizer.to_str()
             != first.tokenizer.backend_tokenizer.to_str()
         ):
-            raise _UsageError(
-                f"--chunk-tokens with --model {first_model} and --model {model}: their "
-                "tokenizers differ, so chunks of N tokens are different texts in each and "
-                "their chunk rows would not index the same chunk ids of a corpus document; "
-                "run --chunk-tokens one model at a time (or with models sharing a tokenizer)."
-            )
+            raise _UsageError(arg="--chunk-tokens", expected="models sharing a tokenizer (chunks "
+                              "of N tokens are the same texts in each, so their chunk rows index "
+                              "the same chunk ids of a corpus document)",
+                              got=f"--model {first_model} and --model {model}, whose tokenizers "
+                              "differ", fix="Run --chunk-tokens one model at a time.")  # fmt: skip
 
 
 def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
@@ -547,13 +547,13 @@ def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
         if i is None:
             j = frontier.cheapest(cost)
             if j is None:
-                raise _UsageError(f"{flag} {limit:g}: no row of this run has a {what}; "
-                                  f"drop {flag}.")  # fmt: skip
+                raise _UsageError(arg=flag, expected=f"a limit on a {what} a row of this run has",
+                                  got=f"{limit:g}, and no row has one",
+                                  fix=f"Drop {flag}.")  # fmt: skip
             cheap = run.results[j]
-            raise _UsageError(
-                f"{flag} {limit:g}: no row is within it; the cheapest is #{place[id(cheap)]} "
-                f"{cheap.label} ({cost[j]:g} {unit}): raise {flag} to at least {cost[j]:g}."
-            )
+            raise _UsageError(arg=flag, expected=f"a limit some row is within (the cheapest is "
+                              f"#{place[id(cheap)]} {cheap.label}, {cost[j]:g} {unit})",
+                              got=f"{limit:g}", fix=f"Raise {flag} to at least {cost[j]:g}.")  # fmt: skip
         best = run.results[i]
         line = (f"{flag} {limit:g}: best within it #{place[id(best)]} {best.label} "
                 f"({cost[i]:g} {unit}; {metric} {quality[i]:.4f})")  # fmt: skip

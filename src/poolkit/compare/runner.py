@@ -137,8 +137,9 @@ def planned_rows(
     named, hybrids = split_hybrids(settings.strategies)
     hybrids = [*settings.hybrids, *hybrids]
     if hybrids and settings.task != "retrieval":
-        raise HybridError(f"--recipes {hybrids[0]}: hybrid rows fuse rankings: use them "
-                          "with --task retrieval.")  # fmt: skip
+        raise HybridError(arg="--recipes", expected=f"no hybrid row with --task {settings.task} "
+                          "(hybrid rows fuse two rows' rankings)", got=str(hybrids[0]),
+                          fix="Use them with --task retrieval.")  # fmt: skip
     # Sparse and BM25 rows (retrieval) are scored on their own path (.sparse_rows).
     strategies, extra = split_extra(named, settings.task)
     intended = encoder.info.intended_recipe() if level == "sequence" else None
