@@ -309,7 +309,10 @@ def test_clear_error_without_openvino(tmp_path, minilm_dir):
             "Expected --dtype to be float32 or bfloat16 on the openvino "
             "backend (CPU), but got float16",
         ),
-        (["--layers", "last4"], "--layers: the openvino backend returns the last layer only"),
+        (
+            ["--layers", "last4"],
+            "Expected --layers to be unset on the openvino backend (it returns the last layer only)",
+        ),
     ],
 )
 def test_compare_openvino_refusals(tmp_path, flags, fragment):

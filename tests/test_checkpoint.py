@@ -363,7 +363,7 @@ def test_unwritable_output_directory(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(
-        CheckpointError, match=r"Expected a work directory .* in .*, but it cannot be created"
+        CheckpointError, match=r"Expected a work directory .* in .*, but poolkit cannot create it"
     ):
         Checkpoint.open(blocker / "out.npy", SETTINGS, resume=False)
 

@@ -97,7 +97,7 @@ def test_input_errors_are_one_line_exit_2(tmp_path):
     one_error_line(poolkit("embed", "ok.txt", "-o", "o.npy", "-s", "avg", cwd=tmp_path),
                    2, "one of cls, mean, max, min, sum, mean_sqrt_len, weighted_mean, last")  # fmt: skip
     one_error_line(poolkit("embed", "ok.txt", "-o", "o.npy", "-s", "cls", "mean", cwd=tmp_path),
-                   2, "write .parquet or .jsonl instead")  # fmt: skip
+                   2, "Write .parquet or .jsonl instead")  # fmt: skip
     one_error_line(poolkit("embed", "ok.txt", "-o", "o.npy", "--model", "nobody/nothing-xyz", cwd=tmp_path),
                    2, "pass the path of a local model directory")  # fmt: skip
     one_error_line(

@@ -132,7 +132,9 @@ def test_outputs_that_cannot_be_written(tmp_path):
     refused(tmp_path, ["in.txt", "-o", "exists.npy"], 2,
             "exists.npy: already exists; pass --overwrite")  # fmt: skip
     assert (tmp_path / "exists.npy").read_bytes() == b"keep me"
-    refused(tmp_path, ["in.txt", "-o", "out.csv"], 2, "use an output ending in .npy, .parquet")
+    refused(
+        tmp_path, ["in.txt", "-o", "out.csv"], 2, "Expected an output name ending in .npy, .parquet"
+    )
     if os.geteuid() != 0:
         (tmp_path / "ro").mkdir(mode=0o555)
         refused(tmp_path, ["in.txt", "-o", "ro/out.npy"], 2, "'ro' is not writable")

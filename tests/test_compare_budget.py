@@ -196,8 +196,8 @@ def test_retrieval_budget_rows_match_pytrec_eval(tmp_path, minilm_st):
     [
         (["--precision", "int4"], ["--precision", "float32, float16, int8", "'int4'"]),
         (["--dims", "0"], ["--dims", "positive", "e.g. --dims 384"]),
-        (["--budget-rows", "all"], ["--budget-rows: only with --dims or --precision"]),
-        (["--task", "classification", "--dims", "128"], ["--dims: only for --task sts and retrieval"]),
+        (["--budget-rows", "all"], ["Expected --budget-rows to be given only with --dims or --precision"]),
+        (["--task", "classification", "--dims", "128"], ["Expected --dims to be given only for --task sts and retrieval"]),
     ],
 )  # fmt: skip
 def test_bad_budget_options_one_line_before_the_model(tmp_path, args, fragments):

@@ -269,7 +269,7 @@ def test_chunk_size_past_the_text_room_is_refused_before_any_pass(minilm):
 @pytest.mark.parametrize(
     "args, fragments",
     [
-        (["--task", "sts", "--chunk-tokens", "128"], ["--chunk-tokens: only for --task retrieval"]),
+        (["--task", "sts", "--chunk-tokens", "128"], ["Expected --chunk-tokens to be given only for --task retrieval"]),
         (["--task", "retrieval", "--chunk-tokens", "0"], ["--chunk-tokens", "at least 1", "got 0"]),
         (["--task", "retrieval", "--chunk-tokens", "128", "-5"], ["--chunk-tokens", "got -5"]),
     ],
@@ -287,7 +287,7 @@ def test_bad_chunk_tokens_one_line_before_the_model(tmp_path, args, fragments):
         (["--chunk-tokens", "64", "256"], ["--chunk-tokens", "from 1 to 254 tokens", "got 256",
                                            "e.g. 64 128 254"]),
         (["--chunk-tokens", "128", "--recipes", "cls"], ["--chunk-tokens", "(mean)",
-                                                          "add it to --recipes"]),
+                                                          "Add it to --recipes"]),
     ],
 )  # fmt: skip
 def test_chunk_tokens_the_model_cannot_take_one_line(tmp_path, args, fragments):

@@ -300,25 +300,33 @@ def test_bad_input_is_one_line(three, tiny_dirs, tmp_path):
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--recipes", "mean",
                    "--precision", "binary", "--bootstrap", "0", "--max-bytes-per-doc", "1",
                    "--json", str(tmp_path / "x.json"))  # fmt: skip
-    assert "--max-bytes-per-doc 1: no row is within it; the cheapest is #" in err, err
+    assert (
+        "Expected --max-bytes-per-doc to be a limit some row is within (the cheapest is #" in err
+    ), err
+    assert "but got 1." in err, err
     assert "mean/binary" in err, err  # the cheapest row: a binary one
     assert not (tmp_path / "x.json").exists()  # nothing half-written
     sts = str(Path(__file__).parent / "data" / "stsb-dev-sample.csv")
     err = _refused(cwd, sts, "--task", "sts", "--model", "dense", "--max-bytes-per-doc", "64")
-    assert "--max-bytes-per-doc: only for --task retrieval" in err and "no documents" in err
+    assert (
+        "Expected --max-bytes-per-doc to be given only for --task retrieval" in err
+        and "no documents" in err
+    )
     other = str(tiny_dirs["bert_cls"])  # MiniLM's tokenizer, not the family's
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", other,
                    "--chunk-tokens", "16")  # fmt: skip
     assert "tokenizers differ" in err and "chunk ids" in err, err
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "dense")
-    assert "--model dense: given twice" in err
+    assert "Expected --model to be each model once" in err and "but got dense twice" in err
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "splade",
                    "--backend", "onnx", "--quantize", "int8")  # fmt: skip
-    assert "--quantize with several --model" in err
+    assert "Expected --quantize to be one --model" in err
     # No row answers in a billionth of a ms (or this run times no query): refused either way.
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--recipes", "mean",
                    "--bootstrap", "0", "--max-query-ms", "1e-9")  # fmt: skip
-    assert err.startswith("poolkit: error: --max-query-ms 1e-09: no row"), err
+    assert err.startswith(
+        "poolkit: error: Expected --max-query-ms to be a limit some row is within"
+    ), err
 
 
 # --- slow: the report in headless Chromium -------------------------------------------------

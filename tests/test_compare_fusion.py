@@ -125,12 +125,12 @@ def test_names_parse_and_print_back(name, canonical):
 @pytest.mark.parametrize(
     "name, fragment",
     [
-        ("rrf(mean)", "expected rrf(A,B) of two row names"),
-        ("rrf(mean,)", "expected rrf(A,B)"),
+        ("rrf(mean)", "to be rrf(A,B) of two row names"),
+        ("rrf(mean,)", "to be rrf(A,B)"),
         ("fuse(mean,bm25,1.5)", "a weight in 0..1"),
-        ("rrf(mean,bm25,k=x)", "k and depth are whole numbers"),
-        ("rrf(mean,bm25,norm=z)", "norm= is a fuse() option"),
-        ("fuse(mean,bm25,0.5,k=3)", "k= is an rrf() option"),
+        ("rrf(mean,bm25,k=x)", "whole numbers k and depth"),
+        ("rrf(mean,bm25,norm=z)", "without norm= (a fuse() option"),
+        ("fuse(mean,bm25,0.5,k=3)", "without k= (an rrf() option"),
         ("rrf(mean,bm25,depth=0)", "depth >= 1"),
     ],
 )
@@ -138,7 +138,8 @@ def test_malformed_names_are_refused_in_one_line(name, fragment):
     with pytest.raises(HybridError) as e:
         parse_hybrid(name)
     message = str(e.value)
-    assert message.startswith(f"--recipes {name}:") and fragment in message
+    assert message.startswith("Expected --recipes to be ") and fragment in message
+    assert f"but got {name}." in message
     assert "\n" not in message
 
 
@@ -151,7 +152,9 @@ def test_split_and_resolve():
     resolved = resolve(hybrids, keys)
     assert resolved[0].parts == ("mean@-1,-2", "bm25")
     assert resolved[0].sides == (("m2", None), ("b", None))
-    with pytest.raises(HybridError, match=r"no row named 'cls' in this run \(rows: mean, "):
+    with pytest.raises(
+        HybridError, match=r"a hybrid of rows of this run \(rows: mean, .*No row is named 'cls'"
+    ):
         resolve([parse_hybrid("rrf(cls,bm25)")], keys)
     with pytest.raises(HybridError, match="with itself"):
         resolve([parse_hybrid("rrf(bm25,bm25)")], keys)
@@ -284,8 +287,8 @@ def test_unknown_row_is_one_line_naming_the_known_rows(tiny, tmp_path):
     assert out.returncode == 2
     lines = out.stderr.decode().strip().splitlines()
     assert lines == [
-        "poolkit: error: --recipes rrf(mean,bm25): no row named 'mean' in this run (rows: cls, "
-        "bm25); add it to --recipes."
+        "poolkit: error: Expected --recipes to be a hybrid of rows of this run (rows: cls, bm25), "
+        "but got rrf(mean,bm25). No row is named 'mean': add it to --recipes."
     ]
     assert not (tmp_path / "out.json").exists()
     out = poolkit("compare", str(SQUAD), "--task", "retrieval", "--recipes", "cls", "bm25",
@@ -297,8 +300,9 @@ def test_unknown_row_is_one_line_naming_the_known_rows(tiny, tmp_path):
                   "bm25", "fuse(cls/16/int8,bm25)", "--model", str(tiny), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 2
     assert out.stderr.decode() == (
-        "poolkit: error: --recipes fuse(cls/16/int8,bm25,0.5): cls/16/int8 keeps no scores to "
-        "normalise (a /DIMS, /PRECISION, +rescore or chunked row); fuse it by rrf.\n"
+        "poolkit: error: Expected --recipes to be a fuse() of rows that keep scores to normalise, "
+        "but got fuse(cls/16/int8,bm25,0.5). cls/16/int8 keeps none (a /DIMS, /PRECISION, "
+        "+rescore or chunked row): fuse it by rrf.\n"
     )
     # Another task: refused before the model loads (there is none at this path).
     sts = Path(__file__).parent / "data" / "stsb-dev-sample.csv"
@@ -306,8 +310,8 @@ def test_unknown_row_is_one_line_naming_the_known_rows(tiny, tmp_path):
                   "--model", str(tmp_path / "no-model"), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 2
     assert out.stderr.decode() == (
-        "poolkit: error: --recipes rrf(mean,cls): hybrid rows fuse two rows' rankings: use "
-        "them with --task retrieval.\n"
+        "poolkit: error: Expected --recipes to be no hybrid row with --task sts (hybrid rows fuse "
+        "two rows' rankings), but got rrf(mean,cls). Use them with --task retrieval.\n"
     )
 
 

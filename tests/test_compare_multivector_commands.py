@@ -128,7 +128,10 @@ def test_a_query_prompt_name_embed_cannot_give_is_refused(compared, tmp_path):
                      "--json", "x.json", cwd=cwd)  # fmt: skip
     err = result.stderr.decode()
     assert result.returncode == 2 and "Traceback" not in err, err
-    assert err.splitlines()[-1].startswith("poolkit: error: --prompt-name: 'document'"), err
+    assert err.splitlines()[-1].startswith(
+        "poolkit: error: Expected --prompt-name to be query with the multi-vector recipe"
+    ), err
+    assert "but got 'document'" in err
     assert not (cwd / "x.json").exists()
 
 

@@ -326,10 +326,10 @@ def test_recipes_and_its_old_spelling_score_the_same_rows(tmp_path, tiny_dirs):
 @pytest.mark.parametrize(
     ("argv", "files", "line"),
     [
-        (["--report", "r.htm"], {}, "--report r.htm: expected a .html file name."),
+        (["--report", "r.htm"], {}, "Expected --report to be a .html file name, but got r.htm."),
         (["--report", "r.html"], {"r.html": "old"},
          "--report r.html: file exists; pass --overwrite to replace it."),
-        (["--report", "no/such/r.html"], {}, "--report no/such/r.html: folder no/such does not exist."),
+        (["--report", "no/such/r.html"], {}, "Expected --report to be a file in an existing folder, but got no/such/r.html, whose folder no/such does not exist."),
     ],
 )  # fmt: skip
 def test_bad_report_paths_are_one_line(tmp_path, monkeypatch, argv, files, line):

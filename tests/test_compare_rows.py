@@ -71,7 +71,8 @@ def test_budget_names_are_refused_for_tasks_without_budget_rows(tmp_path):
                 cwd=tmp_path)  # fmt: skip
     err = r.stderr.decode()
     assert r.returncode == 2 and err.count("\n") == 1, err
-    assert "--recipes mean/64/int8: an output stage" in err and "--task classification" in err
+    assert "Expected --recipes to be recipes without an output stage" in err
+    assert "but got mean/64/int8" in err and "--task classification" in err
 
 
 def test_calibrate_uses_every_text_of_the_file(tiny_dirs, tmp_path):
@@ -131,11 +132,13 @@ def test_a_beir_corpus_file_alone_hints_at_the_folder(tmp_path):
     folder.mkdir()
     (folder / "corpus.jsonl").write_text('{"_id": "1", "title": "T", "text": "x"}\n')
     with pytest.raises(
-        DataError, match=r"pass the folder .*scifact.* corpus\.jsonl, queries\.jsonl"
+        DataError, match=r"Pass the folder .*scifact.* corpus\.jsonl, queries\.jsonl"
     ):
         read_retrieval(folder / "corpus.jsonl")
     (tmp_path / "pairs.jsonl").write_text('{"q": "a", "d": "b"}\n')
-    with pytest.raises(DataError, match="missing column 'query'"):
+    with pytest.raises(
+        DataError, match="Expected `query_column` to be a column of the file, but got 'query'"
+    ):
         read_retrieval(tmp_path / "pairs.jsonl")
 
 

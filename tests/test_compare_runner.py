@@ -86,5 +86,8 @@ def test_token_spans_inclusive_and_error_names_the_row():
     valid = np.array([False, True, True, True, True, False])
     spans = np.array([[0, 4], [11, 14]])
     assert _token_spans(offsets, valid, spans, "f:1").tolist() == [[1, 1], [3, 4]]
-    with pytest.raises(DataError, match=r"^f:7: span 2 \[4, 5\) covers no token of the text\.$"):
+    with pytest.raises(
+        DataError,
+        match=r"^f:7: Expected span 2 \[4, 5\) to cover a token of the text, but it covers none\.$",
+    ):
         _token_spans(offsets, valid, np.array([[0, 4], [4, 5]]), "f:7")

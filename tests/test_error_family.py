@@ -32,8 +32,6 @@ ALLOWED = {
     ("spans.py", "_NotFinite"): "private control flow, caught in the same function",
     ("head.py", "AssertionError"): "unreachable: read_head only builds the kinds handled",
     ("io/diskfull.py", "AssertionError"): "unreachable: the loop returns at the last unit",
-    ("cli/export.py", "type(e)"): "a caught PoolkitError re-raised with flags",
-    ("cli/diagnose.py", "type(e)"): "a caught PoolkitError re-raised with flags",
     ("diagnosis/search.py", "AssertionError"): "unreachable: every candidate is one finishes() yields",
     ("diagnosis/sources.py", "AssertionError"): "unreachable: the retry loop returns or raises",
     ("sparse/__init__.py", "AttributeError"): "module __getattr__: Python's protocol",

@@ -166,7 +166,7 @@ def test_cli_compare_with_prompt_names(dense_dir, st, tmp_path, document_prompt)
         return
     bad = poolkit("compare", str(DATA / "stsb-dev-sample.csv"), "--task", "sts",
                   "--model", str(dense_dir), "--document-prompt-name", "passage", cwd=tmp_path)  # fmt: skip
-    one_error_line(bad, 2, "--document-prompt-name", "only for --task retrieval")
+    one_error_line(bad, 2, "--document-prompt-name", "given only for --task retrieval")
 
 
 def test_ray_embedder_honours_prompt_and_pipeline(dense_dir, st):

@@ -27,7 +27,7 @@ from poolkit import (
     word_embeddings,
 )
 
-NAMED = re.compile(r"`\w+`")
+NAMED = re.compile(r"`\w+(?:\[\d+\])*`")  # an argument, or an element of one
 DTYPES = ["float32", "float16", "bfloat16", "float64", "int64", "bool"]
 
 

@@ -119,7 +119,7 @@ def test_every_layers_flag_answers_in_one_line_about_layers(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     (tmp_path / "in.txt").write_text("1 a good film\n0 a bad film\n", encoding="utf-8")
     assert main(argv) == 2
-    assert capsys.readouterr() == ("", f"poolkit: error: Expected `--layers` {MESSAGE}\n")
+    assert capsys.readouterr() == ("", f"poolkit: error: Expected --layers {MESSAGE}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 

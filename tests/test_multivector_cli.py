@@ -180,7 +180,7 @@ def test_token_offsets_are_the_tokenizers(job, tmp_path, fmt):
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["-o", "bad.npy", "--recipe", RECIPE], ["bad.npy", "write .npz"]),
+        (["-o", "bad.npy", "--recipe", RECIPE], ["bad.npy", "Write .npz"]),
         (["-o", "bad.npz", "--recipe", "mean"], ["Expected an output for dense vectors", ".npz is for sparse recipes", "multi-vector"]),
         (["-o", "bad.npz", "--recipe", "multivector:tokens/pool0.5"], ["a number >= 1"]),
         (["-o", "bad.npy", "--recipe", "multivector:tokens/muvera:dim_proj=32"],
@@ -201,7 +201,7 @@ def test_token_offsets_are_the_tokenizers(job, tmp_path, fmt):
         (["-o", "bad.parquet", "--recipe", "mean", "--token-offsets"],
          ["--token-offsets", "multi-vector recipe"]),
         (["-o", "shards", "--recipe", "multivector:tokens", "--token-offsets", "--engine", "ray"],
-         ["--token-offsets", "not on --engine ray"]),
+         ["--token-offsets", "no --token-offsets on --engine ray"]),
     ],
 )  # fmt: skip
 def test_bad_input_one_line_exit_2_nothing_written(job, args, fragments):
@@ -217,5 +217,8 @@ def test_compare_refuses_multivector_rows_outside_retrieval(job):
                               "--recipes", RECIPE, cwd=job)  # fmt: skip
     err = result.stderr.decode()  # (a note first: the tiny folder states no pooling)
     assert result.returncode == 2 and "Traceback" not in err, err
-    assert err.splitlines()[-1].startswith("poolkit: error: --recipes: multivector:tokens/pool2")
+    assert err.splitlines()[-1].startswith(
+        "poolkit: error: Expected --recipes to be recipes for --task sts, but got "
+        "multivector:tokens/pool2"
+    )
     assert "--task retrieval" in err.splitlines()[-1]

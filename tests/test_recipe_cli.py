@@ -152,8 +152,8 @@ def test_the_table_ends_with_the_command_that_embeds_the_winner(which, request) 
     ("args", "fragments"),
     [(["--recipe", "meen"], ["--recipe to be", "Closest valid name: mean."]),
      (["--recipe", "mean@last5"], ["--recipe to be", "Closest valid name: mean@last4."]),
-     (["--recipe", "mean", "-s", "cls"], ["--recipe names the strategy"]),
-     (["--recipe", "mean", "--layers", "last4"], ["--recipe names the strategy"]),
+     (["--recipe", "mean", "-s", "cls"], ["Expected --recipe alone (it names the strategy"]),
+     (["--recipe", "mean", "--layers", "last4"], ["Expected --recipe alone (it names the strategy"]),
      (["-s", "avg"], ["--strategy to be one of cls, mean"])],
 )  # fmt: skip
 def test_bad_recipes_are_one_line_with_status_2(tmp_path: Path, args, fragments) -> None:

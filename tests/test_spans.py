@@ -137,17 +137,22 @@ def test_many_long_spans_memory_stays_bounded():
 @pytest.mark.parametrize(
     ("spans", "kwargs", "message"),
     [
-        (np.array([[[2, 1]]]), {}, r"span \(0, 0\) = \[2, 1\] has start > end.*inclusive"),
+        (
+            np.array([[[2, 1]]]),
+            {},
+            r"`spans\[0\]\[0\]` to be a valid span, but got \[2, 1\], which has start > end.*inclusive",
+        ),
         (
             np.array([[[0, 9]]]),
             {},
-            r"span \(0, 0\) = \[0, 9\] reaches past the last token \(L = 4\)",
+            r"`spans\[0\]\[0\]` to be a valid span, but got \[0, 9\], which reaches past the last token "
+            r"\(L = 4\)",
         ),
         (np.array([[[-2, 1]]]), {}, r"has a negative index.*\[-1, -1\] or `span_mask`"),
         (
             np.array([[[1, 3]]]),
             {"mask": np.array([[1, 1, 1, 0]])},
-            r"span \(0, 0\) = \[1, 3\] covers padding",
+            r"`spans\[0\]\[0\]` to be a valid span, but got \[1, 3\], which covers padding",
         ),
         (np.array([[0, 1]]), {}, r"Expected `spans` to be of shape \(B, S, 2\).*shape \(1, 2\)"),
         (np.array([[[0.0, 1.0]]]), {}, r"Expected `spans` to be an integer array"),

@@ -96,7 +96,11 @@ def test_stopped_and_resumed_gives_the_same_bytes(work, mlm, ext) -> None:
     [
         (
             ["-o", "x.npy", "--recipe", "splade"],
-            ["Expected an output for sparse vectors: .npz", "a .npy file holds dense vectors"],
+            [
+                "Expected an output for sparse vectors",
+                "a .npy file holds dense vectors",
+                "Write .npz",
+            ],
         ),
         (["-o", "x.npz", "--recipe", "splade/top0"], ["--recipe", "positive number"]),
         (["-o", "x.npz", "--recipe", "splade", "--dims", "8"], ["--dims", "/topK"]),

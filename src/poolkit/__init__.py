@@ -1,5 +1,6 @@
 """poolkit: sequence, token, word and span representations from transformer encoders."""
 
+from poolkit import _errors as _errors  # registers the errors' one renderer
 from poolkit.chunkers import Chunker
 from poolkit.chunking import DocumentChunks, embed_chunks
 from poolkit.deploy import export

@@ -85,13 +85,13 @@ def expected(arg: str, what: str, got: object, fix: str = "") -> str:
     """Build the standard message: names the argument, the expectation and the input.
 
     ``arg`` is a library argument (written `arg`), or a command-line flag or metavar
-    (``--workers``, ``INPUT``: written bare, as :func:`with_flags` writes flags)."""
+    (``--workers``, ``INPUT``: written bare, as the command line writes flags)."""
     name = arg if arg.startswith("-") or arg.isupper() else f"`{arg}`"
     msg = f"Expected {name} to be {what}, but got {got}."
     return f"{msg} {fix}".rstrip() if fix else msg
 
 
-def recast(error: BaseException, kind: type[E]) -> E:
+def recast(error: BaseException, kind: type[E]) -> PoolkitError:
     """``error`` as a ``kind`` with the same fields (a part's error raised as the whole's
     kind); an error from outside the family keeps its text."""
     if not isinstance(error, PoolkitError):
@@ -160,3 +160,6 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 def missing_extra(feature: str, package: str, extra: str) -> str:
     """The one line for a missing optional dependency: what needs what, and the fix."""
     return f"{feature} needs {package}, which is not installed: pip install 'poolkit[{extra}]'"
+
+
+PoolkitError.renderer = render  # str(error) for every error of the family

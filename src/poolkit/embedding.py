@@ -22,7 +22,7 @@ from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
-from poolkit._errors import expected, type_error, value_error
+from poolkit._errors import type_error, value_error
 from poolkit.asked import Layers, one_recipe, resolve_recipes
 from poolkit.driver import (
     EmbedStats,
@@ -126,7 +126,7 @@ def _unicode(value: str, arg: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
         got = f"an unpaired surrogate (\\u{ord(value[e.start]):04x}) at character {e.start}"
-        raise InputError(expected(arg, "text", got, "Remove or replace it.")) from None
+        raise InputError(arg=arg, expected="text", got=got, fix="Remove or replace it.") from None
 
 
 def check_inputs(texts: Any, words: bool = False) -> list[Any]:

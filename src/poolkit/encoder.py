@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from poolkit._errors import expected, type_error, value_error
+from poolkit._errors import type_error, value_error
 from poolkit.backends import Backend, make_backend
 from poolkit.errors import InputTypeError
 from poolkit.model_folder import ModelInfo, read_model_info, resolve_model
@@ -812,7 +812,9 @@ def check_texts(texts: Any, words: bool) -> list[Any]:
     try:
         items = list(texts)
     except TypeError:
-        raise InputTypeError(expected("texts", "a list of strings", type(texts).__name__)) from None
+        raise InputTypeError(
+            arg="texts", expected="a list of strings", got=type(texts).__name__
+        ) from None
     for i, t in enumerate(items):
         if words:
             if isinstance(t, str) or not all(isinstance(w, str) for w in t):

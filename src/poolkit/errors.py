@@ -26,8 +26,8 @@ which the command line calls with its flag table (``arg`` -> ``--flag``).
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 __all__ = [
     "ExportError",
@@ -57,6 +57,10 @@ class PoolkitError(Exception):
     renderer writes each such name once, as Python or as the command line spells it.
     """
 
+    # The one renderer, poolkit._errors.render, registers itself here when poolkit is imported
+    # (this module imports nothing of poolkit, so the import graph has no cycle).
+    renderer: ClassVar[Callable[[PoolkitError], str] | None] = None
+
     def __init__(
         self,
         message: str = "",
@@ -74,9 +78,8 @@ class PoolkitError(Exception):
         super().__init__(self._text())
 
     def _text(self) -> str:
-        from poolkit._errors import render
-
-        return render(self)
+        render = PoolkitError.renderer
+        return self.message if render is None else render(self)
 
     def __str__(self) -> str:
         return self._text()

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected
 from poolkit.errors import PipelineError
 
 __all__ = ["Head", "PipelineStep", "apply_head", "read_head", "torch_head"]
@@ -180,13 +179,11 @@ def _weights(folder: Path) -> dict[str, np.ndarray]:
         state = torch.load(pt, map_location="cpu", weights_only=True)
         return {k: v.float().numpy() for k, v in state.items()}
     raise PipelineError(
-        expected(
-            "model",
-            f"a pipeline whose module folder {folder} holds model.safetensors or "
-            "pytorch_model.bin (the module's weights)",
-            "a folder with neither",
-            "Restore the file, or pass pipeline='pooled'.",
-        )
+        arg="model",
+        expected=f"a pipeline whose module folder {folder} holds model.safetensors or "
+        "pytorch_model.bin (the module's weights)",
+        got="a folder with neither",
+        fix="Restore the file, or pass pipeline='pooled'.",
     )
 
 

@@ -276,12 +276,10 @@ def resolve_model(reference: str | os.PathLike[str] | None = None) -> Path:
         return local.resolve()
     if local.exists() or ref.startswith((".", "/", "~")) or ref.count("/") > 1:
         raise ModelNotFoundError(
-            expected(
-                "model",
-                "a model directory or a hub id",
-                f"{ref!r}, which is not a directory",
-                "Pass the path of a local model directory.",
-            )
+            arg="model",
+            expected="a model directory or a hub id",
+            got=f"{ref!r}, which is not a directory",
+            fix="Pass the path of a local model directory.",
         )
     packaged = _package_for(ref)
     if packaged is not None:

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from poolkit._errors import expected, recast, value_error
+from poolkit._errors import recast, value_error
 from poolkit.errors import InputError
 from poolkit.layers import (
     LAYER_COMBINATIONS,
@@ -267,7 +267,7 @@ class Recipe:
                 raise whole.but(fix=fix) from None
             closest = _closest_name(raw)
             hint = f" Closest valid name: {closest}." if closest else ""  # none: no hint
-            raise whole.but(fix=f"{fix}{hint}") from None
+            raise whole.but(fix=f"{fix}{hint}".strip()) from None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recipe:
@@ -514,9 +514,8 @@ def check_dims(dims: int, width: int, recipe: str) -> None:
     """Refuse ``dims`` wider than the vectors it truncates (one line naming the fix)."""
     if dims > width:
         raise RecipeError(
-            expected("dims", f"at most the recipe's width {width}", dims,
-                     f"Keep at most {width} dimensions of {recipe.rsplit('/', 1)[0]!r}, "
-                     f"e.g. '/{min(256, width)}'.")
+            arg="dims", expected=f"at most the recipe's width {width}", got=dims, fix=f"Keep at most {width} dimensions of {recipe.rsplit('/', 1)[0]!r}, "
+                     f"e.g. '/{min(256, width)}'."
         )  # fmt: skip
 
 
@@ -527,9 +526,7 @@ def check_top_k(level: str, top_k: Any) -> None:
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         _fail("a positive number of weights to keep, e.g. /top64", top_k, arg="top_k")
     if level != "sparse":
-        raise RecipeError(expected("top_k", "a sparse recipe (e.g. splade/top64)",
-                                   f"/top{top_k} on a {level}-level recipe",
-                                   "Drop it, or use /DIMS to truncate dense vectors."))  # fmt: skip
+        raise RecipeError(arg="top_k", expected="a sparse recipe (e.g. splade/top64)", got=f"/top{top_k} on a {level}-level recipe", fix="Drop it, or use /DIMS to truncate dense vectors.")  # fmt: skip
 
 
 def check_sparse_fields(
@@ -538,22 +535,17 @@ def check_sparse_fields(
     """Refuse, in one line, what does not apply to a sparse recipe: layers (SPLADE reads the
     last layer through the MLM head), normalisation, ``_no_special`` and the output stage."""
     if layers is not None:
-        raise RecipeError(expected("layers", "none on a sparse recipe", repr(layers),
-                                   "SPLADE reads the MLM head on the last layer: drop @LAYERS."))  # fmt: skip
+        raise RecipeError(arg="layers", expected="none on a sparse recipe", got=repr(layers), fix="SPLADE reads the MLM head on the last layer: drop @LAYERS.")  # fmt: skip
     if normalize is not None:
-        raise RecipeError(expected("normalize", "None on a sparse recipe",
-                                   "/l2" if normalize else "/raw",
-                                   "Sparse weights are never L2-normalised: drop it."))  # fmt: skip
+        raise RecipeError(arg="normalize", expected="None on a sparse recipe", got="/l2" if normalize else "/raw", fix="Sparse weights are never L2-normalised: drop it.")  # fmt: skip
     if exclude_special:
-        raise RecipeError(expected("exclude_special", "False on a sparse recipe", True,
-                                   "SPLADE pools every real token, as the model was trained."))  # fmt: skip
+        raise RecipeError(arg="exclude_special", expected="False on a sparse recipe", got=True, fix="SPLADE pools every real token, as the model was trained.")  # fmt: skip
     if dims is not None or precision is not None:
         what = "dims" if dims is not None else "precision"
         got = f"/{dims if what == 'dims' else precision}"
-        raise RecipeError(expected(what, "no dense output stage (/DIMS, /PRECISION) on a "
-                                   "sparse recipe", got,
-                                   "Keep the largest weights with /topK instead, e.g. "
-                                   "splade/top64."))  # fmt: skip
+        raise RecipeError(arg=what, expected="no dense output stage (/DIMS, /PRECISION) on a "
+                                   "sparse recipe", got=got, fix="Keep the largest weights with /topK instead, e.g. "
+                                   "splade/top64.")  # fmt: skip
 
 
 def check_shorthands(layers: Any, layer_how: Any, exclude_special: Any, normalize: Any) -> Any:
@@ -584,8 +576,7 @@ def check_output_stage(level: str, dims: Any, precision: Any) -> tuple[int | Non
             got = precision
             close = difflib.get_close_matches(str(got).lower(), PRECISIONS, n=1)
             hint = f" Closest: {close[0]}." if close else ""
-            raise RecipeError(expected("precision", f"one of {', '.join(PRECISIONS)}",
-                                       repr(got), hint.strip()))  # fmt: skip
+            raise RecipeError(arg="precision", expected=f"one of {', '.join(PRECISIONS)}", got=repr(got), fix=hint.strip())  # fmt: skip
         precision = precision.strip().lower()
         if precision == "float32":
             precision = None
@@ -593,9 +584,8 @@ def check_output_stage(level: str, dims: Any, precision: Any) -> tuple[int | Non
         what = "dims" if dims is not None else "precision"
         got = f"/{dims if what == 'dims' else precision}"
         raise RecipeError(
-            expected(what, f"no output stage (/DIMS, /PRECISION) at the {level} level", got,
-                     "An output stage stores one vector per text: use a sequence-level "
-                     "recipe, or drop it.")
+            arg=what, expected=f"no output stage (/DIMS, /PRECISION) at the {level} level", got=got, fix="An output stage stores one vector per text: use a sequence-level "
+                     "recipe, or drop it."
         )  # fmt: skip
     return dims, precision
 

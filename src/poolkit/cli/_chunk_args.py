@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from poolkit.chunkers import Chunker
-from poolkit.errors import InputError
+from poolkit.errors import InputError, PoolkitError
 
 __all__ = ["ChunkPlan", "ChunkedPart", "PartChunker", "add_chunk_arguments", "check_chunk_flags"]
 
@@ -222,7 +222,7 @@ class PartChunker:
                              f"({e.msg}); write the spans as a JSON list of [start, end] "
                              "pairs, e.g. [[0, 120], [121, 300]].") from None  # fmt: skip
 
-    def _at_row(self, error: Exception, rows: Any, first_id: int) -> InputError:
+    def _at_row(self, error: Exception, rows: Any, first_id: int) -> PoolkitError:
         """``chunk_documents``' error about ``chunks[i]`` or ``documents[i]`` (the i-th
         document of the part) as one naming the input line/row and its id."""
         from poolkit._errors import recast

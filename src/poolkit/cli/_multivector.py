@@ -21,8 +21,8 @@ __all__ = ["MultivectorPart", "check_multivector_args"]
 
 
 def _refuse(flag: str, recipe: str, fix: str) -> Any:
-    raise InputError(arg=flag, expected="unset with a multi-vector recipe",
-                     got=f"it is given with {recipe!r}", fix=fix)  # fmt: skip
+    raise InputError(expected=f"no {flag} with the multi-vector recipe {recipe!r}",
+                     got="it is given", fix=fix)  # fmt: skip
 
 
 def check_multivector_args(args: argparse.Namespace, wanted: dict[str, Any] | None) -> bool:
@@ -69,8 +69,8 @@ def _check_token_offsets(args: argparse.Namespace, recipe: Any) -> None:
         _refuse("--token-offsets", str(recipe), "MUVERA writes one vector per text: drop "
                 "--token-offsets.")  # fmt: skip
     if getattr(args, "engine", None) == "ray":
-        raise InputError(arg="--token-offsets", expected="unset on --engine ray (its shards "
-                         "hold the token vectors only)", got="it is given",
+        raise InputError(expected="no --token-offsets on --engine ray (its shards hold the "
+                         "token vectors only)", got="it is given",
                          fix="Run without --engine ray.")  # fmt: skip
     if str(args.output).lower().endswith(".npz"):
         _refuse("--token-offsets", str(recipe), "the .npz output has no place for them: write "

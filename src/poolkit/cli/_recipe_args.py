@@ -20,9 +20,9 @@ def recipes_from_args(args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
     if args.recipe is not None and (
         args.strategy is not None or args.layers is not None or args.exclude_special
     ):
-        raise InputError(arg="--recipe", expected="given alone (it names the strategy, layers "
-                         "and special tokens itself)", got="it is given with -s/--strategy, "
-                         "--layers or --exclude-special", fix="Drop those (e.g. --recipe "
+        raise InputError(expected="--recipe alone (it names the strategy, layers and special "
+                         "tokens itself)", got="-s/--strategy, --layers or --exclude-special "
+                         "is given too", fix="Drop those (e.g. --recipe "
                          "mean_no_special@last4).")  # fmt: skip
     from poolkit.asked import with_output_stage
     from poolkit.recipe import check_output_stage

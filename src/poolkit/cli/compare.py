@@ -181,27 +181,30 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
         return None
     out = Path(path)
     if suffix and out.suffix.lower() != suffix:
-        raise _UsageError(f"{option} {path}: expected a {suffix} file name.")
+        raise _UsageError(arg=option, expected=f"a {suffix} file name", got=path)
     if out.exists() and not overwrite:
         raise _UsageError(
             already_exists(f"{option} {path}", fix="--overwrite", state="file exists")
         )
     if not out.parent.is_dir():
-        raise _UsageError(f"{option} {path}: folder {out.parent} does not exist.")
+        raise _UsageError(arg=option, expected="a file in an existing folder",
+                          got=f"{path}, whose folder {out.parent} does not exist")  # fmt: skip
     return out
 
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse, in one line, options that the task or backend would not honour."""
     if args.folds < 2:
-        raise _UsageError(f"--folds {args.folds}: expected at least 2.")
+        raise _UsageError(arg="--folds", expected="at least 2", got=args.folds)
     if args.bootstrap < 0 or args.bootstrap == 1:
-        raise _UsageError(f"--bootstrap {args.bootstrap}: expected 0 (off) or at least 2.")
+        raise _UsageError(arg="--bootstrap", expected="0 (off) or at least 2", got=args.bootstrap)
     if args.task in ("retrieval", "clustering") and args.train:
-        raise _UsageError(f"--train: --task {args.task} has no training step; drop --train.")
+        raise _UsageError(arg="--train", expected=f"unset: --task {args.task} has no training step",
+                          got=args.train, fix="Drop --train.")  # fmt: skip
     if args.task in ("ner", "relation") and args.prompt_name is not None:
-        raise _UsageError(f"--prompt-name: --task {args.task} embeds words and spans of the "
-                          "text as written; prompts are for sequence tasks.")  # fmt: skip
+        raise _UsageError(arg="--prompt-name", expected=f"unset with --task {args.task}, which "
+                          "embeds words and spans of the text as written (prompts are for "
+                          "sequence tasks)", got=args.prompt_name)  # fmt: skip
     if args.task != "retrieval":
         for flag, value, default in (
             ("--split", args.split, None), ("--query-column", args.query_column, "query"),
@@ -209,51 +212,50 @@ def _check_options(args: argparse.Namespace) -> None:
             ("--document-prompt-name", args.document_prompt_name, None),
         ):  # fmt: skip
             if value != default:
-                raise _UsageError(f"{flag}: only for --task retrieval.")
+                raise _UsageError(arg=flag, expected="given only for --task retrieval",
+                                  got=f"--task {args.task}")  # fmt: skip
     _check_budget(args)
     _check_chunks(args)
     _check_models(args)
     if args.int8_rows and not args.quantize:
-        raise _UsageError("--int8-rows: only with --backend onnx --quantize int8.")
+        raise _UsageError(arg="--int8-rows", expected="given only with --backend onnx --quantize "
+                          "int8", got=args.int8_rows)  # fmt: skip
     if args.backend in ("onnx", "openvino") and args.layers is not None:
-        raise _UsageError(f"--layers: the {args.backend} backend returns the last layer only; "
-                          "drop --layers or use --backend torch.")  # fmt: skip
+        raise _UsageError(arg="--layers", expected=f"unset on the {args.backend} backend (it "
+                          "returns the last layer only)", got=" ".join(args.layers),
+                          fix="Drop --layers or use --backend torch.")  # fmt: skip
     check_backend_args(args)  # --backend, --quantize, --dtype, --device; the extras they need
 
 
 def _check_budget(args: argparse.Namespace) -> None:
     """--dims/--precision/--budget-rows: refused in one line before the model loads."""
-    from poolkit._errors import expected
     from poolkit.compare.budget import BUDGET_TASKS
     from poolkit.output import PRECISIONS
 
     if args.dims is None and args.precision is None:
         if args.budget_rows:
-            raise _UsageError("--budget-rows: only with --dims or --precision (it chooses "
-                              "which rows get them); add one, or drop --budget-rows.")  # fmt: skip
+            raise _UsageError(arg="--budget-rows", expected="given only with --dims or "
+                              "--precision (it chooses which rows get them)",
+                              got=args.budget_rows, fix="Add one, or drop --budget-rows.")  # fmt: skip
         return
     flag = "--dims" if args.dims is not None else "--precision"
     if args.task not in BUDGET_TASKS:
-        raise _UsageError(
-            f"{flag}: only for --task {' and '.join(BUDGET_TASKS)} (similarity on the stored "
-            f"vectors); --task {args.task} trains on float vectors: drop {flag}."
-        )
+        raise _UsageError(arg=flag, expected=f"given only for --task {' and '.join(BUDGET_TASKS)} "
+                          "(similarity on the stored vectors)", got=f"--task {args.task}, which "
+                          f"trains on float vectors", fix=f"Drop {flag}.")  # fmt: skip
     if args.quantize:
-        raise _UsageError(f"{flag} and --quantize: one at a time (budget rows or int8 model "
-                          "rows); drop one.")  # fmt: skip
+        raise _UsageError(arg=flag, expected="unset with --quantize (budget rows or int8 model "
+                          "rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
     for k in args.dims or ():
         if k < 1:
-            raise _UsageError(expected("--dims", "positive numbers of dimensions", k,
-                                       "e.g. --dims 384 256 128 64."))  # fmt: skip
+            raise _UsageError(arg="--dims", expected="positive numbers of dimensions", got=k, fix="e.g. --dims 384 256 128 64.")  # fmt: skip
     for p in args.precision or ():
         if p not in PRECISIONS:
-            raise _UsageError(expected("--precision", f"among {', '.join(PRECISIONS)}",
-                                       repr(p), "e.g. --precision float32 int8 binary."))  # fmt: skip
+            raise _UsageError(arg="--precision", expected=f"among {', '.join(PRECISIONS)}", got=repr(p), fix="e.g. --precision float32 int8 binary.")  # fmt: skip
 
 
 def _check_models(args: argparse.Namespace) -> None:
     """Several --model and the cost limits: refused in one line before any model loads."""
-    from poolkit._errors import expected
 
     models = args.models or []
     for flag, value in (("--max-bytes-per-doc", args.max_bytes_per_doc),
@@ -262,40 +264,39 @@ def _check_models(args: argparse.Namespace) -> None:
             continue
         if args.task != "retrieval":
             what = "documents" if flag == "--max-bytes-per-doc" else "queries"
-            raise _UsageError(f"{flag}: only for --task retrieval (a cost per stored document "
-                              f"or per query); --task {args.task} has no {what} to "
-                              f"search: drop {flag}.")  # fmt: skip
+            raise _UsageError(arg=flag, expected="given only for --task retrieval (a cost per "
+                              "stored document or per query)", got=f"--task {args.task}, which "
+                              f"has no {what} to search", fix=f"Drop {flag}.")  # fmt: skip
         if not value > 0:
-            raise _UsageError(expected(flag, "a positive number", f"{value:g}",
-                                       f"e.g. {flag} 1024."))  # fmt: skip
+            raise _UsageError(arg=flag, expected="a positive number", got=f"{value:g}", fix=f"e.g. {flag} 1024.")  # fmt: skip
     if len(models) < 2:
         return
     for k, m in enumerate(models):
         if m in models[:k]:
-            raise _UsageError(f"--model {m}: given twice; each model's rows already cover "
-                              "every recipe: drop the repeat.")  # fmt: skip
+            raise _UsageError(arg="--model", expected="each model once (its rows already cover "
+                              "every recipe)", got=f"{m} twice", fix="Drop the repeat.")  # fmt: skip
     if args.quantize:
-        raise _UsageError("--quantize with several --model: int8 rows are for one model at a "
-                          "time; drop --quantize or keep one --model.")  # fmt: skip
+        raise _UsageError(arg="--quantize", expected="one --model (int8 rows are for one model "
+                          "at a time)", got=f"{args.quantize} with {len(models)} models",
+                          fix="Drop --quantize or keep one --model.")  # fmt: skip
 
 
 def _check_chunks(args: argparse.Namespace) -> None:
     """--chunk-tokens: refused in one line before the model loads (sizes past the model's
     text room are refused once it is loaded, before any forward pass)."""
-    from poolkit._errors import expected
 
     if args.chunk_tokens is None:
         return
     if args.task != "retrieval":
-        raise _UsageError(f"--chunk-tokens: only for --task retrieval (documents scored by "
-                          f"their best chunk); --task {args.task} has no documents to chunk.")  # fmt: skip
+        raise _UsageError(arg="--chunk-tokens", expected="given only for --task retrieval "
+                          "(documents scored by their best chunk)", got=f"--task {args.task}, "
+                          "which has no documents to chunk")  # fmt: skip
     if args.quantize:
-        raise _UsageError("--chunk-tokens and --quantize: one at a time (document rows or int8 "
-                          "model rows); drop one.")  # fmt: skip
+        raise _UsageError(arg="--chunk-tokens", expected="unset with --quantize (document rows "
+                          "or int8 model rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
     for n in args.chunk_tokens:
         if n < 1:
-            raise _UsageError(expected("--chunk-tokens", "chunk sizes of at least 1 token", n,
-                                       "e.g. --chunk-tokens 64 128 254."))  # fmt: skip
+            raise _UsageError(arg="--chunk-tokens", expected="chunk sizes of at least 1 token", got=n, fix="e.g. --chunk-tokens 64 128 254.")  # fmt: skip
 
 
 def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
@@ -305,14 +306,15 @@ def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
 
     if named:
         if args.task not in BUDGET_TASKS:
-            raise _UsageError(
-                f"--recipes {named[0]}: an output stage (/DIMS, /PRECISION) is scored only for "
-                f"--task {' and '.join(BUDGET_TASKS)}; --task {args.task} trains on float "
-                "vectors: name the recipe without it."
-            )
+            raise _UsageError(arg="--recipes", expected="recipes without an output stage (/DIMS, "
+                              f"/PRECISION) for --task {args.task}, which trains on float "
+                              f"vectors (it is scored only for --task "
+                              f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
+                              fix="Name the recipe without it.")  # fmt: skip
         if args.quantize:
-            raise _UsageError(f"--recipes {named[0]} and --quantize: one at a time (budget rows "
-                              "or int8 model rows); drop one.")  # fmt: skip
+            raise _UsageError(arg="--recipes", expected="no output stage with --quantize (budget "
+                              "rows or int8 model rows, one at a time)", got=str(named[0]),
+                              fix="Drop one.")  # fmt: skip
     if args.dims is None and args.precision is None and not named:
         return None
     return Budget(
@@ -358,7 +360,8 @@ def _run(args: argparse.Namespace) -> int:
         data = read_task(kind, args.data, columns)
     train = read_task(args.task, args.train, columns) if args.train else None
     if args.task == "ner" and train is None:
-        raise _UsageError("--task ner needs --train FILE (CoNLL) to train the tagging probe.")
+        raise _UsageError(arg="--train", expected="a CoNLL FILE with --task ner (it trains the "
+                          "tagging probe)", got="none")  # fmt: skip
 
     from poolkit.compare import report
     from poolkit.compare.budget import base_of
@@ -379,8 +382,10 @@ def _run(args: argparse.Namespace) -> int:
 
             names, hybrids = split_hybrids(args.recipes)  # rrf(A,B), fuse(A,B,W)
             if hybrids and args.task != "retrieval":
-                raise _UsageError(f"--recipes {hybrids[0]}: hybrid rows fuse two rows' "
-                                  "rankings: use them with --task retrieval.")  # fmt: skip
+                raise _UsageError(arg="--recipes", expected="no hybrid row with --task "
+                                  f"{args.task} (hybrid rows fuse two rows' rankings)",
+                                  got=str(hybrids[0]),
+                                  fix="Use them with --task retrieval.")  # fmt: skip
             dense, extra = split_extra(names, args.task)  # sparse and BM25 rows
             recipes = candidates(LEVELS[args.task], dense, layers) if dense else []
             layers = None
@@ -511,12 +516,11 @@ def _check_shared_tokens(encoders: list) -> None:
             encoder.tokenizer.backend_tokenizer.to_str()
             != first.tokenizer.backend_tokenizer.to_str()
         ):
-            raise _UsageError(
-                f"--chunk-tokens with --model {first_model} and --model {model}: their "
-                "tokenizers differ, so chunks of N tokens are different texts in each and "
-                "their chunk rows would not index the same chunk ids of a corpus document; "
-                "run --chunk-tokens one model at a time (or with models sharing a tokenizer)."
-            )
+            raise _UsageError(arg="--chunk-tokens", expected="models sharing a tokenizer (chunks "
+                              "of N tokens are the same texts in each, so their chunk rows index "
+                              "the same chunk ids of a corpus document)",
+                              got=f"--model {first_model} and --model {model}, whose tokenizers "
+                              "differ", fix="Run --chunk-tokens one model at a time.")  # fmt: skip
 
 
 def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
@@ -543,13 +547,13 @@ def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
         if i is None:
             j = frontier.cheapest(cost)
             if j is None:
-                raise _UsageError(f"{flag} {limit:g}: no row of this run has a {what}; "
-                                  f"drop {flag}.")  # fmt: skip
+                raise _UsageError(arg=flag, expected=f"a limit on a {what} a row of this run has",
+                                  got=f"{limit:g}, and no row has one",
+                                  fix=f"Drop {flag}.")  # fmt: skip
             cheap = run.results[j]
-            raise _UsageError(
-                f"{flag} {limit:g}: no row is within it; the cheapest is #{place[id(cheap)]} "
-                f"{cheap.label} ({cost[j]:g} {unit}): raise {flag} to at least {cost[j]:g}."
-            )
+            raise _UsageError(arg=flag, expected=f"a limit some row is within (the cheapest is "
+                              f"#{place[id(cheap)]} {cheap.label}, {cost[j]:g} {unit})",
+                              got=f"{limit:g}", fix=f"Raise {flag} to at least {cost[j]:g}.")  # fmt: skip
         best = run.results[i]
         line = (f"{flag} {limit:g}: best within it #{place[id(best)]} {best.label} "
                 f"({cost[i]:g} {unit}; {metric} {quality[i]:.4f})")  # fmt: skip

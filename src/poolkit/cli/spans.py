@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
-from poolkit._errors import expected, value_error
+from poolkit._errors import value_error
 from poolkit.cli._common import add_common, positive, quiet_truncation
 from poolkit.cli._jsonout import add_output_arguments, json_lines, rounded
 from poolkit.errors import InputError
@@ -48,7 +48,7 @@ def _parse_span(value: str) -> tuple[int, int]:
         start, end = (int(x) for x in value.split(":"))
     except ValueError:
         raise InputError(
-            expected("--span", "START:END (character offsets, e.g. 11:20)", repr(value))
+            arg="--span", expected="START:END (character offsets, e.g. 11:20)", got=repr(value)
         ) from None
     return start, end
 

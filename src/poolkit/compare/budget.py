@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected
 from poolkit.compare.hamming import HammingIndex
 from poolkit.errors import InputError
 from poolkit.output import Calibration, needs_calibration, quantize, truncate, unpack_bits
@@ -108,8 +107,7 @@ def plan(encoder: Any, budget: Budget, bases: Sequence[Recipe]) -> dict[Recipe, 
         for r in asked:
             if r.dims is not None and r.dims > width:
                 raise BudgetError(
-                    expected("dims", f"at most {width}, the width of {base}'s vectors", r.dims,
-                             f"Keep at most {width} dimensions, e.g. {min(256, width)}.")
+                    arg="dims", expected=f"at most {width}, the width of {base}'s vectors", got=r.dims, fix=f"Keep at most {width} dimensions, e.g. {min(256, width)}."
                 )  # fmt: skip
             if r.precision is None and r.dims in (None, width):
                 continue

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poolkit._errors import expected
 from poolkit.layers import layer_spec
 from poolkit.recipe import NO_SPECIAL, Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES
@@ -48,7 +47,9 @@ def candidates(
     for s, r in zip(chosen, parsed, strict=True):
         if r.level != level and not (level == "sequence" and r.level == "multivector"):
             raise RecipeError(
-                expected("strategies", f"{level}-level recipes", f"{str(s)!r} ({r.level} level)")
+                arg="strategies",
+                expected=f"{level}-level recipes",
+                got=f"{str(s)!r} ({r.level} level)",
             )
     out: list[Recipe] = []
     for r in parsed:

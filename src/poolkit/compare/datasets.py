@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from poolkit._errors import expected
 from poolkit.errors import InputError
 from poolkit.io.readers import numbered_lines, read_records
 
@@ -127,7 +126,7 @@ def read_task(task: str, path: str | Path, columns: Columns | None = None) -> Ta
     Raises :class:`DataError` naming the file and row on any problem.
     """
     if task not in TASKS:
-        raise DataError(expected("task", f"one of {', '.join(TASKS)}", repr(task)))
+        raise DataError(arg="task", expected=f"one of {', '.join(TASKS)}", got=repr(task))
     columns = columns or Columns()
     path = Path(path)
     if not path.is_file():

@@ -93,8 +93,9 @@ class Hybrid:
         return str(self)
 
 
-def _bad(name: str, fix: str) -> HybridError:
-    return HybridError(f"--recipes {name}: {fix}")
+def _bad(name: str, *, expected: str, fix: str = "") -> HybridError:
+    """``--recipes`` refused for the hybrid row ``name``."""
+    return HybridError(arg="--recipes", expected=expected, got=name, fix=fix)
 
 
 def parse_hybrid(name: Any) -> Hybrid | None:
@@ -117,22 +118,26 @@ def parse_hybrid(name: Any) -> Hybrid | None:
         try:
             weight = float(pieces.pop())
         except ValueError:
-            raise _bad(name, "the weight is not a number; e.g. fuse(mean,bm25,0.5).") from None
+            raise _bad(name, expected="fuse(A,B,W) with a number W",
+                       fix="e.g. fuse(mean,bm25,0.5).") from None  # fmt: skip
     if len(pieces) < 2 or not all(pieces):
-        raise _bad(name, f"expected {method}(A,B) of two row names, e.g. {method}(mean,bm25).")
+        raise _bad(name, expected=f"{method}(A,B) of two row names",
+                   fix=f"e.g. {method}(mean,bm25).")  # fmt: skip
     try:
         k = int(options.pop("k", RRF_K))
         depth = int(options.pop("depth", DEPTH))
     except ValueError:
-        raise _bad(name, "k and depth are whole numbers; e.g. rrf(mean,bm25,k=60).") from None
+        raise _bad(name, expected="whole numbers k and depth",
+                   fix="e.g. rrf(mean,bm25,k=60).") from None  # fmt: skip
     norm = options.pop("norm", "minmax")
     if method == "rrf" and norm != "minmax":
-        raise _bad(name, "norm= is a fuse() option; rrf fuses ranks.")
+        raise _bad(name, expected="rrf() without norm= (a fuse() option; rrf fuses ranks)")
     if method == "fuse" and k != RRF_K:
-        raise _bad(name, "k= is an rrf() option; fuse() weighs scores (fuse(A,B,W)).")
+        raise _bad(name, expected="fuse() without k= (an rrf() option; fuse() weighs scores: "
+                   "fuse(A,B,W))")  # fmt: skip
     if k < 0 or depth < 1 or not 0.0 <= weight <= 1.0 or norm not in NORMS:
-        raise _bad(name, f"expected k >= 0, depth >= 1, a weight in 0..1 and norm "
-                         f"{' or '.join(NORMS)}.")  # fmt: skip
+        raise _bad(name, expected=f"k >= 0, depth >= 1, a weight in 0..1 and norm "
+                   f"{' or '.join(NORMS)}")  # fmt: skip
     return Hybrid(method, tuple(pieces), k, depth, weight, norm)
 
 
@@ -172,10 +177,11 @@ def resolve(hybrids: Sequence[Hybrid], keys: Mapping[str, Hashable]) -> list[Hyb
                 break
         if found is None:
             unknown = next((p for p in h.parts if p not in keys), ",".join(h.parts))
-            raise _bad(str(h), f"no row named {unknown!r} in this run (rows: "
-                               f"{', '.join(keys)}); add it to --recipes.")  # fmt: skip
+            raise _bad(str(h), expected=f"a hybrid of rows of this run (rows: {', '.join(keys)})",
+                       fix=f"No row is named {unknown!r}: add it to --recipes.")  # fmt: skip
         if found[0] == found[1]:
-            raise _bad(str(h), "fuses a row with itself; name two different rows.")
+            raise _bad(str(h), expected="a hybrid of two different rows (not of a row with itself)",
+                       fix="Name two different rows.")  # fmt: skip
         out.append(replace(h, parts=found, sides=(keys[found[0]], keys[found[1]])))
     return out
 
@@ -198,8 +204,9 @@ def fused(
         return rrf(a.ranked, b.ranked, n_docs, id_order, hybrid.k, hybrid.depth)
     for name, side in zip(hybrid.parts, (a, b), strict=True):
         if side.scores is None:
-            raise _bad(str(hybrid), f"{name} keeps no scores to normalise (a /DIMS, "
-                                    "/PRECISION, +rescore or chunked row); fuse it by rrf.")  # fmt: skip
+            raise _bad(str(hybrid), expected="a fuse() of rows that keep scores to normalise",
+                       fix=f"{name} keeps none (a /DIMS, /PRECISION, +rescore or chunked row): "
+                       "fuse it by rrf.")  # fmt: skip
     return score_fusion(a.ranked, a.scores, b.ranked, b.scores, n_docs, id_order,
                         hybrid.weight, hybrid.norm, hybrid.depth)  # fmt: skip
 

@@ -50,8 +50,9 @@ def plan(settings: Any, keys: Mapping[str, Hashable]) -> list[Hybrid]:
     for h in hybrids:  # before any forward pass: fuse() needs both rows' scores
         for name, (_, label) in zip(h.parts, h.sides, strict=True):
             if h.method == "fuse" and label is not None:
-                raise HybridError(f"--recipes {h}: {name} keeps no scores to normalise (a /DIMS, "
-                                   "/PRECISION, +rescore or chunked row); fuse it by rrf.")  # fmt: skip
+                raise HybridError(arg="--recipes", expected="a fuse() of rows that keep scores to "
+                                  "normalise", got=str(h), fix=f"{name} keeps none (a /DIMS, "
+                                  "/PRECISION, +rescore or chunked row): fuse it by rrf.")  # fmt: skip
     settings.keep = {}
     settings.rankings = {}
     for h in hybrids:

@@ -230,7 +230,7 @@ def _read_pairs(path: Path, query_column: str, document_column: str) -> Retrieva
         if name not in names:
             if path.name in _BEIR_FILES or "_id" in names:  # a file of a BEIR folder
                 raise DataError(where=path, expected="a BEIR folder (read whole) or a table of "
-                                "(query, document) rows", got="a file of a BEIR folder",
+                                "(query, document) rows", got="it is a file of a BEIR folder",
                                 fix=f"Pass the folder ({path.parent}) holding corpus.jsonl, "
                                 "queries.jsonl and qrels/SPLIT.tsv.")  # fmt: skip
             raise DataError(where=path, arg=f"{option}_column", expected="a column of the file",

@@ -137,8 +137,9 @@ def planned_rows(
     named, hybrids = split_hybrids(settings.strategies)
     hybrids = [*settings.hybrids, *hybrids]
     if hybrids and settings.task != "retrieval":
-        raise HybridError(f"--recipes {hybrids[0]}: hybrid rows fuse rankings: use them "
-                          "with --task retrieval.")  # fmt: skip
+        raise HybridError(arg="--recipes", expected=f"no hybrid row with --task {settings.task} "
+                          "(hybrid rows fuse two rows' rankings)", got=str(hybrids[0]),
+                          fix="Use them with --task retrieval.")  # fmt: skip
     # Sparse and BM25 rows (retrieval) are scored on their own path (.sparse_rows).
     strategies, extra = split_extra(named, settings.task)
     intended = encoder.info.intended_recipe() if level == "sequence" else None
@@ -152,9 +153,8 @@ def planned_rows(
         strategies = base if str(intended) in base else (*base, intended)
     cands = candidates(level, strategies, settings.layers) if strategies != [] else []
     if settings.task == "ner" and train is None:
-        raise DataError(
-            "task ner needs a training file (CoNLL, `train`) to train the tagging probe."
-        )
+        raise DataError(arg="train", expected="a CoNLL training file for task ner (it trains "
+                        "the tagging probe)", got="None")  # fmt: skip
     check_labels(data, train, settings)
     check_multivector(cands, settings.task, settings.prompt_name, settings.document_prompt_name)
     # The intended row: the model's own pooling at the last layer, when it takes part.
@@ -251,18 +251,19 @@ def _plan_budget(
     if budget is None:
         return {}
     if settings.task not in BUDGET_TASKS:
-        raise DataError(
-            f"--dims/--precision: only for --task {' and '.join(BUDGET_TASKS)} (similarity on "
-            f"the stored vectors); --task {settings.task} scores float vectors."
-        )
+        raise DataError(arg="--dims/--precision", expected="given only for --task "
+                        f"{' and '.join(BUDGET_TASKS)} (similarity on the stored vectors)",
+                        got=f"--task {settings.task}, which scores float vectors")  # fmt: skip
     if quantized is not None:
-        raise DataError("--dims/--precision with --quantize int8: one at a time; drop one.")
+        raise DataError(arg="--dims/--precision", expected="unset with --quantize int8 (one at "
+                        "a time)", got="both", fix="Drop one.")  # fmt: skip
     bases = [chosen] if budget.rows == "intended" and chosen is not None else list(reps)
     settings.stages = budgets.plan(encoder, budget, bases)
     for base in settings.stages:
         if base not in reps:  # a named budget row's base (--recipes mean/256/int8)
-            raise DataError(f"--recipes: {base}'s budget rows need {base} itself among the "
-                            "rows compared; add it to --recipes.")  # fmt: skip
+            raise DataError(expected=f"{base} itself among the rows --recipes compares (its "
+                            "budget rows need it)", got="it is not",
+                            fix="Add it to --recipes.")  # fmt: skip
     widths = {base: st.width for base, st in settings.stages.items()}
     for c in reps:
         if c not in widths:
@@ -277,17 +278,16 @@ def _plan_documents(encoder: Any, settings: Settings, chosen: Recipe | None, qua
     if not settings.chunk_tokens:
         return
     if settings.task not in docrows.DOCUMENT_TASKS:
-        raise DataError(
-            f"--chunk-tokens: only for --task retrieval (documents scored by their best "
-            f"chunk); --task {settings.task} has no documents to chunk."
-        )
+        raise DataError(arg="--chunk-tokens", expected="given only for --task retrieval "
+                        "(documents scored by their best chunk)", got=f"--task "
+                        f"{settings.task}, which has no documents to chunk")  # fmt: skip
     if quantized is not None:
-        raise DataError("--chunk-tokens with --quantize int8: one at a time; drop one.")
+        raise DataError(arg="--chunk-tokens", expected="unset with --quantize int8 (one at a time)",
+                        got="both", fix="Drop one.")  # fmt: skip
     if chosen is None:
-        raise DataError(
-            f"--chunk-tokens: chunks the documents of the model's intended pooling "
-            f"({encoder.info.pooling}), which --recipes leaves out; add it to --recipes."
-        )
+        raise DataError(expected="the model's intended pooling "
+                        f"({encoder.info.pooling}) among --recipes (--chunk-tokens chunks its "
+                        "documents)", got="it is left out", fix="Add it to --recipes.")  # fmt: skip
     settings.chunk_tokens = docrows.check_sizes(encoder, settings.chunk_tokens)
     settings.document_base = chosen
 
@@ -370,9 +370,8 @@ def _token_spans(offsets: np.ndarray, valid: np.ndarray, spans: np.ndarray, wher
         try:
             out.append(char_to_token_spans(offsets, valid, np.array([[start, end]]))[0])
         except ValueError:
-            raise DataError(
-                f"{where}: span {k} [{start}, {end}) covers no token of the text."
-            ) from None
+            raise DataError(where=where, expected=f"span {k} [{start}, {end}) to cover a token "
+                            "of the text", got="it covers none") from None  # fmt: skip
     return np.stack(out)
 
 
@@ -416,28 +415,31 @@ def check_labels(data: TaskData, train: TaskData | None, settings: Settings) -> 
     needs two labels and two examples of each; training needs two labels."""
     if settings.task == "clustering":
         if len(set(data.labels)) < 2:
-            raise DataError(f"{data.source}: only one label; clustering needs at least two.")
+            raise DataError(where=data.source, expected="at least two labels for clustering",
+                            got="there is one")  # fmt: skip
         return
     if isinstance(data, TextData | SpanPairData):
         if train is None:
             _labels_for_cv(data.labels, data.rows, data.source, settings.folds)
         elif len(set(train.labels)) < 2:
-            raise DataError(f"{train.source}: only one label; a probe needs at least two.")
+            raise DataError(where=train.source, expected="at least two labels for a probe",
+                            got="there is one")  # fmt: skip
     elif isinstance(train, TaggedData) and len({t for s in train.tags for t in s}) < 2:
-        raise DataError(f"{train.source}: only one tag; a probe needs at least two.")
+        raise DataError(where=train.source, expected="at least two tags for a probe",
+                        got="there is one")  # fmt: skip
 
 
 def _labels_for_cv(labels: Sequence[str], rows: Sequence[str], source: str, wanted: int) -> int:
     values, first, counts = np.unique(np.asarray(labels), return_index=True, return_counts=True)
     if len(values) < 2:
-        raise DataError(f"{source}: only one label ({values[0]!r}); a probe needs at least two.")
+        raise DataError(where=source, expected="at least two labels for a probe",
+                        got=f"there is one ({values[0]!r})")  # fmt: skip
     single = np.flatnonzero(counts == 1)
     if single.size:
         i = int(first[single[0]])
-        raise DataError(
-            f"{rows[i] if rows else source}: label {labels[i]!r} has only this one example; "
-            f"cross-validation needs at least 2 per label. Remove it, or pass a training file (`train`)."
-        )
+        raise DataError(where=rows[i] if rows else source, expected=f"at least 2 examples of "
+                        f"label {labels[i]!r} for cross-validation", got="it has only this one",
+                        fix="Remove it, or pass a training file (`train`).")  # fmt: skip
     return probes.folds_for(labels, wanted)
 
 

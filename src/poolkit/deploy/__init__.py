@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import unmet, value_error
+from poolkit._errors import value_error
 from poolkit._versions import installed_versions
 from poolkit.deploy.stage import check_stage_export, stage_ranges
 from poolkit.output import Calibration
@@ -322,11 +322,9 @@ def _write_onnx(
         from poolkit.errors import ExportError
 
         raise ExportError(
-            unmet(
-                "the exported graph to agree with poolkit.embed within 1e-4 (max abs diff)",
-                f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
-                "Nothing was written.",
-            )
+            expected="the exported graph to agree with poolkit.embed within 1e-4 (max abs diff)",
+            got=f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
+            fix="Nothing was written.",
         )
     record.update(
         onnx={
@@ -356,12 +354,10 @@ def _write_onnx(
             from poolkit.errors import ExportError
 
             raise ExportError(
-                unmet(
-                    f"the int8 graph's vectors to have mean cosine at least {INT8_MIN_COS} "
-                    "with poolkit.embed's",
-                    f"they have {int8['mean_cosine']:.4f}",
-                    "Nothing was written. Export without `quantize`.",
-                )
+                expected=f"the int8 graph's vectors to have mean cosine at least {INT8_MIN_COS} "
+                "with poolkit.embed's",
+                got=f"they have {int8['mean_cosine']:.4f}",
+                fix="Nothing was written. Export without `quantize`.",
             )
         record["agreement"]["int8"] = int8
         summary = (
@@ -427,13 +423,11 @@ def _append_stage(
         or not _stage_agrees(got, own, kept, recipe.precision, ranges)
     ):
         raise ExportError(
-            unmet(
-                f"the graph's output stage {str(recipe)!r} to give poolkit.output's stored "
-                "form of its own vectors",
-                f"it gives {got.dtype} {got.shape}, {int((got != own).sum())} values apart "
-                "(more than one code, or off a bucket's edge)",
-                "Nothing was written.",
-            )
+            expected=f"the graph's output stage {str(recipe)!r} to give poolkit.output's stored "
+            "form of its own vectors",
+            got=f"it gives {got.dtype} {got.shape}, {int((got != own).sum())} values apart "
+            "(more than one code, or off a bucket's edge)",
+            fix="Nothing was written.",
         )
     stage["calibration"] = ranges.to_json() if ranges is not None else None
     if got.dtype.kind == "f":

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import unmet
 from poolkit.recipe import Recipe
 
 __all__ = ["build_graph", "model_inputs", "pipeline_module"]
@@ -143,12 +142,10 @@ def build_graph(
         worst = max(worst, float(np.abs(runner(ids, mask) - ref).max()))
     if not worst <= FP32_TOL:
         raise ExportError(
-            unmet(
-                f"the ONNX graph of recipe {str(recipe)!r} to agree with the torch model on "
-                f"padded batches within {FP32_TOL} (max abs diff)",
-                f"it differs by {worst:.3g}",
-                "Nothing was written. Use `format='sentence-transformers'` if the recipe "
-                "allows it.",
-            )
+            expected=f"the ONNX graph of recipe {str(recipe)!r} to agree with the torch model on "
+            f"padded batches within {FP32_TOL} (max abs diff)",
+            got=f"it differs by {worst:.3g}",
+            fix="Nothing was written. Use `format='sentence-transformers'` if the recipe "
+            "allows it.",
         )
     return {"opset": OPSET, "inputs": list(runner.input_names), "max_abs_diff_vs_torch": worst}

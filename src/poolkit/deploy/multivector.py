@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import unmet, value_error
+from poolkit._errors import value_error
 from poolkit._versions import installed_versions
 from poolkit.recipe import Recipe
 
@@ -229,10 +229,7 @@ def _write_graph(
     if not agreement["max_abs_diff"] <= 1e-4:
         from poolkit.errors import ExportError
 
-        raise ExportError(unmet(
-            "the exported token graph to agree with poolkit.embed within 1e-4 (max abs diff)",
-            f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
-            "Nothing was written."))  # fmt: skip
+        raise ExportError(expected="the exported token graph to agree with poolkit.embed within 1e-4 (max abs diff)", got=f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts", fix="Nothing was written.")  # fmt: skip
     record["onnx"] = {
         "file": "model.onnx",
         "opset": graph["opset"],

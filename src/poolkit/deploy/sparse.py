@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import unmet, value_error
+from poolkit._errors import value_error
 from poolkit._versions import installed_versions
 from poolkit.deploy import ONNX_LOAD as _DENSE_ONNX_LOAD
 from poolkit.recipe import Recipe
@@ -138,12 +138,10 @@ def _write_onnx(
                                     list(CHECK_TEXTS))  # fmt: skip
     if not agreement["max_abs_diff"] <= SPARSE_TOL:
         raise ExportError(
-            unmet(
-                f"the exported graph to agree with poolkit.embed within {SPARSE_TOL} "
-                "(max abs diff per weight)",
-                f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
-                "Nothing was written. Use `format='sentence-transformers'`.",
-            )
+            expected=f"the exported graph to agree with poolkit.embed within {SPARSE_TOL} "
+            "(max abs diff per weight)",
+            got=f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
+            fix="Nothing was written. Use `format='sentence-transformers'`.",
         )
     summary = (
         f"the ONNX graph's weights equal poolkit.embed's within "

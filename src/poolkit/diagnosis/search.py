@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected, value_error
+from poolkit._errors import value_error
 from poolkit.diagnosis.agreement import Agreement, RowScores, differences, row_scores
 from poolkit.diagnosis.space import Candidate, concatenations, finishes, pooled_recipes
 from poolkit.diagnosis.verdict import deviations, fix, verdict
@@ -381,10 +381,8 @@ def _check_width(width: int, info: Any, head: Any) -> None:
         return
     widest = max(3 * hidden, head.out_dim(hidden) if head.fits(hidden) else hidden)
     if width > widest:
-        raise InputError(expected(
-            "vectors", f"at most {widest} wide (model {info.reference!r} pools {hidden}-d "
-            "token vectors; 3 strategies concatenated at most)", f"{width} columns",
-            "Pass the model that made these vectors with --model."))  # fmt: skip
+        raise InputError(arg="vectors", expected=f"at most {widest} wide (model {info.reference!r} pools {hidden}-d "
+            "token vectors; 3 strategies concatenated at most)", got=f"{width} columns", fix="Pass the model that made these vectors with --model.")  # fmt: skip
 
 
 def _conclude(search: _Search, intended: Candidate, notes: list[str], info: Any) -> Diagnosis:

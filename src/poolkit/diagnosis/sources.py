@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._errors import expected, missing_extra, unmet, value_error
+from poolkit._errors import missing_extra, value_error
 from poolkit.errors import InputError, MissingDependencyError
 
 __all__ = ["folder_vectors", "onnx_vectors", "read_vectors", "server_vectors"]
@@ -48,8 +48,7 @@ def read_vectors(path: str | os.PathLike[str], column: str | None = None) -> np.
         return _parquet(p, column)
     if ext in (".jsonl", ".ndjson", ".json"):
         return _json(p, column, lines=ext != ".json")
-    raise InputError(expected("VECTORS", "a .npy, .npz, .parquet, .jsonl or .json file",
-                              repr(p.name)))  # fmt: skip
+    raise InputError(arg="VECTORS", expected="a .npy, .npz, .parquet, .jsonl or .json file", got=repr(p.name))  # fmt: skip
 
 
 def _numpy(p: Path) -> np.ndarray:
@@ -61,7 +60,7 @@ def _numpy(p: Path) -> np.ndarray:
         with data:
             names = list(data.files)
             if len(names) != 1:
-                raise InputError(expected("VECTORS", "an .npz with one array", f"{names}"))
+                raise InputError(arg="VECTORS", expected="an .npz with one array", got=f"{names}")
             return np.asarray(data[names[0]])
     return np.asarray(data)
 
@@ -119,7 +118,9 @@ def _json(p: Path, column: str | None, lines: bool) -> np.ndarray:
             if isinstance(data, Mapping) and isinstance(data.get("data"), list):
                 data = [_openai_item(x, _where(p)) for x in _by_index(data["data"])]
             if not isinstance(data, list):
-                raise InputError(expected("VECTORS", "a JSON list of vectors", type(data).__name__))
+                raise InputError(
+                    arg="VECTORS", expected="a JSON list of vectors", got=type(data).__name__
+                )
             rows = [_json_row(x, column, _where(p)) for x in data]
     try:
         return np.asarray(rows, dtype=np.float64)
@@ -172,8 +173,8 @@ def onnx_vectors(path: str | os.PathLike[str], texts: Sequence[str], encoder: An
 
     p = Path(path)
     if not p.is_file():
-        raise InputError(expected("--onnx", "an ONNX file", f"{_where(p)!r}, which "
-                                  f"{'is a directory' if p.exists() else 'does not exist'}"))  # fmt: skip
+        raise InputError(arg="--onnx", expected="an ONNX file", got=f"{_where(p)!r}, which "
+                                  f"{'is a directory' if p.exists() else 'does not exist'}")  # fmt: skip
     try:
         import onnxruntime as ort
     except ImportError:
@@ -188,10 +189,8 @@ def onnx_vectors(path: str | os.PathLike[str], texts: Sequence[str], encoder: An
     name = "sentence_embedding" if "sentence_embedding" in names else names[0]
     rank = len(next(o for o in outputs if o.name == name).shape)
     if rank != 2:
-        raise InputError(expected("--onnx", "a graph that gives one vector per text (B, D)",
-                                  f"output {name!r} of rank {rank} (token vectors?)",
-                                  "Its pooling happens outside the graph: diagnose the "
-                                  "vectors the whole system writes instead."))  # fmt: skip
+        raise InputError(arg="--onnx", expected="a graph that gives one vector per text (B, D)", got=f"output {name!r} of rank {rank} (token vectors?)", fix="Its pooling happens outside the graph: diagnose the "
+                                  "vectors the whole system writes instead.")  # fmt: skip
     beside = p.parent / "tokenizer.json"
     if beside.is_file():
         from tokenizers import Tokenizer
@@ -275,25 +274,20 @@ def _post(client: Any, url: str, body: dict[str, Any], retries: int, httpx: Any)
             response = client.post(url, json=body)
         except httpx.TransportError as e:
             if last:
-                raise InputError(unmet(f"the server at {url} to answer",
-                                       f"{type(e).__name__}: {e or 'no answer'} (after "
-                                       f"{retries + 1} tries)",
-                                       "Check --url and that the server runs.")) from None  # fmt: skip
+                raise InputError(expected=f"the server at {url} to answer", got=f"{type(e).__name__}: {e or 'no answer'} (after "
+                                       f"{retries + 1} tries)", fix="Check --url and that the server runs.") from None  # fmt: skip
         else:
             if response.status_code < 400:
                 try:
                     return response.json()
                 except ValueError:
-                    raise InputError(unmet(f"JSON from {url}",
-                                           f"it answered {response.text[:60]!r}")) from None  # fmt: skip
+                    raise InputError(expected=f"JSON from {url}", got=f"it answered {response.text[:60]!r}") from None  # fmt: skip
             if last or not (response.status_code == 429 or response.status_code >= 500):
                 text = " ".join(response.text.split())[:120]
-                raise InputError(unmet(f"{url} to answer the texts",
-                                       f"it answered HTTP {response.status_code}"
+                raise InputError(expected=f"{url} to answer the texts", got=f"it answered HTTP {response.status_code}"
                                        + (f": {text}" if text else "")
                                        + (f" (after {retries + 1} tries)" if last and
-                                          response.status_code >= 429 else ""),
-                                       "Check --url, --header and the server's log."))  # fmt: skip
+                                          response.status_code >= 429 else ""), fix="Check --url, --header and the server's log.")  # fmt: skip
         time.sleep(0.2 * 2**attempt)
     raise AssertionError("unreachable")
 
@@ -305,24 +299,20 @@ def _answer_vectors(answer: Any, kind: str, count: int, url: str) -> np.ndarray:
         if not isinstance(data, list) or not all(
             isinstance(x, Mapping) and isinstance(x.get("embedding"), list) for x in data
         ):
-            raise InputError(unmet(f"{url} to give {shape}", f"it gave {_glimpse(answer)}"))
+            raise InputError(expected=f"{url} to give {shape}", got=f"it gave {_glimpse(answer)}")
         rows = [x["embedding"] for x in _by_index(data)]
     else:
         rows = answer
         if not isinstance(rows, list) or not all(isinstance(x, list) for x in rows):
-            raise InputError(unmet(f"{url} to give TEI's /embed answer (a list of vectors)",
-                                   f"it gave {_glimpse(answer)}"))  # fmt: skip
+            raise InputError(expected=f"{url} to give TEI's /embed answer (a list of vectors)", got=f"it gave {_glimpse(answer)}")  # fmt: skip
     if len(rows) != count:
-        raise InputError(unmet(f"{count} vectors from {url}, one per text sent",
-                               f"it gave {len(rows)}"))  # fmt: skip
+        raise InputError(expected=f"{count} vectors from {url}, one per text sent", got=f"it gave {len(rows)}")  # fmt: skip
     try:
         arr = np.asarray(rows, dtype=np.float64)
     except (TypeError, ValueError):
-        raise InputError(unmet(f"{url} to give vectors of numbers, all of one width",
-                               f"it gave {_glimpse(answer)}")) from None  # fmt: skip
+        raise InputError(expected=f"{url} to give vectors of numbers, all of one width", got=f"it gave {_glimpse(answer)}") from None  # fmt: skip
     if arr.ndim != 2:
-        raise InputError(unmet(f"{url} to give vectors of numbers, all of one width",
-                               f"it gave {_glimpse(answer)}"))  # fmt: skip
+        raise InputError(expected=f"{url} to give vectors of numbers, all of one width", got=f"it gave {_glimpse(answer)}")  # fmt: skip
     return arr
 
 

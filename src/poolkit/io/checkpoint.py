@@ -344,7 +344,7 @@ class Checkpoint:
                                   got="another one started it at the same time") from None  # fmt: skip
         except OSError as e:
             raise CheckpointError(where=out, expected=f"a work directory {path.name} in "
-                                  f"{str(out.parent)!r}", got=f"it cannot be created ({e.strerror})",
+                                  f"{str(out.parent)!r}", got=f"poolkit cannot create it ({e.strerror})",
                                   fix="Choose a writable output directory.") from None  # fmt: skip
         try:
             atomic_write(

@@ -52,7 +52,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from poolkit._errors import already_exists, unmet, value_error
+from poolkit._errors import already_exists, value_error
 from poolkit.errors import InputError
 from poolkit.io.atomic import AtomicFile
 
@@ -218,7 +218,7 @@ class EmbeddingWriter:
         strings (a list), written between ``id`` and the vectors; every part gives the
         same names."""
         if self._file is None:
-            raise InputError(unmet("an open writer", "it was already closed"))
+            raise InputError(expected="an open writer", got="it was already closed")
         ids = row_ids(ids)
         for name in self.strategies:
             arr = stored(arrays[name])
@@ -433,7 +433,7 @@ class EmbeddingWriter:
         )
         if header.tell() != _NPY_HEADER:
             raise InputError(
-                unmet(f"a .npy header of {_NPY_HEADER} bytes", f"NumPy wrote {header.tell()}")
+                expected=f"a .npy header of {_NPY_HEADER} bytes", got=f"NumPy wrote {header.tell()}"
             )
         self._file.seek(0)
         self._file.write(header.getvalue())
@@ -480,21 +480,21 @@ def check_kind(path: Path, fmt: str, strategies: list[str], kind: str | None) ->
     None: not known yet): ``.npy`` holds dense vectors only; ``.npz`` sparse or multi-vector
     ones; a multi-vector (ragged) output holds one recipe."""
     if fmt == "npy" and kind == "sparse":
-        raise InputError(where=path, expected="an output for sparse vectors: .npz "
-                         "(scipy.sparse.load_npz reads it), .parquet or .jsonl",
-                         got="a .npy file holds dense vectors")  # fmt: skip  # fmt: skip
+        raise InputError(where=path, expected="an output for sparse vectors",
+                         got="a .npy file holds dense vectors", fix="Write .npz "
+                         "(scipy.sparse.load_npz reads it), .parquet or .jsonl.")  # fmt: skip
     if fmt not in RAGGED_FORMATS and kind == "multivector":
-        raise InputError(where=path, expected="an output for a (tokens, dims) array per text: "
-                         ".npz (one flat matrix + offsets), .parquet or .jsonl",
-                         got=f"a .{fmt} file holds one matrix")  # fmt: skip
+        raise InputError(where=path, expected="an output for a (tokens, dims) array per text",
+                         got=f"a .{fmt} file holds one matrix", fix="Write .npz (one flat "
+                         "matrix + offsets), .parquet or .jsonl.")  # fmt: skip
     if fmt == "npz" and kind == "dense":
-        raise InputError(where=path, expected="an output for dense vectors: .npy, .parquet or "
-                         ".jsonl", got=".npz is for sparse recipes (e.g. splade) and "
-                         "multi-vector ones (multivector:tokens)")  # fmt: skip  # fmt: skip
+        raise InputError(where=path, expected="an output for dense vectors", got=".npz is for "
+                         "sparse recipes (e.g. splade) and multi-vector ones (multivector:tokens)",
+                         fix="Write dense vectors as .npy, .parquet or .jsonl.")  # fmt: skip
     if kind == "multivector" and len(strategies) != 1:
         raise InputError(where=path, expected="one recipe in a multi-vector output",
                          got=f"{len(strategies)} were asked for",
-                         fix="Run one job per recipe.")  # fmt: skip  # fmt: skip
+                         fix="Run one job per recipe.")  # fmt: skip
 
 
 def check_output(

@@ -9,8 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from poolkit._errors import expected
-from poolkit.errors import InputError
+from poolkit._errors import value_error
 from poolkit.multivector.muvera import MuveraOptions
 from poolkit.multivector.token_pooling import check_pool_factor
 
@@ -20,11 +19,6 @@ _POOL = re.compile(r"pool(\d+(?:\.\d+)?)")
 _MUVERA_KEYS = ("k_sim", "dim_proj", "r_reps", "seed")
 
 
-def _recipe_error(message: str) -> Any:
-    # An InputError here; Recipe raises it as its RecipeError (one class, one message).
-    raise InputError(message)
-
-
 def parse_muvera(text: str) -> MuveraOptions:
     """``muvera`` or ``muvera:k_sim=5,dim_proj=16,r_reps=20,seed=42`` (any subset)."""
     _, colon, rest = text.partition(":")
@@ -32,9 +26,8 @@ def parse_muvera(text: str) -> MuveraOptions:
     for item in rest.split(",") if colon else []:
         key, eq, value = item.strip().partition("=")
         if key not in _MUVERA_KEYS or not eq or not value.strip().isdigit() or key in options:
-            _recipe_error(expected("muvera", f"options among {', '.join(_MUVERA_KEYS)} as "
-                                   "KEY=INTEGER, each once", repr(item),
-                                   "e.g. muvera:k_sim=4,dim_proj=8."))  # fmt: skip
+            value_error("muvera", f"options among {', '.join(_MUVERA_KEYS)} as "
+                                   "KEY=INTEGER, each once", repr(item), "e.g. muvera:k_sim=4,dim_proj=8.")  # fmt: skip
         options[key] = int(value)
     return MuveraOptions(**options)
 
@@ -56,18 +49,16 @@ def settle_multivector(
     if level != "multivector":
         for name, value in (("pool_factor", pool_factor), ("muvera", muvera)):
             if value is not None:
-                _recipe_error(expected(name, f"None at the {level} level", repr(value),
-                                       "Token pooling and MUVERA are multi-vector stages: "
-                                       "use multivector:tokens/..."))  # fmt: skip
+                value_error(name, f"None at the {level} level", repr(value), "Token pooling and MUVERA are multi-vector stages: "
+                                       "use multivector:tokens/...")  # fmt: skip
         return None, None
     if layers is not None:
-        _recipe_error(expected("layers", "None at the multivector level (the model's last "
-                               "layer and projection)", repr(layers), "Drop the @LAYERS part."))  # fmt: skip
+        value_error("layers", "None at the multivector level (the model's last "
+                               "layer and projection)", repr(layers), "Drop the @LAYERS part.")  # fmt: skip
     if precision in ("int8", "uint8"):
-        _recipe_error(expected("precision", "float32, float16, binary or ubinary at the "
-                               "multivector level", precision,
-                               "int8/uint8 tokens (ranges calibrated on token vectors) "
-                               "are not offered yet: use /float16, /binary or /ubinary."))  # fmt: skip
+        value_error("precision", "float32, float16, binary or ubinary at the "
+                               "multivector level", precision, "int8/uint8 tokens (ranges calibrated on token vectors) "
+                               "are not offered yet: use /float16, /binary or /ubinary.")  # fmt: skip
     if pool_factor is not None:
         pool_factor = check_pool_factor(pool_factor)
         if pool_factor == 1:

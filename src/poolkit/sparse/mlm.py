@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import expected
 from poolkit.errors import InputError
 
 __all__ = [
@@ -50,10 +49,9 @@ def _architectures(path: Path) -> list[str]:
 
 def _refuse(reference: str, recipe: str, why: str) -> Any:
     raise NoMLMHeadError(
-        expected("model", f"a model with a masked-language-model head for recipe {recipe!r} "
+        arg="model", expected=f"a model with a masked-language-model head for recipe {recipe!r} "
                  "(a *ForMaskedLM checkpoint, e.g. BertForMaskedLM, or a sentence-transformers "
-                 "SparseEncoder folder)", f"{reference!r}, {why}",
-                 "Use a SPLADE model (e.g. naver/splade-v3) or a dense recipe.")
+                 "SparseEncoder folder)", got=f"{reference!r}, {why}", fix="Use a SPLADE model (e.g. naver/splade-v3) or a dense recipe."
     )  # fmt: skip
 
 
