@@ -41,6 +41,7 @@ from poolkit.cli._multivector import MultivectorPart, check_multivector_args
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,
+    check_output_widths,
     kept_dims,
     output_metadata,
     output_ranges,
@@ -194,22 +195,6 @@ def _kind(recipes: dict[str, Any]) -> str:
         ) from None
 
 
-def _check_output_widths(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
-    """A recipe's /DIMS (or --dims) wider than its vectors: one line naming the flag."""
-    from poolkit._errors import with_flags
-    from poolkit.embedding import check_output_stages, head_plan
-
-    staged = {n: r for n, r in recipes.items() if r.has_output_stage}
-    if not staged:
-        return
-    heads, _, _ = head_plan(encoder, {n: r.pooling for n, r in staged.items()}, _pipeline(args))
-    try:
-        check_output_stages(encoder, staged, heads, None)
-    except ValueError as e:
-        flag = "--dims" if args.dims is not None else "--recipe"
-        raise InputError(with_flags(str(e), {"dims": flag})) from None
-
-
 def _kept(done: Any, noun: str) -> str:
     """``"1 part is kept"``, ``"3 parts are kept"``: the committed parts left for --resume."""
     return f"{count(len(done), noun)} {'is' if len(done) == 1 else 'are'} kept"
@@ -300,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
         mv = MultivectorPart(args, encoder, next(iter(recipes.values())))
     else:
         _check_pipeline_and_prompt(args, encoder, recipes)
-        _check_output_widths(args, encoder, recipes)
+        check_output_widths(args, encoder, recipes)
     chunking = first_chunks = None
     if mv is not None:
         ranges = {}
