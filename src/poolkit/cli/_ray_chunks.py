@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._errors import value_error
 from poolkit.cli._chunk_args import ChunkPlan, PartChunker
 from poolkit.ray import Embedder
 
@@ -34,7 +35,7 @@ class ChunkEmbedder(Embedder):
         ids = batch.column("id").to_numpy()
         first = int(ids[0]) if len(ids) else 0
         if not np.array_equal(ids, first + np.arange(len(ids))):
-            raise ValueError("ChunkEmbedder: a block's row ids must be consecutive.")
+            value_error("batch", "a block of consecutive row ids", f"ids from {first}")
         # Messages name a document by its file and row, and its row id, as on one machine.
         where = [f"{t.rsplit(':', 1)[0]}: row {t.rsplit(':', 1)[1]}"
                  for t in batch.column("text_id").to_pylist()]  # fmt: skip
