@@ -746,3 +746,22 @@ def test_chunks_and_output_stage_give_the_local_rows(ray_cluster, tmp_path, mini
         _in_row_order(tmp_path / "again.parquet")[column]
         == _in_row_order(tmp_path / "naive.parquet")[column]
     )
+
+
+def test_chunk_and_width_checks_refuse_before_ray_starts(tmp_path, minilm_dir):
+    """The local engine's checks that need the model run in the driver: one line each, as
+    on one machine, and nothing written (a worker failing to start would print a Ray
+    traceback)."""
+    data = _jsonl(tmp_path / "docs.jsonl", [{"text": "A short document."}])
+    for flags, message in (
+        (["--chunks", "tokens:9999"], "--chunks tokens:9999: a chunk holds at most 254 tokens"),
+        (["--chunks", "sentences", "--late", "-s", "cls"], "Expected --recipe/--strategy to "
+         "be a strategy that pools a late chunk's tokens"),
+        (["--dims", "999"], "Expected --dims to be at most the recipe's width 384, but got 999."),
+    ):  # fmt: skip
+        out = tmp_path / "out"
+        run = _refused("embed", str(data), "-o", str(out), "--engine", "ray", "--model",
+                       str(minilm_dir), *flags)  # fmt: skip
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert run.stderr.startswith(f"poolkit: error: {message}"), run.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl"]

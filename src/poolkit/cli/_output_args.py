@@ -27,6 +27,7 @@ from poolkit.output import PRECISIONS, Calibration, needs_calibration, stored_dt
 __all__ = [
     "RANGE_TEXTS",
     "add_output_arguments",
+    "check_output_widths",
     "kept_dims",
     "output_metadata",
     "output_ranges",
@@ -79,6 +80,21 @@ def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) 
         raise InputError("--precision int8/uint8 with --engine ray: the ranges are taken once "
                          "for every worker from --calibrate FILE (some of your texts) or "
                          "--ranges FILE; add one.")  # fmt: skip
+
+
+def check_output_widths(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> None:
+    """A recipe's /DIMS (or --dims) wider than its vectors: one line naming the flag (the
+    plan's check, before any text; both engines)."""
+    from poolkit.cli._flags import flagged
+    from poolkit.plan import make_plan
+
+    staged = {n: r for n, r in recipes.items() if r.has_output_stage}
+    if not staged:
+        return
+    try:
+        make_plan(encoder, staged, prompt="", pipeline="pooled" if args.pooled_only else "full")
+    except (TypeError, ValueError) as e:
+        raise flagged(e, {"dims": "--dims" if args.dims is not None else "--recipe"}) from None
 
 
 def _read_record(path: str) -> dict[str, Any]:

@@ -367,28 +367,45 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
     return False
 
 
-def _output_stage(args: argparse.Namespace, wanted: Any) -> tuple[Any, dict[str, Any]]:
+def _resolve(
+    args: argparse.Namespace, wanted: Any, plan: Any, model_dir: Path | None
+) -> tuple[Any, dict[str, Any]]:
     """The recipes the workers get (with --dims/--precision the model's intended one,
     resolved here) and their int8/uint8 ranges, computed here once from --ranges or
     --calibrate as on one machine (:func:`~poolkit.cli._output_args.output_ranges`), so
-    that every worker quantises alike."""
-    from poolkit.cli._output_args import output_ranges, wants_output_stage, wants_ranges
+    that every worker quantises alike. With --chunks or an output stage, the local
+    engine's checks that need the model run here too (a worker failing to start would
+    say it in a Ray traceback): chunk size, late recipes, --dims' width."""
+    from poolkit.cli._output_args import (
+        check_output_widths,
+        output_ranges,
+        wants_output_stage,
+        wants_ranges,
+    )
     from poolkit.cli._recipe_args import intended_recipes
 
-    if wanted is None and wants_output_stage(args, None):
-        from poolkit.model_folder import model_info
-
-        wanted = intended_recipes(None, model_info(args.model), args)
-    if not wants_ranges(args, wanted):
-        return wanted, {}
+    ranges = wants_ranges(args, wanted)
+    check = model_dir is not None and (plan is not None or wants_output_stage(args, wanted))
     encoder = None
-    if args.ranges is None:  # --calibrate FILE: its texts embedded here, as on one machine
+    if check or (ranges and args.ranges is None):  # --calibrate: embedded here, as locally
         from poolkit.embedding import get_encoder
 
         encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                               max_length=args.max_length, backend=args.backend,
                               quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                               calibrate=args.calibration)  # fmt: skip
+        recipes = intended_recipes(wanted, encoder.info, args)
+        check_output_widths(args, encoder, recipes)
+        if plan is not None:
+            from poolkit.cli._chunk_args import PartChunker
+
+            PartChunker(plan, encoder, recipes)
+    if wanted is None and wants_output_stage(args, None):
+        from poolkit.model_folder import model_info
+
+        wanted = intended_recipes(None, encoder.info if encoder else model_info(args.model), args)
+    if not ranges:
+        return wanted, {}
     options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
                "prompt": args.prompt, "pipeline": "pooled" if args.pooled_only else "full"}  # fmt: skip
     return wanted, output_ranges(args, encoder, wanted, [], **options)
@@ -426,7 +443,7 @@ def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:
     # A local cluster is this machine: the model is checked here, before any actor loads it.
     model_dir = _model_dir(args)
     _check_sparse_head(args, wanted, model_dir)
-    wanted, ranges = _output_stage(args, wanted)
+    wanted, ranges = _resolve(args, wanted, plan, model_dir)
     if args.address is None and args.backend == "onnx":
         # Export (and check) once here; every worker then loads it from the same cache
         # entry instead of exporting it again. Remote workers build it from the same key.
