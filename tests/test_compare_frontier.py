@@ -116,13 +116,16 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str, st
 
 
 def _bytes(row: dict) -> float | None:
-    """A row's bytes per document from the JSON: ``bytes_per_document``, else the bytes of
-    its one vector (or, for a multi-vector row, of its document's token vectors)."""
-    if row.get("bytes_per_document") is not None:
-        return row["bytes_per_document"]
-    if row.get("bytes_per_vector") is not None and not row.get("documents"):
-        return row["bytes_per_vector"]
-    return None
+    """A row's bytes per document from the JSON: its ``bytes_per_document`` cost field."""
+    return row["bytes_per_document"]
+
+
+def _table_columns(table: str, n: int) -> dict[str, list[str]]:
+    """The printed table's first ``n`` rows by column name, each column's span read from
+    the line of dashes under its head."""
+    head, dashes, *lines = table.splitlines()
+    spans = [m.span() for m in re.finditer(r"-+", dashes)]
+    return {head[a:b].strip(): [line[a:b].strip() for line in lines[:n]] for a, b in spans}
 
 
 def test_rows_of_every_model_in_one_table(three):
@@ -146,40 +149,55 @@ def test_rows_of_every_model_in_one_table(three):
 
 
 def test_frontier_equals_the_one_from_the_printed_figures(three):
+    """Both frontiers recomputed from the rows' cost figures (the JSON's, which the table
+    prints) match the JSON's marks and the table's ``frontier`` column."""
     _, doc, table, _ = three
     rows = doc["results"]
+    columns = _table_columns(table, len(rows))
+    for r, b, t in zip(
+        rows, columns["bytes/doc"], columns["query ms"], strict=True
+    ):  # the table prints them
+        assert b == f"{r['bytes_per_document']:.0f}" and t == f"{r['query_ms']:.2f}", r
     q = [r["ndcg_at_10"] for r in rows]
-    assert [r["frontier_bytes"] for r in rows] == reference_frontier(q, [_bytes(r) for r in rows])
-    times = [r.get("query_ms") for r in rows]
-    assert [r["frontier_query"] for r in rows] == reference_frontier(q, times)
-    assert sum(r["frontier_bytes"] for r in rows) >= 2
-    head, *lines = table.splitlines()
-    at = head.index("frontier")
-    marks = [line[at : at + 8].strip() == "bytes" for line in lines[1 : 1 + len(rows)]]
-    assert marks == [r["frontier_bytes"] for r in rows]
+    on_bytes = reference_frontier(q, [_bytes(r) for r in rows])
+    on_query = reference_frontier(q, [r["query_ms"] for r in rows])
+    assert [r["frontier_bytes"] for r in rows] == on_bytes
+    assert [r["frontier_query"] for r in rows] == on_query
+    assert sum(on_bytes) >= 2 and any(on_query)
+    marks = [set(x.split()) for x in columns["frontier"]]
+    assert marks == [{n for n, on in (("bytes", b), ("query", t)) if on}
+                     for b, t in zip(on_bytes, on_query, strict=True)]  # fmt: skip
+    # One byte column: no per-vector bytes beside bytes/doc, the sparse row its f16 figure.
+    assert "bytes" not in columns and not any("f32" in c for c in columns)
+    (sparse,) = [i for i, r in enumerate(rows) if r["recipe"] == "splade"]
+    f16 = columns["bytes/doc f16"][sparse]
+    assert f16 == f"{rows[sparse]['bytes_per_document_f16']:.0f}"
 
 
-def _frontier_labels(markup: str) -> list[dict]:
-    """The attributes of every frontier label of the page's charts."""
+def _frontier_labels(markup: str, chart: str) -> list[dict]:
+    """The attributes of every frontier label of the page's ``chart`` (bytes, query)."""
     from test_compare_report import PageText
 
-    page = PageText(markup)
+    svg = markup[markup.index(f'id="frontier-{chart}"') :]
+    page = PageText(svg[: svg.index("</svg>")])
     return [a for tag, a in page.tags if tag == "text" and a.get("class") == "frontier-label"]
 
 
-def _check_labels(labels: list[dict], rows: list[dict]) -> None:
-    """The labelled ranks are the JSON's frontier rows, each named model:recipe."""
-    want = [i for i, r in enumerate(rows, 1) if r["frontier_bytes"]]
-    assert sorted(int(a["data-rank"]) for a in labels) == want
-    for a in labels:
-        r = rows[int(a["data-rank"]) - 1]
-        assert a["data-name"].startswith(f"{r['model']}:{r['recipe']}"), a
+def _check_labels(markup: str, rows: list[dict]) -> None:
+    """Each chart's labelled ranks are the JSON's rows on that frontier, named model:recipe."""
+    for chart in ("bytes", "query"):
+        labels = _frontier_labels(markup, chart)
+        want = [i for i, r in enumerate(rows, 1) if r[f"frontier_{chart}"]]
+        assert sorted(int(a["data-rank"]) for a in labels) == want, chart
+        for a in labels:
+            r = rows[int(a["data-rank"]) - 1]
+            assert a["data-name"].startswith(f"{r['model']}:{r['recipe']}"), a
 
 
 def test_the_report_labels_the_json_frontier(three):
     cwd, doc, table, report = three
     markup = (cwd / report).read_text(encoding="utf-8")
-    _check_labels(_frontier_labels(markup), doc["results"])
+    _check_labels(markup, doc["results"])
     # The page's compare command scores the same table again: every model, the limit.
     assert "--model dense --model splade --model colbert --max-bytes-per-doc 200" in markup
     assert "* the first model's intended pooling" in table
@@ -336,7 +354,7 @@ def test_frontier_plot_in_headless_chromium(three):
     dom = run_chromium(browser, cwd / "profile", "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr.decode()[-2000:]
     page = PageText(dom.stdout.decode())
-    _check_labels(_frontier_labels(dom.stdout.decode()), doc["results"])
+    _check_labels(dom.stdout.decode(), doc["results"])
     anchors = {
         a["href"] for tag, a in page.tags if tag == "a" and a.get("href", "").startswith("#row-")
     }
@@ -366,7 +384,8 @@ def _made_up_rows(seed: int) -> list:
                                  "map_at_100": v},
             intended=i == 0, ci={m: (v - 0.05, v + 0.05) for m in ("ndcg_at_10", "mrr_at_10",
                                                                   "recall_at_100", "map_at_100")},
-            model="m<b>", model_label=f"m<b>{i % 2}", bytes_per_vector=rnd.choice([2, 64, 128, 512]),
+            model="m<b>", model_label=f"m<b>{i % 2}",
+            bytes_per_document=rnd.choice([2.0, 64.0, 128.0, 512.0]),
             query_ms=None if i == 5 else rnd.choice([0.1, 0.5, 2.0, 9.0]),
         ))  # fmt: skip
     return out
@@ -384,7 +403,7 @@ def test_both_charts_label_their_frontier(seed):
     assert "<b>" not in markup  # the model's label is escaped
     parsed = PageText(markup)
     q = [r.metrics["ndcg_at_10"] for r in ranked]
-    for chart, cost in (("bytes", lambda r: r.bytes_per_vector), ("query", lambda r: r.query_ms)):
+    for chart, cost in (("bytes", lambda r: r.bytes_per_document), ("query", lambda r: r.query_ms)):
         want = [i for i, on in enumerate(reference_frontier(q, [cost(r) for r in ranked]), 1) if on]
         svg = markup[markup.index(f'id="frontier-{chart}"') :]
         svg = svg[: svg.index("</svg>")]
