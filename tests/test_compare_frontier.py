@@ -42,6 +42,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::poolkit.driver.TruncationWarnin
 FIXTURE = Path(__file__).parent / "data" / "stsb-images-retrieval"
 RESAMPLES = 200
 LIMIT = 200.0  # bytes per document: the dense rows' float32 vectors fit, no other row
+ACROSS = "rrf(dense:mean,splade:splade)"  # a hybrid of two models' rows
 
 
 # --- pure ----------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str, st
         build_sparse_encoder(build_mlm("bert_dense", cwd / "mlm"), cwd / "splade")
         build_multivector("bert_dense", cwd / "colbert")
     out = run_cli(["compare", str(FIXTURE), "--task", "retrieval", "--model", "dense",
-                   "--model", "splade", "--model", "colbert", "--recipes", "mean",
+                   "--model", "splade", "--model", "colbert", "--recipes", "mean", ACROSS,
                    "--precision", "float32", "--bootstrap", str(RESAMPLES),
                    "--max-bytes-per-doc", f"{LIMIT:g}", "--json", "r.json", "--report",
                    "r.html", "--quiet"], cwd=cwd)  # fmt: skip
@@ -132,7 +133,8 @@ def test_rows_of_every_model_in_one_table(three):
     _, doc, table, _ = three
     rows = doc["results"]
     assert doc["models"] == ["dense", "splade", "colbert"]
-    assert {r["model"] for r in rows} == {"dense", "splade", "colbert"}
+    assert [r["model"] for r in rows].count(None) == 1  # the hybrid across models
+    assert {r["model"] for r in rows} - {None} == {"dense", "splade", "colbert"}
     kinds = {(r["model"], r["recipe"].split(":")[0].split("/")[0]) for r in rows}
     assert {("dense", "mean"), ("splade", "splade"), ("colbert", "multivector")} <= kinds
     assert [r["intended"] for r in rows].count(True) == 1  # one *: the first model's
@@ -145,7 +147,13 @@ def test_rows_of_every_model_in_one_table(three):
             assert d["value"] == pytest.approx(r["ndcg_at_10"] - star["ndcg_at_10"], abs=1e-12)
     body = table.splitlines()[2 : 2 + len(rows)]
     for r, line in zip(rows, body, strict=True):  # the table names model and recipe
-        assert f"{r['model']}:{r['recipe']}" in line
+        assert _printed(r) in line.split()
+
+
+def _printed(row: dict) -> str:
+    """A row's name as the table prints it: ``model:recipe``; a hybrid across models
+    names its two rows that way itself."""
+    return row["recipe"] if row["model"] is None else f"{row['model']}:{row['recipe']}"
 
 
 def test_frontier_equals_the_one_from_the_printed_figures(three):
@@ -191,7 +199,7 @@ def _check_labels(markup: str, rows: list[dict]) -> None:
         assert sorted(int(a["data-rank"]) for a in labels) == want, chart
         for a in labels:
             r = rows[int(a["data-rank"]) - 1]
-            assert a["data-name"].startswith(f"{r['model']}:{r['recipe']}"), a
+            assert a["data-name"].startswith(_printed(r)), a
 
 
 def test_the_report_labels_the_json_frontier(three):
@@ -284,6 +292,78 @@ def test_a_row_of_each_model_reproduces_and_stays_paired(three, tmp_path):
         assert got == pytest.approx(want.tolist(), abs=1e-9), model
 
 
+def _ranks(scores: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """int ``(Q, N)``: each document's 1-based rank per query, ties to the larger
+    ``order`` (every row's tie rule)."""
+    out = np.empty(scores.shape, dtype=np.int64)
+    for q, row in enumerate(scores):
+        out[q, np.lexsort((-order, -row))] = np.arange(1, len(row) + 1)
+    return out
+
+
+def test_a_hybrid_across_models_is_rrf_of_each_models_row(three, tmp_path):
+    """``rrf(dense:mean,splade:splade)``: each side reproduced from its printed command
+    (its own --model), fused here by RRF's definition (k = 60, every document: the corpus
+    is under the depth), pytrec_eval; its cost the sum of its rows', its interval paired."""
+    cwd, doc, _, _ = three
+    rows = doc["results"]
+    (row,) = [r for r in rows if r["recipe"] == ACROSS]
+    assert row["model"] is None and row["sides"] == ["dense:mean", "splade:splade"]
+    assert row["side_models"] == ["dense", "splade"]
+    side = {f"{r['model']}:{r['recipe']}": r for r in rows if r["model"]}
+    for field in ("bytes_per_document", "query_ms", "search_ms"):
+        assert row[field] == pytest.approx(sum(side[s][field] for s in row["sides"])), field
+    for name in ("dense", "splade"):
+        (tmp_path / name).symlink_to(cwd / name)
+    commands = dict(part.split(": ", 1) for part in row["embed_command"].split(" ; "))
+    assert list(commands) == row["sides"]
+    ranks, scores = [], []
+    for name, kind in (("dense:mean", "mean"), ("splade:splade", "splade")):
+        assert f"--model {name.split(':')[0]}" in commands[name]
+        (recipe, docs), (_, queries) = _written(commands[name], tmp_path)
+        doc_ids, query_ids, s = _scores(kind, recipe, docs, queries)
+        order = np.argsort(np.argsort(np.asarray(doc_ids, dtype=object), kind="stable"))
+        ranks.append(_ranks(s, order))
+        scores.append(s)
+    qrels = _qrels()
+    kept = [i for i, qid in enumerate(query_ids) if qid in qrels]
+
+    def ndcg(s: np.ndarray) -> np.ndarray:  # per query, in compare's order
+        run = {query_ids[i]: {d: float(x) for d, x in zip(doc_ids, s[i], strict=True)}
+               for i in kept}  # fmt: skip
+        got = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+        return np.array([got[query_ids[i]]["ndcg_cut_10"] for i in kept])
+
+    # RRF by its definition; pytrec_eval ranks by the negated fused rank (ties decided).
+    fused = -_ranks(1.0 / (60 + ranks[0]) + 1.0 / (60 + ranks[1]), order).astype(float)
+    per_query = ndcg(fused)
+    assert per_query.mean() == pytest.approx(row["ndcg_at_10"], abs=1e-6)
+    # vs *: paired with dense:mean (the * row) on the table's resamples.
+    star = ndcg(scores[0])
+    assert side["dense:mean"]["intended"] and star.mean() == pytest.approx(
+        side["dense:mean"]["ndcg_at_10"], abs=1e-6)  # fmt: skip
+    idx = np.random.default_rng(0).integers(0, len(kept), size=(RESAMPLES, len(kept)))
+    diff = per_query[idx].mean(axis=1) - star[idx].mean(axis=1)
+    assert row["difference"]["ci"] == pytest.approx(np.percentile(diff, [2.5, 97.5]).tolist(),
+                                                    abs=1e-9)  # fmt: skip
+
+
+def test_default_hybrids_across_models_fuse_each_dense_model_with_each_splade(three):
+    """Without --recipes: rrf(D:*,S:own) for each dense model D and SPLADE model S (a
+    multi-vector folder is neither), named as the table prints rows, each side's model."""
+    from poolkit.compare.hybrid_across import default_across
+    from poolkit.encoder import Encoder
+
+    cwd = three[0]
+    encoders = [(m, Encoder(str(cwd / m))) for m in ("splade", "dense", "colbert")]
+    names = ["splade", "dense", "colbert"]
+    dense = encoders[1][1].info.intended_recipe()
+    own = encoders[0][1].info.intended_recipe()
+    (h,) = default_across(encoders, names, [])
+    assert (str(h), h.models) == (f"rrf(dense:{dense},splade:{own})", ("dense", "splade"))
+    assert default_across(encoders, names, [h]) == []
+
+
 def test_the_cost_limit_keeps_the_best_row_within_it(three):
     _, doc, table, _ = three
     rows = doc["results"]
@@ -328,6 +408,13 @@ def test_bad_input_is_one_line(three, tiny_dirs, tmp_path):
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", other,
                    "--chunk-tokens", "16")  # fmt: skip
     assert "tokenizers differ" in err and "chunk ids" in err, err
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "splade",
+                   "--recipes", "mean", "rrf(dense:mean,splade:nope)", "--bootstrap", "0")  # fmt: skip
+    assert "rrf(dense:mean,splade:nope): no row named splade:nope" in err, err
+    assert "rows of splade: splade:mean, splade:splade" in err, err
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "splade",
+                   "--recipes", "mean", "rrf(dense:mean,other:mean)")  # fmt: skip
+    assert "label:row, the label one of dense, splade" in err, err
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "dense")
     assert "--model dense: given twice" in err
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "splade",

@@ -686,11 +686,15 @@ def winner_command(
 
 def hybrid_commands(args: argparse.Namespace, recipe: Any, export: bool = False) -> str:
     """Each side's ``embed`` command of a hybrid row (``export``: its ``export`` command,
-    where it has one), as ``NAME: COMMAND`` joined by `` ; ``."""
+    where it has one), as ``NAME: COMMAND`` joined by `` ; ``; a hybrid across models:
+    each side with its own ``--model``."""
     from poolkit.compare.hybrid import side_rows
 
     parts = []
-    for name, r, rescore, documents in side_rows(recipe):
+    models = getattr(recipe, "models", ()) or (None, None)  # across models: each side's own
+    for (name, r, rescore, documents), model in zip(side_rows(recipe), models, strict=True):
+        if model is not None:
+            args = argparse.Namespace(**{**vars(args), "model": model})
         if export:
             cmd = None if documents else export_command(args, r)
         elif documents:
