@@ -64,8 +64,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--recipes", nargs="+", action="extend", metavar="NAME",
         help="compare only these, named as embed --recipe takes them (e.g. mean cls+mean@last4 "
         "mean_no_special word:first span:x,y,x*y); retrieval also bm25, splade and hybrid rows "
-        "of two rows: 'rrf(mean,bm25)', 'fuse(mean,bm25,0.5)' (default: every candidate of "
-        "the task, and rrf of the intended row with bm25)",
+        "of two rows: 'rrf(mean,bm25)', 'fuse(mean,bm25,0.5)'; with several --model, of two "
+        "models' rows named as the table prints them: 'rrf(minilm:mean,splade:splade)' "
+        "(default: every candidate of the task, and rrf of the intended row with bm25)",
     )  # fmt: skip
     # The old spelling (before the flag took recipe names): same dest, not in --help.
     p.add_argument("--strategies", dest="recipes", nargs="+", action="extend",
