@@ -42,6 +42,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::poolkit.driver.TruncationWarnin
 FIXTURE = Path(__file__).parent / "data" / "stsb-images-retrieval"
 RESAMPLES = 200
 LIMIT = 200.0  # bytes per document: the dense rows' float32 vectors fit, no other row
+ACROSS = "rrf(dense:mean,splade:splade)"  # a hybrid of two models' rows
 
 
 # --- pure ----------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str, st
         build_sparse_encoder(build_mlm("bert_dense", cwd / "mlm"), cwd / "splade")
         build_multivector("bert_dense", cwd / "colbert")
     out = run_cli(["compare", str(FIXTURE), "--task", "retrieval", "--model", "dense",
-                   "--model", "splade", "--model", "colbert", "--recipes", "mean",
+                   "--model", "splade", "--model", "colbert", "--recipes", "mean", ACROSS,
                    "--precision", "float32", "--bootstrap", str(RESAMPLES),
                    "--max-bytes-per-doc", f"{LIMIT:g}", "--json", "r.json", "--report",
                    "r.html", "--quiet"], cwd=cwd)  # fmt: skip
@@ -116,20 +117,24 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str, st
 
 
 def _bytes(row: dict) -> float | None:
-    """A row's bytes per document from the JSON: ``bytes_per_document``, else the bytes of
-    its one vector (or, for a multi-vector row, of its document's token vectors)."""
-    if row.get("bytes_per_document") is not None:
-        return row["bytes_per_document"]
-    if row.get("bytes_per_vector") is not None and not row.get("documents"):
-        return row["bytes_per_vector"]
-    return None
+    """A row's bytes per document from the JSON: its ``bytes_per_document`` cost field."""
+    return row["bytes_per_document"]
+
+
+def _table_columns(table: str, n: int) -> dict[str, list[str]]:
+    """The printed table's first ``n`` rows by column name, each column's span read from
+    the line of dashes under its head."""
+    head, dashes, *lines = table.splitlines()
+    spans = [m.span() for m in re.finditer(r"-+", dashes)]
+    return {head[a:b].strip(): [line[a:b].strip() for line in lines[:n]] for a, b in spans}
 
 
 def test_rows_of_every_model_in_one_table(three):
     _, doc, table, _ = three
     rows = doc["results"]
     assert doc["models"] == ["dense", "splade", "colbert"]
-    assert {r["model"] for r in rows} == {"dense", "splade", "colbert"}
+    assert [r["model"] for r in rows].count(None) == 1  # the hybrid across models
+    assert {r["model"] for r in rows} - {None} == {"dense", "splade", "colbert"}
     kinds = {(r["model"], r["recipe"].split(":")[0].split("/")[0]) for r in rows}
     assert {("dense", "mean"), ("splade", "splade"), ("colbert", "multivector")} <= kinds
     assert [r["intended"] for r in rows].count(True) == 1  # one *: the first model's
@@ -142,44 +147,65 @@ def test_rows_of_every_model_in_one_table(three):
             assert d["value"] == pytest.approx(r["ndcg_at_10"] - star["ndcg_at_10"], abs=1e-12)
     body = table.splitlines()[2 : 2 + len(rows)]
     for r, line in zip(rows, body, strict=True):  # the table names model and recipe
-        assert f"{r['model']}:{r['recipe']}" in line
+        assert _printed(r) in line.split()
+
+
+def _printed(row: dict) -> str:
+    """A row's name as the table prints it: ``model:recipe``; a hybrid across models
+    names its two rows that way itself."""
+    return row["recipe"] if row["model"] is None else f"{row['model']}:{row['recipe']}"
 
 
 def test_frontier_equals_the_one_from_the_printed_figures(three):
+    """Both frontiers recomputed from the rows' cost figures (the JSON's, which the table
+    prints) match the JSON's marks and the table's ``frontier`` column."""
     _, doc, table, _ = three
     rows = doc["results"]
+    columns = _table_columns(table, len(rows))
+    for r, b, t in zip(
+        rows, columns["bytes/doc"], columns["query ms"], strict=True
+    ):  # the table prints them
+        assert b == f"{r['bytes_per_document']:.0f}" and t == f"{r['query_ms']:.2f}", r
     q = [r["ndcg_at_10"] for r in rows]
-    assert [r["frontier_bytes"] for r in rows] == reference_frontier(q, [_bytes(r) for r in rows])
-    times = [r.get("query_ms") for r in rows]
-    assert [r["frontier_query"] for r in rows] == reference_frontier(q, times)
-    assert sum(r["frontier_bytes"] for r in rows) >= 2
-    head, *lines = table.splitlines()
-    at = head.index("frontier")
-    marks = [line[at : at + 8].strip() == "bytes" for line in lines[1 : 1 + len(rows)]]
-    assert marks == [r["frontier_bytes"] for r in rows]
+    on_bytes = reference_frontier(q, [_bytes(r) for r in rows])
+    on_query = reference_frontier(q, [r["query_ms"] for r in rows])
+    assert [r["frontier_bytes"] for r in rows] == on_bytes
+    assert [r["frontier_query"] for r in rows] == on_query
+    assert sum(on_bytes) >= 2 and any(on_query)
+    marks = [set(x.split()) for x in columns["frontier"]]
+    assert marks == [{n for n, on in (("bytes", b), ("query", t)) if on}
+                     for b, t in zip(on_bytes, on_query, strict=True)]  # fmt: skip
+    # One byte column: no per-vector bytes beside bytes/doc, the sparse row its f16 figure.
+    assert "bytes" not in columns and not any("f32" in c for c in columns)
+    (sparse,) = [i for i, r in enumerate(rows) if r["recipe"] == "splade"]
+    f16 = columns["bytes/doc f16"][sparse]
+    assert f16 == f"{rows[sparse]['bytes_per_document_f16']:.0f}"
 
 
-def _frontier_labels(markup: str) -> list[dict]:
-    """The attributes of every frontier label of the page's charts."""
+def _frontier_labels(markup: str, chart: str) -> list[dict]:
+    """The attributes of every frontier label of the page's ``chart`` (bytes, query)."""
     from test_compare_report import PageText
 
-    page = PageText(markup)
+    svg = markup[markup.index(f'id="frontier-{chart}"') :]
+    page = PageText(svg[: svg.index("</svg>")])
     return [a for tag, a in page.tags if tag == "text" and a.get("class") == "frontier-label"]
 
 
-def _check_labels(labels: list[dict], rows: list[dict]) -> None:
-    """The labelled ranks are the JSON's frontier rows, each named model:recipe."""
-    want = [i for i, r in enumerate(rows, 1) if r["frontier_bytes"]]
-    assert sorted(int(a["data-rank"]) for a in labels) == want
-    for a in labels:
-        r = rows[int(a["data-rank"]) - 1]
-        assert a["data-name"].startswith(f"{r['model']}:{r['recipe']}"), a
+def _check_labels(markup: str, rows: list[dict]) -> None:
+    """Each chart's labelled ranks are the JSON's rows on that frontier, named model:recipe."""
+    for chart in ("bytes", "query"):
+        labels = _frontier_labels(markup, chart)
+        want = [i for i, r in enumerate(rows, 1) if r[f"frontier_{chart}"]]
+        assert sorted(int(a["data-rank"]) for a in labels) == want, chart
+        for a in labels:
+            r = rows[int(a["data-rank"]) - 1]
+            assert a["data-name"].startswith(_printed(r)), a
 
 
 def test_the_report_labels_the_json_frontier(three):
     cwd, doc, table, report = three
     markup = (cwd / report).read_text(encoding="utf-8")
-    _check_labels(_frontier_labels(markup), doc["results"])
+    _check_labels(markup, doc["results"])
     # The page's compare command scores the same table again: every model, the limit.
     assert "--model dense --model splade --model colbert --max-bytes-per-doc 200" in markup
     assert "* the first model's intended pooling" in table
@@ -266,6 +292,78 @@ def test_a_row_of_each_model_reproduces_and_stays_paired(three, tmp_path):
         assert got == pytest.approx(want.tolist(), abs=1e-9), model
 
 
+def _ranks(scores: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """int ``(Q, N)``: each document's 1-based rank per query, ties to the larger
+    ``order`` (every row's tie rule)."""
+    out = np.empty(scores.shape, dtype=np.int64)
+    for q, row in enumerate(scores):
+        out[q, np.lexsort((-order, -row))] = np.arange(1, len(row) + 1)
+    return out
+
+
+def test_a_hybrid_across_models_is_rrf_of_each_models_row(three, tmp_path):
+    """``rrf(dense:mean,splade:splade)``: each side reproduced from its printed command
+    (its own --model), fused here by RRF's definition (k = 60, every document: the corpus
+    is under the depth), pytrec_eval; its cost the sum of its rows', its interval paired."""
+    cwd, doc, _, _ = three
+    rows = doc["results"]
+    (row,) = [r for r in rows if r["recipe"] == ACROSS]
+    assert row["model"] is None and row["sides"] == ["dense:mean", "splade:splade"]
+    assert row["side_models"] == ["dense", "splade"]
+    side = {f"{r['model']}:{r['recipe']}": r for r in rows if r["model"]}
+    for field in ("bytes_per_document", "query_ms", "search_ms"):
+        assert row[field] == pytest.approx(sum(side[s][field] for s in row["sides"])), field
+    for name in ("dense", "splade"):
+        (tmp_path / name).symlink_to(cwd / name)
+    commands = dict(part.split(": ", 1) for part in row["embed_command"].split(" ; "))
+    assert list(commands) == row["sides"]
+    ranks, scores = [], []
+    for name, kind in (("dense:mean", "mean"), ("splade:splade", "splade")):
+        assert f"--model {name.split(':')[0]}" in commands[name]
+        (recipe, docs), (_, queries) = _written(commands[name], tmp_path)
+        doc_ids, query_ids, s = _scores(kind, recipe, docs, queries)
+        order = np.argsort(np.argsort(np.asarray(doc_ids, dtype=object), kind="stable"))
+        ranks.append(_ranks(s, order))
+        scores.append(s)
+    qrels = _qrels()
+    kept = [i for i, qid in enumerate(query_ids) if qid in qrels]
+
+    def ndcg(s: np.ndarray) -> np.ndarray:  # per query, in compare's order
+        run = {query_ids[i]: {d: float(x) for d, x in zip(doc_ids, s[i], strict=True)}
+               for i in kept}  # fmt: skip
+        got = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+        return np.array([got[query_ids[i]]["ndcg_cut_10"] for i in kept])
+
+    # RRF by its definition; pytrec_eval ranks by the negated fused rank (ties decided).
+    fused = -_ranks(1.0 / (60 + ranks[0]) + 1.0 / (60 + ranks[1]), order).astype(float)
+    per_query = ndcg(fused)
+    assert per_query.mean() == pytest.approx(row["ndcg_at_10"], abs=1e-6)
+    # vs *: paired with dense:mean (the * row) on the table's resamples.
+    star = ndcg(scores[0])
+    assert side["dense:mean"]["intended"] and star.mean() == pytest.approx(
+        side["dense:mean"]["ndcg_at_10"], abs=1e-6)  # fmt: skip
+    idx = np.random.default_rng(0).integers(0, len(kept), size=(RESAMPLES, len(kept)))
+    diff = per_query[idx].mean(axis=1) - star[idx].mean(axis=1)
+    assert row["difference"]["ci"] == pytest.approx(np.percentile(diff, [2.5, 97.5]).tolist(),
+                                                    abs=1e-9)  # fmt: skip
+
+
+def test_default_hybrids_across_models_fuse_each_dense_model_with_each_splade(three):
+    """Without --recipes: rrf(D:*,S:own) for each dense model D and SPLADE model S (a
+    multi-vector folder is neither), named as the table prints rows, each side's model."""
+    from poolkit.compare.hybrid_across import default_across
+    from poolkit.encoder import Encoder
+
+    cwd = three[0]
+    encoders = [(m, Encoder(str(cwd / m))) for m in ("splade", "dense", "colbert")]
+    names = ["splade", "dense", "colbert"]
+    dense = encoders[1][1].info.intended_recipe()
+    own = encoders[0][1].info.intended_recipe()
+    (h,) = default_across(encoders, names, [])
+    assert (str(h), h.models) == (f"rrf(dense:{dense},splade:{own})", ("dense", "splade"))
+    assert default_across(encoders, names, [h]) == []
+
+
 def test_the_cost_limit_keeps_the_best_row_within_it(three):
     _, doc, table, _ = three
     rows = doc["results"]
@@ -316,6 +414,13 @@ def test_bad_input_is_one_line(three, tiny_dirs, tmp_path):
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", other,
                    "--chunk-tokens", "16")  # fmt: skip
     assert "tokenizers differ" in err and "chunk ids" in err, err
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "splade",
+                   "--recipes", "mean", "rrf(dense:mean,splade:nope)", "--bootstrap", "0")  # fmt: skip
+    assert "rrf(dense:mean,splade:nope): no row named splade:nope" in err, err
+    assert "rows of splade: splade:mean, splade:splade" in err, err
+    err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "splade",
+                   "--recipes", "mean", "rrf(dense:mean,other:mean)")  # fmt: skip
+    assert "label:row, the label one of dense, splade" in err, err
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "dense")
     assert "Expected --model to be each model once" in err and "but got dense twice" in err
     err = _refused(cwd, data, "--task", "retrieval", "--model", "dense", "--model", "splade",
@@ -344,7 +449,7 @@ def test_frontier_plot_in_headless_chromium(three):
     dom = run_chromium(browser, cwd / "profile", "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr.decode()[-2000:]
     page = PageText(dom.stdout.decode())
-    _check_labels(_frontier_labels(dom.stdout.decode()), doc["results"])
+    _check_labels(dom.stdout.decode(), doc["results"])
     anchors = {
         a["href"] for tag, a in page.tags if tag == "a" and a.get("href", "").startswith("#row-")
     }
@@ -374,7 +479,8 @@ def _made_up_rows(seed: int) -> list:
                                  "map_at_100": v},
             intended=i == 0, ci={m: (v - 0.05, v + 0.05) for m in ("ndcg_at_10", "mrr_at_10",
                                                                   "recall_at_100", "map_at_100")},
-            model="m<b>", model_label=f"m<b>{i % 2}", bytes_per_vector=rnd.choice([2, 64, 128, 512]),
+            model="m<b>", model_label=f"m<b>{i % 2}",
+            bytes_per_document=rnd.choice([2.0, 64.0, 128.0, 512.0]),
             query_ms=None if i == 5 else rnd.choice([0.1, 0.5, 2.0, 9.0]),
         ))  # fmt: skip
     return out
@@ -392,7 +498,7 @@ def test_both_charts_label_their_frontier(seed):
     assert "<b>" not in markup  # the model's label is escaped
     parsed = PageText(markup)
     q = [r.metrics["ndcg_at_10"] for r in ranked]
-    for chart, cost in (("bytes", lambda r: r.bytes_per_vector), ("query", lambda r: r.query_ms)):
+    for chart, cost in (("bytes", lambda r: r.bytes_per_document), ("query", lambda r: r.query_ms)):
         want = [i for i, on in enumerate(reference_frontier(q, [cost(r) for r in ranked]), 1) if on]
         svg = markup[markup.index(f'id="frontier-{chart}"') :]
         svg = svg[: svg.index("</svg>")]

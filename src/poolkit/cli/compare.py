@@ -64,8 +64,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--recipes", nargs="+", action="extend", metavar="NAME",
         help="compare only these, named as embed --recipe takes them (e.g. mean cls+mean@last4 "
         "mean_no_special word:first span:x,y,x*y); retrieval also bm25, splade and hybrid rows "
-        "of two rows: 'rrf(mean,bm25)', 'fuse(mean,bm25,0.5)' (default: every candidate of "
-        "the task, and rrf of the intended row with bm25)",
+        "of two rows: 'rrf(mean,bm25)', 'fuse(mean,bm25,0.5)'; with several --model, of two "
+        "models' rows named as the table prints them: 'rrf(minilm:mean,splade:splade)' "
+        "(default: every candidate of the task, and rrf of the intended row with bm25)",
     )  # fmt: skip
     # The old spelling (before the flag took recipe names): same dest, not in --help.
     p.add_argument("--strategies", dest="recipes", nargs="+", action="extend",
@@ -690,11 +691,15 @@ def winner_command(
 
 def hybrid_commands(args: argparse.Namespace, recipe: Any, export: bool = False) -> str:
     """Each side's ``embed`` command of a hybrid row (``export``: its ``export`` command,
-    where it has one), as ``NAME: COMMAND`` joined by `` ; ``."""
+    where it has one), as ``NAME: COMMAND`` joined by `` ; ``; a hybrid across models:
+    each side with its own ``--model``."""
     from poolkit.compare.hybrid import side_rows
 
     parts = []
-    for name, r, rescore, documents in side_rows(recipe):
+    models = getattr(recipe, "models", ()) or (None, None)  # across models: each side's own
+    for (name, r, rescore, documents), model in zip(side_rows(recipe), models, strict=True):
+        if model is not None:
+            args = argparse.Namespace(**{**vars(args), "model": model})
         if export:
             cmd = None if documents else export_command(args, r)
         elif documents:

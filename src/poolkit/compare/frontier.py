@@ -2,9 +2,11 @@
 
 A row is *on a frontier* when no other row has a higher main metric at no more cost and no
 row has the same metric at a lower cost (Pareto: quality up, cost down); rows equal on
-both are all on it. Two costs give two frontiers: bytes per stored document
-(:func:`bytes_cost`) and query time (:data:`QUERY_COST`, ms per query). A row whose cost
-is unknown is on neither side of that frontier: it is not marked and beats no row.
+both are all on it. Two costs give two frontiers, both the rows' cost columns
+(:mod:`poolkit.compare.cost`): bytes per stored document (:func:`bytes_cost`,
+``bytes_per_document``) and query time (:data:`QUERY_COST`, ``query_ms``, ms per query).
+A row whose cost is unknown is on neither side of that frontier: it is not marked and
+beats no row.
 
 A budget (``--max-bytes-per-doc N``, ``--max-query-ms T``) keeps the best row whose cost is
 at most the limit (:func:`best_within`), and names the rows it cannot be told apart from:
@@ -89,18 +91,14 @@ def untold(point: np.ndarray, boot: np.ndarray, chosen: int, level: float = 0.95
 
 
 def bytes_cost(r: Any) -> float | None:
-    """A result's bytes per stored document: ``bytes_per_document`` when set, else
-    ``bytes_per_vector`` where that is the same quantity (one vector per document, or a
-    multi-vector row, whose ``bytes_per_vector`` counts a whole document); else None."""
-    if r.bytes_per_document is not None:
-        return float(r.bytes_per_document)
-    if r.bytes_per_vector is not None and r.documents is None:
-        return float(r.bytes_per_vector)
-    return None
+    """A result's bytes per stored document: its ``bytes_per_document`` cost column
+    (:mod:`poolkit.compare.cost`, set for every retrieval row kind), None where unknown."""
+    value = r.bytes_per_document
+    return None if value is None else float(value)
 
 
 def _query_cost(r: Any) -> float | None:
-    value = getattr(r, "query_ms", None)  # set by the rows' cost columns where measured
+    value = r.query_ms  # the query_ms cost column, where measured
     return None if value is None else float(value)
 
 

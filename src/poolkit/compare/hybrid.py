@@ -59,7 +59,8 @@ class Hybrid:
     parsed: the comma-separated pieces of the names, joined into two row names by
     :func:`resolve`), with RRF's ``k``, each side's ``depth``, and the score fusion's
     ``weight`` (of the first row) and ``norm``. ``sides``: the two rows' keys once
-    resolved."""
+    resolved; ``models``: each side's ``--model`` for a hybrid across models (its parts
+    ``label:row`` as the table names them), else empty."""
 
     method: str
     parts: tuple[str, ...]
@@ -68,6 +69,8 @@ class Hybrid:
     weight: float = 0.5
     norm: str = "minmax"
     sides: tuple[Hashable, ...] = field(default=(), compare=False)
+    # A hybrid across models (:mod:`poolkit.compare.models`): each side's --model.
+    models: tuple[Any, ...] = field(default=(), compare=False)
     level = "hybrid"
     kind = "hybrid"
     layers = None
@@ -226,7 +229,8 @@ def side_rows(hybrid: Hybrid) -> list[tuple[str, Any, bool, str | None]]:
     """Each side of a resolved ``hybrid`` as ``(row name, recipe, rescore, documents)``:
     what its ``embed`` command needs."""
     out = []
-    for name, (recipe, label) in zip(hybrid.parts, hybrid.sides, strict=True):
+    for name, side in zip(hybrid.parts, hybrid.sides, strict=True):
+        recipe, label = side[1] if hybrid.models else side  # across models: (model, key)
         documents = label if label not in (None, "stored", "rescore") else None
         out.append((name, recipe, label == "rescore", documents))
     return out

@@ -45,7 +45,10 @@ def row_keys(
 
 def plan(settings: Any, keys: Mapping[str, Hashable]) -> list[Hybrid]:
     """Resolve ``settings.hybrids`` against ``keys`` (:func:`row_keys`) and ask the scorers
-    to keep each fused row's ranking to its hybrid's depth (``settings.keep``)."""
+    to keep each fused row's ranking to its hybrid's depth (``settings.keep``), and each
+    row of ``settings.cross_sides`` (a hybrid across models fuses it; its key set in
+    ``settings.side_keys``). Raises :class:`HybridError` naming the rows for one that is
+    none of them."""
     hybrids = resolve(settings.hybrids, keys)
     for h in hybrids:  # before any forward pass: fuse() needs both rows' scores
         for name, (_, label) in zip(h.parts, h.sides, strict=True):
@@ -58,6 +61,18 @@ def plan(settings: Any, keys: Mapping[str, Hashable]) -> list[Hybrid]:
     for h in hybrids:
         for side in h.sides:
             settings.keep[side] = max(settings.keep.get(side, 0), h.depth)
+    settings.side_keys = {}
+    for name, (hybrid, label, depth) in getattr(settings, "cross_sides", {}).items():
+        if name not in keys:  # a hybrid across models names a row this model has not
+            raise HybridError(f"--recipes {hybrid}: no row named {label}:{name} in this run "
+                              f"(rows of {label}: {', '.join(f'{label}:{k}' for k in keys)}); "
+                              "add it to --recipes.")  # fmt: skip
+        if hybrid.startswith("fuse") and keys[name][1] is not None:
+            raise HybridError(f"--recipes {hybrid}: {label}:{name} keeps no scores to "
+                              "normalise (a /DIMS, /PRECISION, +rescore or chunked row); "
+                              "fuse it by rrf.")  # fmt: skip
+        settings.side_keys[name] = keys[name]
+        settings.keep[keys[name]] = max(settings.keep.get(keys[name], 0), depth)
     return hybrids
 
 

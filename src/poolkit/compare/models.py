@@ -9,7 +9,9 @@ intervals, ``vs *`` and ``vs best`` stay paired across models.
 The reference row ``*`` is the *first* model's intended pooling: ``vs *`` compares every
 row, of every model, with it (the question "does another model or pooling beat the one I
 use?"); the other models' own poolings are rows like the rest. Model-free rows (BM25)
-come once, with the first model. A multi-vector folder's own recipe (its
+come once, with the first model. Hybrid rows across models (``rrf(A,B)`` of rows of two
+models, named as the table prints them, ``label:row``) are fused after every model ran
+(:mod:`poolkit.compare.hybrid_across`). A multi-vector folder's own recipe (its
 ``MultiVectorEncoder`` / PyLate pipeline) takes part beside its rows (retrieval), as a
 sparse model's own row always does.
 """
@@ -26,6 +28,7 @@ import numpy as np
 from poolkit.compare import bootstrap as bs
 from poolkit.compare.candidates import default_strategies
 from poolkit.compare.frontier import untold
+from poolkit.compare.hybrid_across import across_rows, default_across, sides_of, split_across
 from poolkit.compare.report import Result
 from poolkit.compare.runner import Settings, planned_rows
 from poolkit.compare.summary import summarize
@@ -88,6 +91,13 @@ def compare_models(
     names = labels([m for m, _ in encoders])
     rows: list[Any] = []
     evaluations: dict[Hashable, Any] = {}
+    across: list[Any] = []
+    if several:  # hybrids whose rows are named label:row: fused across models, below
+        settings, across = split_across(settings, names, [m for m, _ in encoders])
+        if settings.task == "retrieval" and settings.strategies is None:
+            across += default_across(encoders, names, across)
+    kept: dict[Any, Any] = {}  # label:row -> its key; that key -> its ranking
+    every: dict[Hashable, Any] = {}  # every model's rows (BM25 of each too): their costs
     for i, ((model, encoder), label) in enumerate(zip(encoders, names, strict=True)):
         if not several:
             own_rows, own_evals = planned_rows(encoder, data, settings, train, quantized)
@@ -95,9 +105,13 @@ def compare_models(
             evaluations.update(own_evals)
             continue
         own = replace(settings, strategies=_own_strategies(encoder, settings), notes=[],
-                      stages={}, budget_facts={})  # fmt: skip
+                      stages={}, budget_facts={}, cross_sides=sides_of(across, label))  # fmt: skip
         own_rows, own_evals = planned_rows(encoder, data, own, train)
         settings.notes.extend(f"{label}: {n}" for n in own.notes)
+        for name, key in own.side_keys.items():
+            kept[(i, key)] = own.rankings[key]
+            kept[f"{label}:{name}"] = (i, key)
+        every.update(((i, r.key), r) for r in own_rows)
         for r in own_rows:
             if i and r.recipe.level == "lexical":
                 continue  # model-free (BM25): the first model's row stands for it
@@ -107,6 +121,10 @@ def compare_models(
                 reference=None if r.reference is None else (i, r.reference),
             ))  # fmt: skip
             evaluations[key] = own_evals[r.key]
+    if across:
+        more, scored = across_rows(across, kept, every, data, settings.backend)
+        rows += more
+        evaluations.update(scored)
     results = summarize(settings.task, rows, evaluations, settings.bootstrap, settings.seed)
     return Compared(results, [r.key for r in rows], evaluations)
 

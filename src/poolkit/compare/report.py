@@ -232,12 +232,13 @@ class Cells:
 
 
 def _sparse_cells(r: Result) -> list[str]:
-    """A sparse row's active dimensions, FLOPS and bytes per document; blanks otherwise."""
+    """A sparse row's active dimensions, FLOPS and bytes per document with float16 weights
+    (its float32 bytes are the ``bytes/doc`` cost column); blanks otherwise."""
     if r.flops is None:
         return ["", "", "", ""]
-    assert r.bytes_per_document is not None and r.bytes_per_document_f16 is not None
+    assert r.bytes_per_document_f16 is not None
     return [f"{r.active_dims_query:.1f}", f"{r.active_dims_document:.1f}", f"{r.flops:.1f}",
-            f"{r.bytes_per_document:.0f}|{r.bytes_per_document_f16:.0f}"]  # fmt: skip
+            f"{r.bytes_per_document_f16:.0f}"]  # fmt: skip
 
 
 def _frontier_cell(r: Result) -> str:
@@ -266,10 +267,11 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
     ranked = rank(results, main)
     ties = tied(ranked, main)
     show_backend = any(r.quantize for r in ranked)
-    show_bytes = any(r.bytes_per_vector is not None for r in ranked)
     show_sparse = any(r.flops is not None for r in ranked)
     show_front = any(r.frontier_bytes is not None for r in ranked)
     show_cost = any(r.search_growth is not None for r in ranked)
+    # With the cost columns, bytes/doc says what bytes (per vector) would: one column.
+    show_bytes = not show_cost and any(r.bytes_per_vector is not None for r in ranked)
     has_ci = bootstrap is not None and all(r.ci for r in ranked)
     has_vs = has_ci and any(r.vs_intended is not None for r in ranked)
     head = [
@@ -277,7 +279,7 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
         *(["backend"] if show_backend else []),
         *(["frontier"] if show_front else []),
         *(["bytes"] if show_bytes else []),
-        *(["q dims", "d dims", "FLOPS", "bytes/doc f32|f16"] if show_sparse else []),
+        *(["q dims", "d dims", "FLOPS", "bytes/doc f16"] if show_sparse else []),
         *(["bytes/doc", "index 1M|100M", "query ms", "search ms"] if show_cost else []),
         *(f"{n} [95% CI]" if has_ci else n for n in names),
         *(["vs * [95% CI]", "sig"] if has_vs else []),
@@ -440,14 +442,14 @@ def _multivector_footer(ranked: Sequence[Result]) -> list[str]:
     out = [
         "multivector rows: exact MaxSim of the query's token vectors (query side of the model "
         "folder) against every document's (document side); /poolF pools documents only; "
-        "/muvera: one MUVERA vector per text, searched by dot product; bytes: per document "
+        "/muvera: one MUVERA vector per text, searched by dot product; bytes/doc: "
         "(tokens kept x width x bytes, mean over the corpus; MUVERA: its vector); token "
         "vectors from the dense rows' forward pass where the tokens are the same (a plain "
         "encoder, texts truncated, each side with the dense rows' prompt), else one pass a side."
     ]
     if any(r.rescore for r in multi):
         out.append(f"+rescore on a /muvera row: its top {DEPTH} re-ranked by MaxSim of the same "
-                   "recipe without /muvera (bytes: the MUVERA vector and the tokens).")  # fmt: skip
+                   "recipe without /muvera (bytes/doc: the MUVERA vector and the tokens).")  # fmt: skip
     return out
 
 
@@ -458,8 +460,9 @@ def _budget_footer(task: str, ranked: Sequence[Result]) -> list[str]:
               and r.recipe.level != "multivector"]  # fmt: skip
     if not budget:
         return []
+    per_vector = "" if any(r.search_growth for r in ranked) else "bytes: per stored vector. "
     out = [
-        "bytes: per stored vector. /DIMS, /PRECISION rows: the float32 vectors truncated "
+        f"{per_vector}/DIMS, /PRECISION rows: the float32 vectors truncated "
         f"and stored as the recipe says, scored on the stored form ({_STORED_SCORES[task]}); "
         "vs *: paired with the float32 full-width intended row."
     ]
@@ -530,6 +533,8 @@ def _cost_footer(ranked: Sequence[Result]) -> list[str]:
         "(BM25: tokenising) and search ms: exact search over this corpus, per query, both "
         "measured in this run; a hybrid row: the sums of its two rows'."
     ]
+    if any(r.flops is not None for r in ranked):
+        out.append("bytes/doc f16: a sparse row's bytes/doc with 2-byte (float16) values.")
     growth = dict.fromkeys(r.search_growth for r in priced if r.recipe.level != "hybrid")
     by_kind = {g: [r.label for r in priced if r.search_growth == g] for g in growth}
     out.append(
@@ -645,8 +650,9 @@ def to_json(
     priced = any(r.search_growth is not None for r in ranked)
     rows = []
     for r, tie in zip(ranked, tied(ranked, metric), strict=True):
+        across = bool(getattr(r.recipe, "models", ()))  # a hybrid of two models' rows
         row = {
-            "model": r.model or model,
+            "model": None if across else r.model or model,
             "recipe": str(r.recipe),
             "strategy": r.strategy,
             "layers": r.layers,
@@ -711,6 +717,8 @@ def _cost_json(r: Result) -> dict[str, Any]:
     h = r.recipe
     if h.level == "hybrid":
         out["sides"] = list(h.parts)
+        if h.models:  # across models: each side's --model, as given
+            out["side_models"] = list(h.models)
         out["fusion"] = {"method": h.method, "k": h.k if h.method == "rrf" else None,
                          "depth": h.depth, "weight": h.weight if h.method == "fuse" else None,
                          "norm": h.norm if h.method == "fuse" else None}  # fmt: skip

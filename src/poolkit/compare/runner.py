@@ -98,6 +98,10 @@ class Settings:
     hybrids: Sequence[Any] = ()
     keep: dict[Any, int] = field(default_factory=dict)
     rankings: dict[Any, Any] = field(default_factory=dict)
+    # Rows of this model a hybrid across models fuses (:mod:`poolkit.compare.models`):
+    # row name -> (the hybrid's name, the model's label, depth); ``side_keys``: their keys.
+    cross_sides: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    side_keys: dict[str, Any] = field(default_factory=dict)
     costs: dict[Any, Any] = field(default_factory=dict)
 
 
