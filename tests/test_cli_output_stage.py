@@ -93,7 +93,7 @@ def test_int8_on_the_first_texts_and_resume_with_other_ranges(work, minilm_dir) 
     (work / "part.jsonl").write_text("\n".join(rows) + "\n")
     # Other ranges (from --calibrate) than the checkpoint's: refused, nothing written.
     r = run(*args, "--resume", "--calibrate", "calib.txt", cwd=work)
-    one_error_line(r, 2, "other settings", "output_ranges")
+    one_error_line(r, 2, "the settings the checkpoint was made with", "output_ranges")
     assert not (work / "part.npy").exists()
     r = run(*args, "--resume", cwd=work)
     assert r.returncode == 0, r.stderr.decode()
@@ -115,11 +115,14 @@ def test_int8_on_the_first_texts_and_resume_with_other_ranges(work, minilm_dir) 
     [
         (["--engine", "ray", "--precision", "int8"], ["--engine ray", "--calibrate FILE"]),
         (["--recipe", "mean/64/uint8", "--engine", "ray"], ["--engine ray", "--calibrate"]),
-        (["--ranges", "x.json"], ["--ranges: only with --precision int8 or uint8"]),
+        (["--ranges", "x.json"], ["Expected --ranges to be given with --precision int8 or uint8"]),
         (["--recipe", "mean/256", "--dims", "128"], ["--dims", "as the recipe 'mean/256' says"]),
         (["--recipe", "word:first/int8"], ["no output stage", "word level"]),
         (["--calibrate", "calib.txt"], ["Expected --calibrate to be given only with"]),
-        (["--precision", "int8", "--ranges", "missing.json"], ["--ranges missing.json: no such"]),
+        (
+            ["--precision", "int8", "--ranges", "missing.json"],
+            ["Expected --ranges to be an existing file", "missing.json"],
+        ),
     ],
 )
 def test_bad_output_stage_flags_are_one_line(work, argv, fragments) -> None:

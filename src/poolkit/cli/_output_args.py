@@ -71,15 +71,18 @@ def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) 
     --calibrate; on --engine ray, int8/uint8 without either (every worker must quantise
     with the same ranges, computed once)."""
     if args.ranges is not None and not wants_ranges(args, wanted):
-        raise InputError("--ranges: only with --precision int8 or uint8 (or such a --recipe); "
-                         "drop --ranges.")  # fmt: skip
+        raise InputError(arg="--ranges", expected="given with --precision int8 or uint8 (or "
+                         "such a --recipe)", got="no int8/uint8 recipe",
+                         fix="Drop --ranges.")  # fmt: skip
     if args.ranges is not None and args.calibrate is not None and args.quantize is None:
-        raise InputError("--ranges and --calibrate both give int8 ranges: keep one.")
+        raise InputError(arg="--ranges", expected="alone (it and --calibrate both give int8 "
+                         "ranges)", got="--calibrate too", fix="Keep one.")  # fmt: skip
     if (getattr(args, "engine", "local") == "ray" and wants_ranges(args, wanted)
             and args.ranges is None and args.calibrate is None):  # fmt: skip
-        raise InputError("--precision int8/uint8 with --engine ray: the ranges are taken once "
-                         "for every worker from --calibrate FILE (some of your texts) or "
-                         "--ranges FILE; add one.")  # fmt: skip
+        raise InputError(arg="--precision", expected="int8/uint8 on --engine ray with "
+                         "--calibrate FILE or --ranges FILE (the ranges are taken once for "
+                         "every worker)", got="neither", fix="Add --calibrate FILE (some of "
+                         "your texts) or --ranges FILE.")  # fmt: skip
 
 
 def check_output_widths(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> None:
@@ -100,8 +103,9 @@ def check_output_widths(args: argparse.Namespace, encoder: Any, recipes: dict[st
 def _read_record(path: str) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"--ranges {path}: no such file; name the .parquet or the "
-                         ".poolkit.json an earlier poolkit embed wrote.")  # fmt: skip
+        raise InputError(arg="--ranges", expected="an existing file", got=f"{path}, which is "
+                         "not there", fix="Name the .parquet or the .poolkit.json an earlier "
+                         "poolkit embed wrote.")  # fmt: skip
     try:
         if p.suffix.lower() in (".parquet", ".pq"):
             import pyarrow.parquet as pq
@@ -110,7 +114,8 @@ def _read_record(path: str) -> dict[str, Any]:
             return dict(json.loads(meta.get(b"poolkit", b"{}")))
         return dict(json.loads(p.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as e:
-        raise InputError(f"--ranges {path}: not a record poolkit embed wrote ({e}).") from None
+        raise InputError(arg="--ranges", expected="a record poolkit embed wrote",
+                         got=f"{path} ({e})") from None  # fmt: skip
 
 
 def _found_ranges(record: dict[str, Any]) -> dict[str, Any]:
@@ -131,13 +136,15 @@ def ranges_from_file(path: str, name: str, recipe: Any) -> Calibration:
     if pick is None and len(found) == 1:
         pick = next(iter(found.values()))
     if pick is None:
-        raise InputError(f"--ranges {path}: holds no int8/uint8 ranges for {name!r} (it has "
-                         f"{sorted(found) or 'none'}); name the output of the corpus' run, or "
-                         "the --json of the poolkit compare that scored the row.")  # fmt: skip
+        raise InputError(arg="--ranges", expected=f"int8/uint8 ranges for {name!r}",
+                         got=f"{path}, which has {sorted(found) or 'none'}", fix="Name the "
+                         "output of the corpus' run, or the --json of the poolkit compare "
+                         "that scored the row.")  # fmt: skip
     cal = Calibration.from_json(pick)
     if cal.dims != (recipe.dims or cal.dims):
-        raise InputError(f"--ranges {path}: ranges for {cal.dims} dimensions, but {name!r} keeps "
-                         f"{recipe.dims}; use the same --dims as the corpus.")  # fmt: skip
+        raise InputError(arg="--ranges", expected=f"ranges for the {recipe.dims} dimensions "
+                         f"{name!r} keeps", got=f"{path}: ranges for {cal.dims}",
+                         fix="Use the same --dims as the corpus.")  # fmt: skip
     return dataclasses.replace(cal, source=f"--ranges {path}")
 
 
@@ -172,8 +179,9 @@ def output_ranges(
         last = kept[-1] if kept else -1
         source = f"the first {len(texts)} non-blank input texts (ids 0..{last})"
     if not texts:
-        raise InputError(f"--precision int8/uint8: {source} has no non-blank text to take "
-                         "ranges from; pass --calibrate FILE with some of your texts.")  # fmt: skip
+        raise InputError(arg="--precision", expected="int8/uint8 ranges from non-blank texts",
+                         got=f"none in {source}", fix="Pass --calibrate FILE with some of your "
+                         "texts.")  # fmt: skip
     found = calibrate_recipes(encoder, need, CalibrationTexts(texts), **embed_options)
     return {n: dataclasses.replace(c, source=source) for n, c in found.items()}
 
@@ -198,8 +206,9 @@ def _calibrate_file(
             lows[name] = low if name not in lows else np.minimum(lows[name], low)
             highs[name] = high if name not in highs else np.maximum(highs[name], high)
     if not count:
-        raise InputError(f"--calibrate {args.calibrate}: no non-blank text to take ranges from; "
-                         "name a file with some of your texts.")  # fmt: skip
+        raise InputError(arg="--calibrate", expected="a file with non-blank texts",
+                         got=f"{args.calibrate}, which has none", fix="Name a file with some of "
+                         "your texts.")  # fmt: skip
     source = f"--calibrate {args.calibrate} (all its {count} non-blank texts)"
     if parts == 1:  # the ranges as calibrated, not rebuilt from them
         return {n: dataclasses.replace(c, source=source) for n, c in found.items()}
