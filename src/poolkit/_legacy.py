@@ -53,10 +53,13 @@ def legacy_recipe(
     legacy: Mapping[str, Any],
     load: Callable[[], Any] | None = None,
     stacklevel: int = 4,
+    refused: Mapping[str, bool] | None = None,
 ) -> Any:
     """``recipe`` with the ``legacy`` keywords folded in, or ``recipe`` itself when none is
     given. ``load()`` gives the encoder, needed only when the keywords adjust the model's
-    own pooling (no ``strategy`` nor ``recipe``). Warns once per call, naming the recipe;
+    own pooling (no ``strategy`` nor ``recipe``); ``refused``: the caller's other arguments a
+    multi-vector recipe cannot take, named in the same refusal. Warns once per call, naming
+    the recipe;
     ``stacklevel`` points the warning at the user's line (4: ``embed*`` -> ``run_options``).
 
     Returns what ``recipe=`` takes: one :class:`~poolkit.Recipe`, or for a list a mapping
@@ -70,6 +73,7 @@ def legacy_recipe(
     if (
         "strategy" not in given
         and _names(recipe)
+        and not is_multivector(recipe)
         and {"layers", "layer_how", "exclude_special"} & set(given)
     ):
         # The third positional argument was `strategy`: plain names with the shorthands
@@ -81,10 +85,10 @@ def legacy_recipe(
                                given.get("layer_how", "mean"))  # fmt: skip
         spelled: Any = str(out)
     elif is_multivector(recipe):
-        refused = {k: k in given for k in ("strategy", "layers", "layer_how", "exclude_special")}
+        own = {k: k in given for k in ("strategy", "layers", "layer_how", "exclude_special")}
         out = resolve_multivector(recipe, normalize=given.get("normalize"),
                                   dims=given.get("dims"), precision=given.get("precision"),
-                                  refused=refused)  # fmt: skip
+                                  refused={**own, **(refused or {})})  # fmt: skip
         spelled = str(out)
     else:
         named, as_dict = resolve_recipes(
@@ -94,6 +98,9 @@ def legacy_recipe(
         )  # fmt: skip
         if named is None:  # the model's own pooling, adjusted
             assert load is not None, "a caller without a model always names a strategy"
+            from poolkit.recipe import check_output_stage
+
+            check_output_stage("sequence", given.get("dims"), given.get("precision"))  # first
             info = load().info
             named = {info.pooling: info.intended_recipe(
                 layers=given.get("layers"), layer_how=given.get("layer_how", "mean"),

@@ -165,13 +165,14 @@ def resolve_request(
     max_batch_tokens: int | None = None, device: str = "auto", dtype: Any = None,
     prompt_name: str | None = None, prompt: str | None = None, pipeline: str = "full",
     calibration: Any = None, check: Callable[[list[Any]], Any] | None = None,
-    refuse: Callable[[dict[str, Recipe]], None] | None = None,
+    refuse: Callable[[dict[str, Recipe]], None] | None = None, own_multivector: bool = False,
 ) -> Request:  # fmt: skip
     """The prologue of every ``embed*`` entry point (arguments as for :func:`embed`); all
     it can check, it checks before the model loads. ``level``: ``"sequence"`` (no recipe
     asked: the model's intended pooling), ``"word"``/``"span"`` (one recipe) or ``"token"``
     (the layer choice). ``check`` runs on the checked inputs first, ``refuse`` on the
-    recipes as soon as they are known."""
+    recipes as soon as they are known; ``own_multivector``: a multi-vector folder's own
+    recipe (its token vectors) is the model's pooling, with ``pipeline="full"``."""
     inputs = check_inputs(inputs, words=level == "word")
     checked = None if check is None else check(inputs)
     check_batch_tokens(max_batch_tokens)
@@ -187,7 +188,10 @@ def resolve_request(
         calibration = _calibration_source(calibration)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     if wanted is None:  # the model's pooling
-        wanted = {encoder.info.pooling: encoder.info.intended_recipe()}
+        info = encoder.info
+        own = own_multivector and pipeline == "full" and info.is_multivector_folder
+        wanted = {info.multivector: info.intended_multivector()} if own else {
+            info.pooling: info.intended_recipe()}  # fmt: skip
         if refuse is not None:
             refuse(wanted)
     text = resolve_prompt(encoder.info, prompt_name, prompt)
@@ -222,7 +226,7 @@ RUN_OPTIONS: dict[str, Any] = {"max_length": None, "max_batch_tokens": None, "de
 
 def run_options(
     func: str, level: str, recipe: Any, options: Mapping[str, Any], model: ModelRef,
-    pipeline: bool = True,
+    pipeline: bool = True, refused: Mapping[str, bool] | None = None,
 ) -> tuple[Any, dict[str, Any]]:  # fmt: skip
     """``(recipe, run options)`` of an ``embed*`` call's ``**options``: the deprecated
     recipe keywords folded into ``recipe`` (warning once), the others checked by name."""
@@ -233,7 +237,7 @@ def run_options(
     load = lambda: get_encoder(  # noqa: E731 -- only when the model's pooling is adjusted
         model, device=opts["device"], dtype=opts["dtype"],
         max_length=opts["max_length"])  # fmt: skip
-    return legacy_recipe(func, level, recipe, legacy, load), opts
+    return legacy_recipe(func, level, recipe, legacy, load, refused=refused), opts
 
 
 def embed(
@@ -310,25 +314,26 @@ def embed(
         resolve_multivector,
     )
 
-    recipe, opts = run_options("embed", "sequence", recipe, options, model)
-    if recipe is None and opts["pipeline"] == "full":  # a multi-vector folder: its own recipe
-        info = get_encoder(model, device=opts["device"], dtype=opts["dtype"],
-                           max_length=opts["max_length"]).info  # fmt: skip
-        recipe = info.intended_multivector() if info.is_multivector_folder else None
-    if is_multivector(recipe):
-        refused = {"long_text": long_text != "truncate", "pipeline": opts["pipeline"] != "full",
-                   "calibration": calibration is not None}  # fmt: skip
+    # What a multi-vector recipe cannot take, named in its one refusal.
+    refused = {"long_text": long_text != "truncate",
+               "pipeline": options.get("pipeline", "full") != "full",
+               "calibration": calibration is not None}  # fmt: skip
+    recipe, opts = run_options("embed", "sequence", recipe, options, model, refused=refused)
+    req = None
+    if not is_multivector(recipe):
+        req = resolve_request("sequence", texts, model, recipe, long_text=long_text,
+                              prompt_name=prompt_name, prompt=prompt, calibration=calibration,
+                              own_multivector=True, **opts)  # fmt: skip
+    if req is None or next(iter(req.recipes.values())).level == "multivector":  # a folder's own
+        recipe = recipe if req is None else next(iter(req.recipes.values()))
         wanted = resolve_multivector(recipe, normalize=None, dims=None, precision=None,
                                      refused=refused)  # fmt: skip
-        items = check_inputs(texts)
+        items = check_inputs(texts) if req is None else req.inputs
         encoder = get_encoder(model, device=opts["device"], dtype=opts["dtype"],
                               max_length=opts["max_length"])  # fmt: skip
         return embed_multivector_recipe(items, encoder, wanted, prompt_name=prompt_name,
                                         prompt=prompt, max_batch_tokens=opts["max_batch_tokens"],
                                         return_stats=return_stats, progress=progress)  # fmt: skip
-    req = resolve_request("sequence", texts, model, recipe, long_text=long_text,
-                          prompt_name=prompt_name, prompt=prompt, calibration=calibration,
-                          **opts)  # fmt: skip
     if recipe_kind(req.recipes) == "sparse":
         from poolkit.sparse import embed_sparse
 
