@@ -222,7 +222,7 @@ def test_pooler_refuses_recipes_it_cannot_pool():
     for name in ("word:first", "mean/256", "mean/int8"):
         with pytest.raises(ValueError, match="Expected `recipe` to be a sequence recipe"):
             Pooler(name)
-    with pytest.raises(ValueError, match="Expected `strategy` to be a word-level recipe"):
+    with pytest.raises(ValueError, match="Expected `recipe` to be a word-level recipe"):
         WordPooler(Recipe.parse("mean"))
 
 
