@@ -18,12 +18,12 @@ import json
 import math
 import random
 import re
-import shlex
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from beir_ref import read_qrels, run_printed_embeds
 from clitools import run_cli
 from test_compare_report import chromium, pixels, run_chromium
 from tiny_models import build_family, build_mlm, build_multivector, build_sparse_encoder
@@ -211,26 +211,6 @@ def test_the_report_labels_the_json_frontier(three):
     assert "* the first model's intended pooling" in table
 
 
-def _qrels() -> dict[str, dict[str, int]]:
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (FIXTURE / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        qid, did, rel = line.split("\t")
-        qrels.setdefault(qid, {})[did] = int(rel)
-    return qrels
-
-
-def _written(command: str, cwd: Path) -> list[tuple[str, Path]]:
-    """Each ``poolkit embed`` of ``command`` run as printed: (recipe, output file)."""
-    out = []
-    for one in command.split(" && "):
-        argv = shlex.split(one)
-        assert argv[:2] == ["poolkit", "embed"], one
-        ran = run_cli([*argv[1:], "--quiet"], cwd=cwd)
-        assert ran.returncode == 0, (one, ran.stderr.decode())
-        out.append((argv[argv.index("--recipe") + 1], cwd / argv[argv.index("-o") + 1]))
-    return out
-
-
 def _scores(kind: str, recipe: str, docs: Path, queries: Path) -> tuple[list, list, np.ndarray]:
     """Document ids, query ids and the (queries, documents) scores of the files, as each
     kind of row ranks: cosine, sparse dot product, MaxSim."""
@@ -264,7 +244,7 @@ def _scores(kind: str, recipe: str, docs: Path, queries: Path) -> tuple[list, li
 def test_a_row_of_each_model_reproduces_and_stays_paired(three, tmp_path):
     cwd, doc, _, _ = three
     rows = doc["results"]
-    qrels = _qrels()
+    qrels = read_qrels(FIXTURE)
     for name in ("dense", "splade", "colbert"):
         (tmp_path / name).symlink_to(cwd / name)
     wanted = {"dense": "mean", "splade": "splade", "colbert": "multivector"}  # their own
@@ -273,7 +253,7 @@ def test_a_row_of_each_model_reproduces_and_stays_paired(three, tmp_path):
         (row,) = [r for r in rows if r["model"] == model and r["recipe"].split(":")[0] == kind]
         command = row["embed_command"]
         assert f"--model {model}" in command and "INPUT" not in command, command
-        (recipe, docs), (_, queries) = _written(command, tmp_path)
+        (recipe, docs), (_, queries) = run_printed_embeds(command, tmp_path)
         doc_ids, query_ids, s = _scores(kind, recipe, docs, queries)
         run = {qid: {did: float(x) for did, x in zip(doc_ids, s[i], strict=True)}
                for i, qid in enumerate(query_ids) if qid in qrels}  # fmt: skip
@@ -320,12 +300,12 @@ def test_a_hybrid_across_models_is_rrf_of_each_models_row(three, tmp_path):
     ranks, scores = [], []
     for name, kind in (("dense:mean", "mean"), ("splade:splade", "splade")):
         assert f"--model {name.split(':')[0]}" in commands[name]
-        (recipe, docs), (_, queries) = _written(commands[name], tmp_path)
+        (recipe, docs), (_, queries) = run_printed_embeds(commands[name], tmp_path)
         doc_ids, query_ids, s = _scores(kind, recipe, docs, queries)
         order = np.argsort(np.argsort(np.asarray(doc_ids, dtype=object), kind="stable"))
         ranks.append(_ranks(s, order))
         scores.append(s)
-    qrels = _qrels()
+    qrels = read_qrels(FIXTURE)
     kept = [i for i, qid in enumerate(query_ids) if qid in qrels]
 
     def ndcg(s: np.ndarray) -> np.ndarray:  # per query, in compare's order

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from beir_ref import read_qrels
 from clitools import poolkit
 from tiny_models import build_family
 
@@ -170,14 +171,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_family("distilbert", tmp_path_factory.mktemp("fusion") / "distilbert")
 
 
-def _qrels(folder: Path) -> dict[str, dict[str, int]]:
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (folder / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        qid, did, rel = line.split("\t")
-        qrels.setdefault(qid, {})[did] = int(rel)
-    return qrels
-
-
 def _ndcg(qrels, qids, dids, ranked: np.ndarray) -> float:
     """pytrec_eval's mean nDCG@10 of rankings (scores: descending by position)."""
     run = {qids[q]: {dids[d]: float(len(row) - i) for i, d in enumerate(row)}
@@ -220,7 +213,7 @@ def test_hybrid_rows_equal_an_independent_recomputation(tiny, tmp_path):
         q["_id"]: q["text"]
         for q in map(json.loads, (SQUAD / "queries.jsonl").read_text().splitlines())
     }
-    qrels = _qrels(SQUAD)
+    qrels = read_qrels(SQUAD)
     qids = [q for q in queries if q in qrels]
     dids = [d["_id"] for d in corpus]
     texts = [(d.get("title", "") + " " + d["text"]).strip() for d in corpus]

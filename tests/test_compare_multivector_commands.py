@@ -7,12 +7,12 @@ the row's nDCG@10 and MAP@100, and its bytes per document."""
 from __future__ import annotations
 
 import json
-import shlex
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from beir_ref import read_qrels, run_printed_embeds
 from clitools import poolkit
 from tiny_models import build_multivector
 
@@ -37,26 +37,6 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     assert out.returncode == 0, out.stderr.decode()
     doc = json.loads((cwd / "scores.json").read_text())
     return cwd, {(r["recipe"], bool(r.get("rescore"))): r for r in doc["results"]}
-
-
-def _qrels() -> dict[str, dict[str, int]]:
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (FIXTURE / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        qid, did, rel = line.split("\t")
-        qrels.setdefault(qid, {})[did] = int(rel)
-    return qrels
-
-
-def _run_commands(command: str, cwd: Path) -> list[tuple[str, Path]]:
-    """Each ``poolkit embed`` of ``command`` run as printed: ``(recipe, output)`` each."""
-    written = []
-    for one in command.split(" && "):
-        argv = shlex.split(one)
-        assert argv[:2] == ["poolkit", "embed"], one
-        ran = poolkit(*argv[1:], "--quiet", cwd=cwd)
-        assert ran.returncode == 0, (one, ran.stderr.decode())
-        written.append((argv[argv.index("--recipe") + 1], cwd / argv[argv.index("-o") + 1]))
-    return written
 
 
 def _read(path: Path, column: str) -> tuple[list[str], list[np.ndarray], int]:
@@ -92,14 +72,14 @@ def test_printed_commands_write_what_the_row_scored(compared, tmp_path, recipe, 
     command = row["embed_command"]
     assert "--long-text" not in command and "INPUT" not in command, command
     (tmp_path / "model").symlink_to(cwd / "model")
-    files = _run_commands(command, tmp_path)
+    files = run_printed_embeds(command, tmp_path)
     assert [p.name.split("-")[0] for _, p in files] == ["corpus", "queries"] * (1 + rescore)
     assert "--prompt-name document" in command and "--prompt-name query" in command
     (name, docs_file), (_, queries_file) = files[:2]
     doc_ids, d, stored = _read(docs_file, name)
     query_ids, q, _ = _read(queries_file, name)
     assert doc_ids == [json.loads(x)["_id"] for x in (FIXTURE / "corpus.jsonl").open()]
-    qrels = _qrels()
+    qrels = read_qrels(FIXTURE)
     if "muvera" not in recipe:
         scores, keep = _maxsim(q, d), None
         per_doc = round(np.mean([len(x) for x in d]) * d[0].shape[1] * stored)

@@ -61,8 +61,12 @@ def test_old_keywords_equal_the_recipe_and_warn(minilm, old, recipe):
 
 def test_third_positional_argument_still_takes_shorthands(minilm):
     # It was `strategy`; with layers it keeps meaning a strategy, as before.
-    got, _ = _legacy(embed, TEXTS, minilm, "mean", layers="last4")
+    got, warning = _legacy(embed, TEXTS, minilm, "mean", layers="last4")
     np.testing.assert_array_equal(got, embed(TEXTS, minilm, recipe="mean@last4"))
+    # The warning names what the caller wrote: `layers` only.
+    assert str(warning.message).startswith(
+        "embed(): `layers` is deprecated; pass recipe='mean@last4'"
+    )
 
 
 def test_no_warning_without_old_keywords(minilm):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from beir_ref import read_qrels
 from clitools import poolkit
 from tiny_models import build_inference_free, build_mlm
 
@@ -124,14 +125,6 @@ def _read_beir(folder: Path) -> tuple[list[str], list[str], list[str], list[str]
             [q["text"] for q in queries])  # fmt: skip
 
 
-def _qrels(folder: Path) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for line in (folder / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        qid, did, rel = line.split("\t")
-        out.setdefault(qid, {})[did] = int(rel)
-    return out
-
-
 def _bm25_ndcg(folder: Path, k1: float, b: float) -> float:
     """Mean nDCG@10 of bm25s run directly on BEIR ``folder``: ``bm25s.tokenize(texts,
     stopwords="en")``, ``bm25s.BM25(k1=k1, b=b)`` (method lucene), every document scored,
@@ -149,7 +142,7 @@ def _bm25_ndcg(folder: Path, k1: float, b: float) -> float:
     np.put_along_axis(full, found, scores, axis=1)
     id_rank = np.argsort(np.argsort(np.asarray(doc_ids, dtype=object), kind="stable"))
     order = np.lexsort((np.broadcast_to(-id_rank, full.shape), -full))[:, :100]
-    qrels = _qrels(folder)
+    qrels = read_qrels(folder)
     run = {qid: {doc_ids[d]: float(100 - r) for r, d in enumerate(order[i])}
            for i, qid in enumerate(query_ids) if qid in qrels}  # fmt: skip
     per = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)

@@ -59,14 +59,15 @@ def legacy_recipe(
     given. ``load()`` gives the encoder, needed only when the keywords adjust the model's
     own pooling (no ``strategy`` nor ``recipe``); ``refused``: the caller's other arguments a
     multi-vector recipe cannot take, named in the same refusal. Warns once per call, naming
-    the recipe;
-    ``stacklevel`` points the warning at the user's line (4: ``embed*`` -> ``run_options``).
+    the recipe; ``stacklevel`` points the warning at the user's line (4: ``embed*`` ->
+    ``run_options``).
 
     Returns what ``recipe=`` takes: one :class:`~poolkit.Recipe`, or for a list a mapping
     ``{name: Recipe}`` keyed as the old call keyed its result."""
     given = {k: v for k, v in legacy.items() if _given(k, v)}
     if not given:
         return recipe
+    asked = list(given)  # the keywords the caller wrote, for the warning
     from poolkit.asked import one_recipe, resolve_recipes, with_output_stage
     from poolkit.multivector.api import is_multivector, resolve_multivector
 
@@ -109,9 +110,8 @@ def legacy_recipe(
         named = with_output_stage(named, given.get("dims"), given.get("precision"))
         spelled = [str(r) for r in named.values()] if as_dict else str(next(iter(named.values())))
         out = named if as_dict else next(iter(named.values()))
-    words = arg_names(list(given))
     warnings.warn(
-        f"{func}(): {words} {'is' if len(given) == 1 else 'are'} deprecated; pass "
+        f"{func}(): {arg_names(asked)} {'is' if len(asked) == 1 else 'are'} deprecated; pass "
         f"recipe={spelled!r} instead (the same vectors).",
         DeprecationWarning,
         stacklevel=stacklevel,
