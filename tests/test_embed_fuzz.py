@@ -76,7 +76,7 @@ def close(got: np.ndarray, want: np.ndarray) -> None:
 def test_embed(minilm, ref, arg, strategy, normalize, budget):
     texts, bad = arg
     if strategy in ("bogus", 7, [], ["mean", "mean"]):
-        bad = [*bad, "strategy"]
+        bad = [*bad, "recipe"]  # the third argument (it was `strategy`)
     if budget is not None and budget < 1:
         bad = [*bad, "max_batch_tokens"]
     got = outcome(
@@ -130,7 +130,7 @@ def words_arg(draw: st.DrawFn) -> tuple[object, list[str]]:
 def test_embed_words(minilm, ref, arg, strategy):
     words, bad = arg
     if strategy == "bogus":
-        bad = [*bad, "strategy"]
+        bad = [*bad, "recipe"]
     got = outcome(lambda: embed_words(words, minilm, strategy), bad)
     if got is None:
         return

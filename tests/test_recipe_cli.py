@@ -178,7 +178,7 @@ def _page_commands(page: str) -> dict[str, str]:
     import html
     import re
 
-    found = re.findall(r'<tr><td>[^<]*</td><td><code>(.*?)</code></td><td class="cmd">(.*?)</td>',
+    found = re.findall(r'<tr[^>]*><td>[^<]*</td><td><code>(.*?)</code></td><td class="cmd">(.*?)</td>',
                        page)  # fmt: skip
     return {html.unescape(name): html.unescape(cmd) for name, cmd in found}
 

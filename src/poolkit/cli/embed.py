@@ -225,9 +225,11 @@ def run(args: argparse.Namespace) -> int:
     plan = check_chunk_flags(args)  # --chunks (None without)
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
     if wanted is None and not args.pooled_only:  # a multi-vector folder: its own recipe
-        from poolkit.model_folder import model_info
+        from poolkit.model_folder import DEFAULT_MODEL, read_model_info, resolve_model
 
-        info = model_info(args.model)
+        # The folder's files only: no tokenizer, no torch (a cached ONNX run imports neither).
+        ref = DEFAULT_MODEL if args.model is None else args.model
+        info = read_model_info(resolve_model(ref), reference=ref)
         if info.is_multivector_folder:
             wanted = {info.multivector or "intended": info.intended_multivector()}
     check_output_flags(args, wanted)  # before Ray starts: its engine refuses an output stage
