@@ -37,6 +37,7 @@ from poolkit.embedding import (
     run_options,
 )
 from poolkit.encoder import EncodedBatch, Encoder
+from poolkit.plan import make_plan
 from poolkit.recipe import Recipe
 
 __all__ = ["DocumentChunks", "check_late", "chunk_documents", "embed_chunks"]
@@ -44,7 +45,7 @@ __all__ = ["DocumentChunks", "check_late", "chunk_documents", "embed_chunks"]
 # Strategies that name one token of the encoded sequence ([CLS], the last one): a late
 # chunk, a run of tokens inside the document, has no such token of its own.
 _POSITIONAL = ("cls", "last")
-# Documents handed to one embed_recipes call on the naive path (progress and memory).
+# Documents handed to one plan run on the naive path (progress and memory).
 _NAIVE_GROUP = 64
 
 
@@ -242,17 +243,20 @@ def naive_chunk_vectors(
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
     """Naive chunk vectors: ``{name: (sum C_i, D)}`` in document then chunk order.
 
-    Each chunk text is embedded by :func:`poolkit.embedding.embed_recipes` (truncated at
-    the max length where a chunk is longer), ``_NAIVE_GROUP`` documents at a time.
-    ``options`` go to it (``max_batch_tokens``, ``prompt_name``, ``prompt``, ``pipeline``,
-    ``calibration``)."""
+    Each chunk text is embedded by one :class:`poolkit.plan.Plan` (truncated at the max
+    length where a chunk is longer), ``_NAIVE_GROUP`` documents at a time. ``options``:
+    ``max_batch_tokens``, and ``prompt_name``, ``prompt``, ``pipeline``, ``calibration`` as
+    :func:`poolkit.plan.make_plan` takes them."""
+    budget = options.pop("max_batch_tokens", None)
+    options["calibration"] = options.get("calibration") or {}  # int8 ranges are required
+    plan = make_plan(encoder, recipes, **options)  # resolved once, not once per group
     stats = EmbedStats(num_texts=len(documents), max_length=encoder.max_length)
     parts: dict[str, list[np.ndarray]] = {name: [] for name in recipes}
     for g in range(0, max(len(documents), 1), _NAIVE_GROUP):  # none: (0, D) arrays
         docs = range(g, min(g + _NAIVE_GROUP, len(documents)))
         texts = [documents[i][a:b] for i in docs for a, b in spans[i].tolist()]
         owner = np.repeat(np.asarray(docs, np.int64), [len(spans[i]) for i in docs])
-        vecs, s = embed_recipes(texts, encoder, recipes, long_text="truncate", **options)
+        vecs, s = plan.run(encoder, texts, long_text="truncate", max_batch_tokens=budget)
         for name, v in vecs.items():
             parts[name].append(v)
         stats.num_tokens += s.num_tokens

@@ -31,7 +31,7 @@ class Embedder:
     """Callable class for ``Dataset.map_batches``: adds one embedding column per recipe.
 
     Each actor builds one :class:`poolkit.Encoder` (the model is loaded once per actor,
-    not per batch) and embeds every batch through :func:`poolkit.embedding.embed_recipes`, the
+    not per batch) and embeds every batch through one :class:`poolkit.plan.Plan`, the
     path :func:`poolkit.embed` takes, so values equal ``poolkit.embed`` on one machine
     (batch composition changes only float rounding). Torch uses as many threads as the
     actor has CPUs (``num_cpus`` of ``map_batches``).
