@@ -16,14 +16,13 @@ documents, queries quantised with the documents' ranges). Scoring on the stored 
   ranking); a ``+rescore`` row per binary row re-ranks the top
   :data:`RESCORE_FACTOR` x 100 Hamming candidates by the dot product of the float query
   with the documents' unpacked ±1 bits. The search time per query of every row is
-  measured in the same run.
+  measured in the same run (:func:`~poolkit.compare.timing.timed_search`).
 
 Other tasks train probes or clusters on float vectors and take no budget rows.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from poolkit.compare.hamming import HammingIndex
+from poolkit.compare.timing import timed_search
 from poolkit.errors import InputError
 from poolkit.output import Calibration, needs_calibration, quantize, truncate, unpack_bits
 from poolkit.recipe import Recipe
@@ -189,23 +189,21 @@ def retrieval_rows(
         dims = _dims(q_floats)
         if r.precision in _BITS:
             index = HammingIndex(d_stored, ties)  # faiss where installed, else NumPy
-            start = time.perf_counter()
-            ranked, _ = index.search(q_stored, top)
-            out[(r, False)] = (ranked, time.perf_counter() - start, cal)
-            start = time.perf_counter()
-            ranked = _rescored(q_floats, q_stored, d_stored, index, depth, ties)
-            out[(r, True)] = (ranked, time.perf_counter() - start, cal)
+            (ranked, _), seconds = timed_search(index.search, q_stored, top)
+            out[(r, False)] = (ranked, seconds, cal)
+            ranked, seconds = timed_search(
+                _rescored, q_floats, q_stored, d_stored, index, depth, ties
+            )
+            out[(r, True)] = (ranked, seconds, cal)
         elif needs_calibration(r.precision):
             dtype = _exact_dtype(r.precision, dims)
             qi, di = q_stored.astype(dtype), d_stored.astype(dtype)
-            start = time.perf_counter()
-            ranked, _ = top_k_by(_dots(qi, di), n_q, n_d, top, ties)
-            out[(r, False)] = (ranked, time.perf_counter() - start, cal)
+            (ranked, _), seconds = timed_search(top_k_by, _dots(qi, di), n_q, n_d, top, ties)
+            out[(r, False)] = (ranked, seconds, cal)
         else:  # float32, float16: cosine of the stored values
             qf, df = q_stored.astype(np.float32), d_stored.astype(np.float32)
-            start = time.perf_counter()
-            ranked, _ = top_k(qf, df, top, ties)
-            out[(r, False)] = (ranked, time.perf_counter() - start, cal)
+            (ranked, _), seconds = timed_search(top_k, qf, df, top, ties)
+            out[(r, False)] = (ranked, seconds, cal)
     return out
 
 

@@ -16,8 +16,9 @@ Bytes per document (what an index of the row stores; ids and index overhead left
 
 ``query_ms``: per query, the time to turn the queries into what the row searches with,
 measured on this run's queries (dense, MaxSim, sparse rows: the model's forward pass and
-pooling; BM25: tokenisation); ``search_ms``: per query, the exact search over this corpus
-(top-k included). A hybrid row's times are its rows' sums (fusion itself left out: it
+pooling; BM25: tokenisation), timed once; ``search_ms``: per query, the exact search over
+this corpus (top-k included), timed as :data:`~poolkit.compare.timing.SEARCH_TIMING` says
+(:func:`~poolkit.compare.timing.timed_search`). A hybrid row's times are its rows' sums (fusion itself left out: it
 handles 2 x depth candidates a query, whatever the corpus).
 """
 
@@ -28,6 +29,8 @@ import platform
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
+
+from poolkit.compare.timing import SEARCH_TIMING
 
 __all__ = ["GROWTH", "SIZES", "growth", "hardware", "human_bytes", "index_bytes", "priced"]
 
@@ -80,7 +83,9 @@ def human_bytes(n: float) -> str:
 
 
 def hardware(encoder: Any) -> dict[str, Any]:
-    """Where the times were measured: the model, its device and the machine's CPU."""
+    """Where and how the times were measured: the model, its device, the machine's CPU and
+    ``search_timing`` (:data:`~poolkit.compare.timing.SEARCH_TIMING`)."""
+
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -93,6 +98,7 @@ def hardware(encoder: Any) -> dict[str, Any]:
         "device": str(getattr(encoder, "device", "cpu")),
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
+        "search_timing": SEARCH_TIMING,
     }
 
 

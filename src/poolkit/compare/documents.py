@@ -24,7 +24,6 @@ metrics are those of :mod:`poolkit.compare.retrieval`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +31,7 @@ import numpy as np
 
 from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.search import top_k_by, unit_rows
+from poolkit.compare.timing import timed_search
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -155,9 +155,7 @@ def document_rows(
     for label, (vectors, counts) in document_vectors(
         encoder, documents, recipe, sizes, settings, source
     ).items():
-        began = time.perf_counter()
-        out[label] = max_chunk_top_k(queries, vectors, counts, depth, ties)
-        seconds = time.perf_counter() - began
+        out[label], seconds = timed_search(max_chunk_top_k, queries, vectors, counts, depth, ties)
         if facts is not None:
             facts[(recipe, label)] = {"vectors_per_document": float(np.mean(counts)),
                                       "search_ms": seconds * 1000 / max(len(queries), 1)}  # fmt: skip

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from poolkit.compare.hybrid import keep_depth, record
 from poolkit.compare.search import top_k_by
+from poolkit.compare.timing import timed_search
 from poolkit.errors import InputError
 from poolkit.multivector.scoring import Ragged, maxsim, ragged
 
@@ -62,9 +64,19 @@ def _slice(r: Ragged, a: int, b: int) -> Ragged:
 
 
 def _search(score: Any, n_q: int, n_d: int, depth: int, ties: np.ndarray) -> tuple[Any, Any, float]:
-    began = time.perf_counter()
-    ranked, scores = top_k_by(score, n_q, n_d, depth, ties, query_block=64, doc_block=4096)
-    return ranked, scores, time.perf_counter() - began
+    (ranked, scores), seconds = timed_search(
+        partial(top_k_by, query_block=64, doc_block=4096), score, n_q, n_d, depth, ties
+    )
+    return ranked, scores, seconds
+
+
+def _rerank(top: np.ndarray, qr: Ragged, dr: Ragged, ties: np.ndarray) -> np.ndarray:
+    """``top`` ``(Q, k)`` document indices re-ranked by each query's MaxSim score."""
+    reranked = np.empty_like(top)
+    for q, row in enumerate(top):
+        scores = maxsim(_slice(qr, q, q + 1), Ragged(*_gather(dr, row)))[0]
+        reranked[q] = row[np.lexsort((-ties[row], -scores))]
+    return reranked
 
 
 class TokenStates:
@@ -190,14 +202,9 @@ def multivector_rows(
         _cost(settings, (c, None), query_ms)
         facts[c] = {"dims": int(dm.shape[1]), "search_ms": seconds * per_query,
                     "bytes_per_vector": int(dm.shape[1] * stored)}  # fmt: skip
-        began = time.perf_counter()
-        top = ranked[c][:, :depth]  # reranked: the top ``depth`` (searched deeper when fused)
-        reranked = np.empty_like(top)
-        for q, row in enumerate(top):
-            docs = Ragged(*_gather(dr, row))
-            scores = maxsim(_slice(qr, q, q + 1), docs)[0]
-            reranked[q] = row[np.lexsort((-ties[row], -scores))]
-        seconds += time.perf_counter() - began
+        # reranked: the top ``depth`` (searched deeper when fused)
+        reranked, rerank_seconds = timed_search(_rerank, ranked[c][:, :depth], qr, dr, ties)
+        seconds += rerank_seconds
         ranked[(c, RERANK)] = reranked
         record(settings, (c, RERANK), reranked)
         _cost(settings, (c, RERANK), query_ms)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit.compare.bootstrap import Paired
+from poolkit.compare.timing import SEARCH_TIMING
 
 # One atomic writer for the package: temporary file, fsync, rename (never half a file).
 from poolkit.io.atomic import atomic_write
@@ -531,7 +532,8 @@ def _cost_footer(ranked: Sequence[Result]) -> list[str]:
         "tokens x dims x bytes); index 1M|100M: bytes/doc x 1 million | 100 million "
         "documents (ids and index structures left out); query ms: encoding the query "
         "(BM25: tokenising) and search ms: exact search over this corpus, per query, both "
-        "measured in this run; a hybrid row: the sums of its two rows'."
+        f"measured in this run (search ms: {SEARCH_TIMING}); a hybrid row: the sums of its "
+        "two rows'."
     ]
     if any(r.flops is not None for r in ranked):
         out.append("bytes/doc f16: a sparse row's bytes/doc with 2-byte (float16) values.")

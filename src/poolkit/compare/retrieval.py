@@ -32,6 +32,7 @@ import numpy as np
 from poolkit.compare.datasets import DataError
 from poolkit.compare.hybrid import keep_depth, record
 from poolkit.compare.search import id_order, top_k
+from poolkit.compare.timing import timed_search
 from poolkit.io.readers import read_records
 
 __all__ = [
@@ -392,14 +393,9 @@ def _score_dense(
     per_query = 1000 / max(len(data.queries), 1)
     costs = getattr(settings, "costs", {})
     costs["query_ms"] = query_seconds * per_query  # every row of this forward pass
-    if cands and len(data.queries) and len(data.documents):  # one untimed search first: the
-        # first timed row must not pay BLAS's warm-up (it was 4x slower in one row order)
-        top_k(queries[cands[0]][:8], documents[cands[0]], 1, ties)
     for c in cands:
-        start = time.perf_counter()
-        ranked, scores = top_k(queries[c], documents[c], keep_depth(settings, (c, None), DEPTH),
-                               ties)  # fmt: skip
-        seconds = time.perf_counter() - start
+        depth = keep_depth(settings, (c, None), DEPTH)
+        (ranked, scores), seconds = timed_search(top_k, queries[c], documents[c], depth, ties)
         if stages:
             facts[(c, None)] = {"search_ms": seconds * per_query}
         costs[(c, None)] = {"search_ms": seconds * per_query, "dims": documents[c].shape[1]}
