@@ -1,6 +1,7 @@
 """``poolkit embed``'s output stage: ``--dims K``, ``--precision P`` (spellings of a recipe's
 ``/DIMS/PRECISION``), the int8/uint8 ranges (``--ranges FILE``, ``--calibrate FILE``, or the
-first ``RANGE_TEXTS`` texts of INPUT) and the record written with the vectors.
+first ``RANGE_TEXTS`` texts of INPUT; ``export`` takes the first two too) and the record
+written with the vectors.
 
 ``--calibrate FILE`` is the one "texts to calibrate on" flag: it calibrates OpenVINO's
 static int8 model (``--quantize int8-static``) and the int8/uint8 vectors' ranges alike,
@@ -27,6 +28,7 @@ from poolkit.output import PRECISIONS, Calibration, needs_calibration, stored_dt
 __all__ = [
     "RANGE_TEXTS",
     "add_output_arguments",
+    "add_range_sources",
     "check_output_widths",
     "kept_dims",
     "output_metadata",
@@ -47,10 +49,21 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         "(sign bits, 8 per byte): the recipe's /PRECISION; int8/uint8 take "
                         f"their ranges from --ranges, --calibrate, else the first {RANGE_TEXTS} "
                         "input texts (--engine ray: --ranges or --calibrate)")  # fmt: skip
+    add_range_sources(parser, "--quantize int8-static uses the first 300, and --precision "
+                      "int8/uint8 takes the vectors' ranges from every text of it")  # fmt: skip
+
+
+def add_range_sources(parser: argparse.ArgumentParser, calibrate_use: str) -> None:
+    """--calibrate FILE (``calibrate_use``: what the command takes from it) and --ranges
+    FILE, the int8/uint8 ranges' sources of ``embed`` and ``export``."""
+    parser.add_argument("--calibrate", default=None, metavar="FILE",
+                        help="texts to calibrate on, read like embed's INPUT (format from its "
+                        f"extension; --text-column for jsonl/csv/tsv/parquet): {calibrate_use}")  # fmt: skip
     parser.add_argument("--ranges", default=None, metavar="FILE",
                         help="int8/uint8: reuse the ranges an earlier poolkit embed recorded "
-                        "(its .parquet, or the .poolkit.json beside its .npy/.jsonl), e.g. to "
-                        "quantise queries like their corpus")  # fmt: skip
+                        "(its .parquet, or the .poolkit.json beside its .npy/.jsonl) or a row "
+                        "of a poolkit compare --json file, e.g. to quantise queries like their "
+                        "corpus")  # fmt: skip
 
 
 def wants_output_stage(args: argparse.Namespace, wanted: dict[str, Any] | None) -> bool:

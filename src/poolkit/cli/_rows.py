@@ -25,15 +25,8 @@ import numpy as np
 from poolkit.errors import InputError
 from poolkit.io.readers import kept_column  # the Ray engine's pieces write them too
 
-__all__ = [
-    "BEIR_JOIN",
-    "UserIds",
-    "add_row_arguments",
-    "beir_input",
-    "keep_list",
-    "kept_column",
-    "note_beir",
-]
+__all__ = ["BEIR_JOIN", "UserIds", "add_row_arguments", "beir_input", "keep_list", "kept_column",
+           "row_setup"]  # fmt: skip
 
 BEIR_JOIN = 'title + " " + text (MTEB\'s join; text alone where a document has no title)'
 
@@ -129,8 +122,13 @@ class UserIds:
         return list(part.ids)
 
 
-def note_beir(args: argparse.Namespace, title: str | None) -> None:
-    """One line saying how a BEIR corpus is read (not with --quiet)."""
-    if title is not None and not args.quiet:
-        print(f"poolkit: {args.input}: a BEIR corpus: each document is {BEIR_JOIN}; ids "
-              "from _id.", file=sys.stderr)  # fmt: skip
+def row_setup(args: argparse.Namespace) -> tuple[str | None, tuple[str, ...]]:
+    """:func:`beir_input` (a BEIR corpus: recorded in ``args``, and said in one line unless
+    --quiet) and :func:`keep_list`."""
+    title = beir_input(args)
+    if title is not None:
+        args.documents_read_as = BEIR_JOIN  # the provenance record's
+        if not args.quiet:
+            print(f"poolkit: {args.input}: a BEIR corpus: each document is {BEIR_JOIN}; ids "
+                  "from _id.", file=sys.stderr)  # fmt: skip
+    return title, keep_list(args)

@@ -33,7 +33,7 @@ from poolkit.cli._common import (
     add_common,
     add_input_format,
     guess_note,
-    positive,
+    positives,
     progress_bar,
 )
 from poolkit.cli._job import job_settings, run_job
@@ -50,15 +50,7 @@ from poolkit.cli._provenance import provenance
 from poolkit.cli._ray_engine import add_arguments as add_engine_arguments
 from poolkit.cli._ray_engine import dispatch as dispatch_engine
 from poolkit.cli._recipe_args import intended_recipes, recipes_from_args
-from poolkit.cli._rows import (
-    BEIR_JOIN,
-    UserIds,
-    add_row_arguments,
-    beir_input,
-    keep_list,
-    kept_column,
-    note_beir,
-)
+from poolkit.cli._rows import UserIds, add_row_arguments, kept_column, row_setup
 from poolkit.errors import InputError
 
 __all__ = ["add_parser", "run"]
@@ -233,9 +225,7 @@ def run(args: argparse.Namespace) -> int:
         if info.is_multivector_folder:
             wanted = {info.multivector or "intended": info.intended_multivector()}
     check_output_flags(args, wanted)  # before Ray starts: its engine refuses an output stage
-    for value, flag in ((args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
-                        (args.max_length, "--max-length")):  # fmt: skip
-        positive(value, flag)  # both engines
+    positives(args, "--part-size", "--batch-tokens", "--max-length")  # both engines
     multivector = check_multivector_args(args, wanted)  # its dense-only flags refused
     kind = None if wanted is None else _kind(wanted)
     if multivector and args.keep_columns:
@@ -244,11 +234,7 @@ def run(args: argparse.Namespace) -> int:
                          "column", fix="Drop --keep-columns.")  # fmt: skip
     if (status := dispatch_engine(args, wanted, plan)) is not None:  # --engine ray
         return status
-    title = beir_input(args)  # a BEIR folder or corpus.jsonl: compare's documents
-    if title is not None:
-        args.documents_read_as = BEIR_JOIN
-    note_beir(args, title)
-    keep = keep_list(args)
+    title, keep = row_setup(args)  # a BEIR folder or corpus.jsonl: compare's documents
     from poolkit.embedding import check_inputs, get_encoder
     from poolkit.io.checkpoint import Checkpoint, Part, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp

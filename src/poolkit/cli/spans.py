@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from poolkit._errors import value_error
-from poolkit.cli._common import add_common, positive, quiet_truncation
+from poolkit.cli._common import add_common, add_texts, positives, quiet_truncation
 from poolkit.cli._jsonout import add_output_arguments, json_lines, rounded
 from poolkit.errors import InputError
 from poolkit.io.readers import read_records
@@ -26,9 +26,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Print one JSON object per text with, for each character span, its "
         "inclusive token span, its tokens and its vector.",
     )
-    parser.add_argument("input", nargs="?", default=None, metavar="INPUT",
-                        help='JSON lines: {"text": ..., "spans": [[start, end], ...]}')  # fmt: skip
-    parser.add_argument("--text", "-t", default=None, help="one text, instead of INPUT")
+    add_texts(parser, 'JSON lines: {"text": ..., "spans": [[start, end], ...]}',
+              "one text, instead of INPUT", many=False)  # fmt: skip
     parser.add_argument("--span", action="append", default=None, metavar="START:END",
                         help="half-open character span of --text (repeatable)")  # fmt: skip
     parser.add_argument("--recipe", "-r", default=None, metavar="RECIPE",
@@ -102,8 +101,7 @@ def _recipe(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from poolkit.embedding import embed_spans, get_encoder
 
-    positive(args.max_length, "--max-length")
-    positive(args.batch_tokens, "--batch-tokens")
+    positives(args, "--max-length", "--batch-tokens")
     recipe = _recipe(args)
     records = list(_records(args))
     if not records:
