@@ -1,15 +1,9 @@
-"""``poolkit embed --chunks``: long documents written as one row per chunk.
-
-``--chunks SPEC`` cuts each text of INPUT (a document) into chunks with a chunker of
-:mod:`poolkit.chunkers` (``tokens:SIZE[:OVERLAP]``, ``sentences``, ``column:NAME``: the
-spans in field NAME of each record) and writes one row per chunk: ``id`` (the document's
-row id, as without ``--chunks``), ``chunk`` (its index within the document), ``start``,
-``end`` (int64 character offsets: the chunk is ``text[start:end]``), ``text`` (with
-``--chunk-text``), then the vectors, as :func:`poolkit.embed_chunks` computes them (naive,
-or ``--late``). The job runs part by part as without ``--chunks``: each part's documents
-are chunked, embedded and committed together, so ``--resume`` and ``-o -`` work the same.
-A document that gives no chunk (empty or whitespace only) is refused in one line naming
-its input line and id, as bad spans are.
+"""``poolkit embed --chunks SPEC``: each text of INPUT (a document) cut by a chunker of
+:mod:`poolkit.chunkers` into chunks, one row each: ``id`` (the document's), ``chunk``,
+``start``, ``end`` (``text[start:end]``), ``text`` (``--chunk-text``), then the vectors
+(naive, or ``--late``). Each part's documents are chunked, embedded and committed together,
+so ``--resume`` and ``-o -`` work the same; a document that gives no chunk is refused in
+one line naming its input line and id.
 """
 
 from __future__ import annotations
@@ -117,13 +111,7 @@ def check_chunk_flags(args: argparse.Namespace) -> ChunkPlan | None:
 
 @dataclass
 class ChunkedPart:
-    """One part of documents, chunked.
-
-    Attributes:
-        documents: the documents of the part, in input order.
-        ids: their row ids ``(n,)``.
-        spans: their ``(C_i, 2)`` character spans.
-    """
+    """One part's documents (input order), their row ids ``(n,)`` and ``(C_i, 2)`` spans."""
 
     documents: list[str]
     ids: np.ndarray

@@ -1,16 +1,7 @@
-"""``poolkit embed``'s rows as the user names them: ``--id-column``, ``--keep-columns`` and a
-BEIR corpus read the way ``poolkit compare`` reads it.
-
-- ids: ``--id-column C``, else a field/column named ``id`` or ``_id`` when the input has
-  one, else the row number. A user's ids keep their type (integers stay integers, text
-  stays text) in every output; a missing, duplicate or mixed-type id is refused in one
-  line naming the row.
-- ``--keep-columns A,B``: fields written beside the vectors (integers as int64, anything
-  else as text; a JSON value that is not a string as its JSON).
-- a BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/``) or its ``corpus.jsonl``:
-  each document is ``(title + " " + text).strip()`` where it has a title, else
-  ``text.strip()`` (MTEB's join, as ``poolkit compare --task retrieval`` scores it), and
-  the ids come from ``_id``.
+"""``poolkit embed``'s rows as the user names them: ``--id-column`` (ids keep their type;
+a missing, duplicate or mixed-type one is refused naming the row), ``--keep-columns`` (fields
+written beside the vectors), and a BEIR folder or its ``corpus.jsonl`` read as ``poolkit
+compare`` reads it (MTEB's title + text join, ids from ``_id``).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ from typing import Any
 from poolkit._errors import already_exists
 from poolkit._versions import installed_versions
 from poolkit.cli._backend_args import check_backend_args
-from poolkit.cli._common import add_common, guess_note, report_error, require_extra
+from poolkit.cli._common import add_common, guess_note, require_extra
 from poolkit.cli._flags import COMPARE_BUDGET, COMPARE_CHUNKS, COMPARE_RECIPES, flagged
+from poolkit.cli._rows import BEIR_JOIN
 from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
 from poolkit.errors import InputError
 
@@ -108,9 +109,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="with --backend onnx: add int8 rows beside the fp32 ones, with the paired "
         "difference and the speed ratio",
     )  # fmt: skip
-    p.add_argument("--int8-rows", choices=["intended", "all"], default=None,
-                   help="rows that get an int8 twin (default: the intended row, or all rows "
-                   "when none is intended)")  # fmt: skip
     p.add_argument("--dims", nargs="+", type=int, default=None, metavar="K",
                    help="sts, retrieval: add rows that keep the first K dimensions of the "
                    "intended row's vectors (L2-normalised again where it normalises), e.g. "
@@ -120,9 +118,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "int8, uint8, binary, ubinary; int8/uint8 ranges calibrated on the data "
                    "compared), scored on the stored form; retrieval: binary also gets a "
                    "+rescore row")  # fmt: skip
-    p.add_argument("--budget-rows", choices=["intended", "all"], default=None,
-                   help="rows that get --dims/--precision rows (default: the intended row, or "
-                   "all rows when none is intended)")  # fmt: skip
+    for flag, what in (
+        ("--int8-rows", "an int8 twin"),
+        ("--budget-rows", "--dims/--precision rows"),
+    ):
+        p.add_argument(flag, choices=["intended", "all"], default=None, help=f"rows that get "
+                       f"{what} (default: the intended row, or all rows when none is intended)")  # fmt: skip
     p.add_argument("--chunk-tokens", nargs="+", type=int, default=None, metavar="N",
                    help="retrieval: add rows of the intended pooling with each document "
                    "whole through windows, and cut into chunks of N tokens, naive (each "
@@ -158,23 +159,7 @@ def _add_models_and_budgets(p: argparse.ArgumentParser) -> None:
                    "and the rows it cannot be told apart from")  # fmt: skip
 
 
-_BEIR_READ = (
-    'documents read as title + " " + text (MTEB\'s join; text alone without a title), ids from _id'
-)
-
-
-class _UsageError(InputError):
-    """Bad command-line input: exit status 2."""
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``compare`` for parsed ``args``; returns the exit status (0, 1 runtime, 2 input)."""
-    try:
-        return _run(args)
-    except Exception as e:  # one line for the user; the traceback with --debug
-        if getattr(args, "debug", False):
-            raise
-        return report_error(e)
+_BEIR_READ = f"documents read as {BEIR_JOIN}, ids from _id"
 
 
 def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) -> Path | None:
@@ -182,13 +167,11 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
         return None
     out = Path(path)
     if suffix and out.suffix.lower() != suffix:
-        raise _UsageError(arg=option, expected=f"a {suffix} file name", got=path)
+        raise InputError(arg=option, expected=f"a {suffix} file name", got=path)
     if out.exists() and not overwrite:
-        raise _UsageError(
-            already_exists(f"{option} {path}", fix="--overwrite", state="file exists")
-        )
+        raise InputError(already_exists(f"{option} {path}", fix="--overwrite", state="file exists"))
     if not out.parent.is_dir():
-        raise _UsageError(arg=option, expected="a file in an existing folder",
+        raise InputError(arg=option, expected="a file in an existing folder",
                           got=f"{path}, whose folder {out.parent} does not exist")  # fmt: skip
     return out
 
@@ -196,14 +179,14 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse, in one line, options that the task or backend would not honour."""
     if args.folds < 2:
-        raise _UsageError(arg="--folds", expected="at least 2", got=args.folds)
+        raise InputError(arg="--folds", expected="at least 2", got=args.folds)
     if args.bootstrap < 0 or args.bootstrap == 1:
-        raise _UsageError(arg="--bootstrap", expected="0 (off) or at least 2", got=args.bootstrap)
+        raise InputError(arg="--bootstrap", expected="0 (off) or at least 2", got=args.bootstrap)
     if args.task in ("retrieval", "clustering") and args.train:
-        raise _UsageError(arg="--train", expected=f"unset: --task {args.task} has no training step",
+        raise InputError(arg="--train", expected=f"unset: --task {args.task} has no training step",
                           got=args.train, fix="Drop --train.")  # fmt: skip
     if args.task in ("ner", "relation") and args.prompt_name is not None:
-        raise _UsageError(arg="--prompt-name", expected=f"unset with --task {args.task}, which "
+        raise InputError(arg="--prompt-name", expected=f"unset with --task {args.task}, which "
                           "embeds words and spans of the text as written (prompts are for "
                           "sequence tasks)", got=args.prompt_name)  # fmt: skip
     if args.task != "retrieval":
@@ -213,16 +196,16 @@ def _check_options(args: argparse.Namespace) -> None:
             ("--document-prompt-name", args.document_prompt_name, None),
         ):  # fmt: skip
             if value != default:
-                raise _UsageError(arg=flag, expected="given only for --task retrieval",
+                raise InputError(arg=flag, expected="given only for --task retrieval",
                                   got=f"--task {args.task}")  # fmt: skip
     _check_budget(args)
     _check_chunks(args)
     _check_models(args)
     if args.int8_rows and not args.quantize:
-        raise _UsageError(arg="--int8-rows", expected="given only with --backend onnx --quantize "
+        raise InputError(arg="--int8-rows", expected="given only with --backend onnx --quantize "
                           "int8", got=args.int8_rows)  # fmt: skip
     if args.backend in ("onnx", "openvino") and args.layers is not None:
-        raise _UsageError(arg="--layers", expected=f"unset on the {args.backend} backend (it "
+        raise InputError(arg="--layers", expected=f"unset on the {args.backend} backend (it "
                           "returns the last layer only)", got=" ".join(args.layers),
                           fix="Drop --layers or use --backend torch.")  # fmt: skip
     check_backend_args(args)  # --backend, --quantize, --dtype, --device; the extras they need
@@ -235,24 +218,24 @@ def _check_budget(args: argparse.Namespace) -> None:
 
     if args.dims is None and args.precision is None:
         if args.budget_rows:
-            raise _UsageError(arg="--budget-rows", expected="given only with --dims or "
+            raise InputError(arg="--budget-rows", expected="given only with --dims or "
                               "--precision (it chooses which rows get them)",
                               got=args.budget_rows, fix="Add one, or drop --budget-rows.")  # fmt: skip
         return
     flag = "--dims" if args.dims is not None else "--precision"
     if args.task not in BUDGET_TASKS:
-        raise _UsageError(arg=flag, expected=f"given only for --task {' and '.join(BUDGET_TASKS)} "
+        raise InputError(arg=flag, expected=f"given only for --task {' and '.join(BUDGET_TASKS)} "
                           "(similarity on the stored vectors)", got=f"--task {args.task}, which "
                           f"trains on float vectors", fix=f"Drop {flag}.")  # fmt: skip
     if args.quantize:
-        raise _UsageError(arg=flag, expected="unset with --quantize (budget rows or int8 model "
+        raise InputError(arg=flag, expected="unset with --quantize (budget rows or int8 model "
                           "rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
     for k in args.dims or ():
         if k < 1:
-            raise _UsageError(arg="--dims", expected="positive numbers of dimensions", got=k, fix="e.g. --dims 384 256 128 64.")  # fmt: skip
+            raise InputError(arg="--dims", expected="positive numbers of dimensions", got=k, fix="e.g. --dims 384 256 128 64.")  # fmt: skip
     for p in args.precision or ():
         if p not in PRECISIONS:
-            raise _UsageError(arg="--precision", expected=f"among {', '.join(PRECISIONS)}", got=repr(p), fix="e.g. --precision float32 int8 binary.")  # fmt: skip
+            raise InputError(arg="--precision", expected=f"among {', '.join(PRECISIONS)}", got=repr(p), fix="e.g. --precision float32 int8 binary.")  # fmt: skip
 
 
 def _check_models(args: argparse.Namespace) -> None:
@@ -265,19 +248,19 @@ def _check_models(args: argparse.Namespace) -> None:
             continue
         if args.task != "retrieval":
             what = "documents" if flag == "--max-bytes-per-doc" else "queries"
-            raise _UsageError(arg=flag, expected="given only for --task retrieval (a cost per "
+            raise InputError(arg=flag, expected="given only for --task retrieval (a cost per "
                               "stored document or per query)", got=f"--task {args.task}, which "
                               f"has no {what} to search", fix=f"Drop {flag}.")  # fmt: skip
         if not value > 0:
-            raise _UsageError(arg=flag, expected="a positive number", got=f"{value:g}", fix=f"e.g. {flag} 1024.")  # fmt: skip
+            raise InputError(arg=flag, expected="a positive number", got=f"{value:g}", fix=f"e.g. {flag} 1024.")  # fmt: skip
     if len(models) < 2:
         return
     for k, m in enumerate(models):
         if m in models[:k]:
-            raise _UsageError(arg="--model", expected="each model once (its rows already cover "
+            raise InputError(arg="--model", expected="each model once (its rows already cover "
                               "every recipe)", got=f"{m} twice", fix="Drop the repeat.")  # fmt: skip
     if args.quantize:
-        raise _UsageError(arg="--quantize", expected="one --model (int8 rows are for one model "
+        raise InputError(arg="--quantize", expected="one --model (int8 rows are for one model "
                           "at a time)", got=f"{args.quantize} with {len(models)} models",
                           fix="Drop --quantize or keep one --model.")  # fmt: skip
 
@@ -289,15 +272,15 @@ def _check_chunks(args: argparse.Namespace) -> None:
     if args.chunk_tokens is None:
         return
     if args.task != "retrieval":
-        raise _UsageError(arg="--chunk-tokens", expected="given only for --task retrieval "
+        raise InputError(arg="--chunk-tokens", expected="given only for --task retrieval "
                           "(documents scored by their best chunk)", got=f"--task {args.task}, "
                           "which has no documents to chunk")  # fmt: skip
     if args.quantize:
-        raise _UsageError(arg="--chunk-tokens", expected="unset with --quantize (document rows "
+        raise InputError(arg="--chunk-tokens", expected="unset with --quantize (document rows "
                           "or int8 model rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
     for n in args.chunk_tokens:
         if n < 1:
-            raise _UsageError(arg="--chunk-tokens", expected="chunk sizes of at least 1 token", got=n, fix="e.g. --chunk-tokens 64 128 254.")  # fmt: skip
+            raise InputError(arg="--chunk-tokens", expected="chunk sizes of at least 1 token", got=n, fix="e.g. --chunk-tokens 64 128 254.")  # fmt: skip
 
 
 def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
@@ -307,13 +290,13 @@ def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
 
     if named:
         if args.task not in BUDGET_TASKS:
-            raise _UsageError(arg="--recipes", expected="recipes without an output stage (/DIMS, "
+            raise InputError(arg="--recipes", expected="recipes without an output stage (/DIMS, "
                               f"/PRECISION) for --task {args.task}, which trains on float "
                               f"vectors (it is scored only for --task "
                               f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
                               fix="Name the recipe without it.")  # fmt: skip
         if args.quantize:
-            raise _UsageError(arg="--recipes", expected="no output stage with --quantize (budget "
+            raise InputError(arg="--recipes", expected="no output stage with --quantize (budget "
                               "rows or int8 model rows, one at a time)", got=str(named[0]),
                               fix="Drop one.")  # fmt: skip
     if args.dims is None and args.precision is None and not named:
@@ -326,7 +309,8 @@ def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
     )
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run ``compare`` for parsed ``args`` (its errors: one line, by :func:`poolkit.cli.main`)."""
     from poolkit.compare.datasets import Columns, read_task
 
     models = list(getattr(args, "models", None) or [None])
@@ -361,7 +345,7 @@ def _run(args: argparse.Namespace) -> int:
         data = read_task(kind, args.data, columns)
     train = read_task(args.task, args.train, columns) if args.train else None
     if args.task == "ner" and train is None:
-        raise _UsageError(arg="--train", expected="a CoNLL FILE with --task ner (it trains the "
+        raise InputError(arg="--train", expected="a CoNLL FILE with --task ner (it trains the "
                           "tagging probe)", got="none")  # fmt: skip
 
     from poolkit.compare import report
@@ -383,7 +367,7 @@ def _run(args: argparse.Namespace) -> int:
 
             names, hybrids = split_hybrids(args.recipes)  # rrf(A,B), fuse(A,B,W)
             if hybrids and args.task != "retrieval":
-                raise _UsageError(arg="--recipes", expected="no hybrid row with --task "
+                raise InputError(arg="--recipes", expected="no hybrid row with --task "
                                   f"{args.task} (hybrid rows fuse two rows' rankings)",
                                   got=str(hybrids[0]),
                                   fix="Use them with --task retrieval.")  # fmt: skip
@@ -467,7 +451,7 @@ def _run(args: argparse.Namespace) -> int:
             f"cost columns measured on {measured['model']}, {measured['device']}, "
             f"{measured['cpu']} ({measured['cpu_count']} cores), in this run."
         )
-    if args.task == "retrieval" and Path(args.data).is_dir():
+    if _beir(args):
         doc["documents_read_as"] = _BEIR_READ
         settings.notes.append(f"retrieval: {_BEIR_READ}; poolkit embed reads {args.data} "
                               "(or its corpus.jsonl) the same way.")  # fmt: skip
@@ -478,8 +462,7 @@ def _run(args: argparse.Namespace) -> int:
     best = report.winner(results, report.MAIN_METRIC[args.task])
     infos = {m: e.info for m, e in encoders}
     intended_note = _intended_note(encoder.info, results, args.task, len(infos) > 1)
-    winner = winner_command(_for_row(args, best), best.recipe, best.quantize, best.documents,
-                            best.rescore)  # fmt: skip
+    winner = winner_command(_for_row(args, best), best)
     unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
     notes = list(dict.fromkeys(settings.notes))
     if report_path:
@@ -517,7 +500,7 @@ def _check_shared_tokens(encoders: list) -> None:
             encoder.tokenizer.backend_tokenizer.to_str()
             != first.tokenizer.backend_tokenizer.to_str()
         ):
-            raise _UsageError(arg="--chunk-tokens", expected="models sharing a tokenizer (chunks "
+            raise InputError(arg="--chunk-tokens", expected="models sharing a tokenizer (chunks "
                               "of N tokens are the same texts in each, so their chunk rows index "
                               "the same chunk ids of a corpus document)",
                               got=f"--model {first_model} and --model {model}, whose tokenizers "
@@ -548,11 +531,11 @@ def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
         if i is None:
             j = frontier.cheapest(cost)
             if j is None:
-                raise _UsageError(arg=flag, expected=f"a limit on a {what} a row of this run has",
+                raise InputError(arg=flag, expected=f"a limit on a {what} a row of this run has",
                                   got=f"{limit:g}, and no row has one",
                                   fix=f"Drop {flag}.")  # fmt: skip
             cheap = run.results[j]
-            raise _UsageError(arg=flag, expected=f"a limit some row is within (the cheapest is "
+            raise InputError(arg=flag, expected=f"a limit some row is within (the cheapest is "
                               f"#{place[id(cheap)]} {cheap.label}, {cost[j]:g} {unit})",
                               got=f"{limit:g}", fix=f"Raise {flag} to at least {cost[j]:g}.")  # fmt: skip
         best = run.results[i]
@@ -657,8 +640,7 @@ def _page(
         task=args.task, model=info.reference, results=results, bootstrap=boot,
         data=args.data, size=len(data), unit=unit, commands=commands,
         intended_note=_intended_note(info, results, args.task, len(infos) > 1),
-        winner=winner_command(_for_row(args, best), best.recipe, best.quantize, best.documents,
-                              best.rescore),
+        winner=winner_command(_for_row(args, best), best),
         no_export=no_export, notes=notes, facts=facts,
         versions=installed_versions(*dict.fromkeys(packages)), command=compare_command(args),
     )  # fmt: skip
@@ -675,18 +657,14 @@ def _intended_note(info: Any, results: list, task: str, several: bool = False) -
     return f"the model's intended pooling ({source}) is not among these candidates"
 
 
-def winner_command(
-    args: argparse.Namespace, recipe: Any, quantize: str | None = None,
-    documents: str | None = None, rescore: bool = False,
-) -> str:  # fmt: skip
-    """The command (or call) that writes the winner's vectors for your own texts: the same
-    vectors this table scored, for the same model, backend (``quantize``: the winner is a
-    quantised row) and settings; ``documents``: a document row's (its documents')."""
-    if documents:
-        return "embed with the winner (documents): " + document_command(args, recipe, documents)
-    if recipe.level == "hybrid":
-        return f"embed with the winner ({recipe}, both rows): " + hybrid_commands(args, recipe)
-    return "embed with the winner: " + embed_command(args, recipe, quantize, rescore)
+def winner_command(args: argparse.Namespace, best: Any) -> str:
+    """:func:`row_command` of the winning row ``best``, which writes the same vectors this
+    table scored for your own texts, labelled."""
+    if best.documents:
+        return "embed with the winner (documents): " + row_command(args, best)
+    if best.recipe.level == "hybrid":
+        return f"embed with the winner ({best.recipe}, both rows): " + row_command(args, best)
+    return "embed with the winner: " + row_command(args, best)
 
 
 def hybrid_commands(args: argparse.Namespace, recipe: Any, export: bool = False) -> str:
@@ -736,13 +714,7 @@ def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> s
         parts = ["poolkit", "embed", corpus, "-o", "chunks.parquet", "--chunks", chunks]
         if kind == "late":
             parts.append("--late")
-    parts += ["--recipe", shlex.quote(str(recipe)), *_text_field(args)]
-    for flag, value in (("--model", args.model), ("--max-length", args.max_length),
-                        ("--dtype", args.dtype)):  # fmt: skip
-        if value is not None:
-            parts += [flag, shlex.quote(str(value))]
-    if args.backend != "torch":
-        parts += ["--backend", args.backend]
+    parts += ["--recipe", shlex.quote(str(recipe)), *_model_flags(args, None)]
     # The documents' prompt, as compare gave it to them (none named: the model's default).
     if args.document_prompt_name is not None:
         parts += ["--prompt-name", shlex.quote(args.document_prompt_name)]
@@ -767,9 +739,9 @@ def embed_command(
         fn = "embed_words(words" if recipe.level == "word" else "embed_spans(texts, char_spans"
         model = "" if args.model is None else f", {args.model!r}"
         return f"poolkit.{fn}{model}, recipe={str(recipe)!r})"
-    if args.task == "retrieval" and Path(args.data).is_dir():
+    if _beir(args):
         queries = recipe.replace(precision=None) if rescore else recipe
-        slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(recipe)).strip("-")
+        slug = _slug(recipe)
         return " && ".join([
             _embed(args, recipe, quantize, args.data, f"corpus-{slug}.parquet",
                    args.document_prompt_name),
@@ -799,13 +771,13 @@ def _multivector_commands(
     ``--prompt-name query`` (or the queries' one), each truncated at the folder's lengths
     (no ``--long-text``); a MUVERA ``+rescore`` row: its MUVERA files, then the token files
     its top 100 are reranked with (the recipe without ``/muvera``)."""
-    beir = args.task == "retrieval" and Path(args.data).is_dir()
+    beir = _beir(args)
     corpus = args.data if beir else "DOCUMENTS"
     queries = str(Path(args.data) / "queries.jsonl") if beir else "QUERIES"
     recipes = [recipe, recipe.replace(muvera=None)] if rescore else [recipe]
     parts = []
     for r in recipes:
-        slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(r)).strip("-")
+        slug = _slug(r)
         parts += [
             _embed(args, r, quantize, corpus, f"corpus-{slug}.parquet",
                    args.document_prompt_name or "document"),
@@ -824,20 +796,30 @@ def _embed(
     without one, ``--calibrate`` the data compared)."""
     name = shlex.quote(str(recipe))
     parts = ["poolkit", "embed", shlex.quote(source), "-o", output, "--recipe", name]
-    parts += _text_field(args)
-    for flag, value in (("--model", args.model), ("--max-length", args.max_length),
-                        ("--dtype", args.dtype)):  # fmt: skip
-        if value is not None:
-            parts += [flag, shlex.quote(str(value))]
-    if quantize:
-        parts += ["--backend", "onnx", "--quantize", quantize]
-    elif args.backend != "torch":
-        parts += ["--backend", args.backend]
+    parts += _model_flags(args, quantize)
     if args.long_text != "truncate" and recipe.level != "multivector":
         parts += ["--long-text", args.long_text]
     if prompt_name is not None:
         parts += ["--prompt-name", shlex.quote(prompt_name)]
     return " ".join(parts + _ranges(args, recipe))
+
+
+def _slug(recipe: Any) -> str:
+    """``recipe``'s name as a file name's part."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(recipe)).strip("-")
+
+
+def _model_flags(args: argparse.Namespace, quantize: str | None) -> list[str]:
+    """An embed command's --text-column, --model, --max-length, --dtype and backend, as
+    compare ran (``quantize``: a quantised row's)."""
+    parts = _text_field(args)
+    for flag, value in (("--model", args.model), ("--max-length", args.max_length),
+                        ("--dtype", args.dtype)):  # fmt: skip
+        if value is not None:
+            parts += [flag, shlex.quote(str(value))]
+    if quantize:
+        return [*parts, "--backend", "onnx", "--quantize", quantize]
+    return parts + (["--backend", args.backend] if args.backend != "torch" else [])
 
 
 def _ranges(args: argparse.Namespace, recipe: Any) -> list[str]:
@@ -848,14 +830,19 @@ def _ranges(args: argparse.Namespace, recipe: Any) -> list[str]:
         return []
     if getattr(args, "json", None):
         return ["--ranges", shlex.quote(args.json)]
-    if getattr(args, "task", None) == "retrieval" and Path(args.data).is_dir():
+    if _beir(args):
         return ["--calibrate", shlex.quote(args.data)]
     return ["--calibrate", "FILE"]
 
 
+def _beir(args: argparse.Namespace) -> bool:
+    """Retrieval on a BEIR folder (its corpus is what embed reads too)."""
+    return getattr(args, "task", None) == "retrieval" and Path(args.data).is_dir()
+
+
 def _text_field(args: argparse.Namespace) -> list[str]:
     """``--text-column C`` where a BEIR folder's text field is not ``text``."""
-    if args.task == "retrieval" and Path(args.data).is_dir() and args.text_column != "text":
+    if _beir(args) and args.text_column != "text":
         return ["--text-column", shlex.quote(args.text_column)]
     return []
 

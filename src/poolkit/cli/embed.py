@@ -1,17 +1,8 @@
-"""``poolkit embed INPUT -o OUTPUT``: one vector per text, written atomically.
-
-Work is committed part by part (``--part-size`` texts) to ``OUTPUT.poolkit-work/``
-(:mod:`poolkit.io.checkpoint`); OUTPUT appears, complete, only at the end. After a crash,
-``kill -9`` or Ctrl-C (exit status 130), the same command with ``--resume`` recomputes at
-most the part that was in flight and writes the same bytes an uninterrupted run would.
-(``--chunk-size`` is the old, hidden spelling of ``--part-size``.)
-Blank texts are kept as empty texts (one vector each, so row ids stay line-aligned) with a
-warning; an input made only of blank texts is refused.
-
-``--chunks SPEC`` (:mod:`poolkit.cli._chunk_args`) writes one row per chunk of each text
-instead: ``id`` (the text's row id), ``chunk``, ``start``, ``end`` (``--chunk-text``:
-``text``), then the vectors, naive or ``--late``; parts, ``--resume`` and ``-o -`` work
-the same. A blank text gives no chunk: it is refused in one line naming it.
+"""``poolkit embed INPUT -o OUTPUT``: one vector per text (``--chunks``: per chunk, see
+:mod:`poolkit.cli._chunk_args`), committed part by part (``--part-size`` texts) to
+``OUTPUT.poolkit-work/`` (:mod:`poolkit.io.checkpoint`); OUTPUT appears, complete, only at
+the end, and ``--resume`` recomputes at most the part that was in flight. Blank texts are
+kept as empty texts (row ids stay line-aligned) with a warning; only blank texts: refused.
 """
 
 from __future__ import annotations
@@ -190,11 +181,6 @@ def _kind(recipes: dict[str, Any]) -> str:
         raise InputError(arg="--recipe", expected="all dense or all sparse recipes (they write "
                          "different outputs)", got="both", fix="Embed them in separate "
                          "runs.") from None  # fmt: skip
-
-
-def _kept(done: Any, noun: str) -> str:
-    """``"1 part is kept"``, ``"3 parts are kept"``: the committed parts left for --resume."""
-    return f"{count(len(done), noun)} {'is' if len(done) == 1 else 'are'} kept"
 
 
 def _check_stdout(args: argparse.Namespace) -> None:
@@ -387,7 +373,9 @@ def run(args: argparse.Namespace) -> int:
             result, stats = chunking.embed(piece, progress=progress, **how)
             ids, columns = piece.rows(chunking.with_text)
             at = ids - first  # each chunk's document, in the part
-            columns = {**columns, **{n: _take(v, at) for n, v in kept.items()}}
+            # The kept columns' rows of each chunk: int64 arrays, or lists of strings.
+            columns |= {n: v[at] if not isinstance(v, list) else [v[i] for i in at.tolist()]
+                        for n, v in kept.items()}  # fmt: skip
             if own is not None:
                 ids = [own[i] for i in at.tolist()]
             tally.truncated += len(stats.truncated)
@@ -416,7 +404,8 @@ def run(args: argparse.Namespace) -> int:
         done = checkpoint.done
         if to_stdout or (failed and (not done or tally.nothing)):
             return None
-        return _kept(done, "finished part" if failed else "part")
+        noun = count(len(done), "finished part" if failed else "part")  # left for --resume
+        return f"{noun} {'is' if len(done) == 1 else 'are'} kept"
 
     def cause(error: Exception) -> Exception:
         if stamp is not None and not isinstance(error, InputChangedError) and stamp.changed():
@@ -477,13 +466,6 @@ def _summary(
     rate = (tally.texts - tally.resumed) / max(seconds, 1e-9)
     print(f"poolkit: {count(tally.texts, unit)}{rows} -> {out} [{shape}] in {seconds:.1f} s, "
           f"{rate:.1f} {unit}s/s, {tally.truncated} truncated{note}", file=sys.stderr)  # fmt: skip
-
-
-def _take(values: Any, at: Any) -> Any:
-    """``values[at]`` of a kept column (an int64 array or a list of strings)."""
-    if not isinstance(values, list):  # an int64 array
-        return values[at]
-    return [values[i] for i in at.tolist()]
 
 
 class _Tally:
