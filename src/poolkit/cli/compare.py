@@ -876,46 +876,27 @@ def export_command(
     return " ".join(parts + ranges)
 
 
+# What compare_command leaves out: DATA and --task (written first) and the output options.
+_NOT_REPEATED = {"data", "task", "json", "plot", "report", "overwrite", "quiet", "debug"}
+
+
 def compare_command(args: argparse.Namespace) -> str:
-    """The ``poolkit compare`` command that scores this table again (its output options
-    left out)."""
+    """The ``poolkit compare`` command that scores this table again: every option of
+    :func:`add_parser` set to other than its default (its output options left out)."""
+    parser = add_parser(argparse.ArgumentParser().add_subparsers())
     parts = ["poolkit", "compare", shlex.quote(args.data), "--task", args.task]
-
-    def add(flag: str, value: Any, default: Any = None) -> None:
-        if value is not None and value != default:
-            parts.extend([flag, shlex.quote(str(value))])
-
-    add("--train", args.train)
-    if args.recipes:
-        parts += ["--recipes", *map(shlex.quote, args.recipes)]
-    if args.layers is not None:
-        parts += ["--layers", *map(shlex.quote, args.layers)]
-    add("--prompt-name", args.prompt_name)
-    add("--document-prompt-name", args.document_prompt_name)
-    add("--folds", args.folds, 5)
-    add("--bootstrap", args.bootstrap, DEFAULT_RESAMPLES)
-    add("--seed", args.seed, 0)
-    add("--backend", args.backend, "torch")
-    add("--quantize", args.quantize)
-    add("--int8-rows", args.int8_rows)
-    if args.dims:
-        parts += ["--dims", *map(str, args.dims)]
-    if args.precision:
-        parts += ["--precision", *map(shlex.quote, args.precision)]
-    add("--budget-rows", args.budget_rows)
-    if args.chunk_tokens:
-        parts += ["--chunk-tokens", *map(str, args.chunk_tokens)]
-    add("--split", args.split)
-    for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
-        add(f"--{name}-column", getattr(args, f"{name}_column"), name)
-    for model in getattr(args, "models", None) or [args.model]:
-        add("--model", model)
-    for flag in ("--max-bytes-per-doc", "--max-query-ms"):
-        value = getattr(args, flag[2:].replace("-", "_"), None)
-        add(flag, None if value is None else f"{value:g}")
-    add("--max-length", args.max_length)
-    add("--device", args.device, "auto")
-    add("--dtype", args.dtype)
-    add("--batch-tokens", args.batch_tokens)
-    add("--long-text", args.long_text, "truncate")
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if (not action.option_strings or action.help == argparse.SUPPRESS or value is None
+                or value == action.default or action.dest in _NOT_REPEATED):  # fmt: skip
+            continue
+        flag = action.option_strings[0]
+        values = value if isinstance(value, list) else [value]
+        texts = [shlex.quote(f"{v:g}" if isinstance(v, float) else str(v)) for v in values]
+        if (
+            isinstance(action, argparse._AppendAction) and action.nargs is None
+        ):  # --model M --model N
+            parts += [x for text in texts for x in (flag, text)]
+        else:
+            parts += [flag, *texts]
     return " ".join(parts)
