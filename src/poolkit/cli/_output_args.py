@@ -99,16 +99,27 @@ def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) 
 
 
 def check_output_widths(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> None:
-    """A recipe's /DIMS (or --dims) wider than its vectors: one line naming the flag (the
-    plan's check, before any text; both engines)."""
+    """The plan's checks once the model is loaded, before any text (both engines): the
+    prompt flags, the model's pipeline, each /DIMS (or --dims) against its vectors' width,
+    in one line naming the flag; sparse recipes: the head they need (and a local output)."""
     from poolkit.cli._flags import flagged
+    from poolkit.embedding import recipe_kind
     from poolkit.plan import make_plan
+    from poolkit.prompts import resolve_prompt
 
-    staged = {n: r for n, r in recipes.items() if r.has_output_stage}
-    if not staged:
+    resolve_prompt(encoder.info, args.prompt_name, args.prompt)  # `prompt`: --prompt, printed
+    if recipe_kind(recipes) == "sparse":  # no modules after SPLADE pooling; the head it needs
+        from poolkit.sparse.embed import mlm_head
+
+        mlm_head(encoder, next(iter(recipes)))
+        if args.output != "-" and getattr(args, "engine", "local") != "ray":
+            from poolkit.io.writers import check_output
+
+            check_output(Path(args.output), list(recipes), True, "sparse")
         return
     try:
-        make_plan(encoder, staged, prompt="", pipeline="pooled" if args.pooled_only else "full")
+        make_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
+                  pipeline="pooled" if args.pooled_only else "full")  # fmt: skip
     except (TypeError, ValueError) as e:
         raise flagged(e, {"dims": "--dims" if args.dims is not None else "--recipe"}) from None
 

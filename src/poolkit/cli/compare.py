@@ -741,13 +741,8 @@ def embed_command(
         return f"poolkit.{fn}{model}, recipe={str(recipe)!r})"
     if _beir(args):
         queries = recipe.replace(precision=None) if rescore else recipe
-        slug = _slug(recipe)
-        return " && ".join([
-            _embed(args, recipe, quantize, args.data, f"corpus-{slug}.parquet",
-                   args.document_prompt_name),
-            _embed(args, queries, quantize, str(Path(args.data) / "queries.jsonl"),
-                   f"queries-{slug}.parquet", _query_prompt_name(args, recipe)),
-        ])  # fmt: skip
+        prompts = (args.document_prompt_name, _query_prompt_name(args, recipe))
+        return " && ".join(_sides(args, recipe, queries, quantize, prompts))
     out = "vectors.npz" if recipe.level == "sparse" else "vectors.npy"
     return _embed(args, recipe, quantize, "INPUT", out, args.prompt_name)
 
@@ -771,20 +766,23 @@ def _multivector_commands(
     ``--prompt-name query`` (or the queries' one), each truncated at the folder's lengths
     (no ``--long-text``); a MUVERA ``+rescore`` row: its MUVERA files, then the token files
     its top 100 are reranked with (the recipe without ``/muvera``)."""
+    recipes = [recipe, recipe.replace(muvera=None)] if rescore else [recipe]
+    prompts = (args.document_prompt_name or "document", args.prompt_name or "query")
+    return " && ".join(c for r in recipes for c in _sides(args, r, r, quantize, prompts))
+
+
+def _sides(
+    args: argparse.Namespace, recipe: Any, query_recipe: Any, quantize: str | None,
+    prompts: tuple[str | None, str | None],
+) -> list[str]:  # fmt: skip
+    """The documents' and the queries' ``embed`` commands (``prompts``: their
+    ``--prompt-name``s), reading a BEIR folder's files, else DOCUMENTS and QUERIES."""
     beir = _beir(args)
     corpus = args.data if beir else "DOCUMENTS"
     queries = str(Path(args.data) / "queries.jsonl") if beir else "QUERIES"
-    recipes = [recipe, recipe.replace(muvera=None)] if rescore else [recipe]
-    parts = []
-    for r in recipes:
-        slug = _slug(r)
-        parts += [
-            _embed(args, r, quantize, corpus, f"corpus-{slug}.parquet",
-                   args.document_prompt_name or "document"),
-            _embed(args, r, quantize, queries, f"queries-{slug}.parquet",
-                   args.prompt_name or "query"),
-        ]  # fmt: skip
-    return " && ".join(parts)
+    slug = _slug(recipe)
+    return [_embed(args, recipe, quantize, corpus, f"corpus-{slug}.parquet", prompts[0]),
+            _embed(args, query_recipe, quantize, queries, f"queries-{slug}.parquet", prompts[1])]  # fmt: skip
 
 
 def _embed(

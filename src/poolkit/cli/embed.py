@@ -32,6 +32,7 @@ from poolkit.cli._multivector import MultivectorPart, check_multivector_args
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,
+    check_output_widths,
     kept_dims,
     output_metadata,
     output_ranges,
@@ -146,31 +147,6 @@ def _pipeline(args: argparse.Namespace) -> str:
     return "pooled" if args.pooled_only else "full"
 
 
-def _check_recipes(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
-    """Before any text is embedded: the prompt flags, the model's pipeline and each /DIMS (or
-    --dims) against its vectors' width (the dense recipes' plan, made once here)."""
-    from poolkit.cli._flags import flagged
-    from poolkit.embedding import recipe_kind
-    from poolkit.plan import make_plan
-    from poolkit.prompts import resolve_prompt
-
-    resolve_prompt(encoder.info, args.prompt_name, args.prompt)  # `prompt`: --prompt, printed
-    if recipe_kind(recipes) == "sparse":  # no modules after SPLADE pooling; the head it needs
-        from poolkit.sparse.embed import mlm_head
-
-        mlm_head(encoder, next(iter(recipes)))
-        if args.output != "-":
-            from poolkit.io.writers import check_output
-
-            check_output(Path(args.output), list(recipes), True, "sparse")
-        return
-    try:
-        make_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
-                  pipeline=_pipeline(args))  # fmt: skip
-    except (TypeError, ValueError) as e:
-        raise flagged(e, {"dims": "--dims" if args.dims is not None else "--recipe"}) from None
-
-
 def _kind(recipes: dict[str, Any]) -> str:
     """The recipes' one kind (dense or sparse); mixing them is refused in one line."""
     from poolkit.embedding import recipe_kind
@@ -265,13 +241,13 @@ def run(args: argparse.Namespace) -> int:
                           quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                           calibrate=calibration)  # fmt: skip
     recipes = intended_recipes(wanted, encoder.info, args)
-    options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
-               "prompt": args.prompt, "pipeline": _pipeline(args)}  # fmt: skip
+    prompts = {"prompt_name": args.prompt_name, "prompt": args.prompt, "pipeline": _pipeline(args)}
+    options = {"long_text": args.long_text, **prompts}
     mv = None
     if multivector:  # the folder's sides and projection, not the dense pipeline
         mv = MultivectorPart(args, encoder, next(iter(recipes.values())))
     else:
-        _check_recipes(args, encoder, recipes)
+        check_output_widths(args, encoder, recipes)
     chunking = first_chunks = None
     if mv is not None:
         ranges = {}
@@ -320,8 +296,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:  # a folder poolkit wrote: say which choice it carries
             print(f"poolkit: pooling {encoder.info.pooling} ({encoder.info.pooling_source})",
                   file=sys.stderr)  # fmt: skip
-    how = {"calibration": ranges, "prompt_name": args.prompt_name, "prompt": args.prompt,
-           "pipeline": _pipeline(args)}  # fmt: skip
+    how = {"calibration": ranges, **prompts}
     sparse = _kind(recipes) == "sparse"
     if not sparse and mv is None and chunking is None:  # resolved once for every part
         from poolkit.plan import make_plan
