@@ -1,12 +1,5 @@
-"""--backend and --quantize (and --calibrate, declared with the output stage's --ranges):
-checked once for every engine.
-
-The rules (each refusal is one line, before any model is loaded): ``--quantize int8`` is
-ONNX Runtime's dynamic int8 (``--backend onnx``); ``--quantize int8-static`` is OpenVINO's
-calibrated static int8 (``--backend openvino``); ``--calibrate FILE`` only with
-``int8-static``; the onnx backend runs float32 only, openvino float32 or bfloat16, both on
-the CPU.
-"""
+"""--backend, --quantize and --calibrate (declared with the output stage's --ranges):
+checked once for every engine, each refusal one line before any model is loaded."""
 
 from __future__ import annotations
 

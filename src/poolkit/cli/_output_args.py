@@ -1,13 +1,7 @@
 """``poolkit embed``'s output stage: ``--dims K``, ``--precision P`` (spellings of a recipe's
-``/DIMS/PRECISION``), the int8/uint8 ranges (``--ranges FILE``, ``--calibrate FILE``, or the
-first ``RANGE_TEXTS`` texts of INPUT; ``export`` takes the first two too) and the record
-written with the vectors.
-
-``--calibrate FILE`` is the one "texts to calibrate on" flag: it calibrates OpenVINO's
-static int8 model (``--quantize int8-static``) and the int8/uint8 vectors' ranges alike,
-each from the same representative texts. ``--ranges FILE`` reuses the ranges an earlier
-``poolkit embed`` recorded (its Parquet output, or the ``.poolkit.json`` beside its
-``.npy``/``.jsonl``): queries must be quantised with the corpus' ranges.
+``/DIMS/PRECISION``), the int8/uint8 ranges (``--ranges FILE``, ``--calibrate FILE``, the
+one "texts to calibrate on" flag, or the first ``RANGE_TEXTS`` texts of INPUT; ``export``
+takes the first two too) and the record written with the vectors.
 """
 
 from __future__ import annotations
