@@ -44,6 +44,10 @@ and whether it differs significantly from the model's intended pooling. All scor
 fractions. Tables: .jsonl/.csv/.tsv/.parquet with the --*-column names."""
 
 
+# The --NAME-column flags of table files (retrieval's --query/--document-column besides).
+_COLUMNS = ("text", "label", "sentence1", "sentence2", "score", "spans")
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``compare`` on an ``argparse`` subparsers object; returns its parser."""
     p = subparsers.add_parser(
@@ -132,7 +136,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "less its special tokens, e.g. 64 128 254 for all-MiniLM-L6-v2")  # fmt: skip
     p.add_argument("--split", default=None, metavar="NAME",
                    help="retrieval, BEIR folder: qrels/NAME.tsv (default: test, or the only one)")  # fmt: skip
-    for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
+    for name in (*_COLUMNS, "query", "document"):
         p.add_argument(f"--{name}-column", default=name, metavar="C",
                        help=f"column/field of the {name} in table files (default: {name})")  # fmt: skip
     _add_models_and_budgets(p)
@@ -172,7 +176,7 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
         raise InputError(already_exists(f"{option} {path}", fix="--overwrite", state="file exists"))
     if not out.parent.is_dir():
         raise InputError(arg=option, expected="a file in an existing folder",
-                          got=f"{path}, whose folder {out.parent} does not exist")  # fmt: skip
+                         got=f"{path}, whose folder {out.parent} does not exist")  # fmt: skip
     return out
 
 
@@ -184,11 +188,11 @@ def _check_options(args: argparse.Namespace) -> None:
         raise InputError(arg="--bootstrap", expected="0 (off) or at least 2", got=args.bootstrap)
     if args.task in ("retrieval", "clustering") and args.train:
         raise InputError(arg="--train", expected=f"unset: --task {args.task} has no training step",
-                          got=args.train, fix="Drop --train.")  # fmt: skip
+                         got=args.train, fix="Drop --train.")  # fmt: skip
     if args.task in ("ner", "relation") and args.prompt_name is not None:
         raise InputError(arg="--prompt-name", expected=f"unset with --task {args.task}, which "
-                          "embeds words and spans of the text as written (prompts are for "
-                          "sequence tasks)", got=args.prompt_name)  # fmt: skip
+                         "embeds words and spans of the text as written (prompts are for "
+                         "sequence tasks)", got=args.prompt_name)  # fmt: skip
     if args.task != "retrieval":
         for flag, value, default in (
             ("--split", args.split, None), ("--query-column", args.query_column, "query"),
@@ -197,17 +201,17 @@ def _check_options(args: argparse.Namespace) -> None:
         ):  # fmt: skip
             if value != default:
                 raise InputError(arg=flag, expected="given only for --task retrieval",
-                                  got=f"--task {args.task}")  # fmt: skip
+                                 got=f"--task {args.task}")  # fmt: skip
     _check_budget(args)
     _check_chunks(args)
     _check_models(args)
     if args.int8_rows and not args.quantize:
         raise InputError(arg="--int8-rows", expected="given only with --backend onnx --quantize "
-                          "int8", got=args.int8_rows)  # fmt: skip
+                         "int8", got=args.int8_rows)  # fmt: skip
     if args.backend in ("onnx", "openvino") and args.layers is not None:
         raise InputError(arg="--layers", expected=f"unset on the {args.backend} backend (it "
-                          "returns the last layer only)", got=" ".join(args.layers),
-                          fix="Drop --layers or use --backend torch.")  # fmt: skip
+                         "returns the last layer only)", got=" ".join(args.layers),
+                         fix="Drop --layers or use --backend torch.")  # fmt: skip
     check_backend_args(args)  # --backend, --quantize, --dtype, --device; the extras they need
 
 
@@ -219,17 +223,17 @@ def _check_budget(args: argparse.Namespace) -> None:
     if args.dims is None and args.precision is None:
         if args.budget_rows:
             raise InputError(arg="--budget-rows", expected="given only with --dims or "
-                              "--precision (it chooses which rows get them)",
-                              got=args.budget_rows, fix="Add one, or drop --budget-rows.")  # fmt: skip
+                             "--precision (it chooses which rows get them)",
+                             got=args.budget_rows, fix="Add one, or drop --budget-rows.")  # fmt: skip
         return
     flag = "--dims" if args.dims is not None else "--precision"
     if args.task not in BUDGET_TASKS:
         raise InputError(arg=flag, expected=f"given only for --task {' and '.join(BUDGET_TASKS)} "
-                          "(similarity on the stored vectors)", got=f"--task {args.task}, which "
-                          f"trains on float vectors", fix=f"Drop {flag}.")  # fmt: skip
+                         "(similarity on the stored vectors)", got=f"--task {args.task}, which "
+                         f"trains on float vectors", fix=f"Drop {flag}.")  # fmt: skip
     if args.quantize:
         raise InputError(arg=flag, expected="unset with --quantize (budget rows or int8 model "
-                          "rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
+                         "rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
     for k in args.dims or ():
         if k < 1:
             raise InputError(arg="--dims", expected="positive numbers of dimensions", got=k, fix="e.g. --dims 384 256 128 64.")  # fmt: skip
@@ -249,8 +253,8 @@ def _check_models(args: argparse.Namespace) -> None:
         if args.task != "retrieval":
             what = "documents" if flag == "--max-bytes-per-doc" else "queries"
             raise InputError(arg=flag, expected="given only for --task retrieval (a cost per "
-                              "stored document or per query)", got=f"--task {args.task}, which "
-                              f"has no {what} to search", fix=f"Drop {flag}.")  # fmt: skip
+                             "stored document or per query)", got=f"--task {args.task}, which "
+                             f"has no {what} to search", fix=f"Drop {flag}.")  # fmt: skip
         if not value > 0:
             raise InputError(arg=flag, expected="a positive number", got=f"{value:g}", fix=f"e.g. {flag} 1024.")  # fmt: skip
     if len(models) < 2:
@@ -258,11 +262,11 @@ def _check_models(args: argparse.Namespace) -> None:
     for k, m in enumerate(models):
         if m in models[:k]:
             raise InputError(arg="--model", expected="each model once (its rows already cover "
-                              "every recipe)", got=f"{m} twice", fix="Drop the repeat.")  # fmt: skip
+                             "every recipe)", got=f"{m} twice", fix="Drop the repeat.")  # fmt: skip
     if args.quantize:
         raise InputError(arg="--quantize", expected="one --model (int8 rows are for one model "
-                          "at a time)", got=f"{args.quantize} with {len(models)} models",
-                          fix="Drop --quantize or keep one --model.")  # fmt: skip
+                         "at a time)", got=f"{args.quantize} with {len(models)} models",
+                         fix="Drop --quantize or keep one --model.")  # fmt: skip
 
 
 def _check_chunks(args: argparse.Namespace) -> None:
@@ -273,11 +277,11 @@ def _check_chunks(args: argparse.Namespace) -> None:
         return
     if args.task != "retrieval":
         raise InputError(arg="--chunk-tokens", expected="given only for --task retrieval "
-                          "(documents scored by their best chunk)", got=f"--task {args.task}, "
-                          "which has no documents to chunk")  # fmt: skip
+                         "(documents scored by their best chunk)", got=f"--task {args.task}, "
+                         "which has no documents to chunk")  # fmt: skip
     if args.quantize:
         raise InputError(arg="--chunk-tokens", expected="unset with --quantize (document rows "
-                          "or int8 model rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
+                         "or int8 model rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
     for n in args.chunk_tokens:
         if n < 1:
             raise InputError(arg="--chunk-tokens", expected="chunk sizes of at least 1 token", got=n, fix="e.g. --chunk-tokens 64 128 254.")  # fmt: skip
@@ -291,14 +295,14 @@ def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
     if named:
         if args.task not in BUDGET_TASKS:
             raise InputError(arg="--recipes", expected="recipes without an output stage (/DIMS, "
-                              f"/PRECISION) for --task {args.task}, which trains on float "
-                              f"vectors (it is scored only for --task "
-                              f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
-                              fix="Name the recipe without it.")  # fmt: skip
+                             f"/PRECISION) for --task {args.task}, which trains on float "
+                             f"vectors (it is scored only for --task "
+                             f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
+                             fix="Name the recipe without it.")  # fmt: skip
         if args.quantize:
             raise InputError(arg="--recipes", expected="no output stage with --quantize (budget "
-                              "rows or int8 model rows, one at a time)", got=str(named[0]),
-                              fix="Drop one.")  # fmt: skip
+                             "rows or int8 model rows, one at a time)", got=str(named[0]),
+                             fix="Drop one.")  # fmt: skip
     if args.dims is None and args.precision is None and not named:
         return None
     return Budget(
@@ -315,9 +319,10 @@ def run(args: argparse.Namespace) -> int:
 
     models = list(getattr(args, "models", None) or [None])
     args.model = models[0]  # the commands' --model: one row's model (_for_row)
-    json_path = _output(args.json, "--json", ".json", args.overwrite)
-    plot_path = _output(args.plot, "--plot", ".png", args.overwrite)
-    report_path = _output(args.report, "--report", ".html", args.overwrite)
+    json_path, plot_path, report_path = (
+        _output(getattr(args, flag[2:]), flag, suffix, args.overwrite)
+        for flag, suffix in (("--json", ".json"), ("--plot", ".png"), ("--report", ".html"))
+    )
     outputs = [p for p in (json_path, plot_path, report_path) if p]  # suffixes keep them apart
     _check_options(args)
     if plot_path:
@@ -329,10 +334,7 @@ def run(args: argparse.Namespace) -> int:
         layers = ["last", "last4", "first_last"]
     elif layers:
         layers = ["last", *layers]
-    columns = Columns(
-        text=args.text_column, label=args.label_column, sentence1=args.sentence1_column,
-        sentence2=args.sentence2_column, score=args.score_column, spans=args.spans_column,
-    )  # fmt: skip
+    columns = Columns(**{name: getattr(args, f"{name}_column") for name in _COLUMNS})
     # Read (and so validate) every file before the model loads.
     if args.task == "retrieval":
         from poolkit.compare.retrieval import read_retrieval
@@ -346,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
     train = read_task(args.task, args.train, columns) if args.train else None
     if args.task == "ner" and train is None:
         raise InputError(arg="--train", expected="a CoNLL FILE with --task ner (it trains the "
-                          "tagging probe)", got="none")  # fmt: skip
+                         "tagging probe)", got="none")  # fmt: skip
 
     from poolkit.compare import report
     from poolkit.compare.budget import base_of
@@ -368,9 +370,9 @@ def run(args: argparse.Namespace) -> int:
             names, hybrids = split_hybrids(args.recipes)  # rrf(A,B), fuse(A,B,W)
             if hybrids and args.task != "retrieval":
                 raise InputError(arg="--recipes", expected="no hybrid row with --task "
-                                  f"{args.task} (hybrid rows fuse two rows' rankings)",
-                                  got=str(hybrids[0]),
-                                  fix="Use them with --task retrieval.")  # fmt: skip
+                                 f"{args.task} (hybrid rows fuse two rows' rankings)",
+                                 got=str(hybrids[0]),
+                                 fix="Use them with --task retrieval.")  # fmt: skip
             dense, extra = split_extra(names, args.task)  # sparse and BM25 rows
             recipes = candidates(LEVELS[args.task], dense, layers) if dense else []
             layers = None
@@ -501,10 +503,10 @@ def _check_shared_tokens(encoders: list) -> None:
             != first.tokenizer.backend_tokenizer.to_str()
         ):
             raise InputError(arg="--chunk-tokens", expected="models sharing a tokenizer (chunks "
-                              "of N tokens are the same texts in each, so their chunk rows index "
-                              "the same chunk ids of a corpus document)",
-                              got=f"--model {first_model} and --model {model}, whose tokenizers "
-                              "differ", fix="Run --chunk-tokens one model at a time.")  # fmt: skip
+                             "of N tokens are the same texts in each, so their chunk rows index "
+                             "the same chunk ids of a corpus document)",
+                             got=f"--model {first_model} and --model {model}, whose tokenizers "
+                             "differ", fix="Run --chunk-tokens one model at a time.")  # fmt: skip
 
 
 def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
@@ -532,30 +534,26 @@ def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
             j = frontier.cheapest(cost)
             if j is None:
                 raise InputError(arg=flag, expected=f"a limit on a {what} a row of this run has",
-                                  got=f"{limit:g}, and no row has one",
-                                  fix=f"Drop {flag}.")  # fmt: skip
+                                 got=f"{limit:g}, and no row has one",
+                                 fix=f"Drop {flag}.")  # fmt: skip
             cheap = run.results[j]
             raise InputError(arg=flag, expected=f"a limit some row is within (the cheapest is "
-                              f"#{place[id(cheap)]} {cheap.label}, {cost[j]:g} {unit})",
-                              got=f"{limit:g}", fix=f"Raise {flag} to at least {cost[j]:g}.")  # fmt: skip
+                             f"#{place[id(cheap)]} {cheap.label}, {cost[j]:g} {unit})",
+                             got=f"{limit:g}", fix=f"Raise {flag} to at least {cost[j]:g}.")  # fmt: skip
         best = run.results[i]
         line = (f"{flag} {limit:g}: best within it #{place[id(best)]} {best.label} "
                 f"({cost[i]:g} {unit}; {metric} {quality[i]:.4f})")  # fmt: skip
-        untold = None
+        untold, level = None, round(100 * LEVEL)
         if args.bootstrap:
             mask = untold_rows(run, i, args.bootstrap, args.seed)
             same = sorted(
                 (run.results[k] for k in np.flatnonzero(mask)), key=lambda r: place[id(r)]
             )
             untold = [r.label for r in same]
-            level = round(100 * LEVEL)
-            line += (
-                "; cannot be told apart from "
-                + ", ".join(f"#{place[id(r)]} {r.label}" for r in same)
-                + f" (paired {level}% interval of the difference includes 0)"
-                if same
-                else f"; every other row differs from it (paired {level}% intervals exclude 0)"
-            )
+            tied = ", ".join(f"#{place[id(r)]} {r.label}" for r in same)
+            line += (f"; cannot be told apart from {tied} (paired {level}% interval of the "
+                     "difference includes 0)" if same else "; every other row differs from it "
+                     f"(paired {level}% intervals exclude 0)")  # fmt: skip
         else:
             line += "; no paired test with --bootstrap 0, so no row is said to tie with it"
         out.append({"flag": flag, "limit": limit, "rank": place[id(best)], "model": best.model,
@@ -574,22 +572,14 @@ def _page(
     from poolkit.compare import report
     from poolkit.compare.html_report import Page
 
-    ranked = report.rank(results, report.MAIN_METRIC[args.task])
     best = report.winner(results, report.MAIN_METRIC[args.task])
     infos = infos or {}
-    commands = [
-        (
-            row_command(_for_row(args, r), r),
-            None
-            if r.documents
-            else export_command(
-                _for_row(args, r), r.recipe, r.quantize, infos.get(r.model, info).is_decoder
-            ),
-        )
-        for r in ranked
-    ]
-    size = f"{len(data)} {unit}"
-    facts = [("task", args.task), ("data", args.data), ("size", size)]
+    commands = []  # each row's embed and export commands, in rank order
+    for r in report.rank(results, report.MAIN_METRIC[args.task]):
+        row, decoder = _for_row(args, r), infos.get(r.model, info).is_decoder
+        export = None if r.documents else export_command(row, r.recipe, r.quantize, decoder)
+        commands.append((row_command(row, r), export))
+    facts = [("task", args.task), ("data", args.data), ("size", f"{len(data)} {unit}")]
     documents = getattr(data, "doc_ids", None)
     if documents is not None:
         facts.append(("documents", str(len(documents))))
@@ -614,14 +604,12 @@ def _page(
     packages += {"onnx": ["onnxruntime"], "openvino": ["openvino"]}.get(args.backend, [])
     if args.quantize:
         packages.append("onnxruntime")
-    no_export = (
-        "export pools whole texts: word and span rows are embedded with the call shown"
-        if args.task in ("ner", "relation")
-        else ""
-    )
-    if any(r.documents for r in results):
+    no_export = ""
+    if shown:
         no_export = ("export pools one text up to the max length: window and chunk rows' "
                      "documents are embedded with the command shown")  # fmt: skip
+    elif args.task in ("ner", "relation"):
+        no_export = "export pools whole texts: word and span rows are embedded with the call shown"
     if args.task == "retrieval":
         if args.document_prompt_name is not None:
             how = f"with --prompt-name {shlex.quote(args.document_prompt_name)} in its place"
@@ -630,12 +618,8 @@ def _page(
         else:
             how = "with the same command"
         mark = "; a row with \u00b7 shows its documents' command (its queries: as the * row's)"
-        notes = [
-            *notes,
-            f"retrieval: embed writes the queries' vectors; embed the documents {how}"
-            + (mark if any(r.documents for r in results) else "")
-            + ".",
-        ]
+        notes = [*notes, f"retrieval: embed writes the queries' vectors; embed the documents "
+                 f"{how}{mark if shown else ''}."]  # fmt: skip
     return Page(
         task=args.task, model=info.reference, results=results, bootstrap=boot,
         data=args.data, size=len(data), unit=unit, commands=commands,
