@@ -19,6 +19,7 @@ from poolkit.cli._flags import COMPARE_BUDGET, COMPARE_CHUNKS, COMPARE_RECIPES, 
 from poolkit.cli._rows import BEIR_JOIN
 from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
 from poolkit.errors import InputError
+from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = ["add_parser", "run"]
 
@@ -139,16 +140,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     for name in (*_COLUMNS, "query", "document"):
         p.add_argument(f"--{name}-column", default=name, metavar="C",
                        help=f"column/field of the {name} in table files (default: {name})")  # fmt: skip
-    _add_models_and_budgets(p)
-    add_common(p)
-    p.set_defaults(func=run)
-    return p
-
-
-def _add_models_and_budgets(p: argparse.ArgumentParser) -> None:
-    """--model (repeatable: several models in one table), --max-bytes-per-doc, --max-query-ms."""
-    from poolkit.model_folder import DEFAULT_MODEL
-
     p.add_argument(
         "--model", "-m", dest="models", action="append", default=None, metavar="MODEL",
         help="model directory or hub id; repeat it to score several models' rows in one "
@@ -161,6 +152,9 @@ def _add_models_and_budgets(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-query-ms", type=float, default=None, metavar="T",
                    help="retrieval: name the best row answering a query in at most T ms, "
                    "and the rows it cannot be told apart from")  # fmt: skip
+    add_common(p)
+    p.set_defaults(func=run)
+    return p
 
 
 _BEIR_READ = f"documents read as {BEIR_JOIN}, ids from _id"
@@ -182,6 +176,9 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse, in one line, options that the task or backend would not honour."""
+    from poolkit.compare.budget import BUDGET_TASKS
+    from poolkit.output import PRECISIONS
+
     if args.folds < 2:
         raise InputError(arg="--folds", expected="at least 2", got=args.folds)
     if args.bootstrap < 0 or args.bootstrap == 1:
@@ -202,9 +199,55 @@ def _check_options(args: argparse.Namespace) -> None:
             if value != default:
                 raise InputError(arg=flag, expected="given only for --task retrieval",
                                  got=f"--task {args.task}")  # fmt: skip
-    _check_budget(args)
-    _check_chunks(args)
-    _check_models(args)
+    # --dims/--precision/--budget-rows
+    stage = "--dims" if args.dims is not None else "--precision" if args.precision else None
+    if stage is None and args.budget_rows:
+        raise InputError(arg="--budget-rows", expected="given only with --dims or "
+                         "--precision (it chooses which rows get them)",
+                         got=args.budget_rows, fix="Add one, or drop --budget-rows.")  # fmt: skip
+    if stage is not None and args.task not in BUDGET_TASKS:
+        raise InputError(arg=stage, expected=f"given only for --task {' and '.join(BUDGET_TASKS)} "
+                         "(similarity on the stored vectors)", got=f"--task {args.task}, which "
+                         f"trains on float vectors", fix=f"Drop {stage}.")  # fmt: skip
+    if stage is not None and args.quantize:
+        raise InputError(arg=stage, expected="unset with --quantize (budget rows or int8 model "
+                         "rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
+    for k in args.dims or ():
+        if k < 1:
+            raise InputError(arg="--dims", expected="positive numbers of dimensions", got=k, fix="e.g. --dims 384 256 128 64.")  # fmt: skip
+    for p in args.precision or ():
+        if p not in PRECISIONS:
+            raise InputError(arg="--precision", expected=f"among {', '.join(PRECISIONS)}", got=repr(p), fix="e.g. --precision float32 int8 binary.")  # fmt: skip
+    # --chunk-tokens (sizes past the model's text room: refused once it is loaded)
+    if args.chunk_tokens is not None and args.task != "retrieval":
+        raise InputError(arg="--chunk-tokens", expected="given only for --task retrieval "
+                         "(documents scored by their best chunk)", got=f"--task {args.task}, "
+                         "which has no documents to chunk")  # fmt: skip
+    if args.chunk_tokens is not None and args.quantize:
+        raise InputError(arg="--chunk-tokens", expected="unset with --quantize (document rows "
+                         "or int8 model rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
+    for n in args.chunk_tokens or ():
+        if n < 1:
+            raise InputError(arg="--chunk-tokens", expected="chunk sizes of at least 1 token", got=n, fix="e.g. --chunk-tokens 64 128 254.")  # fmt: skip
+    # The cost limits and several --model
+    for flag, value in (("--max-bytes-per-doc", args.max_bytes_per_doc),
+                        ("--max-query-ms", args.max_query_ms)):  # fmt: skip
+        if value is not None and args.task != "retrieval":
+            what = "documents" if flag == "--max-bytes-per-doc" else "queries"
+            raise InputError(arg=flag, expected="given only for --task retrieval (a cost per "
+                             "stored document or per query)", got=f"--task {args.task}, which "
+                             f"has no {what} to search", fix=f"Drop {flag}.")  # fmt: skip
+        if value is not None and not value > 0:
+            raise InputError(arg=flag, expected="a positive number", got=f"{value:g}", fix=f"e.g. {flag} 1024.")  # fmt: skip
+    models = args.models or []
+    for k, m in enumerate(models):
+        if m in models[:k]:
+            raise InputError(arg="--model", expected="each model once (its rows already cover "
+                             "every recipe)", got=f"{m} twice", fix="Drop the repeat.")  # fmt: skip
+    if len(models) > 1 and args.quantize:
+        raise InputError(arg="--quantize", expected="one --model (int8 rows are for one model "
+                         "at a time)", got=f"{args.quantize} with {len(models)} models",
+                         fix="Drop --quantize or keep one --model.")  # fmt: skip
     if args.int8_rows and not args.quantize:
         raise InputError(arg="--int8-rows", expected="given only with --backend onnx --quantize "
                          "int8", got=args.int8_rows)  # fmt: skip
@@ -213,78 +256,6 @@ def _check_options(args: argparse.Namespace) -> None:
                          "returns the last layer only)", got=" ".join(args.layers),
                          fix="Drop --layers or use --backend torch.")  # fmt: skip
     check_backend_args(args)  # --backend, --quantize, --dtype, --device; the extras they need
-
-
-def _check_budget(args: argparse.Namespace) -> None:
-    """--dims/--precision/--budget-rows: refused in one line before the model loads."""
-    from poolkit.compare.budget import BUDGET_TASKS
-    from poolkit.output import PRECISIONS
-
-    if args.dims is None and args.precision is None:
-        if args.budget_rows:
-            raise InputError(arg="--budget-rows", expected="given only with --dims or "
-                             "--precision (it chooses which rows get them)",
-                             got=args.budget_rows, fix="Add one, or drop --budget-rows.")  # fmt: skip
-        return
-    flag = "--dims" if args.dims is not None else "--precision"
-    if args.task not in BUDGET_TASKS:
-        raise InputError(arg=flag, expected=f"given only for --task {' and '.join(BUDGET_TASKS)} "
-                         "(similarity on the stored vectors)", got=f"--task {args.task}, which "
-                         f"trains on float vectors", fix=f"Drop {flag}.")  # fmt: skip
-    if args.quantize:
-        raise InputError(arg=flag, expected="unset with --quantize (budget rows or int8 model "
-                         "rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
-    for k in args.dims or ():
-        if k < 1:
-            raise InputError(arg="--dims", expected="positive numbers of dimensions", got=k, fix="e.g. --dims 384 256 128 64.")  # fmt: skip
-    for p in args.precision or ():
-        if p not in PRECISIONS:
-            raise InputError(arg="--precision", expected=f"among {', '.join(PRECISIONS)}", got=repr(p), fix="e.g. --precision float32 int8 binary.")  # fmt: skip
-
-
-def _check_models(args: argparse.Namespace) -> None:
-    """Several --model and the cost limits: refused in one line before any model loads."""
-
-    models = args.models or []
-    for flag, value in (("--max-bytes-per-doc", args.max_bytes_per_doc),
-                        ("--max-query-ms", args.max_query_ms)):  # fmt: skip
-        if value is None:
-            continue
-        if args.task != "retrieval":
-            what = "documents" if flag == "--max-bytes-per-doc" else "queries"
-            raise InputError(arg=flag, expected="given only for --task retrieval (a cost per "
-                             "stored document or per query)", got=f"--task {args.task}, which "
-                             f"has no {what} to search", fix=f"Drop {flag}.")  # fmt: skip
-        if not value > 0:
-            raise InputError(arg=flag, expected="a positive number", got=f"{value:g}", fix=f"e.g. {flag} 1024.")  # fmt: skip
-    if len(models) < 2:
-        return
-    for k, m in enumerate(models):
-        if m in models[:k]:
-            raise InputError(arg="--model", expected="each model once (its rows already cover "
-                             "every recipe)", got=f"{m} twice", fix="Drop the repeat.")  # fmt: skip
-    if args.quantize:
-        raise InputError(arg="--quantize", expected="one --model (int8 rows are for one model "
-                         "at a time)", got=f"{args.quantize} with {len(models)} models",
-                         fix="Drop --quantize or keep one --model.")  # fmt: skip
-
-
-def _check_chunks(args: argparse.Namespace) -> None:
-    """--chunk-tokens: refused in one line before the model loads (sizes past the model's
-    text room are refused once it is loaded, before any forward pass)."""
-
-    if args.chunk_tokens is None:
-        return
-    if args.task != "retrieval":
-        raise InputError(arg="--chunk-tokens", expected="given only for --task retrieval "
-                         "(documents scored by their best chunk)", got=f"--task {args.task}, "
-                         "which has no documents to chunk")  # fmt: skip
-    if args.quantize:
-        raise InputError(arg="--chunk-tokens", expected="unset with --quantize (document rows "
-                         "or int8 model rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
-    for n in args.chunk_tokens:
-        if n < 1:
-            raise InputError(arg="--chunk-tokens", expected="chunk sizes of at least 1 token", got=n, fix="e.g. --chunk-tokens 64 128 254.")  # fmt: skip
 
 
 def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
