@@ -136,20 +136,16 @@ def _read_record(path: str) -> dict[str, Any]:
                          got=f"{path} ({e})") from None  # fmt: skip
 
 
-def _found_ranges(record: dict[str, Any]) -> dict[str, Any]:
-    """Column (or row) name -> calibration JSON in a record: an embed output's
-    (``columns``) or a ``poolkit compare --json`` file's (``results``: each int8/uint8 row's
-    ``ranges``, by its recipe)."""
-    if isinstance(record.get("results"), list):  # poolkit compare --json
-        return {row["recipe"]: row["ranges"] for row in record["results"]
-                if isinstance(row, dict) and row.get("ranges") and not row.get("rescore")}  # fmt: skip
-    columns = record.get("columns") or {}
-    return {n: c["calibration"] for n, c in columns.items()
-            if isinstance(c, dict) and c.get("calibration")}  # fmt: skip
-
-
 def ranges_from_file(path: str, name: str, recipe: Any) -> Calibration:
-    found = _found_ranges(_read_record(path))
+    """The int8/uint8 ranges of column ``name`` (``recipe``) in a record an embed output or a
+    ``poolkit compare --json`` file holds (the only ones, where it holds one set)."""
+    record = _read_record(path)
+    if isinstance(record.get("results"), list):  # poolkit compare --json: its rows' ranges
+        found = {row["recipe"]: row["ranges"] for row in record["results"]
+                 if isinstance(row, dict) and row.get("ranges") and not row.get("rescore")}  # fmt: skip
+    else:  # an embed output's columns
+        found = {n: c["calibration"] for n, c in (record.get("columns") or {}).items()
+                 if isinstance(c, dict) and c.get("calibration")}  # fmt: skip
     pick = found.get(name) or found.get(str(recipe))
     if pick is None and len(found) == 1:
         pick = next(iter(found.values()))

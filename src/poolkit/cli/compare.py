@@ -377,8 +377,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"poolkit: note: {note}", file=sys.stderr)
         encoders.append((m, encoder))
     encoder = encoders[0][1]
-    if len(encoders) > 1 and settings.chunk_tokens:
-        _check_shared_tokens(encoders)
+    if len(encoders) > 1 and settings.chunk_tokens:  # only models that cut the same chunks
+        tokenizer = encoder.tokenizer.backend_tokenizer.to_str()
+        for model, other in encoders[1:]:
+            if other.tokenizer.backend_tokenizer.to_str() != tokenizer:
+                raise InputError(arg="--chunk-tokens", expected="models sharing a tokenizer "
+                                 "(chunks of N tokens are the same texts in each, so their chunk "
+                                 "rows index the same chunk ids of a corpus document)",
+                                 got=f"--model {models[0]} and --model {model}, whose tokenizers "
+                                 "differ", fix="Run --chunk-tokens one model at a time.")  # fmt: skip
     quantized = None
     if args.quantize:
         quantized = Encoder(
@@ -462,22 +469,6 @@ def _for_row(args: argparse.Namespace, result: Any) -> argparse.Namespace:
     if getattr(result, "model", None) is None or result.model == args.model:
         return args
     return argparse.Namespace(**{**vars(args), "model": result.model})
-
-
-def _check_shared_tokens(encoders: list) -> None:
-    """--chunk-tokens with several models: only models that cut the same chunks (one
-    tokenizer), else one line that says why."""
-    first_model, first = encoders[0]
-    for model, encoder in encoders[1:]:
-        if (
-            encoder.tokenizer.backend_tokenizer.to_str()
-            != first.tokenizer.backend_tokenizer.to_str()
-        ):
-            raise InputError(arg="--chunk-tokens", expected="models sharing a tokenizer (chunks "
-                             "of N tokens are the same texts in each, so their chunk rows index "
-                             "the same chunk ids of a corpus document)",
-                             got=f"--model {first_model} and --model {model}, whose tokenizers "
-                             "differ", fix="Run --chunk-tokens one model at a time.")  # fmt: skip
 
 
 def _limits(args: argparse.Namespace, run: Any) -> list[dict]:

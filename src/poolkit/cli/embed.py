@@ -159,23 +159,17 @@ def _kind(recipes: dict[str, Any]) -> str:
                          "runs.") from None  # fmt: skip
 
 
-def _check_stdout(args: argparse.Namespace) -> None:
-    """-o - (JSON Lines on stdout) keeps no file: refuse the flags that need one."""
-    if args.engine == "ray":
-        raise InputError(arg="-o", expected="a folder with --engine ray (it writes Parquet "
-                         "shards)", got="- (stdout)", fix="Name a folder.")  # fmt: skip
-    if args.resume:
-        raise InputError(arg="-o", expected="an OUTPUT file with --resume", got="- (stdout), "
-                         "which keeps no work directory to resume from")  # fmt: skip
-    if args.overwrite:
-        raise InputError(arg="--overwrite", expected="given with an OUTPUT file",
-                         got="-o - (stdout)", fix="Drop it.")  # fmt: skip
-
-
 def run(args: argparse.Namespace) -> int:
     to_stdout = args.output == "-"
-    if to_stdout:
-        _check_stdout(args)
+    if to_stdout and args.engine == "ray":  # -o - (stdout) keeps no file: refuse what needs one
+        raise InputError(arg="-o", expected="a folder with --engine ray (it writes Parquet "
+                         "shards)", got="- (stdout)", fix="Name a folder.")  # fmt: skip
+    if to_stdout and args.resume:
+        raise InputError(arg="-o", expected="an OUTPUT file with --resume", got="- (stdout), "
+                         "which keeps no work directory to resume from")  # fmt: skip
+    if to_stdout and args.overwrite:
+        raise InputError(arg="--overwrite", expected="given with an OUTPUT file",
+                         got="-o - (stdout)", fix="Drop it.")  # fmt: skip
     plan = check_chunk_flags(args)  # --chunks (None without)
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
     if wanted is None and not args.pooled_only:  # a multi-vector folder: its own recipe
