@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from poolkit.chunkers import Chunker
-from poolkit.errors import InputError, PoolkitError
+from poolkit.errors import InputError
 
 __all__ = ["ChunkPlan", "ChunkedPart", "PartChunker", "add_chunk_arguments", "check_chunk_flags"]
 
@@ -180,6 +180,7 @@ class PartChunker:
         """The chunks of a part (:class:`poolkit.io.readers.Rows`) whose first document has
         id ``first_id``. A document that gives no chunk (blank, or under ``tokens:`` no
         token of text) and bad spans are refused in one line naming the input row."""
+        from poolkit._errors import recast
         from poolkit.chunking import chunk_documents
         from poolkit.embedding import check_inputs
 
@@ -196,7 +197,15 @@ class PartChunker:
         try:
             spans = chunk_documents(docs, source, self.encoder)
         except (ValueError, TypeError) as e:
-            raise self._at_row(e, rows, first_id) from None
+            # About chunks[i] or documents[i] (the part's i-th document): name its row and id.
+            out = recast(e, InputError)
+            at = (out.index,) if isinstance(out.index, int) else out.index
+            if out.arg not in ("chunks", "documents") or not at:
+                raise out from None
+            i, rest = at[0], tuple(at[1:]) or None
+            name = self.column if out.arg == "chunks" else "document"
+            where = f"{rows.where[i]} (id {first_id + i})"
+            raise out.but(arg=name, index=rest, where=where) from None
         return ChunkedPart(docs, first_id + np.arange(len(docs), dtype=np.int64), spans)
 
     def _spans_value(self, rows: Any, i: int, first_id: int) -> Any:
@@ -209,19 +218,6 @@ class PartChunker:
             raise InputError(f"{rows.where[i]} (id {first_id + i}): {self.column!r} is not JSON "
                              f"({e.msg}); write the spans as a JSON list of [start, end] "
                              "pairs, e.g. [[0, 120], [121, 300]].") from None  # fmt: skip
-
-    def _at_row(self, error: Exception, rows: Any, first_id: int) -> PoolkitError:
-        """``chunk_documents``' error about ``chunks[i]`` or ``documents[i]`` (the i-th
-        document of the part) as one naming the input line/row and its id."""
-        from poolkit._errors import recast
-
-        out = recast(error, InputError)
-        at = (out.index,) if isinstance(out.index, int) else out.index
-        if out.arg not in ("chunks", "documents") or not at:
-            return out
-        i, rest = at[0], tuple(at[1:]) or None
-        name = self.column if out.arg == "chunks" else "document"
-        return out.but(arg=name, index=rest, where=f"{rows.where[i]} (id {first_id + i})")
 
     def embed(
         self, part: ChunkedPart, *, progress: Any = None, calibration: Any = None, **options: Any

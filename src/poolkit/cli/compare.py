@@ -258,32 +258,6 @@ def _check_options(args: argparse.Namespace) -> None:
     check_backend_args(args)  # --backend, --quantize, --dtype, --device; the extras they need
 
 
-def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
-    """The budget rows: --dims/--precision, and ``named`` (recipes of --recipes with an
-    output stage, ``mean/256/int8``)."""
-    from poolkit.compare.budget import BUDGET_TASKS, Budget
-
-    if named:
-        if args.task not in BUDGET_TASKS:
-            raise InputError(arg="--recipes", expected="recipes without an output stage (/DIMS, "
-                             f"/PRECISION) for --task {args.task}, which trains on float "
-                             f"vectors (it is scored only for --task "
-                             f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
-                             fix="Name the recipe without it.")  # fmt: skip
-        if args.quantize:
-            raise InputError(arg="--recipes", expected="no output stage with --quantize (budget "
-                             "rows or int8 model rows, one at a time)", got=str(named[0]),
-                             fix="Drop one.")  # fmt: skip
-    if args.dims is None and args.precision is None and not named:
-        return None
-    return Budget(
-        tuple(dict.fromkeys(args.dims)) if args.dims else (None,),
-        tuple(dict.fromkeys(args.precision)) if args.precision else ("float32",),
-        args.budget_rows or "intended",
-        tuple(named),
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``compare`` for parsed ``args`` (its errors: one line, by :func:`poolkit.cli.main`)."""
     from poolkit.compare.datasets import Columns, read_task
@@ -322,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
                          "tagging probe)", got="none")  # fmt: skip
 
     from poolkit.compare import report
-    from poolkit.compare.budget import base_of
+    from poolkit.compare.budget import BUDGET_TASKS, Budget, base_of
     from poolkit.compare.candidates import candidates
     from poolkit.compare.runner import LEVELS, Settings, check_labels
     from poolkit.layers import layer_spec
@@ -354,12 +328,27 @@ def run(args: argparse.Namespace) -> int:
             layer_spec(spec)
     except (TypeError, ValueError) as e:
         raise flagged(e, COMPARE_RECIPES) from None
+    if named and args.task not in BUDGET_TASKS:
+        raise InputError(arg="--recipes", expected="recipes without an output stage (/DIMS, "
+                         f"/PRECISION) for --task {args.task}, which trains on float "
+                         f"vectors (it is scored only for --task "
+                         f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
+                         fix="Name the recipe without it.")  # fmt: skip
+    if named and args.quantize:
+        raise InputError(arg="--recipes", expected="no output stage with --quantize (budget "
+                         "rows or int8 model rows, one at a time)", got=str(named[0]),
+                         fix="Drop one.")  # fmt: skip
+    budget = None  # the budget rows: --dims/--precision, and those of `named`
+    if args.dims is not None or args.precision is not None or named:
+        budget = Budget(tuple(dict.fromkeys(args.dims)) if args.dims else (None,),
+                        tuple(dict.fromkeys(args.precision)) if args.precision else ("float32",),
+                        args.budget_rows or "intended", tuple(named))  # fmt: skip
     settings = Settings(
         args.task, recipes, layers, args.folds, quiet=args.quiet,
         long_text=args.long_text, bootstrap=args.bootstrap, seed=args.seed,
         backend=args.backend if args.quantize else None,
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
-        document_prompt_name=args.document_prompt_name, budget=_budget(args, named),
+        document_prompt_name=args.document_prompt_name, budget=budget,
         chunk_tokens=tuple(args.chunk_tokens or ()), hybrids=tuple(hybrids),
     )  # fmt: skip
     check_labels(data, train, settings)
