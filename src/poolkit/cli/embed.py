@@ -227,8 +227,7 @@ def run(args: argparse.Namespace) -> int:
                            chunk_size=args.part_size, id_column=args.id_column or "auto",
                            keep_columns=keep, title_column=title)  # fmt: skip
     first = next(parts)
-    first_texts = first.texts
-    calibration = calibration_texts(args, first_texts)  # int8-static only
+    calibration = calibration_texts(args, first.texts)  # int8-static only
     # Every encoder setting goes to the Encoder, once: the manifest reads them back from it.
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                           max_length=args.max_length, backend=args.backend,
@@ -237,17 +236,15 @@ def run(args: argparse.Namespace) -> int:
     recipes = intended_recipes(wanted, encoder.info, args)
     prompts = {"prompt_name": args.prompt_name, "prompt": args.prompt, "pipeline": _pipeline(args)}
     options = {"long_text": args.long_text, **prompts}
-    mv = None
+    mv = chunking = first_chunks = None
+    ranges: dict[str, Any] = {}
     if multivector:  # the folder's sides and projection, not the dense pipeline
         mv = MultivectorPart(args, encoder, next(iter(recipes.values())))
     else:
         check_output_widths(args, encoder, recipes)
-    chunking = first_chunks = None
-    if mv is not None:
-        ranges = {}
-    elif plan is None:
+    if mv is None and plan is None:
         ranges = output_ranges(args, encoder, recipes, first.texts, **options)
-    else:
+    elif mv is None:
         from poolkit.cli._chunk_args import PartChunker
         from poolkit.cli._output_args import RANGE_TEXTS
 

@@ -75,11 +75,13 @@ def _records(args: argparse.Namespace) -> Iterator[tuple[str, list[tuple[int, in
         yield obj["text"], spans
 
 
-def _recipe(args: argparse.Namespace) -> Any:
-    """``--recipe`` (or ``--strategy`` as its shorthand) as a span-level recipe, checked
-    before the model loads."""
+def run(args: argparse.Namespace) -> int:
+    from poolkit.cli._flags import flagged
+    from poolkit.embedding import embed_spans, get_encoder
     from poolkit.recipe import Recipe
 
+    positives(args, "--max-length", "--batch-tokens")
+    # --recipe (or --strategy, its shorthand) as a span-level recipe, before the model loads.
     if args.recipe is not None and args.strategy is not None:
         raise InputError(arg="-s/--strategy", expected="unset with --recipe (it names the "
                          "strategy itself)", got=repr(args.strategy),
@@ -89,20 +91,10 @@ def _recipe(args: argparse.Namespace) -> Any:
     try:
         recipe = Recipe.parse(name, level="span")
     except ValueError as e:
-        from poolkit.cli._flags import flagged
-
         raise flagged(e, {"recipe": flag}) from None
     if recipe.level != "span":
         raise InputError(arg=flag, expected="a span-level recipe, e.g. span:endpoints or "
                          "span:mean@last4", got=f"{name!r}, a {recipe.level}-level one")  # fmt: skip
-    return recipe
-
-
-def run(args: argparse.Namespace) -> int:
-    from poolkit.embedding import embed_spans, get_encoder
-
-    positives(args, "--max-length", "--batch-tokens")
-    recipe = _recipe(args)
     records = list(_records(args))
     if not records:
         raise InputError(where=args.input, expected="texts", got="the input is empty")
