@@ -62,15 +62,14 @@ def add_range_sources(parser: argparse.ArgumentParser, calibrate_use: str) -> No
 
 def wants_output_stage(args: argparse.Namespace, wanted: dict[str, Any] | None) -> bool:
     """Whether the flags ask for an output stage (a recipe's or --dims/--precision)."""
-    if getattr(args, "dims", None) is not None or getattr(args, "precision", None) is not None:
-        return True
-    return bool(wanted) and any(r.has_output_stage for r in wanted.values())
+    flags = getattr(args, "dims", None) is not None or getattr(args, "precision", None) is not None
+    return flags or any(r.has_output_stage for r in (wanted or {}).values())
 
 
 def wants_ranges(args: argparse.Namespace, wanted: dict[str, Any] | None) -> bool:
-    if needs_calibration(getattr(args, "precision", None)):
-        return True
-    return bool(wanted) and any(needs_calibration(r.precision) for r in wanted.values())
+    """Whether a column is stored as int8/uint8 (--precision or a recipe's), needing ranges."""
+    precisions = [getattr(args, "precision", None), *(r.precision for r in (wanted or {}).values())]
+    return any(needs_calibration(p) for p in precisions)
 
 
 def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) -> None:
