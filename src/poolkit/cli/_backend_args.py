@@ -1,11 +1,5 @@
-"""--backend, --quantize and --calibrate: declared once, checked once for every engine.
-
-The rules (each refusal is one line, before any model is loaded): ``--quantize int8`` is
-ONNX Runtime's dynamic int8 (``--backend onnx``); ``--quantize int8-static`` is OpenVINO's
-calibrated static int8 (``--backend openvino``); ``--calibrate FILE`` only with
-``int8-static``; the onnx backend runs float32 only, openvino float32 or bfloat16, both on
-the CPU.
-"""
+"""--backend, --quantize and --calibrate (declared with the output stage's --ranges):
+checked once for every engine, each refusal one line before any model is loaded."""
 
 from __future__ import annotations
 
@@ -27,11 +21,6 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
                         help="int8: dynamic int8 (--backend onnx); int8-static: static int8 "
                         "calibrated on --calibrate FILE, else on the first 300 input texts "
                         "(--backend openvino) (default: none, float32)")  # fmt: skip
-    parser.add_argument("--calibrate", default=None, metavar="FILE",
-                        help="texts to calibrate on, read like INPUT (format from its "
-                        "extension; --text-column for jsonl/csv/tsv/parquet): --quantize "
-                        "int8-static uses the first 300, and poolkit embed --precision "
-                        "int8/uint8 takes the vectors' ranges from every text of it")  # fmt: skip
 
 
 def check_backend_args(args: argparse.Namespace, *, output_ranges: bool = False) -> None:

@@ -1,15 +1,9 @@
-"""``poolkit embed --chunks``: long documents written as one row per chunk.
-
-``--chunks SPEC`` cuts each text of INPUT (a document) into chunks with a chunker of
-:mod:`poolkit.chunkers` (``tokens:SIZE[:OVERLAP]``, ``sentences``, ``column:NAME``: the
-spans in field NAME of each record) and writes one row per chunk: ``id`` (the document's
-row id, as without ``--chunks``), ``chunk`` (its index within the document), ``start``,
-``end`` (int64 character offsets: the chunk is ``text[start:end]``), ``text`` (with
-``--chunk-text``), then the vectors, as :func:`poolkit.embed_chunks` computes them (naive,
-or ``--late``). The job runs part by part as without ``--chunks``: each part's documents
-are chunked, embedded and committed together, so ``--resume`` and ``-o -`` work the same.
-A document that gives no chunk (empty or whitespace only) is refused in one line naming
-its input line and id, as bad spans are.
+"""``poolkit embed --chunks SPEC``: each text of INPUT (a document) cut by a chunker of
+:mod:`poolkit.chunkers` into chunks, one row each: ``id`` (the document's), ``chunk``,
+``start``, ``end`` (``text[start:end]``), ``text`` (``--chunk-text``), then the vectors
+(naive, or ``--late``). Each part's documents are chunked, embedded and committed together,
+so ``--resume`` and ``-o -`` work the same; a document that gives no chunk is refused in
+one line naming its input line and id.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from poolkit.chunkers import Chunker
-from poolkit.errors import InputError, PoolkitError
+from poolkit.errors import InputError
 
 __all__ = ["ChunkPlan", "ChunkedPart", "PartChunker", "add_chunk_arguments", "check_chunk_flags"]
 
@@ -117,13 +111,7 @@ def check_chunk_flags(args: argparse.Namespace) -> ChunkPlan | None:
 
 @dataclass
 class ChunkedPart:
-    """One part of documents, chunked.
-
-    Attributes:
-        documents: the documents of the part, in input order.
-        ids: their row ids ``(n,)``.
-        spans: their ``(C_i, 2)`` character spans.
-    """
+    """One part's documents (input order), their row ids ``(n,)`` and ``(C_i, 2)`` spans."""
 
     documents: list[str]
     ids: np.ndarray
@@ -192,6 +180,7 @@ class PartChunker:
         """The chunks of a part (:class:`poolkit.io.readers.Rows`) whose first document has
         id ``first_id``. A document that gives no chunk (blank, or under ``tokens:`` no
         token of text) and bad spans are refused in one line naming the input row."""
+        from poolkit._errors import recast
         from poolkit.chunking import chunk_documents
         from poolkit.embedding import check_inputs
 
@@ -208,7 +197,15 @@ class PartChunker:
         try:
             spans = chunk_documents(docs, source, self.encoder)
         except (ValueError, TypeError) as e:
-            raise self._at_row(e, rows, first_id) from None
+            # About chunks[i] or documents[i] (the part's i-th document): name its row and id.
+            out = recast(e, InputError)
+            at = (out.index,) if isinstance(out.index, int) else out.index
+            if out.arg not in ("chunks", "documents") or not at:
+                raise out from None
+            i, rest = at[0], tuple(at[1:]) or None
+            name = self.column if out.arg == "chunks" else "document"
+            where = f"{rows.where[i]} (id {first_id + i})"
+            raise out.but(arg=name, index=rest, where=where) from None
         return ChunkedPart(docs, first_id + np.arange(len(docs), dtype=np.int64), spans)
 
     def _spans_value(self, rows: Any, i: int, first_id: int) -> Any:
@@ -221,19 +218,6 @@ class PartChunker:
             raise InputError(f"{rows.where[i]} (id {first_id + i}): {self.column!r} is not JSON "
                              f"({e.msg}); write the spans as a JSON list of [start, end] "
                              "pairs, e.g. [[0, 120], [121, 300]].") from None  # fmt: skip
-
-    def _at_row(self, error: Exception, rows: Any, first_id: int) -> PoolkitError:
-        """``chunk_documents``' error about ``chunks[i]`` or ``documents[i]`` (the i-th
-        document of the part) as one naming the input line/row and its id."""
-        from poolkit._errors import recast
-
-        out = recast(error, InputError)
-        at = (out.index,) if isinstance(out.index, int) else out.index
-        if out.arg not in ("chunks", "documents") or not at:
-            return out
-        i, rest = at[0], tuple(at[1:]) or None
-        name = self.column if out.arg == "chunks" else "document"
-        return out.but(arg=name, index=rest, where=f"{rows.where[i]} (id {first_id + i})")
 
     def embed(
         self, part: ChunkedPart, *, progress: Any = None, calibration: Any = None, **options: Any

@@ -8,19 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from poolkit import errors
 from poolkit._errors import missing_extra, render, value_error
 from poolkit.cli._flags import namer
-from poolkit.errors import (
-    ExportError,
-    InputError,
-    InputTypeError,
-    MissingDependencyError,
-    ModelNotFoundError,
-    OutputExistsError,
-    PipelineError,
-    PoolkitError,
-    RunError,
-)
 from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = [
@@ -38,27 +28,23 @@ __all__ = [
     "text_parts",
 ]
 
-# The exit status of each kind of error: 2 for what the user fixes by changing the command
-# line, the input or the installed extras (nothing has run yet), 1 for a run that failed.
-# The first kind in this order that an error is decides.
-_EXIT_STATUS: tuple[tuple[type[BaseException], int], ...] = (
-    (InputError, 2), (InputTypeError, 2), (ModelNotFoundError, 2), (PipelineError, 2),
-    (MissingDependencyError, 2), (RunError, 1), (OutputExistsError, 1), (ExportError, 1),
-    (PoolkitError, 1),
-    # Outside the family: a missing or wrong file, a bad value from a library poolkit calls.
-    (FileNotFoundError, 2), (IsADirectoryError, 2), (NotADirectoryError, 2),
-    (ValueError, 2), (TypeError, 2),
-)  # fmt: skip
+# What the user fixes by changing the command line, the input or the installed extras
+# (exit status 2: nothing has run yet); any other error is a run that failed (1). In the
+# family its class decides; outside it, a missing or wrong file, a bad value from a library.
+_USER_ERRORS = (errors.InputError, errors.InputTypeError, errors.ModelNotFoundError,
+                errors.PipelineError, errors.MissingDependencyError)  # fmt: skip
+_USER_OUTSIDE = (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
 
 
 def exit_status(error: BaseException) -> int:
     """2 for an error in the user's input or command line, 1 for a run that failed."""
-    return next((status for kind, status in _EXIT_STATUS if isinstance(error, kind)), 1)
+    family = isinstance(error, errors.PoolkitError)
+    return 2 if isinstance(error, _USER_ERRORS if family else _USER_OUTSIDE) else 1
 
 
 def error_line(error: BaseException) -> str:
     """``error``'s message on one line, naming flags where the library names arguments."""
-    text = render(error, namer(error)) if isinstance(error, PoolkitError) else str(error)
+    text = render(error, namer(error)) if isinstance(error, errors.PoolkitError) else str(error)
     return " ".join(text.split())
 
 
@@ -79,7 +65,7 @@ def report_error(error: BaseException) -> int:
 def _kind(error: BaseException) -> str:
     """The name printed before a runtime error's message: the family's generic kinds go by
     the built-in kind they always were (RuntimeError, FileExistsError)."""
-    if isinstance(error, (RunError, OutputExistsError)):
+    if isinstance(error, (errors.RunError, errors.OutputExistsError)):
         return next(c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins")
     return type(error).__name__
 
@@ -92,7 +78,7 @@ def require_extra(flag: str, module: str, package: str, extra: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError:
-        raise MissingDependencyError(missing_extra(flag, package, extra)) from None
+        raise errors.MissingDependencyError(missing_extra(flag, package, extra)) from None
 
 
 def guess_note(info: Any, then: str = "using {pooling} — pass --recipe to choose") -> str:
@@ -110,11 +96,24 @@ def add_input_format(parser: argparse.ArgumentParser) -> None:
                         help="format of INPUT (default: from its extension; stdin: txt)")  # fmt: skip
 
 
+def add_texts(parser: argparse.ArgumentParser, input_help: str, text_help: str,
+              *, many: bool = True) -> None:  # fmt: skip
+    """INPUT (optional) and ``--text``/``-t`` instead of it (``many``: repeatable, and
+    --text-column, --input-format)."""
+    parser.add_argument("input", nargs="?", default=None, metavar="INPUT", help=input_help)
+    parser.add_argument("--text", "-t", action="append" if many else "store", default=None,
+                        help=text_help)  # fmt: skip
+    if many:  # texts read like embed's INPUT
+        add_input_format(parser)
+
+
+_MODEL_HELP = f"model directory or hub id (default: {DEFAULT_MODEL})"
+
+
 def add_model_or_positional(parser: argparse.ArgumentParser) -> None:
     """--model, and MODEL: its old spelling as a positional, still accepted (not both;
     :func:`model_given` reads them)."""
-    parser.add_argument("--model", "-m", default=None,
-                        help=f"model directory or hub id (default: {DEFAULT_MODEL})")  # fmt: skip
+    parser.add_argument("--model", "-m", default=None, help=_MODEL_HELP)
     parser.add_argument("model_positional", nargs="?", default=None, metavar="MODEL",
                         help="the same as --model (the old spelling)")  # fmt: skip
 
@@ -127,60 +126,46 @@ def model_given(args: argparse.Namespace) -> Any:
     return args.model if args.model is not None else args.model_positional
 
 
-def _add(parser: argparse.ArgumentParser, *flags: str, **kwargs: Any) -> None:
-    # A subcommand may define its own variant of a shared option first; keep that one.
-    if any(flag in parser._option_string_actions for flag in flags):
-        return
-    parser.add_argument(*flags, **kwargs)
+# add_common's options: (flags, keywords), the model's first.
+_MODEL_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("--model", "-m"), {"default": None, "help": _MODEL_HELP}),
+    (("--max-length",), {"type": int, "default": None, "metavar": "N",
+     "help": "tokens per text, special tokens included (default: the model's)"}),
+    (("--device",), {"default": "auto",
+     "help": "auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:1, mps (default: auto)"}),
+    (("--dtype",), {"default": None, "choices": ["float32", "float16", "bfloat16"],
+     "help": "weights and activations (default: float32; on CUDA the checkpoint's stored "
+     "type, as sentence-transformers loads it)"}),
+    (("--batch-tokens",), {"type": int, "default": None, "metavar": "N",
+     "help": "token budget per forward batch (default: 2048 on CPU; on CUDA sized to the "
+     "GPU's free memory and the model, 1024 to 131072; 16384 on other accelerators)"}),
+    (("--long-text",), {"choices": ["truncate", "window"], "default": "truncate",
+     "help": "texts over the max length: cut (counted) or embed in windows (default: truncate)"}),
+)  # fmt: skip
+_RUN_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("--quiet", "-q"), {"action": "store_true", "help": "no progress bar or summary"}),
+    (("--debug",), {"action": "store_true", "default": argparse.SUPPRESS,
+     "help": "show tracebacks"}),
+)  # fmt: skip
 
 
 def add_common(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
-    """--model, --max-length, --device, --dtype, --batch-tokens, --long-text, --quiet,
-    --debug; options the parser already has are left as they are."""
-    if model:
-        _add(
-            parser,
-            "--model",
-            "-m",
-            default=None,
-            help=f"model directory or hub id (default: {DEFAULT_MODEL})",
-        )
-        _add(
-            parser,
-            "--max-length",
-            type=int,
-            default=None,
-            metavar="N",
-            help="tokens per text, special tokens included (default: the model's)",
-        )
-        _add(parser, "--device", default="auto",
-             help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:1, mps (default: auto)")  # fmt: skip
-        _add(parser, "--dtype", default=None, choices=["float32", "float16", "bfloat16"],
-             help="weights and activations (default: float32; on CUDA the checkpoint's "
-             "stored type, as sentence-transformers loads it)")  # fmt: skip
-        _add(
-            parser,
-            "--batch-tokens",
-            type=int,
-            default=None,
-            metavar="N",
-            help="token budget per forward batch (default: 2048 on CPU; on CUDA sized to the "
-            "GPU's free memory and the model, 1024 to 131072; 16384 on other accelerators)",
-        )
-        _add(
-            parser,
-            "--long-text",
-            choices=["truncate", "window"],
-            default="truncate",
-            help="texts over the max length: cut (counted) or embed in windows (default: truncate)",
-        )
-    _add(parser, "--quiet", "-q", action="store_true", help="no progress bar or summary")
-    _add(parser, "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    """--model, --max-length, --device, --dtype, --batch-tokens, --long-text (``model``),
+    --quiet, --debug; a subcommand's own variant of one, defined first, is kept."""
+    for flags, keywords in (*(_MODEL_OPTIONS if model else ()), *_RUN_OPTIONS):
+        if not any(flag in parser._option_string_actions for flag in flags):
+            parser.add_argument(*flags, **keywords)
 
 
 def positive(value: int | None, flag: str) -> None:
     if value is not None and value < 1:
         value_error(flag, "a positive integer", value)
+
+
+def positives(args: argparse.Namespace, *flags: str) -> None:
+    """:func:`positive` for each flag's value in ``args`` (``--max-length``: ``max_length``)."""
+    for flag in flags:
+        positive(getattr(args, flag[2:].replace("-", "_")), flag)
 
 
 @contextmanager

@@ -23,17 +23,11 @@ def run_job(
     kept: Callable[[bool], str | None],
     cause: Callable[[Exception], Exception] = lambda e: e,
 ) -> T | int:
-    """The loop of every ``poolkit embed`` job, local or Ray: each item of ``work`` (a
-    generator of :class:`~poolkit.io.checkpoint.Part`, or of blocks of an input file's
-    rows, computed as they are drawn) goes to ``sink.put`` (a checkpoint, the Ray shard
-    set, or stdout), then ``finish()`` publishes the output and its value is returned.
-
-    Stopped (Ctrl-C, or SIGTERM as :class:`poolkit.cli._signals.Terminated`): ``sink`` is
-    closed with what it holds, one line says what is ``kept(False)`` (e.g. "3 parts are
-    kept") and how to go on, and the exit status (130/143) is returned; None: nothing can
-    be resumed, the interrupt goes on. Failed: ``cause(e)`` (the error worth reporting,
-    e.g. a worker's inside Ray's) is raised, noting what is ``kept(True)`` and how to
-    resume; None: nothing finished, ``sink`` is removed."""
+    """Every ``poolkit embed`` job's loop, local or Ray: each item of ``work`` goes to
+    ``sink.put``, then ``finish()``'s value is returned. Stopped (Ctrl-C, SIGTERM): one line
+    says what is ``kept(False)`` and the exit status (130/143) is returned (None: nothing to
+    resume, the interrupt goes on). Failed: ``cause(e)`` is raised noting what is
+    ``kept(True)`` (None: ``sink`` is removed)."""
     try:
         with contextlib.closing(work) as items:  # a generator: its own cleanup runs first
             for item in items:

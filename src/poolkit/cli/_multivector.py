@@ -1,10 +1,6 @@
-"""``poolkit embed`` with a multi-vector recipe: its flags checked, and each part's vectors.
-
-One recipe per job. Token vectors go to a ragged output (one row per text: ``.parquet``,
-``.npz``, ``.jsonl``; :mod:`poolkit.io.writers`), committed part by part as rows of one
-token each so ``--resume`` works as for dense jobs; a MUVERA recipe gives one vector per
-text, written as any dense column. The side is ``--prompt-name query`` or ``document``
-(the default).
+"""``poolkit embed`` with one multi-vector recipe: its flags checked, and each part's vectors
+(token vectors committed as rows of one token each, so ``--resume`` works; MUVERA: one
+vector per text). The side is ``--prompt-name query`` or ``document`` (the default).
 """
 
 from __future__ import annotations

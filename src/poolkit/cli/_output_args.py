@@ -1,12 +1,7 @@
 """``poolkit embed``'s output stage: ``--dims K``, ``--precision P`` (spellings of a recipe's
-``/DIMS/PRECISION``), the int8/uint8 ranges (``--ranges FILE``, ``--calibrate FILE``, or the
-first ``RANGE_TEXTS`` texts of INPUT) and the record written with the vectors.
-
-``--calibrate FILE`` is the one "texts to calibrate on" flag: it calibrates OpenVINO's
-static int8 model (``--quantize int8-static``) and the int8/uint8 vectors' ranges alike,
-each from the same representative texts. ``--ranges FILE`` reuses the ranges an earlier
-``poolkit embed`` recorded (its Parquet output, or the ``.poolkit.json`` beside its
-``.npy``/``.jsonl``): queries must be quantised with the corpus' ranges.
+``/DIMS/PRECISION``), the int8/uint8 ranges (``--ranges FILE``, ``--calibrate FILE``, the
+one "texts to calibrate on" flag, or the first ``RANGE_TEXTS`` texts of INPUT; ``export``
+takes the first two too) and the record written with the vectors.
 """
 
 from __future__ import annotations
@@ -27,6 +22,7 @@ from poolkit.output import PRECISIONS, Calibration, needs_calibration, stored_dt
 __all__ = [
     "RANGE_TEXTS",
     "add_output_arguments",
+    "add_range_sources",
     "check_output_widths",
     "kept_dims",
     "output_metadata",
@@ -47,23 +43,33 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         "(sign bits, 8 per byte): the recipe's /PRECISION; int8/uint8 take "
                         f"their ranges from --ranges, --calibrate, else the first {RANGE_TEXTS} "
                         "input texts (--engine ray: --ranges or --calibrate)")  # fmt: skip
+    add_range_sources(parser, "--quantize int8-static uses the first 300, and --precision "
+                      "int8/uint8 takes the vectors' ranges from every text of it")  # fmt: skip
+
+
+def add_range_sources(parser: argparse.ArgumentParser, calibrate_use: str) -> None:
+    """--calibrate FILE (``calibrate_use``: what the command takes from it) and --ranges
+    FILE, the int8/uint8 ranges' sources of ``embed`` and ``export``."""
+    parser.add_argument("--calibrate", default=None, metavar="FILE",
+                        help="texts to calibrate on, read like embed's INPUT (format from its "
+                        f"extension; --text-column for jsonl/csv/tsv/parquet): {calibrate_use}")  # fmt: skip
     parser.add_argument("--ranges", default=None, metavar="FILE",
                         help="int8/uint8: reuse the ranges an earlier poolkit embed recorded "
-                        "(its .parquet, or the .poolkit.json beside its .npy/.jsonl), e.g. to "
-                        "quantise queries like their corpus")  # fmt: skip
+                        "(its .parquet, or the .poolkit.json beside its .npy/.jsonl) or a row "
+                        "of a poolkit compare --json file, e.g. to quantise queries like their "
+                        "corpus")  # fmt: skip
 
 
 def wants_output_stage(args: argparse.Namespace, wanted: dict[str, Any] | None) -> bool:
     """Whether the flags ask for an output stage (a recipe's or --dims/--precision)."""
-    if getattr(args, "dims", None) is not None or getattr(args, "precision", None) is not None:
-        return True
-    return bool(wanted) and any(r.has_output_stage for r in wanted.values())
+    flags = getattr(args, "dims", None) is not None or getattr(args, "precision", None) is not None
+    return flags or any(r.has_output_stage for r in (wanted or {}).values())
 
 
 def wants_ranges(args: argparse.Namespace, wanted: dict[str, Any] | None) -> bool:
-    if needs_calibration(getattr(args, "precision", None)):
-        return True
-    return bool(wanted) and any(needs_calibration(r.precision) for r in wanted.values())
+    """Whether a column is stored as int8/uint8 (--precision or a recipe's), needing ranges."""
+    precisions = [getattr(args, "precision", None), *(r.precision for r in (wanted or {}).values())]
+    return any(needs_calibration(p) for p in precisions)
 
 
 def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) -> None:
@@ -86,16 +92,27 @@ def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) 
 
 
 def check_output_widths(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> None:
-    """A recipe's /DIMS (or --dims) wider than its vectors: one line naming the flag (the
-    plan's check, before any text; both engines)."""
+    """The plan's checks once the model is loaded, before any text (both engines): the
+    prompt flags, the model's pipeline, each /DIMS (or --dims) against its vectors' width,
+    in one line naming the flag; sparse recipes: the head they need (and a local output)."""
     from poolkit.cli._flags import flagged
+    from poolkit.embedding import recipe_kind
     from poolkit.plan import make_plan
+    from poolkit.prompts import resolve_prompt
 
-    staged = {n: r for n, r in recipes.items() if r.has_output_stage}
-    if not staged:
+    resolve_prompt(encoder.info, args.prompt_name, args.prompt)  # `prompt`: --prompt, printed
+    if recipe_kind(recipes) == "sparse":  # no modules after SPLADE pooling; the head it needs
+        from poolkit.sparse.embed import mlm_head
+
+        mlm_head(encoder, next(iter(recipes)))
+        if args.output != "-" and getattr(args, "engine", "local") != "ray":
+            from poolkit.io.writers import check_output
+
+            check_output(Path(args.output), list(recipes), True, "sparse")
         return
     try:
-        make_plan(encoder, staged, prompt="", pipeline="pooled" if args.pooled_only else "full")
+        make_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
+                  pipeline="pooled" if args.pooled_only else "full")  # fmt: skip
     except (TypeError, ValueError) as e:
         raise flagged(e, {"dims": "--dims" if args.dims is not None else "--recipe"}) from None
 
@@ -118,20 +135,16 @@ def _read_record(path: str) -> dict[str, Any]:
                          got=f"{path} ({e})") from None  # fmt: skip
 
 
-def _found_ranges(record: dict[str, Any]) -> dict[str, Any]:
-    """Column (or row) name -> calibration JSON in a record: an embed output's
-    (``columns``) or a ``poolkit compare --json`` file's (``results``: each int8/uint8 row's
-    ``ranges``, by its recipe)."""
-    if isinstance(record.get("results"), list):  # poolkit compare --json
-        return {row["recipe"]: row["ranges"] for row in record["results"]
-                if isinstance(row, dict) and row.get("ranges") and not row.get("rescore")}  # fmt: skip
-    columns = record.get("columns") or {}
-    return {n: c["calibration"] for n, c in columns.items()
-            if isinstance(c, dict) and c.get("calibration")}  # fmt: skip
-
-
 def ranges_from_file(path: str, name: str, recipe: Any) -> Calibration:
-    found = _found_ranges(_read_record(path))
+    """The int8/uint8 ranges of column ``name`` (``recipe``) in a record an embed output or a
+    ``poolkit compare --json`` file holds (the only ones, where it holds one set)."""
+    record = _read_record(path)
+    if isinstance(record.get("results"), list):  # poolkit compare --json: its rows' ranges
+        found = {row["recipe"]: row["ranges"] for row in record["results"]
+                 if isinstance(row, dict) and row.get("ranges") and not row.get("rescore")}  # fmt: skip
+    else:  # an embed output's columns
+        found = {n: c["calibration"] for n, c in (record.get("columns") or {}).items()
+                 if isinstance(c, dict) and c.get("calibration")}  # fmt: skip
     pick = found.get(name) or found.get(str(recipe))
     if pick is None and len(found) == 1:
         pick = next(iter(found.values()))

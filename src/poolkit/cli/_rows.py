@@ -1,16 +1,7 @@
-"""``poolkit embed``'s rows as the user names them: ``--id-column``, ``--keep-columns`` and a
-BEIR corpus read the way ``poolkit compare`` reads it.
-
-- ids: ``--id-column C``, else a field/column named ``id`` or ``_id`` when the input has
-  one, else the row number. A user's ids keep their type (integers stay integers, text
-  stays text) in every output; a missing, duplicate or mixed-type id is refused in one
-  line naming the row.
-- ``--keep-columns A,B``: fields written beside the vectors (integers as int64, anything
-  else as text; a JSON value that is not a string as its JSON).
-- a BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/``) or its ``corpus.jsonl``:
-  each document is ``(title + " " + text).strip()`` where it has a title, else
-  ``text.strip()`` (MTEB's join, as ``poolkit compare --task retrieval`` scores it), and
-  the ids come from ``_id``.
+"""``poolkit embed``'s rows as the user names them: ``--id-column`` (ids keep their type;
+a missing, duplicate or mixed-type one is refused naming the row), ``--keep-columns`` (fields
+written beside the vectors), and a BEIR folder or its ``corpus.jsonl`` read as ``poolkit
+compare`` reads it (MTEB's title + text join, ids from ``_id``).
 """
 
 from __future__ import annotations
@@ -25,15 +16,8 @@ import numpy as np
 from poolkit.errors import InputError
 from poolkit.io.readers import kept_column  # the Ray engine's pieces write them too
 
-__all__ = [
-    "BEIR_JOIN",
-    "UserIds",
-    "add_row_arguments",
-    "beir_input",
-    "keep_list",
-    "kept_column",
-    "note_beir",
-]
+__all__ = ["BEIR_JOIN", "UserIds", "add_row_arguments", "beir_input", "keep_list", "kept_column",
+           "row_setup"]  # fmt: skip
 
 BEIR_JOIN = 'title + " " + text (MTEB\'s join; text alone where a document has no title)'
 
@@ -129,8 +113,13 @@ class UserIds:
         return list(part.ids)
 
 
-def note_beir(args: argparse.Namespace, title: str | None) -> None:
-    """One line saying how a BEIR corpus is read (not with --quiet)."""
-    if title is not None and not args.quiet:
-        print(f"poolkit: {args.input}: a BEIR corpus: each document is {BEIR_JOIN}; ids "
-              "from _id.", file=sys.stderr)  # fmt: skip
+def row_setup(args: argparse.Namespace) -> tuple[str | None, tuple[str, ...]]:
+    """:func:`beir_input` (a BEIR corpus: recorded in ``args``, and said in one line unless
+    --quiet) and :func:`keep_list`."""
+    title = beir_input(args)
+    if title is not None:
+        args.documents_read_as = BEIR_JOIN  # the provenance record's
+        if not args.quiet:
+            print(f"poolkit: {args.input}: a BEIR corpus: each document is {BEIR_JOIN}; ids "
+                  "from _id.", file=sys.stderr)  # fmt: skip
+    return title, keep_list(args)

@@ -1,11 +1,4 @@
-"""``poolkit embed ... -o -``: JSON Lines on stdout, part by part, as they are embedded.
-
-:class:`StdoutSink` stands in for the :class:`~poolkit.io.checkpoint.Checkpoint` of a file
-output: same ``put`` / ``publish`` / ``close`` / ``discard``, but each part goes to
-stdout at once (lines as in a ``.jsonl`` output) and nothing is kept for ``--resume``.
-Parts made only of blank texts are held back until a real text arrives, so that an input
-of blank texts only is refused with nothing written, as for a file.
-"""
+"""``poolkit embed ... -o -``: JSON Lines on stdout, part by part, as they are embedded."""
 
 from __future__ import annotations
 
@@ -22,13 +15,11 @@ __all__ = ["StdoutSink"]
 
 
 class StdoutSink:
-    """Writes committed parts to stdout as JSON Lines (see the module docstring).
-
-    Args:
-        strategies: the columns of each line, in order.
-        blank: the ids of blank texts seen so far (the caller extends it before each
-            ``put``).
-    """
+    """A :class:`~poolkit.io.checkpoint.Checkpoint`'s ``put``/``publish``/``close``/``discard``
+    writing each part to stdout at once, ``.jsonl`` lines of the columns ``strategies``, and
+    keeping nothing for ``--resume``. Parts of blank texts only (``blank``: their ids so far,
+    extended by the caller) are held back until a real text arrives, so that an input of
+    blank texts only is refused with nothing written."""
 
     path = "<stdout>"
 

@@ -14,10 +14,12 @@ from typing import Any
 from poolkit._errors import already_exists
 from poolkit._versions import installed_versions
 from poolkit.cli._backend_args import check_backend_args
-from poolkit.cli._common import add_common, guess_note, report_error, require_extra
+from poolkit.cli._common import add_common, guess_note, require_extra
 from poolkit.cli._flags import COMPARE_BUDGET, COMPARE_CHUNKS, COMPARE_RECIPES, flagged
+from poolkit.cli._rows import BEIR_JOIN
 from poolkit.compare.bootstrap import DEFAULT_RESAMPLES
 from poolkit.errors import InputError
+from poolkit.model_folder import DEFAULT_MODEL
 
 __all__ = ["add_parser", "run"]
 
@@ -41,6 +43,10 @@ Embed DATA once and score every pooling candidate on it, best first.
 Every row carries a 95% paired-bootstrap interval per metric (--bootstrap N resamples; 0: off)
 and whether it differs significantly from the model's intended pooling. All scores are
 fractions. Tables: .jsonl/.csv/.tsv/.parquet with the --*-column names."""
+
+
+# The --NAME-column flags of table files (retrieval's --query/--document-column besides).
+_COLUMNS = ("text", "label", "sentence1", "sentence2", "score", "spans")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -108,9 +114,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="with --backend onnx: add int8 rows beside the fp32 ones, with the paired "
         "difference and the speed ratio",
     )  # fmt: skip
-    p.add_argument("--int8-rows", choices=["intended", "all"], default=None,
-                   help="rows that get an int8 twin (default: the intended row, or all rows "
-                   "when none is intended)")  # fmt: skip
     p.add_argument("--dims", nargs="+", type=int, default=None, metavar="K",
                    help="sts, retrieval: add rows that keep the first K dimensions of the "
                    "intended row's vectors (L2-normalised again where it normalises), e.g. "
@@ -120,9 +123,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "int8, uint8, binary, ubinary; int8/uint8 ranges calibrated on the data "
                    "compared), scored on the stored form; retrieval: binary also gets a "
                    "+rescore row")  # fmt: skip
-    p.add_argument("--budget-rows", choices=["intended", "all"], default=None,
-                   help="rows that get --dims/--precision rows (default: the intended row, or "
-                   "all rows when none is intended)")  # fmt: skip
+    for flag, what in (
+        ("--int8-rows", "an int8 twin"),
+        ("--budget-rows", "--dims/--precision rows"),
+    ):
+        p.add_argument(flag, choices=["intended", "all"], default=None, help=f"rows that get "
+                       f"{what} (default: the intended row, or all rows when none is intended)")  # fmt: skip
     p.add_argument("--chunk-tokens", nargs="+", type=int, default=None, metavar="N",
                    help="retrieval: add rows of the intended pooling with each document "
                    "whole through windows, and cut into chunks of N tokens, naive (each "
@@ -131,19 +137,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "less its special tokens, e.g. 64 128 254 for all-MiniLM-L6-v2")  # fmt: skip
     p.add_argument("--split", default=None, metavar="NAME",
                    help="retrieval, BEIR folder: qrels/NAME.tsv (default: test, or the only one)")  # fmt: skip
-    for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
+    for name in (*_COLUMNS, "query", "document"):
         p.add_argument(f"--{name}-column", default=name, metavar="C",
                        help=f"column/field of the {name} in table files (default: {name})")  # fmt: skip
-    _add_models_and_budgets(p)
-    add_common(p)
-    p.set_defaults(func=run)
-    return p
-
-
-def _add_models_and_budgets(p: argparse.ArgumentParser) -> None:
-    """--model (repeatable: several models in one table), --max-bytes-per-doc, --max-query-ms."""
-    from poolkit.model_folder import DEFAULT_MODEL
-
     p.add_argument(
         "--model", "-m", dest="models", action="append", default=None, metavar="MODEL",
         help="model directory or hub id; repeat it to score several models' rows in one "
@@ -156,25 +152,12 @@ def _add_models_and_budgets(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-query-ms", type=float, default=None, metavar="T",
                    help="retrieval: name the best row answering a query in at most T ms, "
                    "and the rows it cannot be told apart from")  # fmt: skip
+    add_common(p)
+    p.set_defaults(func=run)
+    return p
 
 
-_BEIR_READ = (
-    'documents read as title + " " + text (MTEB\'s join; text alone without a title), ids from _id'
-)
-
-
-class _UsageError(InputError):
-    """Bad command-line input: exit status 2."""
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``compare`` for parsed ``args``; returns the exit status (0, 1 runtime, 2 input)."""
-    try:
-        return _run(args)
-    except Exception as e:  # one line for the user; the traceback with --debug
-        if getattr(args, "debug", False):
-            raise
-        return report_error(e)
+_BEIR_READ = f"documents read as {BEIR_JOIN}, ids from _id"
 
 
 def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) -> Path | None:
@@ -182,30 +165,31 @@ def _output(path: str | None, option: str, suffix: str | None, overwrite: bool) 
         return None
     out = Path(path)
     if suffix and out.suffix.lower() != suffix:
-        raise _UsageError(arg=option, expected=f"a {suffix} file name", got=path)
+        raise InputError(arg=option, expected=f"a {suffix} file name", got=path)
     if out.exists() and not overwrite:
-        raise _UsageError(
-            already_exists(f"{option} {path}", fix="--overwrite", state="file exists")
-        )
+        raise InputError(already_exists(f"{option} {path}", fix="--overwrite", state="file exists"))
     if not out.parent.is_dir():
-        raise _UsageError(arg=option, expected="a file in an existing folder",
-                          got=f"{path}, whose folder {out.parent} does not exist")  # fmt: skip
+        raise InputError(arg=option, expected="a file in an existing folder",
+                         got=f"{path}, whose folder {out.parent} does not exist")  # fmt: skip
     return out
 
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse, in one line, options that the task or backend would not honour."""
+    from poolkit.compare.budget import BUDGET_TASKS
+    from poolkit.output import PRECISIONS
+
     if args.folds < 2:
-        raise _UsageError(arg="--folds", expected="at least 2", got=args.folds)
+        raise InputError(arg="--folds", expected="at least 2", got=args.folds)
     if args.bootstrap < 0 or args.bootstrap == 1:
-        raise _UsageError(arg="--bootstrap", expected="0 (off) or at least 2", got=args.bootstrap)
+        raise InputError(arg="--bootstrap", expected="0 (off) or at least 2", got=args.bootstrap)
     if args.task in ("retrieval", "clustering") and args.train:
-        raise _UsageError(arg="--train", expected=f"unset: --task {args.task} has no training step",
-                          got=args.train, fix="Drop --train.")  # fmt: skip
+        raise InputError(arg="--train", expected=f"unset: --task {args.task} has no training step",
+                         got=args.train, fix="Drop --train.")  # fmt: skip
     if args.task in ("ner", "relation") and args.prompt_name is not None:
-        raise _UsageError(arg="--prompt-name", expected=f"unset with --task {args.task}, which "
-                          "embeds words and spans of the text as written (prompts are for "
-                          "sequence tasks)", got=args.prompt_name)  # fmt: skip
+        raise InputError(arg="--prompt-name", expected=f"unset with --task {args.task}, which "
+                         "embeds words and spans of the text as written (prompts are for "
+                         "sequence tasks)", got=args.prompt_name)  # fmt: skip
     if args.task != "retrieval":
         for flag, value, default in (
             ("--split", args.split, None), ("--query-column", args.query_column, "query"),
@@ -213,127 +197,77 @@ def _check_options(args: argparse.Namespace) -> None:
             ("--document-prompt-name", args.document_prompt_name, None),
         ):  # fmt: skip
             if value != default:
-                raise _UsageError(arg=flag, expected="given only for --task retrieval",
-                                  got=f"--task {args.task}")  # fmt: skip
-    _check_budget(args)
-    _check_chunks(args)
-    _check_models(args)
+                raise InputError(arg=flag, expected="given only for --task retrieval",
+                                 got=f"--task {args.task}")  # fmt: skip
+    # --dims/--precision/--budget-rows
+    stage = "--dims" if args.dims is not None else "--precision" if args.precision else None
+    if stage is None and args.budget_rows:
+        raise InputError(arg="--budget-rows", expected="given only with --dims or "
+                         "--precision (it chooses which rows get them)",
+                         got=args.budget_rows, fix="Add one, or drop --budget-rows.")  # fmt: skip
+    if stage is not None and args.task not in BUDGET_TASKS:
+        raise InputError(arg=stage, expected=f"given only for --task {' and '.join(BUDGET_TASKS)} "
+                         "(similarity on the stored vectors)", got=f"--task {args.task}, which "
+                         f"trains on float vectors", fix=f"Drop {stage}.")  # fmt: skip
+    if stage is not None and args.quantize:
+        raise InputError(arg=stage, expected="unset with --quantize (budget rows or int8 model "
+                         "rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
+    for k in args.dims or ():
+        if k < 1:
+            raise InputError(arg="--dims", expected="positive numbers of dimensions", got=k, fix="e.g. --dims 384 256 128 64.")  # fmt: skip
+    for p in args.precision or ():
+        if p not in PRECISIONS:
+            raise InputError(arg="--precision", expected=f"among {', '.join(PRECISIONS)}", got=repr(p), fix="e.g. --precision float32 int8 binary.")  # fmt: skip
+    # --chunk-tokens (sizes past the model's text room: refused once it is loaded)
+    if args.chunk_tokens is not None and args.task != "retrieval":
+        raise InputError(arg="--chunk-tokens", expected="given only for --task retrieval "
+                         "(documents scored by their best chunk)", got=f"--task {args.task}, "
+                         "which has no documents to chunk")  # fmt: skip
+    if args.chunk_tokens is not None and args.quantize:
+        raise InputError(arg="--chunk-tokens", expected="unset with --quantize (document rows "
+                         "or int8 model rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
+    for n in args.chunk_tokens or ():
+        if n < 1:
+            raise InputError(arg="--chunk-tokens", expected="chunk sizes of at least 1 token", got=n, fix="e.g. --chunk-tokens 64 128 254.")  # fmt: skip
+    # The cost limits and several --model
+    for flag, value in (("--max-bytes-per-doc", args.max_bytes_per_doc),
+                        ("--max-query-ms", args.max_query_ms)):  # fmt: skip
+        if value is not None and args.task != "retrieval":
+            what = "documents" if flag == "--max-bytes-per-doc" else "queries"
+            raise InputError(arg=flag, expected="given only for --task retrieval (a cost per "
+                             "stored document or per query)", got=f"--task {args.task}, which "
+                             f"has no {what} to search", fix=f"Drop {flag}.")  # fmt: skip
+        if value is not None and not value > 0:
+            raise InputError(arg=flag, expected="a positive number", got=f"{value:g}", fix=f"e.g. {flag} 1024.")  # fmt: skip
+    models = args.models or []
+    for k, m in enumerate(models):
+        if m in models[:k]:
+            raise InputError(arg="--model", expected="each model once (its rows already cover "
+                             "every recipe)", got=f"{m} twice", fix="Drop the repeat.")  # fmt: skip
+    if len(models) > 1 and args.quantize:
+        raise InputError(arg="--quantize", expected="one --model (int8 rows are for one model "
+                         "at a time)", got=f"{args.quantize} with {len(models)} models",
+                         fix="Drop --quantize or keep one --model.")  # fmt: skip
     if args.int8_rows and not args.quantize:
-        raise _UsageError(arg="--int8-rows", expected="given only with --backend onnx --quantize "
-                          "int8", got=args.int8_rows)  # fmt: skip
+        raise InputError(arg="--int8-rows", expected="given only with --backend onnx --quantize "
+                         "int8", got=args.int8_rows)  # fmt: skip
     if args.backend in ("onnx", "openvino") and args.layers is not None:
-        raise _UsageError(arg="--layers", expected=f"unset on the {args.backend} backend (it "
-                          "returns the last layer only)", got=" ".join(args.layers),
-                          fix="Drop --layers or use --backend torch.")  # fmt: skip
+        raise InputError(arg="--layers", expected=f"unset on the {args.backend} backend (it "
+                         "returns the last layer only)", got=" ".join(args.layers),
+                         fix="Drop --layers or use --backend torch.")  # fmt: skip
     check_backend_args(args)  # --backend, --quantize, --dtype, --device; the extras they need
 
 
-def _check_budget(args: argparse.Namespace) -> None:
-    """--dims/--precision/--budget-rows: refused in one line before the model loads."""
-    from poolkit.compare.budget import BUDGET_TASKS
-    from poolkit.output import PRECISIONS
-
-    if args.dims is None and args.precision is None:
-        if args.budget_rows:
-            raise _UsageError(arg="--budget-rows", expected="given only with --dims or "
-                              "--precision (it chooses which rows get them)",
-                              got=args.budget_rows, fix="Add one, or drop --budget-rows.")  # fmt: skip
-        return
-    flag = "--dims" if args.dims is not None else "--precision"
-    if args.task not in BUDGET_TASKS:
-        raise _UsageError(arg=flag, expected=f"given only for --task {' and '.join(BUDGET_TASKS)} "
-                          "(similarity on the stored vectors)", got=f"--task {args.task}, which "
-                          f"trains on float vectors", fix=f"Drop {flag}.")  # fmt: skip
-    if args.quantize:
-        raise _UsageError(arg=flag, expected="unset with --quantize (budget rows or int8 model "
-                          "rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
-    for k in args.dims or ():
-        if k < 1:
-            raise _UsageError(arg="--dims", expected="positive numbers of dimensions", got=k, fix="e.g. --dims 384 256 128 64.")  # fmt: skip
-    for p in args.precision or ():
-        if p not in PRECISIONS:
-            raise _UsageError(arg="--precision", expected=f"among {', '.join(PRECISIONS)}", got=repr(p), fix="e.g. --precision float32 int8 binary.")  # fmt: skip
-
-
-def _check_models(args: argparse.Namespace) -> None:
-    """Several --model and the cost limits: refused in one line before any model loads."""
-
-    models = args.models or []
-    for flag, value in (("--max-bytes-per-doc", args.max_bytes_per_doc),
-                        ("--max-query-ms", args.max_query_ms)):  # fmt: skip
-        if value is None:
-            continue
-        if args.task != "retrieval":
-            what = "documents" if flag == "--max-bytes-per-doc" else "queries"
-            raise _UsageError(arg=flag, expected="given only for --task retrieval (a cost per "
-                              "stored document or per query)", got=f"--task {args.task}, which "
-                              f"has no {what} to search", fix=f"Drop {flag}.")  # fmt: skip
-        if not value > 0:
-            raise _UsageError(arg=flag, expected="a positive number", got=f"{value:g}", fix=f"e.g. {flag} 1024.")  # fmt: skip
-    if len(models) < 2:
-        return
-    for k, m in enumerate(models):
-        if m in models[:k]:
-            raise _UsageError(arg="--model", expected="each model once (its rows already cover "
-                              "every recipe)", got=f"{m} twice", fix="Drop the repeat.")  # fmt: skip
-    if args.quantize:
-        raise _UsageError(arg="--quantize", expected="one --model (int8 rows are for one model "
-                          "at a time)", got=f"{args.quantize} with {len(models)} models",
-                          fix="Drop --quantize or keep one --model.")  # fmt: skip
-
-
-def _check_chunks(args: argparse.Namespace) -> None:
-    """--chunk-tokens: refused in one line before the model loads (sizes past the model's
-    text room are refused once it is loaded, before any forward pass)."""
-
-    if args.chunk_tokens is None:
-        return
-    if args.task != "retrieval":
-        raise _UsageError(arg="--chunk-tokens", expected="given only for --task retrieval "
-                          "(documents scored by their best chunk)", got=f"--task {args.task}, "
-                          "which has no documents to chunk")  # fmt: skip
-    if args.quantize:
-        raise _UsageError(arg="--chunk-tokens", expected="unset with --quantize (document rows "
-                          "or int8 model rows, one at a time)", got="both", fix="Drop one.")  # fmt: skip
-    for n in args.chunk_tokens:
-        if n < 1:
-            raise _UsageError(arg="--chunk-tokens", expected="chunk sizes of at least 1 token", got=n, fix="e.g. --chunk-tokens 64 128 254.")  # fmt: skip
-
-
-def _budget(args: argparse.Namespace, named: list[Any]) -> Any:
-    """The budget rows: --dims/--precision, and ``named`` (recipes of --recipes with an
-    output stage, ``mean/256/int8``)."""
-    from poolkit.compare.budget import BUDGET_TASKS, Budget
-
-    if named:
-        if args.task not in BUDGET_TASKS:
-            raise _UsageError(arg="--recipes", expected="recipes without an output stage (/DIMS, "
-                              f"/PRECISION) for --task {args.task}, which trains on float "
-                              f"vectors (it is scored only for --task "
-                              f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
-                              fix="Name the recipe without it.")  # fmt: skip
-        if args.quantize:
-            raise _UsageError(arg="--recipes", expected="no output stage with --quantize (budget "
-                              "rows or int8 model rows, one at a time)", got=str(named[0]),
-                              fix="Drop one.")  # fmt: skip
-    if args.dims is None and args.precision is None and not named:
-        return None
-    return Budget(
-        tuple(dict.fromkeys(args.dims)) if args.dims else (None,),
-        tuple(dict.fromkeys(args.precision)) if args.precision else ("float32",),
-        args.budget_rows or "intended",
-        tuple(named),
-    )
-
-
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run ``compare`` for parsed ``args`` (its errors: one line, by :func:`poolkit.cli.main`)."""
     from poolkit.compare.datasets import Columns, read_task
 
     models = list(getattr(args, "models", None) or [None])
     args.model = models[0]  # the commands' --model: one row's model (_for_row)
-    json_path = _output(args.json, "--json", ".json", args.overwrite)
-    plot_path = _output(args.plot, "--plot", ".png", args.overwrite)
-    report_path = _output(args.report, "--report", ".html", args.overwrite)
+    json_path, plot_path, report_path = (
+        _output(getattr(args, flag[2:]), flag, suffix, args.overwrite)
+        for flag, suffix in (("--json", ".json"), ("--plot", ".png"), ("--report", ".html"))
+    )
     outputs = [p for p in (json_path, plot_path, report_path) if p]  # suffixes keep them apart
     _check_options(args)
     if plot_path:
@@ -345,10 +279,7 @@ def _run(args: argparse.Namespace) -> int:
         layers = ["last", "last4", "first_last"]
     elif layers:
         layers = ["last", *layers]
-    columns = Columns(
-        text=args.text_column, label=args.label_column, sentence1=args.sentence1_column,
-        sentence2=args.sentence2_column, score=args.score_column, spans=args.spans_column,
-    )  # fmt: skip
+    columns = Columns(**{name: getattr(args, f"{name}_column") for name in _COLUMNS})
     # Read (and so validate) every file before the model loads.
     if args.task == "retrieval":
         from poolkit.compare.retrieval import read_retrieval
@@ -361,11 +292,11 @@ def _run(args: argparse.Namespace) -> int:
         data = read_task(kind, args.data, columns)
     train = read_task(args.task, args.train, columns) if args.train else None
     if args.task == "ner" and train is None:
-        raise _UsageError(arg="--train", expected="a CoNLL FILE with --task ner (it trains the "
-                          "tagging probe)", got="none")  # fmt: skip
+        raise InputError(arg="--train", expected="a CoNLL FILE with --task ner (it trains the "
+                         "tagging probe)", got="none")  # fmt: skip
 
     from poolkit.compare import report
-    from poolkit.compare.budget import base_of
+    from poolkit.compare.budget import BUDGET_TASKS, Budget, base_of
     from poolkit.compare.candidates import candidates
     from poolkit.compare.runner import LEVELS, Settings, check_labels
     from poolkit.layers import layer_spec
@@ -383,10 +314,10 @@ def _run(args: argparse.Namespace) -> int:
 
             names, hybrids = split_hybrids(args.recipes)  # rrf(A,B), fuse(A,B,W)
             if hybrids and args.task != "retrieval":
-                raise _UsageError(arg="--recipes", expected="no hybrid row with --task "
-                                  f"{args.task} (hybrid rows fuse two rows' rankings)",
-                                  got=str(hybrids[0]),
-                                  fix="Use them with --task retrieval.")  # fmt: skip
+                raise InputError(arg="--recipes", expected="no hybrid row with --task "
+                                 f"{args.task} (hybrid rows fuse two rows' rankings)",
+                                 got=str(hybrids[0]),
+                                 fix="Use them with --task retrieval.")  # fmt: skip
             dense, extra = split_extra(names, args.task)  # sparse and BM25 rows
             recipes = candidates(LEVELS[args.task], dense, layers) if dense else []
             layers = None
@@ -397,12 +328,27 @@ def _run(args: argparse.Namespace) -> int:
             layer_spec(spec)
     except (TypeError, ValueError) as e:
         raise flagged(e, COMPARE_RECIPES) from None
+    if named and args.task not in BUDGET_TASKS:
+        raise InputError(arg="--recipes", expected="recipes without an output stage (/DIMS, "
+                         f"/PRECISION) for --task {args.task}, which trains on float "
+                         f"vectors (it is scored only for --task "
+                         f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
+                         fix="Name the recipe without it.")  # fmt: skip
+    if named and args.quantize:
+        raise InputError(arg="--recipes", expected="no output stage with --quantize (budget "
+                         "rows or int8 model rows, one at a time)", got=str(named[0]),
+                         fix="Drop one.")  # fmt: skip
+    budget = None  # the budget rows: --dims/--precision, and those of `named`
+    if args.dims is not None or args.precision is not None or named:
+        budget = Budget(tuple(dict.fromkeys(args.dims)) if args.dims else (None,),
+                        tuple(dict.fromkeys(args.precision)) if args.precision else ("float32",),
+                        args.budget_rows or "intended", tuple(named))  # fmt: skip
     settings = Settings(
         args.task, recipes, layers, args.folds, quiet=args.quiet,
         long_text=args.long_text, bootstrap=args.bootstrap, seed=args.seed,
         backend=args.backend if args.quantize else None,
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
-        document_prompt_name=args.document_prompt_name, budget=_budget(args, named),
+        document_prompt_name=args.document_prompt_name, budget=budget,
         chunk_tokens=tuple(args.chunk_tokens or ()), hybrids=tuple(hybrids),
     )  # fmt: skip
     check_labels(data, train, settings)
@@ -420,8 +366,15 @@ def _run(args: argparse.Namespace) -> int:
             print(f"poolkit: note: {note}", file=sys.stderr)
         encoders.append((m, encoder))
     encoder = encoders[0][1]
-    if len(encoders) > 1 and settings.chunk_tokens:
-        _check_shared_tokens(encoders)
+    if len(encoders) > 1 and settings.chunk_tokens:  # only models that cut the same chunks
+        tokenizer = encoder.tokenizer.backend_tokenizer.to_str()
+        for model, other in encoders[1:]:
+            if other.tokenizer.backend_tokenizer.to_str() != tokenizer:
+                raise InputError(arg="--chunk-tokens", expected="models sharing a tokenizer "
+                                 "(chunks of N tokens are the same texts in each, so their chunk "
+                                 "rows index the same chunk ids of a corpus document)",
+                                 got=f"--model {models[0]} and --model {model}, whose tokenizers "
+                                 "differ", fix="Run --chunk-tokens one model at a time.")  # fmt: skip
     quantized = None
     if args.quantize:
         quantized = Encoder(
@@ -467,7 +420,7 @@ def _run(args: argparse.Namespace) -> int:
             f"cost columns measured on {measured['model']}, {measured['device']}, "
             f"{measured['cpu']} ({measured['cpu_count']} cores), in this run."
         )
-    if args.task == "retrieval" and Path(args.data).is_dir():
+    if _beir(args):
         doc["documents_read_as"] = _BEIR_READ
         settings.notes.append(f"retrieval: {_BEIR_READ}; poolkit embed reads {args.data} "
                               "(or its corpus.jsonl) the same way.")  # fmt: skip
@@ -478,8 +431,7 @@ def _run(args: argparse.Namespace) -> int:
     best = report.winner(results, report.MAIN_METRIC[args.task])
     infos = {m: e.info for m, e in encoders}
     intended_note = _intended_note(encoder.info, results, args.task, len(infos) > 1)
-    winner = winner_command(_for_row(args, best), best.recipe, best.quantize, best.documents,
-                            best.rescore)  # fmt: skip
+    winner = winner_command(_for_row(args, best), best)
     unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
     notes = list(dict.fromkeys(settings.notes))
     if report_path:
@@ -508,22 +460,6 @@ def _for_row(args: argparse.Namespace, result: Any) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), "model": result.model})
 
 
-def _check_shared_tokens(encoders: list) -> None:
-    """--chunk-tokens with several models: only models that cut the same chunks (one
-    tokenizer), else one line that says why."""
-    first_model, first = encoders[0]
-    for model, encoder in encoders[1:]:
-        if (
-            encoder.tokenizer.backend_tokenizer.to_str()
-            != first.tokenizer.backend_tokenizer.to_str()
-        ):
-            raise _UsageError(arg="--chunk-tokens", expected="models sharing a tokenizer (chunks "
-                              "of N tokens are the same texts in each, so their chunk rows index "
-                              "the same chunk ids of a corpus document)",
-                              got=f"--model {first_model} and --model {model}, whose tokenizers "
-                              "differ", fix="Run --chunk-tokens one model at a time.")  # fmt: skip
-
-
 def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
     """--max-bytes-per-doc / --max-query-ms: per limit, the best row within it and the rows
     it cannot be told apart from (``line``: what the terminal prints); a limit no row meets
@@ -548,31 +484,27 @@ def _limits(args: argparse.Namespace, run: Any) -> list[dict]:
         if i is None:
             j = frontier.cheapest(cost)
             if j is None:
-                raise _UsageError(arg=flag, expected=f"a limit on a {what} a row of this run has",
-                                  got=f"{limit:g}, and no row has one",
-                                  fix=f"Drop {flag}.")  # fmt: skip
+                raise InputError(arg=flag, expected=f"a limit on a {what} a row of this run has",
+                                 got=f"{limit:g}, and no row has one",
+                                 fix=f"Drop {flag}.")  # fmt: skip
             cheap = run.results[j]
-            raise _UsageError(arg=flag, expected=f"a limit some row is within (the cheapest is "
-                              f"#{place[id(cheap)]} {cheap.label}, {cost[j]:g} {unit})",
-                              got=f"{limit:g}", fix=f"Raise {flag} to at least {cost[j]:g}.")  # fmt: skip
+            raise InputError(arg=flag, expected=f"a limit some row is within (the cheapest is "
+                             f"#{place[id(cheap)]} {cheap.label}, {cost[j]:g} {unit})",
+                             got=f"{limit:g}", fix=f"Raise {flag} to at least {cost[j]:g}.")  # fmt: skip
         best = run.results[i]
         line = (f"{flag} {limit:g}: best within it #{place[id(best)]} {best.label} "
                 f"({cost[i]:g} {unit}; {metric} {quality[i]:.4f})")  # fmt: skip
-        untold = None
+        untold, level = None, round(100 * LEVEL)
         if args.bootstrap:
             mask = untold_rows(run, i, args.bootstrap, args.seed)
             same = sorted(
                 (run.results[k] for k in np.flatnonzero(mask)), key=lambda r: place[id(r)]
             )
             untold = [r.label for r in same]
-            level = round(100 * LEVEL)
-            line += (
-                "; cannot be told apart from "
-                + ", ".join(f"#{place[id(r)]} {r.label}" for r in same)
-                + f" (paired {level}% interval of the difference includes 0)"
-                if same
-                else f"; every other row differs from it (paired {level}% intervals exclude 0)"
-            )
+            tied = ", ".join(f"#{place[id(r)]} {r.label}" for r in same)
+            line += (f"; cannot be told apart from {tied} (paired {level}% interval of the "
+                     "difference includes 0)" if same else "; every other row differs from it "
+                     f"(paired {level}% intervals exclude 0)")  # fmt: skip
         else:
             line += "; no paired test with --bootstrap 0, so no row is said to tie with it"
         out.append({"flag": flag, "limit": limit, "rank": place[id(best)], "model": best.model,
@@ -591,22 +523,14 @@ def _page(
     from poolkit.compare import report
     from poolkit.compare.html_report import Page
 
-    ranked = report.rank(results, report.MAIN_METRIC[args.task])
     best = report.winner(results, report.MAIN_METRIC[args.task])
     infos = infos or {}
-    commands = [
-        (
-            row_command(_for_row(args, r), r),
-            None
-            if r.documents
-            else export_command(
-                _for_row(args, r), r.recipe, r.quantize, infos.get(r.model, info).is_decoder
-            ),
-        )
-        for r in ranked
-    ]
-    size = f"{len(data)} {unit}"
-    facts = [("task", args.task), ("data", args.data), ("size", size)]
+    commands = []  # each row's embed and export commands, in rank order
+    for r in report.rank(results, report.MAIN_METRIC[args.task]):
+        row, decoder = _for_row(args, r), infos.get(r.model, info).is_decoder
+        export = None if r.documents else export_command(row, r.recipe, r.quantize, decoder)
+        commands.append((row_command(row, r), export))
+    facts = [("task", args.task), ("data", args.data), ("size", f"{len(data)} {unit}")]
     documents = getattr(data, "doc_ids", None)
     if documents is not None:
         facts.append(("documents", str(len(documents))))
@@ -631,14 +555,12 @@ def _page(
     packages += {"onnx": ["onnxruntime"], "openvino": ["openvino"]}.get(args.backend, [])
     if args.quantize:
         packages.append("onnxruntime")
-    no_export = (
-        "export pools whole texts: word and span rows are embedded with the call shown"
-        if args.task in ("ner", "relation")
-        else ""
-    )
-    if any(r.documents for r in results):
+    no_export = ""
+    if shown:
         no_export = ("export pools one text up to the max length: window and chunk rows' "
                      "documents are embedded with the command shown")  # fmt: skip
+    elif args.task in ("ner", "relation"):
+        no_export = "export pools whole texts: word and span rows are embedded with the call shown"
     if args.task == "retrieval":
         if args.document_prompt_name is not None:
             how = f"with --prompt-name {shlex.quote(args.document_prompt_name)} in its place"
@@ -647,18 +569,13 @@ def _page(
         else:
             how = "with the same command"
         mark = "; a row with \u00b7 shows its documents' command (its queries: as the * row's)"
-        notes = [
-            *notes,
-            f"retrieval: embed writes the queries' vectors; embed the documents {how}"
-            + (mark if any(r.documents for r in results) else "")
-            + ".",
-        ]
+        notes = [*notes, f"retrieval: embed writes the queries' vectors; embed the documents "
+                 f"{how}{mark if shown else ''}."]  # fmt: skip
     return Page(
         task=args.task, model=info.reference, results=results, bootstrap=boot,
         data=args.data, size=len(data), unit=unit, commands=commands,
         intended_note=_intended_note(info, results, args.task, len(infos) > 1),
-        winner=winner_command(_for_row(args, best), best.recipe, best.quantize, best.documents,
-                              best.rescore),
+        winner=winner_command(_for_row(args, best), best),
         no_export=no_export, notes=notes, facts=facts,
         versions=installed_versions(*dict.fromkeys(packages)), command=compare_command(args),
     )  # fmt: skip
@@ -675,18 +592,14 @@ def _intended_note(info: Any, results: list, task: str, several: bool = False) -
     return f"the model's intended pooling ({source}) is not among these candidates"
 
 
-def winner_command(
-    args: argparse.Namespace, recipe: Any, quantize: str | None = None,
-    documents: str | None = None, rescore: bool = False,
-) -> str:  # fmt: skip
-    """The command (or call) that writes the winner's vectors for your own texts: the same
-    vectors this table scored, for the same model, backend (``quantize``: the winner is a
-    quantised row) and settings; ``documents``: a document row's (its documents')."""
-    if documents:
-        return "embed with the winner (documents): " + document_command(args, recipe, documents)
-    if recipe.level == "hybrid":
-        return f"embed with the winner ({recipe}, both rows): " + hybrid_commands(args, recipe)
-    return "embed with the winner: " + embed_command(args, recipe, quantize, rescore)
+def winner_command(args: argparse.Namespace, best: Any) -> str:
+    """:func:`row_command` of the winning row ``best``, which writes the same vectors this
+    table scored for your own texts, labelled."""
+    if best.documents:
+        return "embed with the winner (documents): " + row_command(args, best)
+    if best.recipe.level == "hybrid":
+        return f"embed with the winner ({best.recipe}, both rows): " + row_command(args, best)
+    return "embed with the winner: " + row_command(args, best)
 
 
 def hybrid_commands(args: argparse.Namespace, recipe: Any, export: bool = False) -> str:
@@ -736,13 +649,7 @@ def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> s
         parts = ["poolkit", "embed", corpus, "-o", "chunks.parquet", "--chunks", chunks]
         if kind == "late":
             parts.append("--late")
-    parts += ["--recipe", shlex.quote(str(recipe)), *_text_field(args)]
-    for flag, value in (("--model", args.model), ("--max-length", args.max_length),
-                        ("--dtype", args.dtype)):  # fmt: skip
-        if value is not None:
-            parts += [flag, shlex.quote(str(value))]
-    if args.backend != "torch":
-        parts += ["--backend", args.backend]
+    parts += ["--recipe", shlex.quote(str(recipe)), *_model_flags(args, None)]
     # The documents' prompt, as compare gave it to them (none named: the model's default).
     if args.document_prompt_name is not None:
         parts += ["--prompt-name", shlex.quote(args.document_prompt_name)]
@@ -767,15 +674,10 @@ def embed_command(
         fn = "embed_words(words" if recipe.level == "word" else "embed_spans(texts, char_spans"
         model = "" if args.model is None else f", {args.model!r}"
         return f"poolkit.{fn}{model}, recipe={str(recipe)!r})"
-    if args.task == "retrieval" and Path(args.data).is_dir():
+    if _beir(args):
         queries = recipe.replace(precision=None) if rescore else recipe
-        slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(recipe)).strip("-")
-        return " && ".join([
-            _embed(args, recipe, quantize, args.data, f"corpus-{slug}.parquet",
-                   args.document_prompt_name),
-            _embed(args, queries, quantize, str(Path(args.data) / "queries.jsonl"),
-                   f"queries-{slug}.parquet", _query_prompt_name(args, recipe)),
-        ])  # fmt: skip
+        prompts = (args.document_prompt_name, _query_prompt_name(args, recipe))
+        return " && ".join(_sides(args, recipe, queries, quantize, prompts))
     out = "vectors.npz" if recipe.level == "sparse" else "vectors.npy"
     return _embed(args, recipe, quantize, "INPUT", out, args.prompt_name)
 
@@ -799,20 +701,23 @@ def _multivector_commands(
     ``--prompt-name query`` (or the queries' one), each truncated at the folder's lengths
     (no ``--long-text``); a MUVERA ``+rescore`` row: its MUVERA files, then the token files
     its top 100 are reranked with (the recipe without ``/muvera``)."""
-    beir = args.task == "retrieval" and Path(args.data).is_dir()
+    recipes = [recipe, recipe.replace(muvera=None)] if rescore else [recipe]
+    prompts = (args.document_prompt_name or "document", args.prompt_name or "query")
+    return " && ".join(c for r in recipes for c in _sides(args, r, r, quantize, prompts))
+
+
+def _sides(
+    args: argparse.Namespace, recipe: Any, query_recipe: Any, quantize: str | None,
+    prompts: tuple[str | None, str | None],
+) -> list[str]:  # fmt: skip
+    """The documents' and the queries' ``embed`` commands (``prompts``: their
+    ``--prompt-name``s), reading a BEIR folder's files, else DOCUMENTS and QUERIES."""
+    beir = _beir(args)
     corpus = args.data if beir else "DOCUMENTS"
     queries = str(Path(args.data) / "queries.jsonl") if beir else "QUERIES"
-    recipes = [recipe, recipe.replace(muvera=None)] if rescore else [recipe]
-    parts = []
-    for r in recipes:
-        slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(r)).strip("-")
-        parts += [
-            _embed(args, r, quantize, corpus, f"corpus-{slug}.parquet",
-                   args.document_prompt_name or "document"),
-            _embed(args, r, quantize, queries, f"queries-{slug}.parquet",
-                   args.prompt_name or "query"),
-        ]  # fmt: skip
-    return " && ".join(parts)
+    slug = _slug(recipe)
+    return [_embed(args, recipe, quantize, corpus, f"corpus-{slug}.parquet", prompts[0]),
+            _embed(args, query_recipe, quantize, queries, f"queries-{slug}.parquet", prompts[1])]  # fmt: skip
 
 
 def _embed(
@@ -824,20 +729,30 @@ def _embed(
     without one, ``--calibrate`` the data compared)."""
     name = shlex.quote(str(recipe))
     parts = ["poolkit", "embed", shlex.quote(source), "-o", output, "--recipe", name]
-    parts += _text_field(args)
-    for flag, value in (("--model", args.model), ("--max-length", args.max_length),
-                        ("--dtype", args.dtype)):  # fmt: skip
-        if value is not None:
-            parts += [flag, shlex.quote(str(value))]
-    if quantize:
-        parts += ["--backend", "onnx", "--quantize", quantize]
-    elif args.backend != "torch":
-        parts += ["--backend", args.backend]
+    parts += _model_flags(args, quantize)
     if args.long_text != "truncate" and recipe.level != "multivector":
         parts += ["--long-text", args.long_text]
     if prompt_name is not None:
         parts += ["--prompt-name", shlex.quote(prompt_name)]
     return " ".join(parts + _ranges(args, recipe))
+
+
+def _slug(recipe: Any) -> str:
+    """``recipe``'s name as a file name's part."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(recipe)).strip("-")
+
+
+def _model_flags(args: argparse.Namespace, quantize: str | None) -> list[str]:
+    """An embed command's --text-column, --model, --max-length, --dtype and backend, as
+    compare ran (``quantize``: a quantised row's)."""
+    parts = _text_field(args)
+    for flag, value in (("--model", args.model), ("--max-length", args.max_length),
+                        ("--dtype", args.dtype)):  # fmt: skip
+        if value is not None:
+            parts += [flag, shlex.quote(str(value))]
+    if quantize:
+        return [*parts, "--backend", "onnx", "--quantize", quantize]
+    return parts + (["--backend", args.backend] if args.backend != "torch" else [])
 
 
 def _ranges(args: argparse.Namespace, recipe: Any) -> list[str]:
@@ -848,14 +763,19 @@ def _ranges(args: argparse.Namespace, recipe: Any) -> list[str]:
         return []
     if getattr(args, "json", None):
         return ["--ranges", shlex.quote(args.json)]
-    if getattr(args, "task", None) == "retrieval" and Path(args.data).is_dir():
+    if _beir(args):
         return ["--calibrate", shlex.quote(args.data)]
     return ["--calibrate", "FILE"]
 
 
+def _beir(args: argparse.Namespace) -> bool:
+    """Retrieval on a BEIR folder (its corpus is what embed reads too)."""
+    return getattr(args, "task", None) == "retrieval" and Path(args.data).is_dir()
+
+
 def _text_field(args: argparse.Namespace) -> list[str]:
     """``--text-column C`` where a BEIR folder's text field is not ``text``."""
-    if args.task == "retrieval" and Path(args.data).is_dir() and args.text_column != "text":
+    if _beir(args) and args.text_column != "text":
         return ["--text-column", shlex.quote(args.text_column)]
     return []
 
@@ -889,46 +809,27 @@ def export_command(
     return " ".join(parts + ranges)
 
 
+# What compare_command leaves out: DATA and --task (written first) and the output options.
+_NOT_REPEATED = {"data", "task", "json", "plot", "report", "overwrite", "quiet", "debug"}
+
+
 def compare_command(args: argparse.Namespace) -> str:
-    """The ``poolkit compare`` command that scores this table again (its output options
-    left out)."""
+    """The ``poolkit compare`` command that scores this table again: every option of
+    :func:`add_parser` set to other than its default (its output options left out)."""
+    parser = add_parser(argparse.ArgumentParser().add_subparsers())
     parts = ["poolkit", "compare", shlex.quote(args.data), "--task", args.task]
-
-    def add(flag: str, value: Any, default: Any = None) -> None:
-        if value is not None and value != default:
-            parts.extend([flag, shlex.quote(str(value))])
-
-    add("--train", args.train)
-    if args.recipes:
-        parts += ["--recipes", *map(shlex.quote, args.recipes)]
-    if args.layers is not None:
-        parts += ["--layers", *map(shlex.quote, args.layers)]
-    add("--prompt-name", args.prompt_name)
-    add("--document-prompt-name", args.document_prompt_name)
-    add("--folds", args.folds, 5)
-    add("--bootstrap", args.bootstrap, DEFAULT_RESAMPLES)
-    add("--seed", args.seed, 0)
-    add("--backend", args.backend, "torch")
-    add("--quantize", args.quantize)
-    add("--int8-rows", args.int8_rows)
-    if args.dims:
-        parts += ["--dims", *map(str, args.dims)]
-    if args.precision:
-        parts += ["--precision", *map(shlex.quote, args.precision)]
-    add("--budget-rows", args.budget_rows)
-    if args.chunk_tokens:
-        parts += ["--chunk-tokens", *map(str, args.chunk_tokens)]
-    add("--split", args.split)
-    for name in ("text", "label", "sentence1", "sentence2", "score", "spans", "query", "document"):
-        add(f"--{name}-column", getattr(args, f"{name}_column"), name)
-    for model in getattr(args, "models", None) or [args.model]:
-        add("--model", model)
-    for flag in ("--max-bytes-per-doc", "--max-query-ms"):
-        value = getattr(args, flag[2:].replace("-", "_"), None)
-        add(flag, None if value is None else f"{value:g}")
-    add("--max-length", args.max_length)
-    add("--device", args.device, "auto")
-    add("--dtype", args.dtype)
-    add("--batch-tokens", args.batch_tokens)
-    add("--long-text", args.long_text, "truncate")
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if (not action.option_strings or action.help == argparse.SUPPRESS or value is None
+                or value == action.default or action.dest in _NOT_REPEATED):  # fmt: skip
+            continue
+        flag = action.option_strings[0]
+        values = value if isinstance(value, list) else [value]
+        texts = [shlex.quote(f"{v:g}" if isinstance(v, float) else str(v)) for v in values]
+        if (
+            isinstance(action, argparse._AppendAction) and action.nargs is None
+        ):  # --model M --model N
+            parts += [x for text in texts for x in (flag, text)]
+        else:
+            parts += [flag, *texts]
     return " ".join(parts)

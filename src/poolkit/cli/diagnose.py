@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import value_error
-from poolkit.cli._common import add_input_format, progress_bar
+from poolkit.cli._common import add_common, add_input_format, progress_bar
 
 __all__ = ["add_parser", "run"]
 
@@ -71,8 +71,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="token budget per forward batch")  # fmt: skip
     add_input_format(parser)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show tracebacks")  # fmt: skip
+    add_common(parser, model=False)  # --debug
     parser.set_defaults(func=run)
     return parser
 

@@ -1,17 +1,8 @@
-"""``poolkit embed INPUT -o OUTPUT``: one vector per text, written atomically.
-
-Work is committed part by part (``--part-size`` texts) to ``OUTPUT.poolkit-work/``
-(:mod:`poolkit.io.checkpoint`); OUTPUT appears, complete, only at the end. After a crash,
-``kill -9`` or Ctrl-C (exit status 130), the same command with ``--resume`` recomputes at
-most the part that was in flight and writes the same bytes an uninterrupted run would.
-(``--chunk-size`` is the old, hidden spelling of ``--part-size``.)
-Blank texts are kept as empty texts (one vector each, so row ids stay line-aligned) with a
-warning; an input made only of blank texts is refused.
-
-``--chunks SPEC`` (:mod:`poolkit.cli._chunk_args`) writes one row per chunk of each text
-instead: ``id`` (the text's row id), ``chunk``, ``start``, ``end`` (``--chunk-text``:
-``text``), then the vectors, naive or ``--late``; parts, ``--resume`` and ``-o -`` work
-the same. A blank text gives no chunk: it is refused in one line naming it.
+"""``poolkit embed INPUT -o OUTPUT``: one vector per text (``--chunks``: per chunk, see
+:mod:`poolkit.cli._chunk_args`), committed part by part (``--part-size`` texts) to
+``OUTPUT.poolkit-work/`` (:mod:`poolkit.io.checkpoint`); OUTPUT appears, complete, only at
+the end, and ``--resume`` recomputes at most the part that was in flight. Blank texts are
+kept as empty texts (row ids stay line-aligned) with a warning; only blank texts: refused.
 """
 
 from __future__ import annotations
@@ -33,7 +24,7 @@ from poolkit.cli._common import (
     add_common,
     add_input_format,
     guess_note,
-    positive,
+    positives,
     progress_bar,
 )
 from poolkit.cli._job import job_settings, run_job
@@ -41,6 +32,7 @@ from poolkit.cli._multivector import MultivectorPart, check_multivector_args
 from poolkit.cli._output_args import (
     add_output_arguments,
     check_output_flags,
+    check_output_widths,
     kept_dims,
     output_metadata,
     output_ranges,
@@ -50,15 +42,7 @@ from poolkit.cli._provenance import provenance
 from poolkit.cli._ray_engine import add_arguments as add_engine_arguments
 from poolkit.cli._ray_engine import dispatch as dispatch_engine
 from poolkit.cli._recipe_args import intended_recipes, recipes_from_args
-from poolkit.cli._rows import (
-    BEIR_JOIN,
-    UserIds,
-    add_row_arguments,
-    beir_input,
-    keep_list,
-    kept_column,
-    note_beir,
-)
+from poolkit.cli._rows import UserIds, add_row_arguments, kept_column, row_setup
 from poolkit.errors import InputError
 
 __all__ = ["add_parser", "run"]
@@ -163,31 +147,6 @@ def _pipeline(args: argparse.Namespace) -> str:
     return "pooled" if args.pooled_only else "full"
 
 
-def _check_recipes(args: argparse.Namespace, encoder: Any, recipes: Any) -> None:
-    """Before any text is embedded: the prompt flags, the model's pipeline and each /DIMS (or
-    --dims) against its vectors' width (the dense recipes' plan, made once here)."""
-    from poolkit.cli._flags import flagged
-    from poolkit.embedding import recipe_kind
-    from poolkit.plan import make_plan
-    from poolkit.prompts import resolve_prompt
-
-    resolve_prompt(encoder.info, args.prompt_name, args.prompt)  # `prompt`: --prompt, printed
-    if recipe_kind(recipes) == "sparse":  # no modules after SPLADE pooling; the head it needs
-        from poolkit.sparse.embed import mlm_head
-
-        mlm_head(encoder, next(iter(recipes)))
-        if args.output != "-":
-            from poolkit.io.writers import check_output
-
-            check_output(Path(args.output), list(recipes), True, "sparse")
-        return
-    try:
-        make_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
-                  pipeline=_pipeline(args))  # fmt: skip
-    except (TypeError, ValueError) as e:
-        raise flagged(e, {"dims": "--dims" if args.dims is not None else "--recipe"}) from None
-
-
 def _kind(recipes: dict[str, Any]) -> str:
     """The recipes' one kind (dense or sparse); mixing them is refused in one line."""
     from poolkit.embedding import recipe_kind
@@ -200,28 +159,17 @@ def _kind(recipes: dict[str, Any]) -> str:
                          "runs.") from None  # fmt: skip
 
 
-def _kept(done: Any, noun: str) -> str:
-    """``"1 part is kept"``, ``"3 parts are kept"``: the committed parts left for --resume."""
-    return f"{count(len(done), noun)} {'is' if len(done) == 1 else 'are'} kept"
-
-
-def _check_stdout(args: argparse.Namespace) -> None:
-    """-o - (JSON Lines on stdout) keeps no file: refuse the flags that need one."""
-    if args.engine == "ray":
-        raise InputError(arg="-o", expected="a folder with --engine ray (it writes Parquet "
-                         "shards)", got="- (stdout)", fix="Name a folder.")  # fmt: skip
-    if args.resume:
-        raise InputError(arg="-o", expected="an OUTPUT file with --resume", got="- (stdout), "
-                         "which keeps no work directory to resume from")  # fmt: skip
-    if args.overwrite:
-        raise InputError(arg="--overwrite", expected="given with an OUTPUT file",
-                         got="-o - (stdout)", fix="Drop it.")  # fmt: skip
-
-
 def run(args: argparse.Namespace) -> int:
     to_stdout = args.output == "-"
-    if to_stdout:
-        _check_stdout(args)
+    if to_stdout and args.engine == "ray":  # -o - (stdout) keeps no file: refuse what needs one
+        raise InputError(arg="-o", expected="a folder with --engine ray (it writes Parquet "
+                         "shards)", got="- (stdout)", fix="Name a folder.")  # fmt: skip
+    if to_stdout and args.resume:
+        raise InputError(arg="-o", expected="an OUTPUT file with --resume", got="- (stdout), "
+                         "which keeps no work directory to resume from")  # fmt: skip
+    if to_stdout and args.overwrite:
+        raise InputError(arg="--overwrite", expected="given with an OUTPUT file",
+                         got="-o - (stdout)", fix="Drop it.")  # fmt: skip
     plan = check_chunk_flags(args)  # --chunks (None without)
     wanted, _ = recipes_from_args(args)  # the pooling flags, validated once
     if wanted is None and not args.pooled_only:  # a multi-vector folder: its own recipe
@@ -233,9 +181,7 @@ def run(args: argparse.Namespace) -> int:
         if info.is_multivector_folder:
             wanted = {info.multivector or "intended": info.intended_multivector()}
     check_output_flags(args, wanted)  # before Ray starts: its engine refuses an output stage
-    for value, flag in ((args.part_size, "--part-size"), (args.batch_tokens, "--batch-tokens"),
-                        (args.max_length, "--max-length")):  # fmt: skip
-        positive(value, flag)  # both engines
+    positives(args, "--part-size", "--batch-tokens", "--max-length")  # both engines
     multivector = check_multivector_args(args, wanted)  # its dense-only flags refused
     kind = None if wanted is None else _kind(wanted)
     if multivector and args.keep_columns:
@@ -244,11 +190,7 @@ def run(args: argparse.Namespace) -> int:
                          "column", fix="Drop --keep-columns.")  # fmt: skip
     if (status := dispatch_engine(args, wanted, plan)) is not None:  # --engine ray
         return status
-    title = beir_input(args)  # a BEIR folder or corpus.jsonl: compare's documents
-    if title is not None:
-        args.documents_read_as = BEIR_JOIN
-    note_beir(args, title)
-    keep = keep_list(args)
+    title, keep = row_setup(args)  # a BEIR folder or corpus.jsonl: compare's documents
     from poolkit.embedding import check_inputs, get_encoder
     from poolkit.io.checkpoint import Checkpoint, Part, check_no_work_dir, texts_digest
     from poolkit.io.inputstamp import InputChangedError, InputStamp
@@ -285,27 +227,24 @@ def run(args: argparse.Namespace) -> int:
                            chunk_size=args.part_size, id_column=args.id_column or "auto",
                            keep_columns=keep, title_column=title)  # fmt: skip
     first = next(parts)
-    first_texts = first.texts
-    calibration = calibration_texts(args, first_texts)  # int8-static only
+    calibration = calibration_texts(args, first.texts)  # int8-static only
     # Every encoder setting goes to the Encoder, once: the manifest reads them back from it.
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                           max_length=args.max_length, backend=args.backend,
                           quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                           calibrate=calibration)  # fmt: skip
     recipes = intended_recipes(wanted, encoder.info, args)
-    options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
-               "prompt": args.prompt, "pipeline": _pipeline(args)}  # fmt: skip
-    mv = None
+    prompts = {"prompt_name": args.prompt_name, "prompt": args.prompt, "pipeline": _pipeline(args)}
+    options = {"long_text": args.long_text, **prompts}
+    mv = chunking = first_chunks = None
+    ranges: dict[str, Any] = {}
     if multivector:  # the folder's sides and projection, not the dense pipeline
         mv = MultivectorPart(args, encoder, next(iter(recipes.values())))
     else:
-        _check_recipes(args, encoder, recipes)
-    chunking = first_chunks = None
-    if mv is not None:
-        ranges = {}
-    elif plan is None:
+        check_output_widths(args, encoder, recipes)
+    if mv is None and plan is None:
         ranges = output_ranges(args, encoder, recipes, first.texts, **options)
-    else:
+    elif mv is None:
         from poolkit.cli._chunk_args import PartChunker
         from poolkit.cli._output_args import RANGE_TEXTS
 
@@ -348,8 +287,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:  # a folder poolkit wrote: say which choice it carries
             print(f"poolkit: pooling {encoder.info.pooling} ({encoder.info.pooling_source})",
                   file=sys.stderr)  # fmt: skip
-    how = {"calibration": ranges, "prompt_name": args.prompt_name, "prompt": args.prompt,
-           "pipeline": _pipeline(args)}  # fmt: skip
+    how = {"calibration": ranges, **prompts}
     sparse = _kind(recipes) == "sparse"
     if not sparse and mv is None and chunking is None:  # resolved once for every part
         from poolkit.plan import make_plan
@@ -401,7 +339,9 @@ def run(args: argparse.Namespace) -> int:
             result, stats = chunking.embed(piece, progress=progress, **how)
             ids, columns = piece.rows(chunking.with_text)
             at = ids - first  # each chunk's document, in the part
-            columns = {**columns, **{n: _take(v, at) for n, v in kept.items()}}
+            # The kept columns' rows of each chunk: int64 arrays, or lists of strings.
+            columns |= {n: v[at] if not isinstance(v, list) else [v[i] for i in at.tolist()]
+                        for n, v in kept.items()}  # fmt: skip
             if own is not None:
                 ids = [own[i] for i in at.tolist()]
             tally.truncated += len(stats.truncated)
@@ -430,7 +370,8 @@ def run(args: argparse.Namespace) -> int:
         done = checkpoint.done
         if to_stdout or (failed and (not done or tally.nothing)):
             return None
-        return _kept(done, "finished part" if failed else "part")
+        noun = count(len(done), "finished part" if failed else "part")  # left for --resume
+        return f"{noun} {'is' if len(done) == 1 else 'are'} kept"
 
     def cause(error: Exception) -> Exception:
         if stamp is not None and not isinstance(error, InputChangedError) and stamp.changed():
@@ -491,13 +432,6 @@ def _summary(
     rate = (tally.texts - tally.resumed) / max(seconds, 1e-9)
     print(f"poolkit: {count(tally.texts, unit)}{rows} -> {out} [{shape}] in {seconds:.1f} s, "
           f"{rate:.1f} {unit}s/s, {tally.truncated} truncated{note}", file=sys.stderr)  # fmt: skip
-
-
-def _take(values: Any, at: Any) -> Any:
-    """``values[at]`` of a kept column (an int64 array or a list of strings)."""
-    if not isinstance(values, list):  # an int64 array
-        return values[at]
-    return [values[i] for i in at.tolist()]
 
 
 class _Tally:

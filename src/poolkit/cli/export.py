@@ -7,7 +7,8 @@ import argparse
 import sys
 from typing import Any
 
-from poolkit.cli._common import add_model_or_positional, model_given
+from poolkit.cli._common import add_common, add_model_or_positional, model_given
+from poolkit.cli._output_args import add_range_sources
 
 __all__ = ["add_parser", "run"]
 
@@ -52,22 +53,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="a poolkit compare --json file: export its top row and cite its "
         "figure in the model card",
     )
-    parser.add_argument("--calibrate", default=None, metavar="FILE",
-                        help="an int8/uint8 recipe (--format onnx): take the ranges the graph "
-                        "holds from every non-blank text of FILE, as poolkit embed --calibrate "
-                        "does (read like its INPUT; --text-column for jsonl/csv/tsv/parquet)")  # fmt: skip
-    parser.add_argument("--ranges", default=None, metavar="FILE",
-                        help="an int8/uint8 recipe: reuse the ranges an earlier poolkit embed "
-                        "recorded (its .parquet, or the .poolkit.json beside its .npy/.jsonl), "
-                        "or a poolkit compare --json file's row")  # fmt: skip
+    add_range_sources(parser, "an int8/uint8 recipe (--format onnx): the ranges the graph holds, "
+                      "from every non-blank text, as poolkit embed --calibrate takes them")  # fmt: skip
     parser.add_argument("--text-column", default=None, metavar="C",
                         help="--calibrate FILE's field/column with the text (default: 'text', "
                         "or the only column)")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
     parser.add_argument("--quiet", "-q", action="store_true", help="no summary line")
-    parser.add_argument(
-        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
-    )
+    add_common(parser, model=False)  # --debug
     parser.set_defaults(func=run)
     return parser
 

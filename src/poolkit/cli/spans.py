@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from poolkit._errors import value_error
-from poolkit.cli._common import add_common, positive, quiet_truncation
+from poolkit.cli._common import add_common, add_texts, positives, quiet_truncation
 from poolkit.cli._jsonout import add_output_arguments, json_lines, rounded
 from poolkit.errors import InputError
 from poolkit.io.readers import read_records
@@ -26,9 +26,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Print one JSON object per text with, for each character span, its "
         "inclusive token span, its tokens and its vector.",
     )
-    parser.add_argument("input", nargs="?", default=None, metavar="INPUT",
-                        help='JSON lines: {"text": ..., "spans": [[start, end], ...]}')  # fmt: skip
-    parser.add_argument("--text", "-t", default=None, help="one text, instead of INPUT")
+    add_texts(parser, 'JSON lines: {"text": ..., "spans": [[start, end], ...]}',
+              "one text, instead of INPUT", many=False)  # fmt: skip
     parser.add_argument("--span", action="append", default=None, metavar="START:END",
                         help="half-open character span of --text (repeatable)")  # fmt: skip
     parser.add_argument("--recipe", "-r", default=None, metavar="RECIPE",
@@ -76,11 +75,13 @@ def _records(args: argparse.Namespace) -> Iterator[tuple[str, list[tuple[int, in
         yield obj["text"], spans
 
 
-def _recipe(args: argparse.Namespace) -> Any:
-    """``--recipe`` (or ``--strategy`` as its shorthand) as a span-level recipe, checked
-    before the model loads."""
+def run(args: argparse.Namespace) -> int:
+    from poolkit.cli._flags import flagged
+    from poolkit.embedding import embed_spans, get_encoder
     from poolkit.recipe import Recipe
 
+    positives(args, "--max-length", "--batch-tokens")
+    # --recipe (or --strategy, its shorthand) as a span-level recipe, before the model loads.
     if args.recipe is not None and args.strategy is not None:
         raise InputError(arg="-s/--strategy", expected="unset with --recipe (it names the "
                          "strategy itself)", got=repr(args.strategy),
@@ -90,21 +91,10 @@ def _recipe(args: argparse.Namespace) -> Any:
     try:
         recipe = Recipe.parse(name, level="span")
     except ValueError as e:
-        from poolkit.cli._flags import flagged
-
         raise flagged(e, {"recipe": flag}) from None
     if recipe.level != "span":
         raise InputError(arg=flag, expected="a span-level recipe, e.g. span:endpoints or "
                          "span:mean@last4", got=f"{name!r}, a {recipe.level}-level one")  # fmt: skip
-    return recipe
-
-
-def run(args: argparse.Namespace) -> int:
-    from poolkit.embedding import embed_spans, get_encoder
-
-    positive(args.max_length, "--max-length")
-    positive(args.batch_tokens, "--batch-tokens")
-    recipe = _recipe(args)
     records = list(_records(args))
     if not records:
         raise InputError(where=args.input, expected="texts", got="the input is empty")

@@ -5,13 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from poolkit.cli._common import (
-    add_common,
-    add_input_format,
-    positive,
-    quiet_truncation,
-    text_parts,
-)
+from poolkit.cli._common import add_common, add_texts, positives, quiet_truncation, text_parts
 from poolkit.cli._jsonout import add_output_arguments, json_lines, rounded
 
 __all__ = ["add_parser", "run"]
@@ -24,11 +18,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Print one JSON object per text: its tokens (special tokens removed), "
         "their half-open character offsets [start, end) and their vectors.",
     )
-    parser.add_argument("input", nargs="?", default=None, metavar="INPUT",
-                        help="file of texts (as for `poolkit embed`), or - for stdin")  # fmt: skip
-    parser.add_argument("--text", "-t", action="append", default=None,
-                        help="a text to tokenize (repeatable), instead of INPUT")  # fmt: skip
-    add_input_format(parser)  # --text-column, --input-format
+    add_texts(parser, "file of texts (as for `poolkit embed`), or - for stdin",
+              "a text to tokenize (repeatable), instead of INPUT")  # fmt: skip
     add_output_arguments(parser, "tokens and offsets")  # -o, --overwrite, --no-vectors, ...
     add_common(parser)
     parser.set_defaults(func=run)
@@ -38,8 +29,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from poolkit.embedding import embed_tokens, get_encoder
 
-    positive(args.max_length, "--max-length")
-    positive(args.batch_tokens, "--batch-tokens")
+    positives(args, "--max-length", "--batch-tokens")
     encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                           max_length=args.max_length)  # fmt: skip
     row = 0
