@@ -52,7 +52,8 @@ def publish_file(tmp: Path, path: Path, *, replace: bool = True) -> Path:
     return path
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
+    """Remove the file, link or folder ``path`` (a missing one is fine)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -78,7 +79,7 @@ def publish_dir(tmp: Path, path: Path, *, replace: bool = False, aside: Path | N
         if not replace:
             raise OutputExistsError(already_exists(path))
         old = aside or path.with_name(f".{path.name}.old-{os.urandom(4).hex()}")
-        _remove(old)
+        remove_path(old)
         os.replace(path, old)
     try:
         os.replace(tmp, path)
@@ -88,7 +89,7 @@ def publish_dir(tmp: Path, path: Path, *, replace: bool = False, aside: Path | N
         raise
     fsync_dir(path.parent)
     if old is not None:
-        _remove(old)
+        remove_path(old)
     return path
 
 

@@ -58,9 +58,9 @@ import numpy as np
 
 from poolkit._errors import already_exists, value_error
 from poolkit.errors import InputError, OutputExistsError
-from poolkit.io.atomic import AtomicDir, atomic_write, fsync_dir, publish_file
+from poolkit.io.atomic import AtomicDir, atomic_write, fsync_dir, publish_file, remove_path
 from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
-from poolkit.io.integrity import IntegrityWarning, bytes_digest, read_verified
+from poolkit.io.integrity import IntegrityWarning, bytes_digest, file_digest, read_verified
 from poolkit.io.writers import EmbeddingWriter, output_format, row_ids, sidecar_path, stored
 from poolkit.sparse.files import is_sparse, part_arrays, part_from
 
@@ -116,11 +116,7 @@ def model_fingerprint(model_dir: str | os.PathLike[str]) -> dict[str, str]:
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if path.is_file() and not any(part.startswith(".") for part in rel.parts):
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-            out[rel.as_posix()] = h.hexdigest()
+            out[rel.as_posix()] = file_digest(path)
     return out
 
 
@@ -310,7 +306,11 @@ class Checkpoint:
         out = Path(output)
         path = work_dir_for(out)
         settings = json.loads(json.dumps(dict(settings)))  # normalise tuples, keys
-        cls._remove_trash(out)
+        trash = f".{out.name}{WORK_SUFFIX}.trash-"  # left by a kill during discard()
+        with contextlib.suppress(OSError):
+            for entry in os.listdir(out.parent):
+                if entry.startswith(trash):
+                    shutil.rmtree(out.parent / entry, ignore_errors=True)
         if path.exists() and not resume:
             check_no_work_dir(out, cls)
         opened = (cls._reopen if path.exists() else cls._create)(out, path, settings)
@@ -320,16 +320,10 @@ class Checkpoint:
         opened.kind = kind
         return opened
 
-    @staticmethod
-    def _count(path: Path) -> int:
-        with contextlib.suppress(OSError):
-            return sum(1 for e in os.listdir(path) if _CHUNK.match(e))
-        return 0
-
     @classmethod
     def _progress(cls, path: Path) -> str:
         """How much finished work the directory at ``path`` holds, for messages."""
-        n = cls._count(path)
+        n = count_entries(path, _CHUNK)
         return f"{n} part{'' if n == 1 else 's'} done"
 
     @classmethod
@@ -385,18 +379,7 @@ class Checkpoint:
                                   "to start over.")  # fmt: skip
         return cls(out, path, settings, lock)
 
-    @staticmethod
-    def _remove_trash(out: Path) -> None:
-        prefix = f".{out.name}{WORK_SUFFIX}.trash-"
-        with contextlib.suppress(OSError):
-            for entry in os.listdir(out.parent):
-                if entry.startswith(prefix):
-                    shutil.rmtree(out.parent / entry, ignore_errors=True)
-
     # -- parts --------------------------------------------------------------------------
-
-    def _part_path(self, index: int) -> Path:
-        return self.path / self._files[index]
 
     def put(self, part: Part) -> None:
         """:meth:`verify` a resumed part (no ``arrays``), else :meth:`commit` it."""
@@ -511,13 +494,10 @@ class Checkpoint:
             self._assembly.abort()
             self._assembly = None
 
-    def _meta(self, index: int) -> dict[str, Any]:
-        return self._metas[index]
-
     def _read(self, index: int) -> bytes:
         """The verified bytes of part ``index``; a part damaged since it was checked is
         deleted (so that ``--resume`` recomputes it) and reported."""
-        path = self._part_path(index)
+        path = self.path / self._files[index]
         data = read_verified(path, _CHUNK.match(path.name).group(2))  # type: ignore[union-attr]
         if data is None:
             with contextlib.suppress(OSError):
@@ -534,7 +514,7 @@ class Checkpoint:
         Raises:
             CheckpointError: the input changed inside the part already embedded.
         """
-        meta = self._meta(index)
+        meta = self._metas[index]
         if meta["first_row"] != first_row or meta["texts_sha256"] != digest:
             last = first_row + meta.get("texts", meta["rows"]) - 1
             raise CheckpointError(where=self.path, expected="the input of the part already embedded",
@@ -546,9 +526,12 @@ class Checkpoint:
         """Part ``index``: row ids ``(n,)`` int64, strategy -> ``(n, D)`` as stored, and its
         extra columns (name -> int64 array or list of strings; empty for a part committed
         without)."""
-        meta = self._meta(index)
+        meta = self._metas[index]
         with np.load(io.BytesIO(self._read(index)), allow_pickle=False) as z:
-            arrays = {n: _stored_column(z, f"s{k}") for k, n in enumerate(meta["strategies"])}
+            arrays = {}
+            for k, n in enumerate(meta["strategies"]):  # dense, or a sparse column's CSR
+                sparse = part_from(z, f"s{k}")
+                arrays[n] = z[f"s{k}"] if sparse is None else sparse
             columns = {n: _column_from(z, f"c{k}") for k, n in enumerate(meta.get("columns", []))}
             ids = _column_from(z, "ids") if {"ids", "ids_utf8"} & set(z.files) else None
         if ids is None:
@@ -558,7 +541,7 @@ class Checkpoint:
 
     def rows(self, index: int) -> int:
         """How many rows committed part ``index`` holds."""
-        return int(self._meta(index)["rows"])
+        return int(self._metas[index]["rows"])
 
     # -- the end ------------------------------------------------------------------------
 
@@ -603,14 +586,7 @@ class Checkpoint:
         os.umask(umask)
         try:
             os.chmod(staged, 0o666 & ~umask)
-            if self.output.exists() and not overwrite:
-                raise CheckpointError(
-                    already_exists(
-                        self.output,
-                        f"the finished vectors stay in {self.path.name} for `resume=True`",
-                    )
-                )
-            atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
+            self._mark_published(overwrite, "vectors")
             if fmt != "parquet":
                 if metadata := self._record:
                     if ids is not None:  # a .npy has no id column: its record keeps them
@@ -626,6 +602,18 @@ class Checkpoint:
             raise
         self.discard()
         return self.output
+
+    def _mark_published(self, overwrite: bool, finished: str) -> None:
+        """Refuse an existing output unless ``overwrite``; else mark the directory as
+        renaming onto it (see :meth:`finished`)."""
+        if self.output.exists() and not overwrite:
+            raise CheckpointError(
+                already_exists(
+                    self.output,
+                    f"the finished {finished} stay in {self.path.name} for `resume=True`",
+                )
+            )
+        atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
 
     def discard(self) -> None:
         """Remove the work directory (renamed away first, so a kill mid-removal leaves no
@@ -655,10 +643,7 @@ class Checkpoint:
         for entry in entries:
             if entry not in foreign:
                 with contextlib.suppress(OSError):
-                    if (path / entry).is_dir() and not (path / entry).is_symlink():
-                        shutil.rmtree(path / entry)
-                    else:
-                        os.unlink(path / entry)
+                    remove_path(path / entry)
         if not foreign:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
@@ -692,12 +677,6 @@ class Checkpoint:
         self.close()
 
 
-def _stored_column(z: Any, key: str) -> Any:
-    """A part's vectors under ``key``: a dense array, or a sparse column's CSR array."""
-    sparse = part_from(z, key)
-    return z[key] if sparse is None else sparse
-
-
 def _column_payload(key: str, values: Any) -> dict[str, np.ndarray]:
     """An extra column as npz arrays: ints as ``key`` (int64); strings as their UTF-8
     bytes ``key + "_utf8"`` and the ``n + 1`` byte offsets ``key + "_at"`` (no pickles,
@@ -715,6 +694,13 @@ def _column_from(z: Any, key: str) -> Any:
         return z[key]
     data, at = z[f"{key}_utf8"].tobytes(), z[f"{key}_at"].tolist()
     return [data[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(at)]
+
+
+def count_entries(path: Path, pattern: re.Pattern[str]) -> int:
+    """How many entries of the directory ``path`` match ``pattern`` (0: unreadable)."""
+    with contextlib.suppress(OSError):
+        return sum(1 for e in os.listdir(path) if pattern.match(e))
+    return 0
 
 
 def _parse_meta(data: bytes) -> dict[str, Any] | None:

@@ -35,16 +35,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import already_exists, count
-from poolkit.io.atomic import atomic_write, fsync_dir, publish_dir
+from poolkit._errors import count
+from poolkit.io.atomic import atomic_write, fsync_dir, publish_dir, remove_path
 from poolkit.io.checkpoint import (
     _OWN,
-    _PUBLISHED,
     WORK_SUFFIX,
     Checkpoint,
     CheckpointError,
     _short,
     _warn,
+    count_entries,
 )
 from poolkit.io.integrity import bytes_digest, read_verified
 
@@ -109,20 +109,16 @@ class ShardCheckpoint(Checkpoint):
 
     @classmethod
     def _progress(cls, path: Path) -> str:
-        return f"{count(_records_in(path), 'input file')} done"
+        return f"{count(count_entries(path, _RECORD), 'input file')} done"
 
     def records_on_disk(self) -> int:
         """Finished-file records in the directory now: also one whose write an interrupt
         cut short after its rename (so it counts, though :attr:`done_files` missed it)."""
-        return _records_in(self.path)
+        return count_entries(self.path, _RECORD)
 
     def _unlink(self, entry: str) -> None:
-        target = self.path / entry
         with contextlib.suppress(OSError):
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            else:
-                target.unlink()
+            remove_path(self.path / entry)
 
     # -- resuming -----------------------------------------------------------------------
 
@@ -251,25 +247,12 @@ class ShardCheckpoint(Checkpoint):
     def publish(self, *, overwrite: bool) -> Path:  # type: ignore[override]
         """Rename ``staged/`` onto the output folder (an existing one only with
         ``overwrite``), then remove the work directory. Returns the output folder."""
-        staged = self.path / _STAGED
-        if self.output.exists() and not overwrite:
-            raise CheckpointError(
-                already_exists(
-                    self.output, f"the finished shards stay in {self.path.name} for `resume=True`"
-                )
-            )
-        atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
+        self._mark_published(overwrite, "shards")
         # An old OUTPUT waits under a trash name that Checkpoint.open clears after a crash.
         old = self.output.with_name(f".{self.output.name}{WORK_SUFFIX}.trash-old")
-        publish_dir(staged, self.output, replace=True, aside=old)
+        publish_dir(self.path / _STAGED, self.output, replace=True, aside=old)
         self.discard()
         return self.output
-
-
-def _records_in(path: Path) -> int:
-    with contextlib.suppress(OSError):
-        return sum(1 for e in os.listdir(path) if _RECORD.match(e))
-    return 0
 
 
 def _parse_record(data: bytes) -> dict[str, Any] | None:
