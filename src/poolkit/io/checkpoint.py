@@ -10,8 +10,6 @@ committed at a time. A job writing ``OUTPUT`` keeps its work in ``OUTPUT.poolkit
   ``poolkit embed --chunks`` also stores each row's id, a text's rows not being one per
   text, and its extra columns: ``chunk``, ``start``, ``end``, ``text``). The name
   carries the SHA-256 of the file's own bytes, so part and hash appear in one rename.
-  (The ``chunk-`` file names and the manifest's ``chunk_size`` key date from before the
-  unit was called a part; they stay, so that work directories of older versions resume.)
 - ``lock``: held (``flock``) while a process works on the directory.
 
 Every file appears atomically (temporary file, ``fsync``, ``rename``, ``fsync`` of the
@@ -400,18 +398,11 @@ class Checkpoint:
         columns: Mapping[str, Any] | None = None,
         texts: int | None = None,
     ) -> None:
-        """Store part ``index`` atomically.
-
-        Args:
-            index: 0-based part number.
-            first_row: row id of the part's first text.
-            digest: :func:`texts_digest` of the part's texts.
-            arrays: strategy name -> float32 ``(n, D)``, rows in input order.
-            ids: each row's id ``(n,)`` (default: ``first_row`` onwards, one per text).
-            columns: extra columns for the writer, name -> ``n`` ints (an integer array)
-                or strings (a list).
-            texts: how many texts the part holds (default: its row count).
-        """
+        """Store part ``index`` (0-based) atomically: ``first_row`` is its first text's row
+        id, ``digest`` its texts' :func:`texts_digest`, ``arrays`` strategy -> ``(n, D)`` in
+        input order, ``ids`` each row's id (default ``first_row`` onwards), ``columns`` the
+        writer's extra columns (name -> ``n`` ints or strings), ``texts`` how many texts it
+        holds (default: its row count)."""
         names = list(arrays)
         rows = {int(np.shape(a)[0]) for a in arrays.values()}
         extra = dict(columns or {})
@@ -546,12 +537,10 @@ class Checkpoint:
     # -- the end ------------------------------------------------------------------------
 
     def publish(self, num_parts: int, *, overwrite: bool) -> Path:
-        """Write parts ``0..num_parts-1`` into ``output`` (atomic), then remove the work
-        directory. Returns ``output``. The parts committed in order are in the output
-        already; the others are read back (and hashed again) here. :attr:`metadata` (an
-        output stage's record) goes into a Parquet output's metadata, or, for
-        ``.npy``/``.jsonl``, into the JSON file :func:`poolkit.io.writers.sidecar_path`
-        names, published before the output.
+        """Write parts ``0..num_parts-1`` into ``output`` (atomic; parts not assembled yet
+        are read back and hashed again), remove the work directory, return ``output``.
+        :attr:`metadata` goes into a Parquet output's metadata, else into the JSON file
+        :func:`poolkit.io.writers.sidecar_path` names, published first.
 
         Raises:
             CheckpointError: a part is missing, or ``output`` exists and not ``overwrite``.

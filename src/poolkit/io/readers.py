@@ -195,16 +195,12 @@ def _jsonl(stream: IO[bytes], where: str, column: str | None, fields: Fields) ->
                              got=f"got a JSON {type(value).__name__}")  # fmt: skip
         if asked is None:
             asked = fields.wanted(value)
-        if key not in value:
-            keys = ", ".join(map(str, value)) or "(none)"
-            raise InputError(where=f"{where}: line {number}", expected=f'a "{key}" field',
-                             got=f"its fields are: {keys}",
-                             fix="Choose one with `text_column`.")  # fmt: skip
-        for name in asked.values():
+        for name in (key, *asked.values()):
             if name not in value:
                 keys = ", ".join(map(str, value)) or "(none)"
+                fix = "Choose one with `text_column`." if name == key else ""
                 raise InputError(where=f"{where}: line {number}", expected=f'a "{name}" field',
-                                 got=f"its fields are: {keys}")  # fmt: skip
+                                 got=f"its fields are: {keys}", fix=fix)  # fmt: skip
         text = value[key]
         if not isinstance(text, str):
             raise InputError(where=f"{where}: line {number}", expected=f'a string in "{key}"',

@@ -17,10 +17,8 @@ row count, content hash and ids: an edited file, or one whose ids moved because 
 file changed, is embedded again) and every shard the record names still hashes to its name; a
 damaged shard sends its file back to be embedded, with one warning naming it. Shards no
 record names (the blocks of a file in flight when the driver died) are deleted with one
-warning; files poolkit did not write are named and left alone. :meth:`ShardCheckpoint.stage`
-hard-links the shards in row order as ``part-00000.parquet`` ... into ``staged/``, which
-:meth:`ShardCheckpoint.publish` renames onto OUTPUT_DIR: the folder appears complete or not
-at all, and its shards are those an uninterrupted run writes.
+warning; files poolkit did not write are named and left alone. The output folder appears
+whole (:meth:`ShardCheckpoint.publish`), with the shards an uninterrupted run writes.
 """
 
 from __future__ import annotations
@@ -125,13 +123,10 @@ class ShardCheckpoint(Checkpoint):
     def keep(
         self, stamps: Sequence[Mapping[str, Any]], unchanged: Sequence[Any] = ()
     ) -> list[bool]:
-        """Which input files are done: ``stamps[k]`` (``name``, ``first_id``, ``rows``,
-        ``sha256``, ...) describes input file ``k`` as it is now. A file is done when a
-        record matches it and every shard the record names verifies (an empty file is
-        recorded done here). Everything else (records of changed or vanished files,
-        damaged shards, shards no kept record names) is deleted, each kind with one
-        warning. ``unchanged[k]`` (optional): a :class:`~poolkit.io.inputstamp.InputStamp`
-        of file ``k``, checked before the file is recorded done by :meth:`put`."""
+        """Which input files are done (see the module doc; an empty file is recorded done
+        here): ``stamps[k]`` (``name``, ``first_id``, ``rows``, ``sha256``, ...) describes
+        input file ``k`` as it is now; ``unchanged[k]`` (optional), its
+        :class:`~poolkit.io.inputstamp.InputStamp`, checked before :meth:`put` records it."""
         self._stamps, self._unchanged = list(stamps), list(unchanged)
         self._pending: dict[int, list[tuple[int, int, str]]] = {}
         wanted = {tuple(s.get(k) for k in _MATCH): s for s in stamps}
