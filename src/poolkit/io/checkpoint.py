@@ -281,20 +281,13 @@ class Checkpoint:
         metadata: Any = None,
         kind: str | None = None,
     ) -> Checkpoint:
-        """Create the work directory of ``output``, or with ``resume=True`` reopen it.
-
-        Args:
-            output: the final output path.
-            settings: JSON-serialisable values the vectors depend on; a resumed job must
-                present equal settings.
-            resume: continue an existing work directory (a missing one is created).
-            strategies: the output's vector columns, in order (default: ``settings``'
-                ``"strategies"``).
-            metadata: an output stage's record for the output (see :meth:`publish`), or a
-                function of the first part's stored arrays that returns it.
-            kind: the recipes' :attr:`poolkit.Recipe.kind`; ``"multivector"``: parts hold
-                one row per token, ``ids`` naming each token's text, and the output one row
-                per text (:mod:`poolkit.io.writers`).
+        """Create the work directory of ``output``, or with ``resume=True`` reopen it (a
+        missing one is created). ``settings``: JSON values the vectors depend on (a resumed
+        job must present equal ones); ``strategies``: the output's vector columns (default:
+        ``settings["strategies"]``); ``metadata``: the output's record (:meth:`publish`), or
+        a function of the first part's stored arrays giving it; ``kind``: the recipes'
+        :attr:`poolkit.Recipe.kind` (``"multivector"``: parts of one row per token, ``ids``
+        naming each token's text; the output one row per text).
 
         Raises:
             CheckpointError: the directory exists and ``resume`` is False; it was made

@@ -122,18 +122,9 @@ class Fields:
         """Role -> field for a file (or first record) with fields ``names``: ``"value"``,
         ``"id"``, ``"keep:NAME"``; an ``"auto"`` id resolved (absent: no id field)."""
         have = list(names)
-        out: dict[str, str] = {}
-        if self.value is not None:
-            out["value"] = self.value
-        if self.id == "auto":
-            found = next((f for f in ID_FIELDS if f in have), None)
-            if found is not None:
-                out["id"] = found
-        elif self.id is not None:
-            out["id"] = self.id
-        for name in self.keep:
-            out[f"keep:{name}"] = name
-        return out
+        found = next((f for f in ID_FIELDS if f in have), None) if self.id == "auto" else self.id
+        roles = {"value": self.value, "id": found, **{f"keep:{n}": n for n in self.keep}}
+        return {role: name for role, name in roles.items() if name is not None}
 
 
 def _got(asked: dict[str, str], record: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,12 +133,6 @@ def _got(asked: dict[str, str], record: Mapping[str, Any]) -> dict[str, Any]:
     if "id" in asked:
         out["id_column"] = asked["id"]
     return out
-
-
-def join_title(title: Any, text: str) -> str:
-    """A BEIR document's text as MTEB reads it: ``(title + " " + text).strip()`` when it
-    has a title field (``title`` not None), else ``text.strip()``."""
-    return text.strip() if title is None else (str(title) + " " + text).strip()
 
 
 def _txt(stream: IO[bytes], where: str, column: str | None, fields: Fields) -> Iterator[_Item]:
@@ -212,7 +197,8 @@ def _jsonl(stream: IO[bytes], where: str, column: str | None, fields: Fields) ->
                 raise InputError(where=f"{where}: line {number}",
                                  expected=f'a string in "{fields.title}"',
                                  got=f"got {type(title).__name__}")  # fmt: skip
-            text = join_title(title, text)
+            # BEIR's corpus as MTEB reads it (title: a row without one has just its text)
+            text = text.strip() if title is None else (title + " " + text).strip()
         yield number, text, _got(asked, value)
 
 
@@ -408,14 +394,11 @@ def _delimited(
 def read_records(
     path: str | os.PathLike[str], fmt: str | None = None, *, names: list[str] | None = None
 ) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
-    """Column names and ``(row name, record)`` pairs of a jsonl/csv/tsv/parquet table.
-
-    The one table reader: its loops (JSON lines, CSV/TSV records, Parquet rows) are those
-    :func:`read_texts`, :func:`read_rows` and :func:`read_stream` take texts from, so
-    ``poolkit embed`` and ``poolkit compare`` decode a file the same way (UTF-8 only, BOM
-    dropped, NUL refused, quoted newlines kept, ragged rows refused when longer than the
-    header). Row names are ``"path:LINE"`` (line-based formats) or ``"path: row N"``
-    (Parquet), 1-based. ``names``: the columns of a csv/tsv file without a header row.
+    """Column names and ``(row name, record)`` pairs of a jsonl/csv/tsv/parquet table,
+    read by the loops :func:`read_rows` takes texts from (UTF-8 only, BOM dropped, NUL
+    refused, quoted newlines kept, rows longer than the header refused). Row names:
+    ``"path:LINE"`` or ``"path: row N"`` (Parquet), 1-based. ``names``: the columns of a
+    csv/tsv file without a header row.
 
     Raises:
         InputError: a missing, undecodable or malformed file, naming the line or row.
@@ -660,33 +643,22 @@ def read_rows(
 def _parts(
     items: Iterable[_Item], where: str, label: str, fields: Fields, chunk_size: int
 ) -> Iterator[Rows]:
-    """``items`` as :class:`Rows` of ``chunk_size`` texts (``label``: line or row)."""
-
-    def fresh() -> Rows:
-        return Rows(ids=None if fields.id is None else [], kept={k: [] for k in fields.keep})
-
-    part = fresh()
-    for number, text, got in items:
-        part.texts.append(text)
-        part.values.append(got.get("value"))
-        part.where.append(f"{where}: {label} {number}")
-        if part.ids is not None:
-            part.ids.append(got.get("id"))
+    """``items`` as :class:`Rows` of ``chunk_size`` texts (``label``: line or row); ``ids``
+    None when no row had an id field (row numbers, as without)."""
+    rest = iter(items)
+    while batch := list(itertools.islice(rest, chunk_size)):
+        part = Rows(kept={k: [] for k in fields.keep})
+        ids: list[Any] = []
+        for number, text, got in batch:
+            part.texts.append(text)
+            part.values.append(got.get("value"))
+            part.where.append(f"{where}: {label} {number}")
+            ids.append(got.get("id"))
             part.id_column = got.get("id_column", part.id_column)
-        for name in fields.keep:
-            part.kept[name].append(got[f"keep:{name}"])
-        if len(part) >= chunk_size:
-            yield _settled(part)
-            part = fresh()
-    if len(part):
-        yield _settled(part)
-
-
-def _settled(part: Rows) -> Rows:
-    """``part`` with ``ids`` None when no row had an id field (row numbers, as without)."""
-    if part.id_column is None:
-        part.ids = None
-    return part
+            for name in fields.keep:
+                part.kept[name].append(got[f"keep:{name}"])
+        part.ids = None if part.id_column is None else ids
+        yield part
 
 
 def kept_column(values: list[Any]) -> Any:

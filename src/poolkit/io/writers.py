@@ -1,10 +1,9 @@
 """Embeddings to files, part by part, published atomically.
 
-:func:`open_writer` returns an :class:`EmbeddingWriter`; call :meth:`~EmbeddingWriter.write`
-per part (row ids + one float32 ``(n, D)`` array per strategy), then
-:meth:`~EmbeddingWriter.close`. Data goes to a temporary file beside the output and is
-renamed into place only on ``close``; an error (or :meth:`~EmbeddingWriter.abort`) removes
-it, so a half-written output never exists under the output's name.
+:func:`open_writer` returns an :class:`EmbeddingWriter`: :meth:`~EmbeddingWriter.write` per
+part (row ids + one ``(n, D)`` array per strategy), then :meth:`~EmbeddingWriter.close`
+renames the temporary file into place; an error (or :meth:`~EmbeddingWriter.abort`)
+removes it: a half-written output never exists under the output's name.
 
 - ``.npy``: one float32 ``(N, D)`` matrix in input order (one strategy only).
 - ``.parquet``: ``id`` (int64) plus one ``fixed_size_list<float32>[D]`` column per strategy.
@@ -26,9 +25,8 @@ Per-token integer columns (``poolkit embed --token-offsets``: ``offsets``, ``(to
 go between ``id`` and the vectors as one list per text (Parquet ``large_list`` of
 ``fixed_size_list<int64>[2]``; JSON Lines ``[[start, end], ...]``); ``.npz`` takes none.
 
-A sparse recipe's parts are ``scipy.sparse`` CSR arrays; how each format stores them is
-:mod:`poolkit.sparse.files`' business (dense-only ``.npy`` refuses them, ``.npz`` refuses
-dense ones).
+A sparse recipe's parts are ``scipy.sparse`` CSR arrays, stored as
+:mod:`poolkit.sparse.files` says (``.npy`` refuses them, ``.npz`` refuses dense ones).
 
 A part may carry extra columns, written between ``id`` and the vectors (``.parquet``,
 ``.jsonl``; ``.npy`` has no place for them): ``poolkit embed --chunks`` writes ``chunk``,
