@@ -188,18 +188,12 @@ class Part:
 
 
 class Checkpoint:
-    """A work directory for one output, held (locked) by this process.
-
-    Use :meth:`open`, then per part ``k`` (in order) either :meth:`verify` (done) or
-    :meth:`commit` (new), or :meth:`put` a :class:`Part` to do either; finally
-    :meth:`publish`, which writes ``OUTPUT`` and removes the directory. :meth:`close` releases the lock and keeps the directory for ``--resume``.
-
-    Attributes:
-        output: the final output path.
-        path: the work directory.
-        settings: what the vectors depend on (JSON values), as stored in the manifest.
-        done: indices of the committed parts.
-    """
+    """The work directory (:attr:`path`) of the output :attr:`output`, held (locked) by
+    this process: :meth:`open` it, then per part (in order) :meth:`verify` a done one or
+    :meth:`commit` a new one (:meth:`put` does either); finally :meth:`publish` writes the
+    output and removes the directory, or :meth:`close` keeps it for ``--resume``.
+    :attr:`settings`: what the vectors depend on, as the manifest stores them;
+    :attr:`done`: the indices of the committed parts."""
 
     def __init__(self, output: Path, path: Path, settings: dict[str, Any], lock: Any) -> None:
         self.output = output

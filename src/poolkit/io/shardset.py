@@ -58,16 +58,11 @@ _MATCH = (*_IDENTITY, "ids")
 
 
 class ShardCheckpoint(Checkpoint):
-    """The work directory of a Ray job's output folder, held (locked) by this process.
-
-    Use :meth:`open` (inherited: creates it, or with ``resume=True`` checks the settings
-    and reopens it), :meth:`keep` once with the input files as they are now, then
-    :meth:`add_shard` per block and :meth:`finish` per completed input file; finally
-    :meth:`stage` and :meth:`publish`. :meth:`close` keeps the directory for ``--resume``.
-
-    Attributes:
-        done_files: input file name -> its record (verified), for the files done.
-    """
+    """The work directory of a Ray job's output folder, held (locked) by this process:
+    :meth:`open` it (inherited), :meth:`keep` once with the input files as they are now,
+    :meth:`put` each block (shards, and a record per finished file), then :meth:`stage`
+    and :meth:`publish`; :meth:`close` keeps it for ``--resume``. :attr:`done_files`:
+    input file name -> its verified record, for the files done."""
 
     _STAGED_GLOB = _STAGED  # finished(): published, and the staged folder renamed away
 

@@ -42,6 +42,7 @@ beside a ``.npy`` or ``.jsonl`` output for it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -112,15 +113,11 @@ def jsonl_rows(
         name: values.astype(np.int64).tolist() if isinstance(values, np.ndarray) else list(values)
         for name, values in (columns or {}).items()
     }
-    lines = []
-    for k, i in enumerate(id_values(ids)):
-        row: dict[str, Any] = {"id": i}
-        for name, values in extra.items():
-            row[name] = values[k]
-        for name in strategies:
-            row[name] = lists[name][k]
-        lines.append(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")
-    return "".join(lines)
+    rows = (
+        {"id": i, **{n: v[k] for n, v in extra.items()}, **{n: lists[n][k] for n in strategies}}
+        for k, i in enumerate(id_values(ids))
+    )
+    return "".join(json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n" for r in rows)
 
 
 def row_ids(ids: Any) -> np.ndarray | list[str]:
@@ -407,10 +404,8 @@ class EmbeddingWriter:
     def abort(self) -> None:
         """Drop the temporary file; ``path`` is left as it was."""
         if self._parquet is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._parquet.close()
-            except Exception:
-                pass
             self._parquet = None
         if self._npz is not None:
             self._npz.close()
