@@ -20,10 +20,8 @@ __all__ = ["AtomicDir", "AtomicFile", "atomic_write", "fsync_dir", "publish_dir"
 
 
 def fsync_dir(path: Path) -> None:
-    """Flush ``path``'s directory entries to disk, which makes a rename in it durable.
-
-    Platforms that cannot open a directory are skipped silently.
-    """
+    """Flush ``path``'s directory entries to disk, which makes a rename in it durable
+    (skipped where a directory cannot be opened)."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -39,11 +37,8 @@ def _fsync_file(path: Path) -> None:
 
 def publish_file(tmp: Path, path: Path, *, replace: bool = True) -> Path:
     """Publish the finished file ``tmp`` as ``path``: fsync it, rename it onto ``path`` (in
-    the same filesystem), fsync the directory. The one file rename of the package.
-
-    With ``replace=False`` an existing ``path`` is kept and
-    :class:`~poolkit.errors.OutputExistsError` (a ``FileExistsError``) raised; ``tmp`` is
-    left to the caller."""
+    the same filesystem), fsync the directory. ``replace=False``: an existing ``path`` is
+    kept and :class:`~poolkit.errors.OutputExistsError` raised (``tmp`` left to the caller)."""
     _fsync_file(tmp)
     if not replace and path.exists():
         raise OutputExistsError(already_exists(path))
@@ -52,7 +47,8 @@ def publish_file(tmp: Path, path: Path, *, replace: bool = True) -> Path:
     return path
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
+    """Remove the file, link or folder ``path`` (a missing one is fine)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -61,12 +57,10 @@ def _remove(path: Path) -> None:
 
 def publish_dir(tmp: Path, path: Path, *, replace: bool = False, aside: Path | None = None) -> Path:
     """Publish the finished folder ``tmp`` as ``path``: fsync its files and folders, rename
-    it onto ``path``, fsync the parent. The one folder rename of the package.
-
-    An existing ``path`` (folder or file) is refused with
-    :class:`~poolkit.errors.OutputExistsError` unless ``replace``; then it is first renamed to
-    ``aside`` (default a hidden name beside it), put back if the rename of ``tmp`` fails,
-    and removed once the new folder is in place."""
+    it onto ``path``, fsync the parent. An existing ``path`` is refused
+    (:class:`~poolkit.errors.OutputExistsError`) unless ``replace``: then it is renamed to
+    ``aside`` (default a hidden name beside it), put back if the rename fails, and removed
+    once the new folder is in place."""
     for f in sorted(tmp.rglob("*")):
         if f.is_file() and not f.is_symlink():
             _fsync_file(f)
@@ -78,7 +72,7 @@ def publish_dir(tmp: Path, path: Path, *, replace: bool = False, aside: Path | N
         if not replace:
             raise OutputExistsError(already_exists(path))
         old = aside or path.with_name(f".{path.name}.old-{os.urandom(4).hex()}")
-        _remove(old)
+        remove_path(old)
         os.replace(path, old)
     try:
         os.replace(tmp, path)
@@ -88,20 +82,14 @@ def publish_dir(tmp: Path, path: Path, *, replace: bool = False, aside: Path | N
         raise
     fsync_dir(path.parent)
     if old is not None:
-        _remove(old)
+        remove_path(old)
     return path
 
 
 class AtomicFile:
-    """A file written under a temporary name beside ``path`` and published whole.
-
-    The one temp-then-rename of the package for files: :func:`atomic_write`, the streaming
-    embedding writers and ``poolkit spans``/``tokens`` output all use it.
-    :meth:`commit` flushes and publishes it with :func:`publish_file` (fsync, rename onto
-    ``path``, fsync of the directory); :meth:`abort` removes the temporary file and leaves
-    ``path`` as it was. As a context manager it commits on success and aborts on any
-    exception.
-    """
+    """A file written under a temporary name beside ``path``: :meth:`commit` publishes it
+    whole (:func:`publish_file`), :meth:`abort` removes it and leaves ``path`` as it was; as
+    a context manager it commits on success and aborts on any exception."""
 
     def __init__(self, path: Path, mode: str = "wb") -> None:
         self.path = Path(path)
@@ -152,16 +140,10 @@ class AtomicFile:
 def atomic_write(
     path: Path, write: Callable[[IO[bytes]], object], *, size: int | None = None
 ) -> None:
-    """Write ``path`` through ``write(f)`` so that it is either absent, as before, or whole.
-
-    ``write`` gets a binary file in ``path``'s directory; once it returns, the file is
-    published by :class:`AtomicFile` (fsync, rename onto ``path``, fsync of the directory).
-    If ``write`` raises, the temporary file is removed, ``path`` is left as it was and the
-    error propagates; a full disk (or file size limit) becomes
-    :class:`~poolkit.io.diskfull.DiskFullError` naming ``path`` and ``size`` (the file's
-    size when known, else the bytes written before the failure, as a lower bound). The new
-    file has mode 0600 (from :func:`tempfile.mkstemp`).
-    """
+    """Write ``path`` (mode 0600) through ``write(f)`` on an :class:`AtomicFile`: it is
+    either as before or whole. A full disk (or file size limit) becomes
+    :class:`~poolkit.io.diskfull.DiskFullError` naming ``path`` and ``size`` (when known;
+    else the bytes written before the failure, as a lower bound)."""
     out = None
     written = 0
     try:
@@ -184,16 +166,11 @@ def atomic_write(
 
 
 class AtomicDir:
-    """A folder built under a temporary name beside ``path`` and published whole.
-
-    Fill :attr:`tmp`, then :meth:`commit` publishes it with :func:`publish_dir` (with
-    ``replace=True`` an existing ``path`` is first moved aside, then removed once the new
-    one is in place); :meth:`abort` removes it. As a context manager it commits on success
-    and aborts on any exception, so a failed build leaves nothing behind and ``path`` as it
-    was. A full disk while filling it becomes :class:`~poolkit.io.diskfull.DiskFullError`
-    naming ``path``. ``parents``: create missing parent folders first (else the temporary
-    folder cannot be made and the ``OSError`` propagates).
-    """
+    """A folder built in :attr:`tmp`, beside ``path``: :meth:`commit` publishes it whole
+    (:func:`publish_dir`), :meth:`abort` removes it; as a context manager it commits on
+    success and aborts on any exception (a full disk becomes
+    :class:`~poolkit.io.diskfull.DiskFullError` naming ``path``). ``parents``: create
+    missing parent folders first."""
 
     def __init__(self, path: Path, *, replace: bool = False, parents: bool = True) -> None:
         self.path = Path(path)

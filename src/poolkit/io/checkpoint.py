@@ -10,8 +10,6 @@ committed at a time. A job writing ``OUTPUT`` keeps its work in ``OUTPUT.poolkit
   ``poolkit embed --chunks`` also stores each row's id, a text's rows not being one per
   text, and its extra columns: ``chunk``, ``start``, ``end``, ``text``). The name
   carries the SHA-256 of the file's own bytes, so part and hash appear in one rename.
-  (The ``chunk-`` file names and the manifest's ``chunk_size`` key date from before the
-  unit was called a part; they stay, so that work directories of older versions resume.)
 - ``lock``: held (``flock``) while a process works on the directory.
 
 Every file appears atomically (temporary file, ``fsync``, ``rename``, ``fsync`` of the
@@ -58,9 +56,9 @@ import numpy as np
 
 from poolkit._errors import already_exists, value_error
 from poolkit.errors import InputError, OutputExistsError
-from poolkit.io.atomic import AtomicDir, atomic_write, fsync_dir, publish_file
+from poolkit.io.atomic import AtomicDir, atomic_write, fsync_dir, publish_file, remove_path
 from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
-from poolkit.io.integrity import IntegrityWarning, bytes_digest, read_verified
+from poolkit.io.integrity import IntegrityWarning, bytes_digest, file_digest, read_verified
 from poolkit.io.writers import EmbeddingWriter, output_format, row_ids, sidecar_path, stored
 from poolkit.sparse.files import is_sparse, part_arrays, part_from
 
@@ -116,11 +114,7 @@ def model_fingerprint(model_dir: str | os.PathLike[str]) -> dict[str, str]:
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if path.is_file() and not any(part.startswith(".") for part in rel.parts):
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-            out[rel.as_posix()] = h.hexdigest()
+            out[rel.as_posix()] = file_digest(path)
     return out
 
 
@@ -194,18 +188,12 @@ class Part:
 
 
 class Checkpoint:
-    """A work directory for one output, held (locked) by this process.
-
-    Use :meth:`open`, then per part ``k`` (in order) either :meth:`verify` (done) or
-    :meth:`commit` (new), or :meth:`put` a :class:`Part` to do either; finally
-    :meth:`publish`, which writes ``OUTPUT`` and removes the directory. :meth:`close` releases the lock and keeps the directory for ``--resume``.
-
-    Attributes:
-        output: the final output path.
-        path: the work directory.
-        settings: what the vectors depend on (JSON values), as stored in the manifest.
-        done: indices of the committed parts.
-    """
+    """The work directory (:attr:`path`) of the output :attr:`output`, held (locked) by
+    this process: :meth:`open` it, then per part (in order) :meth:`verify` a done one or
+    :meth:`commit` a new one (:meth:`put` does either); finally :meth:`publish` writes the
+    output and removes the directory, or :meth:`close` keeps it for ``--resume``.
+    :attr:`settings`: what the vectors depend on, as the manifest stores them;
+    :attr:`done`: the indices of the committed parts."""
 
     def __init__(self, output: Path, path: Path, settings: dict[str, Any], lock: Any) -> None:
         self.output = output
@@ -287,20 +275,13 @@ class Checkpoint:
         metadata: Any = None,
         kind: str | None = None,
     ) -> Checkpoint:
-        """Create the work directory of ``output``, or with ``resume=True`` reopen it.
-
-        Args:
-            output: the final output path.
-            settings: JSON-serialisable values the vectors depend on; a resumed job must
-                present equal settings.
-            resume: continue an existing work directory (a missing one is created).
-            strategies: the output's vector columns, in order (default: ``settings``'
-                ``"strategies"``).
-            metadata: an output stage's record for the output (see :meth:`publish`), or a
-                function of the first part's stored arrays that returns it.
-            kind: the recipes' :attr:`poolkit.Recipe.kind`; ``"multivector"``: parts hold
-                one row per token, ``ids`` naming each token's text, and the output one row
-                per text (:mod:`poolkit.io.writers`).
+        """Create the work directory of ``output``, or with ``resume=True`` reopen it (a
+        missing one is created). ``settings``: JSON values the vectors depend on (a resumed
+        job must present equal ones); ``strategies``: the output's vector columns (default:
+        ``settings["strategies"]``); ``metadata``: the output's record (:meth:`publish`), or
+        a function of the first part's stored arrays giving it; ``kind``: the recipes'
+        :attr:`poolkit.Recipe.kind` (``"multivector"``: parts of one row per token, ``ids``
+        naming each token's text; the output one row per text).
 
         Raises:
             CheckpointError: the directory exists and ``resume`` is False; it was made
@@ -310,7 +291,11 @@ class Checkpoint:
         out = Path(output)
         path = work_dir_for(out)
         settings = json.loads(json.dumps(dict(settings)))  # normalise tuples, keys
-        cls._remove_trash(out)
+        trash = f".{out.name}{WORK_SUFFIX}.trash-"  # left by a kill during discard()
+        with contextlib.suppress(OSError):
+            for entry in os.listdir(out.parent):
+                if entry.startswith(trash):
+                    shutil.rmtree(out.parent / entry, ignore_errors=True)
         if path.exists() and not resume:
             check_no_work_dir(out, cls)
         opened = (cls._reopen if path.exists() else cls._create)(out, path, settings)
@@ -320,16 +305,10 @@ class Checkpoint:
         opened.kind = kind
         return opened
 
-    @staticmethod
-    def _count(path: Path) -> int:
-        with contextlib.suppress(OSError):
-            return sum(1 for e in os.listdir(path) if _CHUNK.match(e))
-        return 0
-
     @classmethod
     def _progress(cls, path: Path) -> str:
         """How much finished work the directory at ``path`` holds, for messages."""
-        n = cls._count(path)
+        n = count_entries(path, _CHUNK)
         return f"{n} part{'' if n == 1 else 's'} done"
 
     @classmethod
@@ -385,18 +364,7 @@ class Checkpoint:
                                   "to start over.")  # fmt: skip
         return cls(out, path, settings, lock)
 
-    @staticmethod
-    def _remove_trash(out: Path) -> None:
-        prefix = f".{out.name}{WORK_SUFFIX}.trash-"
-        with contextlib.suppress(OSError):
-            for entry in os.listdir(out.parent):
-                if entry.startswith(prefix):
-                    shutil.rmtree(out.parent / entry, ignore_errors=True)
-
     # -- parts --------------------------------------------------------------------------
-
-    def _part_path(self, index: int) -> Path:
-        return self.path / self._files[index]
 
     def put(self, part: Part) -> None:
         """:meth:`verify` a resumed part (no ``arrays``), else :meth:`commit` it."""
@@ -417,18 +385,11 @@ class Checkpoint:
         columns: Mapping[str, Any] | None = None,
         texts: int | None = None,
     ) -> None:
-        """Store part ``index`` atomically.
-
-        Args:
-            index: 0-based part number.
-            first_row: row id of the part's first text.
-            digest: :func:`texts_digest` of the part's texts.
-            arrays: strategy name -> float32 ``(n, D)``, rows in input order.
-            ids: each row's id ``(n,)`` (default: ``first_row`` onwards, one per text).
-            columns: extra columns for the writer, name -> ``n`` ints (an integer array)
-                or strings (a list).
-            texts: how many texts the part holds (default: its row count).
-        """
+        """Store part ``index`` (0-based) atomically: ``first_row`` is its first text's row
+        id, ``digest`` its texts' :func:`texts_digest`, ``arrays`` strategy -> ``(n, D)`` in
+        input order, ``ids`` each row's id (default ``first_row`` onwards), ``columns`` the
+        writer's extra columns (name -> ``n`` ints or strings), ``texts`` how many texts it
+        holds (default: its row count)."""
         names = list(arrays)
         rows = {int(np.shape(a)[0]) for a in arrays.values()}
         extra = dict(columns or {})
@@ -511,13 +472,10 @@ class Checkpoint:
             self._assembly.abort()
             self._assembly = None
 
-    def _meta(self, index: int) -> dict[str, Any]:
-        return self._metas[index]
-
     def _read(self, index: int) -> bytes:
         """The verified bytes of part ``index``; a part damaged since it was checked is
         deleted (so that ``--resume`` recomputes it) and reported."""
-        path = self._part_path(index)
+        path = self.path / self._files[index]
         data = read_verified(path, _CHUNK.match(path.name).group(2))  # type: ignore[union-attr]
         if data is None:
             with contextlib.suppress(OSError):
@@ -534,7 +492,7 @@ class Checkpoint:
         Raises:
             CheckpointError: the input changed inside the part already embedded.
         """
-        meta = self._meta(index)
+        meta = self._metas[index]
         if meta["first_row"] != first_row or meta["texts_sha256"] != digest:
             last = first_row + meta.get("texts", meta["rows"]) - 1
             raise CheckpointError(where=self.path, expected="the input of the part already embedded",
@@ -546,9 +504,12 @@ class Checkpoint:
         """Part ``index``: row ids ``(n,)`` int64, strategy -> ``(n, D)`` as stored, and its
         extra columns (name -> int64 array or list of strings; empty for a part committed
         without)."""
-        meta = self._meta(index)
+        meta = self._metas[index]
         with np.load(io.BytesIO(self._read(index)), allow_pickle=False) as z:
-            arrays = {n: _stored_column(z, f"s{k}") for k, n in enumerate(meta["strategies"])}
+            arrays = {}
+            for k, n in enumerate(meta["strategies"]):  # dense, or a sparse column's CSR
+                sparse = part_from(z, f"s{k}")
+                arrays[n] = z[f"s{k}"] if sparse is None else sparse
             columns = {n: _column_from(z, f"c{k}") for k, n in enumerate(meta.get("columns", []))}
             ids = _column_from(z, "ids") if {"ids", "ids_utf8"} & set(z.files) else None
         if ids is None:
@@ -558,17 +519,15 @@ class Checkpoint:
 
     def rows(self, index: int) -> int:
         """How many rows committed part ``index`` holds."""
-        return int(self._meta(index)["rows"])
+        return int(self._metas[index]["rows"])
 
     # -- the end ------------------------------------------------------------------------
 
     def publish(self, num_parts: int, *, overwrite: bool) -> Path:
-        """Write parts ``0..num_parts-1`` into ``output`` (atomic), then remove the work
-        directory. Returns ``output``. The parts committed in order are in the output
-        already; the others are read back (and hashed again) here. :attr:`metadata` (an
-        output stage's record) goes into a Parquet output's metadata, or, for
-        ``.npy``/``.jsonl``, into the JSON file :func:`poolkit.io.writers.sidecar_path`
-        names, published before the output.
+        """Write parts ``0..num_parts-1`` into ``output`` (atomic; parts not assembled yet
+        are read back and hashed again), remove the work directory, return ``output``.
+        :attr:`metadata` goes into a Parquet output's metadata, else into the JSON file
+        :func:`poolkit.io.writers.sidecar_path` names, published first.
 
         Raises:
             CheckpointError: a part is missing, or ``output`` exists and not ``overwrite``.
@@ -603,14 +562,7 @@ class Checkpoint:
         os.umask(umask)
         try:
             os.chmod(staged, 0o666 & ~umask)
-            if self.output.exists() and not overwrite:
-                raise CheckpointError(
-                    already_exists(
-                        self.output,
-                        f"the finished vectors stay in {self.path.name} for `resume=True`",
-                    )
-                )
-            atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
+            self._mark_published(overwrite, "vectors")
             if fmt != "parquet":
                 if metadata := self._record:
                     if ids is not None:  # a .npy has no id column: its record keeps them
@@ -626,6 +578,18 @@ class Checkpoint:
             raise
         self.discard()
         return self.output
+
+    def _mark_published(self, overwrite: bool, finished: str) -> None:
+        """Refuse an existing output unless ``overwrite``; else mark the directory as
+        renaming onto it (see :meth:`finished`)."""
+        if self.output.exists() and not overwrite:
+            raise CheckpointError(
+                already_exists(
+                    self.output,
+                    f"the finished {finished} stay in {self.path.name} for `resume=True`",
+                )
+            )
+        atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
 
     def discard(self) -> None:
         """Remove the work directory (renamed away first, so a kill mid-removal leaves no
@@ -655,10 +619,7 @@ class Checkpoint:
         for entry in entries:
             if entry not in foreign:
                 with contextlib.suppress(OSError):
-                    if (path / entry).is_dir() and not (path / entry).is_symlink():
-                        shutil.rmtree(path / entry)
-                    else:
-                        os.unlink(path / entry)
+                    remove_path(path / entry)
         if not foreign:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
@@ -692,12 +653,6 @@ class Checkpoint:
         self.close()
 
 
-def _stored_column(z: Any, key: str) -> Any:
-    """A part's vectors under ``key``: a dense array, or a sparse column's CSR array."""
-    sparse = part_from(z, key)
-    return z[key] if sparse is None else sparse
-
-
 def _column_payload(key: str, values: Any) -> dict[str, np.ndarray]:
     """An extra column as npz arrays: ints as ``key`` (int64); strings as their UTF-8
     bytes ``key + "_utf8"`` and the ``n + 1`` byte offsets ``key + "_at"`` (no pickles,
@@ -715,6 +670,13 @@ def _column_from(z: Any, key: str) -> Any:
         return z[key]
     data, at = z[f"{key}_utf8"].tobytes(), z[f"{key}_at"].tolist()
     return [data[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(at)]
+
+
+def count_entries(path: Path, pattern: re.Pattern[str]) -> int:
+    """How many entries of the directory ``path`` match ``pattern`` (0: unreadable)."""
+    with contextlib.suppress(OSError):
+        return sum(1 for e in os.listdir(path) if pattern.match(e))
+    return 0
 
 
 def _parse_meta(data: bytes) -> dict[str, Any] | None:

@@ -1,12 +1,10 @@
 """Notice an input file that changes while a job reads it (appended, truncated, rewritten).
 
-A job reads its input once, front to back, over minutes or hours. If another process
-appends to or truncates the file meanwhile, the texts read are a mix of two versions. The
-file's size and modification time are taken before the first read and compared before
-each part is checkpointed and after the last read; a difference is reported instead of
-publishing vectors of a mixed input. (What was already checkpointed stays valid: it was
-read before the change, and each part keeps the SHA-256 of its texts, which ``--resume``
-checks against the input as it is then.)
+A job reads its input once, over minutes or hours; a file appended to or truncated
+meanwhile gives a mix of two versions. Its size, modification time and inode, taken before
+the first read, are compared before each part is checkpointed and after the last read: a
+difference is reported instead of vectors of a mixed input (parts checkpointed before stay
+valid: ``--resume`` checks each part's texts by their SHA-256).
 """
 
 from __future__ import annotations

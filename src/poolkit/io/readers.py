@@ -43,7 +43,6 @@ __all__ = [
     "read_records",
     "read_rows",
     "read_stream",
-    "read_stream_rows",
     "read_texts",
 ]
 
@@ -91,17 +90,6 @@ def numbered_lines(stream: IO[bytes], where: str) -> Iterator[tuple[int, str]]:
         yield number, line.rstrip("\r\n")
 
 
-def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 # Items of an input: (1-based line or row number, text, the values of the fields asked for
 # beside the text, by name: see Fields).
 _Item = tuple[int, str, dict[str, Any]]
@@ -134,18 +122,9 @@ class Fields:
         """Role -> field for a file (or first record) with fields ``names``: ``"value"``,
         ``"id"``, ``"keep:NAME"``; an ``"auto"`` id resolved (absent: no id field)."""
         have = list(names)
-        out: dict[str, str] = {}
-        if self.value is not None:
-            out["value"] = self.value
-        if self.id == "auto":
-            found = next((f for f in ID_FIELDS if f in have), None)
-            if found is not None:
-                out["id"] = found
-        elif self.id is not None:
-            out["id"] = self.id
-        for name in self.keep:
-            out[f"keep:{name}"] = name
-        return out
+        found = next((f for f in ID_FIELDS if f in have), None) if self.id == "auto" else self.id
+        roles = {"value": self.value, "id": found, **{f"keep:{n}": n for n in self.keep}}
+        return {role: name for role, name in roles.items() if name is not None}
 
 
 def _got(asked: dict[str, str], record: Mapping[str, Any]) -> dict[str, Any]:
@@ -154,12 +133,6 @@ def _got(asked: dict[str, str], record: Mapping[str, Any]) -> dict[str, Any]:
     if "id" in asked:
         out["id_column"] = asked["id"]
     return out
-
-
-def join_title(title: Any, text: str) -> str:
-    """A BEIR document's text as MTEB reads it: ``(title + " " + text).strip()`` when it
-    has a title field (``title`` not None), else ``text.strip()``."""
-    return text.strip() if title is None else (str(title) + " " + text).strip()
 
 
 def _txt(stream: IO[bytes], where: str, column: str | None, fields: Fields) -> Iterator[_Item]:
@@ -207,16 +180,12 @@ def _jsonl(stream: IO[bytes], where: str, column: str | None, fields: Fields) ->
                              got=f"got a JSON {type(value).__name__}")  # fmt: skip
         if asked is None:
             asked = fields.wanted(value)
-        if key not in value:
-            keys = ", ".join(map(str, value)) or "(none)"
-            raise InputError(where=f"{where}: line {number}", expected=f'a "{key}" field',
-                             got=f"its fields are: {keys}",
-                             fix="Choose one with `text_column`.")  # fmt: skip
-        for name in asked.values():
+        for name in (key, *asked.values()):
             if name not in value:
                 keys = ", ".join(map(str, value)) or "(none)"
+                fix = "Choose one with `text_column`." if name == key else ""
                 raise InputError(where=f"{where}: line {number}", expected=f'a "{name}" field',
-                                 got=f"its fields are: {keys}")  # fmt: skip
+                                 got=f"its fields are: {keys}", fix=fix)  # fmt: skip
         text = value[key]
         if not isinstance(text, str):
             raise InputError(where=f"{where}: line {number}", expected=f'a string in "{key}"',
@@ -228,7 +197,8 @@ def _jsonl(stream: IO[bytes], where: str, column: str | None, fields: Fields) ->
                 raise InputError(where=f"{where}: line {number}",
                                  expected=f'a string in "{fields.title}"',
                                  got=f"got {type(title).__name__}")  # fmt: skip
-            text = join_title(title, text)
+            # BEIR's corpus as MTEB reads it (title: a row without one has just its text)
+            text = text.strip() if title is None else (title + " " + text).strip()
         yield number, text, _got(asked, value)
 
 
@@ -424,14 +394,11 @@ def _delimited(
 def read_records(
     path: str | os.PathLike[str], fmt: str | None = None, *, names: list[str] | None = None
 ) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
-    """Column names and ``(row name, record)`` pairs of a jsonl/csv/tsv/parquet table.
-
-    The one table reader: its loops (JSON lines, CSV/TSV records, Parquet rows) are those
-    :func:`read_texts`, :func:`read_rows` and :func:`read_stream` take texts from, so
-    ``poolkit embed`` and ``poolkit compare`` decode a file the same way (UTF-8 only, BOM
-    dropped, NUL refused, quoted newlines kept, ragged rows refused when longer than the
-    header). Row names are ``"path:LINE"`` (line-based formats) or ``"path: row N"``
-    (Parquet), 1-based. ``names``: the columns of a csv/tsv file without a header row.
+    """Column names and ``(row name, record)`` pairs of a jsonl/csv/tsv/parquet table,
+    read by the loops :func:`read_rows` takes texts from (UTF-8 only, BOM dropped, NUL
+    refused, quoted newlines kept, rows longer than the header refused). Row names:
+    ``"path:LINE"`` or ``"path: row N"`` (Parquet), 1-based. ``names``: the columns of a
+    csv/tsv file without a header row.
 
     Raises:
         InputError: a missing, undecodable or malformed file, naming the line or row.
@@ -534,48 +501,12 @@ def read_stream(
     chunk_size: int = 4096,
     rows: range | None = None,
 ) -> Iterator[list[str]]:
-    """Yield the texts of one open input in order, ``chunk_size`` at a time.
-
-    It parses as :func:`read_texts` does, for inputs that are not local paths
-    (e.g. a ``pyarrow.fs`` stream); unlike :func:`read_texts` an input without texts
-    yields nothing instead of raising.
-
-    Args:
-        source: a binary stream (``txt``, ``jsonl``, ``csv``, ``tsv``); for ``parquet`` a
-            path or a seekable binary file. Not closed here.
-        fmt: the format, one of :data:`INPUT_FORMATS` or an alias (``json``, ``pq``, ...).
-        where: how messages name the input (a path or URI).
-        text_column: the field/column holding the text (jsonl, csv, tsv, parquet).
-        chunk_size: texts per yielded list.
-        rows: only these texts (0-based, step 1): Parquet reads just the row groups that
-            hold them, the other formats are parsed up to ``rows.stop``.
-
-    Raises:
-        InputError: unknown ``fmt``, or an undecodable or malformed line (with its number),
-            or a missing column (with the available ones).
-    """
-    items = _items(source, input_format(where, fmt), where, text_column, Fields(), rows)
-    yield from _chunks((text for _, text, _ in items), chunk_size)
-
-
-def read_stream_rows(
-    source: str | IO[bytes],
-    fmt: str,
-    *,
-    where: str,
-    text_column: str | None = None,
-    chunk_size: int = 4096,
-    rows: range | None = None,
-    id_column: str | None = None,
-    keep_columns: Sequence[str] = (),
-) -> Iterator[Rows]:
-    """:func:`read_stream`'s texts as :class:`Rows`, with each row's id (``id_column``, as
-    :class:`Fields` takes it) and the fields ``keep_columns`` beside them; ``where`` names
-    rows as :func:`read_rows` does (file lines or Parquet rows, 1-based)."""
-    fields = Fields(None, id_column, tuple(keep_columns))
-    kind = input_format(where, fmt)
-    items = _items(source, kind, where, text_column, fields, rows)
-    yield from _parts(items, where, "row" if kind == "parquet" else "line", fields, chunk_size)
+    """The texts of an open input (e.g. a ``pyarrow.fs`` stream) named ``where``:
+    :func:`read_rows` with ``source``, as lists; an input without texts yields nothing."""
+    for part in read_rows(
+        where, source=source, fmt=fmt, text_column=text_column, chunk_size=chunk_size, rows=rows
+    ):
+        yield part.texts
 
 
 def _items(
@@ -610,20 +541,8 @@ def read_texts(
     chunk_size: int = 4096,
     stdin: IO[bytes] | None = None,
 ) -> Iterator[list[str]]:
-    """Yield the texts of ``path`` in file order, ``chunk_size`` at a time (the texts of
-    :func:`read_rows`).
-
-    Args:
-        path: a file, or ``"-"`` for standard input.
-        text_column: the field/column holding the text (jsonl, csv, tsv, parquet).
-        fmt: the format, overriding the extension (one of :data:`INPUT_FORMATS`).
-        chunk_size: texts per yielded list.
-        stdin: the byte stream to read for ``"-"`` (default ``sys.stdin.buffer``).
-
-    Raises:
-        InputError: missing file, undecodable or malformed line (with its number),
-            missing column (with the available ones), or no texts at all.
-    """
+    """The texts of ``path`` in file order, ``chunk_size`` at a time: those of
+    :func:`read_rows`' parts (same arguments, same errors)."""
     for part in read_rows(
         path, text_column=text_column, fmt=fmt, chunk_size=chunk_size, stdin=stdin
     ):
@@ -674,69 +593,72 @@ def read_rows(
     id_column: str | None = None,
     keep_columns: Sequence[str] = (),
     title_column: str | None = None,
+    source: str | IO[bytes] | None = None,
+    rows: range | None = None,
 ) -> Iterator[Rows]:
-    """Like :func:`read_texts` (same texts, same parts, same errors), with the value of
-    field/column ``column`` beside each text and where each was read; ``id_column``,
-    ``keep_columns`` and ``title_column`` as :class:`Fields` takes them (each row's id,
-    fields passed through, a title joined before the text).
+    """The texts of ``path`` in file order, ``chunk_size`` at a time, as :class:`Rows`.
+
+    Args:
+        path: a file, or ``"-"`` for standard input.
+        text_column: the field/column holding the text (jsonl, csv, tsv, parquet).
+        column: a field/column whose value goes beside each text; ``id_column``,
+            ``keep_columns`` and ``title_column``: as :class:`Fields` takes them.
+        fmt: the format, overriding the extension (one of :data:`INPUT_FORMATS`).
+        stdin: the byte stream to read for ``"-"`` (default ``sys.stdin.buffer``).
+        source: an open input to read instead, ``path`` only naming it (a URI, say): a
+            binary stream, or for ``parquet`` a path or a seekable binary file; not closed.
+        rows: only these texts (0-based, step 1): Parquet reads just the row groups that
+            hold them, the other formats are parsed up to ``rows.stop``.
 
     Raises:
-        InputError: as :func:`read_texts`; also a record without ``column`` (naming its
-            line, or the available columns), or a ``column`` asked of a ``.txt`` input.
+        InputError: missing file, undecodable or malformed line (with its number), missing
+            column (with the available ones), a ``column`` asked of a ``.txt`` input, or no
+            texts at all (unless ``source`` or ``rows`` is given: a piece may be empty).
     """
     fields = Fields(column, id_column, tuple(keep_columns), title_column)
-    where = "<stdin>" if os.fspath(path) == "-" else os.fspath(path)
-    if where != "<stdin>":
+    where = os.fspath(path)
+    piece = source is not None or rows is not None
+    if source is None and where != "-":
         _exists(where)
     kind = input_format(path, fmt)
     total = 0
     with contextlib.ExitStack() as stack:
-        if where == "<stdin>":
+        if source is None and where == "-":
             if kind == "parquet":
                 raise InputError(arg="fmt", expected="a format stdin can carry", got="'parquet'",
                                  fix="Pass the Parquet file's path.")  # fmt: skip
-            source: str | IO[bytes] = stdin if stdin is not None else sys.stdin.buffer
-        else:
+            where = "<stdin>"
+            source = stdin if stdin is not None else sys.stdin.buffer
+        elif source is None:
             source = where if kind == "parquet" else stack.enter_context(open(where, "rb"))
         label = "row" if kind == "parquet" else "line"
-        items = _items(source, kind, where, text_column, fields)
+        items = _items(source, kind, where, text_column, fields, rows)
         for part in _parts(items, where, label, fields, chunk_size):
             total += len(part)
             yield part
-    if total == 0:
+    if total == 0 and not piece:
         raise InputError(where=where, expected="texts", got="the input is empty")
 
 
 def _parts(
     items: Iterable[_Item], where: str, label: str, fields: Fields, chunk_size: int
 ) -> Iterator[Rows]:
-    """``items`` as :class:`Rows` of ``chunk_size`` texts (``label``: line or row)."""
-
-    def fresh() -> Rows:
-        return Rows(ids=None if fields.id is None else [], kept={k: [] for k in fields.keep})
-
-    part = fresh()
-    for number, text, got in items:
-        part.texts.append(text)
-        part.values.append(got.get("value"))
-        part.where.append(f"{where}: {label} {number}")
-        if part.ids is not None:
-            part.ids.append(got.get("id"))
+    """``items`` as :class:`Rows` of ``chunk_size`` texts (``label``: line or row); ``ids``
+    None when no row had an id field (row numbers, as without)."""
+    rest = iter(items)
+    while batch := list(itertools.islice(rest, chunk_size)):
+        part = Rows(kept={k: [] for k in fields.keep})
+        ids: list[Any] = []
+        for number, text, got in batch:
+            part.texts.append(text)
+            part.values.append(got.get("value"))
+            part.where.append(f"{where}: {label} {number}")
+            ids.append(got.get("id"))
             part.id_column = got.get("id_column", part.id_column)
-        for name in fields.keep:
-            part.kept[name].append(got[f"keep:{name}"])
-        if len(part) >= chunk_size:
-            yield _settled(part)
-            part = fresh()
-    if len(part):
-        yield _settled(part)
-
-
-def _settled(part: Rows) -> Rows:
-    """``part`` with ``ids`` None when no row had an id field (row numbers, as without)."""
-    if part.id_column is None:
-        part.ids = None
-    return part
+            for name in fields.keep:
+                part.kept[name].append(got[f"keep:{name}"])
+        part.ids = None if part.id_column is None else ids
+        yield part
 
 
 def kept_column(values: list[Any]) -> Any:

@@ -17,10 +17,8 @@ row count, content hash and ids: an edited file, or one whose ids moved because 
 file changed, is embedded again) and every shard the record names still hashes to its name; a
 damaged shard sends its file back to be embedded, with one warning naming it. Shards no
 record names (the blocks of a file in flight when the driver died) are deleted with one
-warning; files poolkit did not write are named and left alone. :meth:`ShardCheckpoint.stage`
-hard-links the shards in row order as ``part-00000.parquet`` ... into ``staged/``, which
-:meth:`ShardCheckpoint.publish` renames onto OUTPUT_DIR: the folder appears complete or not
-at all, and its shards are those an uninterrupted run writes.
+warning; files poolkit did not write are named and left alone. The output folder appears
+whole (:meth:`ShardCheckpoint.publish`), with the shards an uninterrupted run writes.
 """
 
 from __future__ import annotations
@@ -35,16 +33,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from poolkit._errors import already_exists, count
-from poolkit.io.atomic import atomic_write, fsync_dir, publish_dir
+from poolkit._errors import count
+from poolkit.io.atomic import atomic_write, fsync_dir, publish_dir, remove_path
 from poolkit.io.checkpoint import (
     _OWN,
-    _PUBLISHED,
     WORK_SUFFIX,
     Checkpoint,
     CheckpointError,
     _short,
     _warn,
+    count_entries,
 )
 from poolkit.io.integrity import bytes_digest, read_verified
 
@@ -60,16 +58,11 @@ _MATCH = (*_IDENTITY, "ids")
 
 
 class ShardCheckpoint(Checkpoint):
-    """The work directory of a Ray job's output folder, held (locked) by this process.
-
-    Use :meth:`open` (inherited: creates it, or with ``resume=True`` checks the settings
-    and reopens it), :meth:`keep` once with the input files as they are now, then
-    :meth:`add_shard` per block and :meth:`finish` per completed input file; finally
-    :meth:`stage` and :meth:`publish`. :meth:`close` keeps the directory for ``--resume``.
-
-    Attributes:
-        done_files: input file name -> its record (verified), for the files done.
-    """
+    """The work directory of a Ray job's output folder, held (locked) by this process:
+    :meth:`open` it (inherited), :meth:`keep` once with the input files as they are now,
+    :meth:`put` each block (shards, and a record per finished file), then :meth:`stage`
+    and :meth:`publish`; :meth:`close` keeps it for ``--resume``. :attr:`done_files`:
+    input file name -> its verified record, for the files done."""
 
     _STAGED_GLOB = _STAGED  # finished(): published, and the staged folder renamed away
 
@@ -109,33 +102,26 @@ class ShardCheckpoint(Checkpoint):
 
     @classmethod
     def _progress(cls, path: Path) -> str:
-        return f"{count(_records_in(path), 'input file')} done"
+        return f"{count(count_entries(path, _RECORD), 'input file')} done"
 
     def records_on_disk(self) -> int:
         """Finished-file records in the directory now: also one whose write an interrupt
         cut short after its rename (so it counts, though :attr:`done_files` missed it)."""
-        return _records_in(self.path)
+        return count_entries(self.path, _RECORD)
 
     def _unlink(self, entry: str) -> None:
-        target = self.path / entry
         with contextlib.suppress(OSError):
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            else:
-                target.unlink()
+            remove_path(self.path / entry)
 
     # -- resuming -----------------------------------------------------------------------
 
     def keep(
         self, stamps: Sequence[Mapping[str, Any]], unchanged: Sequence[Any] = ()
     ) -> list[bool]:
-        """Which input files are done: ``stamps[k]`` (``name``, ``first_id``, ``rows``,
-        ``sha256``, ...) describes input file ``k`` as it is now. A file is done when a
-        record matches it and every shard the record names verifies (an empty file is
-        recorded done here). Everything else (records of changed or vanished files,
-        damaged shards, shards no kept record names) is deleted, each kind with one
-        warning. ``unchanged[k]`` (optional): a :class:`~poolkit.io.inputstamp.InputStamp`
-        of file ``k``, checked before the file is recorded done by :meth:`put`."""
+        """Which input files are done (see the module doc; an empty file is recorded done
+        here): ``stamps[k]`` (``name``, ``first_id``, ``rows``, ``sha256``, ...) describes
+        input file ``k`` as it is now; ``unchanged[k]`` (optional), its
+        :class:`~poolkit.io.inputstamp.InputStamp`, checked before :meth:`put` records it."""
         self._stamps, self._unchanged = list(stamps), list(unchanged)
         self._pending: dict[int, list[tuple[int, int, str]]] = {}
         wanted = {tuple(s.get(k) for k in _MATCH): s for s in stamps}
@@ -251,25 +237,12 @@ class ShardCheckpoint(Checkpoint):
     def publish(self, *, overwrite: bool) -> Path:  # type: ignore[override]
         """Rename ``staged/`` onto the output folder (an existing one only with
         ``overwrite``), then remove the work directory. Returns the output folder."""
-        staged = self.path / _STAGED
-        if self.output.exists() and not overwrite:
-            raise CheckpointError(
-                already_exists(
-                    self.output, f"the finished shards stay in {self.path.name} for `resume=True`"
-                )
-            )
-        atomic_write(self.path / _PUBLISHED, lambda f: f.write(b"renaming onto the output\n"))
+        self._mark_published(overwrite, "shards")
         # An old OUTPUT waits under a trash name that Checkpoint.open clears after a crash.
         old = self.output.with_name(f".{self.output.name}{WORK_SUFFIX}.trash-old")
-        publish_dir(staged, self.output, replace=True, aside=old)
+        publish_dir(self.path / _STAGED, self.output, replace=True, aside=old)
         self.discard()
         return self.output
-
-
-def _records_in(path: Path) -> int:
-    with contextlib.suppress(OSError):
-        return sum(1 for e in os.listdir(path) if _RECORD.match(e))
-    return 0
 
 
 def _parse_record(data: bytes) -> dict[str, Any] | None:

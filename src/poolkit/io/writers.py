@@ -1,10 +1,9 @@
 """Embeddings to files, part by part, published atomically.
 
-:func:`open_writer` returns an :class:`EmbeddingWriter`; call :meth:`~EmbeddingWriter.write`
-per part (row ids + one float32 ``(n, D)`` array per strategy), then
-:meth:`~EmbeddingWriter.close`. Data goes to a temporary file beside the output and is
-renamed into place only on ``close``; an error (or :meth:`~EmbeddingWriter.abort`) removes
-it, so a half-written output never exists under the output's name.
+:func:`open_writer` returns an :class:`EmbeddingWriter`: :meth:`~EmbeddingWriter.write` per
+part (row ids + one ``(n, D)`` array per strategy), then :meth:`~EmbeddingWriter.close`
+renames the temporary file into place; an error (or :meth:`~EmbeddingWriter.abort`)
+removes it: a half-written output never exists under the output's name.
 
 - ``.npy``: one float32 ``(N, D)`` matrix in input order (one strategy only).
 - ``.parquet``: ``id`` (int64) plus one ``fixed_size_list<float32>[D]`` column per strategy.
@@ -26,9 +25,8 @@ Per-token integer columns (``poolkit embed --token-offsets``: ``offsets``, ``(to
 go between ``id`` and the vectors as one list per text (Parquet ``large_list`` of
 ``fixed_size_list<int64>[2]``; JSON Lines ``[[start, end], ...]``); ``.npz`` takes none.
 
-A sparse recipe's parts are ``scipy.sparse`` CSR arrays; how each format stores them is
-:mod:`poolkit.sparse.files`' business (dense-only ``.npy`` refuses them, ``.npz`` refuses
-dense ones).
+A sparse recipe's parts are ``scipy.sparse`` CSR arrays, stored as
+:mod:`poolkit.sparse.files` says (``.npy`` refuses them, ``.npz`` refuses dense ones).
 
 A part may carry extra columns, written between ``id`` and the vectors (``.parquet``,
 ``.jsonl``; ``.npy`` has no place for them): ``poolkit embed --chunks`` writes ``chunk``,
@@ -44,6 +42,7 @@ beside a ``.npy`` or ``.jsonl`` output for it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -56,15 +55,7 @@ from poolkit._errors import already_exists, value_error
 from poolkit.errors import InputError
 from poolkit.io.atomic import AtomicFile
 
-__all__ = [
-    "OUTPUT_FORMATS",
-    "EmbeddingWriter",
-    "jsonl_rows",
-    "open_writer",
-    "output_format",
-    "ragged_array",
-    "sidecar_path",
-]
+__all__ = ["OUTPUT_FORMATS", "EmbeddingWriter", "open_writer"]
 
 OUTPUT_FORMATS = ("npy", "parquet", "jsonl", "npz")
 RAGGED_FORMATS = ("parquet", "npz", "jsonl")
@@ -118,16 +109,15 @@ def jsonl_rows(
             continue
         a = np.asarray(arrays[name])
         lists[name] = (a if a.dtype.kind in "iu" else a.astype(np.float32)).tolist()
-    extra = {name: _column_values(values) for name, values in (columns or {}).items()}
-    lines = []
-    for k, i in enumerate(id_values(ids)):
-        row: dict[str, Any] = {"id": i}
-        for name, values in extra.items():
-            row[name] = values[k]
-        for name in strategies:
-            row[name] = lists[name][k]
-        lines.append(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")
-    return "".join(lines)
+    extra = {  # int64 numbers, or strings as they are
+        name: values.astype(np.int64).tolist() if isinstance(values, np.ndarray) else list(values)
+        for name, values in (columns or {}).items()
+    }
+    rows = (
+        {"id": i, **{n: v[k] for n, v in extra.items()}, **{n: lists[n][k] for n in strategies}}
+        for k, i in enumerate(id_values(ids))
+    )
+    return "".join(json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n" for r in rows)
 
 
 def row_ids(ids: Any) -> np.ndarray | list[str]:
@@ -147,13 +137,6 @@ def id_values(ids: Any) -> list[Any]:
     return out.tolist() if isinstance(out, np.ndarray) else out
 
 
-def _column_values(values: Any) -> list[Any]:
-    """An extra column as a list: int64 numbers, or strings as they are."""
-    if isinstance(values, np.ndarray):
-        return values.astype(np.int64).tolist()
-    return list(values)
-
-
 class EmbeddingWriter:
     """Streams parts into a temporary file; :meth:`close` renames it to ``path``. ``kind``
     ``"multivector"``: a ragged output (parts of token rows; see the module docstring)."""
@@ -170,7 +153,6 @@ class EmbeddingWriter:
         check_kind(path, fmt, strategies, kind)
         self.path = path
         self.ragged = kind == "multivector"
-        self._texts = 0  # ragged: rows (texts) written
         self._tokens: IO[bytes] | None = None  # ragged .npz: the flat vectors, raw
         self._offsets: list[np.ndarray] = []  # ragged .npz: each part's token ends
         self._text_ids: list[np.ndarray] = []
@@ -186,7 +168,9 @@ class EmbeddingWriter:
         self._file: IO[bytes] | None = self._out.file
         self._parquet: Any = None
         self._npz: Any = None
-        self._ids: list[Any] | None = None  # .npy/.npz: the ids, once one is not its row number
+        # A .npy/.npz output's row ids once one is not its row number (a user's
+        # --id-column), else None: the record beside the file keeps them.
+        self.ids: list[Any] | None = None
         if fmt == "npy":
             self._file.write(b"\0" * _NPY_HEADER)
         elif fmt == "npz" and self.ragged:
@@ -220,8 +204,8 @@ class EmbeddingWriter:
         if self._file is None:
             raise InputError(expected="an open writer", got="it was already closed")
         ids = row_ids(ids)
-        for name in self.strategies:
-            arr = stored(arrays[name])
+        kept = {name: stored(arrays[name]) for name in self.strategies}
+        for name, arr in kept.items():
             dim = self._dims.setdefault(name, arr.shape[1])
             if arr.shape != (len(ids), dim):
                 value_error(f"arrays[{name!r}]", f"of shape ({len(ids)}, {dim})", arr.shape)
@@ -239,13 +223,13 @@ class EmbeddingWriter:
                 value_error(f"columns[{name!r}]", f"{len(ids)} values, one per row", len(values))
         if self.ragged:  # a user's ids as text: compared, written and saved without pickles
             text_ids = ids if isinstance(ids, np.ndarray) else np.asarray(ids, dtype=str)
-            self._write_ragged(text_ids, stored(arrays[self.strategies[0]]), columns)
+            self._write_ragged(text_ids, kept[self.strategies[0]], columns)
         elif self.fmt == "npz":
             self._keep_ids(ids)
-            self._npz.add(stored(arrays[self.strategies[0]]))
+            self._npz.add(kept[self.strategies[0]])
         elif self.fmt == "npy":
             self._keep_ids(ids)
-            arr = stored(arrays[self.strategies[0]])
+            arr = kept[self.strategies[0]]
             if self._dtype is None:
                 self._dtype = arr.dtype
             self._file.write(arr.astype(self._dtype, copy=False).data)
@@ -268,7 +252,6 @@ class EmbeddingWriter:
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
         text_ids = ids[starts]
         ends = np.r_[starts[1:], len(ids)]
-        self._texts += len(text_ids)
         if self._dtype is None:
             self._dtype = vectors.dtype
         name = self.strategies[0]
@@ -317,7 +300,6 @@ class EmbeddingWriter:
 
         assert self._file is not None and self._tokens is not None
         dim = self._dims.get(self.strategies[0], 0)
-        dtype = self._dtype or np.dtype(np.float32)
         # Each part's ends count from the part's first token: make them cumulative.
         offsets = [np.zeros(1, np.int64)]
         base = 0
@@ -333,11 +315,7 @@ class EmbeddingWriter:
                 z.writestr(zipfile.ZipInfo(f"{name}.npy", (1980, 1, 1, 0, 0, 0)), buf.getvalue())
             info = zipfile.ZipInfo("vectors.npy", (1980, 1, 1, 0, 0, 0))
             with z.open(info, "w", force_zip64=True) as out:
-                header = io.BytesIO()
-                shape = (int(ends[-1]), dim)
-                npy.write_array_header_1_0(header, {"descr": npy.dtype_to_descr(dtype),
-                                                    "fortran_order": False, "shape": shape})  # fmt: skip
-                out.write(header.getvalue())
+                out.write(_npy_header(self._dtype, (int(ends[-1]), dim)))
                 self._tokens.seek(0)
                 while piece := self._tokens.read(16 << 20):
                     out.write(piece)
@@ -347,17 +325,11 @@ class EmbeddingWriter:
     def _keep_ids(self, ids: Any) -> None:
         """A .npy has no id column: keep the ids once one differs from its row number."""
         numbers = np.arange(self.rows, self.rows + len(ids), dtype=np.int64)
-        if self._ids is None and isinstance(ids, np.ndarray) and np.array_equal(ids, numbers):
+        if self.ids is None and isinstance(ids, np.ndarray) and np.array_equal(ids, numbers):
             return
-        if self._ids is None:
-            self._ids = list(range(self.rows))
-        self._ids.extend(id_values(ids))
-
-    @property
-    def ids(self) -> list[Any] | None:
-        """A ``.npy`` output's row ids when they are not its row numbers (a user's
-        ``--id-column``), else None; the record beside the file keeps them."""
-        return self._ids
+        if self.ids is None:
+            self.ids = list(range(self.rows))
+        self.ids.extend(id_values(ids))
 
     def _write_parquet(
         self, ids: np.ndarray, arrays: Mapping[str, np.ndarray], extra: Mapping[str, Any]
@@ -393,13 +365,16 @@ class EmbeddingWriter:
             if self.fmt == "npz" and self.ragged:
                 self._write_ragged_npz()
             elif self.fmt == "npy":
-                self._npy_header()
+                self._write_npy_header()
             elif self.fmt == "npz":
                 self._npz.write(self._file)
             elif self.fmt == "parquet" and self.ragged and self._parquet is None:
                 import pyarrow as pa
 
-                self._write_table([pa.array([], pa.int64()), pa.array([], _ragged_type(self))],
+                # No row: the column's width is known only if an empty part gave it.
+                dtype = pa.from_numpy_dtype(self._dtype or np.dtype(np.float32))
+                empty = pa.large_list(pa.list_(dtype, self._dims.get(self.strategies[0], 0)))
+                self._write_table([pa.array([], pa.int64()), pa.array([], empty)],
                                   ["id", self.strategies[0]])  # fmt: skip
                 self._parquet.close()
             elif self.fmt == "parquet" and self._parquet is not None:
@@ -414,38 +389,23 @@ class EmbeddingWriter:
             raise
         return self.path
 
-    def _npy_header(self) -> None:
-        """Write the header, now that the row count is known, over the reserved bytes.
-
-        NumPy writes it (``numpy.lib.format``); version 1.0 pads it to a multiple of 64
-        bytes, so any float32 ``(N, D)`` shape takes exactly the 128 reserved bytes.
-        """
-        import io
-
-        from numpy.lib import format as npy
-
+    def _write_npy_header(self) -> None:
+        """Write the header over the reserved bytes, now that the row count is known."""
         assert self._file is not None
-        dim = self._dims.get(self.strategies[0], 0)
-        header = io.BytesIO()
-        descr = npy.dtype_to_descr(self._dtype or np.dtype(np.float32))
-        npy.write_array_header_1_0(
-            header, {"descr": descr, "fortran_order": False, "shape": (self.rows, dim)}
-        )
-        if header.tell() != _NPY_HEADER:
+        header = _npy_header(self._dtype, (self.rows, self._dims.get(self.strategies[0], 0)))
+        if len(header) != _NPY_HEADER:
             raise InputError(
-                expected=f"a .npy header of {_NPY_HEADER} bytes", got=f"NumPy wrote {header.tell()}"
+                expected=f"a .npy header of {_NPY_HEADER} bytes", got=f"NumPy wrote {len(header)}"
             )
         self._file.seek(0)
-        self._file.write(header.getvalue())
+        self._file.write(header)
         self._file.seek(0, os.SEEK_END)
 
     def abort(self) -> None:
         """Drop the temporary file; ``path`` is left as it was."""
         if self._parquet is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._parquet.close()
-            except Exception:
-                pass
             self._parquet = None
         if self._npz is not None:
             self._npz.close()
@@ -466,13 +426,17 @@ def ragged_array(vectors: np.ndarray, offsets: np.ndarray) -> Any:
     return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), tokens)
 
 
-def _ragged_type(writer: EmbeddingWriter) -> Any:
-    """The Parquet type of an empty ragged column (its width known only from rows: 0)."""
-    import pyarrow as pa
+def _npy_header(dtype: np.dtype[Any] | None, shape: tuple[int, int]) -> bytes:
+    """NumPy's version 1.0 ``.npy`` header for ``shape`` (``dtype`` None: float32), padded
+    to a multiple of 64 bytes: any ``(N, D)`` shape takes exactly 128."""
+    import io
 
-    dtype = writer._dtype or np.dtype(np.float32)
-    width = writer._dims.get(writer.strategies[0], 0)
-    return pa.large_list(pa.list_(pa.from_numpy_dtype(dtype), width))
+    from numpy.lib import format as npy
+
+    header = io.BytesIO()
+    descr = npy.dtype_to_descr(dtype or np.dtype(np.float32))
+    npy.write_array_header_1_0(header, {"descr": descr, "fortran_order": False, "shape": shape})
+    return header.getvalue()
 
 
 def check_kind(path: Path, fmt: str, strategies: list[str], kind: str | None) -> None:

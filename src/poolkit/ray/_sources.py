@@ -148,25 +148,22 @@ def iter_file_rows(
     and ``keep_columns`` as it takes them). An empty file yields nothing."""
     from poolkit.io import readers
 
-    local = not _is_uri(file.path)
-    if local and os.path.getsize(file.path) == 0:
-        return
-    fields = {"text_column": text_column, "chunk_size": chunk_size, "id_column": id_column,
-              "keep_columns": tuple(keep_columns)}  # fmt: skip
-    if local and rows is None:
-        yield from readers.read_rows(file.path, fmt=file.fmt, **fields)
+    how = {"fmt": file.fmt, "text_column": text_column, "chunk_size": chunk_size, "rows": rows,
+           "id_column": id_column, "keep_columns": tuple(keep_columns)}  # fmt: skip
+    if not _is_uri(file.path):
+        if os.path.getsize(file.path):
+            yield from readers.read_rows(file.path, **how)
         return
     import pyarrow.fs as pafs
 
-    fs, path = (pafs.LocalFileSystem(), file.path) if local else pafs.FileSystem.from_uri(file.path)
-    how = {"where": file.path, "rows": rows, **fields}
+    fs, path = pafs.FileSystem.from_uri(file.path)
     if file.fmt == "parquet":
         with fs.open_input_file(path) as handle:  # Parquet needs random access
-            yield from readers.read_stream_rows(handle, file.fmt, **how)
+            yield from readers.read_rows(file.path, source=handle, **how)
         return
     # pyarrow streams cannot iterate lines (readline raises); the buffer adds that.
     with fs.open_input_stream(path) as raw, io.BufferedReader(raw) as stream:
-        yield from readers.read_stream_rows(stream, file.fmt, **how)
+        yield from readers.read_rows(file.path, source=stream, **how)
 
 
 def iter_file_texts(
