@@ -15,6 +15,14 @@ __all__ = ["Embedder", "actor_cpus", "embed_dataset"]
 
 Batch = Any  # pyarrow.Table or dict[str, np.ndarray]
 
+_ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backend", "quantize",
+                    "calibrate")  # fmt: skip
+_RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
+# The first is the run's; the others reach the plan (checked on the actor's start).
+_EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline", "calibration")
+# Embedder's own keywords, which embed_dataset passes on with the options.
+_EMBEDDER_KEYWORDS = ("recipe", "text_column", "normalize", "keep_text", "num_threads")
+
 
 def actor_cpus() -> int | None:
     """CPUs Ray assigned to the calling actor or task (rounded, at least 1); ``None``
@@ -30,49 +38,39 @@ def actor_cpus() -> int | None:
 class Embedder:
     """Callable class for ``Dataset.map_batches``: adds one embedding column per recipe.
 
-    Each actor builds one :class:`poolkit.Encoder` (the model is loaded once per actor,
-    not per batch) and embeds every batch through one :class:`poolkit.plan.Plan`, the
-    path :func:`poolkit.embed` takes, so values equal ``poolkit.embed`` on one machine
-    (batch composition changes only float rounding). Torch uses as many threads as the
-    actor has CPUs (``num_cpus`` of ``map_batches``).
+    Each actor loads one :class:`poolkit.Encoder` (once, not per batch) and embeds every
+    batch on the path of :func:`poolkit.embed` (dense recipes: one
+    :class:`poolkit.plan.Plan`, made when the actor starts), so values equal
+    ``poolkit.embed`` on one machine (batch composition changes only float rounding).
+    Torch uses as many threads as the actor has CPUs (``num_cpus`` of ``map_batches``).
 
     Args:
         model: model directory or hub id, as for :class:`poolkit.Encoder`; it must exist
-            on every worker. ``None``: the default,
-            ``sentence-transformers/all-MiniLM-L6-v2``.
+            on every worker. ``None``: ``sentence-transformers/all-MiniLM-L6-v2``.
         strategy: ``None`` (the model's intended pooling), a name, or a list of names;
             each becomes a column of that name (shorthand for recipes).
         recipe: a :class:`poolkit.Recipe` or name, a list of them, or a mapping column
-            name -> Recipe; not together with ``strategy``/``layers``/``exclude_special``.
-            Recipe values are used as they are: nothing is parsed again in the actor.
+            name -> Recipe (used as they are: nothing is parsed again in the actor); not
+            together with ``strategy``/``layers``/``exclude_special``.
         text_column: the string column to embed.
         normalize: L2-normalise; ``None`` follows the recipe, else the model.
         keep_text: keep ``text_column`` in the output (``False`` drops it).
         num_threads: torch threads; ``None``: the actor's CPUs (left alone outside Ray).
         **options: recipe shorthands (``layers``, ``layer_how``, ``exclude_special``),
             ``long_text``, ``prompt_name``, ``prompt``, ``pipeline``, ``calibration`` (an
-            int8/uint8 recipe's ranges by column name, computed once for every actor, as
-            :func:`poolkit.embedding.embed_recipes` takes them), or :class:`~poolkit.Encoder`
-            settings (``device``, ``dtype``, ``max_length``, ``max_batch_tokens``,
-            ``backend``, ``quantize``, ``calibrate``).
+            int8/uint8 recipe's ranges by column name, computed once for every actor), or
+            :class:`~poolkit.Encoder` settings (``device``, ``dtype``, ``max_length``,
+            ``max_batch_tokens``, ``backend``, ``quantize``, ``calibrate``).
 
     ``__call__`` takes a batch (``pyarrow.Table``, or a dict of NumPy arrays) of ``B``
-    rows and returns it with every input column unchanged (row ids included) plus one
-    column per recipe: ``fixed_size_list<float32>[D]`` for tables (a recipe's output
-    stage: its stored type, e.g. int8), float32 ``(B, D)`` for dicts. Sparse recipes (``splade``) and multi-vector ones take their own paths
-    (those of :func:`poolkit.embed`) and give the columns ``poolkit embed`` writes to
-    Parquet (:mod:`poolkit.ray._columns`): ``<name>_indices``/``<name>_values`` lists
-    (the table's metadata holds the record ``poolkit embed`` writes with them: recipe and
-    vocabulary width), or one list of ``(tokens, D)`` vectors a row (for dicts: one NumPy
-    array a row).
-    ``B = 0`` gives empty columns. A null or non-string text raises ``ValueError`` naming
-    the row; so does a multi-vector text that keeps no token vector.
+    rows and returns it with every input column unchanged plus the columns ``poolkit
+    embed`` writes to Parquet (:mod:`poolkit.ray._columns`): a dense recipe's
+    ``fixed_size_list[D]`` of its stored type (dicts: ``(B, D)``); a sparse recipe's
+    ``<name>_indices``/``<name>_values`` (with its record in the table's metadata); a
+    multi-vector recipe's ``(tokens, D)`` vectors a row (dicts: one array a row). A null
+    or non-string text, or a multi-vector text that keeps no token vector, raises
+    ``ValueError`` naming the row.
     """
-
-    _ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backend", "quantize",
-                        "calibrate")  # fmt: skip
-    _RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
-    _EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline", "calibration")
 
     def __init__(
         self,
@@ -87,19 +85,16 @@ class Embedder:
         **options: Any,
     ) -> None:
         require_ray()
-        from poolkit.asked import resolve_recipes
         from poolkit.encoder import Encoder
         from poolkit.recipe import Recipe
 
-        check_options(options)
-        shorthand = {k: options[k] for k in self._RECIPE_OPTIONS if k in options}
-        wanted, _ = resolve_recipes(strategy, recipe, normalize=normalize, **shorthand)
+        wanted, shorthand = resolve_request(strategy, recipe, normalize, options)
         threads = num_threads if num_threads is not None else actor_cpus()
-        encoder_kw = {k: options[k] for k in self._ENCODER_OPTIONS if k in options}
+        encoder_kw = {k: options[k] for k in _ENCODER_OPTIONS if k in options}
         self.encoder = Encoder(model, num_threads=threads, **encoder_kw)
         if wanted is None:
-            pooling = self.encoder.info.pooling
-            wanted = {pooling: self.encoder.info.intended_recipe(normalize=normalize, **shorthand)}
+            info = self.encoder.info
+            wanted = {info.pooling: info.intended_recipe(normalize=normalize, **shorthand)}
         self.recipes: dict[str, Recipe] = wanted
         self.names: list[str] = list(wanted)
         self.text_column = text_column
@@ -107,12 +102,10 @@ class Embedder:
         self.long_text = options.get("long_text", "truncate")
         # Prompt and pipeline checked now, on the actor's first start, not per batch; the
         # int8/uint8 ranges come computed (every actor quantises with the same ones).
-        self.embed_options = {k: options[k] for k in ("prompt_name", "prompt", "pipeline",
-                                                      "calibration") if k in options}  # fmt: skip
+        self.embed_options = {k: options[k] for k in _EMBED_OPTIONS[1:] if k in options}
         self.kind = _kind(self.recipes)
         self.widths: dict[str, int] = {}  # column -> vector width, once a batch is embedded
         self._prepare(options.get("prompt_name"), options.get("prompt"))
-        self.pid = os.getpid()
 
     def _prepare(self, prompt_name: str | None, prompt: str | None) -> None:
         """Check the recipes against the loaded model and resolve what each batch needs:
@@ -157,7 +150,8 @@ class Embedder:
             f"text_column={self.text_column!r})"
         )
 
-    def _texts(self, batch: Batch, columns: list[str]) -> list[str]:
+    def _texts(self, batch: Batch) -> list[str]:
+        columns = _columns(batch)
         if self.text_column not in columns:
             value_error(
                 "text_column",
@@ -177,9 +171,7 @@ class Embedder:
         texts = values.to_pylist() if hasattr(values, "to_pylist") else list(values)
         for k, text in enumerate(texts):
             if not isinstance(text, str):
-                ident = ""
-                if "id" in columns:
-                    ident = f" (id {batch['id'][k]})"
+                ident = f" (id {batch['id'][k]})" if "id" in columns else ""
                 value_error(
                     "text_column",
                     f"a column of strings ({self.text_column!r})",
@@ -258,39 +250,34 @@ class Embedder:
     def __call__(self, batch: Batch) -> Batch:
         import pyarrow as pa
 
-        if isinstance(batch, pa.Table):
-            texts = self._texts(batch, batch.column_names)
-            vectors = self.embed(texts)
-            self._empty_row(batch, vectors)
-            if not self.keep_text:
-                batch = batch.drop_columns([self.text_column])
-            for name, column in self._arrow_columns(vectors):
-                batch = batch.append_column(name, column)
-            if self.kind == "sparse":  # the record poolkit embed writes with sparse columns
-                import json
-
-                from poolkit.sparse.files import sparse_record
-
-                record = sparse_record(self.recipes, self.widths)
-                batch = batch.replace_schema_metadata({"poolkit": json.dumps(record)})
-            return batch
+        if not isinstance(batch, pa.Table | Mapping):
+            type_error(
+                "batch",
+                "a pyarrow.Table or a dict of arrays",
+                type(batch).__name__,
+                "Use map_batches(..., batch_format='pyarrow').",
+            )
+        vectors = self.embed(self._texts(batch))
+        self._empty_row(batch, vectors)
         if isinstance(batch, Mapping):
-            texts = self._texts(batch, list(batch))
-            vectors = self.embed(texts)
-            self._empty_row(batch, vectors)
             out = {k: v for k, v in batch.items() if self.keep_text or k != self.text_column}
             if self.kind == "dense":
-                out.update(vectors)
-                return out
+                return {**out, **vectors}
             for name, column in self._arrow_columns(vectors):  # one NumPy value a row
                 out[name] = _numpy_column(column)
             return out
-        type_error(
-            "batch",
-            "a pyarrow.Table or a dict of arrays",
-            type(batch).__name__,
-            "Use map_batches(..., batch_format='pyarrow').",
-        )
+        if not self.keep_text:
+            batch = batch.drop_columns([self.text_column])
+        for name, column in self._arrow_columns(vectors):
+            batch = batch.append_column(name, column)
+        if self.kind == "sparse":  # the record poolkit embed writes with sparse columns
+            import json
+
+            from poolkit.sparse.files import sparse_record
+
+            record = sparse_record(self.recipes, self.widths)
+            batch = batch.replace_schema_metadata({"poolkit": json.dumps(record)})
+        return batch
 
 
 def _kind(recipes: Mapping[str, Any]) -> str:
@@ -329,63 +316,54 @@ def embed_dataset(
     model: str | os.PathLike[str] | None = None,
     strategy: str | Sequence[str] | None = None,
     *,
-    recipe: Any = None,
-    text_column: str = "text",
-    normalize: bool | None = None,
-    keep_text: bool = True,
     workers: int | None = None,
     cpus_per_worker: float = 1,
     gpus_per_worker: float = 0,
     batch_size: int | None = 256,
     fn: type[Embedder] | None = None,
     spare_cpus: float = 1,
-    **options: Any,
+    **embedder: Any,
 ) -> Any:
-    """Add one embedding column per strategy to every row of a Ray ``Dataset`` (lazy).
+    """Add one embedding column per recipe to every row of a Ray ``Dataset`` (lazy).
 
-    Runs :class:`Embedder` on a pool of up to ``workers`` actors, each holding one model
-    and ``cpus_per_worker`` CPUs (torch threads) and ``gpus_per_worker`` GPUs. Actors
-    killed mid-job are restarted and their batches retried (``max_restarts=-1``,
+    Runs :class:`Embedder` on a pool of up to ``workers`` actors, each holding one model,
+    ``cpus_per_worker`` CPUs (torch threads) and ``gpus_per_worker`` GPUs. Actors killed
+    mid-job are restarted and their batches retried (``max_restarts=-1``,
     ``max_task_retries=-1``): no row is lost or duplicated. Errors raised by poolkit
     itself (bad text) are not retried and fail the job.
 
-    The pool starts without the cluster's last ``spare_cpus`` CPUs: the dataset's other
-    stages (``ray.data.read_parquet`` and friends ask 1 CPU per task) must run beside
-    the actors, or the job waits for ever. The pool is fixed at ``workers`` when
-    ``workers x cpus_per_worker`` leaves ``spare_cpus`` free; otherwise it starts with as
-    many actors as do (at least one) and Ray Data grows it towards ``workers`` as its
-    resource manager allows (it keeps CPUs for the stages that still have work).
+    The pool starts without the cluster's last ``spare_cpus`` CPUs, which the dataset's
+    other stages need (``ray.data.read_parquet`` and friends ask 1 CPU per task): a fixed
+    pool of ``workers`` when they leave ``spare_cpus`` free, else as many actors as do (at
+    least one), which Ray Data grows towards ``workers`` as its resource manager allows.
 
     Args:
         ds: a ``ray.data.Dataset`` with a string column ``text_column``.
-        model, strategy, recipe, text_column, normalize, keep_text, **options: see
-            :class:`Embedder`. The recipes are validated here, once, and shipped to the
-            actors as :class:`poolkit.Recipe` values.
+        model, strategy, **embedder: :class:`Embedder`'s arguments (``recipe``,
+            ``text_column``, ``normalize``, ``keep_text``, its options) and ``fn``'s own.
+            The recipes are resolved here, once, and shipped to the actors as
+            :class:`poolkit.Recipe` values.
         workers: actors in the pool; ``None``: cluster CPUs // ``cpus_per_worker``.
-        batch_size: rows per ``Embedder`` call (poolkit batches them by token budget
-            inside it); ``None``: one call per block of ``ds`` as it comes. Ray re-cuts
-            blocks into ``batch_size`` rows in arrival order, so which texts share a call
-            varies from run to run (vectors then differ in float rounding only); with
-            ``None`` it is fixed by the blocks, and reruns agree bit for bit.
+        batch_size: rows per ``Embedder`` call; ``None``: one call per block of ``ds``.
+            Ray re-cuts blocks into ``batch_size`` rows in arrival order, so which texts
+            share a call (and so float rounding) varies between runs; with ``None`` reruns
+            agree bit for bit.
         fn: a subclass of :class:`Embedder` to run instead (e.g. one adding columns).
-        spare_cpus: CPUs left to the dataset's other stages (see above); 0 when every
-            other stage asks for none (e.g. ``ray_remote_args={"num_cpus": 0}``).
+        spare_cpus: CPUs left to the dataset's other stages; 0 when every other stage
+            asks for none (e.g. ``ray_remote_args={"num_cpus": 0}``).
 
     Raises:
         ValueError: a bad argument, or one worker's CPUs leave fewer than ``spare_cpus``
             of the cluster free (the job could never read its input).
 
     Returns:
-        A lazy ``ray.data.Dataset``: every input column (row ids included; row order is
-        Ray's, so carry an id column) plus ``fixed_size_list<float32>[D]`` per strategy.
+        A lazy ``ray.data.Dataset``: every input column (row order is Ray's, so carry an
+        id column) plus the columns :class:`Embedder` adds.
     """
     ray = require_ray()
-    from poolkit.asked import resolve_recipes
-
-    if fn is None:  # a subclass (fn=) may take keyword arguments of its own
-        check_options(options)
-    shorthand = {k: options.pop(k) for k in Embedder._RECIPE_OPTIONS if k in options}
-    wanted, _ = resolve_recipes(strategy, recipe, normalize=normalize, **shorthand)
+    recipe, normalize = embedder.pop("recipe", None), embedder.get("normalize")
+    # A subclass (fn=) may take keyword arguments of its own.
+    wanted, shorthand = resolve_request(strategy, recipe, normalize, embedder, check=fn is None)
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         value_error("workers", "a positive integer", repr(workers))
     if not cpus_per_worker > 0:
@@ -402,12 +380,11 @@ def embed_dataset(
     if workers is None:
         workers = max(1, int(cpus // cpus_per_worker))
     pool = _pool(ray, workers, cpus_per_worker, cpus, spare_cpus)
-    kwargs: dict[str, Any] = {"model": None if model is None else os.fspath(model),
-                              "text_column": text_column, "keep_text": keep_text, **options}  # fmt: skip
+    kwargs = {"model": None if model is None else os.fspath(model), **embedder}
     if wanted is None:  # the model's pooling: the actor knows it once the model loads
-        kwargs.update(normalize=normalize, **shorthand)
-    else:
-        kwargs["recipe"] = wanted
+        kwargs.update(shorthand)
+    else:  # normalize= is in the recipes
+        kwargs.update(recipe=wanted, normalize=None)
     remote: dict[str, Any] = {"num_cpus": cpus_per_worker}
     if gpus_per_worker:
         remote["num_gpus"] = gpus_per_worker
@@ -443,14 +420,28 @@ def _pool(ray: Any, workers: int, cpus_per_worker: float, cpus: float, spare: fl
     return ray.data.ActorPoolStrategy(min_size=fits, max_size=workers)
 
 
-def check_options(options: dict[str, Any]) -> None:
-    """TypeError naming any option :class:`Embedder` does not know."""
-    known = (*Embedder._ENCODER_OPTIONS, *Embedder._RECIPE_OPTIONS, *Embedder._EMBED_OPTIONS)
-    unknown = sorted(set(options) - set(known))
-    if unknown:
+def resolve_request(
+    strategy: Any,
+    recipe: Any,
+    normalize: bool | None,
+    options: dict[str, Any],
+    *,
+    check: bool = True,
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The one resolution of :class:`Embedder`'s pooling arguments (in the driver and in
+    each actor): ``options`` checked (``check``: a TypeError names an unknown one), its
+    recipe shorthands taken out of it, the recipes resolved. Returns ``(recipes,
+    shorthands)``: ``None`` recipes mean the model's intended one, shaped by them."""
+    from poolkit.asked import resolve_recipes
+
+    known = (*_ENCODER_OPTIONS, *_RECIPE_OPTIONS, *_EMBED_OPTIONS, *_EMBEDDER_KEYWORDS)
+    if check and (unknown := sorted(set(options) - set(known))):
         type_error(
             "options",
             f"among {', '.join(known)}",
             ", ".join(unknown),
             "See poolkit.embed for their meaning.",
         )
+    shorthand = {k: options.pop(k) for k in _RECIPE_OPTIONS if k in options}
+    wanted, _ = resolve_recipes(strategy, recipe, normalize=normalize, **shorthand)
+    return wanted, shorthand
