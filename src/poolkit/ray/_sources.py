@@ -33,7 +33,6 @@ __all__ = [
     "FileIds",
     "InputFile",
     "iter_file_rows",
-    "iter_file_texts",
     "list_inputs",
     "read_corpus",
 ]
@@ -169,20 +168,6 @@ def iter_file_rows(
         yield from readers.read_stream_rows(stream, file.fmt, **how)
 
 
-def iter_file_texts(
-    file: InputFile,
-    *,
-    text_column: str | None = None,
-    chunk_size: int = 4096,
-    rows: range | None = None,
-) -> Iterator[list[str]]:
-    """Texts of one file in file order (``rows``: only these, 0-based), ``chunk_size`` at a
-    time, parsed exactly as by :func:`poolkit.io.readers.read_texts`. An empty file yields
-    nothing."""
-    for part in iter_file_rows(file, text_column=text_column, chunk_size=chunk_size, rows=rows):
-        yield part.texts
-
-
 @dataclass(frozen=True)
 class FileIds:
     """The ids one input file gives its rows (``id_column``), and where each was read:
@@ -207,10 +192,6 @@ class _Where:
 
     def __getitem__(self, k: int) -> str:
         return f"{self.file.path}: {self.file.label} {int(self.file.numbers[k])}"
-
-
-def _count(file: InputFile, text_column: str | None) -> int:
-    return sum(len(chunk) for chunk in iter_file_texts(file, text_column=text_column))
 
 
 def _scan_file(
@@ -252,11 +233,6 @@ def _piece_rows(
         for name, values in part.kept.items():
             out.kept[name].extend(values)
     return out
-
-
-def _piece_texts(file: InputFile, start: int, stop: int, text_column: str | None) -> list[str]:
-    """The texts of :func:`_piece_rows`."""
-    return _piece_rows(file, start, stop, text_column).texts
 
 
 def _read_pieces(
