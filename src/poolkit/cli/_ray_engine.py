@@ -92,20 +92,17 @@ def check_gpu_args(args: argparse.Namespace) -> None:
     if args.device not in ("auto", "cuda", None):
         raise InputError(f"--gpus-per-worker with --device {args.device}: Ray shows each worker "
                          "its own GPUs as cuda; pass --device auto or cuda.")  # fmt: skip
-    if args.address is None and not _cuda_visible():
-        raise InputError(no_gpu(gpus, "this machine has no CUDA GPU visible to PyTorch"))
+    if args.address is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(no_gpu(gpus, "this machine has no CUDA GPU visible to PyTorch"))
 
 
 def no_gpu(gpus: float, why: str) -> str:
     """The one line refusing --gpus-per-worker where no GPU is visible."""
     return (f"--gpus-per-worker {gpus:g}: {why}; drop --gpus-per-worker to run the workers "
             "on CPUs, or run where a GPU is.")  # fmt: skip
-
-
-def _cuda_visible() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
 
 
 def cluster_gpus(args: argparse.Namespace, resources: dict[str, float]) -> str:
@@ -132,30 +129,18 @@ def default_workers(resources: dict[str, float], cpus: int, gpus: float | None) 
     return max(1, workers)
 
 
-def _check_output(output: str, overwrite: bool) -> None:
-    if "://" in output:
-        return
-    path = Path(output)
-    if path.exists() and not path.is_dir():
-        raise InputError(
-            f"{output}: --engine ray writes a folder of Parquet shards, but this is a file; "
-            "name a folder."
-        )
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise InputError(
-            already_exists(output, fix="--overwrite", state="already exists and is not empty")
-        )
-    parent = path.resolve().parent
-    if not parent.is_dir():
-        raise InputError(f"{output}: folder {str(parent)!r} does not exist.")
-
-
 def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
     # ray.init installs its own SIGTERM handler (sys.exit(15)): put poolkit's back, so that
     # SIGTERM stops the job the Ctrl-C way (checkpoint kept, exit status 143).
     previous = signal.getsignal(signal.SIGTERM)
+    level = logging.WARNING if quiet else logging.INFO
+    # --quiet: Ray Data's execution notes (INFO) and the workers' forwarded logs stay out
+    # of stderr too, so the command prints only warnings and errors.
+    logging.getLogger("ray.data").setLevel(level)
     try:
-        _init_ray(ray, address, quiet)
+        # A local Ray is sized to the CPUs this process may use (cgroups included).
+        local = {"include_dashboard": False} if address is None else {"address": address}
+        ray.init(logging_level=level, log_to_driver=not quiet, **local)
     except SystemExit as e:  # Ray's handler fired while Ray was starting
         if e.code == signal.SIGTERM:
             raise Terminated from None
@@ -163,49 +148,6 @@ def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
     finally:
         if callable(previous):
             signal.signal(signal.SIGTERM, previous)
-
-
-def _init_ray(ray: Any, address: str | None, quiet: bool) -> None:
-    level = logging.WARNING if quiet else logging.INFO
-    # --quiet: Ray Data's execution notes (INFO) and the workers' forwarded logs stay out
-    # of stderr too, so the command prints only warnings and errors.
-    logging.getLogger("ray.data").setLevel(level)
-    options: dict[str, Any] = {"logging_level": level, "log_to_driver": not quiet}
-    if address is None:
-        # Ray sizes a local instance to the CPUs this process may use (cgroups included).
-        ray.init(include_dashboard=False, **options)
-    else:
-        ray.init(address=address, **options)
-
-
-def _verify(
-    tmp: str, total: int, own_ids: bool = False, chunks: bool = False
-) -> tuple[int, dict[str, int]]:
-    """Check the shards hold ids 0..total-1 exactly once (``own_ids``: the rows' own ids,
-    ``total`` distinct ones; ``chunks``: each id on the rows of its chunks, so at least
-    once); returns (shards, dims)."""
-    import numpy as np
-    import pyarrow.dataset as pads
-
-    data = pads.dataset(tmp, format="parquet")
-    ids = data.to_table(columns=["id"]).column("id")
-    if chunks:  # one row per chunk: the documents' ids, each on consecutive rows
-        ids = ids.unique()
-    if own_ids:
-        wrong = len(ids) != total or len(ids.unique()) != total
-    else:
-        ids = np.sort(ids.to_numpy())
-        wrong = len(ids) != total or not np.array_equal(ids, np.arange(total))
-    if wrong:
-        missing = total - len(np.unique(np.asarray(ids)))
-        raise RunError(
-            unmet(
-                f"the job to write each of the {total} rows once",
-                f"it wrote {len(ids)} rows ({missing} ids missing)",
-                "The output was not published.",
-            )
-        )
-    return len(data.files), _widths(data.schema)
 
 
 def _widths(schema: Any) -> dict[str, int]:
@@ -292,7 +234,7 @@ def _ray_settings(
     """The Ray job's manifest settings (:func:`~poolkit.cli._job.job_settings`): the values
     asked of its workers (``block_rows`` is read back from the manifest on --resume, so a
     resize of the cluster is no change)."""
-    from poolkit.io.checkpoint import model_fingerprint
+    from poolkit.io.checkpoint import model_fingerprint, texts_digest
 
     wanted, corpus = job.wanted, job.corpus
     if wanted is None:  # the model's pooling, shaped by the shorthand flags
@@ -306,7 +248,8 @@ def _ray_settings(
             **pooling, "prompt_name": args.prompt_name, "prompt": args.prompt,
             "pooled_only": args.pooled_only}  # fmt: skip
     engine = {"max_length": args.max_length, "batch_tokens": args.batch_tokens,
-              "calibration": _calibration_digest(args), "input_format": args.input_format,
+              "calibration": None if args.calibration is None else texts_digest(args.calibration),
+              "input_format": args.input_format,
               "device": args.device, "gpus_per_worker": args.gpus_per_worker,
               "block_rows": block}  # fmt: skip
     rows = rows_setting(corpus)
@@ -318,13 +261,6 @@ def _ray_settings(
         head["chunks"] = job.plan.settings()
     versions = installed_versions("torch", "transformers", "onnxruntime", "ray")
     return job_settings(args, head, engine, versions)
-
-
-def _calibration_digest(args: argparse.Namespace) -> str | None:
-    from poolkit.io.checkpoint import texts_digest
-
-    texts = getattr(args, "calibration", None)
-    return None if texts is None else texts_digest(texts)
 
 
 def _stored_block_rows(output: str) -> int | None:
@@ -353,7 +289,6 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
                 f"{output}: --resume with --engine ray needs a local OUTPUT_DIR (the "
                 "checkpoint lives beside it); write locally, or rerun without --resume."
             )
-        _check_output(output, args.overwrite)
         return False
     if args.resume and not args.overwrite and ShardCheckpoint.finished(output):
         if os.path.isdir(output):
@@ -361,7 +296,18 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
             print(f"poolkit: {output} was already complete; removed its work directory.",
                   file=sys.stderr)  # fmt: skip
             return True
-    _check_output(output, args.overwrite)
+    path = Path(output)
+    if path.exists() and not path.is_dir():
+        raise InputError(
+            f"{output}: --engine ray writes a folder of Parquet shards, but this is a file; "
+            "name a folder."
+        )
+    if path.is_dir() and any(path.iterdir()) and not args.overwrite:
+        raise InputError(
+            already_exists(output, fix="--overwrite", state="already exists and is not empty")
+        )
+    if not path.resolve().parent.is_dir():
+        raise InputError(f"{output}: folder {str(path.resolve().parent)!r} does not exist.")
     if not args.resume:
         check_no_work_dir(output, ShardCheckpoint)
     return False
@@ -534,10 +480,10 @@ class _Job:
         if self.wanted is None:  # the model's pooling, shaped by the shorthand flags
             # The spec as typed: each Recipe reads it (poolkit.layers.layer_spec); the CLI
             # checked it before the cluster started (embed's recipes_from_args).
-            options.update(layers=args.layers, exclude_special=args.exclude_special)
-            pooling: dict[str, Any] = {"normalize": args.normalize}
+            options.update(layers=args.layers, exclude_special=args.exclude_special,
+                           normalize=args.normalize)  # fmt: skip
         else:
-            pooling = {"recipe": self.wanted}
+            options["recipe"] = self.wanted
         # One Embedder call per read block (batch_size=None): the same texts share a batch
         # in every run, whatever order blocks arrive in, so reruns agree bit for bit.
         # Reads and writes ask for 0 CPUs here: the pool may hold every CPU (spare_cpus=0).
@@ -545,8 +491,7 @@ class _Job:
         return embed_dataset(
             self.corpus.dataset(block, only), args.model, text_column="text", keep_text=False,
             workers=self.workers, cpus_per_worker=self.cpus, batch_size=None, spare_cpus=0,
-            gpus_per_worker=args.gpus_per_worker or 0,
-            **pooling, **options,
+            gpus_per_worker=args.gpus_per_worker or 0, **options,
         )  # fmt: skip
 
     def write_remote(self, output: str, block: int) -> tuple[int, dict[str, int]]:
@@ -563,8 +508,35 @@ class _Job:
             ds.write_parquet(output, ray_remote_args={"num_cpus": 0, "max_retries": 3})
         except Exception as e:
             raise _user_error(e) from None
-        return _verify(output, self.corpus.rows, self.corpus.id_type is not None,
-                       self.plan is not None)  # fmt: skip
+        return self.verify(output)
+
+    def verify(self, path: str) -> tuple[int, dict[str, int]]:
+        """Check the shards under ``path`` hold ids 0..rows-1 exactly once (the rows' own ids:
+        that many distinct ones; with chunks, each id on the rows of its chunks, so at least
+        once); returns (shards, dims)."""
+        import numpy as np
+        import pyarrow.dataset as pads
+
+        total = self.corpus.rows
+        data = pads.dataset(path, format="parquet")
+        ids = data.to_table(columns=["id"]).column("id")
+        if self.plan is not None:  # one row per chunk: the documents' ids, each on consecutive rows
+            ids = ids.unique()
+        if self.corpus.id_type is not None:
+            wrong = len(ids) != total or len(ids.unique()) != total
+        else:
+            ids = np.sort(ids.to_numpy())
+            wrong = len(ids) != total or not np.array_equal(ids, np.arange(total))
+        if wrong:
+            missing = total - len(np.unique(np.asarray(ids)))
+            raise RunError(
+                unmet(
+                    f"the job to write each of the {total} rows once",
+                    f"it wrote {len(ids)} rows ({missing} ids missing)",
+                    "The output was not published.",
+                )
+            )
+        return len(data.files), _widths(data.schema)
 
     def write_checkpointed(
         self, output: str, block: int, settings: dict[str, Any]
@@ -612,8 +584,7 @@ class _Job:
                                      f"{len(missing)} came back incomplete",
                                      "The output was not published."))  # fmt: skip
             staged = checkpoint.stage([f.name for f in corpus.files])
-            shards_count, dims = _verify(os.fspath(staged), corpus.rows, corpus.id_type is not None,
-                                         self.plan is not None)  # fmt: skip
+            shards_count, dims = self.verify(os.fspath(staged))
             checkpoint.publish(overwrite=self.args.overwrite)
             return shards_count, dims
 

@@ -64,12 +64,10 @@ class Embedder:
 
     ``__call__`` takes a batch (``pyarrow.Table``, or a dict of NumPy arrays) of ``B``
     rows and returns it with every input column unchanged plus the columns ``poolkit
-    embed`` writes to Parquet (:mod:`poolkit.ray._columns`): a dense recipe's
-    ``fixed_size_list[D]`` of its stored type (dicts: ``(B, D)``); a sparse recipe's
-    ``<name>_indices``/``<name>_values`` (with its record in the table's metadata); a
-    multi-vector recipe's ``(tokens, D)`` vectors a row (dicts: one array a row). A null
-    or non-string text, or a multi-vector text that keeps no token vector, raises
-    ``ValueError`` naming the row.
+    embed`` writes to Parquet (:meth:`_arrow_columns`; dicts: dense ``(B, D)``, else one
+    array a row), a sparse recipe's record in the table's metadata. A null or non-string
+    text, or a multi-vector text that keeps no token vector, raises ``ValueError`` naming
+    the row.
     """
 
     def __init__(
@@ -233,18 +231,31 @@ class Embedder:
                                 "token)", "Remove it or give it text.")  # fmt: skip
 
     def _arrow_columns(self, vectors: dict[str, Any]) -> list[tuple[str, Any]]:
-        """The batch's new Parquet columns (:mod:`poolkit.ray._columns`)."""
-        from poolkit.ray._columns import dense_column, ragged_column, sparse_columns
+        """The batch's new columns, typed as ``poolkit embed`` writes them to Parquet
+        (:mod:`poolkit.io.writers`), so a shard and a local file compare column for column:
+        dense (MUVERA too) ``fixed_size_list<dtype>[D]``; sparse ``<name>_indices``
+        ``list<int32>`` and ``<name>_values`` ``list<float32>``; multi-vector
+        ``large_list<fixed_size_list<float32>[D]>``, one ``(tokens, D)`` array a row."""
+        import pyarrow as pa
+
+        from poolkit.io.writers import ragged_array, stored
+        from poolkit.sparse import canonical_csr
+        from poolkit.sparse.files import parquet_columns
 
         out: list[tuple[str, Any]] = []
         for name in self.names:
             value = vectors[name]
             if self.kind == "sparse":
-                out.extend(sparse_columns(name, value))
+                out.extend(parquet_columns(name, canonical_csr(value)))
             elif isinstance(value, list):
-                out.append((name, ragged_column(value, self.widths[name])))
-            else:  # dense or MUVERA, stored as the local writer stores them
-                out.append((name, dense_column(value)))
+                width = self.widths[name]
+                flat = stored(np.concatenate(value)) if value else np.zeros((0, width), np.float32)
+                offsets = np.r_[0, np.cumsum([len(a) for a in value])].astype(np.int64)
+                out.append((name, ragged_array(flat, offsets)))
+            else:
+                arr = stored(np.asarray(value))
+                flat = pa.array(arr.reshape(-1), pa.from_numpy_dtype(arr.dtype))
+                out.append((name, pa.FixedSizeListArray.from_arrays(flat, arr.shape[1])))
         return out
 
     def __call__(self, batch: Batch) -> Batch:
