@@ -1,21 +1,13 @@
 """``poolkit embed INPUT -o OUTPUT_DIR --engine ray``: the same embeddings, on Ray.
 
-INPUT is a file, a folder or a glob of txt/jsonl/csv/tsv/parquet files (or a pyarrow
-filesystem URI); OUTPUT_DIR receives Parquet shards with ``id`` (the row id
-``poolkit embed`` gives, files taken in sorted order), ``text_id``
+INPUT is a file, a folder, a glob or a pyarrow filesystem URI; OUTPUT_DIR receives Parquet
+shards of ``id`` (``poolkit embed``'s, files in sorted order), ``text_id``
 (``"<file>:<row in file>"``) and the columns ``poolkit embed`` writes to a ``.parquet``
-file: one ``fixed_size_list<float32>[D]`` per strategy, a sparse recipe's term ids and
-weights (its record in the shards' metadata), a multi-vector recipe's list of token
-vectors a row. Without ``--address`` a local Ray sized to the machine is started; with it,
-the job joins that cluster. A local OUTPUT_DIR appears only when complete (written
-beside it, checked to hold every id exactly once, then renamed).
-
-A local OUTPUT_DIR is checkpointed per input file (:mod:`poolkit.io.shardset`): the driver
-writes each block's shard into ``OUTPUT_DIR.poolkit-work/`` as it arrives and records a
-file as done once all its rows are there, so after ``kill -9``, Ctrl-C (130) or SIGTERM
-(143) the same command with ``--resume`` embeds only the files not finished. The block
-size is kept in the manifest, so the resumed blocks (and with them int8 batches) are those
-of an uninterrupted run.
+file. Without ``--address`` a local Ray sized to the machine is started. A local
+OUTPUT_DIR is checkpointed per input file (:mod:`poolkit.io.shardset`), so after
+``kill -9``, Ctrl-C (130) or SIGTERM (143) ``--resume`` embeds only the files not
+finished, in the blocks of the first run (their size is in the manifest); it appears only
+when complete, checked to hold every id.
 """
 
 from __future__ import annotations
@@ -65,10 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def dispatch(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int | None:
-    """Run the Ray engine if asked for (returns its exit status), else ``None``; ``wanted``:
-    the recipes the pooling flags name (None: the model's), ``plan``: what --chunks asks
-    for (a :class:`~poolkit.cli._chunk_args.ChunkPlan`, None without), both read once by
-    the caller."""
+    """The Ray engine's exit status if asked for (``wanted``: the flags' recipes, None: the
+    model's; ``plan``: --chunks' ChunkPlan or None), else ``None``."""
     if getattr(args, "engine", "local") == "ray":
         return run(args, wanted, plan)
     for name in _RAY_ONLY:
@@ -151,8 +141,8 @@ def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
 
 
 def _widths(schema: Any) -> dict[str, int]:
-    """Vector width per recipe column of the shards: a fixed-size list's size, a ragged
-    column's token width, a sparse column's vocabulary (from the record it carries)."""
+    """Vector width per recipe column of the shards (ragged: a token's; sparse: the
+    vocabulary, from the record)."""
     import json
 
     import pyarrow as pa
@@ -171,14 +161,16 @@ def _widths(schema: Any) -> dict[str, int]:
     return dims
 
 
-def with_record(table: Any, wanted: Any, ranges: dict[str, Any], plan: Any) -> Any:
-    """A shard's ``table`` with the record one machine writes beside an output stage or
-    chunks (:func:`~poolkit.cli._output_args.output_metadata`: recipes, dimensions kept,
-    int8/uint8 ranges; the chunks' settings), so that ``--ranges`` reads a shard as it
-    reads a local file; other tables as they are."""
+def shard_rows(table: Any, wanted: Any, ranges: dict[str, Any], plan: Any) -> Any:
+    """A shard's ``table`` as one machine writes it: each row's own id in ``id``
+    (:func:`~poolkit.cli._ray_rows.user_rows`), and the record written beside an output
+    stage or chunks (:func:`~poolkit.cli._output_args.output_metadata`: ``--ranges`` reads
+    a shard as a local file)."""
     import json
 
     from poolkit.cli._output_args import kept_dims, output_metadata
+
+    table = user_rows(table)
 
     staged = [r for r in (wanted or {}).values() if r.kind == "dense" and r.has_output_stage]
     record = None
@@ -214,53 +206,6 @@ def _model_dir(args: argparse.Namespace) -> Path | None:
     if args.address is None or Path(ref).expanduser().is_dir():
         return resolve_model(ref)
     return None  # recorded by name only
-
-
-def _check_sparse_head(args: argparse.Namespace, wanted: Any, model_dir: Path | None) -> None:
-    """A sparse recipe on a model folder whose config names no masked-LM head: refused in
-    one line here, as on the local engine (an actor failing to start would say it in a
-    Ray traceback)."""
-    sparse = [r for r in (wanted or {}).values() if r.kind == "sparse"]
-    if sparse and model_dir is not None:
-        from poolkit.sparse.mlm import check_mlm_architecture
-
-        reference = os.fspath(args.model) if args.model is not None else str(model_dir)
-        check_mlm_architecture(model_dir, reference=reference, recipe=str(sparse[0]))
-
-
-def _ray_settings(
-    args: argparse.Namespace, job: _Job, model_dir: Path | None, block: int
-) -> dict[str, Any]:
-    """The Ray job's manifest settings (:func:`~poolkit.cli._job.job_settings`): the values
-    asked of its workers (``block_rows`` is read back from the manifest on --resume, so a
-    resize of the cluster is no change)."""
-    from poolkit.io.checkpoint import model_fingerprint, texts_digest
-
-    wanted, corpus = job.wanted, job.corpus
-    if wanted is None:  # the model's pooling, shaped by the shorthand flags
-        pooling: dict[str, Any] = {"recipes": None, "layers": args.layers,
-                                   "exclude_special": args.exclude_special,
-                                   "normalize": args.normalize}  # fmt: skip
-    else:
-        pooling = {"recipes": {name: str(r) for name, r in wanted.items()}}
-    head = {"engine": "ray", "model": args.model,
-            "model_files": None if model_dir is None else model_fingerprint(model_dir),
-            **pooling, "prompt_name": args.prompt_name, "prompt": args.prompt,
-            "pooled_only": args.pooled_only}  # fmt: skip
-    engine = {"max_length": args.max_length, "batch_tokens": args.batch_tokens,
-              "calibration": None if args.calibration is None else texts_digest(args.calibration),
-              "input_format": args.input_format,
-              "device": args.device, "gpus_per_worker": args.gpus_per_worker,
-              "block_rows": block}  # fmt: skip
-    rows = rows_setting(corpus)
-    if rows is not None:  # a resumed job must read the same ids and fields
-        head["rows"] = rows
-    if job.ranges:  # ... quantise with the same ranges
-        head["output_ranges"] = {n: c.digest() for n, c in job.ranges.items()}
-    if job.plan is not None:  # ... and cut the same chunks
-        head["chunks"] = job.plan.settings()
-    versions = installed_versions("torch", "transformers", "onnxruntime", "ray")
-    return job_settings(args, head, engine, versions)
 
 
 def _stored_block_rows(output: str) -> int | None:
@@ -316,12 +261,11 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
 def _resolve(
     args: argparse.Namespace, wanted: Any, plan: Any, model_dir: Path | None
 ) -> tuple[Any, dict[str, Any]]:
-    """The recipes the workers get (with --dims/--precision the model's intended one,
-    resolved here) and their int8/uint8 ranges, computed here once from --ranges or
-    --calibrate as on one machine (:func:`~poolkit.cli._output_args.output_ranges`), so
-    that every worker quantises alike. With --chunks or an output stage, the local
-    engine's checks that need the model run here too (a worker failing to start would
-    say it in a Ray traceback): chunk size, late recipes, --dims' width."""
+    """The recipes the workers get (with --dims/--precision the model's intended one) and
+    their int8/uint8 ranges, computed once as on one machine, so every worker quantises
+    alike. The local engine's model checks run here, one line each (a worker failing to
+    start would print a Ray traceback): a sparse recipe's head; with --chunks or an output
+    stage, chunk size, late recipes, --dims' width."""
     from poolkit.cli._output_args import (
         check_output_widths,
         output_ranges,
@@ -330,6 +274,12 @@ def _resolve(
     )
     from poolkit.cli._recipe_args import intended_recipes
 
+    sparse = [r for r in (wanted or {}).values() if r.kind == "sparse"]
+    if sparse and model_dir is not None:  # a folder without a masked-LM head
+        from poolkit.sparse.mlm import check_mlm_architecture
+
+        reference = os.fspath(args.model) if args.model is not None else str(model_dir)
+        check_mlm_architecture(model_dir, reference=reference, recipe=str(sparse[0]))
     ranges = wants_ranges(args, wanted)
     check = model_dir is not None and (plan is not None or wants_output_stage(args, wanted))
     encoder = None
@@ -388,7 +338,6 @@ def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:
     remote = "://" in output
     # A local cluster is this machine: the model is checked here, before any actor loads it.
     model_dir = _model_dir(args)
-    _check_sparse_head(args, wanted, model_dir)
     wanted, ranges = _resolve(args, wanted, plan, model_dir)
     if args.address is None and args.backend == "onnx":
         # Export (and check) once here; every worker then loads it from the same cache
@@ -424,7 +373,7 @@ def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:
         else:
             if args.resume:
                 block = _stored_block_rows(output) or block
-            settings = _ray_settings(args, job, model_dir, block)
+            settings = job.settings(model_dir, block)
             outcome = job.write_checkpointed(output, block, settings)
             if isinstance(outcome, int):
                 return outcome  # interrupted: the line is printed
@@ -494,15 +443,43 @@ class _Job:
             gpus_per_worker=args.gpus_per_worker or 0, **options,
         )  # fmt: skip
 
+    def settings(self, model_dir: Path | None, block: int) -> dict[str, Any]:
+        """The manifest settings (:func:`~poolkit.cli._job.job_settings`): the values asked of
+        the workers (``block_rows`` is read back on --resume: a resized cluster is no change)."""
+        from poolkit.io.checkpoint import model_fingerprint, texts_digest
+
+        args, wanted = self.args, self.wanted
+        if wanted is None:  # the model's pooling, shaped by the shorthand flags
+            pooling: dict[str, Any] = {"recipes": None, "layers": args.layers,
+                                       "exclude_special": args.exclude_special,
+                                       "normalize": args.normalize}  # fmt: skip
+        else:
+            pooling = {"recipes": {name: str(r) for name, r in wanted.items()}}
+        head = {"engine": "ray", "model": args.model,
+                "model_files": None if model_dir is None else model_fingerprint(model_dir),
+                **pooling, "prompt_name": args.prompt_name, "prompt": args.prompt,
+                "pooled_only": args.pooled_only}  # fmt: skip
+        engine = {"max_length": args.max_length, "batch_tokens": args.batch_tokens,
+                  "calibration": None if args.calibration is None else texts_digest(args.calibration),
+                  "input_format": args.input_format,
+                  "device": args.device, "gpus_per_worker": args.gpus_per_worker,
+                  "block_rows": block}  # fmt: skip
+        rows = rows_setting(self.corpus)
+        if rows is not None:  # a resumed job must read the same ids and fields
+            head["rows"] = rows
+        if self.ranges:  # ... quantise with the same ranges
+            head["output_ranges"] = {n: c.digest() for n, c in self.ranges.items()}
+        if self.plan is not None:  # ... and cut the same chunks
+            head["chunks"] = self.plan.settings()
+        versions = installed_versions("torch", "transformers", "onnxruntime", "ray")
+        return job_settings(args, head, engine, versions)
+
     def write_remote(self, output: str, block: int) -> tuple[int, dict[str, int]]:
         """Ray's own Parquet writer straight into a remote OUTPUT_DIR (no checkpoint)."""
-        ds = self.dataset(block)
-        if self.corpus.id_type is not None:  # each row's own id in `id`
-            ds = ds.map_batches(user_rows, batch_format="pyarrow", batch_size=None, num_cpus=0)
-        if self.plan is not None or any(r.has_output_stage for r in (self.wanted or {}).values()):
-            ds = ds.map_batches(with_record, batch_format="pyarrow", batch_size=None, num_cpus=0,
-                                fn_kwargs={"wanted": self.wanted, "ranges": self.ranges,
-                                           "plan": self.plan})  # fmt: skip
+        ds = self.dataset(block).map_batches(
+            shard_rows, batch_format="pyarrow", batch_size=None, num_cpus=0,
+            fn_kwargs={"wanted": self.wanted, "ranges": self.ranges, "plan": self.plan},
+        )  # fmt: skip
         try:
             # Zero CPUs: writing must not wait for CPUs that the embedding actors hold.
             ds.write_parquet(output, ray_remote_args={"num_cpus": 0, "max_retries": 3})
@@ -571,10 +548,8 @@ class _Job:
                         batch_size=None, batch_format="pyarrow"
                     ):
                         for k, first, table in split_by_file(batch, corpus.offsets):
-                            # each row's own id in `id`; the output stage's record
-                            table = with_record(user_rows(table), self.wanted, self.ranges,
-                                                self.plan)  # fmt: skip
-                            yield k, first, table
+                            yield k, first, shard_rows(table, self.wanted, self.ranges,
+                                                       self.plan)  # fmt: skip
                 except Exception as e:
                     raise _user_error(e) from None
 

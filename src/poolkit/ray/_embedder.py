@@ -11,7 +11,7 @@ import numpy as np
 from poolkit._errors import type_error, value_error
 from poolkit.ray._require import quiet_remote_args_notice, require_ray
 
-__all__ = ["Embedder", "actor_cpus", "embed_dataset"]
+__all__ = ["Embedder", "embed_dataset", "resolve_request"]
 
 Batch = Any  # pyarrow.Table or dict[str, np.ndarray]
 
@@ -22,17 +22,6 @@ _RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
 _EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline", "calibration")
 # Embedder's own keywords, which embed_dataset passes on with the options.
 _EMBEDDER_KEYWORDS = ("recipe", "text_column", "normalize", "keep_text", "num_threads")
-
-
-def actor_cpus() -> int | None:
-    """CPUs Ray assigned to the calling actor or task (rounded, at least 1); ``None``
-    outside Ray or where none were assigned."""
-    import ray
-
-    if not ray.is_initialized():
-        return None
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-    return max(1, round(cpus)) if cpus else None
 
 
 class Embedder:
@@ -82,12 +71,15 @@ class Embedder:
         num_threads: int | None = None,
         **options: Any,
     ) -> None:
-        require_ray()
+        ray = require_ray()
         from poolkit.encoder import Encoder
         from poolkit.recipe import Recipe
 
         wanted, shorthand = resolve_request(strategy, recipe, normalize, options)
-        threads = num_threads if num_threads is not None else actor_cpus()
+        threads = num_threads
+        if threads is None and ray.is_initialized():  # the CPUs Ray gave this actor, if any
+            cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+            threads = max(1, round(cpus)) if cpus else None
         encoder_kw = {k: options[k] for k in _ENCODER_OPTIONS if k in options}
         self.encoder = Encoder(model, num_threads=threads, **encoder_kw)
         if wanted is None:
@@ -101,16 +93,24 @@ class Embedder:
         # Prompt and pipeline checked now, on the actor's first start, not per batch; the
         # int8/uint8 ranges come computed (every actor quantises with the same ones).
         self.embed_options = {k: options[k] for k in _EMBED_OPTIONS[1:] if k in options}
-        self.kind = _kind(self.recipes)
         self.widths: dict[str, int] = {}  # column -> vector width, once a batch is embedded
         self._prepare(options.get("prompt_name"), options.get("prompt"))
 
     def _prepare(self, prompt_name: str | None, prompt: str | None) -> None:
         """Check the recipes against the loaded model and resolve what each batch needs:
-        the prompt (sparse, multi-vector: its text; dense: checked), the MLM head (sparse),
-        the side and width (multi-vector), the model's pipeline (dense)."""
+        the path (``kind``; a MUVERA recipe takes the multi-vector one), the prompt (sparse,
+        multi-vector: its text; dense: checked), the MLM head (sparse), the side and width
+        (multi-vector), the model's pipeline (dense)."""
+        from poolkit.embedding import recipe_kind
         from poolkit.prompts import check_pipeline, resolve_prompt
 
+        recipes = self.recipes
+        self.kind = "multivector"
+        if not any(r.level == "multivector" for r in recipes.values()):
+            self.kind = recipe_kind(recipes)
+        elif len(recipes) > 1:
+            value_error("recipe", "one multi-vector recipe per Embedder",
+                        ", ".join(map(str, recipes.values())), "Run one Embedder each.")  # fmt: skip
         check_pipeline(self.embed_options.get("pipeline", "full"))
         if self.kind == "multivector":
             from poolkit.multivector.api import check_width, side_prompt
@@ -134,14 +134,6 @@ class Embedder:
         self.plan = make_plan(self.encoder, self.recipes, calibration=self.embed_options.get(
             "calibration") or {}, **options)  # fmt: skip
 
-    @property
-    def output_columns(self) -> list[str]:
-        """The columns each batch gains: one per recipe; a sparse recipe's two,
-        ``<name>_indices`` and ``<name>_values``."""
-        if self.kind == "sparse":
-            return [f"{n}_{part}" for n in self.names for part in ("indices", "values")]
-        return list(self.names)
-
     def __repr__(self) -> str:
         return (
             f"Embedder({self.encoder!r}, recipe={[str(r) for r in self.recipes.values()]}, "
@@ -157,7 +149,10 @@ class Embedder:
                 f"{self.text_column!r}; its columns are: {', '.join(columns)}",
                 "Pass text_column= to choose one.",
             )
-        clash = [name for name in self.output_columns if name in columns]
+        names = self.names  # the columns each batch gains (sparse: two a recipe)
+        if self.kind == "sparse":
+            names = [f"{n}_{part}" for n in self.names for part in ("indices", "values")]
+        clash = [name for name in names if name in columns]
         if clash:
             value_error(
                 "ds",
@@ -195,21 +190,17 @@ class Embedder:
                                           long_text=self.long_text, prompt=self.prompt)  # fmt: skip
             self.widths.update(stats.dims)
             return vectors
-        if self.kind == "multivector":
-            return self._multivector(checked)
-        vectors, _ = self.plan.run(self.encoder, checked, long_text=self.long_text)
-        self.widths.update({n: int(v.shape[1]) for n, v in vectors.items()})
-        return vectors
-
-    def _multivector(self, texts: list[str]) -> dict[str, Any]:
+        if self.kind == "dense":
+            vectors, _ = self.plan.run(self.encoder, checked, long_text=self.long_text)
+            self.widths.update({n: int(v.shape[1]) for n, v in vectors.items()})
+            return vectors
         from poolkit.multivector.encode import embed_multivector
 
         name, recipe = next(iter(self.recipes.items()))
-        out, _, _ = embed_multivector(texts, self.encoder, recipe, side=self.side,
+        out, _, _ = embed_multivector(checked, self.encoder, recipe, side=self.side,
                                    prompt=self.prompt)  # fmt: skip
         if recipe.muvera is not None:  # one dense vector a text
-            width = recipe.muvera.output_dim()
-            self.widths[name] = width
+            width = self.widths[name] = recipe.muvera.output_dim()
             return {name: np.stack(out) if out else np.zeros((0, width), np.float32)}
         self.widths[name] = self.token_width
         return {name: out}
@@ -217,18 +208,15 @@ class Embedder:
     def _empty_row(self, batch: Batch, vectors: dict[str, Any]) -> None:
         """A multi-vector row with no token vector is refused, naming it (the local engine's
         rule: an index cannot hold an empty token set)."""
-        if self.kind != "multivector":
+        arrays = next(iter(vectors.values()), None)  # one multi-vector recipe per Embedder
+        if self.kind != "multivector" or not isinstance(arrays, list):
             return
-        for arrays in vectors.values():
-            if isinstance(arrays, list):
-                empty = next((k for k, a in enumerate(arrays) if not len(a)), None)
-                if empty is not None:
-                    ident = (
-                        f"id {batch['id'][empty]}" if "id" in _columns(batch) else f"row {empty}"
-                    )
-                    value_error("text_column", "texts that keep a token vector",
-                                f"{ident}: none kept (blank, and the model adds no special "
-                                "token)", "Remove it or give it text.")  # fmt: skip
+        empty = next((k for k, a in enumerate(arrays) if not len(a)), None)
+        if empty is not None:
+            ident = f"id {batch['id'][empty]}" if "id" in _columns(batch) else f"row {empty}"
+            value_error("text_column", "texts that keep a token vector",
+                        f"{ident}: none kept (blank, and the model adds no special token)",
+                        "Remove it or give it text.")  # fmt: skip
 
     def _arrow_columns(self, vectors: dict[str, Any]) -> list[tuple[str, Any]]:
         """The batch's new columns, typed as ``poolkit embed`` writes them to Parquet
@@ -289,19 +277,6 @@ class Embedder:
             record = sparse_record(self.recipes, self.widths)
             batch = batch.replace_schema_metadata({"poolkit": json.dumps(record)})
         return batch
-
-
-def _kind(recipes: Mapping[str, Any]) -> str:
-    """``"dense"``, ``"sparse"`` or ``"multivector"`` (a MUVERA recipe too: its own path):
-    which path the recipes take; one multi-vector recipe per Embedder."""
-    from poolkit.embedding import recipe_kind
-
-    if any(r.level == "multivector" for r in recipes.values()):
-        if len(recipes) > 1:
-            value_error("recipe", "one multi-vector recipe per Embedder",
-                        ", ".join(map(str, recipes.values())), "Run one Embedder each.")  # fmt: skip
-        return "multivector"
-    return recipe_kind(recipes)
 
 
 def _columns(batch: Batch) -> list[str]:

@@ -1,12 +1,9 @@
-"""Input files to a Ray ``Dataset`` of ``id``, ``text_id``, ``text``.
-
-Texts are parsed by :mod:`poolkit.io.readers`, the code ``poolkit embed`` uses, so a
-line, a JSON field or a Parquet value becomes the same text on one machine and on a
-cluster. Row ids need each file's row count first: :meth:`Corpus.scan` counts them in
-parallel Ray tasks (which also surfaces a bad line before any model is loaded), then
-:meth:`Corpus.dataset` streams each file in blocks, row ``r`` of file ``k`` getting
-``id = rows of files 0..k-1 + r``: the id ``poolkit embed`` gives the same text when
-the files are concatenated in sorted order.
+"""Input files to a Ray ``Dataset`` of ``id``, ``text_id``, ``text``, parsed by
+:mod:`poolkit.io.readers` as ``poolkit embed`` parses them. :meth:`Corpus.scan` counts each
+file's rows in parallel Ray tasks (a bad line surfaces before any model loads); then
+:meth:`Corpus.dataset` streams the files in blocks, row ``r`` of file ``k`` getting
+``id = rows of files 0..k-1 + r``: ``poolkit embed``'s id for the files concatenated in
+sorted order.
 """
 
 from __future__ import annotations
@@ -317,11 +314,10 @@ class Corpus:
         id_column: str | None = None,
         keep_columns: Sequence[str] = (),
     ) -> Corpus:
-        """List ``source`` (see :func:`list_inputs`) and count each file's texts in
-        parallel Ray tasks, which parse every file and so raise any :class:`InputError`
-        (with file and line) now, not halfway through the job. ``id_column`` (a field
-        name, or ``"auto"``: ``id`` or ``_id`` where a file has one) also collects each
-        file's ids (:attr:`ids`); ``keep_columns`` are read beside every text.
+        """List ``source`` (:func:`list_inputs`) and count each file's texts in parallel
+        Ray tasks, which parse every file, so an :class:`InputError` comes now, not halfway
+        through the job. ``id_column`` (a field, or ``"auto"``: ``id`` or ``_id`` where a
+        file has one) also collects each file's ids; ``keep_columns`` are read too.
 
         Raises:
             InputError: as :func:`list_inputs`, a malformed file, a row without an asked
@@ -375,12 +371,10 @@ class Corpus:
 
     def dataset(self, block_rows: int = 1024, only: Collection[int] | None = None) -> Any:
         """A lazy ``ray.data.Dataset`` of ``id`` int64, ``text_id`` string
-        (``"<file name>:<row in file>"``, rows 0-based) and ``text`` string (where the rows
-        carry ids of their own, also ``input_id``, int64 or string; then the
-        ``keep_columns``, int64 when every value of a block is an integer, else text):
-        one block per piece (see :meth:`pieces`; ``only``: just these files, by index),
-        read by a task with zero CPUs (reading must not wait for CPUs the embedding actors
-        hold) and retried if its worker dies."""
+        (``"<file name>:<row in file>"``, rows 0-based), ``text`` string (and with ids of
+        the rows' own ``input_id``, int64 or string; then the ``keep_columns``): one block
+        per piece (:meth:`pieces`; ``only``: just these files), read by a zero-CPU task
+        retried if its worker dies."""
         ray = require_ray()
         if not isinstance(block_rows, int) or block_rows < 1:
             value_error("block_rows", "a positive integer", repr(block_rows))
