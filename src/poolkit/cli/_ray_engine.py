@@ -436,7 +436,6 @@ class _Job:
         # One Embedder call per read block (batch_size=None): the same texts share a batch
         # in every run, whatever order blocks arrive in, so reruns agree bit for bit.
         # Reads and writes ask for 0 CPUs here: the pool may hold every CPU (spare_cpus=0).
-        # The actors get the recipes as values; shorthand flags only for the model's own.
         return embed_dataset(
             self.corpus.dataset(block, only), args.model, text_column="text", keep_text=False,
             workers=self.workers, cpus_per_worker=self.cpus, batch_size=None, spare_cpus=0,

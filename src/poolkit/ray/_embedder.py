@@ -390,8 +390,7 @@ def embed_dataset(
 
 def _pool(ray: Any, workers: int, cpus_per_worker: float, cpus: float, spare: float) -> Any:
     """The actor pool: ``workers`` actors if they leave ``spare`` of the cluster's ``cpus``
-    free, else from as many as do up to ``workers`` (Ray Data's reservations keep the
-    CPUs that the dataset's other stages need while those stages still run)."""
+    free, else from as many as do up to ``workers`` (see :func:`embed_dataset`)."""
     fits = int((cpus - spare) // cpus_per_worker + 1e-9)
     if fits >= workers:
         return ray.data.ActorPoolStrategy(size=workers)
