@@ -61,9 +61,8 @@ def _skipped(name: str) -> bool:
 
 
 def _wanted(name: str, fmt: str | None) -> bool:
-    if _skipped(name):
-        return False
-    return fmt is not None or Path(name).suffix.lower().lstrip(".") in _EXTENSIONS
+    known = fmt is not None or Path(name).suffix.lower().lstrip(".") in _EXTENSIONS
+    return known and not _skipped(name)
 
 
 def list_inputs(source: str | os.PathLike[str], fmt: str | None = None) -> list[InputFile]:
