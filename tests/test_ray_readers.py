@@ -20,7 +20,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from poolkit.io.readers import InputError
-from poolkit.ray._sources import Corpus, InputFile, _count, _piece_texts, _read_pieces, list_inputs
+from poolkit.ray._sources import (
+    Corpus,
+    InputFile,
+    _piece_rows,
+    _read_pieces,
+    _scan_file,
+    list_inputs,
+)
 
 TEXTS = [f"row {i}, a text" for i in range(23)]
 
@@ -41,7 +48,7 @@ def _folder(tmp_path: Path) -> Path:
 def test_every_piece_holds_exactly_its_rows(tmp_path, uri):
     folder = _folder(tmp_path)
     files = list_inputs(folder.as_uri() if uri else folder)
-    corpus = Corpus(files, [_count(f, None) for f in files])
+    corpus = Corpus(files, [_scan_file(f, None)[0] for f in files])
     assert corpus.counts == [len(TEXTS)] * 5
     pieces = corpus.pieces(5)  # Parquet pieces cross its row groups of 4 rows
     assert len(pieces) == 25
@@ -59,26 +66,26 @@ def test_a_piece_names_the_broken_line_it_reaches(tmp_path):
     lines[7] = '{"text": '
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     file = InputFile(str(path), "b.jsonl", "jsonl")
-    assert _piece_texts(file, 2, 6, None) == TEXTS[2:6]  # parsed up to its stop only
+    assert _piece_rows(file, 2, 6, None).texts == TEXTS[2:6]  # parsed up to its stop only
     with pytest.raises(
         InputError, match=rf"^{re.escape(str(path))}: line 8: Expected valid JSON, but it is not"
     ):
-        _piece_texts(file, 6, 10, None)
+        _piece_rows(file, 6, 10, None)
     with pytest.raises(
         InputError, match=r"^file://.*/b\.jsonl: line 8: Expected valid JSON, but it is not"
     ):
-        _piece_texts(InputFile(path.as_uri(), "b.jsonl", "jsonl"), 6, 10, None)
+        _piece_rows(InputFile(path.as_uri(), "b.jsonl", "jsonl"), 6, 10, None)
 
     parquet = tmp_path / "e.parquet"
     values = [*TEXTS[:9], None, *TEXTS[10:]]
     pq.write_table(pa.table({"text": values}), parquet, row_group_size=4)
     file = InputFile(str(parquet), "e.parquet", "parquet")
-    assert _piece_texts(file, 1, 9, None) == TEXTS[1:9]
-    assert _piece_texts(file, 12, 23, None) == TEXTS[12:23]
+    assert _piece_rows(file, 1, 9, None).texts == TEXTS[1:9]
+    assert _piece_rows(file, 12, 23, None).texts == TEXTS[12:23]
     with pytest.raises(
         InputError, match=r"e\.parquet: row 9: Expected a string in column 'text', but got null"
     ):
-        _piece_texts(file, 8, 12, None)
+        _piece_rows(file, 8, 12, None)
 
 
 @pytest.mark.slow
@@ -108,7 +115,6 @@ def test_pieces_carry_each_rows_own_id_and_kept_fields(tmp_path, uri):
     """`input_id` and the kept fields of every piece are the values `read_rows` (the local
     engine's reader) gives the same rows, whatever the format and wherever pieces cut."""
     from poolkit.io.readers import read_rows
-    from poolkit.ray._sources import _scan_file
 
     folder = tmp_path / "in"
     folder.mkdir()

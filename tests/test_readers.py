@@ -69,7 +69,7 @@ def test_pick_column():
 
 def test_ray_uri_path_reads_like_read_texts(tmp_path):
     # Ray reads URIs (s3://, gs://, file://) through pyarrow streams and read_stream.
-    from poolkit.ray._sources import iter_file_texts, list_inputs
+    from poolkit.ray._sources import iter_file_rows, list_inputs
 
     files = _files(tmp_path)
     (tmp_path / "a.tsv").write_text("n\ttext\n1\tx y\n2\t\n", encoding="utf-8")
@@ -83,7 +83,7 @@ def test_ray_uri_path_reads_like_read_texts(tmp_path):
     ]
     for f in found:
         assert f.path.startswith("file://")
-        chunks = list(iter_file_texts(f, chunk_size=2))
+        chunks = [part.texts for part in iter_file_rows(f, chunk_size=2)]
         local = files.get(f.fmt, tmp_path / "a.tsv")
         assert [t for c in chunks for t in c] == read_all(local), f.name
         assert all(len(c) == 2 for c in chunks[:-1])

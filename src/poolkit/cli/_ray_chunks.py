@@ -31,7 +31,7 @@ class ChunkEmbedder(Embedder):
         :meth:`poolkit.ray.Corpus.dataset` reads it)."""
         import pyarrow as pa
 
-        texts = self._texts(batch, batch.column_names)
+        texts = self._texts(batch)
         ids = batch.column("id").to_numpy()
         first = int(ids[0]) if len(ids) else 0
         if not np.array_equal(ids, first + np.arange(len(ids))):

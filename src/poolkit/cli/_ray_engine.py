@@ -1,21 +1,13 @@
 """``poolkit embed INPUT -o OUTPUT_DIR --engine ray``: the same embeddings, on Ray.
 
-INPUT is a file, a folder or a glob of txt/jsonl/csv/tsv/parquet files (or a pyarrow
-filesystem URI); OUTPUT_DIR receives Parquet shards with ``id`` (the row id
-``poolkit embed`` gives, files taken in sorted order), ``text_id``
+INPUT is a file, a folder, a glob or a pyarrow filesystem URI; OUTPUT_DIR receives Parquet
+shards of ``id`` (``poolkit embed``'s, files in sorted order), ``text_id``
 (``"<file>:<row in file>"``) and the columns ``poolkit embed`` writes to a ``.parquet``
-file: one ``fixed_size_list<float32>[D]`` per strategy, a sparse recipe's term ids and
-weights (its record in the shards' metadata), a multi-vector recipe's list of token
-vectors a row. Without ``--address`` a local Ray sized to the machine is started; with it,
-the job joins that cluster. A local OUTPUT_DIR appears only when complete (written
-beside it, checked to hold every id exactly once, then renamed).
-
-A local OUTPUT_DIR is checkpointed per input file (:mod:`poolkit.io.shardset`): the driver
-writes each block's shard into ``OUTPUT_DIR.poolkit-work/`` as it arrives and records a
-file as done once all its rows are there, so after ``kill -9``, Ctrl-C (130) or SIGTERM
-(143) the same command with ``--resume`` embeds only the files not finished. The block
-size is kept in the manifest, so the resumed blocks (and with them int8 batches) are those
-of an uninterrupted run.
+file. Without ``--address`` a local Ray sized to the machine is started. A local
+OUTPUT_DIR is checkpointed per input file (:mod:`poolkit.io.shardset`), so after
+``kill -9``, Ctrl-C (130) or SIGTERM (143) ``--resume`` embeds only the files not
+finished, in the blocks of the first run (their size is in the manifest); it appears only
+when complete, checked to hold every id.
 """
 
 from __future__ import annotations
@@ -65,10 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def dispatch(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int | None:
-    """Run the Ray engine if asked for (returns its exit status), else ``None``; ``wanted``:
-    the recipes the pooling flags name (None: the model's), ``plan``: what --chunks asks
-    for (a :class:`~poolkit.cli._chunk_args.ChunkPlan`, None without), both read once by
-    the caller."""
+    """The Ray engine's exit status if asked for (``wanted``: the flags' recipes, None: the
+    model's; ``plan``: --chunks' ChunkPlan or None), else ``None``."""
     if getattr(args, "engine", "local") == "ray":
         return run(args, wanted, plan)
     for name in _RAY_ONLY:
@@ -92,20 +82,17 @@ def check_gpu_args(args: argparse.Namespace) -> None:
     if args.device not in ("auto", "cuda", None):
         raise InputError(f"--gpus-per-worker with --device {args.device}: Ray shows each worker "
                          "its own GPUs as cuda; pass --device auto or cuda.")  # fmt: skip
-    if args.address is None and not _cuda_visible():
-        raise InputError(no_gpu(gpus, "this machine has no CUDA GPU visible to PyTorch"))
+    if args.address is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(no_gpu(gpus, "this machine has no CUDA GPU visible to PyTorch"))
 
 
 def no_gpu(gpus: float, why: str) -> str:
     """The one line refusing --gpus-per-worker where no GPU is visible."""
     return (f"--gpus-per-worker {gpus:g}: {why}; drop --gpus-per-worker to run the workers "
             "on CPUs, or run where a GPU is.")  # fmt: skip
-
-
-def _cuda_visible() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
 
 
 def cluster_gpus(args: argparse.Namespace, resources: dict[str, float]) -> str:
@@ -132,30 +119,18 @@ def default_workers(resources: dict[str, float], cpus: int, gpus: float | None) 
     return max(1, workers)
 
 
-def _check_output(output: str, overwrite: bool) -> None:
-    if "://" in output:
-        return
-    path = Path(output)
-    if path.exists() and not path.is_dir():
-        raise InputError(
-            f"{output}: --engine ray writes a folder of Parquet shards, but this is a file; "
-            "name a folder."
-        )
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise InputError(
-            already_exists(output, fix="--overwrite", state="already exists and is not empty")
-        )
-    parent = path.resolve().parent
-    if not parent.is_dir():
-        raise InputError(f"{output}: folder {str(parent)!r} does not exist.")
-
-
 def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
     # ray.init installs its own SIGTERM handler (sys.exit(15)): put poolkit's back, so that
     # SIGTERM stops the job the Ctrl-C way (checkpoint kept, exit status 143).
     previous = signal.getsignal(signal.SIGTERM)
+    level = logging.WARNING if quiet else logging.INFO
+    # --quiet: Ray Data's execution notes (INFO) and the workers' forwarded logs stay out
+    # of stderr too, so the command prints only warnings and errors.
+    logging.getLogger("ray.data").setLevel(level)
     try:
-        _init_ray(ray, address, quiet)
+        # A local Ray is sized to the CPUs this process may use (cgroups included).
+        local = {"include_dashboard": False} if address is None else {"address": address}
+        ray.init(logging_level=level, log_to_driver=not quiet, **local)
     except SystemExit as e:  # Ray's handler fired while Ray was starting
         if e.code == signal.SIGTERM:
             raise Terminated from None
@@ -165,52 +140,9 @@ def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _init_ray(ray: Any, address: str | None, quiet: bool) -> None:
-    level = logging.WARNING if quiet else logging.INFO
-    # --quiet: Ray Data's execution notes (INFO) and the workers' forwarded logs stay out
-    # of stderr too, so the command prints only warnings and errors.
-    logging.getLogger("ray.data").setLevel(level)
-    options: dict[str, Any] = {"logging_level": level, "log_to_driver": not quiet}
-    if address is None:
-        # Ray sizes a local instance to the CPUs this process may use (cgroups included).
-        ray.init(include_dashboard=False, **options)
-    else:
-        ray.init(address=address, **options)
-
-
-def _verify(
-    tmp: str, total: int, own_ids: bool = False, chunks: bool = False
-) -> tuple[int, dict[str, int]]:
-    """Check the shards hold ids 0..total-1 exactly once (``own_ids``: the rows' own ids,
-    ``total`` distinct ones; ``chunks``: each id on the rows of its chunks, so at least
-    once); returns (shards, dims)."""
-    import numpy as np
-    import pyarrow.dataset as pads
-
-    data = pads.dataset(tmp, format="parquet")
-    ids = data.to_table(columns=["id"]).column("id")
-    if chunks:  # one row per chunk: the documents' ids, each on consecutive rows
-        ids = ids.unique()
-    if own_ids:
-        wrong = len(ids) != total or len(ids.unique()) != total
-    else:
-        ids = np.sort(ids.to_numpy())
-        wrong = len(ids) != total or not np.array_equal(ids, np.arange(total))
-    if wrong:
-        missing = total - len(np.unique(np.asarray(ids)))
-        raise RunError(
-            unmet(
-                f"the job to write each of the {total} rows once",
-                f"it wrote {len(ids)} rows ({missing} ids missing)",
-                "The output was not published.",
-            )
-        )
-    return len(data.files), _widths(data.schema)
-
-
 def _widths(schema: Any) -> dict[str, int]:
-    """Vector width per recipe column of the shards: a fixed-size list's size, a ragged
-    column's token width, a sparse column's vocabulary (from the record it carries)."""
+    """Vector width per recipe column of the shards (ragged: a token's; sparse: the
+    vocabulary, from the record)."""
     import json
 
     import pyarrow as pa
@@ -229,14 +161,16 @@ def _widths(schema: Any) -> dict[str, int]:
     return dims
 
 
-def with_record(table: Any, wanted: Any, ranges: dict[str, Any], plan: Any) -> Any:
-    """A shard's ``table`` with the record one machine writes beside an output stage or
-    chunks (:func:`~poolkit.cli._output_args.output_metadata`: recipes, dimensions kept,
-    int8/uint8 ranges; the chunks' settings), so that ``--ranges`` reads a shard as it
-    reads a local file; other tables as they are."""
+def shard_rows(table: Any, wanted: Any, ranges: dict[str, Any], plan: Any) -> Any:
+    """A shard's ``table`` as one machine writes it: each row's own id in ``id``
+    (:func:`~poolkit.cli._ray_rows.user_rows`), and the record written beside an output
+    stage or chunks (:func:`~poolkit.cli._output_args.output_metadata`: ``--ranges`` reads
+    a shard as a local file)."""
     import json
 
     from poolkit.cli._output_args import kept_dims, output_metadata
+
+    table = user_rows(table)
 
     staged = [r for r in (wanted or {}).values() if r.kind == "dense" and r.has_output_stage]
     record = None
@@ -274,59 +208,6 @@ def _model_dir(args: argparse.Namespace) -> Path | None:
     return None  # recorded by name only
 
 
-def _check_sparse_head(args: argparse.Namespace, wanted: Any, model_dir: Path | None) -> None:
-    """A sparse recipe on a model folder whose config names no masked-LM head: refused in
-    one line here, as on the local engine (an actor failing to start would say it in a
-    Ray traceback)."""
-    sparse = [r for r in (wanted or {}).values() if r.kind == "sparse"]
-    if sparse and model_dir is not None:
-        from poolkit.sparse.mlm import check_mlm_architecture
-
-        reference = os.fspath(args.model) if args.model is not None else str(model_dir)
-        check_mlm_architecture(model_dir, reference=reference, recipe=str(sparse[0]))
-
-
-def _ray_settings(
-    args: argparse.Namespace, job: _Job, model_dir: Path | None, block: int
-) -> dict[str, Any]:
-    """The Ray job's manifest settings (:func:`~poolkit.cli._job.job_settings`): the values
-    asked of its workers (``block_rows`` is read back from the manifest on --resume, so a
-    resize of the cluster is no change)."""
-    from poolkit.io.checkpoint import model_fingerprint
-
-    wanted, corpus = job.wanted, job.corpus
-    if wanted is None:  # the model's pooling, shaped by the shorthand flags
-        pooling: dict[str, Any] = {"recipes": None, "layers": args.layers,
-                                   "exclude_special": args.exclude_special,
-                                   "normalize": args.normalize}  # fmt: skip
-    else:
-        pooling = {"recipes": {name: str(r) for name, r in wanted.items()}}
-    head = {"engine": "ray", "model": args.model,
-            "model_files": None if model_dir is None else model_fingerprint(model_dir),
-            **pooling, "prompt_name": args.prompt_name, "prompt": args.prompt,
-            "pooled_only": args.pooled_only}  # fmt: skip
-    engine = {"max_length": args.max_length, "batch_tokens": args.batch_tokens,
-              "calibration": _calibration_digest(args), "input_format": args.input_format,
-              "device": args.device, "gpus_per_worker": args.gpus_per_worker,
-              "block_rows": block}  # fmt: skip
-    rows = rows_setting(corpus)
-    if rows is not None:  # a resumed job must read the same ids and fields
-        head["rows"] = rows
-    if job.ranges:  # ... quantise with the same ranges
-        head["output_ranges"] = {n: c.digest() for n, c in job.ranges.items()}
-    if job.plan is not None:  # ... and cut the same chunks
-        head["chunks"] = job.plan.settings()
-    versions = installed_versions("torch", "transformers", "onnxruntime", "ray")
-    return job_settings(args, head, engine, versions)
-
-
-def _calibration_digest(args: argparse.Namespace) -> str | None:
-    from poolkit.io.checkpoint import texts_digest
-
-    texts = getattr(args, "calibration", None)
-    return None if texts is None else texts_digest(texts)
-
-
 def _stored_block_rows(output: str) -> int | None:
     """``block_rows`` of an existing work directory's manifest (None if unreadable)."""
     import json
@@ -353,7 +234,6 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
                 f"{output}: --resume with --engine ray needs a local OUTPUT_DIR (the "
                 "checkpoint lives beside it); write locally, or rerun without --resume."
             )
-        _check_output(output, args.overwrite)
         return False
     if args.resume and not args.overwrite and ShardCheckpoint.finished(output):
         if os.path.isdir(output):
@@ -361,7 +241,18 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
             print(f"poolkit: {output} was already complete; removed its work directory.",
                   file=sys.stderr)  # fmt: skip
             return True
-    _check_output(output, args.overwrite)
+    path = Path(output)
+    if path.exists() and not path.is_dir():
+        raise InputError(
+            f"{output}: --engine ray writes a folder of Parquet shards, but this is a file; "
+            "name a folder."
+        )
+    if path.is_dir() and any(path.iterdir()) and not args.overwrite:
+        raise InputError(
+            already_exists(output, fix="--overwrite", state="already exists and is not empty")
+        )
+    if not path.resolve().parent.is_dir():
+        raise InputError(f"{output}: folder {str(path.resolve().parent)!r} does not exist.")
     if not args.resume:
         check_no_work_dir(output, ShardCheckpoint)
     return False
@@ -370,12 +261,11 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
 def _resolve(
     args: argparse.Namespace, wanted: Any, plan: Any, model_dir: Path | None
 ) -> tuple[Any, dict[str, Any]]:
-    """The recipes the workers get (with --dims/--precision the model's intended one,
-    resolved here) and their int8/uint8 ranges, computed here once from --ranges or
-    --calibrate as on one machine (:func:`~poolkit.cli._output_args.output_ranges`), so
-    that every worker quantises alike. With --chunks or an output stage, the local
-    engine's checks that need the model run here too (a worker failing to start would
-    say it in a Ray traceback): chunk size, late recipes, --dims' width."""
+    """The recipes the workers get (with --dims/--precision the model's intended one) and
+    their int8/uint8 ranges, computed once as on one machine, so every worker quantises
+    alike. The local engine's model checks run here, one line each (a worker failing to
+    start would print a Ray traceback): a sparse recipe's head; with --chunks or an output
+    stage, chunk size, late recipes, --dims' width."""
     from poolkit.cli._output_args import (
         check_output_widths,
         output_ranges,
@@ -384,6 +274,12 @@ def _resolve(
     )
     from poolkit.cli._recipe_args import intended_recipes
 
+    sparse = [r for r in (wanted or {}).values() if r.kind == "sparse"]
+    if sparse and model_dir is not None:  # a folder without a masked-LM head
+        from poolkit.sparse.mlm import check_mlm_architecture
+
+        reference = os.fspath(args.model) if args.model is not None else str(model_dir)
+        check_mlm_architecture(model_dir, reference=reference, recipe=str(sparse[0]))
     ranges = wants_ranges(args, wanted)
     check = model_dir is not None and (plan is not None or wants_output_stage(args, wanted))
     encoder = None
@@ -442,7 +338,6 @@ def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:
     remote = "://" in output
     # A local cluster is this machine: the model is checked here, before any actor loads it.
     model_dir = _model_dir(args)
-    _check_sparse_head(args, wanted, model_dir)
     wanted, ranges = _resolve(args, wanted, plan, model_dir)
     if args.address is None and args.backend == "onnx":
         # Export (and check) once here; every worker then loads it from the same cache
@@ -478,7 +373,7 @@ def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:
         else:
             if args.resume:
                 block = _stored_block_rows(output) or block
-            settings = _ray_settings(args, job, model_dir, block)
+            settings = job.settings(model_dir, block)
             outcome = job.write_checkpointed(output, block, settings)
             if isinstance(outcome, int):
                 return outcome  # interrupted: the line is printed
@@ -534,37 +429,90 @@ class _Job:
         if self.wanted is None:  # the model's pooling, shaped by the shorthand flags
             # The spec as typed: each Recipe reads it (poolkit.layers.layer_spec); the CLI
             # checked it before the cluster started (embed's recipes_from_args).
-            options.update(layers=args.layers, exclude_special=args.exclude_special)
-            pooling: dict[str, Any] = {"normalize": args.normalize}
+            options.update(layers=args.layers, exclude_special=args.exclude_special,
+                           normalize=args.normalize)  # fmt: skip
         else:
-            pooling = {"recipe": self.wanted}
+            options["recipe"] = self.wanted
         # One Embedder call per read block (batch_size=None): the same texts share a batch
         # in every run, whatever order blocks arrive in, so reruns agree bit for bit.
         # Reads and writes ask for 0 CPUs here: the pool may hold every CPU (spare_cpus=0).
-        # The actors get the recipes as values; shorthand flags only for the model's own.
         return embed_dataset(
             self.corpus.dataset(block, only), args.model, text_column="text", keep_text=False,
             workers=self.workers, cpus_per_worker=self.cpus, batch_size=None, spare_cpus=0,
-            gpus_per_worker=args.gpus_per_worker or 0,
-            **pooling, **options,
+            gpus_per_worker=args.gpus_per_worker or 0, **options,
         )  # fmt: skip
+
+    def settings(self, model_dir: Path | None, block: int) -> dict[str, Any]:
+        """The manifest settings (:func:`~poolkit.cli._job.job_settings`): the values asked of
+        the workers (``block_rows`` is read back on --resume: a resized cluster is no change)."""
+        from poolkit.io.checkpoint import model_fingerprint, texts_digest
+
+        args, wanted = self.args, self.wanted
+        if wanted is None:  # the model's pooling, shaped by the shorthand flags
+            pooling: dict[str, Any] = {"recipes": None, "layers": args.layers,
+                                       "exclude_special": args.exclude_special,
+                                       "normalize": args.normalize}  # fmt: skip
+        else:
+            pooling = {"recipes": {name: str(r) for name, r in wanted.items()}}
+        head = {"engine": "ray", "model": args.model,
+                "model_files": None if model_dir is None else model_fingerprint(model_dir),
+                **pooling, "prompt_name": args.prompt_name, "prompt": args.prompt,
+                "pooled_only": args.pooled_only}  # fmt: skip
+        engine = {"max_length": args.max_length, "batch_tokens": args.batch_tokens,
+                  "calibration": None if args.calibration is None else texts_digest(args.calibration),
+                  "input_format": args.input_format,
+                  "device": args.device, "gpus_per_worker": args.gpus_per_worker,
+                  "block_rows": block}  # fmt: skip
+        rows = rows_setting(self.corpus)
+        if rows is not None:  # a resumed job must read the same ids and fields
+            head["rows"] = rows
+        if self.ranges:  # ... quantise with the same ranges
+            head["output_ranges"] = {n: c.digest() for n, c in self.ranges.items()}
+        if self.plan is not None:  # ... and cut the same chunks
+            head["chunks"] = self.plan.settings()
+        versions = installed_versions("torch", "transformers", "onnxruntime", "ray")
+        return job_settings(args, head, engine, versions)
 
     def write_remote(self, output: str, block: int) -> tuple[int, dict[str, int]]:
         """Ray's own Parquet writer straight into a remote OUTPUT_DIR (no checkpoint)."""
-        ds = self.dataset(block)
-        if self.corpus.id_type is not None:  # each row's own id in `id`
-            ds = ds.map_batches(user_rows, batch_format="pyarrow", batch_size=None, num_cpus=0)
-        if self.plan is not None or any(r.has_output_stage for r in (self.wanted or {}).values()):
-            ds = ds.map_batches(with_record, batch_format="pyarrow", batch_size=None, num_cpus=0,
-                                fn_kwargs={"wanted": self.wanted, "ranges": self.ranges,
-                                           "plan": self.plan})  # fmt: skip
+        ds = self.dataset(block).map_batches(
+            shard_rows, batch_format="pyarrow", batch_size=None, num_cpus=0,
+            fn_kwargs={"wanted": self.wanted, "ranges": self.ranges, "plan": self.plan},
+        )  # fmt: skip
         try:
             # Zero CPUs: writing must not wait for CPUs that the embedding actors hold.
             ds.write_parquet(output, ray_remote_args={"num_cpus": 0, "max_retries": 3})
         except Exception as e:
             raise _user_error(e) from None
-        return _verify(output, self.corpus.rows, self.corpus.id_type is not None,
-                       self.plan is not None)  # fmt: skip
+        return self.verify(output)
+
+    def verify(self, path: str) -> tuple[int, dict[str, int]]:
+        """Check the shards under ``path`` hold ids 0..rows-1 exactly once (the rows' own ids:
+        that many distinct ones; with chunks, each id on the rows of its chunks, so at least
+        once); returns (shards, dims)."""
+        import numpy as np
+        import pyarrow.dataset as pads
+
+        total = self.corpus.rows
+        data = pads.dataset(path, format="parquet")
+        ids = data.to_table(columns=["id"]).column("id")
+        if self.plan is not None:  # one row per chunk: the documents' ids, each on consecutive rows
+            ids = ids.unique()
+        if self.corpus.id_type is not None:
+            wrong = len(ids) != total or len(ids.unique()) != total
+        else:
+            ids = np.sort(ids.to_numpy())
+            wrong = len(ids) != total or not np.array_equal(ids, np.arange(total))
+        if wrong:
+            missing = total - len(np.unique(np.asarray(ids)))
+            raise RunError(
+                unmet(
+                    f"the job to write each of the {total} rows once",
+                    f"it wrote {len(ids)} rows ({missing} ids missing)",
+                    "The output was not published.",
+                )
+            )
+        return len(data.files), _widths(data.schema)
 
     def write_checkpointed(
         self, output: str, block: int, settings: dict[str, Any]
@@ -599,10 +547,8 @@ class _Job:
                         batch_size=None, batch_format="pyarrow"
                     ):
                         for k, first, table in split_by_file(batch, corpus.offsets):
-                            # each row's own id in `id`; the output stage's record
-                            table = with_record(user_rows(table), self.wanted, self.ranges,
-                                                self.plan)  # fmt: skip
-                            yield k, first, table
+                            yield k, first, shard_rows(table, self.wanted, self.ranges,
+                                                       self.plan)  # fmt: skip
                 except Exception as e:
                     raise _user_error(e) from None
 
@@ -612,8 +558,7 @@ class _Job:
                                      f"{len(missing)} came back incomplete",
                                      "The output was not published."))  # fmt: skip
             staged = checkpoint.stage([f.name for f in corpus.files])
-            shards_count, dims = _verify(os.fspath(staged), corpus.rows, corpus.id_type is not None,
-                                         self.plan is not None)  # fmt: skip
+            shards_count, dims = self.verify(os.fspath(staged))
             checkpoint.publish(overwrite=self.args.overwrite)
             return shards_count, dims
 

@@ -1,13 +1,8 @@
-"""``--id-column`` and ``--keep-columns`` on ``--engine ray``: the rows' own ids and kept
-fields in the shards, as the local engine writes them (:mod:`poolkit.cli._rows`).
-
-The corpus scan (:meth:`poolkit.ray.Corpus.scan`) collects every file's ids; they are checked
-here, files in order, by the local engine's rules (:class:`~poolkit.cli._rows.UserIds`:
-present, one type, unique over the whole input; one line naming the row) before any model
-loads. The rows travel with their row number in ``id`` (blocks are cut, sorted and
-checkpointed by it) and their own id in ``input_id``; :func:`user_rows` puts the own id in
-``id`` as each shard is written. Each input file's record in the checkpoint holds a digest of
-its ids, so a resumed job re-embeds a file whose ids changed.
+"""``--id-column`` and ``--keep-columns`` on ``--engine ray``, as the local engine writes
+them (:mod:`poolkit.cli._rows`): the scanned ids checked by its rules before any model
+loads; rows travel with their row number in ``id`` (blocks are cut, sorted and
+checkpointed by it) and their own id in ``input_id``, put in ``id`` as each shard is
+written; each file's checkpoint record holds a digest of its ids.
 """
 
 from __future__ import annotations

@@ -11,68 +11,53 @@ import numpy as np
 from poolkit._errors import type_error, value_error
 from poolkit.ray._require import quiet_remote_args_notice, require_ray
 
-__all__ = ["Embedder", "actor_cpus", "embed_dataset"]
+__all__ = ["Embedder", "embed_dataset", "resolve_request"]
 
 Batch = Any  # pyarrow.Table or dict[str, np.ndarray]
 
-
-def actor_cpus() -> int | None:
-    """CPUs Ray assigned to the calling actor or task (rounded, at least 1); ``None``
-    outside Ray or where none were assigned."""
-    import ray
-
-    if not ray.is_initialized():
-        return None
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-    return max(1, round(cpus)) if cpus else None
+_ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backend", "quantize",
+                    "calibrate")  # fmt: skip
+_RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
+# The first is the run's; the others reach the plan (checked on the actor's start).
+_EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline", "calibration")
+# Embedder's own keywords, which embed_dataset passes on with the options.
+_EMBEDDER_KEYWORDS = ("recipe", "text_column", "normalize", "keep_text", "num_threads")
 
 
 class Embedder:
     """Callable class for ``Dataset.map_batches``: adds one embedding column per recipe.
 
-    Each actor builds one :class:`poolkit.Encoder` (the model is loaded once per actor,
-    not per batch) and embeds every batch through one :class:`poolkit.plan.Plan`, the
-    path :func:`poolkit.embed` takes, so values equal ``poolkit.embed`` on one machine
-    (batch composition changes only float rounding). Torch uses as many threads as the
-    actor has CPUs (``num_cpus`` of ``map_batches``).
+    Each actor loads one :class:`poolkit.Encoder` (once, not per batch) and embeds every
+    batch on the path of :func:`poolkit.embed` (dense recipes: one
+    :class:`poolkit.plan.Plan`, made when the actor starts), so values equal
+    ``poolkit.embed`` on one machine (batch composition changes only float rounding).
+    Torch uses as many threads as the actor has CPUs (``num_cpus`` of ``map_batches``).
 
     Args:
         model: model directory or hub id, as for :class:`poolkit.Encoder`; it must exist
-            on every worker. ``None``: the default,
-            ``sentence-transformers/all-MiniLM-L6-v2``.
+            on every worker. ``None``: ``sentence-transformers/all-MiniLM-L6-v2``.
         strategy: ``None`` (the model's intended pooling), a name, or a list of names;
             each becomes a column of that name (shorthand for recipes).
         recipe: a :class:`poolkit.Recipe` or name, a list of them, or a mapping column
-            name -> Recipe; not together with ``strategy``/``layers``/``exclude_special``.
-            Recipe values are used as they are: nothing is parsed again in the actor.
+            name -> Recipe (used as they are: nothing is parsed again in the actor); not
+            together with ``strategy``/``layers``/``exclude_special``.
         text_column: the string column to embed.
         normalize: L2-normalise; ``None`` follows the recipe, else the model.
         keep_text: keep ``text_column`` in the output (``False`` drops it).
         num_threads: torch threads; ``None``: the actor's CPUs (left alone outside Ray).
         **options: recipe shorthands (``layers``, ``layer_how``, ``exclude_special``),
             ``long_text``, ``prompt_name``, ``prompt``, ``pipeline``, ``calibration`` (an
-            int8/uint8 recipe's ranges by column name, computed once for every actor, as
-            :func:`poolkit.embedding.embed_recipes` takes them), or :class:`~poolkit.Encoder`
-            settings (``device``, ``dtype``, ``max_length``, ``max_batch_tokens``,
-            ``backend``, ``quantize``, ``calibrate``).
+            int8/uint8 recipe's ranges by column name, computed once for every actor), or
+            :class:`~poolkit.Encoder` settings (``device``, ``dtype``, ``max_length``,
+            ``max_batch_tokens``, ``backend``, ``quantize``, ``calibrate``).
 
     ``__call__`` takes a batch (``pyarrow.Table``, or a dict of NumPy arrays) of ``B``
-    rows and returns it with every input column unchanged (row ids included) plus one
-    column per recipe: ``fixed_size_list<float32>[D]`` for tables (a recipe's output
-    stage: its stored type, e.g. int8), float32 ``(B, D)`` for dicts. Sparse recipes (``splade``) and multi-vector ones take their own paths
-    (those of :func:`poolkit.embed`) and give the columns ``poolkit embed`` writes to
-    Parquet (:mod:`poolkit.ray._columns`): ``<name>_indices``/``<name>_values`` lists
-    (the table's metadata holds the record ``poolkit embed`` writes with them: recipe and
-    vocabulary width), or one list of ``(tokens, D)`` vectors a row (for dicts: one NumPy
-    array a row).
-    ``B = 0`` gives empty columns. A null or non-string text raises ``ValueError`` naming
-    the row; so does a multi-vector text that keeps no token vector.
+    rows and returns it with every input column unchanged plus the columns ``poolkit
+    embed`` writes to Parquet (:meth:`_arrow_columns`; dicts: dense ``(B, D)``, else one
+    array a row), a sparse recipe's record in the table's metadata. A null or non-string
+    text, or a multi-vector text that keeps no token vector, raises ``ValueError`` naming
+    the row.
     """
-
-    _ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backend", "quantize",
-                        "calibrate")  # fmt: skip
-    _RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
-    _EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline", "calibration")
 
     def __init__(
         self,
@@ -86,20 +71,20 @@ class Embedder:
         num_threads: int | None = None,
         **options: Any,
     ) -> None:
-        require_ray()
-        from poolkit.asked import resolve_recipes
+        ray = require_ray()
         from poolkit.encoder import Encoder
         from poolkit.recipe import Recipe
 
-        check_options(options)
-        shorthand = {k: options[k] for k in self._RECIPE_OPTIONS if k in options}
-        wanted, _ = resolve_recipes(strategy, recipe, normalize=normalize, **shorthand)
-        threads = num_threads if num_threads is not None else actor_cpus()
-        encoder_kw = {k: options[k] for k in self._ENCODER_OPTIONS if k in options}
+        wanted, shorthand = resolve_request(strategy, recipe, normalize, options)
+        threads = num_threads
+        if threads is None and ray.is_initialized():  # the CPUs Ray gave this actor, if any
+            cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+            threads = max(1, round(cpus)) if cpus else None
+        encoder_kw = {k: options[k] for k in _ENCODER_OPTIONS if k in options}
         self.encoder = Encoder(model, num_threads=threads, **encoder_kw)
         if wanted is None:
-            pooling = self.encoder.info.pooling
-            wanted = {pooling: self.encoder.info.intended_recipe(normalize=normalize, **shorthand)}
+            info = self.encoder.info
+            wanted = {info.pooling: info.intended_recipe(normalize=normalize, **shorthand)}
         self.recipes: dict[str, Recipe] = wanted
         self.names: list[str] = list(wanted)
         self.text_column = text_column
@@ -107,19 +92,25 @@ class Embedder:
         self.long_text = options.get("long_text", "truncate")
         # Prompt and pipeline checked now, on the actor's first start, not per batch; the
         # int8/uint8 ranges come computed (every actor quantises with the same ones).
-        self.embed_options = {k: options[k] for k in ("prompt_name", "prompt", "pipeline",
-                                                      "calibration") if k in options}  # fmt: skip
-        self.kind = _kind(self.recipes)
+        self.embed_options = {k: options[k] for k in _EMBED_OPTIONS[1:] if k in options}
         self.widths: dict[str, int] = {}  # column -> vector width, once a batch is embedded
         self._prepare(options.get("prompt_name"), options.get("prompt"))
-        self.pid = os.getpid()
 
     def _prepare(self, prompt_name: str | None, prompt: str | None) -> None:
         """Check the recipes against the loaded model and resolve what each batch needs:
-        the prompt (sparse, multi-vector: its text; dense: checked), the MLM head (sparse),
-        the side and width (multi-vector), the model's pipeline (dense)."""
+        the path (``kind``; a MUVERA recipe takes the multi-vector one), the prompt (sparse,
+        multi-vector: its text; dense: checked), the MLM head (sparse), the side and width
+        (multi-vector), the model's pipeline (dense)."""
+        from poolkit.embedding import recipe_kind
         from poolkit.prompts import check_pipeline, resolve_prompt
 
+        recipes = self.recipes
+        self.kind = "multivector"
+        if not any(r.level == "multivector" for r in recipes.values()):
+            self.kind = recipe_kind(recipes)
+        elif len(recipes) > 1:
+            value_error("recipe", "one multi-vector recipe per Embedder",
+                        ", ".join(map(str, recipes.values())), "Run one Embedder each.")  # fmt: skip
         check_pipeline(self.embed_options.get("pipeline", "full"))
         if self.kind == "multivector":
             from poolkit.multivector.api import check_width, side_prompt
@@ -143,21 +134,14 @@ class Embedder:
         self.plan = make_plan(self.encoder, self.recipes, calibration=self.embed_options.get(
             "calibration") or {}, **options)  # fmt: skip
 
-    @property
-    def output_columns(self) -> list[str]:
-        """The columns each batch gains: one per recipe; a sparse recipe's two,
-        ``<name>_indices`` and ``<name>_values``."""
-        if self.kind == "sparse":
-            return [f"{n}_{part}" for n in self.names for part in ("indices", "values")]
-        return list(self.names)
-
     def __repr__(self) -> str:
         return (
             f"Embedder({self.encoder!r}, recipe={[str(r) for r in self.recipes.values()]}, "
             f"text_column={self.text_column!r})"
         )
 
-    def _texts(self, batch: Batch, columns: list[str]) -> list[str]:
+    def _texts(self, batch: Batch) -> list[str]:
+        columns = _columns(batch)
         if self.text_column not in columns:
             value_error(
                 "text_column",
@@ -165,7 +149,10 @@ class Embedder:
                 f"{self.text_column!r}; its columns are: {', '.join(columns)}",
                 "Pass text_column= to choose one.",
             )
-        clash = [name for name in self.output_columns if name in columns]
+        names = self.names  # the columns each batch gains (sparse: two a recipe)
+        if self.kind == "sparse":
+            names = [f"{n}_{part}" for n in self.names for part in ("indices", "values")]
+        clash = [name for name in names if name in columns]
         if clash:
             value_error(
                 "ds",
@@ -177,9 +164,7 @@ class Embedder:
         texts = values.to_pylist() if hasattr(values, "to_pylist") else list(values)
         for k, text in enumerate(texts):
             if not isinstance(text, str):
-                ident = ""
-                if "id" in columns:
-                    ident = f" (id {batch['id'][k]})"
+                ident = f" (id {batch['id'][k]})" if "id" in columns else ""
                 value_error(
                     "text_column",
                     f"a column of strings ({self.text_column!r})",
@@ -205,21 +190,17 @@ class Embedder:
                                           long_text=self.long_text, prompt=self.prompt)  # fmt: skip
             self.widths.update(stats.dims)
             return vectors
-        if self.kind == "multivector":
-            return self._multivector(checked)
-        vectors, _ = self.plan.run(self.encoder, checked, long_text=self.long_text)
-        self.widths.update({n: int(v.shape[1]) for n, v in vectors.items()})
-        return vectors
-
-    def _multivector(self, texts: list[str]) -> dict[str, Any]:
+        if self.kind == "dense":
+            vectors, _ = self.plan.run(self.encoder, checked, long_text=self.long_text)
+            self.widths.update({n: int(v.shape[1]) for n, v in vectors.items()})
+            return vectors
         from poolkit.multivector.encode import embed_multivector
 
         name, recipe = next(iter(self.recipes.items()))
-        out, _, _ = embed_multivector(texts, self.encoder, recipe, side=self.side,
+        out, _, _ = embed_multivector(checked, self.encoder, recipe, side=self.side,
                                    prompt=self.prompt)  # fmt: skip
         if recipe.muvera is not None:  # one dense vector a text
-            width = recipe.muvera.output_dim()
-            self.widths[name] = width
+            width = self.widths[name] = recipe.muvera.output_dim()
             return {name: np.stack(out) if out else np.zeros((0, width), np.float32)}
         self.widths[name] = self.token_width
         return {name: out}
@@ -227,83 +208,75 @@ class Embedder:
     def _empty_row(self, batch: Batch, vectors: dict[str, Any]) -> None:
         """A multi-vector row with no token vector is refused, naming it (the local engine's
         rule: an index cannot hold an empty token set)."""
-        if self.kind != "multivector":
+        arrays = next(iter(vectors.values()), None)  # one multi-vector recipe per Embedder
+        if self.kind != "multivector" or not isinstance(arrays, list):
             return
-        for arrays in vectors.values():
-            if isinstance(arrays, list):
-                empty = next((k for k, a in enumerate(arrays) if not len(a)), None)
-                if empty is not None:
-                    ident = (
-                        f"id {batch['id'][empty]}" if "id" in _columns(batch) else f"row {empty}"
-                    )
-                    value_error("text_column", "texts that keep a token vector",
-                                f"{ident}: none kept (blank, and the model adds no special "
-                                "token)", "Remove it or give it text.")  # fmt: skip
+        empty = next((k for k, a in enumerate(arrays) if not len(a)), None)
+        if empty is not None:
+            ident = f"id {batch['id'][empty]}" if "id" in _columns(batch) else f"row {empty}"
+            value_error("text_column", "texts that keep a token vector",
+                        f"{ident}: none kept (blank, and the model adds no special token)",
+                        "Remove it or give it text.")  # fmt: skip
 
     def _arrow_columns(self, vectors: dict[str, Any]) -> list[tuple[str, Any]]:
-        """The batch's new Parquet columns (:mod:`poolkit.ray._columns`)."""
-        from poolkit.ray._columns import dense_column, ragged_column, sparse_columns
+        """The batch's new columns, typed as ``poolkit embed`` writes them to Parquet
+        (:mod:`poolkit.io.writers`), so a shard and a local file compare column for column:
+        dense (MUVERA too) ``fixed_size_list<dtype>[D]``; sparse ``<name>_indices``
+        ``list<int32>`` and ``<name>_values`` ``list<float32>``; multi-vector
+        ``large_list<fixed_size_list<float32>[D]>``, one ``(tokens, D)`` array a row."""
+        import pyarrow as pa
+
+        from poolkit.io.writers import ragged_array, stored
+        from poolkit.sparse import canonical_csr
+        from poolkit.sparse.files import parquet_columns
 
         out: list[tuple[str, Any]] = []
         for name in self.names:
             value = vectors[name]
             if self.kind == "sparse":
-                out.extend(sparse_columns(name, value))
+                out.extend(parquet_columns(name, canonical_csr(value)))
             elif isinstance(value, list):
-                out.append((name, ragged_column(value, self.widths[name])))
-            else:  # dense or MUVERA, stored as the local writer stores them
-                out.append((name, dense_column(value)))
+                width = self.widths[name]
+                flat = stored(np.concatenate(value)) if value else np.zeros((0, width), np.float32)
+                offsets = np.r_[0, np.cumsum([len(a) for a in value])].astype(np.int64)
+                out.append((name, ragged_array(flat, offsets)))
+            else:
+                arr = stored(np.asarray(value))
+                flat = pa.array(arr.reshape(-1), pa.from_numpy_dtype(arr.dtype))
+                out.append((name, pa.FixedSizeListArray.from_arrays(flat, arr.shape[1])))
         return out
 
     def __call__(self, batch: Batch) -> Batch:
         import pyarrow as pa
 
-        if isinstance(batch, pa.Table):
-            texts = self._texts(batch, batch.column_names)
-            vectors = self.embed(texts)
-            self._empty_row(batch, vectors)
-            if not self.keep_text:
-                batch = batch.drop_columns([self.text_column])
-            for name, column in self._arrow_columns(vectors):
-                batch = batch.append_column(name, column)
-            if self.kind == "sparse":  # the record poolkit embed writes with sparse columns
-                import json
-
-                from poolkit.sparse.files import sparse_record
-
-                record = sparse_record(self.recipes, self.widths)
-                batch = batch.replace_schema_metadata({"poolkit": json.dumps(record)})
-            return batch
+        if not isinstance(batch, pa.Table | Mapping):
+            type_error(
+                "batch",
+                "a pyarrow.Table or a dict of arrays",
+                type(batch).__name__,
+                "Use map_batches(..., batch_format='pyarrow').",
+            )
+        vectors = self.embed(self._texts(batch))
+        self._empty_row(batch, vectors)
         if isinstance(batch, Mapping):
-            texts = self._texts(batch, list(batch))
-            vectors = self.embed(texts)
-            self._empty_row(batch, vectors)
             out = {k: v for k, v in batch.items() if self.keep_text or k != self.text_column}
             if self.kind == "dense":
-                out.update(vectors)
-                return out
+                return {**out, **vectors}
             for name, column in self._arrow_columns(vectors):  # one NumPy value a row
                 out[name] = _numpy_column(column)
             return out
-        type_error(
-            "batch",
-            "a pyarrow.Table or a dict of arrays",
-            type(batch).__name__,
-            "Use map_batches(..., batch_format='pyarrow').",
-        )
+        if not self.keep_text:
+            batch = batch.drop_columns([self.text_column])
+        for name, column in self._arrow_columns(vectors):
+            batch = batch.append_column(name, column)
+        if self.kind == "sparse":  # the record poolkit embed writes with sparse columns
+            import json
 
+            from poolkit.sparse.files import sparse_record
 
-def _kind(recipes: Mapping[str, Any]) -> str:
-    """``"dense"``, ``"sparse"`` or ``"multivector"`` (a MUVERA recipe too: its own path):
-    which path the recipes take; one multi-vector recipe per Embedder."""
-    from poolkit.embedding import recipe_kind
-
-    if any(r.level == "multivector" for r in recipes.values()):
-        if len(recipes) > 1:
-            value_error("recipe", "one multi-vector recipe per Embedder",
-                        ", ".join(map(str, recipes.values())), "Run one Embedder each.")  # fmt: skip
-        return "multivector"
-    return recipe_kind(recipes)
+            record = sparse_record(self.recipes, self.widths)
+            batch = batch.replace_schema_metadata({"poolkit": json.dumps(record)})
+        return batch
 
 
 def _columns(batch: Batch) -> list[str]:
@@ -329,63 +302,54 @@ def embed_dataset(
     model: str | os.PathLike[str] | None = None,
     strategy: str | Sequence[str] | None = None,
     *,
-    recipe: Any = None,
-    text_column: str = "text",
-    normalize: bool | None = None,
-    keep_text: bool = True,
     workers: int | None = None,
     cpus_per_worker: float = 1,
     gpus_per_worker: float = 0,
     batch_size: int | None = 256,
     fn: type[Embedder] | None = None,
     spare_cpus: float = 1,
-    **options: Any,
+    **embedder: Any,
 ) -> Any:
-    """Add one embedding column per strategy to every row of a Ray ``Dataset`` (lazy).
+    """Add one embedding column per recipe to every row of a Ray ``Dataset`` (lazy).
 
-    Runs :class:`Embedder` on a pool of up to ``workers`` actors, each holding one model
-    and ``cpus_per_worker`` CPUs (torch threads) and ``gpus_per_worker`` GPUs. Actors
-    killed mid-job are restarted and their batches retried (``max_restarts=-1``,
+    Runs :class:`Embedder` on a pool of up to ``workers`` actors, each holding one model,
+    ``cpus_per_worker`` CPUs (torch threads) and ``gpus_per_worker`` GPUs. Actors killed
+    mid-job are restarted and their batches retried (``max_restarts=-1``,
     ``max_task_retries=-1``): no row is lost or duplicated. Errors raised by poolkit
     itself (bad text) are not retried and fail the job.
 
-    The pool starts without the cluster's last ``spare_cpus`` CPUs: the dataset's other
-    stages (``ray.data.read_parquet`` and friends ask 1 CPU per task) must run beside
-    the actors, or the job waits for ever. The pool is fixed at ``workers`` when
-    ``workers x cpus_per_worker`` leaves ``spare_cpus`` free; otherwise it starts with as
-    many actors as do (at least one) and Ray Data grows it towards ``workers`` as its
-    resource manager allows (it keeps CPUs for the stages that still have work).
+    The pool starts without the cluster's last ``spare_cpus`` CPUs, which the dataset's
+    other stages need (``ray.data.read_parquet`` and friends ask 1 CPU per task): a fixed
+    pool of ``workers`` when they leave ``spare_cpus`` free, else as many actors as do (at
+    least one), which Ray Data grows towards ``workers`` as its resource manager allows.
 
     Args:
         ds: a ``ray.data.Dataset`` with a string column ``text_column``.
-        model, strategy, recipe, text_column, normalize, keep_text, **options: see
-            :class:`Embedder`. The recipes are validated here, once, and shipped to the
-            actors as :class:`poolkit.Recipe` values.
+        model, strategy, **embedder: :class:`Embedder`'s arguments (``recipe``,
+            ``text_column``, ``normalize``, ``keep_text``, its options) and ``fn``'s own.
+            The recipes are resolved here, once, and shipped to the actors as
+            :class:`poolkit.Recipe` values.
         workers: actors in the pool; ``None``: cluster CPUs // ``cpus_per_worker``.
-        batch_size: rows per ``Embedder`` call (poolkit batches them by token budget
-            inside it); ``None``: one call per block of ``ds`` as it comes. Ray re-cuts
-            blocks into ``batch_size`` rows in arrival order, so which texts share a call
-            varies from run to run (vectors then differ in float rounding only); with
-            ``None`` it is fixed by the blocks, and reruns agree bit for bit.
+        batch_size: rows per ``Embedder`` call; ``None``: one call per block of ``ds``.
+            Ray re-cuts blocks into ``batch_size`` rows in arrival order, so which texts
+            share a call (and so float rounding) varies between runs; with ``None`` reruns
+            agree bit for bit.
         fn: a subclass of :class:`Embedder` to run instead (e.g. one adding columns).
-        spare_cpus: CPUs left to the dataset's other stages (see above); 0 when every
-            other stage asks for none (e.g. ``ray_remote_args={"num_cpus": 0}``).
+        spare_cpus: CPUs left to the dataset's other stages; 0 when every other stage
+            asks for none (e.g. ``ray_remote_args={"num_cpus": 0}``).
 
     Raises:
         ValueError: a bad argument, or one worker's CPUs leave fewer than ``spare_cpus``
             of the cluster free (the job could never read its input).
 
     Returns:
-        A lazy ``ray.data.Dataset``: every input column (row ids included; row order is
-        Ray's, so carry an id column) plus ``fixed_size_list<float32>[D]`` per strategy.
+        A lazy ``ray.data.Dataset``: every input column (row order is Ray's, so carry an
+        id column) plus the columns :class:`Embedder` adds.
     """
     ray = require_ray()
-    from poolkit.asked import resolve_recipes
-
-    if fn is None:  # a subclass (fn=) may take keyword arguments of its own
-        check_options(options)
-    shorthand = {k: options.pop(k) for k in Embedder._RECIPE_OPTIONS if k in options}
-    wanted, _ = resolve_recipes(strategy, recipe, normalize=normalize, **shorthand)
+    recipe, normalize = embedder.pop("recipe", None), embedder.get("normalize")
+    # A subclass (fn=) may take keyword arguments of its own.
+    wanted, shorthand = resolve_request(strategy, recipe, normalize, embedder, check=fn is None)
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         value_error("workers", "a positive integer", repr(workers))
     if not cpus_per_worker > 0:
@@ -402,12 +366,11 @@ def embed_dataset(
     if workers is None:
         workers = max(1, int(cpus // cpus_per_worker))
     pool = _pool(ray, workers, cpus_per_worker, cpus, spare_cpus)
-    kwargs: dict[str, Any] = {"model": None if model is None else os.fspath(model),
-                              "text_column": text_column, "keep_text": keep_text, **options}  # fmt: skip
+    kwargs = {"model": None if model is None else os.fspath(model), **embedder}
     if wanted is None:  # the model's pooling: the actor knows it once the model loads
-        kwargs.update(normalize=normalize, **shorthand)
-    else:
-        kwargs["recipe"] = wanted
+        kwargs.update(shorthand)
+    else:  # normalize= is in the recipes
+        kwargs.update(recipe=wanted, normalize=None)
     remote: dict[str, Any] = {"num_cpus": cpus_per_worker}
     if gpus_per_worker:
         remote["num_gpus"] = gpus_per_worker
@@ -427,8 +390,7 @@ def embed_dataset(
 
 def _pool(ray: Any, workers: int, cpus_per_worker: float, cpus: float, spare: float) -> Any:
     """The actor pool: ``workers`` actors if they leave ``spare`` of the cluster's ``cpus``
-    free, else from as many as do up to ``workers`` (Ray Data's reservations keep the
-    CPUs that the dataset's other stages need while those stages still run)."""
+    free, else from as many as do up to ``workers`` (see :func:`embed_dataset`)."""
     fits = int((cpus - spare) // cpus_per_worker + 1e-9)
     if fits >= workers:
         return ray.data.ActorPoolStrategy(size=workers)
@@ -443,14 +405,28 @@ def _pool(ray: Any, workers: int, cpus_per_worker: float, cpus: float, spare: fl
     return ray.data.ActorPoolStrategy(min_size=fits, max_size=workers)
 
 
-def check_options(options: dict[str, Any]) -> None:
-    """TypeError naming any option :class:`Embedder` does not know."""
-    known = (*Embedder._ENCODER_OPTIONS, *Embedder._RECIPE_OPTIONS, *Embedder._EMBED_OPTIONS)
-    unknown = sorted(set(options) - set(known))
-    if unknown:
+def resolve_request(
+    strategy: Any,
+    recipe: Any,
+    normalize: bool | None,
+    options: dict[str, Any],
+    *,
+    check: bool = True,
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The one resolution of :class:`Embedder`'s pooling arguments (in the driver and in
+    each actor): ``options`` checked (``check``: a TypeError names an unknown one), its
+    recipe shorthands taken out of it, the recipes resolved. Returns ``(recipes,
+    shorthands)``: ``None`` recipes mean the model's intended one, shaped by them."""
+    from poolkit.asked import resolve_recipes
+
+    known = (*_ENCODER_OPTIONS, *_RECIPE_OPTIONS, *_EMBED_OPTIONS, *_EMBEDDER_KEYWORDS)
+    if check and (unknown := sorted(set(options) - set(known))):
         type_error(
             "options",
             f"among {', '.join(known)}",
             ", ".join(unknown),
             "See poolkit.embed for their meaning.",
         )
+    shorthand = {k: options.pop(k) for k in _RECIPE_OPTIONS if k in options}
+    wanted, _ = resolve_recipes(strategy, recipe, normalize=normalize, **shorthand)
+    return wanted, shorthand

@@ -1,12 +1,9 @@
-"""Input files to a Ray ``Dataset`` of ``id``, ``text_id``, ``text``.
-
-Texts are parsed by :mod:`poolkit.io.readers`, the code ``poolkit embed`` uses, so a
-line, a JSON field or a Parquet value becomes the same text on one machine and on a
-cluster. Row ids need each file's row count first: :meth:`Corpus.scan` counts them in
-parallel Ray tasks (which also surfaces a bad line before any model is loaded), then
-:meth:`Corpus.dataset` streams each file in blocks, row ``r`` of file ``k`` getting
-``id = rows of files 0..k-1 + r``: the id ``poolkit embed`` gives the same text when
-the files are concatenated in sorted order.
+"""Input files to a Ray ``Dataset`` of ``id``, ``text_id``, ``text``, parsed by
+:mod:`poolkit.io.readers` as ``poolkit embed`` parses them. :meth:`Corpus.scan` counts each
+file's rows in parallel Ray tasks (a bad line surfaces before any model loads); then
+:meth:`Corpus.dataset` streams the files in blocks, row ``r`` of file ``k`` getting
+``id = rows of files 0..k-1 + r``: ``poolkit embed``'s id for the files concatenated in
+sorted order.
 """
 
 from __future__ import annotations
@@ -33,7 +30,6 @@ __all__ = [
     "FileIds",
     "InputFile",
     "iter_file_rows",
-    "iter_file_texts",
     "list_inputs",
     "read_corpus",
 ]
@@ -65,9 +61,8 @@ def _skipped(name: str) -> bool:
 
 
 def _wanted(name: str, fmt: str | None) -> bool:
-    if _skipped(name):
-        return False
-    return fmt is not None or Path(name).suffix.lower().lstrip(".") in _EXTENSIONS
+    known = fmt is not None or Path(name).suffix.lower().lstrip(".") in _EXTENSIONS
+    return known and not _skipped(name)
 
 
 def list_inputs(source: str | os.PathLike[str], fmt: str | None = None) -> list[InputFile]:
@@ -166,20 +161,6 @@ def iter_file_rows(
         yield from readers.read_rows(file.path, source=stream, **how)
 
 
-def iter_file_texts(
-    file: InputFile,
-    *,
-    text_column: str | None = None,
-    chunk_size: int = 4096,
-    rows: range | None = None,
-) -> Iterator[list[str]]:
-    """Texts of one file in file order (``rows``: only these, 0-based), ``chunk_size`` at a
-    time, parsed exactly as by :func:`poolkit.io.readers.read_texts`. An empty file yields
-    nothing."""
-    for part in iter_file_rows(file, text_column=text_column, chunk_size=chunk_size, rows=rows):
-        yield part.texts
-
-
 @dataclass(frozen=True)
 class FileIds:
     """The ids one input file gives its rows (``id_column``), and where each was read:
@@ -204,10 +185,6 @@ class _Where:
 
     def __getitem__(self, k: int) -> str:
         return f"{self.file.path}: {self.file.label} {int(self.file.numbers[k])}"
-
-
-def _count(file: InputFile, text_column: str | None) -> int:
-    return sum(len(chunk) for chunk in iter_file_texts(file, text_column=text_column))
 
 
 def _scan_file(
@@ -249,11 +226,6 @@ def _piece_rows(
         for name, values in part.kept.items():
             out.kept[name].extend(values)
     return out
-
-
-def _piece_texts(file: InputFile, start: int, stop: int, text_column: str | None) -> list[str]:
-    """The texts of :func:`_piece_rows`."""
-    return _piece_rows(file, start, stop, text_column).texts
 
 
 def _read_pieces(
@@ -338,11 +310,10 @@ class Corpus:
         id_column: str | None = None,
         keep_columns: Sequence[str] = (),
     ) -> Corpus:
-        """List ``source`` (see :func:`list_inputs`) and count each file's texts in
-        parallel Ray tasks, which parse every file and so raise any :class:`InputError`
-        (with file and line) now, not halfway through the job. ``id_column`` (a field
-        name, or ``"auto"``: ``id`` or ``_id`` where a file has one) also collects each
-        file's ids (:attr:`ids`); ``keep_columns`` are read beside every text.
+        """List ``source`` (:func:`list_inputs`) and count each file's texts in parallel
+        Ray tasks, which parse every file, so an :class:`InputError` comes now, not halfway
+        through the job. ``id_column`` (a field, or ``"auto"``: ``id`` or ``_id`` where a
+        file has one) also collects each file's ids; ``keep_columns`` are read too.
 
         Raises:
             InputError: as :func:`list_inputs`, a malformed file, a row without an asked
@@ -396,12 +367,10 @@ class Corpus:
 
     def dataset(self, block_rows: int = 1024, only: Collection[int] | None = None) -> Any:
         """A lazy ``ray.data.Dataset`` of ``id`` int64, ``text_id`` string
-        (``"<file name>:<row in file>"``, rows 0-based) and ``text`` string (where the rows
-        carry ids of their own, also ``input_id``, int64 or string; then the
-        ``keep_columns``, int64 when every value of a block is an integer, else text):
-        one block per piece (see :meth:`pieces`; ``only``: just these files, by index),
-        read by a task with zero CPUs (reading must not wait for CPUs the embedding actors
-        hold) and retried if its worker dies."""
+        (``"<file name>:<row in file>"``, rows 0-based), ``text`` string (and with ids of
+        the rows' own ``input_id``, int64 or string; then the ``keep_columns``): one block
+        per piece (:meth:`pieces`; ``only``: just these files), read by a zero-CPU task
+        retried if its worker dies."""
         ray = require_ray()
         if not isinstance(block_rows, int) or block_rows < 1:
             value_error("block_rows", "a positive integer", repr(block_rows))
