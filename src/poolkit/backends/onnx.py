@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -51,11 +52,12 @@ __all__ = ["OnnxBackend", "OnnxRunner", "load_onnx_runner", "onnx_cache_root"]
 
 # Bump when the export recipe changes, so old cache entries are not reused.
 _FORMAT = 4  # 2: files hashed (SHA-256); 3: int8 with per-row activations; 4: XXH3-128
-_OPSET = 17
-_FP32_TOL = 1e-4  # max abs diff of last_hidden_state on real positions vs torch
-_INT8_MIN_COS = 0.97  # mean per-token cosine vs torch; int8 is approximate by design
+# Shared with ``poolkit export``, which traces, checks and quantises with the same settings.
+OPSET = 17
+FP32_TOL = 1e-4  # max abs diff of last_hidden_state on real positions vs torch
+INT8_MIN_COS = 0.97  # mean per-token cosine vs torch; int8 is approximate by design
 # (batch, length, padding side) of the check batches: single text, mixed lengths both sides.
-_CHECK_SHAPES: tuple[tuple[int, int, str], ...] = (
+CHECK_SHAPES: tuple[tuple[int, int, str], ...] = (
     (1, 7, "right"),
     (3, 19, "right"),
     (4, 11, "left"),
@@ -64,8 +66,12 @@ _CHECK_SHAPES: tuple[tuple[int, int, str], ...] = (
 )
 
 
-# Shared with ``poolkit export``, which traces, checks and quantises with the same settings.
-OPSET, FP32_TOL, INT8_MIN_COS, CHECK_SHAPES = _OPSET, _FP32_TOL, _INT8_MIN_COS, _CHECK_SHAPES
+def require(module: str, feature: str, extra: str) -> Any:
+    """``import module``, or MissingDependencyError naming ``feature`` and the extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(missing_extra(feature, module, extra)) from exc
 
 
 def require_onnx() -> None:
@@ -75,17 +81,13 @@ def require_onnx() -> None:
 
 
 def _import_ort() -> Any:
-    try:
-        import onnxruntime
-    except ImportError as exc:
-        raise MissingDependencyError(
-            missing_extra("The ONNX backend", "onnxruntime", "onnx")
-        ) from exc
-    try:
-        import xxhash  # noqa: F401  (hashes the cache on every load: poolkit.io.integrity)
-    except ImportError as exc:
-        raise MissingDependencyError(missing_extra("The ONNX backend", "xxhash", "onnx")) from exc
-    return onnxruntime
+    ort = require("onnxruntime", "The ONNX backend", "onnx")
+    require("xxhash", "The ONNX backend", "onnx")  # hashes the cache on every load
+    return ort
+
+
+def _import_onnx() -> Any:
+    return require("onnx", "Exporting to ONNX", "onnx")
 
 
 def check_threads(threads: Any) -> None:
@@ -96,61 +98,34 @@ def check_threads(threads: Any) -> None:
         value_error("threads", "a positive int or None", repr(threads), "Pass e.g. threads=2.")
 
 
-def _import_onnx() -> Any:
-    try:
-        import onnx
-    except ImportError as exc:
-        raise MissingDependencyError(missing_extra("Exporting to ONNX", "onnx", "onnx")) from exc
-    return onnx
-
-
 def onnx_cache_root(cache_dir: str | os.PathLike[str] | None = None, kind: str = "onnx") -> Path:
     """Folder holding cached exports: ``cache_dir``, else ``$POOLKIT_CACHE``, else
     ``~/.cache/poolkit``, plus ``/<kind>`` (``onnx``; ``openvino`` for its converted models)."""
     return cache_root(cache_dir) / kind
 
 
-class OnnxRunner:
-    """Runs an exported encoder with ONNX Runtime: token ids in, ``last_hidden_state`` out.
+class Runner:
+    """What a runner of an exported encoder shares (:class:`OnnxRunner`,
+    :class:`~poolkit.backends.openvino.OpenVinoRunner`): its settings and the call.
 
     Call it with ``input_ids`` and ``attention_mask`` (both ``(B, L)`` integer arrays, mask 1 for
     real tokens, any padding side) and ``token_type_ids`` (``(B, L)``, zeros if omitted) when the
-    graph takes them. Returns ``(B, L, H)`` float32 NumPy (the graph's ``output``; an exported
+    graph takes them. Returns ``(B, L, H)`` float32 NumPy (the graph's output; an exported
     pipeline's ``sentence_embedding`` is ``(B, D)``). Padding positions hold finite values
     that mean nothing; a padding-only row gives a finite, meaningless row (pool with the core
     functions, which reject or zero such rows). ``settings`` is the cache entry's record.
     """
 
+    input_names: tuple[str, ...]
+
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        threads: int | None = None,
-        settings: dict[str, Any] | None = None,
-        output: str = "last_hidden_state",
+        self, path: str | os.PathLike[str], threads: int | None, settings: dict[str, Any] | None
     ) -> None:
-        ort = _import_ort()
         check_threads(threads)
         self.path = Path(path)
-        self.output = output
         self.settings: dict[str, Any] = dict(settings or {})
         self.threads = threads or available_cpus()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads
-        # One graph, run op by op: a second pool would only fight the first for the same cores.
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.log_severity_level = 3
-        self.session = ort.InferenceSession(
-            str(self.path), opts, providers=["CPUExecutionProvider"]
-        )
-        self.input_names: tuple[str, ...] = tuple(i.name for i in self.session.get_inputs())
         self.max_length: int | None = self.settings.get("max_position_embeddings")
-
-    def __repr__(self) -> str:
-        q = self.settings.get("quantize")
-        return f"OnnxRunner(path={str(self.path)!r}, quantize={q!r}, threads={self.threads})"
 
     def __call__(
         self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None
@@ -161,8 +136,45 @@ class OnnxRunner:
             return np.zeros(
                 (0, ids.shape[1], int(self.settings.get("hidden_size", 0))), dtype=np.float32
             )
-        (out,) = self.session.run([self.output], feed)
-        return np.asarray(out, dtype=np.float32)
+        return np.asarray(self._infer(feed), dtype=np.float32)
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> Any:
+        raise NotImplementedError
+
+
+class OnnxRunner(Runner):
+    """Runs an exported encoder with ONNX Runtime: token ids in, ``last_hidden_state`` (or
+    the graph's ``output``) out; called as :class:`Runner`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        threads: int | None = None,
+        settings: dict[str, Any] | None = None,
+        output: str = "last_hidden_state",
+    ) -> None:
+        ort = _import_ort()
+        super().__init__(path, threads, settings)
+        self.output = output
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        # One graph, run op by op: a second pool would only fight the first for the same cores.
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3
+        self.session = ort.InferenceSession(
+            str(self.path), opts, providers=["CPUExecutionProvider"]
+        )
+        self.input_names = tuple(i.name for i in self.session.get_inputs())
+
+    def __repr__(self) -> str:
+        q = self.settings.get("quantize")
+        return f"OnnxRunner(path={str(self.path)!r}, quantize={q!r}, threads={self.threads})"
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> Any:
+        return self.session.run([self.output], feed)[0]
 
 
 def checked_feed(
@@ -253,7 +265,7 @@ def _settings(hf_dir: Path, quantize: str | None, optimize: bool) -> dict[str, A
     config = json.loads((hf_dir / "config.json").read_text(encoding="utf-8"))
     return {
         "format": _FORMAT,
-        "opset": _OPSET,
+        "opset": OPSET,
         "attention": "eager",
         "quantize": quantize,
         "optimize": optimize,
@@ -460,67 +472,53 @@ def load_torch(hf_dir: Path) -> Any:
     return model.eval()
 
 
-class _HiddenOnly:
-    """Wraps the HF model so the traced graph has named int64 inputs and one output."""
-
-    @staticmethod
-    def build(model: Any) -> Any:
-        import torch
-
-        takes_types = getattr(model.config, "type_vocab_size", 0) > 0
-
-        class Wrapper(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(
-                self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None
-            ) -> Any:
-                kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
-                if takes_types:
-                    kwargs["token_type_ids"] = token_type_ids
-                return self.model(**kwargs).last_hidden_state
-
-        return Wrapper().eval(), takes_types
-
-
 def _export(model: Any, path: Path) -> None:
-    wrapper, takes_types = _HiddenOnly.build(model)
-    trace_to_onnx(wrapper, model.config.vocab_size, takes_types, "last_hidden_state", path)
+    import torch
+
+    takes_types = getattr(model.config, "type_vocab_size", 0) > 0
+
+    class HiddenOnly(torch.nn.Module):  # named int64 inputs, one output
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
+            kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+            if takes_types:
+                kwargs["token_type_ids"] = token_type_ids
+            return self.model(**kwargs).last_hidden_state
+
+    trace_to_onnx(HiddenOnly().eval(), model.config.vocab_size, takes_types,
+                  {"last_hidden_state": {0: "batch", 1: "sequence"}}, path)  # fmt: skip
 
 
 def trace_to_onnx(
-    module: Any, vocab: int, takes_types: bool, output: str, path: Path, *, rank: int = 3
-) -> None:
+    module: Any, vocab: int, takes_types: bool, outputs: dict[str, dict[int, str]], path: Path,
+    *, is_query: bool = False,
+) -> list[str]:  # fmt: skip
     """Write ``module`` (int64 ``input_ids``, ``attention_mask`` [, ``token_type_ids``], each
-    ``(batch, sequence)``, to one float output) as an ONNX graph at ``path``.
+    ``(batch, sequence)`` [, ``is_query`` ``(1,)``]) as an ONNX graph at ``path``; returns
+    its input names.
 
-    Traced on a right-padded batch with batch and sequence axes dynamic, at opset
-    :data:`_OPSET`; ``rank`` is the output's rank (3: ``(batch, sequence, H)``, 2:
-    ``(batch, D)``). The cache's exports and ``poolkit export`` both come through here.
+    Traced on a right-padded batch (queries, with ``is_query``) with batch and sequence axes
+    dynamic, at opset :data:`OPSET`; ``outputs``: each output's name and dynamic axes. The
+    cache's exports and ``poolkit export``'s graphs all come through here.
     """
     import torch
 
-    ids, mask = _padded_batch(2, 8, "right", vocab, seed=0)
+    ids, mask = (torch.from_numpy(a) for a in _padded_batch(2, 8, "right", vocab, seed=0))
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
-    args = (torch.from_numpy(ids), torch.from_numpy(mask)) + (
-        (torch.zeros_like(torch.from_numpy(ids)),) if takes_types else ()
-    )
+    args = [ids, mask] + ([torch.zeros_like(ids)] if takes_types else [])
     axes: dict[str, dict[int, str]] = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes[output] = {0: "batch", 1: "sequence"} if rank == 3 else {0: "batch"}
+    if is_query:
+        names.append("is_query")
+        args.append(torch.ones(1, dtype=torch.int64))
     with warnings.catch_warnings(), torch.inference_mode():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            args,
-            str(path),
-            input_names=names,
-            output_names=[output],
-            dynamic_axes=axes,
-            opset_version=_OPSET,
-            dynamo=False,
-        )
+        warnings.simplefilter("ignore")  # the tracer's notes on Python control flow
+        torch.onnx.export(module, tuple(args), str(path), input_names=names,
+                          output_names=list(outputs), dynamic_axes={**axes, **outputs},
+                          opset_version=OPSET, dynamo=False)  # fmt: skip
+    return names
 
 
 def _fuse(config: Any, src: Path, dst: Path) -> None:
@@ -605,7 +603,7 @@ def _padded_batch(
 
 def check_batches(vocab: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The padded ``(input_ids, attention_mask)`` batches an export is checked on before use."""
-    for i, (b, length, side) in enumerate(_CHECK_SHAPES):
+    for i, (b, length, side) in enumerate(CHECK_SHAPES):
         yield _padded_batch(b, length, side, vocab, seed=100 + i)
 
 
@@ -634,17 +632,17 @@ def compare_to_torch(
 def _check(model: Any, path: Path, settings: dict[str, Any]) -> dict[str, Any]:
     runner, quantize = OnnxRunner(path, settings=settings), settings["quantize"]
     worst_abs, mean_cos = compare_to_torch(model, runner)
-    ok = worst_abs <= _FP32_TOL if quantize is None else mean_cos >= _INT8_MIN_COS
+    ok = worst_abs <= FP32_TOL if quantize is None else mean_cos >= INT8_MIN_COS
     result = {
         "max_abs_diff": worst_abs,
         "mean_token_cosine": mean_cos,
-        "shapes": [list(s) for s in _CHECK_SHAPES],
+        "shapes": [list(s) for s in CHECK_SHAPES],
     }
     if not ok:
         limit = (
-            f"max abs diff <= {_FP32_TOL}"
+            f"max abs diff <= {FP32_TOL}"
             if quantize is None
-            else f"mean token cosine >= {_INT8_MIN_COS}"
+            else f"mean token cosine >= {INT8_MIN_COS}"
         )
         raise ExportError(expected=f"the ONNX export to agree with the torch model on padded "
                           f"batches ({limit})", got=f"got max abs diff {worst_abs:.3g}, mean "
@@ -653,16 +651,44 @@ def _check(model: Any, path: Path, settings: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-class OnnxBackend:
-    """:class:`poolkit.encoder.Backend` on ONNX Runtime: what ``Encoder(backend="onnx")`` uses.
-
-    ``forward`` takes the Encoder's ``(B, L)`` int64 arrays and returns ``last_hidden_state``
-    ``(B, L, H)`` as float32 NumPy; pooling then runs in the core functions as for torch.
-    Only the last layer is exported, and position ids are not an input of the graph, so
-    ``all_layers=True`` and left-padded decoder batches raise ``ValueError``.
-    """
+class ExportedBackend:
+    """:class:`poolkit.backends.Backend` over a :class:`Runner`: ``forward`` takes the
+    Encoder's ``(B, L)`` int64 arrays and returns ``last_hidden_state`` ``(B, L, H)`` as
+    float32 NumPy; pooling then runs in the core functions as for torch. Only the last layer
+    is exported and position ids are no input of the graph, so ``all_layers=True`` and
+    left-padded decoder batches are refused."""
 
     device = "cpu"
+    name = ""  # the backend's name in messages
+    runner: Runner
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.runner!r})"
+
+    def forward(self, inputs: Any, *, all_layers: bool = False) -> np.ndarray:
+        if all_layers:
+            value_error(
+                "layers",
+                f"None (the last layer) with backend={self.name!r}",
+                "a request for all layers",
+                "Use backend='torch' to mix layers.",
+            )
+        if "position_ids" in inputs:
+            value_error(
+                "backend",
+                "'torch' for a left-padded decoder model",
+                repr(self.name),
+                "The exported graph takes no position ids; use backend='torch'.",
+            )
+        return self.runner(
+            inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
+        )
+
+
+class OnnxBackend(ExportedBackend):
+    """The backend ``Encoder(backend="onnx")`` uses: ONNX Runtime on the CPU."""
+
+    name = "onnx"
 
     def __init__(
         self,
@@ -674,32 +700,4 @@ class OnnxBackend:
     ) -> None:
         self.runner = load_onnx_runner(
             model_dir, quantize=quantize, threads=threads, cache_dir=cache_dir
-        )
-
-    def __repr__(self) -> str:
-        return f"OnnxBackend({self.runner!r})"
-
-    def forward(self, inputs: Any, *, all_layers: bool = False) -> np.ndarray:
-        refuse_unexported(inputs, all_layers, "onnx")
-        return self.runner(
-            inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
-        )
-
-
-def refuse_unexported(inputs: Any, all_layers: bool, backend: str) -> None:
-    """Refuse what an exported graph cannot give: every layer (only the last is an output)
-    and position ids (not an input), named for ``backend`` (``"onnx"``, ``"openvino"``)."""
-    if all_layers:
-        value_error(
-            "layers",
-            f"None (the last layer) with backend={backend!r}",
-            "a request for all layers",
-            "Use backend='torch' to mix layers.",
-        )
-    if "position_ids" in inputs:
-        value_error(
-            "backend",
-            "'torch' for a left-padded decoder model",
-            repr(backend),
-            "The exported graph takes no position ids; use backend='torch'.",
         )

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import io
 import logging
 import os
@@ -33,10 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._cpus import available_cpus
-from poolkit._errors import missing_extra, value_error
+from poolkit._errors import value_error
 from poolkit.backends import onnx as _onnx
-from poolkit.errors import ExportError, MissingDependencyError, RunError
+from poolkit.errors import ExportError, RunError
 
 __all__ = [
     "PRECISIONS", "SMOOTH_QUANT_ALPHA", "OpenVinoBackend", "OpenVinoRunner", "load_openvino_runner",
@@ -61,20 +59,12 @@ SMOOTH_QUANT_ALPHA = 0.7
 PRECISIONS = ("f32", "bf16", "int8-static", "int8-static+bf16")
 
 
-def _require(module: str, feature: str) -> Any:
-    """``import module``, or MissingDependencyError naming ``feature`` and the extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingDependencyError(missing_extra(feature, module, "openvino")) from exc
-
-
 def _import_ov() -> Any:
-    return _require("openvino", "The OpenVINO backend")
+    return _onnx.require("openvino", "The OpenVINO backend", "openvino")
 
 
 def _import_nncf() -> Any:
-    return _require("nncf", "quantize='int8-static' (NNCF calibration)")
+    return _onnx.require("nncf", "quantize='int8-static' (NNCF calibration)", "openvino")
 
 
 def cpu_has_bf16() -> bool:
@@ -101,13 +91,13 @@ def precision_of(dtype: Any, quantize: str | None) -> str:
     return "bf16" if bf16 else "f32"
 
 
-class OpenVinoRunner:
+class OpenVinoRunner(_onnx.Runner):
     """A compiled OpenVINO model: token ids in, ``last_hidden_state`` ``(B, L, H)`` float32 out.
 
-    Called like :class:`poolkit.backends.onnx.OnnxRunner` (same argument checks). One
-    synchronous request per batch: ``PERFORMANCE_HINT=LATENCY`` (one stream using every
-    thread; THROUGHPUT's several streams only pay off with several requests in flight),
-    ``INFERENCE_NUM_THREADS=threads``, and the precision hint of ``settings["precision"]``.
+    Called as :class:`poolkit.backends.onnx.Runner`. One synchronous request per batch:
+    ``PERFORMANCE_HINT=LATENCY`` (one stream using every thread; THROUGHPUT's several
+    streams only pay off with several requests in flight), ``INFERENCE_NUM_THREADS=threads``,
+    and the precision hint of ``settings["precision"]``.
     """
 
     def __init__(
@@ -115,10 +105,7 @@ class OpenVinoRunner:
         settings: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         ov = _import_ov()
-        _onnx.check_threads(threads)
-        self.path = Path(path)
-        self.settings: dict[str, Any] = dict(settings or {})
-        self.threads = threads or available_cpus()
+        super().__init__(path, threads, settings)
         precision = self.settings.get("precision", "f32")
         config = {
             "PERFORMANCE_HINT": "LATENCY",
@@ -128,8 +115,7 @@ class OpenVinoRunner:
         core = ov.Core()
         self.compiled = core.compile_model(core.read_model(str(self.path)), "CPU", config)
         self.request = self.compiled.create_infer_request()
-        self.input_names: tuple[str, ...] = tuple(i.get_any_name() for i in self.compiled.inputs)
-        self.max_length: int | None = self.settings.get("max_position_embeddings")
+        self.input_names = tuple(i.get_any_name() for i in self.compiled.inputs)
 
     def __repr__(self) -> str:
         return (
@@ -137,17 +123,9 @@ class OpenVinoRunner:
             f"{self.settings.get('precision')!r}, threads={self.threads})"
         )
 
-    def __call__(
-        self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None
-    ) -> np.ndarray:
-        feed = _onnx.checked_feed(self, input_ids, attention_mask, token_type_ids)
-        ids = feed["input_ids"]
-        if ids.shape[0] == 0:
-            return np.zeros(
-                (0, ids.shape[1], int(self.settings.get("hidden_size", 0))), dtype=np.float32
-            )
-        out = self.request.infer(feed)
-        return np.array(out[self.compiled.output(0)], dtype=np.float32)
+    def _infer(self, feed: dict[str, np.ndarray]) -> Any:
+        # A copy: the request reuses its output buffer on the next call.
+        return np.array(self.request.infer(feed)[self.compiled.output(0)], dtype=np.float32)
 
 
 def calibration_digest(batches: Sequence[Mapping[str, np.ndarray]]) -> str:
@@ -342,14 +320,10 @@ def _check(
             "on": "calibration texts" if batches else "random token ids"}  # fmt: skip
 
 
-class OpenVinoBackend:
-    """:class:`poolkit.backends.Backend` on OpenVINO: what ``Encoder(backend="openvino")`` uses.
+class OpenVinoBackend(_onnx.ExportedBackend):
+    """The backend ``Encoder(backend="openvino")`` uses: OpenVINO on the CPU."""
 
-    ``forward`` returns ``last_hidden_state`` ``(B, L, H)`` float32 NumPy. Like the ONNX
-    backend it serves the last layer only and takes no position ids.
-    """
-
-    device = "cpu"
+    name = "openvino"
 
     def __init__(
         self,
@@ -362,12 +336,3 @@ class OpenVinoBackend:
     ) -> None:
         self.runner = load_openvino_runner(model_dir, precision=precision, calibration=calibration,
                                            threads=threads, cache_dir=cache_dir)  # fmt: skip
-
-    def __repr__(self) -> str:
-        return f"OpenVinoBackend({self.runner!r})"
-
-    def forward(self, inputs: Any, *, all_layers: bool = False) -> np.ndarray:
-        _onnx.refuse_unexported(inputs, all_layers, "openvino")
-        return self.runner(
-            inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
-        )
