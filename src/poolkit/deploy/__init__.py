@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,85 @@ feed = {{k: np.array(v, dtype=np.int64) for k, v in feed.items() if k in names}}
 (vectors,) = session.run(["sentence_embedding"], feed)  # ({dim},) per text
 """
 
+ST_VERSIONS = ("sentence-transformers", "transformers", "torch")
+ONNX_VERSIONS = ("onnx", "onnxruntime", "tokenizers", "transformers", "torch")
+
+
+def new_record(
+    encoder: Any, recipe: Recipe, format: str, choice: dict[str, Any], *, description: str,
+    normalize: bool, width: int, source: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """What every folder's :data:`RECORD` starts with; ``source``: how the source model
+    pools (default: its ``ModelInfo``'s pooling and where that was read)."""
+    info = encoder.info
+    pooling = source or {"pooling": info.pooling, "pooling_source": info.pooling_source}
+    return {
+        "poolkit_export": RECORD_VERSION,
+        "format": format,
+        "recipe": str(recipe),
+        "recipe_json": recipe.to_json(),
+        "description": description,
+        "normalize": normalize,
+        "output_dim": width,
+        "max_length": encoder.max_length,
+        "source": {"model": info.reference, **pooling},
+        "choice": choice,
+    }
+
+
+def write_folder(
+    out: Path, replace: bool, record: dict[str, Any], write: Callable[[Path], str]
+) -> Path:
+    """Build the folder ``out`` under a temporary name, renamed into place once complete:
+    ``write(work)`` writes the model's files (completing ``record``) and returns the model
+    card's loading snippet; then :data:`RECORD` and README.md."""
+    from poolkit.deploy.card import model_card
+    from poolkit.io.atomic import AtomicDir
+
+    with AtomicDir(out, replace=replace) as work:
+        load = write(work)
+        (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        (work / "README.md").write_text(model_card(record, load), encoding="utf-8")
+    return out
+
+
+def onnx_record(graph: dict[str, Any], quantize: str | None = None, **more: Any) -> dict[str, Any]:
+    """A record's ``onnx`` entry: the file, ``graph``'s opset and inputs (as its builder
+    returned them), the dynamic axes, ``quantize`` and ``more``."""
+    return {"file": "model.onnx", "opset": graph["opset"], "inputs": graph["inputs"], **more,
+            "dynamic_axes": ["batch", "sequence"], "quantize": quantize}  # fmt: skip
+
+
+def tokenizer_record(encoder: Any) -> dict[str, Any]:
+    """A record's ``tokenizer`` entry for the folder's ``tokenizer.json``."""
+    return {"file": "tokenizer.json", "max_length": encoder.max_length,
+            "padding": "right (either side gives the same vectors)"}  # fmt: skip
+
+
+def require_agreement(
+    agreement: dict[str, Any], tol: float, within: str, fix: str = "Nothing was written."
+) -> None:
+    """ExportError unless the checked ``agreement``'s max abs diff is at most ``tol``
+    (``within``: what the message says of it)."""
+    if not agreement["max_abs_diff"] <= tol:
+        from poolkit.errors import ExportError
+
+        raise ExportError(
+            expected=f"the exported {within}",
+            got=f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
+            fix=fix,
+        )
+
+
+def padded_runs(tokenizer: Any, texts: list[str], size: int) -> Iterator[tuple[int, list[Any]]]:
+    """``(start, encodings)`` of ``texts`` as a bare runtime feeds them: right-padded batches
+    of ``size``, left-padded ones, then one text at a time; ``tokenizer`` ends right-padded."""
+    pad = {"pad_id": tokenizer.padding["pad_id"], "pad_token": tokenizer.padding["pad_token"]}
+    for side, step in (("right", size), ("left", size), ("right", 1)):
+        tokenizer.enable_padding(direction=side, **pad)
+        for start in range(0, len(texts), step):
+            yield start, tokenizer.encode_batch(texts[start : start + step])
+
 
 def export(
     model: str | os.PathLike[str] | None,
@@ -119,7 +199,6 @@ def export(
         ExportError: the ONNX graph failed its check against ``poolkit.embed``.
     """
     from poolkit.embedding import get_encoder
-    from poolkit.io.atomic import AtomicDir
 
     if format not in EXPORT_FORMATS:
         value_error("format", "'sentence-transformers' or 'onnx'", repr(format))
@@ -209,37 +288,21 @@ def export(
 
     # The width the exported model gives: after the model's own modules (a Dense) and dims.
     (output,) = make_plan(encoder, {"r": parsed}, prompt="").outputs().values()
-    record: dict[str, Any] = {
-        "poolkit_export": RECORD_VERSION,
-        "format": format,
-        "recipe": str(parsed),
-        "recipe_json": parsed.to_json(),
-        "description": _describe(parsed),
-        "normalize": normalize,
-        "output_dim": output.dims,
-        "max_length": encoder.max_length,
-        "source": {
-            "model": info.reference,
-            "pooling": info.pooling,
-            "pooling_source": info.pooling_source,
-        },
-        "choice": choice,
-    }
-    with AtomicDir(out, replace=replace) as work:
+    record = new_record(encoder, parsed, format, choice, description=_describe(parsed),
+                        normalize=normalize, width=output.dims)  # fmt: skip
+
+    def write(work: Path) -> str:
         if format == "sentence-transformers":
             _write_st(encoder, parsed, normalize, work, record)
             load = _ST_LOAD
         else:
             _write_onnx(encoder, parsed, normalize, quantize, work, record, ranges)
             load = ONNX_LOAD
-        from poolkit.deploy.card import model_card
-
-        (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         stage = record.get("onnx", {}).get("output_stage")
         dim = stage["width"] if stage else record["output_dim"]  # packed bits: bytes
-        card = model_card(record, load.format(dir=os.fspath(out_dir), dim=dim))
-        (work / "README.md").write_text(card, encoding="utf-8")
-    return out
+        return load.format(dir=os.fspath(out_dir), dim=dim)
+
+    return write_folder(out, replace, record, write)
 
 
 def _describe(recipe: Recipe) -> str:
@@ -289,7 +352,7 @@ def _write_st(
     modules = copy_pipeline(source, transformer_dir(source), work, pooling, normalize,
                             encoder.max_length, recipe.dims, width)  # fmt: skip
     record["modules"] = modules
-    record["versions"] = installed_versions("sentence-transformers", "transformers", "torch")
+    record["versions"] = installed_versions(*ST_VERSIONS)
 
 
 def _write_onnx(
@@ -316,25 +379,13 @@ def _write_onnx(
     graph = build_graph(
         transformer_dir(info.path), recipe, special, normalize, fp32, heads.get(recipe)
     )
-    tokenizer = _write_tokenizer(encoder, work / "tokenizer.json")
+    tokenizer = write_tokenizer(encoder, work / "tokenizer.json")
     agreement = check_folder(work, fp32.name, tokenizer, encoder, recipe)
-    if not agreement["max_abs_diff"] <= 1e-4:
-        from poolkit.errors import ExportError
-
-        raise ExportError(
-            expected="the exported graph to agree with poolkit.embed within 1e-4 (max abs diff)",
-            got=f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
-            fix="Nothing was written.",
-        )
+    require_agreement(
+        agreement, 1e-4, "graph to agree with poolkit.embed within 1e-4 (max abs diff)"
+    )
     record.update(
-        onnx={
-            "file": "model.onnx",
-            "opset": graph["opset"],
-            "inputs": graph["inputs"],
-            "output": "sentence_embedding",
-            "dynamic_axes": ["batch", "sequence"],
-            "quantize": quantize,
-        },
+        onnx=onnx_record(graph, quantize, output="sentence_embedding"),
         agreement={
             "fp32": agreement,
             "graph_vs_torch_max_abs_diff": graph["max_abs_diff_vs_torch"],
@@ -371,13 +422,8 @@ def _write_onnx(
         record["agreement"]["stored"] = stage.pop("agreement")
         summary += "; " + record["agreement"]["stored"]["summary"]
     record["agreement"]["summary"] = summary
-    record["tokenizer"] = {
-        "file": "tokenizer.json",
-        "max_length": encoder.max_length,
-        "padding": "right (either side gives the same vectors)",
-    }
-    record["versions"] = installed_versions("onnx", "onnxruntime", "tokenizers", "transformers",
-                                           "torch")  # fmt: skip
+    record["tokenizer"] = tokenizer_record(encoder)
+    record["versions"] = installed_versions(*ONNX_VERSIONS)
 
 
 def _append_stage(
@@ -467,7 +513,7 @@ def _stage_agrees(
     return bool(np.abs(diff).max() <= 1 and (edge <= 1e-6).all())
 
 
-def _write_tokenizer(encoder: Any, path: Path) -> Any:
+def write_tokenizer(encoder: Any, path: Path) -> Any:
     """:func:`runtime_tokenizer` saved to ``path`` and read back from it."""
     from tokenizers import Tokenizer
 
@@ -516,27 +562,12 @@ def check_folder(
         warnings.simplefilter("ignore")  # the long text is truncated on purpose
         ref = embed(texts, model=encoder, recipe=recipe)
     runner = OnnxRunner(folder / graph, output="sentence_embedding")
-    outputs = []
-    for side in ("right", "left"):
-        tokenizer.enable_padding(
-            direction=side,
-            pad_id=tokenizer.padding["pad_id"],
-            pad_token=tokenizer.padding["pad_token"],
-        )
-        enc = tokenizer.encode_batch(texts)
-        outputs.append(_run(runner, enc))
-    tokenizer.enable_padding(
-        direction="right",
-        pad_id=tokenizer.padding["pad_id"],
-        pad_token=tokenizer.padding["pad_token"],
-    )
-    outputs.append(np.concatenate([_run(runner, tokenizer.encode_batch([t])) for t in texts]))
     worst, cosines = 0.0, []
-    for got in outputs:
-        worst = max(worst, float(np.abs(got - ref).max()))
-        cosines.append(
-            (got * ref).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1))
-        )
+    for start, enc in padded_runs(tokenizer, texts, len(texts)):
+        got, want = _run(runner, enc), ref[start : start + len(enc)]
+        worst = max(worst, float(np.abs(got - want).max()))
+        norms = np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1)
+        cosines.append((got * want).sum(-1) / norms)
     cos = np.concatenate(cosines)
     return {
         "texts": len(texts),

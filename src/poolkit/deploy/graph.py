@@ -21,36 +21,21 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._config import OFFSET_POSITIONS
 from poolkit.recipe import Recipe
 
 __all__ = ["build_graph", "model_flags", "model_inputs", "pipeline_module"]
 
-# Families whose embeddings derive positions from input_ids and the padding id (so they
-# already count from the first real token); they must not be handed position ids.
-_POSITIONS_FROM_IDS = frozenset(
-    {
-        "roberta",
-        "xlm-roberta",
-        "camembert",
-        "mpnet",
-        "longformer",
-        "ibert",
-        "data2vec-text",
-        "xmod",
-        "roberta-prelayernorm",
-        "luke",
-        "esm",
-    }
-)
-
 
 def model_flags(model: Any) -> tuple[bool, bool]:
     """Whether the Hugging Face ``model`` takes ``token_type_ids``, and whether a graph must
-    hand it position ids (counted over real tokens, see :func:`model_inputs`)."""
+    hand it position ids (counted over real tokens, see :func:`model_inputs`): not where its
+    embeddings derive them from the ids and the padding id, counting from the first real
+    token already (:data:`poolkit._config.OFFSET_POSITIONS`)."""
     takes_types = getattr(model.config, "type_vocab_size", 0) > 0
     positions = (
         "position_ids" in inspect.signature(model.forward).parameters
-        and getattr(model.config, "model_type", None) not in _POSITIONS_FROM_IDS
+        and getattr(model.config, "model_type", None) not in OFFSET_POSITIONS
     )
     return takes_types, positions
 

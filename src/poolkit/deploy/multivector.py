@@ -120,9 +120,7 @@ def export_multivector(
     """Write ``encoder``'s token vectors under ``recipe`` to ``out`` as ``format``; checked
     against ``poolkit.embed`` on both sides first, so a failed export writes nothing."""
     from poolkit.backends.onnx import transformer_dir
-    from poolkit.deploy import RECORD, RECORD_VERSION
-    from poolkit.deploy.card import model_card
-    from poolkit.io.atomic import AtomicDir
+    from poolkit.deploy import ST_VERSIONS, new_record, write_folder
     from poolkit.multivector.api import check_width, side_prompt
     from poolkit.multivector.encode import late_interaction, side_length
 
@@ -144,32 +142,21 @@ def export_multivector(
     exp = late.expansion
     expansion = None if exp is None else {"length": exp.length, "token_id": exp.token_id,
                                           "attend": exp.attend, "strategy": exp.strategy}  # fmt: skip
-    record: dict[str, Any] = {
-        "poolkit_export": RECORD_VERSION,
-        "format": format,
-        "recipe": str(recipe),
-        "recipe_json": recipe.to_json(),
-        "description": _describe(recipe, late),
-        "normalize": normalize,
-        "output_dim": width,
-        "max_length": encoder.max_length,
-        "source": {
-            "model": info.reference,
-            "pooling": "one vector per token (late interaction)",
-            "pooling_source": f"the {late.source}",
-        },
-        "choice": choice,
-        "multivector": {
-            "prompts": prompts,
-            "max_length": lengths,
-            "query_expansion": expansion,
-            "skiplist_ids": list(late.skip_ids),
-            "skiplist_sides": ["query", "document"] if late.skip_queries else ["document"],
-            "pool_factor": recipe.pool_factor,
-        },
+    record = new_record(encoder, recipe, format, choice, description=_describe(recipe, late),
+                        normalize=normalize, width=width,
+                        source={"pooling": "one vector per token (late interaction)",
+                                "pooling_source": f"the {late.source}"})  # fmt: skip
+    record["multivector"] = {
+        "prompts": prompts,
+        "max_length": lengths,
+        "query_expansion": expansion,
+        "skiplist_ids": list(late.skip_ids),
+        "skiplist_sides": ["query", "document"] if late.skip_queries else ["document"],
+        "pool_factor": recipe.pool_factor,
     }
     source = Path(info.path)
-    with AtomicDir(out, replace=replace) as work:
+
+    def write(work: Path) -> str:
         if format == "sentence-transformers":
             from poolkit.deploy.mvfolder import write_mve_folder
 
@@ -177,17 +164,14 @@ def export_multivector(
                 source, transformer_dir(source), work, late, encoder.tokenizer,
                 normalize=normalize, dims=recipe.dims, pool_factor=recipe.pool_factor,
                 max_length=encoder.max_length)  # fmt: skip
-            record["versions"] = installed_versions("sentence-transformers", "transformers",
-                                                    "torch")  # fmt: skip
-            load = _MVE_LOAD.format(dir=os.fspath(out), dim=width)
-        else:
-            _write_graph(encoder, recipe, late, normalize, lengths, prompts, work, record)
-            load = _ONNX_LOAD.format(dir=os.fspath(out), dim=width, query_file=QUERY_TOKENIZER,
-                                     query_prompt=json.dumps(prompts["query"]),
-                                     document_prompt=json.dumps(prompts["document"]))  # fmt: skip
-        (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        (work / "README.md").write_text(model_card(record, load), encoding="utf-8")
-    return out
+            record["versions"] = installed_versions(*ST_VERSIONS)
+            return _MVE_LOAD.format(dir=os.fspath(out), dim=width)
+        _write_graph(encoder, recipe, late, normalize, lengths, prompts, work, record)
+        return _ONNX_LOAD.format(dir=os.fspath(out), dim=width, query_file=QUERY_TOKENIZER,
+                                 query_prompt=json.dumps(prompts["query"]),
+                                 document_prompt=json.dumps(prompts["document"]))  # fmt: skip
+
+    return write_folder(out, replace, record, write)
 
 
 def _describe(recipe: Recipe, late: Any) -> str:
@@ -212,7 +196,7 @@ def _write_graph(
     record: dict[str, Any],
 ) -> None:
     from poolkit.backends.onnx import require_onnx, transformer_dir
-    from poolkit.deploy import runtime_tokenizer
+    from poolkit.deploy import ONNX_VERSIONS, onnx_record, require_agreement, runtime_tokenizer
     from poolkit.deploy.mvgraph import build_token_graph
 
     require_onnx()
@@ -226,28 +210,16 @@ def _write_graph(
         tok.enable_truncation(max_length=lengths[side])
         tok.save(str(work / name))
     agreement = _check(work, files, prompts, encoder, recipe)
-    if not agreement["max_abs_diff"] <= 1e-4:
-        from poolkit.errors import ExportError
-
-        raise ExportError(expected="the exported token graph to agree with poolkit.embed within 1e-4 (max abs diff)", got=f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts", fix="Nothing was written.")  # fmt: skip
-    record["onnx"] = {
-        "file": "model.onnx",
-        "opset": graph["opset"],
-        "inputs": graph["inputs"],
-        "outputs": graph["outputs"],
-        "dynamic_axes": ["batch", "sequence"],
-        "padding": "right",
-        "tokenizers": files,
-        "quantize": None,
-    }
+    require_agreement(agreement, 1e-4, "token graph to agree with poolkit.embed within 1e-4 "
+                      "(max abs diff)")  # fmt: skip
+    record["onnx"] = onnx_record(graph, outputs=graph["outputs"], padding="right", tokenizers=files)
     record["agreement"] = {
         **agreement,
         "summary": f"the ONNX graph's token vectors equal poolkit.embed's within "
         f"{agreement['max_abs_diff']:.1e} (max abs) on {agreement['texts']} texts per side, "
         "as one batch and one text at a time",
     }
-    record["versions"] = installed_versions("onnx", "onnxruntime", "tokenizers", "transformers",
-                                           "torch")  # fmt: skip
+    record["versions"] = installed_versions(*ONNX_VERSIONS)
 
 
 def _check(

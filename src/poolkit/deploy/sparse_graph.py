@@ -117,6 +117,7 @@ def check_sparse_folder(
     reference has at ``top_indices``.
     """
     from poolkit.backends.onnx import OnnxRunner, checked_feed
+    from poolkit.deploy import padded_runs
     from poolkit.embedding import embed
 
     with warnings.catch_warnings():
@@ -124,24 +125,18 @@ def check_sparse_folder(
         ref = embed(texts, model=encoder, recipe=recipe).toarray()
     runner = OnnxRunner(folder / graph, output="sparse_embedding")
     names = output_names(recipe)
-    pad = {"pad_id": tokenizer.padding["pad_id"], "pad_token": tokenizer.padding["pad_token"]}
     worst = {"sparse_embedding": 0.0, "top_values": 0.0, "top_indices": 0.0}
-    runs = [(side, CHECK_BATCH) for side in ("right", "left")] + [("right", 1)]
-    for side, size in runs:
-        tokenizer.enable_padding(direction=side, **pad)
-        for start in range(0, len(texts), size):
-            enc = tokenizer.encode_batch(texts[start : start + size])
-            feed = checked_feed(runner, [e.ids for e in enc], [e.attention_mask for e in enc],
-                                [e.type_ids for e in enc])  # fmt: skip
-            got = dict(zip(names, runner.session.run(names, feed), strict=True))
-            want = ref[start : start + size]
-            _worse(worst, "sparse_embedding", got["sparse_embedding"], want)
-            if recipe.top_k is not None:
-                k = got["top_values"].shape[1]
-                _worse(worst, "top_values", got["top_values"], -np.sort(-want, axis=1)[:, :k])
-                at = np.take_along_axis(want, got["top_indices"], axis=1)
-                _worse(worst, "top_indices", got["top_values"], at)
-    tokenizer.enable_padding(direction="right", **pad)
+    for start, enc in padded_runs(tokenizer, texts, CHECK_BATCH):
+        feed = checked_feed(runner, [e.ids for e in enc], [e.attention_mask for e in enc],
+                            [e.type_ids for e in enc])  # fmt: skip
+        got = dict(zip(names, runner.session.run(names, feed), strict=True))
+        want = ref[start : start + len(enc)]
+        _worse(worst, "sparse_embedding", got["sparse_embedding"], want)
+        if recipe.top_k is not None:
+            k = got["top_values"].shape[1]
+            _worse(worst, "top_values", got["top_values"], -np.sort(-want, axis=1)[:, :k])
+            at = np.take_along_axis(want, got["top_indices"], axis=1)
+            _worse(worst, "top_indices", got["top_values"], at)
     out = {"texts": len(texts),
            "batches": [f"right-padded by {CHECK_BATCH}", f"left-padded by {CHECK_BATCH}",
                        "one text each"],
