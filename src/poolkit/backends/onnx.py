@@ -5,11 +5,9 @@ config files together with every setting that changes the exported graph (opset,
 library versions); ``settings.json`` beside ``model.onnx`` records those settings and the result
 of the correctness check. A cache entry is only published (atomic rename of a finished folder)
 after the exported graph has been checked against the torch model on padded batches of several
-shapes, left and right padded, so a cached model is always a checked one. ``settings.json`` also
-records the XXH3-128 hash of every file of the entry; each load hashes them (4 ms for 90 MB,
-through a memory map) before ONNX Runtime reads them, and an entry that no longer matches (a bad disk block, a partial copy, another
-process writing into it) is rebuilt with one :class:`~poolkit.io.integrity.IntegrityWarning`
-naming the file, so a damaged export can never give wrong vectors.
+shapes, left and right padded, so a cached model is always a checked one. Every load checks
+the entry's files against their hashes in ``settings.json`` (:func:`verified_record`), so a
+damaged export is rebuilt, never run.
 
 Why the export needs care: a BERT traced on one batch can bake data-dependent Python branches
 into the graph. Older ``transformers`` dropped the attention mask when the traced batch had no
@@ -29,7 +27,7 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +115,7 @@ class Runner:
     """
 
     input_names: tuple[str, ...]
+    shown = "quantize"  # the setting __repr__ names
 
     def __init__(
         self, path: str | os.PathLike[str], threads: int | None, settings: dict[str, Any] | None
@@ -126,6 +125,10 @@ class Runner:
         self.settings: dict[str, Any] = dict(settings or {})
         self.threads = threads or available_cpus()
         self.max_length: int | None = self.settings.get("max_position_embeddings")
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(path={str(self.path)!r}, "
+                f"{self.shown}={self.settings.get(self.shown)!r}, threads={self.threads})")  # fmt: skip
 
     def __call__(
         self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None
@@ -168,10 +171,6 @@ class OnnxRunner(Runner):
             str(self.path), opts, providers=["CPUExecutionProvider"]
         )
         self.input_names = tuple(i.name for i in self.session.get_inputs())
-
-    def __repr__(self) -> str:
-        q = self.settings.get("quantize")
-        return f"OnnxRunner(path={str(self.path)!r}, quantize={q!r}, threads={self.threads})"
 
     def _infer(self, feed: dict[str, np.ndarray]) -> Any:
         return self.session.run([self.output], feed)[0]
@@ -256,7 +255,10 @@ def _weight_files(hf_dir: Path) -> list[Path]:
     return [hf_dir / "config.json", *files]
 
 
-def _settings(hf_dir: Path, quantize: str | None, optimize: bool) -> dict[str, Any]:
+def cache_settings(
+    hf_dir: Path, quantize: str | None = None, optimize: bool = False
+) -> dict[str, Any]:
+    """The settings (and so the cache key) of the export of ``hf_dir``."""
     # Versions from package metadata: a cache hit must not pay for importing torch. Source
     # files hashed with XXH3-128 like the entry's own files: every load computes this key
     # (SHA-256 of MiniLM's 90 MB weights took 55 ms of a ~230 ms load; XXH3 takes 4 ms).
@@ -276,11 +278,6 @@ def _settings(hf_dir: Path, quantize: str | None, optimize: bool) -> dict[str, A
             name: version(name) for name in ("torch", "transformers", "onnxruntime", "onnx")
         },
     }
-
-
-def fp32_settings(hf_dir: Path) -> dict[str, Any]:
-    """The settings (and so the cache key) of the plain fp32 export of ``hf_dir``."""
-    return _settings(hf_dir, None, False)
 
 
 def entry_key(settings: dict[str, Any]) -> str:
@@ -310,9 +307,9 @@ def load_onnx_runner(
     fuse attention/layer-norm/GELU with ORT's transformer optimiser (falls back to the plain
     graph if fusion fails or fails the check; ``settings["fused"]`` records which). Off by
     default: on our 2-core AVX-512 CPU the fused graph was slower on short texts (465 vs 552
-    texts/s per core on STS-B) and equal on long ones; ORT's own load-time fusions suffice. A missing or differently-configured cache
-    entry is exported, checked against torch on padded batches and then published; a check
-    failure raises ``RuntimeError`` and caches nothing.
+    texts/s per core on STS-B) and equal on long ones; ORT's own load-time fusions suffice.
+    A missing entry is exported, checked against torch and published (:func:`cached_record`);
+    a failed check raises :class:`ExportError` and caches nothing.
     """
     _import_ort()
     if quantize not in (None, "int8"):
@@ -325,24 +322,42 @@ def load_onnx_runner(
     if not isinstance(optimize, bool):
         type_error("optimize", "a bool", repr(optimize))
     hf_dir = transformer_dir(model_dir)
-    settings = _settings(hf_dir, quantize, optimize)
+    settings = cache_settings(hf_dir, quantize, optimize)
     entry = onnx_cache_root(cache_dir) / entry_key(settings)
-    runner = _load_verified(entry, threads)
-    if runner is None:
-        _build(hf_dir, settings, entry, cache_dir)
-        runner = _load_verified(entry, threads)
-    if runner is None:
-        raise ExportError(where=entry, expected="the ONNX export unchanged while it was published",
-                          got="it changed")  # fmt: skip
-    return runner
+    record = cached_record(entry, "model.onnx", lambda work: _build(hf_dir, settings, work,
+                           cache_dir), ExportError, "ONNX export")  # fmt: skip
+    return OnnxRunner(entry / "model.onnx", threads=threads, settings=record)
 
 
-def _load_verified(entry: Path, threads: int | None) -> OnnxRunner | None:
-    """The runner of cache entry ``entry`` if every file matches its recorded hash; None if
-    the entry is absent, or was damaged and has been removed (one warning)."""
-    record = verified_record(entry, "model.onnx")
-    return None if record is None else OnnxRunner(entry / "model.onnx", threads=threads,
-                                                  settings=record)  # fmt: skip
+def cached_record(
+    entry: Path, main: str, build: Callable[[Path], dict[str, Any]], error: type[Exception],
+    what: str,
+) -> dict[str, Any]:  # fmt: skip
+    """``settings.json`` of cache ``entry`` (:func:`verified_record`), built first where it is
+    absent or damaged: ``build(work)`` writes the files into the empty folder ``work`` and
+    returns their record, published with the build's duration (:func:`publish`) unless
+    another process published the entry meanwhile (theirs is as good as ours). ``error``
+    names the entry (``what``) when it changed while it was published."""
+    record = verified_record(entry, main)
+    if record is None:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        try:
+            folder: AtomicDir | None = AtomicDir(entry)
+        except OutputExistsError:
+            folder = None
+        if folder is not None:
+            try:
+                built = build(folder.tmp)
+                built["build_seconds"] = round(time.perf_counter() - started, 2)
+                publish(folder, built)
+            finally:
+                folder.abort()  # nothing left once published
+        record = verified_record(entry, main)
+    if record is None:
+        raise error(where=entry, expected=f"the {what} unchanged while it was published",
+                    got="it changed")  # fmt: skip
+    return record
 
 
 _RUNTIME = {"onnx": "ONNX", "openvino": "OpenVINO"}  # cache folder -> the name in messages
@@ -390,54 +405,35 @@ def _intact(path: Path, digest: str) -> bool:
 
 
 def _build(
-    hf_dir: Path, settings: dict[str, Any], entry: Path, cache_dir: str | os.PathLike[str] | None
-) -> None:
+    hf_dir: Path, settings: dict[str, Any], work: Path, cache_dir: str | os.PathLike[str] | None
+) -> dict[str, Any]:
     _import_onnx()
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
     fp32_path = None
     if settings["quantize"] is not None:
         # int8 starts from the (cached, checked) fp32 export of the same model and settings.
         fp32_path = load_onnx_runner(
             hf_dir, quantize=None, cache_dir=cache_dir, optimize=settings["optimize"]
         ).path
-    build = building(entry)
-    if build is None:
-        return
-    work = build.tmp
-    try:
-        model = load_torch(hf_dir)
-        record = dict(settings)
-        if fp32_path is not None:
-            quantize_int8(fp32_path, work / "model.onnx")
+    model = load_torch(hf_dir)
+    record = dict(settings)
+    if fp32_path is not None:
+        quantize_int8(fp32_path, work / "model.onnx")
+        record["check"] = _check(model, work / "model.onnx", settings)
+        return record
+    _export(model, work / "raw.onnx")
+    record["fused"] = False
+    if settings["optimize"]:
+        try:
+            _fuse(model.config, work / "raw.onnx", work / "model.onnx")
             record["check"] = _check(model, work / "model.onnx", settings)
-        else:
-            _export(model, work / "raw.onnx")
-            record["fused"] = False
-            if settings["optimize"]:
-                try:
-                    _fuse(model.config, work / "raw.onnx", work / "model.onnx")
-                    record["check"] = _check(model, work / "model.onnx", settings)
-                    record["fused"] = True
-                except Exception as exc:  # fusion is an optimisation: fall back to the plain graph
-                    record["fuse_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            if not record["fused"]:
-                os.replace(work / "raw.onnx", work / "model.onnx")
-                record["check"] = _check(model, work / "model.onnx", settings)
-            (work / "raw.onnx").unlink(missing_ok=True)
-        record["build_seconds"] = round(time.perf_counter() - started, 2)
-        publish(build, record)
-    finally:
-        build.abort()  # nothing left once published
-
-
-def building(entry: Path) -> AtomicDir | None:
-    """The folder to build cache ``entry`` in (:attr:`AtomicDir.tmp`), or None when another
-    process has published ``entry`` meanwhile (theirs is as good as ours)."""
-    try:
-        return AtomicDir(entry)
-    except OutputExistsError:
-        return None
+            record["fused"] = True
+        except Exception as exc:  # fusion is an optimisation: fall back to the plain graph
+            record["fuse_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    if not record["fused"]:
+        os.replace(work / "raw.onnx", work / "model.onnx")
+        record["check"] = _check(model, work / "model.onnx", settings)
+    (work / "raw.onnx").unlink(missing_ok=True)
+    return record
 
 
 def publish(build: AtomicDir, record: dict[str, Any]) -> None:
@@ -607,12 +603,14 @@ def check_batches(vocab: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         yield _padded_batch(b, length, side, vocab, seed=100 + i)
 
 
-def compare_to_torch(
-    model: Any, runner: Any, batches: Iterable[tuple[np.ndarray, np.ndarray]] | None = None
-) -> tuple[float, float]:
-    """``(max abs diff, mean per-token cosine)`` of ``runner(ids, mask)`` against the torch
+def check_against_torch(
+    model: Any, runner: Any, what: str, min_cos: float | None = None,
+    batches: Iterable[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> dict[str, float]:  # fmt: skip
+    """``{"max_abs_diff", "mean_token_cosine"}`` of ``runner(ids, mask)`` against the torch
     ``model``'s last layer over the real positions of ``batches`` (default: the
-    :func:`check_batches`)."""
+    :func:`check_batches`); ExportError naming ``what`` unless the first is within
+    :data:`FP32_TOL` (``min_cos`` None) or the second at least ``min_cos``."""
     import torch
 
     worst_abs, cosines = 0.0, []
@@ -626,29 +624,24 @@ def compare_to_torch(
         worst_abs = max(worst_abs, float(np.abs(out[real] - ref[real]).max()))
         a, b = out[real], ref[real]
         cosines.append((a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)))
-    return worst_abs, float(np.concatenate(cosines).mean())
+    mean_cos = float(np.concatenate(cosines).mean())
+    if min_cos is None:
+        ok, limit = worst_abs <= FP32_TOL, f"max abs diff <= {FP32_TOL}"
+    else:
+        ok, limit = mean_cos >= min_cos, f"mean token cosine >= {min_cos}"
+    if not ok:
+        raise ExportError(expected=f"{what} to agree with the torch model on padded batches "
+                          f"({limit})", got=f"got max abs diff {worst_abs:.3g}, mean token "
+                          f"cosine {mean_cos:.5f}; nothing was cached",
+                          fix="Use backend='torch' for this model.")  # fmt: skip
+    return {"max_abs_diff": worst_abs, "mean_token_cosine": mean_cos}
 
 
 def _check(model: Any, path: Path, settings: dict[str, Any]) -> dict[str, Any]:
-    runner, quantize = OnnxRunner(path, settings=settings), settings["quantize"]
-    worst_abs, mean_cos = compare_to_torch(model, runner)
-    ok = worst_abs <= FP32_TOL if quantize is None else mean_cos >= INT8_MIN_COS
-    result = {
-        "max_abs_diff": worst_abs,
-        "mean_token_cosine": mean_cos,
-        "shapes": [list(s) for s in CHECK_SHAPES],
-    }
-    if not ok:
-        limit = (
-            f"max abs diff <= {FP32_TOL}"
-            if quantize is None
-            else f"mean token cosine >= {INT8_MIN_COS}"
-        )
-        raise ExportError(expected=f"the ONNX export to agree with the torch model on padded "
-                          f"batches ({limit})", got=f"got max abs diff {worst_abs:.3g}, mean "
-                          f"token cosine {mean_cos:.5f}; nothing was cached",
-                          fix="Use backend='torch' for this model.")  # fmt: skip
-    return result
+    min_cos = None if settings["quantize"] is None else INT8_MIN_COS
+    result = check_against_torch(model, OnnxRunner(path, settings=settings), "the ONNX export",
+                                 min_cos)  # fmt: skip
+    return {**result, "shapes": [list(s) for s in CHECK_SHAPES]}
 
 
 class ExportedBackend:

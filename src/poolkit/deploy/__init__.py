@@ -23,6 +23,7 @@ checks, so a failed export leaves nothing behind.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import warnings
@@ -149,6 +150,15 @@ def require_agreement(
         )
 
 
+def encoded_feed(runner: Any, enc: list[Any]) -> dict[str, np.ndarray]:
+    """``runner``'s inputs (:func:`~poolkit.backends.onnx.checked_feed`) for the
+    ``tokenizers`` encodings ``enc``."""
+    from poolkit.backends.onnx import checked_feed
+
+    ids, mask, types = ([getattr(e, k) for e in enc] for k in ("ids", "attention_mask", "type_ids"))
+    return checked_feed(runner, ids, mask, types)
+
+
 def padded_runs(tokenizer: Any, texts: list[str], size: int) -> Iterator[tuple[int, list[Any]]]:
     """``(start, encodings)`` of ``texts`` as a bare runtime feeds them: right-padded batches
     of ``size``, left-padded ones, then one text at a time; ``tokenizer`` ends right-padded."""
@@ -157,6 +167,15 @@ def padded_runs(tokenizer: Any, texts: list[str], size: int) -> Iterator[tuple[i
         tokenizer.enable_padding(direction=side, **pad)
         for start in range(0, len(texts), step):
             yield start, tokenizer.encode_batch(texts[start : start + step])
+
+
+# Recipe levels with their own folders: the module's check_export refuses what a format cannot
+# hold before the model loads, its export_recipe writes the folder (sequence recipes: here).
+_LEVELS = {"sparse": "poolkit.deploy.sparse", "multivector": "poolkit.deploy.multivector"}
+
+
+def _level(recipe: Recipe) -> Any:
+    return importlib.import_module(_LEVELS[recipe.level])
 
 
 def export(
@@ -223,14 +242,8 @@ def export(
     parsed = Recipe.parse(recipe) if recipe is not None else None
     if parsed is not None and parsed.level == "sequence":
         check_stage_export(parsed, format, calibration)  # before the model loads
-    if parsed is not None and parsed.level == "sparse":
-        from poolkit.deploy.sparse import refuse_sparse
-
-        refuse_sparse(parsed, quantize)  # before the model loads
-    elif parsed is not None and parsed.level == "multivector":
-        from poolkit.deploy.multivector import check_multivector_export
-
-        check_multivector_export(parsed, format, quantize)  # before the model loads
+    if parsed is not None and parsed.level in _LEVELS:
+        _level(parsed).check_export(parsed, format, quantize)  # before the model loads
     elif parsed is not None and format == "sentence-transformers":
         from poolkit.deploy.stfolder import st_pooling_config
 
@@ -266,14 +279,9 @@ def export(
     else:
         parsed = info.intended_recipe()
         choice = {"by": "intended", "source": info.pooling_source}
-    if parsed.level == "sparse":
-        from poolkit.deploy.sparse import export_sparse
-
-        return export_sparse(encoder, parsed, choice, out, replace, format, quantize)
-    if parsed.level == "multivector":
-        from poolkit.deploy.multivector import export_multivector
-
-        return export_multivector(encoder, out, replace, parsed, format, quantize, choice)
+    if parsed.level in _LEVELS:
+        return _level(parsed).export_recipe(encoder, parsed, choice, out, replace, format,
+                                            quantize)  # fmt: skip
     if parsed.level != "sequence":
         value_error(
             "recipe",
@@ -448,16 +456,13 @@ def _append_stage(
 
     texts = list(CHECK_TEXTS)
     enc = tokenizer.encode_batch(texts)
-    floats = _run(OnnxRunner(path, output="sentence_embedding"), enc)
+    runner = OnnxRunner(path, output="sentence_embedding")
+    floats = runner(**encoded_feed(runner, enc))
     width = int(floats.shape[1])
     stage = append_output_stage(path, "sentence_embedding", width, recipe.dims, normalize,
                                 recipe.precision, ranges)  # fmt: skip
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = {i.name for i in session.get_inputs()}
-    feed = {"input_ids": [e.ids for e in enc], "attention_mask": [e.attention_mask for e in enc],
-            "token_type_ids": [e.type_ids for e in enc]}  # fmt: skip
-    (got,) = session.run(["sentence_embedding"],
-                         {k: np.array(v, np.int64) for k, v in feed.items() if k in names})  # fmt: skip
+    (got,) = session.run(["sentence_embedding"], encoded_feed(runner, enc))
     kept = truncate(floats, recipe.dims, normalize=normalize)
     own = quantize(kept, recipe.precision, ranges)
     with warnings.catch_warnings():
@@ -564,7 +569,7 @@ def check_folder(
     runner = OnnxRunner(folder / graph, output="sentence_embedding")
     worst, cosines = 0.0, []
     for start, enc in padded_runs(tokenizer, texts, len(texts)):
-        got, want = _run(runner, enc), ref[start : start + len(enc)]
+        got, want = runner(**encoded_feed(runner, enc)), ref[start : start + len(enc)]
         worst = max(worst, float(np.abs(got - want).max()))
         norms = np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1)
         cosines.append((got * want).sum(-1) / norms)
@@ -576,10 +581,3 @@ def check_folder(
         "min_cosine": float(cos.min()),
         "mean_cosine": float(cos.mean()),
     }
-
-
-def _run(runner: Any, enc: list[Any]) -> np.ndarray:
-    ids = np.array([e.ids for e in enc], dtype=np.int64)
-    mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-    types = np.array([e.type_ids for e in enc], dtype=np.int64)
-    return runner(ids, mask, types)

@@ -30,7 +30,7 @@ from poolkit._errors import value_error
 from poolkit._versions import installed_versions
 from poolkit.recipe import Recipe
 
-__all__ = ["MV_CHECK_TEXTS", "check_multivector_export", "export_multivector"]
+__all__ = ["MV_CHECK_TEXTS", "check_export", "export_recipe"]
 
 # Both sides are checked on these: a question, one letter (query expansion fills most of
 # the query), punctuation (the skiplist), a non-Latin text, a typed [MASK], and one past
@@ -77,7 +77,7 @@ def token_vectors(texts, query):
 """
 
 
-def check_multivector_export(
+def check_export(
     recipe: Recipe, format: str, quantize: str | None, normalize: bool | None = None
 ) -> None:
     """Refuse, in one line, what ``format`` cannot hold of the multi-vector ``recipe``
@@ -108,14 +108,14 @@ def check_multivector_export(
                     "drop /raw, or use `format='onnx'`.")  # fmt: skip
 
 
-def export_multivector(
+def export_recipe(
     encoder: Any,
+    recipe: Recipe,
+    choice: dict[str, Any],
     out: Path,
     replace: bool,
-    recipe: Recipe,
     format: str,
     quantize: str | None,
-    choice: dict[str, Any],
 ) -> Path:
     """Write ``encoder``'s token vectors under ``recipe`` to ``out`` as ``format``; checked
     against ``poolkit.embed`` on both sides first, so a failed export writes nothing."""
@@ -127,7 +127,7 @@ def export_multivector(
     info = encoder.info
     late = late_interaction(encoder)
     normalize = recipe.resolved_normalize(late.normalize)
-    check_multivector_export(recipe, format, quantize, normalize)
+    check_export(recipe, format, quantize, normalize)
     if format == "onnx" and late.keep_ids is not None:
         value_error("model", "a folder without keep_only_token_ids with `format='onnx'` (the "
                     "graph's mask has no allowlist)", f"the {late.source}'s MultiVectorMask",
@@ -227,13 +227,13 @@ def _check(
 ) -> dict[str, Any]:
     """Max abs difference of the graph's token vectors from ``poolkit.embed``'s, both sides,
     one batch and one text at a time (a different token count is infinitely far)."""
-    import onnxruntime as ort
     from tokenizers import Tokenizer
 
-    from poolkit.deploy.mvgraph import run_token_graph
+    from poolkit.backends.onnx import OnnxRunner
+    from poolkit.deploy.mvgraph import OUTPUTS, run_token_graph
     from poolkit.embedding import embed
 
-    session = ort.InferenceSession(str(work / "model.onnx"), providers=["CPUExecutionProvider"])
+    runner = OnnxRunner(work / "model.onnx", output=OUTPUTS[0])
     texts = list(MV_CHECK_TEXTS)
     worst = 0.0
     for side, name in files.items():
@@ -242,8 +242,8 @@ def _check(
             warnings.simplefilter("ignore")  # the long text is truncated on purpose
             ref = embed(texts, model=encoder, recipe=recipe, prompt_name=side)
         query = side == "query"
-        runs = [run_token_graph(session, tok, texts, prompts[side], query)]
-        runs.append([run_token_graph(session, tok, [t], prompts[side], query)[0] for t in texts])
+        runs = [run_token_graph(runner, tok, texts, prompts[side], query)]
+        runs.append([run_token_graph(runner, tok, [t], prompts[side], query)[0] for t in texts])
         for got in runs:
             for a, b in zip(got, ref, strict=True):
                 worst = max(worst, float(np.abs(a - b).max()) if a.shape == b.shape else np.inf)

@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from poolkit.deploy.stfolder import copy_files, read_json, write_json
-from poolkit.multivector.folder import MVE_MODEL_TYPE, PYLATE_MODEL_TYPE, LateInteraction
+from poolkit.multivector.folder import (
+    MVE_MODEL_TYPE,
+    PYLATE_MODEL_TYPE,
+    LateInteraction,
+    pipeline_modules,
+)
 
 __all__ = ["write_mve_folder"]
 
@@ -48,11 +53,7 @@ def dense_folders(source: Path) -> list[Path]:
     kind = read_json(source / "config_sentence_transformers.json").get("model_type")
     if kind not in (MVE_MODEL_TYPE, PYLATE_MODEL_TYPE):
         return []
-    out = []
-    for entry in read_json(source / "modules.json") or []:
-        if str(entry.get("type", "")).rsplit(".", 1)[-1] == "Dense":
-            out.append(source / str(entry.get("path") or ""))
-    return out
+    return [source / path for name, path in pipeline_modules(source) if name == "Dense"]
 
 
 def write_mve_folder(

@@ -132,18 +132,15 @@ def build_token_graph(
 
 
 def run_token_graph(
-    session: Any, tokenizer: Any, texts: list[str], prompt: str | None, query: bool | None
+    runner: Any, tokenizer: Any, texts: list[str], prompt: str | None, query: bool | None
 ) -> list[np.ndarray]:
-    """Each text's kept token vectors from the graph, as a caller runs it: the side's
-    ``prompt`` prepended, ``tokenizer`` (the side's file), ``is_query`` when the graph takes
-    it."""
-    names = {i.name for i in session.get_inputs()}
-    enc = tokenizer.encode_batch([(prompt or "") + t for t in texts])
-    feed = {
-        "input_ids": np.array([e.ids for e in enc], dtype=np.int64),
-        "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64),
-        "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64),
-        "is_query": np.array([int(bool(query))], dtype=np.int64),
-    }
-    vectors, mask = session.run(list(OUTPUTS), {k: v for k, v in feed.items() if k in names})
+    """Each text's kept token vectors from the graph (an ``OnnxRunner``'s session), as a
+    caller runs it: the side's ``prompt`` prepended, ``tokenizer`` (the side's file),
+    ``is_query`` when the graph takes it."""
+    from poolkit.deploy import encoded_feed
+
+    feed = encoded_feed(runner, tokenizer.encode_batch([(prompt or "") + t for t in texts]))
+    if "is_query" in runner.input_names:
+        feed["is_query"] = np.array([int(bool(query))], dtype=np.int64)
+    vectors, mask = runner.session.run(list(OUTPUTS), feed)
     return [v[m == 1] for v, m in zip(vectors, mask, strict=True)]

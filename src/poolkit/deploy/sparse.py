@@ -22,7 +22,7 @@ from poolkit.deploy import ONNX_LOAD as _DENSE_ONNX_LOAD
 from poolkit.recipe import Recipe
 from poolkit.sparse.names import SPARSE_STRATEGIES
 
-__all__ = ["export_sparse", "refuse_sparse"]
+__all__ = ["check_export", "export_recipe"]
 
 SPARSE_TOL = 1e-4  # max abs diff of a published graph's weights to poolkit.embed's
 
@@ -44,9 +44,9 @@ ids, values = session.run(["top_indices", "top_values"], feed)  # ({k},) each, p
 """
 
 
-def refuse_sparse(recipe: Recipe, quantize: str | None) -> None:
-    """Refuse, in one line, what the export of sparse ``recipe`` cannot do; before anything
-    loads or is written."""
+def check_export(recipe: Recipe, format: str, quantize: str | None) -> None:
+    """Refuse, in one line, what the export of sparse ``recipe`` cannot do (either format
+    holds every sparse recipe); before anything loads or is written."""
     if quantize is not None:
         value_error(
             "quantize",
@@ -56,7 +56,7 @@ def refuse_sparse(recipe: Recipe, quantize: str | None) -> None:
         )
 
 
-def export_sparse(
+def export_recipe(
     encoder: Any,
     recipe: Recipe,
     choice: dict[str, Any],
@@ -74,7 +74,7 @@ def export_sparse(
     from poolkit.deploy import ST_VERSIONS, new_record, write_folder
     from poolkit.sparse.embed import mlm_head, vocab_size
 
-    refuse_sparse(recipe, quantize)
+    check_export(recipe, format, quantize)
     info = encoder.info
     width = vocab_size(mlm_head(encoder, str(recipe)))  # NoMLMHeadError before any write
     record = new_record(encoder, recipe, format, choice, description=describe(recipe),

@@ -116,8 +116,8 @@ def check_sparse_folder(
     ``/topK`` of ``top_values`` to each row's sorted largest weights and of the weights the
     reference has at ``top_indices``.
     """
-    from poolkit.backends.onnx import OnnxRunner, checked_feed
-    from poolkit.deploy import padded_runs
+    from poolkit.backends.onnx import OnnxRunner
+    from poolkit.deploy import encoded_feed, padded_runs
     from poolkit.embedding import embed
 
     with warnings.catch_warnings():
@@ -127,9 +127,7 @@ def check_sparse_folder(
     names = output_names(recipe)
     worst = {"sparse_embedding": 0.0, "top_values": 0.0, "top_indices": 0.0}
     for start, enc in padded_runs(tokenizer, texts, CHECK_BATCH):
-        feed = checked_feed(runner, [e.ids for e in enc], [e.attention_mask for e in enc],
-                            [e.type_ids for e in enc])  # fmt: skip
-        got = dict(zip(names, runner.session.run(names, feed), strict=True))
+        got = dict(zip(names, runner.session.run(names, encoded_feed(runner, enc)), strict=True))
         want = ref[start : start + len(enc)]
         _worse(worst, "sparse_embedding", got["sparse_embedding"], want)
         if recipe.top_k is not None:

@@ -156,42 +156,29 @@ def copy_pipeline(
         for name in ("config_sentence_transformers.json",):
             if (source / name).is_file():
                 shutil.copyfile(source / name, dest / name)
-    modules: list[dict[str, Any]] = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {
-            "idx": 1,
-            "name": "1",
-            "path": "1_Pooling",
-            "type": "sentence_transformers.models.Pooling",
-        },
-    ]
-    (dest / "1_Pooling").mkdir()
+    modules: list[dict[str, Any]] = []
+
+    def add(kind: str, type_: str | None = None) -> Path:
+        # The next module's entry; its folder (the root for the Transformer) is the caller's.
+        i = len(modules)
+        path = f"{i}_{kind}" if i else ""
+        modules.append({"idx": i, "name": str(i), "path": path,
+                        "type": type_ or f"sentence_transformers.models.{kind}"})  # fmt: skip
+        return dest / path
+
+    add("Transformer")
+    add("Pooling").mkdir()
     write_json(dest / "1_Pooling" / "config.json", pooling)
     for entry in source_heads(source):
-        i = len(modules)
-        folder = f"{i}_{_kind(entry)}"
-        shutil.copytree(source / str(entry.get("path") or ""), dest / folder)
-        modules.append({"idx": i, "name": str(i), "path": folder, "type": entry["type"]})
+        shutil.copytree(source / str(entry.get("path") or ""), add(_kind(entry), entry["type"]))
     if normalize and dims is not None and width is not None and dims < width:
         # sentence-transformers truncates after every module (Normalize included) and does
         # not normalise again; poolkit normalises the kept columns. A Dense module whose
         # weights are the first `dims` rows of the identity keeps those columns exactly
         # (each output is one input times 1 plus zeros) before Normalize.
-        i = len(modules)
-        _write_slice(dest / f"{i}_Dense", width, dims)
-        modules.append({"idx": i, "name": str(i), "path": f"{i}_Dense",
-                        "type": "sentence_transformers.models.Dense"})  # fmt: skip
+        _write_slice(add("Dense"), width, dims)
     if normalize:
-        i = len(modules)
-        (dest / f"{i}_Normalize").mkdir()
-        modules.append(
-            {
-                "idx": i,
-                "name": str(i),
-                "path": f"{i}_Normalize",
-                "type": "sentence_transformers.models.Normalize",
-            }
-        )
+        add("Normalize").mkdir()
     write_json(dest / "modules.json", modules)
     sbert = read_json(hf_dir / "sentence_bert_config.json")
     sbert["max_seq_length"] = max_seq_length
