@@ -38,11 +38,7 @@ from poolkit._config import config_int
 from poolkit._cpus import available_cpus
 from poolkit._errors import missing_extra, type_error, value_error
 from poolkit.backends.rowquant import quantize_rows
-from poolkit.errors import (
-    ExportError,
-    MissingDependencyError,
-    OutputExistsError,
-)
+from poolkit.errors import ExportError, MissingDependencyError, OutputExistsError
 from poolkit.io.atomic import AtomicDir
 from poolkit.io.integrity import IntegrityWarning, fast_file_digest
 
@@ -530,15 +526,11 @@ def _fuse(config: Any, src: Path, dst: Path) -> None:
     options = FusionOptions("bert")
     options.enable_embed_layer_norm = False
     options.attention_mask_format = AttentionMaskFormat.AttentionMask
-    heads, hidden = (
-        int(getattr(config, "num_attention_heads", 0)),
-        int(getattr(config, "hidden_size", 0)),
-    )
     fused = optimize_model(
         str(src),
         model_type="bert",
-        num_heads=heads,
-        hidden_size=hidden,
+        num_heads=int(getattr(config, "num_attention_heads", 0)),
+        hidden_size=int(getattr(config, "hidden_size", 0)),
         opt_level=0,
         optimization_options=options,
     )

@@ -45,7 +45,6 @@ _FORMAT = 2  # bump when the conversion or calibration recipe changes (2: Smooth
 # Measured on all-MiniLM-L6-v2: f32 6e-6, bf16 0.99997, int8-static 0.998 (bench_speed's 300
 # calibration texts in the check's batches).
 _BF16_MIN_COS = 0.999
-_INT8_MIN_COS = _onnx.INT8_MIN_COS
 # Symmetric weights, asymmetric activations (NNCF's transformer default).
 _CALIBRATION_PRESET = "mixed"
 # SmoothQuant's alpha for matmuls: how much of the activations' outliers moves into the
@@ -276,7 +275,7 @@ def _check(
     precision = settings["precision"]
     runner = OpenVinoRunner(path, settings=settings)
     batches = text_batches(calibration) if calibration else None
-    min_cos = {"f32": None, "bf16": _BF16_MIN_COS}.get(precision, _INT8_MIN_COS)
+    min_cos = {"f32": None, "bf16": _BF16_MIN_COS}.get(precision, _onnx.INT8_MIN_COS)
     result = _onnx.check_against_torch(_onnx.load_torch(hf_dir), runner,
                                        f"the OpenVINO model ({precision})", min_cos, batches)  # fmt: skip
     shapes = ([[int(i.shape[0]), int(i.shape[1]), side] for (i, _), (_, _, side)

@@ -80,8 +80,11 @@ feed = {{k: np.array(v, dtype=np.int64) for k, v in feed.items() if k in names}}
 (vectors,) = session.run(["sentence_embedding"], feed)  # ({dim},) per text
 """
 
-ST_VERSIONS = ("sentence-transformers", "transformers", "torch")
-ONNX_VERSIONS = ("onnx", "onnxruntime", "tokenizers", "transformers", "torch")
+# The libraries whose versions each format's record holds.
+_VERSIONS = {
+    "sentence-transformers": ("sentence-transformers", "transformers", "torch"),
+    "onnx": ("onnx", "onnxruntime", "tokenizers", "transformers", "torch"),
+}
 
 
 def new_record(
@@ -111,12 +114,13 @@ def write_folder(
 ) -> Path:
     """Build the folder ``out`` under a temporary name, renamed into place once complete:
     ``write(work)`` writes the model's files (completing ``record``) and returns the model
-    card's loading snippet; then :data:`RECORD` and README.md."""
+    card's loading snippet; then the versions, :data:`RECORD` and README.md."""
     from poolkit.deploy.card import model_card
     from poolkit.io.atomic import AtomicDir
 
     with AtomicDir(out, replace=replace) as work:
         load = write(work)
+        record["versions"] = installed_versions(*_VERSIONS[record["format"]])
         (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         (work / "README.md").write_text(model_card(record, load), encoding="utf-8")
     return out
@@ -157,6 +161,16 @@ def encoded_feed(runner: Any, enc: list[Any]) -> dict[str, np.ndarray]:
 
     ids, mask, types = ([getattr(e, k) for e in enc] for k in ("ids", "attention_mask", "type_ids"))
     return checked_feed(runner, ids, mask, types)
+
+
+def quiet_embed(texts: list[str], encoder: Any, recipe: Recipe, **kwargs: Any) -> Any:
+    """``poolkit.embed`` of the check ``texts``, its warnings silenced (the long text is
+    truncated on purpose)."""
+    from poolkit.embedding import embed
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return embed(texts, model=encoder, recipe=recipe, **kwargs)
 
 
 def padded_runs(tokenizer: Any, texts: list[str], size: int) -> Iterator[tuple[int, list[Any]]]:
@@ -279,6 +293,16 @@ def export(
     else:
         parsed = info.intended_recipe()
         choice = {"by": "intended", "source": info.pooling_source}
+    if (
+        format == "sentence-transformers"
+        and info.is_decoder
+        and parsed.level in ("sequence", "multivector")
+    ):
+        # poolkit appends EOS and counts positions from the first real token for decoders;
+        # a sentence-transformers folder would not promise the same vectors.
+        value_error("model", "an encoder for the sentence-transformers format",
+                    f"the decoder {info.architecture}", "Use `format='onnx'`, which carries "
+                    "poolkit's EOS and position handling.")  # fmt: skip
     if parsed.level in _LEVELS:
         return _level(parsed).export_recipe(encoder, parsed, choice, out, replace, format,
                                             quantize)  # fmt: skip
@@ -314,10 +338,10 @@ def export(
 
 
 def _describe(recipe: Recipe) -> str:
-    parts = []
-    for name, drop in recipe.parts:
-        parts.append(name.replace("_", " ") + (" without special tokens" if drop else ""))
-    text = " concatenated with ".join(parts)
+    text = " concatenated with ".join(
+        name.replace("_", " ") + (" without special tokens" if drop else "")
+        for name, drop in recipe.parts
+    )
     if recipe.layers is not None:
         how = {"mean": "averaged", "sum": "summed", "concat": "concatenated"}[recipe.layer_how]
         text += f", over layers {recipe.layers} {how}"
@@ -331,15 +355,6 @@ def _write_st(
     from poolkit.deploy.stfolder import copy_pipeline, source_heads, st_pooling_config
 
     info = encoder.info
-    if info.is_decoder:
-        # poolkit appends EOS and counts positions from the first real token for decoders;
-        # a sentence-transformers folder would not promise the same vectors.
-        value_error(
-            "model",
-            "an encoder for the sentence-transformers format",
-            f"the decoder {info.architecture}",
-            "Use `format='onnx'`, which carries poolkit's EOS and position handling.",
-        )
     pooling = st_pooling_config(recipe, int(info.hidden_size))
     source = Path(info.path)
     if source_heads(source):
@@ -357,10 +372,8 @@ def _write_st(
         from poolkit.plan import make_plan
 
         width = make_plan(encoder, {"r": recipe.pooling}, prompt="").widths["r"]
-    modules = copy_pipeline(source, transformer_dir(source), work, pooling, normalize,
-                            encoder.max_length, recipe.dims, width)  # fmt: skip
-    record["modules"] = modules
-    record["versions"] = installed_versions(*ST_VERSIONS)
+    record["modules"] = copy_pipeline(source, transformer_dir(source), work, pooling, normalize,
+                                      encoder.max_length, recipe.dims, width)  # fmt: skip
 
 
 def _write_onnx(
@@ -376,7 +389,6 @@ def _write_onnx(
     from poolkit.deploy.graph import build_graph
     from poolkit.plan import make_plan
 
-    info = encoder.info
     staged, recipe = recipe, recipe.pooling  # the float graph first, then the output stage
     # The model's Dense/LayerNorm modules go into the graph as poolkit.embed applies them; a
     # module poolkit cannot apply, or a recipe width the head cannot take, is refused here
@@ -385,7 +397,7 @@ def _write_onnx(
     special = list(encoder.special_tokens.ids)
     fp32 = work / ("model-fp32.onnx" if quantize else "model.onnx")
     graph = build_graph(
-        transformer_dir(info.path), recipe, special, normalize, fp32, heads.get(recipe)
+        transformer_dir(encoder.info.path), recipe, special, normalize, fp32, heads.get(recipe)
     )
     tokenizer = write_tokenizer(encoder, work / "tokenizer.json")
     agreement = check_folder(work, fp32.name, tokenizer, encoder, recipe)
@@ -431,7 +443,6 @@ def _write_onnx(
         summary += "; " + record["agreement"]["stored"]["summary"]
     record["agreement"]["summary"] = summary
     record["tokenizer"] = tokenizer_record(encoder)
-    record["versions"] = installed_versions(*ONNX_VERSIONS)
 
 
 def _append_stage(
@@ -450,7 +461,6 @@ def _append_stage(
 
     from poolkit.backends.onnx import OnnxRunner
     from poolkit.deploy.stage import append_output_stage
-    from poolkit.embedding import embed
     from poolkit.errors import ExportError
     from poolkit.output import quantize, truncate
 
@@ -465,9 +475,7 @@ def _append_stage(
     (got,) = session.run(["sentence_embedding"], encoded_feed(runner, enc))
     kept = truncate(floats, recipe.dims, normalize=normalize)
     own = quantize(kept, recipe.precision, ranges)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the long text is truncated on purpose
-        ref = embed(texts, model=encoder, recipe=recipe, calibration=ranges)
+    ref = quiet_embed(texts, encoder, recipe, calibration=ranges)
     if (
         got.dtype != own.dtype
         or got.shape != own.shape
@@ -560,12 +568,9 @@ def check_folder(
     time; returns max abs diff, min and mean cosine per text, and the counts.
     """
     from poolkit.backends.onnx import OnnxRunner
-    from poolkit.embedding import embed
 
     texts = list(CHECK_TEXTS)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the long text is truncated on purpose
-        ref = embed(texts, model=encoder, recipe=recipe)
+    ref = quiet_embed(texts, encoder, recipe)
     runner = OnnxRunner(folder / graph, output="sentence_embedding")
     worst, cosines = 0.0, []
     for start, enc in padded_runs(tokenizer, texts, len(texts)):

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from poolkit._errors import value_error
-from poolkit._versions import installed_versions
 from poolkit.recipe import Recipe
 
 __all__ = ["MV_CHECK_TEXTS", "check_export", "export_recipe"]
@@ -120,7 +119,7 @@ def export_recipe(
     """Write ``encoder``'s token vectors under ``recipe`` to ``out`` as ``format``; checked
     against ``poolkit.embed`` on both sides first, so a failed export writes nothing."""
     from poolkit.backends.onnx import transformer_dir
-    from poolkit.deploy import ST_VERSIONS, new_record, write_folder
+    from poolkit.deploy import new_record, write_folder
     from poolkit.multivector.api import check_width, side_prompt
     from poolkit.multivector.encode import late_interaction, side_length
 
@@ -132,16 +131,9 @@ def export_recipe(
         value_error("model", "a folder without keep_only_token_ids with `format='onnx'` (the "
                     "graph's mask has no allowlist)", f"the {late.source}'s MultiVectorMask",
                     "Use `format='sentence-transformers'`, whose MultiVectorMask keeps it.")  # fmt: skip
-    if format == "sentence-transformers" and info.is_decoder:
-        value_error("model", "an encoder for the sentence-transformers format",
-                    f"the decoder {info.architecture}", "Use `format='onnx'`, which carries "
-                    "poolkit's EOS and position handling.")  # fmt: skip
     width = check_width(encoder, recipe)
     prompts = {side: side_prompt(late, side, None) or "" for side in ("query", "document")}
     lengths = {side: side_length(late, side, encoder.max_length) for side in prompts}
-    exp = late.expansion
-    expansion = None if exp is None else {"length": exp.length, "token_id": exp.token_id,
-                                          "attend": exp.attend, "strategy": exp.strategy}  # fmt: skip
     record = new_record(encoder, recipe, format, choice, description=_describe(recipe, late),
                         normalize=normalize, width=width,
                         source={"pooling": "one vector per token (late interaction)",
@@ -149,7 +141,7 @@ def export_recipe(
     record["multivector"] = {
         "prompts": prompts,
         "max_length": lengths,
-        "query_expansion": expansion,
+        "query_expansion": None if late.expansion is None else asdict(late.expansion),
         "skiplist_ids": list(late.skip_ids),
         "skiplist_sides": ["query", "document"] if late.skip_queries else ["document"],
         "pool_factor": recipe.pool_factor,
@@ -164,7 +156,6 @@ def export_recipe(
                 source, transformer_dir(source), work, late, encoder.tokenizer,
                 normalize=normalize, dims=recipe.dims, pool_factor=recipe.pool_factor,
                 max_length=encoder.max_length)  # fmt: skip
-            record["versions"] = installed_versions(*ST_VERSIONS)
             return _MVE_LOAD.format(dir=os.fspath(out), dim=width)
         _write_graph(encoder, recipe, late, normalize, lengths, prompts, work, record)
         return _ONNX_LOAD.format(dir=os.fspath(out), dim=width, query_file=QUERY_TOKENIZER,
@@ -196,7 +187,7 @@ def _write_graph(
     record: dict[str, Any],
 ) -> None:
     from poolkit.backends.onnx import require_onnx, transformer_dir
-    from poolkit.deploy import ONNX_VERSIONS, onnx_record, require_agreement, runtime_tokenizer
+    from poolkit.deploy import onnx_record, require_agreement, runtime_tokenizer
     from poolkit.deploy.mvgraph import build_token_graph
 
     require_onnx()
@@ -219,7 +210,6 @@ def _write_graph(
         f"{agreement['max_abs_diff']:.1e} (max abs) on {agreement['texts']} texts per side, "
         "as one batch and one text at a time",
     }
-    record["versions"] = installed_versions(*ONNX_VERSIONS)
 
 
 def _check(
@@ -230,17 +220,15 @@ def _check(
     from tokenizers import Tokenizer
 
     from poolkit.backends.onnx import OnnxRunner
+    from poolkit.deploy import quiet_embed
     from poolkit.deploy.mvgraph import OUTPUTS, run_token_graph
-    from poolkit.embedding import embed
 
     runner = OnnxRunner(work / "model.onnx", output=OUTPUTS[0])
     texts = list(MV_CHECK_TEXTS)
     worst = 0.0
     for side, name in files.items():
         tok = Tokenizer.from_file(str(work / name))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the long text is truncated on purpose
-            ref = embed(texts, model=encoder, recipe=recipe, prompt_name=side)
+        ref = quiet_embed(texts, encoder, recipe, prompt_name=side)
         query = side == "query"
         runs = [run_token_graph(runner, tok, texts, prompts[side], query)]
         runs.append([run_token_graph(runner, tok, [t], prompts[side], query)[0] for t in texts])

@@ -112,12 +112,7 @@ def token_module(
 
 
 def build_token_graph(
-    hf_dir: Path,
-    late: LateInteraction,
-    normalize: bool,
-    dims: int | None,
-    pad_id: int,
-    path: Path,
+    hf_dir: Path, late: LateInteraction, normalize: bool, dims: int | None, pad_id: int, path: Path
 ) -> dict[str, Any]:
     """Export the token graph of ``hf_dir`` + ``late`` to ``path``; returns
     ``{"opset", "inputs", "outputs"}``."""

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import value_error
-from poolkit._versions import installed_versions
 from poolkit.deploy import ONNX_LOAD as _DENSE_ONNX_LOAD
 from poolkit.recipe import Recipe
 from poolkit.sparse.names import SPARSE_STRATEGIES
@@ -71,7 +70,7 @@ def export_recipe(
     existing ``out`` once the new folder is complete.
     """
     from poolkit.backends.onnx import transformer_dir
-    from poolkit.deploy import ST_VERSIONS, new_record, write_folder
+    from poolkit.deploy import new_record, write_folder
     from poolkit.sparse.embed import mlm_head, vocab_size
 
     check_export(recipe, format, quantize)
@@ -87,7 +86,6 @@ def export_recipe(
 
             record["modules"] = write_sparse_encoder(Path(info.path), hf_dir, work, recipe,
                                                      encoder.max_length)  # fmt: skip
-            record["versions"] = installed_versions(*ST_VERSIONS)
             load = _ST_LOAD
         else:
             _write_onnx(encoder, recipe, hf_dir, work, record)
@@ -111,7 +109,6 @@ def _write_onnx(
 ) -> None:
     from poolkit.deploy import (
         CHECK_TEXTS,
-        ONNX_VERSIONS,
         onnx_record,
         require_agreement,
         tokenizer_record,
@@ -136,5 +133,4 @@ def _write_onnx(
         onnx=onnx_record(graph, outputs=graph["outputs"], output="sparse_embedding"),
         agreement={"fp32": agreement, "summary": summary},
         tokenizer=tokenizer_record(encoder),
-        versions=installed_versions(*ONNX_VERSIONS),
     )

@@ -20,7 +20,6 @@ bounded batches. Position ids count from each row's first real token, as the den
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -117,12 +116,9 @@ def check_sparse_folder(
     reference has at ``top_indices``.
     """
     from poolkit.backends.onnx import OnnxRunner
-    from poolkit.deploy import encoded_feed, padded_runs
-    from poolkit.embedding import embed
+    from poolkit.deploy import encoded_feed, padded_runs, quiet_embed
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the long text is truncated on purpose
-        ref = embed(texts, model=encoder, recipe=recipe).toarray()
+    ref = quiet_embed(texts, encoder, recipe).toarray()
     runner = OnnxRunner(folder / graph, output="sparse_embedding")
     names = output_names(recipe)
     worst = {"sparse_embedding": 0.0, "top_values": 0.0, "top_indices": 0.0}
