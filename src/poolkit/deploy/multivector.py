@@ -108,14 +108,9 @@ def check_export(
 
 
 def export_recipe(
-    encoder: Any,
-    recipe: Recipe,
-    choice: dict[str, Any],
-    out: Path,
-    replace: bool,
-    format: str,
+    encoder: Any, recipe: Recipe, choice: dict[str, Any], out: Path, replace: bool, format: str,
     quantize: str | None,
-) -> Path:
+) -> Path:  # fmt: skip
     """Write ``encoder``'s token vectors under ``recipe`` to ``out`` as ``format``; checked
     against ``poolkit.embed`` on both sides first, so a failed export writes nothing."""
     from poolkit.backends.onnx import transformer_dir

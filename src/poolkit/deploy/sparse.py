@@ -56,14 +56,9 @@ def check_export(recipe: Recipe, format: str, quantize: str | None) -> None:
 
 
 def export_recipe(
-    encoder: Any,
-    recipe: Recipe,
-    choice: dict[str, Any],
-    out: Path,
-    replace: bool,
-    format: str,
+    encoder: Any, recipe: Recipe, choice: dict[str, Any], out: Path, replace: bool, format: str,
     quantize: str | None,
-) -> Path:
+) -> Path:  # fmt: skip
     """Write the folder of sparse ``recipe`` on ``encoder``'s model as ``out``; returns it.
 
     ``choice``: where the recipe came from (the model card says it); ``replace``: replace an
