@@ -220,6 +220,9 @@ class ModelInfo:
 
 
 def _read_json(path: Path) -> Any:
+    """The JSON at ``path``, ``{}`` when there is no such file; InputError when it is no JSON."""
+    if not path.is_file():
+        return {}
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -317,7 +320,7 @@ def _splade_pooling(root: Path, sub: str) -> tuple[str, str]:
     from poolkit.sparse.names import sparse_strategy_name
 
     rel = f"{sub}/config.json" if sub else "config.json"
-    cfg = _read_json(root / rel) if (root / rel).is_file() else {}
+    cfg = _read_json(root / rel)
     pooling = cfg.get("pooling_strategy", "max")
     activation = cfg.get("activation_function", "relu")
     name = sparse_strategy_name(pooling, activation)
@@ -326,8 +329,7 @@ def _splade_pooling(root: Path, sub: str) -> tuple[str, str]:
                          got=f"pooling_strategy {pooling!r} / activation_function "
                          f"{activation!r}")  # fmt: skip
     source = f"{rel}: SpladePooling {pooling}, {activation}"
-    st_cfg = root / "config_sentence_transformers.json"
-    top = _read_json(st_cfg).get("max_active_dims") if st_cfg.is_file() else None
+    top = _read_json(root / "config_sentence_transformers.json").get("max_active_dims")
     if isinstance(top, int) and not isinstance(top, bool) and top > 0:  # its encode's top-k
         name, source = f"{name}/top{top}", f"{source}; max_active_dims {top}"
     return name, source
@@ -456,16 +458,12 @@ def read_model_info(
 
     max_length: int | None = None
     max_length_source = "unknown"
-    sbert = root / "sentence_bert_config.json"
-    if sbert.is_file():
-        value = _read_json(sbert).get("max_seq_length")
-        if isinstance(value, int) and value > 0:
-            max_length, max_length_source = value, "sentence_bert_config.json: max_seq_length"
+    value = _read_json(root / "sentence_bert_config.json").get("max_seq_length")
+    if isinstance(value, int) and value > 0:
+        max_length, max_length_source = value, "sentence_bert_config.json: max_seq_length"
     tok_max = getattr(tokenizer, "model_max_length", None) if tokenizer is not None else None
     if tok_max is None:
-        tok_cfg = root / "tokenizer_config.json"
-        if tok_cfg.is_file():
-            tok_max = _read_json(tok_cfg).get("model_max_length")
+        tok_max = _read_json(root / "tokenizer_config.json").get("model_max_length")
     if max_length is None and isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
         max_length, max_length_source = tok_max, "tokenizer: model_max_length"
     # The usable positions (RoBERTa-like tables start after the padding index: 514 hold 512
@@ -478,13 +476,9 @@ def read_model_info(
 
     multivector, multivector_source = folder_recipe(root)
 
-    prompts: dict[str, str] = {}
-    default_prompt = None
-    st_cfg = settings_root / "config_sentence_transformers.json"
-    if st_cfg.is_file():
-        st = _read_json(st_cfg)
-        prompts = {str(k): str(v) for k, v in (st.get("prompts") or {}).items()}
-        default_prompt = st.get("default_prompt_name")
+    st = _read_json(settings_root / "config_sentence_transformers.json")
+    prompts = {str(k): str(v) for k, v in (st.get("prompts") or {}).items()}
+    default_prompt = st.get("default_prompt_name")
 
     tokenizer_kind = padding_side = None
     if tokenizer is not None and hasattr(tokenizer, "kind"):  # poolkit.tokenizer.TextTokenizer

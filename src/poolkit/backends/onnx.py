@@ -5,11 +5,9 @@ config files together with every setting that changes the exported graph (opset,
 library versions); ``settings.json`` beside ``model.onnx`` records those settings and the result
 of the correctness check. A cache entry is only published (atomic rename of a finished folder)
 after the exported graph has been checked against the torch model on padded batches of several
-shapes, left and right padded, so a cached model is always a checked one. ``settings.json`` also
-records the XXH3-128 hash of every file of the entry; each load hashes them (4 ms for 90 MB,
-through a memory map) before ONNX Runtime reads them, and an entry that no longer matches (a bad disk block, a partial copy, another
-process writing into it) is rebuilt with one :class:`~poolkit.io.integrity.IntegrityWarning`
-naming the file, so a damaged export can never give wrong vectors.
+shapes, left and right padded, so a cached model is always a checked one. Every load checks
+the entry's files against their hashes in ``settings.json`` (:func:`verified_record`), so a
+damaged export is rebuilt, never run.
 
 Why the export needs care: a BERT traced on one batch can bake data-dependent Python branches
 into the graph. Older ``transformers`` dropped the attention mask when the traced batch had no
@@ -22,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import logging
 import os
 import shutil
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +38,7 @@ from poolkit._config import config_int
 from poolkit._cpus import available_cpus
 from poolkit._errors import missing_extra, type_error, value_error
 from poolkit.backends.rowquant import quantize_rows
-from poolkit.errors import (
-    ExportError,
-    MissingDependencyError,
-    OutputExistsError,
-)
+from poolkit.errors import ExportError, MissingDependencyError, OutputExistsError
 from poolkit.io.atomic import AtomicDir
 from poolkit.io.integrity import IntegrityWarning, fast_file_digest
 
@@ -51,11 +46,12 @@ __all__ = ["OnnxBackend", "OnnxRunner", "load_onnx_runner", "onnx_cache_root"]
 
 # Bump when the export recipe changes, so old cache entries are not reused.
 _FORMAT = 4  # 2: files hashed (SHA-256); 3: int8 with per-row activations; 4: XXH3-128
-_OPSET = 17
-_FP32_TOL = 1e-4  # max abs diff of last_hidden_state on real positions vs torch
-_INT8_MIN_COS = 0.97  # mean per-token cosine vs torch; int8 is approximate by design
+# Shared with ``poolkit export``, which traces, checks and quantises with the same settings.
+OPSET = 17
+FP32_TOL = 1e-4  # max abs diff of last_hidden_state on real positions vs torch
+INT8_MIN_COS = 0.97  # mean per-token cosine vs torch; int8 is approximate by design
 # (batch, length, padding side) of the check batches: single text, mixed lengths both sides.
-_CHECK_SHAPES: tuple[tuple[int, int, str], ...] = (
+CHECK_SHAPES: tuple[tuple[int, int, str], ...] = (
     (1, 7, "right"),
     (3, 19, "right"),
     (4, 11, "left"),
@@ -64,8 +60,12 @@ _CHECK_SHAPES: tuple[tuple[int, int, str], ...] = (
 )
 
 
-# Shared with ``poolkit export``, which traces, checks and quantises with the same settings.
-OPSET, FP32_TOL, INT8_MIN_COS, CHECK_SHAPES = _OPSET, _FP32_TOL, _INT8_MIN_COS, _CHECK_SHAPES
+def require(module: str, feature: str, extra: str) -> Any:
+    """``import module``, or MissingDependencyError naming ``feature`` and the extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(missing_extra(feature, module, extra)) from exc
 
 
 def require_onnx() -> None:
@@ -75,17 +75,13 @@ def require_onnx() -> None:
 
 
 def _import_ort() -> Any:
-    try:
-        import onnxruntime
-    except ImportError as exc:
-        raise MissingDependencyError(
-            missing_extra("The ONNX backend", "onnxruntime", "onnx")
-        ) from exc
-    try:
-        import xxhash  # noqa: F401  (hashes the cache on every load: poolkit.io.integrity)
-    except ImportError as exc:
-        raise MissingDependencyError(missing_extra("The ONNX backend", "xxhash", "onnx")) from exc
-    return onnxruntime
+    ort = require("onnxruntime", "The ONNX backend", "onnx")
+    require("xxhash", "The ONNX backend", "onnx")  # hashes the cache on every load
+    return ort
+
+
+def _import_onnx() -> Any:
+    return require("onnx", "Exporting to ONNX", "onnx")
 
 
 def check_threads(threads: Any) -> None:
@@ -96,61 +92,39 @@ def check_threads(threads: Any) -> None:
         value_error("threads", "a positive int or None", repr(threads), "Pass e.g. threads=2.")
 
 
-def _import_onnx() -> Any:
-    try:
-        import onnx
-    except ImportError as exc:
-        raise MissingDependencyError(missing_extra("Exporting to ONNX", "onnx", "onnx")) from exc
-    return onnx
-
-
 def onnx_cache_root(cache_dir: str | os.PathLike[str] | None = None, kind: str = "onnx") -> Path:
     """Folder holding cached exports: ``cache_dir``, else ``$POOLKIT_CACHE``, else
     ``~/.cache/poolkit``, plus ``/<kind>`` (``onnx``; ``openvino`` for its converted models)."""
     return cache_root(cache_dir) / kind
 
 
-class OnnxRunner:
-    """Runs an exported encoder with ONNX Runtime: token ids in, ``last_hidden_state`` out.
+class Runner:
+    """What a runner of an exported encoder shares (:class:`OnnxRunner`,
+    :class:`~poolkit.backends.openvino.OpenVinoRunner`): its settings and the call.
 
     Call it with ``input_ids`` and ``attention_mask`` (both ``(B, L)`` integer arrays, mask 1 for
     real tokens, any padding side) and ``token_type_ids`` (``(B, L)``, zeros if omitted) when the
-    graph takes them. Returns ``(B, L, H)`` float32 NumPy (the graph's ``output``; an exported
+    graph takes them. Returns ``(B, L, H)`` float32 NumPy (the graph's output; an exported
     pipeline's ``sentence_embedding`` is ``(B, D)``). Padding positions hold finite values
     that mean nothing; a padding-only row gives a finite, meaningless row (pool with the core
     functions, which reject or zero such rows). ``settings`` is the cache entry's record.
     """
 
+    input_names: tuple[str, ...]
+    shown = "quantize"  # the setting __repr__ names
+
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        threads: int | None = None,
-        settings: dict[str, Any] | None = None,
-        output: str = "last_hidden_state",
+        self, path: str | os.PathLike[str], threads: int | None, settings: dict[str, Any] | None
     ) -> None:
-        ort = _import_ort()
         check_threads(threads)
         self.path = Path(path)
-        self.output = output
         self.settings: dict[str, Any] = dict(settings or {})
         self.threads = threads or available_cpus()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads
-        # One graph, run op by op: a second pool would only fight the first for the same cores.
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.log_severity_level = 3
-        self.session = ort.InferenceSession(
-            str(self.path), opts, providers=["CPUExecutionProvider"]
-        )
-        self.input_names: tuple[str, ...] = tuple(i.name for i in self.session.get_inputs())
         self.max_length: int | None = self.settings.get("max_position_embeddings")
 
     def __repr__(self) -> str:
-        q = self.settings.get("quantize")
-        return f"OnnxRunner(path={str(self.path)!r}, quantize={q!r}, threads={self.threads})"
+        return (f"{type(self).__name__}(path={str(self.path)!r}, "
+                f"{self.shown}={self.settings.get(self.shown)!r}, threads={self.threads})")  # fmt: skip
 
     def __call__(
         self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None
@@ -161,8 +135,41 @@ class OnnxRunner:
             return np.zeros(
                 (0, ids.shape[1], int(self.settings.get("hidden_size", 0))), dtype=np.float32
             )
-        (out,) = self.session.run([self.output], feed)
-        return np.asarray(out, dtype=np.float32)
+        return np.asarray(self._infer(feed), dtype=np.float32)
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> Any:
+        raise NotImplementedError
+
+
+class OnnxRunner(Runner):
+    """Runs an exported encoder with ONNX Runtime: token ids in, ``last_hidden_state`` (or
+    the graph's ``output``) out; called as :class:`Runner`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        threads: int | None = None,
+        settings: dict[str, Any] | None = None,
+        output: str = "last_hidden_state",
+    ) -> None:
+        ort = _import_ort()
+        super().__init__(path, threads, settings)
+        self.output = output
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        # One graph, run op by op: a second pool would only fight the first for the same cores.
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3
+        self.session = ort.InferenceSession(
+            str(self.path), opts, providers=["CPUExecutionProvider"]
+        )
+        self.input_names = tuple(i.name for i in self.session.get_inputs())
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> Any:
+        return self.session.run([self.output], feed)[0]
 
 
 def checked_feed(
@@ -244,7 +251,10 @@ def _weight_files(hf_dir: Path) -> list[Path]:
     return [hf_dir / "config.json", *files]
 
 
-def _settings(hf_dir: Path, quantize: str | None, optimize: bool) -> dict[str, Any]:
+def cache_settings(
+    hf_dir: Path, quantize: str | None = None, optimize: bool = False
+) -> dict[str, Any]:
+    """The settings (and so the cache key) of the export of ``hf_dir``."""
     # Versions from package metadata: a cache hit must not pay for importing torch. Source
     # files hashed with XXH3-128 like the entry's own files: every load computes this key
     # (SHA-256 of MiniLM's 90 MB weights took 55 ms of a ~230 ms load; XXH3 takes 4 ms).
@@ -253,7 +263,7 @@ def _settings(hf_dir: Path, quantize: str | None, optimize: bool) -> dict[str, A
     config = json.loads((hf_dir / "config.json").read_text(encoding="utf-8"))
     return {
         "format": _FORMAT,
-        "opset": _OPSET,
+        "opset": OPSET,
         "attention": "eager",
         "quantize": quantize,
         "optimize": optimize,
@@ -264,11 +274,6 @@ def _settings(hf_dir: Path, quantize: str | None, optimize: bool) -> dict[str, A
             name: version(name) for name in ("torch", "transformers", "onnxruntime", "onnx")
         },
     }
-
-
-def fp32_settings(hf_dir: Path) -> dict[str, Any]:
-    """The settings (and so the cache key) of the plain fp32 export of ``hf_dir``."""
-    return _settings(hf_dir, None, False)
 
 
 def entry_key(settings: dict[str, Any]) -> str:
@@ -298,9 +303,9 @@ def load_onnx_runner(
     fuse attention/layer-norm/GELU with ORT's transformer optimiser (falls back to the plain
     graph if fusion fails or fails the check; ``settings["fused"]`` records which). Off by
     default: on our 2-core AVX-512 CPU the fused graph was slower on short texts (465 vs 552
-    texts/s per core on STS-B) and equal on long ones; ORT's own load-time fusions suffice. A missing or differently-configured cache
-    entry is exported, checked against torch on padded batches and then published; a check
-    failure raises ``RuntimeError`` and caches nothing.
+    texts/s per core on STS-B) and equal on long ones; ORT's own load-time fusions suffice.
+    A missing entry is exported, checked against torch and published (:func:`cached_record`);
+    a failed check raises :class:`ExportError` and caches nothing.
     """
     _import_ort()
     if quantize not in (None, "int8"):
@@ -313,24 +318,42 @@ def load_onnx_runner(
     if not isinstance(optimize, bool):
         type_error("optimize", "a bool", repr(optimize))
     hf_dir = transformer_dir(model_dir)
-    settings = _settings(hf_dir, quantize, optimize)
+    settings = cache_settings(hf_dir, quantize, optimize)
     entry = onnx_cache_root(cache_dir) / entry_key(settings)
-    runner = _load_verified(entry, threads)
-    if runner is None:
-        _build(hf_dir, settings, entry, cache_dir)
-        runner = _load_verified(entry, threads)
-    if runner is None:
-        raise ExportError(where=entry, expected="the ONNX export unchanged while it was published",
-                          got="it changed")  # fmt: skip
-    return runner
+    record = cached_record(entry, "model.onnx", lambda work: _build(hf_dir, settings, work,
+                           cache_dir), ExportError, "ONNX export")  # fmt: skip
+    return OnnxRunner(entry / "model.onnx", threads=threads, settings=record)
 
 
-def _load_verified(entry: Path, threads: int | None) -> OnnxRunner | None:
-    """The runner of cache entry ``entry`` if every file matches its recorded hash; None if
-    the entry is absent, or was damaged and has been removed (one warning)."""
-    record = verified_record(entry, "model.onnx")
-    return None if record is None else OnnxRunner(entry / "model.onnx", threads=threads,
-                                                  settings=record)  # fmt: skip
+def cached_record(
+    entry: Path, main: str, build: Callable[[Path], dict[str, Any]], error: type[Exception],
+    what: str,
+) -> dict[str, Any]:  # fmt: skip
+    """``settings.json`` of cache ``entry`` (:func:`verified_record`), built first where it is
+    absent or damaged: ``build(work)`` writes the files into the empty folder ``work`` and
+    returns their record, published with the build's duration (:func:`publish`) unless
+    another process published the entry meanwhile (theirs is as good as ours). ``error``
+    names the entry (``what``) when it changed while it was published."""
+    record = verified_record(entry, main)
+    if record is None:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        try:
+            folder: AtomicDir | None = AtomicDir(entry)
+        except OutputExistsError:
+            folder = None
+        if folder is not None:
+            try:
+                built = build(folder.tmp)
+                built["build_seconds"] = round(time.perf_counter() - started, 2)
+                publish(folder, built)
+            finally:
+                folder.abort()  # nothing left once published
+        record = verified_record(entry, main)
+    if record is None:
+        raise error(where=entry, expected=f"the {what} unchanged while it was published",
+                    got="it changed")  # fmt: skip
+    return record
 
 
 _RUNTIME = {"onnx": "ONNX", "openvino": "OpenVINO"}  # cache folder -> the name in messages
@@ -378,54 +401,35 @@ def _intact(path: Path, digest: str) -> bool:
 
 
 def _build(
-    hf_dir: Path, settings: dict[str, Any], entry: Path, cache_dir: str | os.PathLike[str] | None
-) -> None:
+    hf_dir: Path, settings: dict[str, Any], work: Path, cache_dir: str | os.PathLike[str] | None
+) -> dict[str, Any]:
     _import_onnx()
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
     fp32_path = None
     if settings["quantize"] is not None:
         # int8 starts from the (cached, checked) fp32 export of the same model and settings.
         fp32_path = load_onnx_runner(
             hf_dir, quantize=None, cache_dir=cache_dir, optimize=settings["optimize"]
         ).path
-    build = building(entry)
-    if build is None:
-        return
-    work = build.tmp
-    try:
-        model = load_torch(hf_dir)
-        record = dict(settings)
-        if fp32_path is not None:
-            quantize_int8(fp32_path, work / "model.onnx")
+    model = load_torch(hf_dir)
+    record = dict(settings)
+    if fp32_path is not None:
+        quantize_int8(fp32_path, work / "model.onnx")
+        record["check"] = _check(model, work / "model.onnx", settings)
+        return record
+    _export(model, work / "raw.onnx")
+    record["fused"] = False
+    if settings["optimize"]:
+        try:
+            _fuse(model.config, work / "raw.onnx", work / "model.onnx")
             record["check"] = _check(model, work / "model.onnx", settings)
-        else:
-            _export(model, work / "raw.onnx")
-            record["fused"] = False
-            if settings["optimize"]:
-                try:
-                    _fuse(model.config, work / "raw.onnx", work / "model.onnx")
-                    record["check"] = _check(model, work / "model.onnx", settings)
-                    record["fused"] = True
-                except Exception as exc:  # fusion is an optimisation: fall back to the plain graph
-                    record["fuse_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            if not record["fused"]:
-                os.replace(work / "raw.onnx", work / "model.onnx")
-                record["check"] = _check(model, work / "model.onnx", settings)
-            (work / "raw.onnx").unlink(missing_ok=True)
-        record["build_seconds"] = round(time.perf_counter() - started, 2)
-        publish(build, record)
-    finally:
-        build.abort()  # nothing left once published
-
-
-def building(entry: Path) -> AtomicDir | None:
-    """The folder to build cache ``entry`` in (:attr:`AtomicDir.tmp`), or None when another
-    process has published ``entry`` meanwhile (theirs is as good as ours)."""
-    try:
-        return AtomicDir(entry)
-    except OutputExistsError:
-        return None
+            record["fused"] = True
+        except Exception as exc:  # fusion is an optimisation: fall back to the plain graph
+            record["fuse_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    if not record["fused"]:
+        os.replace(work / "raw.onnx", work / "model.onnx")
+        record["check"] = _check(model, work / "model.onnx", settings)
+    (work / "raw.onnx").unlink(missing_ok=True)
+    return record
 
 
 def publish(build: AtomicDir, record: dict[str, Any]) -> None:
@@ -460,67 +464,53 @@ def load_torch(hf_dir: Path) -> Any:
     return model.eval()
 
 
-class _HiddenOnly:
-    """Wraps the HF model so the traced graph has named int64 inputs and one output."""
-
-    @staticmethod
-    def build(model: Any) -> Any:
-        import torch
-
-        takes_types = getattr(model.config, "type_vocab_size", 0) > 0
-
-        class Wrapper(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(
-                self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None
-            ) -> Any:
-                kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
-                if takes_types:
-                    kwargs["token_type_ids"] = token_type_ids
-                return self.model(**kwargs).last_hidden_state
-
-        return Wrapper().eval(), takes_types
-
-
 def _export(model: Any, path: Path) -> None:
-    wrapper, takes_types = _HiddenOnly.build(model)
-    trace_to_onnx(wrapper, model.config.vocab_size, takes_types, "last_hidden_state", path)
+    import torch
+
+    takes_types = getattr(model.config, "type_vocab_size", 0) > 0
+
+    class HiddenOnly(torch.nn.Module):  # named int64 inputs, one output
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
+            kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+            if takes_types:
+                kwargs["token_type_ids"] = token_type_ids
+            return self.model(**kwargs).last_hidden_state
+
+    trace_to_onnx(HiddenOnly().eval(), model.config.vocab_size, takes_types,
+                  {"last_hidden_state": {0: "batch", 1: "sequence"}}, path)  # fmt: skip
 
 
 def trace_to_onnx(
-    module: Any, vocab: int, takes_types: bool, output: str, path: Path, *, rank: int = 3
-) -> None:
+    module: Any, vocab: int, takes_types: bool, outputs: dict[str, dict[int, str]], path: Path,
+    *, is_query: bool = False,
+) -> list[str]:  # fmt: skip
     """Write ``module`` (int64 ``input_ids``, ``attention_mask`` [, ``token_type_ids``], each
-    ``(batch, sequence)``, to one float output) as an ONNX graph at ``path``.
+    ``(batch, sequence)`` [, ``is_query`` ``(1,)``]) as an ONNX graph at ``path``; returns
+    its input names.
 
-    Traced on a right-padded batch with batch and sequence axes dynamic, at opset
-    :data:`_OPSET`; ``rank`` is the output's rank (3: ``(batch, sequence, H)``, 2:
-    ``(batch, D)``). The cache's exports and ``poolkit export`` both come through here.
+    Traced on a right-padded batch (queries, with ``is_query``) with batch and sequence axes
+    dynamic, at opset :data:`OPSET`; ``outputs``: each output's name and dynamic axes. The
+    cache's exports and ``poolkit export``'s graphs all come through here.
     """
     import torch
 
-    ids, mask = _padded_batch(2, 8, "right", vocab, seed=0)
+    ids, mask = (torch.from_numpy(a) for a in _padded_batch(2, 8, "right", vocab, seed=0))
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
-    args = (torch.from_numpy(ids), torch.from_numpy(mask)) + (
-        (torch.zeros_like(torch.from_numpy(ids)),) if takes_types else ()
-    )
+    args = [ids, mask] + ([torch.zeros_like(ids)] if takes_types else [])
     axes: dict[str, dict[int, str]] = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes[output] = {0: "batch", 1: "sequence"} if rank == 3 else {0: "batch"}
+    if is_query:
+        names.append("is_query")
+        args.append(torch.ones(1, dtype=torch.int64))
     with warnings.catch_warnings(), torch.inference_mode():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            args,
-            str(path),
-            input_names=names,
-            output_names=[output],
-            dynamic_axes=axes,
-            opset_version=_OPSET,
-            dynamo=False,
-        )
+        warnings.simplefilter("ignore")  # the tracer's notes on Python control flow
+        torch.onnx.export(module, tuple(args), str(path), input_names=names,
+                          output_names=list(outputs), dynamic_axes={**axes, **outputs},
+                          opset_version=OPSET, dynamo=False)  # fmt: skip
+    return names
 
 
 def _fuse(config: Any, src: Path, dst: Path) -> None:
@@ -536,15 +526,11 @@ def _fuse(config: Any, src: Path, dst: Path) -> None:
     options = FusionOptions("bert")
     options.enable_embed_layer_norm = False
     options.attention_mask_format = AttentionMaskFormat.AttentionMask
-    heads, hidden = (
-        int(getattr(config, "num_attention_heads", 0)),
-        int(getattr(config, "hidden_size", 0)),
-    )
     fused = optimize_model(
         str(src),
         model_type="bert",
-        num_heads=heads,
-        hidden_size=hidden,
+        num_heads=int(getattr(config, "num_attention_heads", 0)),
+        hidden_size=int(getattr(config, "hidden_size", 0)),
         opt_level=0,
         optimization_options=options,
     )
@@ -605,16 +591,18 @@ def _padded_batch(
 
 def check_batches(vocab: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The padded ``(input_ids, attention_mask)`` batches an export is checked on before use."""
-    for i, (b, length, side) in enumerate(_CHECK_SHAPES):
+    for i, (b, length, side) in enumerate(CHECK_SHAPES):
         yield _padded_batch(b, length, side, vocab, seed=100 + i)
 
 
-def compare_to_torch(
-    model: Any, runner: Any, batches: Iterable[tuple[np.ndarray, np.ndarray]] | None = None
-) -> tuple[float, float]:
-    """``(max abs diff, mean per-token cosine)`` of ``runner(ids, mask)`` against the torch
+def check_against_torch(
+    model: Any, runner: Any, what: str, min_cos: float | None = None,
+    batches: Iterable[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> dict[str, float]:  # fmt: skip
+    """``{"max_abs_diff", "mean_token_cosine"}`` of ``runner(ids, mask)`` against the torch
     ``model``'s last layer over the real positions of ``batches`` (default: the
-    :func:`check_batches`)."""
+    :func:`check_batches`); ExportError naming ``what`` unless the first is within
+    :data:`FP32_TOL` (``min_cos`` None) or the second at least ``min_cos``."""
     import torch
 
     worst_abs, cosines = 0.0, []
@@ -628,41 +616,64 @@ def compare_to_torch(
         worst_abs = max(worst_abs, float(np.abs(out[real] - ref[real]).max()))
         a, b = out[real], ref[real]
         cosines.append((a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)))
-    return worst_abs, float(np.concatenate(cosines).mean())
+    mean_cos = float(np.concatenate(cosines).mean())
+    if min_cos is None:
+        ok, limit = worst_abs <= FP32_TOL, f"max abs diff <= {FP32_TOL}"
+    else:
+        ok, limit = mean_cos >= min_cos, f"mean token cosine >= {min_cos}"
+    if not ok:
+        raise ExportError(expected=f"{what} to agree with the torch model on padded batches "
+                          f"({limit})", got=f"got max abs diff {worst_abs:.3g}, mean token "
+                          f"cosine {mean_cos:.5f}; nothing was cached",
+                          fix="Use backend='torch' for this model.")  # fmt: skip
+    return {"max_abs_diff": worst_abs, "mean_token_cosine": mean_cos}
 
 
 def _check(model: Any, path: Path, settings: dict[str, Any]) -> dict[str, Any]:
-    runner, quantize = OnnxRunner(path, settings=settings), settings["quantize"]
-    worst_abs, mean_cos = compare_to_torch(model, runner)
-    ok = worst_abs <= _FP32_TOL if quantize is None else mean_cos >= _INT8_MIN_COS
-    result = {
-        "max_abs_diff": worst_abs,
-        "mean_token_cosine": mean_cos,
-        "shapes": [list(s) for s in _CHECK_SHAPES],
-    }
-    if not ok:
-        limit = (
-            f"max abs diff <= {_FP32_TOL}"
-            if quantize is None
-            else f"mean token cosine >= {_INT8_MIN_COS}"
-        )
-        raise ExportError(expected=f"the ONNX export to agree with the torch model on padded "
-                          f"batches ({limit})", got=f"got max abs diff {worst_abs:.3g}, mean "
-                          f"token cosine {mean_cos:.5f}; nothing was cached",
-                          fix="Use backend='torch' for this model.")  # fmt: skip
-    return result
+    min_cos = None if settings["quantize"] is None else INT8_MIN_COS
+    result = check_against_torch(model, OnnxRunner(path, settings=settings), "the ONNX export",
+                                 min_cos)  # fmt: skip
+    return {**result, "shapes": [list(s) for s in CHECK_SHAPES]}
 
 
-class OnnxBackend:
-    """:class:`poolkit.encoder.Backend` on ONNX Runtime: what ``Encoder(backend="onnx")`` uses.
-
-    ``forward`` takes the Encoder's ``(B, L)`` int64 arrays and returns ``last_hidden_state``
-    ``(B, L, H)`` as float32 NumPy; pooling then runs in the core functions as for torch.
-    Only the last layer is exported, and position ids are not an input of the graph, so
-    ``all_layers=True`` and left-padded decoder batches raise ``ValueError``.
-    """
+class ExportedBackend:
+    """:class:`poolkit.backends.Backend` over a :class:`Runner`: ``forward`` takes the
+    Encoder's ``(B, L)`` int64 arrays and returns ``last_hidden_state`` ``(B, L, H)`` as
+    float32 NumPy; pooling then runs in the core functions as for torch. Only the last layer
+    is exported and position ids are no input of the graph, so ``all_layers=True`` and
+    left-padded decoder batches are refused."""
 
     device = "cpu"
+    name = ""  # the backend's name in messages
+    runner: Runner
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.runner!r})"
+
+    def forward(self, inputs: Any, *, all_layers: bool = False) -> np.ndarray:
+        if all_layers:
+            value_error(
+                "layers",
+                f"None (the last layer) with backend={self.name!r}",
+                "a request for all layers",
+                "Use backend='torch' to mix layers.",
+            )
+        if "position_ids" in inputs:
+            value_error(
+                "backend",
+                "'torch' for a left-padded decoder model",
+                repr(self.name),
+                "The exported graph takes no position ids; use backend='torch'.",
+            )
+        return self.runner(
+            inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
+        )
+
+
+class OnnxBackend(ExportedBackend):
+    """The backend ``Encoder(backend="onnx")`` uses: ONNX Runtime on the CPU."""
+
+    name = "onnx"
 
     def __init__(
         self,
@@ -674,32 +685,4 @@ class OnnxBackend:
     ) -> None:
         self.runner = load_onnx_runner(
             model_dir, quantize=quantize, threads=threads, cache_dir=cache_dir
-        )
-
-    def __repr__(self) -> str:
-        return f"OnnxBackend({self.runner!r})"
-
-    def forward(self, inputs: Any, *, all_layers: bool = False) -> np.ndarray:
-        refuse_unexported(inputs, all_layers, "onnx")
-        return self.runner(
-            inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
-        )
-
-
-def refuse_unexported(inputs: Any, all_layers: bool, backend: str) -> None:
-    """Refuse what an exported graph cannot give: every layer (only the last is an output)
-    and position ids (not an input), named for ``backend`` (``"onnx"``, ``"openvino"``)."""
-    if all_layers:
-        value_error(
-            "layers",
-            f"None (the last layer) with backend={backend!r}",
-            "a request for all layers",
-            "Use backend='torch' to mix layers.",
-        )
-    if "position_ids" in inputs:
-        value_error(
-            "backend",
-            "'torch' for a left-padded decoder model",
-            repr(backend),
-            "The exported graph takes no position ids; use backend='torch'.",
         )

@@ -22,21 +22,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import io
 import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from poolkit._cpus import available_cpus
-from poolkit._errors import missing_extra, value_error
+from poolkit._errors import value_error
 from poolkit.backends import onnx as _onnx
-from poolkit.errors import ExportError, MissingDependencyError, RunError
+from poolkit.errors import RunError
 
 __all__ = [
     "PRECISIONS", "SMOOTH_QUANT_ALPHA", "OpenVinoBackend", "OpenVinoRunner", "load_openvino_runner",
@@ -48,10 +45,8 @@ _FORMAT = 2  # bump when the conversion or calibration recipe changes (2: Smooth
 # Measured on all-MiniLM-L6-v2: f32 6e-6, bf16 0.99997, int8-static 0.998 (bench_speed's 300
 # calibration texts in the check's batches).
 _BF16_MIN_COS = 0.999
-_INT8_MIN_COS = _onnx.INT8_MIN_COS
-_CALIBRATION_PRESET = (
-    "mixed"  # symmetric weights, asymmetric activations (NNCF's transformer default)
-)
+# Symmetric weights, asymmetric activations (NNCF's transformer default).
+_CALIBRATION_PRESET = "mixed"
 # SmoothQuant's alpha for matmuls: how much of the activations' outliers moves into the
 # weights. NNCF's transformer default, 0.95, left some texts far from fp32 (all-MiniLM-L6-v2,
 # 300 mixed STS-B train texts, held-out train texts: cosine min 0.847, mean 0.9885 on 2000
@@ -61,20 +56,12 @@ SMOOTH_QUANT_ALPHA = 0.7
 PRECISIONS = ("f32", "bf16", "int8-static", "int8-static+bf16")
 
 
-def _require(module: str, feature: str) -> Any:
-    """``import module``, or MissingDependencyError naming ``feature`` and the extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingDependencyError(missing_extra(feature, module, "openvino")) from exc
-
-
 def _import_ov() -> Any:
-    return _require("openvino", "The OpenVINO backend")
+    return _onnx.require("openvino", "The OpenVINO backend", "openvino")
 
 
 def _import_nncf() -> Any:
-    return _require("nncf", "quantize='int8-static' (NNCF calibration)")
+    return _onnx.require("nncf", "quantize='int8-static' (NNCF calibration)", "openvino")
 
 
 def cpu_has_bf16() -> bool:
@@ -88,10 +75,7 @@ def precision_of(dtype: Any, quantize: str | None) -> str:
     """The precision name for ``dtype`` (None/float32/bfloat16, strings or torch dtypes) and
     ``quantize`` (None or ``"int8-static"``); ValueError naming the argument otherwise."""
     name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
-    if name in ("fp32",):
-        name = "float32"
-    if name in ("bf16",):
-        name = "bfloat16"
+    name = {"fp32": "float32", "bf16": "bfloat16"}.get(name, name)
     if name not in ("float32", "bfloat16"):
         value_error("dtype", "None, 'float32' or 'bfloat16' with backend='openvino'",
                      repr(dtype), "OpenVINO runs on the CPU, which has no float16 path here.")  # fmt: skip
@@ -101,24 +85,23 @@ def precision_of(dtype: Any, quantize: str | None) -> str:
     return "bf16" if bf16 else "f32"
 
 
-class OpenVinoRunner:
+class OpenVinoRunner(_onnx.Runner):
     """A compiled OpenVINO model: token ids in, ``last_hidden_state`` ``(B, L, H)`` float32 out.
 
-    Called like :class:`poolkit.backends.onnx.OnnxRunner` (same argument checks). One
-    synchronous request per batch: ``PERFORMANCE_HINT=LATENCY`` (one stream using every
-    thread; THROUGHPUT's several streams only pay off with several requests in flight),
-    ``INFERENCE_NUM_THREADS=threads``, and the precision hint of ``settings["precision"]``.
+    Called as :class:`poolkit.backends.onnx.Runner`. One synchronous request per batch:
+    ``PERFORMANCE_HINT=LATENCY`` (one stream using every thread; THROUGHPUT's several
+    streams only pay off with several requests in flight), ``INFERENCE_NUM_THREADS=threads``,
+    and the precision hint of ``settings["precision"]``.
     """
+
+    shown = "precision"
 
     def __init__(
         self, path: str | os.PathLike[str], *, threads: int | None = None,
         settings: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         ov = _import_ov()
-        _onnx.check_threads(threads)
-        self.path = Path(path)
-        self.settings: dict[str, Any] = dict(settings or {})
-        self.threads = threads or available_cpus()
+        super().__init__(path, threads, settings)
         precision = self.settings.get("precision", "f32")
         config = {
             "PERFORMANCE_HINT": "LATENCY",
@@ -128,26 +111,11 @@ class OpenVinoRunner:
         core = ov.Core()
         self.compiled = core.compile_model(core.read_model(str(self.path)), "CPU", config)
         self.request = self.compiled.create_infer_request()
-        self.input_names: tuple[str, ...] = tuple(i.get_any_name() for i in self.compiled.inputs)
-        self.max_length: int | None = self.settings.get("max_position_embeddings")
+        self.input_names = tuple(i.get_any_name() for i in self.compiled.inputs)
 
-    def __repr__(self) -> str:
-        return (
-            f"OpenVinoRunner(path={str(self.path)!r}, precision="
-            f"{self.settings.get('precision')!r}, threads={self.threads})"
-        )
-
-    def __call__(
-        self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None
-    ) -> np.ndarray:
-        feed = _onnx.checked_feed(self, input_ids, attention_mask, token_type_ids)
-        ids = feed["input_ids"]
-        if ids.shape[0] == 0:
-            return np.zeros(
-                (0, ids.shape[1], int(self.settings.get("hidden_size", 0))), dtype=np.float32
-            )
-        out = self.request.infer(feed)
-        return np.array(out[self.compiled.output(0)], dtype=np.float32)
+    def _infer(self, feed: dict[str, np.ndarray]) -> Any:
+        # A copy: the request reuses its output buffer on the next call.
+        return np.array(self.request.infer(feed)[self.compiled.output(0)], dtype=np.float32)
 
 
 def calibration_digest(batches: Sequence[Mapping[str, np.ndarray]]) -> str:
@@ -165,7 +133,7 @@ def _settings(
 ) -> dict[str, Any]:
     from importlib.metadata import version
 
-    source = _onnx.fp32_settings(hf_dir)
+    source = _onnx.cache_settings(hf_dir)  # the plain fp32 export it converts
     settings: dict[str, Any] = {
         "format": _FORMAT,
         "precision": precision,
@@ -220,43 +188,26 @@ def load_openvino_runner(
     hf_dir = _onnx.transformer_dir(model_dir)
     settings = _settings(hf_dir, precision, calibration)
     entry = _onnx.onnx_cache_root(cache_dir, "openvino") / _onnx.entry_key(settings)
-    record = _onnx.verified_record(entry, "model.xml")
-    if record is None:
-        _build(hf_dir, settings, entry, cache_dir, calibration)
-        record = _onnx.verified_record(entry, "model.xml")
-    if record is None:
-        raise RunError(where=entry, expected="the OpenVINO model unchanged while it was "
-                       "published", got="it changed")  # fmt: skip
+    record = _onnx.cached_record(entry, "model.xml", lambda work: _build(hf_dir, settings, work,
+                                 cache_dir, calibration), RunError, "OpenVINO model")  # fmt: skip
     return OpenVinoRunner(entry / "model.xml", threads=threads, settings=record)
 
 
 def _build(
     hf_dir: Path,
     settings: dict[str, Any],
-    entry: Path,
+    work: Path,
     cache_dir: str | os.PathLike[str] | None,
     calibration: Sequence[Mapping[str, np.ndarray]] | None,
-) -> None:
+) -> dict[str, Any]:
     ov = _import_ov()
     source = _onnx.load_onnx_runner(hf_dir, quantize=None, cache_dir=cache_dir).path
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    build = _onnx.building(entry)
-    if build is None:
-        return
-    work = build.tmp
-    try:
-        model = ov.convert_model(str(source))
-        if settings["precision"].startswith("int8-static"):
-            model = _calibrate(model, calibration or ())
-        # Weights kept in float32: the precision is chosen at compile time.
-        ov.save_model(model, str(work / "model.xml"), compress_to_fp16=False)
-        record = dict(settings)
-        record["check"] = _check(hf_dir, work / "model.xml", settings, calibration)
-        record["build_seconds"] = round(time.perf_counter() - started, 2)
-        _onnx.publish(build, record)
-    finally:
-        build.abort()  # nothing left once published
+    model = ov.convert_model(str(source))
+    if settings["precision"].startswith("int8-static"):
+        model = _calibrate(model, calibration or ())
+    # Weights kept in float32: the precision is chosen at compile time.
+    ov.save_model(model, str(work / "model.xml"), compress_to_fp16=False)
+    return {**settings, "check": _check(hf_dir, work / "model.xml", settings, calibration)}
 
 
 def _calibrate(
@@ -324,32 +275,20 @@ def _check(
     precision = settings["precision"]
     runner = OpenVinoRunner(path, settings=settings)
     batches = text_batches(calibration) if calibration else None
-    worst_abs, mean_cos = _onnx.compare_to_torch(_onnx.load_torch(hf_dir), runner, batches)
-    if precision == "f32":
-        ok, limit = worst_abs <= _onnx.FP32_TOL, f"max abs diff <= {_onnx.FP32_TOL}"
-    else:
-        floor = _BF16_MIN_COS if precision == "bf16" else _INT8_MIN_COS
-        ok, limit = mean_cos >= floor, f"mean token cosine >= {floor}"
-    if not ok:
-        raise ExportError(expected=f"the OpenVINO model ({precision}) to agree with the torch "
-                          f"model on padded batches ({limit})", got=f"got max abs diff "
-                          f"{worst_abs:.3g}, mean token cosine {mean_cos:.5f}; nothing was "
-                          "cached", fix="Use backend='torch' for this model.")  # fmt: skip
+    min_cos = {"f32": None, "bf16": _BF16_MIN_COS}.get(precision, _onnx.INT8_MIN_COS)
+    result = _onnx.check_against_torch(_onnx.load_torch(hf_dir), runner,
+                                       f"the OpenVINO model ({precision})", min_cos, batches)  # fmt: skip
     shapes = ([[int(i.shape[0]), int(i.shape[1]), side] for (i, _), (_, _, side)
                in zip(batches, _onnx.CHECK_SHAPES, strict=False)] if batches
               else [list(s) for s in _onnx.CHECK_SHAPES])  # fmt: skip
-    return {"max_abs_diff": worst_abs, "mean_token_cosine": mean_cos, "shapes": shapes,
+    return {**result, "shapes": shapes,
             "on": "calibration texts" if batches else "random token ids"}  # fmt: skip
 
 
-class OpenVinoBackend:
-    """:class:`poolkit.backends.Backend` on OpenVINO: what ``Encoder(backend="openvino")`` uses.
+class OpenVinoBackend(_onnx.ExportedBackend):
+    """The backend ``Encoder(backend="openvino")`` uses: OpenVINO on the CPU."""
 
-    ``forward`` returns ``last_hidden_state`` ``(B, L, H)`` float32 NumPy. Like the ONNX
-    backend it serves the last layer only and takes no position ids.
-    """
-
-    device = "cpu"
+    name = "openvino"
 
     def __init__(
         self,
@@ -362,12 +301,3 @@ class OpenVinoBackend:
     ) -> None:
         self.runner = load_openvino_runner(model_dir, precision=precision, calibration=calibration,
                                            threads=threads, cache_dir=cache_dir)  # fmt: skip
-
-    def __repr__(self) -> str:
-        return f"OpenVinoBackend({self.runner!r})"
-
-    def forward(self, inputs: Any, *, all_layers: bool = False) -> np.ndarray:
-        _onnx.refuse_unexported(inputs, all_layers, "openvino")
-        return self.runner(
-            inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
-        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -52,18 +53,22 @@ def torch_dtype(dtype: Any) -> Any:
     return names[str(dtype)]
 
 
-def stored_dtype(path: str | os.PathLike[str]) -> str | None:
-    """The float type the checkpoint at ``path`` says it is stored in (``config.json``'s
-    ``dtype``, or ``torch_dtype`` as older files spell it): ``"float32"``, ``"float16"``,
-    ``"bfloat16"``, or ``None`` when it says none or something else."""
-    import json
-
+def _config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``config.json`` of the model at ``path``; ``{}`` when it cannot be read as an object."""
     try:
         with open(os.path.join(os.fspath(path), "config.json"), encoding="utf-8") as f:
             config = json.load(f)
     except (OSError, ValueError):
-        return None
-    value = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def stored_dtype(path: str | os.PathLike[str]) -> str | None:
+    """The float type the checkpoint at ``path`` says it is stored in (``config.json``'s
+    ``dtype``, or ``torch_dtype`` as older files spell it): ``"float32"``, ``"float16"``,
+    ``"bfloat16"``, or ``None`` when it says none or something else."""
+    config = _config(path)
+    value = config.get("dtype") or config.get("torch_dtype")
     name = str(value).removeprefix("torch.") if value else None
     return name if name in ("float32", "float16", "bfloat16") else None
 
@@ -101,15 +106,9 @@ def model_class(path: str | os.PathLike[str], default: Any) -> Any:
     """The ``transformers`` class to load: for an encoder-decoder (T5, mT5, UMT5) its
     encoder-only class (``T5EncoderModel``), as sentence-t5 pipelines run it, since
     embedding needs no decoder; else ``default`` (``AutoModel``)."""
-    import json
-
     import transformers
 
-    try:
-        with open(os.path.join(os.fspath(path), "config.json"), encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return default
+    config = _config(path)
     arch = next((a for a in config.get("architectures") or [] if a.endswith("EncoderModel")), None)
     name = _ENCODER_ONLY.get(str(config.get("model_type")))
     if name is None and config.get("is_encoder_decoder"):

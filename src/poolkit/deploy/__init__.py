@@ -23,9 +23,11 @@ checks, so a failed export leaves nothing behind.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,117 @@ feed = {{k: np.array(v, dtype=np.int64) for k, v in feed.items() if k in names}}
 (vectors,) = session.run(["sentence_embedding"], feed)  # ({dim},) per text
 """
 
+# The libraries whose versions each format's record holds.
+_VERSIONS = {
+    "sentence-transformers": ("sentence-transformers", "transformers", "torch"),
+    "onnx": ("onnx", "onnxruntime", "tokenizers", "transformers", "torch"),
+}
+
+
+def new_record(
+    encoder: Any, recipe: Recipe, format: str, choice: dict[str, Any], *, description: str,
+    normalize: bool, width: int, source: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """What every folder's :data:`RECORD` starts with; ``source``: how the source model
+    pools (default: its ``ModelInfo``'s pooling and where that was read)."""
+    info = encoder.info
+    pooling = source or {"pooling": info.pooling, "pooling_source": info.pooling_source}
+    return {
+        "poolkit_export": RECORD_VERSION,
+        "format": format,
+        "recipe": str(recipe),
+        "recipe_json": recipe.to_json(),
+        "description": description,
+        "normalize": normalize,
+        "output_dim": width,
+        "max_length": encoder.max_length,
+        "source": {"model": info.reference, **pooling},
+        "choice": choice,
+    }
+
+
+def write_folder(
+    out: Path, replace: bool, record: dict[str, Any], write: Callable[[Path], str]
+) -> Path:
+    """Build the folder ``out`` under a temporary name, renamed into place once complete:
+    ``write(work)`` writes the model's files (completing ``record``) and returns the model
+    card's loading snippet; then the versions, :data:`RECORD` and README.md."""
+    from poolkit.deploy.card import model_card
+    from poolkit.io.atomic import AtomicDir
+
+    with AtomicDir(out, replace=replace) as work:
+        load = write(work)
+        record["versions"] = installed_versions(*_VERSIONS[record["format"]])
+        (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        (work / "README.md").write_text(model_card(record, load), encoding="utf-8")
+    return out
+
+
+def onnx_record(graph: dict[str, Any], quantize: str | None = None, **more: Any) -> dict[str, Any]:
+    """A record's ``onnx`` entry: the file, ``graph``'s opset and inputs (as its builder
+    returned them), the dynamic axes, ``quantize`` and ``more``."""
+    return {"file": "model.onnx", "opset": graph["opset"], "inputs": graph["inputs"], **more,
+            "dynamic_axes": ["batch", "sequence"], "quantize": quantize}  # fmt: skip
+
+
+def tokenizer_record(encoder: Any) -> dict[str, Any]:
+    """A record's ``tokenizer`` entry for the folder's ``tokenizer.json``."""
+    return {"file": "tokenizer.json", "max_length": encoder.max_length,
+            "padding": "right (either side gives the same vectors)"}  # fmt: skip
+
+
+def require_agreement(
+    agreement: dict[str, Any], tol: float, within: str, fix: str = "Nothing was written."
+) -> None:
+    """ExportError unless the checked ``agreement``'s max abs diff is at most ``tol``
+    (``within``: what the message says of it)."""
+    if not agreement["max_abs_diff"] <= tol:
+        from poolkit.errors import ExportError
+
+        raise ExportError(
+            expected=f"the exported {within}",
+            got=f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
+            fix=fix,
+        )
+
+
+def encoded_feed(runner: Any, enc: list[Any]) -> dict[str, np.ndarray]:
+    """``runner``'s inputs (:func:`~poolkit.backends.onnx.checked_feed`) for the
+    ``tokenizers`` encodings ``enc``."""
+    from poolkit.backends.onnx import checked_feed
+
+    ids, mask, types = ([getattr(e, k) for e in enc] for k in ("ids", "attention_mask", "type_ids"))
+    return checked_feed(runner, ids, mask, types)
+
+
+def quiet_embed(texts: list[str], encoder: Any, recipe: Recipe, **kwargs: Any) -> Any:
+    """``poolkit.embed`` of the check ``texts``, its warnings silenced (the long text is
+    truncated on purpose)."""
+    from poolkit.embedding import embed
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return embed(texts, model=encoder, recipe=recipe, **kwargs)
+
+
+def padded_runs(tokenizer: Any, texts: list[str], size: int) -> Iterator[tuple[int, list[Any]]]:
+    """``(start, encodings)`` of ``texts`` as a bare runtime feeds them: right-padded batches
+    of ``size``, left-padded ones, then one text at a time; ``tokenizer`` ends right-padded."""
+    pad = {"pad_id": tokenizer.padding["pad_id"], "pad_token": tokenizer.padding["pad_token"]}
+    for side, step in (("right", size), ("left", size), ("right", 1)):
+        tokenizer.enable_padding(direction=side, **pad)
+        for start in range(0, len(texts), step):
+            yield start, tokenizer.encode_batch(texts[start : start + step])
+
+
+# Recipe levels with their own folders: the module's check_export refuses what a format cannot
+# hold before the model loads, its export_recipe writes the folder (sequence recipes: here).
+_LEVELS = {"sparse": "poolkit.deploy.sparse", "multivector": "poolkit.deploy.multivector"}
+
+
+def _level(recipe: Recipe) -> Any:
+    return importlib.import_module(_LEVELS[recipe.level])
+
 
 def export(
     model: str | os.PathLike[str] | None,
@@ -119,7 +232,6 @@ def export(
         ExportError: the ONNX graph failed its check against ``poolkit.embed``.
     """
     from poolkit.embedding import get_encoder
-    from poolkit.io.atomic import AtomicDir
 
     if format not in EXPORT_FORMATS:
         value_error("format", "'sentence-transformers' or 'onnx'", repr(format))
@@ -144,14 +256,8 @@ def export(
     parsed = Recipe.parse(recipe) if recipe is not None else None
     if parsed is not None and parsed.level == "sequence":
         check_stage_export(parsed, format, calibration)  # before the model loads
-    if parsed is not None and parsed.level == "sparse":
-        from poolkit.deploy.sparse import refuse_sparse
-
-        refuse_sparse(parsed, quantize)  # before the model loads
-    elif parsed is not None and parsed.level == "multivector":
-        from poolkit.deploy.multivector import check_multivector_export
-
-        check_multivector_export(parsed, format, quantize)  # before the model loads
+    if parsed is not None and parsed.level in _LEVELS:
+        _level(parsed).check_export(parsed, format, quantize)  # before the model loads
     elif parsed is not None and format == "sentence-transformers":
         from poolkit.deploy.stfolder import st_pooling_config
 
@@ -187,14 +293,19 @@ def export(
     else:
         parsed = info.intended_recipe()
         choice = {"by": "intended", "source": info.pooling_source}
-    if parsed.level == "sparse":
-        from poolkit.deploy.sparse import export_sparse
-
-        return export_sparse(encoder, parsed, choice, out, replace, format, quantize)
-    if parsed.level == "multivector":
-        from poolkit.deploy.multivector import export_multivector
-
-        return export_multivector(encoder, out, replace, parsed, format, quantize, choice)
+    if (
+        format == "sentence-transformers"
+        and info.is_decoder
+        and parsed.level in ("sequence", "multivector")
+    ):
+        # poolkit appends EOS and counts positions from the first real token for decoders;
+        # a sentence-transformers folder would not promise the same vectors.
+        value_error("model", "an encoder for the sentence-transformers format",
+                    f"the decoder {info.architecture}", "Use `format='onnx'`, which carries "
+                    "poolkit's EOS and position handling.")  # fmt: skip
+    if parsed.level in _LEVELS:
+        return _level(parsed).export_recipe(encoder, parsed, choice, out, replace, format,
+                                            quantize)  # fmt: skip
     if parsed.level != "sequence":
         value_error(
             "recipe",
@@ -209,44 +320,28 @@ def export(
 
     # The width the exported model gives: after the model's own modules (a Dense) and dims.
     (output,) = make_plan(encoder, {"r": parsed}, prompt="").outputs().values()
-    record: dict[str, Any] = {
-        "poolkit_export": RECORD_VERSION,
-        "format": format,
-        "recipe": str(parsed),
-        "recipe_json": parsed.to_json(),
-        "description": _describe(parsed),
-        "normalize": normalize,
-        "output_dim": output.dims,
-        "max_length": encoder.max_length,
-        "source": {
-            "model": info.reference,
-            "pooling": info.pooling,
-            "pooling_source": info.pooling_source,
-        },
-        "choice": choice,
-    }
-    with AtomicDir(out, replace=replace) as work:
+    record = new_record(encoder, parsed, format, choice, description=_describe(parsed),
+                        normalize=normalize, width=output.dims)  # fmt: skip
+
+    def write(work: Path) -> str:
         if format == "sentence-transformers":
             _write_st(encoder, parsed, normalize, work, record)
             load = _ST_LOAD
         else:
             _write_onnx(encoder, parsed, normalize, quantize, work, record, ranges)
             load = ONNX_LOAD
-        from poolkit.deploy.card import model_card
-
-        (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         stage = record.get("onnx", {}).get("output_stage")
         dim = stage["width"] if stage else record["output_dim"]  # packed bits: bytes
-        card = model_card(record, load.format(dir=os.fspath(out_dir), dim=dim))
-        (work / "README.md").write_text(card, encoding="utf-8")
-    return out
+        return load.format(dir=os.fspath(out_dir), dim=dim)
+
+    return write_folder(out, replace, record, write)
 
 
 def _describe(recipe: Recipe) -> str:
-    parts = []
-    for name, drop in recipe.parts:
-        parts.append(name.replace("_", " ") + (" without special tokens" if drop else ""))
-    text = " concatenated with ".join(parts)
+    text = " concatenated with ".join(
+        name.replace("_", " ") + (" without special tokens" if drop else "")
+        for name, drop in recipe.parts
+    )
     if recipe.layers is not None:
         how = {"mean": "averaged", "sum": "summed", "concat": "concatenated"}[recipe.layer_how]
         text += f", over layers {recipe.layers} {how}"
@@ -260,15 +355,6 @@ def _write_st(
     from poolkit.deploy.stfolder import copy_pipeline, source_heads, st_pooling_config
 
     info = encoder.info
-    if info.is_decoder:
-        # poolkit appends EOS and counts positions from the first real token for decoders;
-        # a sentence-transformers folder would not promise the same vectors.
-        value_error(
-            "model",
-            "an encoder for the sentence-transformers format",
-            f"the decoder {info.architecture}",
-            "Use `format='onnx'`, which carries poolkit's EOS and position handling.",
-        )
     pooling = st_pooling_config(recipe, int(info.hidden_size))
     source = Path(info.path)
     if source_heads(source):
@@ -286,10 +372,8 @@ def _write_st(
         from poolkit.plan import make_plan
 
         width = make_plan(encoder, {"r": recipe.pooling}, prompt="").widths["r"]
-    modules = copy_pipeline(source, transformer_dir(source), work, pooling, normalize,
-                            encoder.max_length, recipe.dims, width)  # fmt: skip
-    record["modules"] = modules
-    record["versions"] = installed_versions("sentence-transformers", "transformers", "torch")
+    record["modules"] = copy_pipeline(source, transformer_dir(source), work, pooling, normalize,
+                                      encoder.max_length, recipe.dims, width)  # fmt: skip
 
 
 def _write_onnx(
@@ -305,7 +389,6 @@ def _write_onnx(
     from poolkit.deploy.graph import build_graph
     from poolkit.plan import make_plan
 
-    info = encoder.info
     staged, recipe = recipe, recipe.pooling  # the float graph first, then the output stage
     # The model's Dense/LayerNorm modules go into the graph as poolkit.embed applies them; a
     # module poolkit cannot apply, or a recipe width the head cannot take, is refused here
@@ -314,27 +397,15 @@ def _write_onnx(
     special = list(encoder.special_tokens.ids)
     fp32 = work / ("model-fp32.onnx" if quantize else "model.onnx")
     graph = build_graph(
-        transformer_dir(info.path), recipe, special, normalize, fp32, heads.get(recipe)
+        transformer_dir(encoder.info.path), recipe, special, normalize, fp32, heads.get(recipe)
     )
-    tokenizer = _write_tokenizer(encoder, work / "tokenizer.json")
+    tokenizer = write_tokenizer(encoder, work / "tokenizer.json")
     agreement = check_folder(work, fp32.name, tokenizer, encoder, recipe)
-    if not agreement["max_abs_diff"] <= 1e-4:
-        from poolkit.errors import ExportError
-
-        raise ExportError(
-            expected="the exported graph to agree with poolkit.embed within 1e-4 (max abs diff)",
-            got=f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
-            fix="Nothing was written.",
-        )
+    require_agreement(
+        agreement, 1e-4, "graph to agree with poolkit.embed within 1e-4 (max abs diff)"
+    )
     record.update(
-        onnx={
-            "file": "model.onnx",
-            "opset": graph["opset"],
-            "inputs": graph["inputs"],
-            "output": "sentence_embedding",
-            "dynamic_axes": ["batch", "sequence"],
-            "quantize": quantize,
-        },
+        onnx=onnx_record(graph, quantize, output="sentence_embedding"),
         agreement={
             "fp32": agreement,
             "graph_vs_torch_max_abs_diff": graph["max_abs_diff_vs_torch"],
@@ -371,13 +442,7 @@ def _write_onnx(
         record["agreement"]["stored"] = stage.pop("agreement")
         summary += "; " + record["agreement"]["stored"]["summary"]
     record["agreement"]["summary"] = summary
-    record["tokenizer"] = {
-        "file": "tokenizer.json",
-        "max_length": encoder.max_length,
-        "padding": "right (either side gives the same vectors)",
-    }
-    record["versions"] = installed_versions("onnx", "onnxruntime", "tokenizers", "transformers",
-                                           "torch")  # fmt: skip
+    record["tokenizer"] = tokenizer_record(encoder)
 
 
 def _append_stage(
@@ -396,27 +461,21 @@ def _append_stage(
 
     from poolkit.backends.onnx import OnnxRunner
     from poolkit.deploy.stage import append_output_stage
-    from poolkit.embedding import embed
     from poolkit.errors import ExportError
     from poolkit.output import quantize, truncate
 
     texts = list(CHECK_TEXTS)
     enc = tokenizer.encode_batch(texts)
-    floats = _run(OnnxRunner(path, output="sentence_embedding"), enc)
+    runner = OnnxRunner(path, output="sentence_embedding")
+    floats = runner(**encoded_feed(runner, enc))
     width = int(floats.shape[1])
     stage = append_output_stage(path, "sentence_embedding", width, recipe.dims, normalize,
                                 recipe.precision, ranges)  # fmt: skip
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = {i.name for i in session.get_inputs()}
-    feed = {"input_ids": [e.ids for e in enc], "attention_mask": [e.attention_mask for e in enc],
-            "token_type_ids": [e.type_ids for e in enc]}  # fmt: skip
-    (got,) = session.run(["sentence_embedding"],
-                         {k: np.array(v, np.int64) for k, v in feed.items() if k in names})  # fmt: skip
+    (got,) = session.run(["sentence_embedding"], encoded_feed(runner, enc))
     kept = truncate(floats, recipe.dims, normalize=normalize)
     own = quantize(kept, recipe.precision, ranges)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the long text is truncated on purpose
-        ref = embed(texts, model=encoder, recipe=recipe, calibration=ranges)
+    ref = quiet_embed(texts, encoder, recipe, calibration=ranges)
     if (
         got.dtype != own.dtype
         or got.shape != own.shape
@@ -467,7 +526,7 @@ def _stage_agrees(
     return bool(np.abs(diff).max() <= 1 and (edge <= 1e-6).all())
 
 
-def _write_tokenizer(encoder: Any, path: Path) -> Any:
+def write_tokenizer(encoder: Any, path: Path) -> Any:
     """:func:`runtime_tokenizer` saved to ``path`` and read back from it."""
     from tokenizers import Tokenizer
 
@@ -509,34 +568,16 @@ def check_folder(
     time; returns max abs diff, min and mean cosine per text, and the counts.
     """
     from poolkit.backends.onnx import OnnxRunner
-    from poolkit.embedding import embed
 
     texts = list(CHECK_TEXTS)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the long text is truncated on purpose
-        ref = embed(texts, model=encoder, recipe=recipe)
+    ref = quiet_embed(texts, encoder, recipe)
     runner = OnnxRunner(folder / graph, output="sentence_embedding")
-    outputs = []
-    for side in ("right", "left"):
-        tokenizer.enable_padding(
-            direction=side,
-            pad_id=tokenizer.padding["pad_id"],
-            pad_token=tokenizer.padding["pad_token"],
-        )
-        enc = tokenizer.encode_batch(texts)
-        outputs.append(_run(runner, enc))
-    tokenizer.enable_padding(
-        direction="right",
-        pad_id=tokenizer.padding["pad_id"],
-        pad_token=tokenizer.padding["pad_token"],
-    )
-    outputs.append(np.concatenate([_run(runner, tokenizer.encode_batch([t])) for t in texts]))
     worst, cosines = 0.0, []
-    for got in outputs:
-        worst = max(worst, float(np.abs(got - ref).max()))
-        cosines.append(
-            (got * ref).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1))
-        )
+    for start, enc in padded_runs(tokenizer, texts, len(texts)):
+        got, want = runner(**encoded_feed(runner, enc)), ref[start : start + len(enc)]
+        worst = max(worst, float(np.abs(got - want).max()))
+        norms = np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1)
+        cosines.append((got * want).sum(-1) / norms)
     cos = np.concatenate(cosines)
     return {
         "texts": len(texts),
@@ -545,10 +586,3 @@ def check_folder(
         "min_cosine": float(cos.min()),
         "mean_cosine": float(cos.mean()),
     }
-
-
-def _run(runner: Any, enc: list[Any]) -> np.ndarray:
-    ids = np.array([e.ids for e in enc], dtype=np.int64)
-    mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-    types = np.array([e.type_ids for e in enc], dtype=np.int64)
-    return runner(ids, mask, types)

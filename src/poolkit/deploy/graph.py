@@ -21,36 +21,33 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._config import OFFSET_POSITIONS
 from poolkit.recipe import Recipe
 
-__all__ = ["build_graph", "model_inputs", "pipeline_module"]
+__all__ = ["build_graph", "model_flags", "model_inputs", "pipeline_module"]
 
-# Families whose embeddings derive positions from input_ids and the padding id (so they
-# already count from the first real token); they must not be handed position ids.
-_POSITIONS_FROM_IDS = frozenset(
-    {
-        "roberta",
-        "xlm-roberta",
-        "camembert",
-        "mpnet",
-        "longformer",
-        "ibert",
-        "data2vec-text",
-        "xmod",
-        "roberta-prelayernorm",
-        "luke",
-        "esm",
-    }
-)
+
+def model_flags(model: Any) -> tuple[bool, bool]:
+    """Whether the Hugging Face ``model`` takes ``token_type_ids``, and whether a graph must
+    hand it position ids (counted over real tokens, see :func:`model_inputs`): not where its
+    embeddings derive them from the ids and the padding id, counting from the first real
+    token already (:data:`poolkit._config.OFFSET_POSITIONS`)."""
+    takes_types = getattr(model.config, "type_vocab_size", 0) > 0
+    positions = (
+        "position_ids" in inspect.signature(model.forward).parameters
+        and getattr(model.config, "model_type", None) not in OFFSET_POSITIONS
+    )
+    return takes_types, positions
 
 
 def model_inputs(
     input_ids: Any, attention_mask: Any, token_type_ids: Any, *, takes_types: bool,
-    positions: bool,
+    positions: bool, counted: Any = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The encoder's keyword inputs inside a traced graph: zero token types where the model
     takes them and none were given; with ``positions``, position ids counted over real
-    tokens (so a left-padded row's first real token is position 0)."""
+    tokens (``counted``, default ``attention_mask``: so a left-padded row's first real
+    token is position 0)."""
     import torch
 
     kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -59,7 +56,8 @@ def model_inputs(
             torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
         )
     if positions:
-        kwargs["position_ids"] = (torch.cumsum(attention_mask, 1) - 1).clamp(min=0)
+        real = attention_mask if counted is None else counted.long()
+        kwargs["position_ids"] = (torch.cumsum(real, 1) - 1).clamp(min=0)
     return kwargs
 
 
@@ -77,11 +75,7 @@ def pipeline_module(
 
     from poolkit.driver import LayerViews, sequence_vectors
 
-    takes_types = getattr(model.config, "type_vocab_size", 0) > 0
-    positions = (
-        "position_ids" in inspect.signature(model.forward).parameters
-        and getattr(model.config, "model_type", None) not in _POSITIONS_FROM_IDS
-    )
+    takes_types, positions = model_flags(model)
     recipe = recipe.replace(normalize=normalize)  # resolved by the caller
     heads = {recipe: head} if head is not None else None
 
@@ -133,7 +127,7 @@ def build_graph(
     model = load_torch(hf_dir)
     module, takes_types = pipeline_module(model, recipe, special_ids, normalize, head)
     vocab = int(model.config.vocab_size)
-    trace_to_onnx(module, vocab, takes_types, "sentence_embedding", path, rank=2)
+    trace_to_onnx(module, vocab, takes_types, {"sentence_embedding": {0: "batch"}}, path)
     runner = OnnxRunner(path, output="sentence_embedding")
     worst = 0.0
     for ids, mask in check_batches(vocab):

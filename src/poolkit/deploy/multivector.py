@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from poolkit._errors import value_error
-from poolkit._versions import installed_versions
 from poolkit.recipe import Recipe
 
-__all__ = ["MV_CHECK_TEXTS", "check_multivector_export", "export_multivector"]
+__all__ = ["MV_CHECK_TEXTS", "check_export", "export_recipe"]
 
 # Both sides are checked on these: a question, one letter (query expansion fills most of
 # the query), punctuation (the skiplist), a non-Latin text, a typed [MASK], and one past
@@ -77,7 +76,7 @@ def token_vectors(texts, query):
 """
 
 
-def check_multivector_export(
+def check_export(
     recipe: Recipe, format: str, quantize: str | None, normalize: bool | None = None
 ) -> None:
     """Refuse, in one line, what ``format`` cannot hold of the multi-vector ``recipe``
@@ -108,68 +107,43 @@ def check_multivector_export(
                     "drop /raw, or use `format='onnx'`.")  # fmt: skip
 
 
-def export_multivector(
-    encoder: Any,
-    out: Path,
-    replace: bool,
-    recipe: Recipe,
-    format: str,
+def export_recipe(
+    encoder: Any, recipe: Recipe, choice: dict[str, Any], out: Path, replace: bool, format: str,
     quantize: str | None,
-    choice: dict[str, Any],
-) -> Path:
+) -> Path:  # fmt: skip
     """Write ``encoder``'s token vectors under ``recipe`` to ``out`` as ``format``; checked
     against ``poolkit.embed`` on both sides first, so a failed export writes nothing."""
     from poolkit.backends.onnx import transformer_dir
-    from poolkit.deploy import RECORD, RECORD_VERSION
-    from poolkit.deploy.card import model_card
-    from poolkit.io.atomic import AtomicDir
+    from poolkit.deploy import new_record, write_folder
     from poolkit.multivector.api import check_width, side_prompt
     from poolkit.multivector.encode import late_interaction, side_length
 
     info = encoder.info
     late = late_interaction(encoder)
     normalize = recipe.resolved_normalize(late.normalize)
-    check_multivector_export(recipe, format, quantize, normalize)
+    check_export(recipe, format, quantize, normalize)
     if format == "onnx" and late.keep_ids is not None:
         value_error("model", "a folder without keep_only_token_ids with `format='onnx'` (the "
                     "graph's mask has no allowlist)", f"the {late.source}'s MultiVectorMask",
                     "Use `format='sentence-transformers'`, whose MultiVectorMask keeps it.")  # fmt: skip
-    if format == "sentence-transformers" and info.is_decoder:
-        value_error("model", "an encoder for the sentence-transformers format",
-                    f"the decoder {info.architecture}", "Use `format='onnx'`, which carries "
-                    "poolkit's EOS and position handling.")  # fmt: skip
     width = check_width(encoder, recipe)
     prompts = {side: side_prompt(late, side, None) or "" for side in ("query", "document")}
     lengths = {side: side_length(late, side, encoder.max_length) for side in prompts}
-    exp = late.expansion
-    expansion = None if exp is None else {"length": exp.length, "token_id": exp.token_id,
-                                          "attend": exp.attend, "strategy": exp.strategy}  # fmt: skip
-    record: dict[str, Any] = {
-        "poolkit_export": RECORD_VERSION,
-        "format": format,
-        "recipe": str(recipe),
-        "recipe_json": recipe.to_json(),
-        "description": _describe(recipe, late),
-        "normalize": normalize,
-        "output_dim": width,
-        "max_length": encoder.max_length,
-        "source": {
-            "model": info.reference,
-            "pooling": "one vector per token (late interaction)",
-            "pooling_source": f"the {late.source}",
-        },
-        "choice": choice,
-        "multivector": {
-            "prompts": prompts,
-            "max_length": lengths,
-            "query_expansion": expansion,
-            "skiplist_ids": list(late.skip_ids),
-            "skiplist_sides": ["query", "document"] if late.skip_queries else ["document"],
-            "pool_factor": recipe.pool_factor,
-        },
+    record = new_record(encoder, recipe, format, choice, description=_describe(recipe, late),
+                        normalize=normalize, width=width,
+                        source={"pooling": "one vector per token (late interaction)",
+                                "pooling_source": f"the {late.source}"})  # fmt: skip
+    record["multivector"] = {
+        "prompts": prompts,
+        "max_length": lengths,
+        "query_expansion": None if late.expansion is None else asdict(late.expansion),
+        "skiplist_ids": list(late.skip_ids),
+        "skiplist_sides": ["query", "document"] if late.skip_queries else ["document"],
+        "pool_factor": recipe.pool_factor,
     }
     source = Path(info.path)
-    with AtomicDir(out, replace=replace) as work:
+
+    def write(work: Path) -> str:
         if format == "sentence-transformers":
             from poolkit.deploy.mvfolder import write_mve_folder
 
@@ -177,17 +151,13 @@ def export_multivector(
                 source, transformer_dir(source), work, late, encoder.tokenizer,
                 normalize=normalize, dims=recipe.dims, pool_factor=recipe.pool_factor,
                 max_length=encoder.max_length)  # fmt: skip
-            record["versions"] = installed_versions("sentence-transformers", "transformers",
-                                                    "torch")  # fmt: skip
-            load = _MVE_LOAD.format(dir=os.fspath(out), dim=width)
-        else:
-            _write_graph(encoder, recipe, late, normalize, lengths, prompts, work, record)
-            load = _ONNX_LOAD.format(dir=os.fspath(out), dim=width, query_file=QUERY_TOKENIZER,
-                                     query_prompt=json.dumps(prompts["query"]),
-                                     document_prompt=json.dumps(prompts["document"]))  # fmt: skip
-        (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        (work / "README.md").write_text(model_card(record, load), encoding="utf-8")
-    return out
+            return _MVE_LOAD.format(dir=os.fspath(out), dim=width)
+        _write_graph(encoder, recipe, late, normalize, lengths, prompts, work, record)
+        return _ONNX_LOAD.format(dir=os.fspath(out), dim=width, query_file=QUERY_TOKENIZER,
+                                 query_prompt=json.dumps(prompts["query"]),
+                                 document_prompt=json.dumps(prompts["document"]))  # fmt: skip
+
+    return write_folder(out, replace, record, write)
 
 
 def _describe(recipe: Recipe, late: Any) -> str:
@@ -212,7 +182,7 @@ def _write_graph(
     record: dict[str, Any],
 ) -> None:
     from poolkit.backends.onnx import require_onnx, transformer_dir
-    from poolkit.deploy import runtime_tokenizer
+    from poolkit.deploy import onnx_record, require_agreement, runtime_tokenizer
     from poolkit.deploy.mvgraph import build_token_graph
 
     require_onnx()
@@ -226,28 +196,15 @@ def _write_graph(
         tok.enable_truncation(max_length=lengths[side])
         tok.save(str(work / name))
     agreement = _check(work, files, prompts, encoder, recipe)
-    if not agreement["max_abs_diff"] <= 1e-4:
-        from poolkit.errors import ExportError
-
-        raise ExportError(expected="the exported token graph to agree with poolkit.embed within 1e-4 (max abs diff)", got=f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts", fix="Nothing was written.")  # fmt: skip
-    record["onnx"] = {
-        "file": "model.onnx",
-        "opset": graph["opset"],
-        "inputs": graph["inputs"],
-        "outputs": graph["outputs"],
-        "dynamic_axes": ["batch", "sequence"],
-        "padding": "right",
-        "tokenizers": files,
-        "quantize": None,
-    }
+    require_agreement(agreement, 1e-4, "token graph to agree with poolkit.embed within 1e-4 "
+                      "(max abs diff)")  # fmt: skip
+    record["onnx"] = onnx_record(graph, outputs=graph["outputs"], padding="right", tokenizers=files)
     record["agreement"] = {
         **agreement,
         "summary": f"the ONNX graph's token vectors equal poolkit.embed's within "
         f"{agreement['max_abs_diff']:.1e} (max abs) on {agreement['texts']} texts per side, "
         "as one batch and one text at a time",
     }
-    record["versions"] = installed_versions("onnx", "onnxruntime", "tokenizers", "transformers",
-                                           "torch")  # fmt: skip
 
 
 def _check(
@@ -255,23 +212,21 @@ def _check(
 ) -> dict[str, Any]:
     """Max abs difference of the graph's token vectors from ``poolkit.embed``'s, both sides,
     one batch and one text at a time (a different token count is infinitely far)."""
-    import onnxruntime as ort
     from tokenizers import Tokenizer
 
-    from poolkit.deploy.mvgraph import run_token_graph
-    from poolkit.embedding import embed
+    from poolkit.backends.onnx import OnnxRunner
+    from poolkit.deploy import quiet_embed
+    from poolkit.deploy.mvgraph import OUTPUTS, run_token_graph
 
-    session = ort.InferenceSession(str(work / "model.onnx"), providers=["CPUExecutionProvider"])
+    runner = OnnxRunner(work / "model.onnx", output=OUTPUTS[0])
     texts = list(MV_CHECK_TEXTS)
     worst = 0.0
     for side, name in files.items():
         tok = Tokenizer.from_file(str(work / name))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the long text is truncated on purpose
-            ref = embed(texts, model=encoder, recipe=recipe, prompt_name=side)
+        ref = quiet_embed(texts, encoder, recipe, prompt_name=side)
         query = side == "query"
-        runs = [run_token_graph(session, tok, texts, prompts[side], query)]
-        runs.append([run_token_graph(session, tok, [t], prompts[side], query)[0] for t in texts])
+        runs = [run_token_graph(runner, tok, texts, prompts[side], query)]
+        runs.append([run_token_graph(runner, tok, [t], prompts[side], query)[0] for t in texts])
         for got in runs:
             for a, b in zip(got, ref, strict=True):
                 worst = max(worst, float(np.abs(a - b).max()) if a.shape == b.shape else np.inf)

@@ -19,12 +19,17 @@ all come out as the same native format (sentence-transformers 6):
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from poolkit.multivector.folder import MVE_MODEL_TYPE, PYLATE_MODEL_TYPE, LateInteraction
+from poolkit.deploy.stfolder import copy_files, read_json, write_json
+from poolkit.multivector.folder import (
+    MVE_MODEL_TYPE,
+    PYLATE_MODEL_TYPE,
+    LateInteraction,
+    pipeline_modules,
+)
 
 __all__ = ["write_mve_folder"]
 
@@ -38,30 +43,17 @@ _TYPES = {
     "HierarchicalTokenPooling",
 }
 _TOKENS = {"module_input_name": "token_embeddings", "module_output_name": "token_embeddings"}
-# Files of the source root that this writer replaces, or that are not the transformer's.
-_SKIP = {"modules.json", "README.md", ".gitattributes", "poolkit-export.json",
-         "config_sentence_transformers.json", "sentence_bert_config.json"}  # fmt: skip
-
-
-def _json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+# Files of the source root that this writer replaces.
+_SKIP = frozenset({"config_sentence_transformers.json", "sentence_bert_config.json"})
 
 
 def dense_folders(source: Path) -> list[Path]:
     """The source's token-level ``Dense`` module folders, in pipeline order (none for a
     plain encoder, whose sentence-level modules poolkit's token vectors do not pass)."""
-    kind = _json(source / "config_sentence_transformers.json").get("model_type")
+    kind = read_json(source / "config_sentence_transformers.json").get("model_type")
     if kind not in (MVE_MODEL_TYPE, PYLATE_MODEL_TYPE):
         return []
-    out = []
-    for entry in _json(source / "modules.json") or []:
-        if str(entry.get("type", "")).rsplit(".", 1)[-1] == "Dense":
-            out.append(source / str(entry.get("path") or ""))
-    return out
+    return [source / path for name, path in pipeline_modules(source) if name == "Dense"]
 
 
 def write_mve_folder(
@@ -81,11 +73,9 @@ def write_mve_folder(
     expansion tokens)."""
     from poolkit._versions import installed_versions
 
-    for f in sorted(hf_dir.iterdir()):
-        if f.is_file() and f.name not in _SKIP:
-            shutil.copyfile(f, dest / f.name)
+    copy_files(hf_dir, dest, _SKIP)
     names = tokenizer.convert_ids_to_tokens
-    sbert = {k: v for k, v in _json(hf_dir / "sentence_bert_config.json").items()
+    sbert = {k: v for k, v in read_json(hf_dir / "sentence_bert_config.json").items()
              if k not in ("query_length", "document_length", "query_expansion")}  # fmt: skip
     sbert["max_seq_length"] = max_length
     if late.query_length is not None:
@@ -96,7 +86,7 @@ def write_mve_folder(
     if exp is not None:
         sbert["query_expansion"] = {"strategy": exp.strategy, "attend": exp.attend,
                                     "token": names(exp.token_id), "length": exp.length}  # fmt: skip
-    _write_json(dest / "sentence_bert_config.json", sbert)
+    write_json(dest / "sentence_bert_config.json", sbert)
 
     kinds = ["Transformer"]
     modules: list[dict[str, Any]] = [
@@ -111,12 +101,12 @@ def write_mve_folder(
         else:
             folder.mkdir()
         if config is not None:
-            _write_json(folder / "config.json", config)
+            write_json(folder / "config.json", config)
         modules.append({"idx": i, "name": str(i), "path": folder.name, "type": _TYPES[kind]})
         kinds.append(kind)
 
     for src in dense_folders(source):
-        add("Dense", {**_json(src / "config.json"), **_TOKENS}, copy_from=src)
+        add("Dense", {**read_json(src / "config.json"), **_TOKENS}, copy_from=src)
     if late.skip_ids or exp is not None or late.keep_ids is not None:
         words = [names(i) for i in late.skip_ids]
         tasks = ["query", "document"] if late.skip_queries else ["document"]
@@ -130,7 +120,7 @@ def write_mve_folder(
         add("HierarchicalTokenPooling", {"pool_factor": factor, "max_tokens": None,
                                          "distance_threshold": None, "num_protected_tokens": 1,
                                          "normalize_embeddings": True, "tasks": ["document"]})  # fmt: skip
-    _write_json(dest / "modules.json", modules)
+    write_json(dest / "modules.json", modules)
     versions = installed_versions("sentence-transformers", "transformers", "torch")
     config: dict[str, Any] = {
         "__version__": {"poolkit": versions["poolkit"]},
@@ -141,5 +131,5 @@ def write_mve_folder(
     }
     if dims is not None:
         config["truncate_dim"] = dims
-    _write_json(dest / "config_sentence_transformers.json", config)
+    write_json(dest / "config_sentence_transformers.json", config)
     return kinds

@@ -18,13 +18,12 @@ more in torch ops so that it traces into a graph; the export is checked against
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from poolkit.deploy.graph import _POSITIONS_FROM_IDS
+from poolkit.deploy.graph import model_flags, model_inputs
 from poolkit.multivector.folder import LateInteraction
 
 __all__ = ["OUTPUTS", "build_token_graph", "sides_differ", "token_module"]
@@ -52,11 +51,7 @@ def token_module(
 
     from poolkit.head import Head, apply_head
 
-    takes_types = getattr(model.config, "type_vocab_size", 0) > 0
-    positions = (
-        "position_ids" in inspect.signature(model.forward).parameters
-        and getattr(model.config, "model_type", None) not in _POSITIONS_FROM_IDS
-    )
+    takes_types, positions = model_flags(model)
     exp = late.expansion
     flag = sides_differ(late)
     head = Head(steps=late.steps)
@@ -75,13 +70,10 @@ def token_module(
             scored = mask > 0
             if exp is not None:
                 ids, mask, types, scored = self._expand(ids, mask, types, query)
-            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-            if takes_types:
-                kwargs["token_type_ids"] = types
-            if positions:
-                # From each row's first scored token: expansion columns get the positions
-                # they have after the text, as they do in poolkit's padded batch.
-                kwargs["position_ids"] = (torch.cumsum(scored.long(), 1) - 1).clamp(min=0)
+            # Positions from each row's first scored token: expansion columns get the
+            # positions they have after the text, as they do in poolkit's padded batch.
+            kwargs = model_inputs(ids, mask, types, takes_types=takes_types,
+                                  positions=positions, counted=scored)  # fmt: skip
             hidden = self.model(**kwargs).last_hidden_state
             if late.skip_ids:
                 skipped = (ids[:, :, None] == self.skip[None, None, :]).any(-1)
@@ -119,67 +111,31 @@ def token_module(
     return Tokens().eval(), takes_types
 
 
-def input_names(takes_types: bool, flag: bool) -> list[str]:
-    """The graph's inputs, in order."""
-    return ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else []) + (
-        ["is_query"] if flag else [])  # fmt: skip
-
-
 def build_token_graph(
-    hf_dir: Path,
-    late: LateInteraction,
-    normalize: bool,
-    dims: int | None,
-    pad_id: int,
-    path: Path,
+    hf_dir: Path, late: LateInteraction, normalize: bool, dims: int | None, pad_id: int, path: Path
 ) -> dict[str, Any]:
     """Export the token graph of ``hf_dir`` + ``late`` to ``path``; returns
     ``{"opset", "inputs", "outputs"}``."""
-    import warnings
-
-    import torch
-
-    from poolkit.backends.onnx import OPSET, load_torch
+    from poolkit.backends.onnx import OPSET, load_torch, trace_to_onnx
 
     model = load_torch(hf_dir)
     module, takes_types = token_module(model, late, normalize, dims, pad_id)
-    flag = sides_differ(late)
-    names = input_names(takes_types, flag)
-    vocab = int(model.config.vocab_size)
-    rng = np.random.default_rng(0)
-    ids = torch.from_numpy(rng.integers(min(1000, vocab // 2), vocab, size=(2, 8)))
-    mask = torch.ones_like(ids)
-    mask[1, 5:] = 0
-    args: list[Any] = [ids, mask]
-    if takes_types:
-        args.append(torch.zeros_like(ids))
-    if flag:
-        args.append(torch.ones(1, dtype=torch.int64))
-    axes: dict[str, dict[int, str]] = {n: {0: "batch", 1: "sequence"} for n in names[:2]}
-    if takes_types:
-        axes["token_type_ids"] = {0: "batch", 1: "sequence"}
-    axes.update({OUTPUTS[0]: {0: "batch", 1: "width"}, OUTPUTS[1]: {0: "batch", 1: "width"}})
-    with warnings.catch_warnings(), torch.inference_mode():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, tuple(args), str(path), input_names=names,
-                          output_names=list(OUTPUTS), dynamic_axes=axes, opset_version=OPSET,
-                          dynamo=False)  # fmt: skip
+    axes = {0: "batch", 1: "width"}
+    names = trace_to_onnx(module, int(model.config.vocab_size), takes_types,
+                          dict.fromkeys(OUTPUTS, axes), path, is_query=sides_differ(late))  # fmt: skip
     return {"opset": OPSET, "inputs": names, "outputs": list(OUTPUTS)}
 
 
 def run_token_graph(
-    session: Any, tokenizer: Any, texts: list[str], prompt: str | None, query: bool | None
+    runner: Any, tokenizer: Any, texts: list[str], prompt: str | None, query: bool | None
 ) -> list[np.ndarray]:
-    """Each text's kept token vectors from the graph, as a caller runs it: the side's
-    ``prompt`` prepended, ``tokenizer`` (the side's file), ``is_query`` when the graph takes
-    it."""
-    names = {i.name for i in session.get_inputs()}
-    enc = tokenizer.encode_batch([(prompt or "") + t for t in texts])
-    feed = {
-        "input_ids": np.array([e.ids for e in enc], dtype=np.int64),
-        "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64),
-        "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64),
-        "is_query": np.array([int(bool(query))], dtype=np.int64),
-    }
-    vectors, mask = session.run(list(OUTPUTS), {k: v for k, v in feed.items() if k in names})
+    """Each text's kept token vectors from the graph (an ``OnnxRunner``'s session), as a
+    caller runs it: the side's ``prompt`` prepended, ``tokenizer`` (the side's file),
+    ``is_query`` when the graph takes it."""
+    from poolkit.deploy import encoded_feed
+
+    feed = encoded_feed(runner, tokenizer.encode_batch([(prompt or "") + t for t in texts]))
+    if "is_query" in runner.input_names:
+        feed["is_query"] = np.array([int(bool(query))], dtype=np.int64)
+    vectors, mask = runner.session.run(list(OUTPUTS), feed)
     return [v[m == 1] for v, m in zip(vectors, mask, strict=True)]

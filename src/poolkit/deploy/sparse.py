@@ -12,18 +12,16 @@ cosine of dense vectors, not by which terms stay active.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from poolkit._errors import value_error
-from poolkit._versions import installed_versions
 from poolkit.deploy import ONNX_LOAD as _DENSE_ONNX_LOAD
 from poolkit.recipe import Recipe
 from poolkit.sparse.names import SPARSE_STRATEGIES
 
-__all__ = ["export_sparse", "refuse_sparse"]
+__all__ = ["check_export", "export_recipe"]
 
 SPARSE_TOL = 1e-4  # max abs diff of a published graph's weights to poolkit.embed's
 
@@ -45,9 +43,9 @@ ids, values = session.run(["top_indices", "top_values"], feed)  # ({k},) each, p
 """
 
 
-def refuse_sparse(recipe: Recipe, quantize: str | None) -> None:
-    """Refuse, in one line, what the export of sparse ``recipe`` cannot do; before anything
-    loads or is written."""
+def check_export(recipe: Recipe, format: str, quantize: str | None) -> None:
+    """Refuse, in one line, what the export of sparse ``recipe`` cannot do (either format
+    holds every sparse recipe); before anything loads or is written."""
     if quantize is not None:
         value_error(
             "quantize",
@@ -57,59 +55,39 @@ def refuse_sparse(recipe: Recipe, quantize: str | None) -> None:
         )
 
 
-def export_sparse(
-    encoder: Any,
-    recipe: Recipe,
-    choice: dict[str, Any],
-    out: Path,
-    replace: bool,
-    format: str,
+def export_recipe(
+    encoder: Any, recipe: Recipe, choice: dict[str, Any], out: Path, replace: bool, format: str,
     quantize: str | None,
-) -> Path:
+) -> Path:  # fmt: skip
     """Write the folder of sparse ``recipe`` on ``encoder``'s model as ``out``; returns it.
 
     ``choice``: where the recipe came from (the model card says it); ``replace``: replace an
     existing ``out`` once the new folder is complete.
     """
     from poolkit.backends.onnx import transformer_dir
-    from poolkit.deploy import RECORD, RECORD_VERSION
-    from poolkit.deploy.card import model_card
-    from poolkit.io.atomic import AtomicDir
+    from poolkit.deploy import new_record, write_folder
     from poolkit.sparse.embed import mlm_head, vocab_size
 
-    refuse_sparse(recipe, quantize)
+    check_export(recipe, format, quantize)
     info = encoder.info
     width = vocab_size(mlm_head(encoder, str(recipe)))  # NoMLMHeadError before any write
-    record: dict[str, Any] = {
-        "poolkit_export": RECORD_VERSION,
-        "format": format,
-        "recipe": str(recipe),
-        "recipe_json": recipe.to_json(),
-        "description": describe(recipe),
-        "normalize": False,
-        "output_dim": width,
-        "max_length": encoder.max_length,
-        "source": {"model": info.reference, "pooling": info.pooling,
-                   "pooling_source": info.pooling_source},
-        "choice": choice,
-    }  # fmt: skip
+    record = new_record(encoder, recipe, format, choice, description=describe(recipe),
+                        normalize=False, width=width)  # fmt: skip
     hf_dir = transformer_dir(info.path)
-    with AtomicDir(out, replace=replace) as work:
+
+    def write(work: Path) -> str:
         if format == "sentence-transformers":
             from poolkit.deploy.sparse_folder import write_sparse_encoder
 
             record["modules"] = write_sparse_encoder(Path(info.path), hf_dir, work, recipe,
                                                      encoder.max_length)  # fmt: skip
-            record["versions"] = installed_versions("sentence-transformers", "transformers",
-                                                    "torch")  # fmt: skip
             load = _ST_LOAD
         else:
             _write_onnx(encoder, recipe, hf_dir, work, record)
             load = _ONNX_LOAD + (_TOP_LOAD if recipe.top_k is not None else "")
-        (work / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        text = load.format(dir=os.fspath(out), dim=width, k=recipe.top_k)
-        (work / "README.md").write_text(model_card(record, text), encoding="utf-8")
-    return out
+        return load.format(dir=os.fspath(out), dim=width, k=recipe.top_k)
+
+    return write_folder(out, replace, record, write)
 
 
 def describe(recipe: Recipe) -> str:
@@ -124,45 +102,30 @@ def describe(recipe: Recipe) -> str:
 def _write_onnx(
     encoder: Any, recipe: Recipe, hf_dir: Path, work: Path, record: dict[str, Any]
 ) -> None:
-    from poolkit.deploy import CHECK_TEXTS, runtime_tokenizer
+    from poolkit.deploy import (
+        CHECK_TEXTS,
+        onnx_record,
+        require_agreement,
+        tokenizer_record,
+        write_tokenizer,
+    )
     from poolkit.deploy.sparse_graph import build_sparse_graph, check_sparse_folder
-    from poolkit.errors import ExportError
 
     graph = build_sparse_graph(hf_dir, recipe, work / "model.onnx",
                                reference=encoder.info.reference)  # fmt: skip
-    runtime_tokenizer(encoder).save(str(work / "tokenizer.json"))
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(work / "tokenizer.json"))
+    tokenizer = write_tokenizer(encoder, work / "tokenizer.json")
     agreement = check_sparse_folder(work, "model.onnx", tokenizer, encoder, recipe,
                                     list(CHECK_TEXTS))  # fmt: skip
-    if not agreement["max_abs_diff"] <= SPARSE_TOL:
-        raise ExportError(
-            expected=f"the exported graph to agree with poolkit.embed within {SPARSE_TOL} "
-            "(max abs diff per weight)",
-            got=f"it differs by {agreement['max_abs_diff']:.3g} over {agreement['texts']} texts",
-            fix="Nothing was written. Use `format='sentence-transformers'`.",
-        )
+    require_agreement(agreement, SPARSE_TOL, f"graph to agree with poolkit.embed within "
+                      f"{SPARSE_TOL} (max abs diff per weight)",
+                      "Nothing was written. Use `format='sentence-transformers'`.")  # fmt: skip
     summary = (
         f"the ONNX graph's weights equal poolkit.embed's within "
         f"{agreement['max_abs_diff']:.1e} (max abs) on {agreement['texts']} texts, right- "
         "and left-padded, one text and many"
     )
     record.update(
-        onnx={
-            "file": "model.onnx",
-            "opset": graph["opset"],
-            "inputs": graph["inputs"],
-            "outputs": graph["outputs"],
-            "output": "sparse_embedding",
-            "dynamic_axes": ["batch", "sequence"],
-            "quantize": None,
-        },
+        onnx=onnx_record(graph, outputs=graph["outputs"], output="sparse_embedding"),
         agreement={"fp32": agreement, "summary": summary},
-        tokenizer={
-            "file": "tokenizer.json",
-            "max_length": encoder.max_length,
-            "padding": "right (either side gives the same vectors)",
-        },
-        versions=installed_versions("onnx", "onnxruntime", "tokenizers", "transformers", "torch"),
+        tokenizer=tokenizer_record(encoder),
     )

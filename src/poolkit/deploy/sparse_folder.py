@@ -11,11 +11,9 @@ under their new names.
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
-from typing import Any
 
+from poolkit.deploy.stfolder import copy_files, read_json, write_json
 from poolkit.recipe import Recipe
 from poolkit.sparse.names import SPARSE_STRATEGIES
 
@@ -26,8 +24,7 @@ SPARSE_MODULES = (
     "sentence_transformers.sparse_encoder.models.SpladePooling",
 )
 # The source's sentence-transformers files: rewritten here, never copied.
-_SKIP = frozenset({"modules.json", "README.md", ".gitattributes", "poolkit-export.json",
-                   "config_sentence_transformers.json", "sentence_bert_config.json"})  # fmt: skip
+_SKIP = frozenset({"config_sentence_transformers.json", "sentence_bert_config.json"})
 
 
 def write_sparse_encoder(
@@ -38,40 +35,26 @@ def write_sparse_encoder(
     ``source``: the model folder (its ``config_sentence_transformers.json`` prompts are
     kept); ``hf_dir``: its masked-LM checkpoint folder. Returns the module kinds written.
     """
-    for f in sorted(hf_dir.iterdir()):
-        # Subfolders are the source pipeline's modules (or stale exports), not the model's.
-        if f.is_file() and f.name not in _SKIP:
-            shutil.copyfile(f, dest / f.name)
+    copy_files(hf_dir, dest, _SKIP)
     pooling, activation = SPARSE_STRATEGIES[recipe.strategy]
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": SPARSE_MODULES[0]},
         {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": SPARSE_MODULES[1]},
     ]
-    _write_json(dest / "modules.json", modules)
+    write_json(dest / "modules.json", modules)
     (dest / "1_SpladePooling").mkdir()
     # No embedding_dimension: SpladePooling takes the vocabulary's, and the key's name
     # differs between sentence-transformers versions.
-    _write_json(dest / "1_SpladePooling" / "config.json",
+    write_json(dest / "1_SpladePooling" / "config.json",
                 {"pooling_strategy": pooling, "activation_function": activation})  # fmt: skip
-    sbert = _read_json(hf_dir / "sentence_bert_config.json")
+    sbert = read_json(hf_dir / "sentence_bert_config.json")
     sbert["max_seq_length"] = max_seq_length
-    _write_json(dest / "sentence_bert_config.json", sbert)
-    st = _read_json(source / "config_sentence_transformers.json")
+    write_json(dest / "sentence_bert_config.json", sbert)
+    st = read_json(source / "config_sentence_transformers.json")
     st.pop("__version__", None)
     st.update(model_type="SparseEncoder", similarity_fn_name="dot")
     st.pop("max_active_dims", None)  # the source's top-k is not the recipe's
     if recipe.top_k is not None:
         st["max_active_dims"] = recipe.top_k
-    _write_json(dest / "config_sentence_transformers.json", st)
+    write_json(dest / "config_sentence_transformers.json", st)
     return ["MLMTransformer", "SpladePooling"]
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else {}
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

@@ -20,8 +20,6 @@ bounded batches. Position ids count from each row's first real token, as the den
 
 from __future__ import annotations
 
-import inspect
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +45,12 @@ def sparse_module(mlm: Any, recipe: Recipe) -> tuple[Any, bool]:
     ``token_type_ids``. ``mlm``: the ``*ForMaskedLM`` model (float32, eager attention)."""
     import torch
 
-    from poolkit.deploy.graph import _POSITIONS_FROM_IDS, model_inputs
+    from poolkit.deploy.graph import model_flags, model_inputs
     from poolkit.sparse.mlm import head_chain
 
     base, head = mlm.base_model, head_chain(mlm)
     pooling, activation = SPARSE_STRATEGIES[recipe.strategy]
-    takes_types = getattr(mlm.config, "type_vocab_size", 0) > 0
-    positions = (
-        "position_ids" in inspect.signature(base.forward).parameters
-        and getattr(mlm.config, "model_type", None) not in _POSITIONS_FROM_IDS
-    )
+    takes_types, positions = model_flags(base)
     top_k = recipe.top_k
 
     def act(x: Any) -> Any:
@@ -97,26 +91,15 @@ def build_sparse_graph(
     """
     import torch
 
-    from poolkit.backends.onnx import OPSET, OnnxRunner
+    from poolkit.backends.onnx import OPSET, OnnxRunner, trace_to_onnx
     from poolkit.sparse.mlm import load_mlm_model
 
     mlm = load_mlm_model(hf_dir, dtype=torch.float32, reference=reference, recipe=str(recipe),
                          attn_implementation="eager")  # fmt: skip
     module, takes_types = sparse_module(mlm, recipe)
     vocab = int(mlm.config.vocab_size)
-    # A right-padded batch of two rows past the special ids: what the trace sees.
-    ids = torch.arange(8, dtype=torch.int64).repeat(2, 1) % max(1, vocab - 5) + 5
-    mask = torch.ones_like(ids)
-    mask[1, 5:] = 0
-    inputs = ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_types else [])
-    args = (ids, mask) + ((torch.zeros_like(ids),) if takes_types else ())
     outputs = output_names(recipe)
-    axes: dict[str, dict[int, str]] = {n: {0: "batch", 1: "sequence"} for n in inputs}
-    axes.update({n: {0: "batch"} for n in outputs})
-    with warnings.catch_warnings(), torch.inference_mode():
-        warnings.simplefilter("ignore")  # the tracer's notes on Python control flow
-        torch.onnx.export(module, args, str(path), input_names=inputs, output_names=outputs,
-                          dynamic_axes=axes, opset_version=OPSET, dynamo=False)  # fmt: skip
+    trace_to_onnx(module, vocab, takes_types, {n: {0: "batch"} for n in outputs}, path)
     runner = OnnxRunner(path, output=outputs[0])
     return {"opset": OPSET, "inputs": list(runner.input_names), "outputs": outputs,
             "vocabulary": vocab}  # fmt: skip
@@ -132,32 +115,22 @@ def check_sparse_folder(
     ``/topK`` of ``top_values`` to each row's sorted largest weights and of the weights the
     reference has at ``top_indices``.
     """
-    from poolkit.backends.onnx import OnnxRunner, checked_feed
-    from poolkit.embedding import embed
+    from poolkit.backends.onnx import OnnxRunner
+    from poolkit.deploy import encoded_feed, padded_runs, quiet_embed
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the long text is truncated on purpose
-        ref = embed(texts, model=encoder, recipe=recipe).toarray()
+    ref = quiet_embed(texts, encoder, recipe).toarray()
     runner = OnnxRunner(folder / graph, output="sparse_embedding")
     names = output_names(recipe)
-    pad = {"pad_id": tokenizer.padding["pad_id"], "pad_token": tokenizer.padding["pad_token"]}
     worst = {"sparse_embedding": 0.0, "top_values": 0.0, "top_indices": 0.0}
-    runs = [(side, CHECK_BATCH) for side in ("right", "left")] + [("right", 1)]
-    for side, size in runs:
-        tokenizer.enable_padding(direction=side, **pad)
-        for start in range(0, len(texts), size):
-            enc = tokenizer.encode_batch(texts[start : start + size])
-            feed = checked_feed(runner, [e.ids for e in enc], [e.attention_mask for e in enc],
-                                [e.type_ids for e in enc])  # fmt: skip
-            got = dict(zip(names, runner.session.run(names, feed), strict=True))
-            want = ref[start : start + size]
-            _worse(worst, "sparse_embedding", got["sparse_embedding"], want)
-            if recipe.top_k is not None:
-                k = got["top_values"].shape[1]
-                _worse(worst, "top_values", got["top_values"], -np.sort(-want, axis=1)[:, :k])
-                at = np.take_along_axis(want, got["top_indices"], axis=1)
-                _worse(worst, "top_indices", got["top_values"], at)
-    tokenizer.enable_padding(direction="right", **pad)
+    for start, enc in padded_runs(tokenizer, texts, CHECK_BATCH):
+        got = dict(zip(names, runner.session.run(names, encoded_feed(runner, enc)), strict=True))
+        want = ref[start : start + len(enc)]
+        _worse(worst, "sparse_embedding", got["sparse_embedding"], want)
+        if recipe.top_k is not None:
+            k = got["top_values"].shape[1]
+            _worse(worst, "top_values", got["top_values"], -np.sort(-want, axis=1)[:, :k])
+            at = np.take_along_axis(want, got["top_indices"], axis=1)
+            _worse(worst, "top_indices", got["top_values"], at)
     out = {"texts": len(texts),
            "batches": [f"right-padded by {CHECK_BATCH}", f"left-padded by {CHECK_BATCH}",
                        "one text each"],

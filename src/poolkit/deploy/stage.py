@@ -125,16 +125,6 @@ def append_output_stage(
         x = op("Sub", [x, const("starts", starts)], "offset")
         x = op("Floor", [op("Div", [x, const("steps", steps)], "buckets")], "floor")
         x = op("Clip", [x, const("lo", np.float32(0)), const("hi", np.float32(255))], "codes")
-        if p == "int8":
-            x = op("Sub", [x, const("shift", np.float32(128))], "shifted")
-        x = op(
-            "Cast",
-            [
-                x,
-            ],
-            "stored",
-            to=elem,
-        )
     elif p in ("binary", "ubinary"):
         # Bit j of a row goes to byte j // 8 with weight 2 ** (7 - j % 8): one matrix
         # product of 0/1 values by powers of two (exact in float32, at most 255).
@@ -144,8 +134,9 @@ def append_output_stage(
         bits = op("Cast", [op("Greater", [x, const("zero", np.float32(0))], "signs")], "bits",
                   to=TensorProto.FLOAT)  # fmt: skip
         x = op("MatMul", [bits, const("weights", weights)], "bytes")
-        if p == "binary":
-            x = op("Sub", [x, const("shift", np.float32(128))], "shifted")
+    if p in ("int8", "binary"):  # the signed forms: codes 0..255 less 128
+        x = op("Sub", [x, const("shift", np.float32(128))], "shifted")
+    if p in ("int8", "uint8", "binary", "ubinary"):
         x = op("Cast", [x], "stored", to=elem)
     nodes.append(helper.make_node("Identity", [x], [output], name=f"{output}_out"))
     graph.node.extend(nodes)

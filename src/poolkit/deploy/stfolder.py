@@ -21,7 +21,8 @@ from typing import Any
 from poolkit._errors import value_error
 from poolkit.recipe import Recipe
 
-__all__ = ["ST_ORDER", "copy_pipeline", "st_pooling_config", "st_refusal"]
+__all__ = ["ST_ORDER", "copy_files", "copy_pipeline", "read_json", "st_pooling_config", "st_refusal",
+           "write_json"]  # fmt: skip
 
 # poolkit strategy -> sentence-transformers' legacy key, in Pooling's concatenation order.
 ST_ORDER: tuple[tuple[str, str], ...] = (
@@ -81,9 +82,30 @@ def st_pooling_config(recipe: Recipe, hidden_size: int) -> dict[str, Any]:
     return config
 
 
+_SKIP = frozenset({"modules.json", "README.md", ".gitattributes", "poolkit-export.json"})
+
+
+def copy_files(hf_dir: Path, dest: Path, skip: frozenset[str]) -> None:
+    """Copy the model's files of ``hf_dir`` to ``dest`` byte for byte, never re-saved; not its
+    subfolders (the pipeline's modules, stale onnx/ or openvino/ exports), nor the
+    sentence-transformers files a writer replaces (:data:`_SKIP` and ``skip``)."""
+    for f in sorted(hf_dir.iterdir()):
+        if f.is_file() and f.name not in _SKIP | skip:
+            shutil.copyfile(f, dest / f.name)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON object or list at ``path``; ``{}`` when there is no file (or it holds neither)."""
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return data if isinstance(data, dict | list) else {}
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+
 def _modules(root: Path) -> list[dict[str, Any]]:
-    path = root / "modules.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    return read_json(root / "modules.json") or []
 
 
 def _kind(entry: dict[str, Any]) -> str:
@@ -129,63 +151,43 @@ def copy_pipeline(
     columns (a recipe's ``/DIMS``), recorded as ``truncate_dim``. Returns the module kinds
     written, in pipeline order.
     """
-    skip = {"modules.json", "README.md", ".gitattributes", "poolkit-export.json"}
-    for f in sorted(hf_dir.iterdir()):
-        # Subfolders (the pipeline's modules, stale onnx/ or openvino/ exports) are not
-        # the transformer's; its files are copied as they are, never re-saved.
-        if f.is_file() and f.name not in skip:
-            shutil.copyfile(f, dest / f.name)
+    copy_files(hf_dir, dest, skip=frozenset())
     if hf_dir != source:
         for name in ("config_sentence_transformers.json",):
             if (source / name).is_file():
                 shutil.copyfile(source / name, dest / name)
-    modules: list[dict[str, Any]] = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {
-            "idx": 1,
-            "name": "1",
-            "path": "1_Pooling",
-            "type": "sentence_transformers.models.Pooling",
-        },
-    ]
-    (dest / "1_Pooling").mkdir()
-    _write_json(dest / "1_Pooling" / "config.json", pooling)
-    for entry in source_heads(source):
+    modules: list[dict[str, Any]] = []
+
+    def add(kind: str, type_: str | None = None) -> Path:
+        # The next module's entry; its folder (the root for the Transformer) is the caller's.
         i = len(modules)
-        folder = f"{i}_{_kind(entry)}"
-        shutil.copytree(source / str(entry.get("path") or ""), dest / folder)
-        modules.append({"idx": i, "name": str(i), "path": folder, "type": entry["type"]})
+        path = f"{i}_{kind}" if i else ""
+        modules.append({"idx": i, "name": str(i), "path": path,
+                        "type": type_ or f"sentence_transformers.models.{kind}"})  # fmt: skip
+        return dest / path
+
+    add("Transformer")
+    add("Pooling").mkdir()
+    write_json(dest / "1_Pooling" / "config.json", pooling)
+    for entry in source_heads(source):
+        shutil.copytree(source / str(entry.get("path") or ""), add(_kind(entry), entry["type"]))
     if normalize and dims is not None and width is not None and dims < width:
         # sentence-transformers truncates after every module (Normalize included) and does
         # not normalise again; poolkit normalises the kept columns. A Dense module whose
         # weights are the first `dims` rows of the identity keeps those columns exactly
         # (each output is one input times 1 plus zeros) before Normalize.
-        i = len(modules)
-        _write_slice(dest / f"{i}_Dense", width, dims)
-        modules.append({"idx": i, "name": str(i), "path": f"{i}_Dense",
-                        "type": "sentence_transformers.models.Dense"})  # fmt: skip
+        _write_slice(add("Dense"), width, dims)
     if normalize:
-        i = len(modules)
-        (dest / f"{i}_Normalize").mkdir()
-        modules.append(
-            {
-                "idx": i,
-                "name": str(i),
-                "path": f"{i}_Normalize",
-                "type": "sentence_transformers.models.Normalize",
-            }
-        )
-    _write_json(dest / "modules.json", modules)
-    sbert = {}
-    if (hf_dir / "sentence_bert_config.json").is_file():
-        sbert = json.loads((hf_dir / "sentence_bert_config.json").read_text(encoding="utf-8"))
+        add("Normalize").mkdir()
+    write_json(dest / "modules.json", modules)
+    sbert = read_json(hf_dir / "sentence_bert_config.json")
     sbert["max_seq_length"] = max_seq_length
-    _write_json(dest / "sentence_bert_config.json", sbert)
+    write_json(dest / "sentence_bert_config.json", sbert)
     if dims is not None:
         path = dest / "config_sentence_transformers.json"
-        config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        config = read_json(path)
         config["truncate_dim"] = dims
-        _write_json(path, config)
+        write_json(path, config)
     return [_kind(m) for m in modules]
 
 
@@ -199,7 +201,3 @@ def _write_slice(folder: Path, width: int, dims: int) -> None:
                   init_weight=eye)  # fmt: skip
     folder.mkdir()
     dense.save(str(folder))
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

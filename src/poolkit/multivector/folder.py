@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import string
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "LateInteraction",
     "describe_pipeline",
     "folder_recipe",
+    "pipeline_modules",
     "read_late_interaction",
 ]
 
@@ -100,6 +102,12 @@ def _json(path: Path) -> Any:
         return json.load(f)
 
 
+def pipeline_modules(root: Path) -> Iterator[tuple[str, str]]:
+    """``(class name, folder relative to root)`` of each module in ``root/modules.json``."""
+    for entry in _json(root / "modules.json") or []:
+        yield str(entry.get("type", "")).rsplit(".", 1)[-1], str(entry.get("path") or "")
+
+
 def _token_id(tokenizer: Any, token: Any) -> int | None:
     if isinstance(token, dict):
         token = token.get("content")
@@ -125,20 +133,18 @@ def read_late_interaction(root: str | Path, tokenizer: Any, max_length: int) -> 
     prompts = {k: v for k, v in (st.get("prompts") or {}).items() if isinstance(v, str)}
     if kind not in (MVE_MODEL_TYPE, PYLATE_MODEL_TYPE):
         return LateInteraction(prompts=prompts)
-    modules = _json(root / "modules.json") or []
     steps: list[PipelineStep] = []
     normalize = kind == PYLATE_MODEL_TYPE
     transformer_cfg: dict[str, Any] = {}
     skip_words: list[str] | None = None
     skip_tasks = ["document"]
     keep_ids: tuple[int, ...] | None = None
-    for entry in modules:
-        name = str(entry.get("type", "")).rsplit(".", 1)[-1]
-        folder = root / str(entry.get("path") or "")
+    for name, path in pipeline_modules(root):
+        folder = root / path
         if name == "Transformer":
             transformer_cfg = _json(folder / "sentence_bert_config.json")
         elif name == "Dense":
-            steps.append(_dense(folder, f"Dense ({entry.get('path')})"))
+            steps.append(_dense(folder, f"Dense ({path})"))
         elif name == "Normalize":
             normalize = True
         elif name == "MultiVectorMask":
@@ -209,9 +215,7 @@ def folder_recipe(root: str | Path) -> tuple[str | None, str]:
     normalized = kind == PYLATE_MODEL_TYPE
     pool: float | None = None
     said = [f"config_sentence_transformers.json: model_type {kind}"]
-    for entry in _json(root / "modules.json") or []:
-        name = str(entry.get("type", "")).rsplit(".", 1)[-1]
-        path = str(entry.get("path") or "")
+    for name, path in pipeline_modules(root):
         if name == "Normalize":
             normalized = True
         elif name == "HierarchicalTokenPooling":
@@ -247,9 +251,7 @@ def describe_pipeline(root: str | Path) -> list[tuple[str, str]]:
         return []
     rows: list[tuple[str, str]] = []
     normalized = kind == PYLATE_MODEL_TYPE
-    for entry in _json(root / "modules.json") or []:
-        name = str(entry.get("type", "")).rsplit(".", 1)[-1]
-        path = str(entry.get("path") or "")
+    for name, path in pipeline_modules(root):
         label = f"{name} ({path or 'root'})"
         cfg = _json(root / path / ("sentence_bert_config.json" if name == "Transformer"
                                    else "config.json"))  # fmt: skip

@@ -33,12 +33,7 @@ def activate(x: Any, activation: str) -> Any:
 
 
 def splade_pool(
-    hidden: Any,
-    mask: Any,
-    project: Callable[[Any], Any],
-    strategy: str,
-    *,
-    slice_tokens: int,
+    hidden: Any, mask: Any, project: Callable[[Any], Any], strategy: str, *, slice_tokens: int
 ) -> Any:
     """SPLADE vectors of one batch.
 
