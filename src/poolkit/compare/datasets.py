@@ -326,12 +326,6 @@ def strip_markers(marked: str, where: str = "text") -> tuple[str, list[list[int]
 # ---------------------------------------------------------------------------- tables
 
 
-def _read_table(path: Path) -> tuple[list[str], list[tuple[str, dict]]]:
-    """Column names and (row name, record) pairs of a .jsonl/.csv/.tsv/.parquet file, read
-    by poolkit's one record reader (the one behind ``poolkit embed``)."""
-    return read_records(path)
-
-
 def _require(path: Path, names: list[str], wanted: dict[str, str]) -> None:
     for option, name in wanted.items():
         if name not in names:
@@ -360,7 +354,7 @@ def _pairs_from_table(path: Path, c: Columns) -> PairData:
         raise DataError(where=path, expected="an STS-B tsv file, or a .jsonl/.csv/.tsv/.parquet "
                         f"table with columns {c.sentence1}, {c.sentence2}, {c.score}",
                         got="it is neither")  # fmt: skip
-    names, records = _read_table(path)
+    names, records = read_records(path)
     _require(path, names, {"sentence1": c.sentence1, "sentence2": c.sentence2, "score": c.score})
     s1, s2, scores = [], [], []
     for where, rec in records:
@@ -374,7 +368,7 @@ def _pairs_from_table(path: Path, c: Columns) -> PairData:
 
 
 def _texts_from_table(path: Path, c: Columns) -> TextData:
-    names, records = _read_table(path)
+    names, records = read_records(path)
     _require(path, names, {"text": c.text, "label": c.label})
     texts, labels, rows = [], [], []
     for where, rec in records:
@@ -385,7 +379,7 @@ def _texts_from_table(path: Path, c: Columns) -> TextData:
 
 
 def _spans_from_table(path: Path, c: Columns) -> SpanPairData:
-    names, records = _read_table(path)
+    names, records = read_records(path)
     _require(path, names, {"text": c.text, "spans": c.spans, "label": c.label})
     texts, spans, labels, rows = [], [], [], []
     for where, rec in records:
