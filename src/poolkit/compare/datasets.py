@@ -1,16 +1,7 @@
-"""Task files for `poolkit compare`: read, validate, and hold them in memory.
-
-Four tasks, four containers:
-
-- ``sts``: :class:`PairData` (sentence pairs with a gold similarity score);
-- ``classification``: :class:`TextData` (texts with a label);
-- ``ner``: :class:`TaggedData` (pre-split words with BIO/IOB tags);
-- ``relation``: :class:`SpanPairData` (texts with two character spans and a label).
-
-Generic tables (``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``) are read with configurable
-column names; the native formats (STS-B tsv, SST-2 ``LABEL sentence`` lines, CoNLL,
-SemEval-2010 Task 8) are detected from the file itself. Every problem raises
-:class:`DataError` with one line naming the file and the row.
+"""Task files for `poolkit compare` (:func:`read_task`): read, validate, and hold them in
+memory as :class:`PairData` (``sts``), :class:`TextData` (``classification``),
+:class:`TaggedData` (``ner``) or :class:`SpanPairData` (``relation``). Every problem
+raises :class:`DataError` with one line naming the file and the row.
 """
 
 from __future__ import annotations

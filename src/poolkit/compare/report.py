@@ -138,14 +138,6 @@ class Result(RowFacts):
     def strategy(self) -> str:
         return self.recipe.strategy
 
-    @property
-    def layers(self) -> str:
-        return layer_name(self.recipe.layers)
-
-    def member_names(self) -> list[str]:
-        """The recipe name of every member, the row's first."""
-        return [str(m) for m in self.members or (self.recipe,)]
-
 
 def _tie_key(value: float) -> float:
     # Equal up to float noise counts as a tie; 12 decimals is far below any real difference.
@@ -284,7 +276,7 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
             [
                 f"{place}=" if tie else str(i),
                 r.name + (" *" if r.intended else "")
-                + (f" (= {', '.join(r.member_names()[1:])})" if len(r.members) > 1 else ""),
+                + (f" (= {', '.join(map(str, r.members[1:]))})" if len(r.members) > 1 else ""),
                 *([f"{r.backend or 'torch'} {r.quantize or 'fp32'}"] if show_backend else []),
                 *([_frontier_cell(r)] if show_front else []),
                 *([str(r.bytes_per_vector or "")] if show_bytes else []),
@@ -619,7 +611,7 @@ def to_json(
             "model": None if across else r.model or model,
             "recipe": str(r.recipe),
             "strategy": r.strategy,
-            "layers": r.layers,
+            "layers": layer_name(r.recipe.layers),
             **{n: r.metrics[n] for n in METRICS[task]},
             "intended": r.intended,
             "ci": {n: list(v) for n, v in r.ci.items()} if r.ci else None,

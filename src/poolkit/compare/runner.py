@@ -1,9 +1,6 @@
-"""`poolkit compare`: one forward pass per data file, every candidate derived per batch.
-
-Hidden states never outlive their batch: each batch is pooled into every candidate at
-once (:mod:`poolkit.compare.candidates`), and only the pooled vectors are kept. The
-vectors are then scored by the task's protocol (cosine + correlation for ``sts``,
-logistic-regression probes for the others).
+"""`poolkit compare`: one forward pass per data file, every candidate derived per batch and
+scored by the task's protocol (cosine + correlation for ``sts``, logistic-regression probes
+for the others); hidden states never outlive their batch.
 """
 
 from __future__ import annotations

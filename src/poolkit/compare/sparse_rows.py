@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import value_error
+from poolkit.sparse.names import SPARSE_STRATEGIES
 
 __all__ = ["BM25", "parse_bm25", "score_extra_rows", "sparsity_facts", "split_extra"]
 
@@ -97,13 +98,7 @@ def split_extra(strategies: Sequence[Any] | None, task: str) -> tuple[list[Any] 
     return dense, extra
 
 
-def _sparse_names() -> frozenset[str]:
-    from poolkit.sparse.names import SPARSE_STRATEGIES
-
-    return frozenset(SPARSE_STRATEGIES) | {f"sparse:{n}" for n in SPARSE_STRATEGIES}
-
-
-_SPARSE = _sparse_names()
+_SPARSE = frozenset(SPARSE_STRATEGIES) | {f"sparse:{n}" for n in SPARSE_STRATEGIES}
 
 
 def sparsity_facts(queries: Any, documents: Any) -> dict[str, float]:

@@ -1,13 +1,9 @@
 """``poolkit.diagnose``: which pooling made these vectors, and is it the model's own.
 
-One forward pass of the model over the texts (every layer kept) gives every pooled
-candidate (:func:`~poolkit.diagnosis.space.pooled_recipes`, through
-:func:`poolkit.embedding.embed_recipes`, the one sequence path); each is finished every way a
-deployment may finish it (:func:`~poolkit.diagnosis.space.finishes`) and scored row by row
-(:mod:`~poolkit.diagnosis.agreement`). When no candidate of that pass matches every row, the
-other truncation lengths run over the texts they cut differently only, and each other prompt
-gets a pass of its own. The best candidate is then set against the model's intended recipe
-(:mod:`~poolkit.diagnosis.verdict`).
+One forward pass gives every pooled candidate (:mod:`.space`), each finished every way a
+deployment may finish it and scored row by row (:mod:`.agreement`); other truncation
+lengths and prompts run only when none matches; the best is set against the model's
+intended recipe (:mod:`.verdict`).
 """
 
 from __future__ import annotations

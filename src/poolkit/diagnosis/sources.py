@@ -1,15 +1,5 @@
-"""The vectors to diagnose: read from a file, or asked of a deployment for the user's texts.
-
-- :func:`read_vectors`: ``.npy``, ``.npz`` (its only array), Parquet (a list column: the only
-  one, or ``column``), JSON Lines (a list per line, or an object's list field) and JSON (a
-  list of lists, or an OpenAI-style ``{"data": [{"embedding": ...}]}``), as ``poolkit embed``
-  and others write them;
-- :func:`onnx_vectors`: an ONNX graph that takes token ids and gives one vector per text,
-  run with the ``tokenizer.json`` beside it (else the model's own tokenizer);
-- :func:`folder_vectors`: a sentence-transformers folder, run by sentence-transformers;
-- :func:`server_vectors`: a running server speaking text-embeddings-inference's ``/embed``
-  or the OpenAI-compatible ``/v1/embeddings``, asked over HTTP (httpx), with retries and a
-  timeout; anything but the expected answer is one :class:`~poolkit.InputError` line.
+"""The vectors to diagnose: read from a file (:func:`read_vectors`), or asked of a deployment
+for the user's texts (:func:`onnx_vectors`, :func:`folder_vectors`, :func:`server_vectors`).
 """
 
 from __future__ import annotations
