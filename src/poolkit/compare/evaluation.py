@@ -1,11 +1,6 @@
 """Per-task evaluations: what one row keeps after scoring (similarities, predictions,
-per-query results), so that its metrics can be computed on the data and on bootstrap
-resamples without touching the model again.
-
-Each class has ``units`` (the resampling unit count), ``point()`` (the metrics in the
-task's order, computed by :mod:`poolkit.compare.metrics`) and ``resampled(counts)`` (the
-same metrics for count vectors ``(R, units)``, by the weighted kernels of
-:mod:`poolkit.compare.bootstrap`).
+per-query results), so that its metrics can be computed on the data (:mod:`.metrics`) and
+on bootstrap resamples (:class:`poolkit.compare.bootstrap.Evaluation`) without the model.
 """
 
 from __future__ import annotations
