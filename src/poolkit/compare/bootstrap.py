@@ -2,16 +2,12 @@
 from its stored per-unit results, and read intervals and paired differences off the same
 resamples.
 
-A resample is a vector of counts ``w`` ``(N,)`` (how often each unit was drawn; ``sum(w) =
-N``); a metric of a resample is the metric of the data with unit ``i`` repeated ``w[i]``
-times. Counts come from ``numpy.random.default_rng(seed)``: the unit indices are
-``rng.integers(0, N, (resamples, N))`` (drawn in blocks of :func:`block_rows` rows, which
-yields the same stream), so a test can redraw the very same indices. Every row of a
-comparison is scored on the same resamples, which makes the differences paired.
-
-Intervals are percentile intervals (``numpy.percentile``, linear interpolation) at
-:data:`LEVEL`. A row is *significantly different* from a reference row when the percentile
-interval of the paired difference (row minus reference, per resample) excludes 0.
+A resample is a vector of counts ``w`` ``(N,)`` (how often each unit was drawn), drawn as
+``numpy.random.default_rng(seed).integers(0, N, (resamples, N))`` in blocks
+(:func:`resample_counts`: the same stream, so a test can redraw it). Every row is scored
+on the same resamples, which pairs the differences. Intervals are percentile intervals
+(``numpy.percentile``, linear) at :data:`LEVEL`; a row differs *significantly* from a
+reference when the interval of the paired difference excludes 0.
 """
 
 from __future__ import annotations

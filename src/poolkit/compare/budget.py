@@ -3,22 +3,12 @@ scored on the stored form, derived from the float32 vectors already embedded (no
 forward pass).
 
 For each base row (the intended one, or every row with ``--budget-rows all``) and each
-(dims, precision) pair, the float32 vectors are truncated (L2-normalised again where the
-recipe normalises) and quantised with :mod:`poolkit.output`, int8/uint8 with ranges
-calibrated on the data being compared (``sts``: every sentence; ``retrieval``: the
-documents, queries quantised with the documents' ranges). Scoring on the stored form:
-
-- ``sts``: cosine similarity of the float values, or of the int8/uint8 integers (float64);
-  ``1 - hamming / dims`` for binary/ubinary bits.
-- ``retrieval``: exact search. Cosine for float rows, integer dot products for int8/uint8
-  rows, Hamming distance for bits (:class:`~poolkit.compare.hamming.HammingIndex`:
-  faiss' ``IndexBinaryFlat`` where installed, else a NumPy/BLAS product; the same
-  ranking); a ``+rescore`` row per binary row re-ranks the top
-  :data:`RESCORE_FACTOR` x 100 Hamming candidates by the dot product of the float query
-  with the documents' unpacked ±1 bits. The search time per query of every row is
-  measured in the same run (:func:`~poolkit.compare.timing.timed_search`).
-
-Other tasks train probes or clusters on float vectors and take no budget rows.
+(dims, precision) pair, the float32 vectors are truncated and quantised with
+:mod:`poolkit.output` (:func:`stored`; int8/uint8 ranges from the data compared), then
+scored on the stored form: ``sts`` by :func:`pair_similarity`, ``retrieval`` by exact
+search (:func:`retrieval_rows`, with a ``+rescore`` row per binary row; each row's search
+time by :func:`~poolkit.compare.timing.timed_search`). Other tasks train probes or clusters
+on float vectors and take no budget rows.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""What `poolkit compare` compares: :class:`poolkit.Recipe` candidates, one per table row.
-
-Sequence strategies are the names of :data:`poolkit.SEQUENCE_STRATEGIES`, ``NAME_no_special``
-(the same strategy with special tokens excluded) and ``+``-joined concatenations of those.
-Word strategies are :data:`poolkit.WORD_STRATEGIES`; span strategies are those accepted by
-:func:`poolkit.span_embeddings`. Layer variants are layer specs
-(:func:`poolkit.layers.layer_spec`) averaged (``how="mean"``). A row's name is
-``str(recipe)``, which ``poolkit embed --recipe`` takes.
+"""What `poolkit compare` compares: :class:`poolkit.Recipe` candidates, one per table row,
+named ``str(recipe)`` as ``poolkit embed --recipe`` takes it; layer variants are layer
+specs (:func:`poolkit.layers.layer_spec`).
 """
 
 from __future__ import annotations

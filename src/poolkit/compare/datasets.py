@@ -1,16 +1,7 @@
-"""Task files for `poolkit compare`: read, validate, and hold them in memory.
-
-Four tasks, four containers:
-
-- ``sts``: :class:`PairData` (sentence pairs with a gold similarity score);
-- ``classification``: :class:`TextData` (texts with a label);
-- ``ner``: :class:`TaggedData` (pre-split words with BIO/IOB tags);
-- ``relation``: :class:`SpanPairData` (texts with two character spans and a label).
-
-Generic tables (``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``) are read with configurable
-column names; the native formats (STS-B tsv, SST-2 ``LABEL sentence`` lines, CoNLL,
-SemEval-2010 Task 8) are detected from the file itself. Every problem raises
-:class:`DataError` with one line naming the file and the row.
+"""Task files for `poolkit compare` (:func:`read_task`): read, validate, and hold them in
+memory as :class:`PairData` (``sts``), :class:`TextData` (``classification``),
+:class:`TaggedData` (``ner``) or :class:`SpanPairData` (``relation``). Every problem
+raises :class:`DataError` with one line naming the file and the row.
 """
 
 from __future__ import annotations
@@ -326,12 +317,6 @@ def strip_markers(marked: str, where: str = "text") -> tuple[str, list[list[int]
 # ---------------------------------------------------------------------------- tables
 
 
-def _read_table(path: Path) -> tuple[list[str], list[tuple[str, dict]]]:
-    """Column names and (row name, record) pairs of a .jsonl/.csv/.tsv/.parquet file, read
-    by poolkit's one record reader (the one behind ``poolkit embed``)."""
-    return read_records(path)
-
-
 def _require(path: Path, names: list[str], wanted: dict[str, str]) -> None:
     for option, name in wanted.items():
         if name not in names:
@@ -360,7 +345,7 @@ def _pairs_from_table(path: Path, c: Columns) -> PairData:
         raise DataError(where=path, expected="an STS-B tsv file, or a .jsonl/.csv/.tsv/.parquet "
                         f"table with columns {c.sentence1}, {c.sentence2}, {c.score}",
                         got="it is neither")  # fmt: skip
-    names, records = _read_table(path)
+    names, records = read_records(path)
     _require(path, names, {"sentence1": c.sentence1, "sentence2": c.sentence2, "score": c.score})
     s1, s2, scores = [], [], []
     for where, rec in records:
@@ -374,7 +359,7 @@ def _pairs_from_table(path: Path, c: Columns) -> PairData:
 
 
 def _texts_from_table(path: Path, c: Columns) -> TextData:
-    names, records = _read_table(path)
+    names, records = read_records(path)
     _require(path, names, {"text": c.text, "label": c.label})
     texts, labels, rows = [], [], []
     for where, rec in records:
@@ -385,7 +370,7 @@ def _texts_from_table(path: Path, c: Columns) -> TextData:
 
 
 def _spans_from_table(path: Path, c: Columns) -> SpanPairData:
-    names, records = _read_table(path)
+    names, records = read_records(path)
     _require(path, names, {"text": c.text, "spans": c.spans, "label": c.label})
     texts, spans, labels, rows = [], [], [], []
     for where, rec in records:

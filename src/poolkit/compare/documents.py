@@ -1,25 +1,14 @@
 """Document rows of `poolkit compare --task retrieval` (``--chunk-tokens N ...``): the
-intended recipe with its documents represented otherwise than truncated, so that the table
-shows whether chunking helps on the user's corpus.
+intended recipe ``R`` with its documents represented otherwise than truncated, so that the
+table shows whether chunking helps on the user's corpus.
 
-For the intended row's recipe ``R`` (the row marked ``*``, whose documents are truncated at
-the model's max length) and each chunk size ``N``:
-
-- ``R · window``: each document whole, through overlapping windows, pooled over all its
-  tokens (``poolkit.embed(documents, recipe=R, long_text="window")``); one vector per
-  document. Left out when the strategy rows already run windows (``--long-text window``).
-- ``R · naive tokens:N``: each document cut into chunks of ``N`` of the model's tokens
-  (:func:`poolkit.chunking.chunk_documents`), each chunk's text embedded alone
-  (``embed_chunks(..., chunks="tokens:N")``); one pass over the chunk texts per size.
-- ``R · late tokens:N``: the same chunks pooled from the whole document's contextual token
-  vectors (``embed_chunks(..., late=True)``, windows past the model's limit). Every size
-  shares one pass of the documents: each document's chunks of every size are handed to
-  :func:`poolkit.chunking.late_chunk_vectors` together. Left out, with a note, for a
-  recipe that names one token of the sequence (``cls``, ``last``).
-
-A chunked document's score for a query is its best chunk's cosine (max over the
-document's chunks); queries are embedded whole, as for every row. Ranking, ties and the
-metrics are those of :mod:`poolkit.compare.retrieval`.
+``R · window`` (documents whole through windows; left out with ``--long-text window``),
+``R · naive tokens:N`` (:func:`poolkit.chunking.chunk_documents`, each chunk's text
+embedded alone) and ``R · late tokens:N`` (the same chunks pooled from the whole
+document's token vectors, every size in one pass; left out for ``cls`` and ``last``), as
+:func:`document_vectors` makes them. A chunked document's score for a query is its best
+chunk's cosine; queries are embedded whole; ranking, ties and metrics are
+:mod:`poolkit.compare.retrieval`'s.
 """
 
 from __future__ import annotations

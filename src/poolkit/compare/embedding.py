@@ -32,21 +32,13 @@ def embed_sequences(
     tap: Any = None,
 ) -> tuple[dict[Recipe, np.ndarray], Any]:
     """Every sequence candidate for ``texts``: float32 ``(N, D_c)`` in input order, as
-    :func:`poolkit.embed` gives them (normalised as the recipe says, else as the model),
-    and the run's :class:`~poolkit.driver.EmbedStats` (which texts were truncated).
+    :func:`poolkit.embed` gives them, and the run's :class:`~poolkit.driver.EmbedStats`.
 
-    The model's modules after pooling (``Dense``, ``LayerNorm``) apply to every candidate
-    whose width they take, the intended row included (its full pipeline); the others are
-    scored on their pooled vectors, and a note names them. ``prompt_name`` (left out:
-    ``settings.prompt_name``; ``None``: the model's default prompt, if any) goes before
-    every text.
-
-    Texts over the encoder's max length are truncated (the model's intended use; the
-    count goes to ``settings.notes``) or, with ``long_text`` (default
-    ``settings.long_text``) ``"window"``, embedded in overlapping windows and pooled over
-    all their tokens. A row left with no token after dropping special tokens gives zeros
-    for ``_no_special`` parts (``embed`` refuses it). ``tap(batch)`` sees every forward
-    batch (:class:`poolkit.compare.multivector.TokenStates`).
+    The model's modules after pooling apply to every candidate whose width they take; the
+    others are scored pooled, and a note names them. ``prompt_name``: left out, the
+    settings'. Texts past the max length are truncated (counted in ``settings.notes``) or,
+    with ``long_text`` ``"window"``, pooled over windows. A text with no token left after
+    dropping special tokens gives zeros. ``tap(batch)`` sees every forward batch.
     """
     from poolkit.plan import make_plan
 

@@ -1,17 +1,12 @@
 """Per-task evaluations: what one row keeps after scoring (similarities, predictions,
-per-query results), so that its metrics can be computed on the data and on bootstrap
-resamples without touching the model again.
-
-Each class has ``units`` (the resampling unit count), ``point()`` (the metrics in the
-task's order, computed by :mod:`poolkit.compare.metrics`) and ``resampled(counts)`` (the
-same metrics for count vectors ``(R, units)``, by the weighted kernels of
-:mod:`poolkit.compare.bootstrap`).
+per-query results), so that its metrics can be computed on the data (:mod:`.metrics`) and
+on bootstrap resamples (:class:`poolkit.compare.bootstrap.Evaluation`) without the model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 
 import numpy as np
@@ -22,17 +17,21 @@ from poolkit.compare import metrics
 __all__ = ["ClusterEval", "LabelEval", "PairEval", "QueryEval", "TagEval"]
 
 
+class _Units:
+    """``units``: the length of the first field (one entry per unit)."""
+
+    @property
+    def units(self) -> int:
+        return len(getattr(self, fields(self)[0].name))  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
-class PairEval:
+class PairEval(_Units):
     """``sts``: cosine similarity ``cos`` ``(N,)`` and gold ``scores`` ``(N,)``; unit: pair.
     Metrics: Spearman, Pearson."""
 
     cos: np.ndarray
     scores: np.ndarray
-
-    @property
-    def units(self) -> int:
-        return len(self.cos)
 
     def point(self) -> tuple[float, ...]:
         return metrics.spearman(self.cos, self.scores), metrics.pearson(self.cos, self.scores)
@@ -64,17 +63,13 @@ def _ranks_of(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class LabelEval:
+class LabelEval(_Units):
     """``classification``/``relation``: gold and predicted labels ``(N,)``; unit: example.
     Metrics: accuracy, macro-F1 (``main_first``) or macro-F1, accuracy."""
 
     gold: np.ndarray
     pred: np.ndarray
     main_first: bool = True
-
-    @property
-    def units(self) -> int:
-        return len(self.gold)
 
     def point(self) -> tuple[float, ...]:
         acc, f1 = metrics.accuracy(self.gold, self.pred), metrics.macro_f1(self.gold, self.pred)
@@ -87,16 +82,12 @@ class LabelEval:
 
 
 @dataclass(frozen=True)
-class TagEval:
+class TagEval(_Units):
     """``ner``: gold and predicted tags per sentence; unit: sentence.
     Metrics: entity-level micro F1, token accuracy."""
 
     gold: Sequence[Sequence[str]]
     pred: Sequence[Sequence[str]]
-
-    @property
-    def units(self) -> int:
-        return len(self.gold)
 
     def point(self) -> tuple[float, ...]:
         return metrics.entity_f1(self.gold, self.pred), metrics.token_accuracy(self.gold, self.pred)
@@ -118,15 +109,11 @@ class TagEval:
 
 
 @dataclass(frozen=True)
-class QueryEval:
+class QueryEval(_Units):
     """``retrieval``: per-query metrics ``(Q, M)`` (nDCG@10, MRR@10, Recall@100, MAP@100);
     unit: query. Every metric is the mean over queries."""
 
     per_query: np.ndarray
-
-    @property
-    def units(self) -> int:
-        return len(self.per_query)
 
     def point(self) -> tuple[float, ...]:
         return tuple(float(v) for v in self.per_query.mean(axis=0))
@@ -136,16 +123,12 @@ class QueryEval:
 
 
 @dataclass(frozen=True)
-class ClusterEval:
+class ClusterEval(_Units):
     """``clustering``: gold label codes ``(N,)`` and cluster assignments ``(runs, N)`` of the
     seeded k-means runs; unit: text. Metric: V-measure averaged over the runs."""
 
     labels: np.ndarray
     clusters: np.ndarray
-
-    @property
-    def units(self) -> int:
-        return len(self.labels)
 
     def point(self) -> tuple[float, ...]:
         from sklearn.metrics import v_measure_score

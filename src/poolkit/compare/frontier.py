@@ -1,17 +1,10 @@
 """The quality/cost frontier of a retrieval comparison, and the best row within a budget.
 
 A row is *on a frontier* when no other row has a higher main metric at no more cost and no
-row has the same metric at a lower cost (Pareto: quality up, cost down); rows equal on
-both are all on it. Two costs give two frontiers, both the rows' cost columns
-(:mod:`poolkit.compare.cost`): bytes per stored document (:func:`bytes_cost`,
-``bytes_per_document``) and query time (:data:`QUERY_COST`, ``query_ms``, ms per query).
-A row whose cost is unknown is on neither side of that frontier: it is not marked and
-beats no row.
-
-A budget (``--max-bytes-per-doc N``, ``--max-query-ms T``) keeps the best row whose cost is
-at most the limit (:func:`best_within`), and names the rows it cannot be told apart from:
-those whose paired bootstrap interval of the difference on the main metric includes 0
-(:func:`untold`, on the same resamples as the table's intervals).
+row has the same metric at a lower cost (:func:`pareto`); two costs, two frontiers: bytes
+per stored document (:func:`bytes_cost`) and query time (:data:`QUERY_COST`). A budget
+(``--max-bytes-per-doc N``, ``--max-query-ms T``) keeps the best row within the limit
+(:func:`best_within`) and names the rows it cannot be told apart from (:func:`untold`).
 """
 
 from __future__ import annotations

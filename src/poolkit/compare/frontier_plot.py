@@ -1,11 +1,6 @@
-"""The report's frontier plots: quality against a cost, as inline SVG (no script, no font,
-no network).
-
-One chart per cost (bytes per document, query time), the cost on a log axis: every row
-with a known cost is a dot with its bootstrap interval as a vertical bar; the rows on that
-frontier (:mod:`poolkit.compare.frontier`) are joined by a line in cost order and
-labelled with their names (``<text class="frontier-label">``). Every dot links to its
-row's commands on the page (``#row-N``, N the row's rank).
+"""The report's frontier plots (:func:`frontier_svg`): quality against a cost on a log axis,
+as inline SVG; each row a dot with its interval, the frontier's rows joined and labelled,
+every dot a link to its row's commands (``#row-N``).
 """
 
 from __future__ import annotations

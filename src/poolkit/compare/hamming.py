@@ -1,24 +1,14 @@
 """Exact Hamming-distance search over packed bits: the binary rows of ``compare --task
 retrieval --precision binary``.
 
-:class:`HammingIndex` holds the documents' packed bits (``binary``: int8 bytes offset by
-128; ``ubinary``: uint8, both as :func:`poolkit.output.quantize` stores them) and returns,
-per query, the ``k`` nearest documents by Hamming distance. The order is fully defined, so
-every engine returns the same ranking: smaller distance first; equal distances: the larger
-``ties`` value first (``compare`` passes the rank of the document ids: the rule of
-:func:`poolkit.compare.search.top_k_by` and trec_eval; default: the document index, as
-there), then the smaller document index.
-
-Two engines, the same results:
-
-- ``"faiss"`` (``faiss-cpu``, in the ``compare`` extra): ``IndexBinaryFlat``, exact
-  popcount search over the bytes, about 5-10x faster per query than the float32 matrix
-  product of the float rows (``bench/bench_budget.py``). It is asked for a few more than
-  ``k`` neighbours, and again for more where distances tie across the ``k``-th place, so
-  the rule above picks among every tied document, not among those faiss kept.
-- ``"numpy"`` (no faiss installed): the distances as ``(bits - s_q . s_d) / 2`` from a
-  float32 BLAS product of the ±1 signs (exact integers), blocked as
-  :func:`~poolkit.compare.search.top_k_by` blocks float scores.
+:class:`HammingIndex` returns, per query, the ``k`` nearest documents by Hamming distance
+in one defined order, whatever the engine: smaller distance first, then the larger
+``ties`` value (``compare`` passes the rank of the document ids, trec_eval's rule), then
+the smaller document index. Engines: ``"faiss"`` (``faiss-cpu``, in the ``compare``
+extra; ``IndexBinaryFlat``, about 5-10x faster per query than the float rows' product,
+``bench/bench_budget.py``; asked again for more where distances tie across the ``k``-th
+place) and ``"numpy"`` (the distances from a float32 BLAS product of the ±1 signs, exact
+integers, blocked as :func:`~poolkit.compare.search.top_k_by`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""`poolkit compare --report FILE.html`: the results as one self-contained page.
-
-The page holds the table (the terminal table's cells, :func:`poolkit.compare.report.cells`),
-the 95% intervals drawn as error bars (inline SVG drawn here: no script, no font, no
-network), the significance column, the notes and footers under the table, the data set and
-its size, the model, the settings and the versions, and for each row the ``embed`` and
-``export`` commands that reproduce its vectors. Every text from the user (paths, model
-names, column names, labels) is escaped. It reads without JavaScript and prints.
+"""`poolkit compare --report FILE.html`: the results as one self-contained page (:func:`render`):
+the table, the intervals as inline SVG, the footers, the data, model, settings and
+versions, and each row's ``embed`` and ``export`` commands. Every text from the user is
+escaped; no script, no font, no network.
 """
 
 from __future__ import annotations

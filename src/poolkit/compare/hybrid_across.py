@@ -1,14 +1,10 @@
 """Hybrid rows across models in one ``compare --task retrieval`` run with several
-``--model``: ``rrf(A,B)`` / ``fuse(A,B,W)`` where ``A`` and ``B`` are rows of two models,
-named as the table prints them (``label:row``, e.g. ``rrf(minilm:mean,splade:splade)``).
+``--model``: ``rrf(A,B)`` / ``fuse(A,B,W)`` of rows of two models, named as the table
+prints them (``label:row``, e.g. ``rrf(minilm:mean,splade:splade)``).
 
-Each model runs on its own (:mod:`poolkit.compare.models`) and keeps the rankings of its
-rows such a hybrid fuses (:func:`sides_of`, checked against its rows before its forward
-pass); once every model ran, the two rankings are fused (:func:`poolkit.compare.hybrid.fused`)
-and scored as any row (:func:`across_rows`). The row's cost is the sum of its two rows'
-(:mod:`poolkit.compare.cost`); its commands are each side's, each with its own ``--model``.
-Without ``--recipes`` (:func:`default_across`), every dense model's intended row is fused
-with every SPLADE model's own row (the dense model's ``rrf(*,bm25)`` is its own default).
+Each model keeps the rankings its rows give such a hybrid (:func:`sides_of`); once every
+model ran they are fused and scored as any row (:func:`across_rows`), the cost being the
+sum of the two rows'. Without ``--recipes``: :func:`default_across`.
 """
 
 from __future__ import annotations

@@ -1,47 +1,38 @@
 """L2-regularised logistic regression (scikit-learn's objective), solved by preconditioned L-BFGS.
 
-The objective is scikit-learn's ``LogisticRegression(C)`` with the default ``lbfgs``/
-``newton-cg`` loss, scaled by ``1/N`` (the optimum does not change)::
+The objective is scikit-learn's ``LogisticRegression(C)`` loss scaled by ``1/N`` (the
+optimum does not change)::
 
     mean_i CE(softmax(x_i W + b), y_i) + |W|^2 / (2 C N)
 
-multinomial (one column per class) for three or more classes, binomial (one column, the
-other class's logit fixed at 0) for two; the intercept ``b`` is not penalised. The problem is
-convex with a unique optimum, so no seed is involved.
+multinomial for three or more classes, binomial (one column, the other class's logit fixed
+at 0) for two; ``b`` is not penalised. The problem is convex with a unique optimum: no seed.
 
-Why preconditioning: with ``C = 1`` on tens of thousands of rows the penalty is weak and the
-Hessian is badly conditioned; plain L-BFGS then needs hundreds of passes over the data. The
-solver runs L-BFGS in coordinates where an approximate Hessian is the identity, in two
-stages:
+Why preconditioning: with ``C = 1`` on tens of thousands of rows the Hessian is badly
+conditioned and plain L-BFGS needs hundreds of passes over the data (WNUT-17, 62 730 words,
+13 tags: 158-322 iterations per word candidate; preconditioned: 45-61). L-BFGS runs in
+coordinates where an approximate Hessian is the identity, in stages:
 
 1. for :data:`REFRESH_AT` iterations, the Hessian at the start (``W = 0``, logits at the log
-   class frequencies), where it is exactly ``(X^T X / N) (x) (diag(p) - p p^T)``; its
-   eigendecomposition (``X^T X`` on a sample of rows) costs about as much as a few gradients;
-2. then, from the point reached, a Hessian that follows where the curvature has gone (rows
-   that are confidently classified have none): with the logits taken relative to the most
-   frequent class, the block of each other class ``j`` is ``sum_i p_ij (1 - p_ij) [x_i 1]^T
-   [x_i 1] / N``, summed over the rows where that weight is not negligible, and factored by
-   Cholesky. The blocks between two classes are left out; they come from rows torn between
-   two classes other than the reference, which are rare. For two classes the one block is
-   the exact Hessian.
+   class frequencies), exactly ``(X^T X / N) (x) (diag(p) - p p^T)``; its
+   eigendecomposition (``X^T X`` on a sample of rows) costs about a few gradients;
+2. then, from the point reached, the curvature where it has gone: with logits relative to
+   the most frequent class, each other class ``j``'s block ``sum_i p_ij (1 - p_ij) [x_i 1]^T
+   [x_i 1] / N`` over the rows where that weight is not negligible, factored by Cholesky
+   (the blocks between two classes, from rows torn between two non-reference classes, are
+   left out; for two classes the one block is the exact Hessian);
+3. near the optimum the decrease left drops below a float32 loss's rounding and the line
+   search fails, where depending on the CPU's float32 kernels (an Intel Xeon's moved one
+   WNUT-17 fixture word's label); the evaluations then switch to float64 (each block cast
+   as it is read) and L-BFGS restarts from the point reached, in the same coordinates,
+   until :data:`TOL` is met on every CPU, and with it the same predictions wherever the
+   optimum decides them. Only a float64 line search finding no lower value stops short.
 
-On WNUT-17 (62 730 words, 13 tags) this takes the five word candidates from 158-322 L-BFGS
-iterations to 45-61.
-
-Each gradient is two float32 products with ``X``, taken block by block of :data:`BLOCK` rows
-so that a block is read from memory once for both (and its softmax runs while it is in
-cache), on as many threads as the process may use. Each block's sums are float64 and added
-in block order, so the result does not depend on the thread count; parameters, loss and the
-stopping test are float64.
-
-3. Near the optimum the decrease left to find drops below the rounding of a float32 loss,
-   and L-BFGS's line search fails: where, depends on the CPU's float32 kernels (an Intel
-   Xeon's moved one WNUT-17 fixture word's label; rows perturbed at float32 rounding here
-   stopped at max |gradient| 1e-4, logits up to 5 from the optimum). Then the evaluations switch to float64 (each block
-   cast as it is read) and L-BFGS restarts from the point reached, in the same coordinates,
-   until the gradient test passes: :data:`TOL` is met on every CPU, and with
-   it the same predictions wherever the optimum decides them. Only a float64 line search that
-   finds no lower value (its own rounding) ends a fit short of :data:`TOL`.
+Each gradient is two float32 products with ``X``, block by block of :data:`BLOCK` rows (a
+block read from memory once for both, its softmax run while it is in cache), on as many
+threads as the process may use; each block's sums are float64 and added in block order, so
+the result does not depend on the thread count. Parameters, loss and the stopping test are
+float64.
 """
 
 from __future__ import annotations

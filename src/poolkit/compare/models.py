@@ -1,19 +1,11 @@
 """Several models in one ``compare`` run: each model's rows in one table, all paired.
 
-Each model runs :func:`poolkit.compare.runner.planned_rows` on the same data (its own
-forward passes: every distinct query and document once per model), and the rows of all
-models are summarized together (:func:`poolkit.compare.summary.summarize`): every row is
-scored on the same bootstrap resamples of the same units (queries, pairs, examples), so
-intervals, ``vs *`` and ``vs best`` stay paired across models.
-
-The reference row ``*`` is the *first* model's intended pooling: ``vs *`` compares every
-row, of every model, with it (the question "does another model or pooling beat the one I
-use?"); the other models' own poolings are rows like the rest. Model-free rows (BM25)
-come once, with the first model. Hybrid rows across models (``rrf(A,B)`` of rows of two
-models, named as the table prints them, ``label:row``) are fused after every model ran
-(:mod:`poolkit.compare.hybrid_across`). A multi-vector folder's own recipe (its
-``MultiVectorEncoder`` / PyLate pipeline) takes part beside its rows (retrieval), as a
-sparse model's own row always does.
+Each model runs :func:`poolkit.compare.runner.planned_rows` on the same data, and the rows
+of all models are summarized together, on the same bootstrap resamples, so intervals,
+``vs *`` and ``vs best`` stay paired across models. ``*`` is the *first* model's intended
+pooling; model-free rows (BM25) come once, with the first model; hybrids across models
+(``label:row`` names) are fused after every model ran (:mod:`.hybrid_across`); a
+multi-vector folder's own recipe takes part beside its rows, as a sparse model's does.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """``compare --task retrieval`` rows of multi-vector recipes: exact MaxSim search, MUVERA
-search (a dot product over one vector per text), and MUVERA's top 100 reranked by MaxSim.
-
-Queries are embedded on the query side and documents on the document side of the folder
-(:mod:`poolkit.multivector.encode`), once per L2 setting; each recipe's stages (token
-pooling, dims, MUVERA, precision) then apply per text. MaxSim search runs in query and
-document blocks whose token-pair scores stay within :data:`poolkit.multivector.scoring.PAIR_BUDGET`,
-so memory is the stored token vectors plus one block. Each row's facts: the token width
-(``dims``), bytes per document (tokens kept x width x bytes, averaged; MUVERA: its one
-vector) and the search time per query.
+search (a dot product over one vector per text), and MUVERA's top 100 reranked by MaxSim
+(:func:`multivector_rows`). MaxSim runs in query and document blocks whose token-pair
+scores stay within :data:`poolkit.multivector.scoring.PAIR_BUDGET`.
 """
 
 from __future__ import annotations

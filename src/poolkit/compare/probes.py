@@ -1,20 +1,12 @@
 """Frozen-encoder probes: logistic regression on standardised vectors, deterministic.
 
-The probe is scikit-learn's ``StandardScaler`` + ``LogisticRegression(C=1)`` estimator
-(multinomial for three or more labels, binomial for two, intercepts not penalised). Two
-solvers reach its optimum, and the faster one for the problem's shape is used:
-
-- ``"lbfgs"``: :mod:`poolkit.compare.logistic` (preconditioned L-BFGS over row blocks on
-  every CPU, warm starts across CV folds) for many rows per feature, e.g. token-level NER:
-  on WNUT-17's `first` candidate 2.4 s on an idle 2-core machine against newton-cg's 33.9 s
-  on one BLAS thread, the same predictions; SST-2's eleven binary candidates (6920 rows)
-  1.8 s in all against 2.1 s, the same predictions;
-- ``"newton-cg"``: scikit-learn's, where the Hessian is cheap next to the data: wide
-  features on few rows (SemEval-2010's 768-2304-d candidates on 6000 relations: 45 s in all
-  against L-BFGS's 68 s, idle).
-
-``tests/test_compare_probes.py`` pins the L-BFGS figures to scikit-learn's converged probe;
-``bench/bench_probes.py`` checks them on WNUT-17 and times the probes against embedding.
+The probe is scikit-learn's ``StandardScaler`` + ``LogisticRegression(C=1)``; two solvers
+reach its optimum, the faster for the problem's shape is used (:func:`solver_for`):
+``"lbfgs"`` (:mod:`poolkit.compare.logistic`, for many rows per feature: WNUT-17's
+`first` candidate 2.4 s against newton-cg's 33.9 s, the same predictions) and
+scikit-learn's ``"newton-cg"`` (wide features on few rows: SemEval-2010's 768-2304-d
+candidates 45 s against L-BFGS's 68 s). ``tests/test_compare_probes.py`` pins the L-BFGS
+figures to scikit-learn's converged probe; ``bench/bench_probes.py`` times them.
 """
 
 from __future__ import annotations

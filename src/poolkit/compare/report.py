@@ -95,33 +95,17 @@ class RowFacts:
 class Result(RowFacts):
     """One row's scores: ``metrics`` maps each name of ``METRICS[task]`` to a fraction.
 
-    ``recipe`` is the candidate; ``str(recipe)`` is the row's name, which
-    ``poolkit embed --recipe`` takes to write the vectors that were scored.
-    ``ci``: 95% bootstrap interval per metric (empty with the bootstrap off);
-    ``vs_intended``: the main metric minus the intended row's, paired (None for the intended
-    row itself, without an intended row, or with the bootstrap off); ``vs_best``: the same
-    against the best row; ``members``: every recipe this row stands for (rows that cannot
-    differ, :mod:`poolkit.compare.grouping`), ``recipe`` first; ``backend``/``quantize``:
-    set when ``compare`` ran a quantised model beside the full-precision one; ``vs_fp32``
-    and ``speedup`` then compare an int8 row with its fp32 row, ``seconds`` being the time
-    each row's model spent encoding (the speedup is the fp32 twin's over the int8 row's).
-
-    With budget rows (``--dims``/``--precision``) every row has ``dims`` (the stored
-    width) and ``bytes_per_vector``; a budget row's recipe has the output stage, its
-    ``vs_fp32`` compares it with its float32 full-width row, ``rescore`` marks a binary
-    retrieval row re-scored with float queries, ``calibration`` says what the int8/uint8
-    ranges were computed on, ``ranges`` (a :class:`~poolkit.output.Calibration`) the ranges
-    themselves, ``search_ms`` (retrieval) is the exact search's time per query.
-
-    A document row of retrieval (``--chunk-tokens``) has ``documents``: how its documents
-    were represented, ``"window"``, ``"naive tokens:N"`` or ``"late tokens:N"``
-    (:mod:`poolkit.compare.documents`), and ``vectors_per_document``: the vectors its index
-    stores per document, on average; None for every other row (each document one text, as
-    the strategy rows embed it).
-
-    ``frontier_bytes`` / ``frontier_query`` (retrieval; :mod:`poolkit.compare.frontier`):
-    whether no other row beats the row's main metric at no more bytes per document / query
-    time (False for a row whose cost is unknown); None where no frontier was computed.
+    ``str(recipe)`` is the row's name (``poolkit embed --recipe`` takes it). ``ci``: the 95%
+    bootstrap interval per metric (empty with the bootstrap off); ``vs_intended`` /
+    ``vs_best``: the main metric minus the intended / best row's, paired (None where there
+    is none); ``members``: every recipe the row stands for (:mod:`.grouping`), ``recipe``
+    first; ``vs_fp32``: an int8 or budget row against its fp32 / float32 full-width row
+    (``speedup``, ``seconds``: model time). The other facts: :class:`RowFacts` (budget rows:
+    ``dims``, ``bytes_per_vector``, ``rescore``, ``calibration``, ``ranges``, ``search_ms``;
+    document rows: ``documents`` (``"window"``, ``"naive tokens:N"``, ``"late tokens:N"``)
+    and ``vectors_per_document``). ``frontier_bytes`` / ``frontier_query``: whether no other
+    row beats the main metric at no more bytes per document / query time (False for an
+    unknown cost; None without a frontier).
     """
 
     recipe: Recipe
@@ -154,14 +138,6 @@ class Result(RowFacts):
     @property
     def strategy(self) -> str:
         return self.recipe.strategy
-
-    @property
-    def layers(self) -> str:
-        return layer_name(self.recipe.layers)
-
-    def member_names(self) -> list[str]:
-        """The recipe name of every member, the row's first."""
-        return [str(m) for m in self.members or (self.recipe,)]
 
 
 def _tie_key(value: float) -> float:
@@ -301,7 +277,7 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
             [
                 f"{place}=" if tie else str(i),
                 r.name + (" *" if r.intended else "")
-                + (f" (= {', '.join(r.member_names()[1:])})" if len(r.members) > 1 else ""),
+                + (f" (= {', '.join(map(str, r.members[1:]))})" if len(r.members) > 1 else ""),
                 *([f"{r.backend or 'torch'} {r.quantize or 'fp32'}"] if show_backend else []),
                 *([_frontier_cell(r)] if show_front else []),
                 *([str(r.bytes_per_vector or "")] if show_bytes else []),
@@ -363,11 +339,11 @@ def footer(
             f"n= rows tied on {main}: ordered intended first, then by the other metrics, "
             "then candidate order."
         )
-    if bootstrap is None:
-        out.append("no confidence intervals (--bootstrap 0).")
-        return (out + _budget_footer(task, ranked) + _multivector_footer(ranked)
+    sections = (_budget_footer(task, ranked) + _multivector_footer(ranked)
                 + _document_footer(ranked) + _hybrid_footer(ranked) + _cost_footer(ranked)
                 + frontier_footer(task, ranked))  # fmt: skip
+    if bootstrap is None:
+        return [*out, "no confidence intervals (--bootstrap 0).", *sections]
     level = round(100 * bootstrap["level"])
     out.append(
         f"[{level}% CI]: percentile bootstrap, {bootstrap['resamples']} resamples of the "
@@ -388,12 +364,7 @@ def footer(
     elif len(ranked) > 1:
         out.append(f"top rows: #1 {ranked[0].label} is better than every other row on {main} "
                    f"(paired {level}% intervals exclude 0).")  # fmt: skip
-    out.extend(_budget_footer(task, ranked))
-    out.extend(_multivector_footer(ranked))
-    out.extend(_document_footer(ranked))
-    out.extend(_hybrid_footer(ranked))
-    out.extend(_cost_footer(ranked))
-    out.extend(frontier_footer(task, ranked))
+    out.extend(sections)
     for r in ranked:
         if r.vs_fp32 is not None and r.quantize:
             speed = f", {r.speedup:.1f}x faster" if r.speedup else ""
@@ -547,6 +518,16 @@ def _cost_footer(ranked: Sequence[Result]) -> list[str]:
     return out
 
 
+_DOCUMENT_KINDS = {
+    "window": "\u00b7 window: each document whole, through overlapping windows, pooled over "
+    "all its tokens (one vector per document)",
+    "naive": "\u00b7 naive tokens:N: each document cut into chunks of N of the model's tokens, "
+    "each chunk's text embedded alone",
+    "late": "\u00b7 late tokens:N: the same chunks pooled from the whole document's contextual "
+    "token vectors (one pass of the document, windows past the limit)",
+}
+
+
 def _document_footer(ranked: Sequence[Result]) -> list[str]:
     """Lines on document rows (``--chunk-tokens``): what each representation is, and how a
     chunked document is scored."""
@@ -558,23 +539,9 @@ def _document_footer(ranked: Sequence[Result]) -> list[str]:
         "rows without \u00b7: each document one text, cut at the model's max length"
         if "window" in kinds
         else "rows without \u00b7: each document one text, whole through windows (--long-text "
-        "window)"
+        "window)",
+        *(text for kind, text in _DOCUMENT_KINDS.items() if kind in kinds),
     ]
-    if "window" in kinds:
-        what.append(
-            "\u00b7 window: each document whole, through overlapping windows, pooled over "
-            "all its tokens (one vector per document)"
-        )
-    if "naive" in kinds:
-        what.append(
-            "\u00b7 naive tokens:N: each document cut into chunks of N of the model's "
-            "tokens, each chunk's text embedded alone"
-        )
-    if "late" in kinds:
-        what.append(
-            "\u00b7 late tokens:N: the same chunks pooled from the whole document's "
-            "contextual token vectors (one pass of the document, windows past the limit)"
-        )
     out = ["documents: " + "; ".join(what) + "."]
     stored = [r for r in ranked if r.documents and r.vectors_per_document is not None]
     if stored:  # what an index of each row holds: its size, beside its score
@@ -619,28 +586,17 @@ def to_json(
 ) -> dict:
     """``{"task", "model", "metric", "bootstrap", "results": [...]}``, results best first.
 
-    Each result: ``model`` (the row's model as ``--model`` names it), ``recipe`` (the row's name; ``Recipe.parse`` it, ``poolkit embed
-    --recipe`` takes it), ``strategy``, ``layers``, every metric, ``intended``, then
-    ``ci`` ({metric: [lo, hi]} or null), ``significant`` (vs the intended row; null for it,
-    without one, or with the bootstrap off), ``difference`` ({"metric", "value", "ci"} vs
-    the intended row, or null), ``members``, ``tied``; with a quantised run also
-    ``backend``, ``quantize``, ``vs_fp32``, ``speedup`` and ``encode_seconds``; with budget rows
-    (``--dims``/``--precision``) also ``dims``, ``precision``, ``bytes_per_vector``,
-    ``rescore``, ``vs_float32`` (a budget row vs its float32 full-width row),
-    ``calibration`` (what int8/uint8 ranges came from) and, for retrieval,
-    ``search_ms_per_query``. A ``rescore`` row's ``recipe`` is its documents' recipe.
-    With document rows (``--chunk-tokens``) every row also has ``documents`` (``"window"``,
-    ``"naive tokens:N"``, ``"late tokens:N"``; null: each document one text, as the
-    strategy rows embed it). When ``embed_command`` is given, every row has
-    ``embed_command``: the command(s) that write what the row scored.
-    With sparse rows (retrieval) every row also has ``active_dims_query``,
-    ``active_dims_document``, ``flops``, ``bytes_per_document`` and
-    ``bytes_per_document_f16`` (null for the dense and BM25 rows).
-    Retrieval rows also have their cost (:mod:`poolkit.compare.cost`):
-    ``bytes_per_document`` (every row kind), ``index_bytes`` ({"1000000": bytes,
-    "100000000": bytes}), ``query_ms``, ``search_ms`` (per query, measured in the run) and
-    ``search_growth``; a hybrid row also ``sides`` and ``fusion``. With a frontier
-    (retrieval) every row also has ``frontier_bytes`` and ``frontier_query``.
+    Each result: ``model`` (as ``--model`` names it), ``recipe`` (the row's name, as
+    ``poolkit embed --recipe`` takes it; a ``rescore`` row's: its documents' recipe),
+    ``strategy``, ``layers``, every metric, ``intended``, ``ci``, ``significant`` and
+    ``difference`` (vs the intended row; null where none), ``members``, ``tied``; then,
+    where some row has them, the fields of a quantised run (``backend``, ``quantize``,
+    ``vs_fp32``, ``speedup``, ``encode_seconds``), of budget rows (``dims``, ``precision``,
+    ``bytes_per_vector``, ``rescore``, ``vs_float32``, ``calibration``, ``ranges``,
+    ``search_ms_per_query``), of sparse rows (``active_dims_*``, ``flops``,
+    ``bytes_per_document*``), the frontier, the cost (:func:`_cost_json`), of document rows
+    (``documents``, ``vectors_per_document``) and ``embed_command`` when ``embed_command``
+    is given.
     """
     metric = MAIN_METRIC[task]
     ranked = rank(results, metric)
@@ -657,7 +613,7 @@ def to_json(
             "model": None if across else r.model or model,
             "recipe": str(r.recipe),
             "strategy": r.strategy,
-            "layers": r.layers,
+            "layers": layer_name(r.recipe.layers),
             **{n: r.metrics[n] for n in METRICS[task]},
             "intended": r.intended,
             "ci": {n: list(v) for n, v in r.ci.items()} if r.ci else None,

@@ -1,9 +1,6 @@
-"""`poolkit compare`: one forward pass per data file, every candidate derived per batch.
-
-Hidden states never outlive their batch: each batch is pooled into every candidate at
-once (:mod:`poolkit.compare.candidates`), and only the pooled vectors are kept. The
-vectors are then scored by the task's protocol (cosine + correlation for ``sts``,
-logistic-regression probes for the others).
+"""`poolkit compare`: one forward pass per data file, every candidate derived per batch and
+scored by the task's protocol (cosine + correlation for ``sts``, logistic-regression probes
+for the others); hidden states never outlive their batch.
 """
 
 from __future__ import annotations
@@ -32,10 +29,9 @@ from poolkit.compare.datasets import (
 from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.evaluation import LabelEval, PairEval, TagEval
 from poolkit.compare.grouping import groups
-from poolkit.compare.hybrid import HybridError, default_hybrids, split_hybrids
-from poolkit.compare.hybrid_rows import evaluations as hybrid_evaluations
-from poolkit.compare.hybrid_rows import plan as fuse_plan
-from poolkit.compare.hybrid_rows import row_keys
+from poolkit.compare.hybrid import HybridError, default_hybrids, row_keys, split_hybrids
+from poolkit.compare.hybrid import evaluations as hybrid_evaluations
+from poolkit.compare.hybrid import plan as fuse_plan
 from poolkit.compare.multivector import RERANK
 from poolkit.compare.multivector import check_candidates as check_multivector
 from poolkit.compare.report import Result
@@ -58,23 +54,17 @@ LEVELS = {
 class Settings:
     """What to compare and how.
 
-    ``strategies``: recipe names or :class:`Recipe` values, ``layers``: layer specs; None
-    means the level's defaults (``layers``: last only);
-    ``folds``: stratified CV folds when there is no training file; ``quiet``: no progress
-    bars; ``long_text``: ``"truncate"`` or ``"window"`` for sequence tasks (word and span
-    tasks always use windows); ``notes``: filled with remarks for the user (truncation, folds);
-    ``bootstrap``: resamples for the intervals (0: none) drawn with ``seed``;
-    ``backend``: the runtime's name for the rows' ``backend`` field when a quantised model
-    runs beside (None: not reported); ``int8_rows``: ``"intended"`` or ``"all"`` rows get a
-    quantised twin; ``prompt_name``: the model's prompt before every text of a sequence
-    task (retrieval: every query), ``document_prompt_name``: before every retrieval
-    document (``None``: the model's default prompt, if any); ``budget``: budget rows
-    (:mod:`poolkit.compare.budget`, tasks ``sts`` and ``retrieval``). ``stages`` and
-    ``budget_facts`` are filled by :func:`compare` and the scorers (each budget row's
-    calibration, each retrieval row's search time). ``chunk_tokens``: chunk sizes of the
-    document rows (:mod:`poolkit.compare.documents`, task ``retrieval``: the intended
-    recipe with documents whole through windows, and in naive and late chunks of each
-    size); ``document_base`` (the intended recipe) is filled by :func:`compare`.
+    ``strategies``: recipe names or :class:`Recipe` values, ``layers``: layer specs (None:
+    the level's defaults); ``folds``: stratified CV folds without a training file;
+    ``quiet``: no progress bars; ``long_text``: ``"truncate"`` or ``"window"`` for sequence
+    tasks (word and span tasks always use windows); ``notes``: filled with remarks for the
+    user; ``bootstrap``:
+    resamples (0: none) drawn with ``seed``; ``backend``: the rows' ``backend`` field beside
+    a quantised model; ``int8_rows``: ``"intended"`` or ``"all"`` rows get a quantised twin;
+    ``prompt_name`` / ``document_prompt_name``: before every text (retrieval: query) /
+    retrieval document; ``budget``: budget rows (:mod:`.budget`); ``chunk_tokens``: chunk
+    sizes of the document rows (:mod:`.documents`). The other fields are filled by
+    :func:`compare` and the scorers.
     """
 
     task: str
@@ -128,13 +118,10 @@ def planned_rows(
     """Score every candidate of ``settings`` on ``data`` (probes trained on ``train`` if
     given, else stratified cross-validation where the task allows it).
 
-    ``encoder`` is a :class:`poolkit.encoder.Encoder`; ``quantized``, if given, an int8
-    Encoder of the same model whose rows are added beside the intended row (or every row,
-    ``settings.int8_rows="all"``), compared paired and timed. Returns one :class:`Row`
-    per row in candidate order (rows that cannot differ merged, :mod:`.grouping`), the
-    model's intended pooling flagged, and every row key's per-unit evaluation
-    (:func:`poolkit.compare.summary.summarize` turns them into results). Raises :class:`DataError` for data the protocol cannot
-    use; ValueError for unknown strategies.
+    ``quantized``: an int8 Encoder of the same model whose rows are added beside the
+    intended row (or every row, ``settings.int8_rows="all"``), paired and timed. Returns one
+    :class:`Row` per row in candidate order (rows that cannot differ merged) and every row
+    key's per-unit evaluation. Raises :class:`DataError` for data the protocol cannot use.
     """
     level = LEVELS[settings.task]
     # Hybrid rows (retrieval) fuse two rows' rankings (.hybrid); named among the strategies.

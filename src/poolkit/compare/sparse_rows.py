@@ -1,20 +1,11 @@
 """Rows of ``compare --task retrieval`` that are not dense vectors: sparse recipes
-(``splade``, :mod:`poolkit.sparse`) and the lexical baseline BM25 (``bm25``, through the
-``bm25s`` library).
-
-A sparse row scores a query against a document by the exact dot product of their sparse
-vectors (what SPLADE is trained for); a BM25 row by ``bm25s``' scores with its defaults
-(``method="lucene"``, ``k1=1.5``, ``b=0.75``), texts tokenized by
-``bm25s.tokenize(texts, stopwords="en")``; documents are joined as the dense rows join
-them (:mod:`poolkit.compare.retrieval`). Ranking, tie rule and metrics are the dense rows'
+(``splade``, :mod:`poolkit.sparse`), scored by the exact dot product of their sparse vectors,
+and the lexical baseline BM25 (``bm25``, ``bm25s`` with its defaults: ``method="lucene"``,
+``k1=1.5``, ``b=0.75``, texts tokenized with ``stopwords="en"``). Documents are joined as
+the dense rows join them; ranking, tie rule and metrics are the dense rows'
 (:func:`poolkit.compare.search.top_k_by`, :func:`~poolkit.compare.retrieval.query_metrics`),
-so every row gets the same intervals and paired differences.
-
-Per sparse row: the mean active (non-zero) dimensions of queries and of documents; FLOPS
-as sentence-transformers' ``SparseInformationRetrievalEvaluator`` defines it, the dot
-product of the fraction of queries and of documents in which each term is active (the
-expected multiplications of one query-document score); and the bytes one document takes
-stored as (int32 index, float32 weight) per active term, and with float16 weights.
+so every row gets the same intervals and paired differences. Per sparse row:
+:func:`sparsity_facts`.
 """
 
 from __future__ import annotations
@@ -28,6 +19,7 @@ import numpy as np
 
 from poolkit._errors import value_error
 from poolkit.compare.timing import timed_search
+from poolkit.sparse.names import SPARSE_STRATEGIES
 
 __all__ = ["BM25", "parse_bm25", "score_extra_rows", "sparsity_facts", "split_extra"]
 
@@ -107,18 +99,14 @@ def split_extra(strategies: Sequence[Any] | None, task: str) -> tuple[list[Any] 
     return dense, extra
 
 
-def _sparse_names() -> frozenset[str]:
-    from poolkit.sparse.names import SPARSE_STRATEGIES
-
-    return frozenset(SPARSE_STRATEGIES) | {f"sparse:{n}" for n in SPARSE_STRATEGIES}
-
-
-_SPARSE = _sparse_names()
+_SPARSE = frozenset(SPARSE_STRATEGIES) | {f"sparse:{n}" for n in SPARSE_STRATEGIES}
 
 
 def sparsity_facts(queries: Any, documents: Any) -> dict[str, float]:
     """Mean active dimensions of ``queries`` and ``documents`` (CSR ``(Q, V)``, ``(N, V)``),
-    FLOPS (sentence-transformers' definition) and bytes per stored document."""
+    FLOPS (as sentence-transformers' ``SparseInformationRetrievalEvaluator``: the dot product
+    of the fraction of queries and of documents in which each term is active) and bytes per
+    stored document (int32 index and float32 or float16 weight per active term)."""
     q_active = np.diff(queries.indptr)
     d_active = np.diff(documents.indptr)
     width = queries.shape[1]

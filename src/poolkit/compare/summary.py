@@ -16,14 +16,9 @@ __all__ = ["Row", "summarize"]
 
 @dataclass(frozen=True)
 class Row(RowFacts):
-    """What a result row is: its evaluation ``key`` and how it is labelled.
-
-    ``recipe``: the row's candidate (its name); ``members``: every recipe it stands for,
-    its own first; ``reference``: for a quantised row, the key of its full-precision row
-    (a budget row: its float32 full-width row); ``dims``, ``bytes_per_vector``,
-    ``rescore``, ``search_ms``, ``calibration``: set with budget rows (``--dims``,
-    ``--precision``), see :class:`~poolkit.compare.report.Result`; ``documents``: a
-    document row's representation (``--chunk-tokens``, :mod:`poolkit.compare.documents`).
+    """What a result row is: its evaluation ``key``, its ``recipe`` and ``members`` (as
+    :class:`~poolkit.compare.report.Result`'s), and ``reference``: the key of the row a
+    quantised or budget row is paired with (its full-precision / float32 full-width row).
     """
 
     key: Hashable

@@ -73,15 +73,8 @@ class Agreement:
         return self.matched / self.rows if self.rows else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            **self.candidate.to_json(),
-            "rows": self.rows,
-            "matched": self.matched,
-            "cos_min": self.cos_min,
-            "cos_median": self.cos_median,
-            "rel_median": self.rel_median,
-            "rel_max": self.rel_max,
-        }
+        names = ("rows", "matched", "cos_min", "cos_median", "rel_median", "rel_max")
+        return {**self.candidate.to_json(), **{k: getattr(self, k) for k in names}}
 
 
 def differences(

@@ -1,13 +1,9 @@
 """``poolkit.diagnose``: which pooling made these vectors, and is it the model's own.
 
-One forward pass of the model over the texts (every layer kept) gives every pooled
-candidate (:func:`~poolkit.diagnosis.space.pooled_recipes`, through
-:func:`poolkit.embedding.embed_recipes`, the one sequence path); each is finished every way a
-deployment may finish it (:func:`~poolkit.diagnosis.space.finishes`) and scored row by row
-(:mod:`~poolkit.diagnosis.agreement`). When no candidate of that pass matches every row, the
-other truncation lengths run over the texts they cut differently only, and each other prompt
-gets a pass of its own. The best candidate is then set against the model's intended recipe
-(:mod:`~poolkit.diagnosis.verdict`).
+One forward pass gives every pooled candidate (:mod:`.space`), each finished every way a
+deployment may finish it and scored row by row (:mod:`.agreement`); other truncation
+lengths and prompts run only when none matches; the best is set against the model's
+intended recipe (:mod:`.verdict`).
 """
 
 from __future__ import annotations
@@ -76,14 +72,9 @@ class Diagnosis:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what ``poolkit diagnose --json`` prints)."""
+        plain = ("model", "rows", "width", "tol", "verdict", "fix", "matched")
         return {
-            "model": self.model,
-            "rows": self.rows,
-            "width": self.width,
-            "tol": self.tol,
-            "verdict": self.verdict,
-            "fix": self.fix,
-            "matched": self.matched,
+            **{k: getattr(self, k) for k in plain},
             "best": self.best.to_json() if self.best else None,
             "equivalent": [a.to_json() for a in self.equivalent],
             "nearest": self.nearest.to_json(),
@@ -233,7 +224,8 @@ class _Search:
         width = self.target.shape[1]
 
         def finished(arrays: dict[Recipe, np.ndarray]) -> np.ndarray:
-            for f, v in finishes(self._arrays_of(arrays)[recipe], self.encoder.head, width):
+            pooled = self._arrays(_Pass(None, None, 0, None, arrays))[recipe]
+            for f, v in finishes(pooled, self.encoder.head, width):
                 if (f.head, f.normalize, f.dims, f.renormalized) == (
                         c.head, bool(c.recipe.normalize), c.recipe.dims, c.renormalized):  # fmt: skip
                     return v
@@ -245,9 +237,6 @@ class _Search:
             full = full.copy()
             full[p.rows] = finished(p.pooled)
         return full
-
-    def _arrays_of(self, pooled: dict[Recipe, np.ndarray]) -> dict[Recipe, np.ndarray]:
-        return self._arrays(_Pass(None, None, 0, None, pooled))
 
     def ranked(self, intended: Candidate) -> list[Agreement]:
         """Every candidate's agreement: most rows matched first, then closest to the

@@ -1,15 +1,5 @@
-"""The vectors to diagnose: read from a file, or asked of a deployment for the user's texts.
-
-- :func:`read_vectors`: ``.npy``, ``.npz`` (its only array), Parquet (a list column: the only
-  one, or ``column``), JSON Lines (a list per line, or an object's list field) and JSON (a
-  list of lists, or an OpenAI-style ``{"data": [{"embedding": ...}]}``), as ``poolkit embed``
-  and others write them;
-- :func:`onnx_vectors`: an ONNX graph that takes token ids and gives one vector per text,
-  run with the ``tokenizer.json`` beside it (else the model's own tokenizer);
-- :func:`folder_vectors`: a sentence-transformers folder, run by sentence-transformers;
-- :func:`server_vectors`: a running server speaking text-embeddings-inference's ``/embed``
-  or the OpenAI-compatible ``/v1/embeddings``, asked over HTTP (httpx), with retries and a
-  timeout; anything but the expected answer is one :class:`~poolkit.InputError` line.
+"""The vectors to diagnose: read from a file (:func:`read_vectors`), or asked of a deployment
+for the user's texts (:func:`onnx_vectors`, :func:`folder_vectors`, :func:`server_vectors`).
 """
 
 from __future__ import annotations
@@ -31,16 +21,12 @@ __all__ = ["folder_vectors", "onnx_vectors", "read_vectors", "server_vectors"]
 BATCH = 32  # texts per request or ONNX run (TEI's default client batch limit)
 
 
-def _where(path: Path) -> str:
-    return os.fspath(path)
-
-
 def read_vectors(path: str | os.PathLike[str], column: str | None = None) -> np.ndarray:
     """The ``(N, D)`` vectors in ``path`` (format from its extension), in file order."""
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"{_where(p)}: no such file." if not p.exists()
-                         else f"{_where(p)}: is a directory, not a vectors file.")  # fmt: skip
+        raise InputError(f"{p}: no such file." if not p.exists()
+                         else f"{p}: is a directory, not a vectors file.")  # fmt: skip
     ext = p.suffix.lower()
     if ext in (".npy", ".npz"):
         return _numpy(p)
@@ -55,7 +41,7 @@ def _numpy(p: Path) -> np.ndarray:
     try:
         data = np.load(p, allow_pickle=False)
     except (ValueError, OSError) as e:
-        raise InputError(where=_where(p), expected="a NumPy file", got=f"it is not ({e})") from None
+        raise InputError(where=str(p), expected="a NumPy file", got=f"it is not ({e})") from None
     if isinstance(data, np.lib.npyio.NpzFile):
         with data:
             names = list(data.files)
@@ -72,15 +58,13 @@ def _parquet(p: Path, column: str | None) -> np.ndarray:
     try:
         schema = pq.read_schema(p)
     except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(
-            where=_where(p), expected="a Parquet file", got=f"it is not ({e})"
-        ) from None
+        raise InputError(where=str(p), expected="a Parquet file", got=f"it is not ({e})") from None
     lists = [f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_fixed_size_list(
         f.type) or pa.types.is_large_list(f.type)]  # fmt: skip
     name = _pick(lists, column, p)
     col = pq.read_table(p, columns=[name]).column(name).combine_chunks()
     if col.null_count:
-        raise InputError(where=_where(p), expected=f"a vector in every row of column {name!r}",
+        raise InputError(where=str(p), expected=f"a vector in every row of column {name!r}",
                          got="some rows are empty")  # fmt: skip
     values = col.flatten().to_numpy(zero_copy_only=False)
     return _rows(values, len(col), p)
@@ -100,7 +84,7 @@ def _pick(names: list[str], column: str | None, p: Path) -> str:
 
 def _rows(flat: np.ndarray, n: int, p: Path) -> np.ndarray:
     if n == 0 or flat.size % n:
-        raise InputError(where=_where(p), expected="vectors of one width",
+        raise InputError(where=str(p), expected="vectors of one width",
                          got="different widths (or none)")  # fmt: skip
     return flat.reshape(n, flat.size // n)
 
@@ -111,21 +95,21 @@ def _json(p: Path, column: str | None, lines: bool) -> np.ndarray:
         if lines:
             for number, line in enumerate(f, 1):
                 if line.strip():
-                    rows.append(_json_row(_loads(line, f"{_where(p)}: line {number}"), column,
-                                          f"{_where(p)}: line {number}"))  # fmt: skip
+                    rows.append(_json_row(_loads(line, f"{p}: line {number}"), column,
+                                          f"{p}: line {number}"))  # fmt: skip
         else:
-            data = _loads(f.read(), _where(p))
+            data = _loads(f.read(), str(p))
             if isinstance(data, Mapping) and isinstance(data.get("data"), list):
-                data = [_openai_item(x, _where(p)) for x in _by_index(data["data"])]
+                data = [_openai_item(x, str(p)) for x in _by_index(data["data"])]
             if not isinstance(data, list):
                 raise InputError(
                     arg="VECTORS", expected="a JSON list of vectors", got=type(data).__name__
                 )
-            rows = [_json_row(x, column, _where(p)) for x in data]
+            rows = [_json_row(x, column, str(p)) for x in data]
     try:
         return np.asarray(rows, dtype=np.float64)
     except (TypeError, ValueError):
-        raise InputError(where=_where(p), expected="vectors of numbers, of one width",
+        raise InputError(where=str(p), expected="vectors of numbers, of one width",
                          got="they are not") from None  # fmt: skip
 
 
@@ -173,7 +157,7 @@ def onnx_vectors(path: str | os.PathLike[str], texts: Sequence[str], encoder: An
 
     p = Path(path)
     if not p.is_file():
-        raise InputError(arg="--onnx", expected="an ONNX file", got=f"{_where(p)!r}, which "
+        raise InputError(arg="--onnx", expected="an ONNX file", got=f"{str(p)!r}, which "
                                   f"{'is a directory' if p.exists() else 'does not exist'}")  # fmt: skip
     try:
         import onnxruntime as ort
@@ -182,7 +166,7 @@ def onnx_vectors(path: str | os.PathLike[str], texts: Sequence[str], encoder: An
     try:
         session = ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own classes for a file it cannot load
-        raise InputError(where=_where(p), expected="an ONNX graph onnxruntime can load",
+        raise InputError(where=str(p), expected="an ONNX graph onnxruntime can load",
                          got=f"it is not ({e})") from None  # fmt: skip
     outputs = session.get_outputs()
     names = [o.name for o in outputs]

@@ -67,13 +67,11 @@ class Candidate:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        rest = ("head", "renormalized", "max_length", "prompt")
         return {
             "name": self.name,
             "recipe": str(self.recipe),
-            "head": self.head,
-            "renormalized": self.renormalized,
-            "max_length": self.max_length,
-            "prompt": self.prompt,
+            **{k: getattr(self, k) for k in rest},
         }
 
 
