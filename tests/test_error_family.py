@@ -38,6 +38,8 @@ ALLOWED = {
     ("cli/_job.py", "with_note"): "a failed job's error re-raised with the checkpoint's note",
     ("cli/_job.py", "error"): "a failed job's error (or the input change behind it), nothing kept",
     ("cli/_ray_engine.py", "_user_error"): "the error a Ray worker raised, unwrapped",
+    ("backends/onnx.py", "error"): "cached_record's `error`: the caller's family class",
+    ("cli/_chunk_args.py", "out"): "a chunking error recast as InputError (poolkit._errors.recast)",
     ("ray/_sources.py", "cause if isinstance(cause, Exception) else e"): "a Ray task's error",
 }  # fmt: skip
 

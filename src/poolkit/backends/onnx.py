@@ -27,6 +27,7 @@ import os
 import shutil
 import time
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from poolkit._config import config_int
 from poolkit._cpus import available_cpus
 from poolkit._errors import missing_extra, type_error, value_error
 from poolkit.backends.rowquant import quantize_rows
-from poolkit.errors import ExportError, MissingDependencyError, OutputExistsError
+from poolkit.errors import ExportError, MissingDependencyError, OutputExistsError, PoolkitError
 from poolkit.io.atomic import AtomicDir
 from poolkit.io.integrity import IntegrityWarning, fast_file_digest
 
@@ -98,7 +99,7 @@ def onnx_cache_root(cache_dir: str | os.PathLike[str] | None = None, kind: str =
     return cache_root(cache_dir) / kind
 
 
-class Runner:
+class Runner(ABC):
     """What a runner of an exported encoder shares (:class:`OnnxRunner`,
     :class:`~poolkit.backends.openvino.OpenVinoRunner`): its settings and the call.
 
@@ -137,8 +138,8 @@ class Runner:
             )
         return np.asarray(self._infer(feed), dtype=np.float32)
 
-    def _infer(self, feed: dict[str, np.ndarray]) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def _infer(self, feed: dict[str, np.ndarray]) -> Any: ...
 
 
 class OnnxRunner(Runner):
@@ -326,7 +327,7 @@ def load_onnx_runner(
 
 
 def cached_record(
-    entry: Path, main: str, build: Callable[[Path], dict[str, Any]], error: type[Exception],
+    entry: Path, main: str, build: Callable[[Path], dict[str, Any]], error: type[PoolkitError],
     what: str,
 ) -> dict[str, Any]:  # fmt: skip
     """``settings.json`` of cache ``entry`` (:func:`verified_record`), built first where it is
