@@ -42,14 +42,27 @@ def float_hidden(x: Array, arg: str = "hidden") -> tuple[Any, Any]:
     """
     xp = namespace(x, arg)
     if not xp.isdtype(x.dtype, "real floating"):
-        type_error(
-            arg,
-            "a floating point array (float16, bfloat16, float32 or float64)",
-            f"dtype {dtype_name(x)}",
-            "Cast it first, e.g. hidden.astype('float32') or hidden.float().",
-        )
+        not_float(x, arg)
     out = xp.float64 if x.dtype == xp.float64 else xp.float32
     return xp, out
+
+
+def not_float(x: Array, arg: str = "hidden") -> Any:
+    """The TypeError of a ``hidden`` that does not hold floating point values."""
+    type_error(
+        arg,
+        "a floating point array (float16, bfloat16, float32 or float64)",
+        f"dtype {dtype_name(x)}",
+        "Cast it first, e.g. hidden.astype('float32') or hidden.float().",
+    )
+
+
+def batch_view(hidden: Array, arg: str = "hidden") -> Array:
+    """``hidden`` ``(L, H)`` or ``(B, L, H)`` as a ``(B, L, H)`` view (``B = 1`` for one
+    text); ValueError naming ``arg`` for any other shape."""
+    if hidden.ndim not in (2, 3):
+        value_error(arg, "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
+    return hidden if hidden.ndim == 3 else hidden[None, ...]
 
 
 def device_of(x: Array) -> Any:
