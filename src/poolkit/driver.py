@@ -231,7 +231,7 @@ def sequence_vectors(
 
     Each distinct (layers, special-token choice) view is pooled by one
     :func:`poolkit.sequence.pool_named` call over all the names it needs (``check`` as
-    there; ``False``: :func:`poolkit.sequence.sequence_dense`); a recipe's parts are
+    there; ``False``: its vectorised path, unchecked); a recipe's parts are
     concatenated in its order, ``heads[recipe]`` (a :class:`poolkit.head.Head`) applies,
     then L2 as the recipe resolves ``model_normalize``. ``empty="raise"`` refuses rows
     with no token left (after special tokens or the prompt); ``"zeros"`` gives zeros
@@ -241,7 +241,7 @@ def sequence_vectors(
     traced export): as pooled (kind, device, dtype, autograd graph), checks by ``check``.
     """
     from poolkit._arrays import check_mode
-    from poolkit.sequence import pool_named, sequence_dense
+    from poolkit.sequence import pool_named
 
     mode = check_mode(check)
     recipes = list(recipes)
@@ -263,7 +263,7 @@ def sequence_vectors(
     for key, names in wanted.items():
         hidden = views[owner[key]]
         drop = key[2]
-        pooled = (pool_named if mode else sequence_dense)(
+        pooled = pool_named(
             hidden,
             mask,
             tuple(names),
@@ -271,6 +271,7 @@ def sequence_vectors(
             exclude_special=drop,
             empty=empty,  # type: ignore[arg-type]
             check=mode or False,
+            dense=not mode,
         )
         if host:
             device = on_accelerator(pooled)

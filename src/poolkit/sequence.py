@@ -18,7 +18,7 @@ the order given.
 
 Two executions of these rules give the same results: per row over each row's real
 segment (NumPy, and CPU tensors without grad: the fastest for inference), and
-vectorised over the whole batch (``sequence_dense``: tensors that need a gradient, live
+vectorised over the whole batch (the dense path: tensors that need a gradient, live
 on an accelerator or are bfloat16), a fixed number of tensor operations whatever ``B``.
 """
 
@@ -143,20 +143,14 @@ def pool_named(
     exclude_special: bool = False,
     empty: Empty = "raise",
     check: Check = True,
+    dense: bool = False,
 ) -> Array:
     """:func:`sequence_embedding` for strategy names validated already (a
-    :class:`poolkit.Recipe`'s parts): the strategy is not parsed again per batch."""
+    :class:`poolkit.Recipe`'s parts): the strategy is not parsed again per batch.
+    ``dense``: the vectorised torch path whatever the tensor (callers with ``check=False``)."""
     mode = ax.check_mode(check)
-    if dense_path(hidden):  # torch only; sequence_dense checks the dtype itself
-        return sequence_dense(
-            hidden,
-            mask,
-            names,
-            special_tokens_mask=special_tokens_mask,
-            exclude_special=exclude_special,
-            empty=empty,
-            check=mode or False,
-        )
+    if dense or dense_path(hidden):  # torch only; _dense checks the dtype itself
+        return _dense(hidden, mask, names, special_tokens_mask, exclude_special, empty, mode)
     ax.float_hidden(hidden)
     (hidden,), restore = ax.cpu_fast_path(hidden)
     xp, out_dtype = ax.float_hidden(hidden)
@@ -200,30 +194,25 @@ def _check_args(
     return h, tuple(hidden.shape[:-1])
 
 
-def sequence_dense(
+def _dense(
     hidden: Any,
     mask: Any,
     names: tuple[str, ...],
-    *,
-    special_tokens_mask: Any = None,
-    exclude_special: bool = False,
-    empty: Empty = "raise",
-    check: Check = True,
+    special_tokens_mask: Any,
+    exclude_special: bool,
+    empty: Empty,
+    mode: str | None,
 ) -> Any:
-    """``sequence_embedding`` on the vectorised torch path (``names`` already parsed).
-
-    Every rule is a masked whole-batch operation: a fixed number of tensor operations
-    whatever ``B``, on ``hidden``'s device. ``check`` as in ``sequence_embedding``: by
-    default the data checks (0/1 masks, empty rows, NaN/inf) never wait for the device;
-    ``"full"`` reads them back once for the exact error; ``False`` skips them, and
-    empty rows then give zeros.
-    """
+    """:func:`pool_named` on the vectorised torch path: every rule is a masked whole-batch
+    operation, a fixed number of tensor operations whatever ``B``, on ``hidden``'s device.
+    ``mode`` (:func:`poolkit._arrays.check_mode`): the data checks (0/1 masks, empty rows,
+    NaN/inf) never wait for the device (``"async"``), are read back once for the exact
+    error (``"full"``), or are skipped (``None``: empty rows give zeros)."""
     import torch
 
     if not hidden.dtype.is_floating_point:
         ax.not_float(hidden)
     h, lead = _check_args(hidden, empty, exclude_special, special_tokens_mask)
-    mode = ax.check_mode(check)
     dtype = ax.result_dtype(hidden)
     b, length, hid = h.shape
     checks = ax.Checks(mode) if mode else None
