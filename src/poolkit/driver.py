@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import value_error
+from poolkit.output import l2_normalize
 
 # Recipes are typed Any here: poolkit.recipe imports this module (Recipe.pool), no cycle.
 
@@ -139,15 +140,6 @@ def to_float32_numpy(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):
         x = x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=np.float32)
-
-
-def l2_normalize(x: Any) -> Any:
-    """Rows of ``(..., D)`` scaled to unit L2 norm (zero rows stay zero): float32 NumPy, or
-    a torch tensor where it lives, in its dtype."""
-    if hasattr(x, "detach"):
-        return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    norm = np.linalg.norm(x, axis=-1, keepdims=True)
-    return (x / np.maximum(norm, 1e-12)).astype(np.float32, copy=False)
 
 
 # The fields of an encoder batch that pooling reads (torch.compile traces a namedtuple).

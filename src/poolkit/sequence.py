@@ -104,13 +104,10 @@ def sequence_embedding(
         empty: what a row with no selected token gives: ``"raise"`` (default) raises a
             ``ValueError`` naming the row; ``"zeros"`` returns a zero vector for it.
         check: the data checks (0/1 masks, empty rows, NaN/inf) of the vectorised path
-            (tensors that need a gradient, live on an accelerator or are bfloat16).
-            ``True`` or ``"async"`` (default): checked on the device without waiting for
-            it; on the CPU a failure raises the exact error at once, on an accelerator the
-            call fails asynchronously (``torch._assert_async``) with a message naming the
-            checks. ``"full"``: exact errors everywhere, for one host read per call.
-            ``False``: no data checks (empty rows give zeros). NumPy input and CPU tensors
-            without gradient are always checked exactly: their checks run on the host.
+            (tensors that need a gradient, live on an accelerator or are bfloat16):
+            ``True``/``"async"`` (default), ``"full"`` or ``False`` (empty rows give
+            zeros), as :mod:`poolkit.nn` describes. NumPy input and CPU tensors without
+            gradient are always checked exactly: their checks run on the host.
 
     Returns:
         ``(D,)`` or ``(B, D)`` with ``D = H x number of strategies``; the input's kind and

@@ -124,12 +124,8 @@ def span_embeddings(
         width_buckets: ``None`` (no width feature), ``"log"`` (``LOG_WIDTH_BUCKETS``) or
             ascending lower bounds of width buckets; appends a one-hot bucket vector.
         check: the data checks (span bounds, spans over padding, 0/1 masks, NaN/inf) of
-            the vectorised path (tensors that need a gradient, live on an accelerator or
-            are bfloat16). ``True`` or ``"async"`` (default): checked on the device without
-            waiting for it; on the CPU a failure raises the exact error at once, on an
-            accelerator the call fails asynchronously (``torch._assert_async``). ``"full"``:
-            exact errors everywhere, for one host read per call. ``False``: no data checks.
-            NumPy input and CPU tensors without gradient are always checked exactly.
+            the vectorised path, as in ``sequence_embedding``. NumPy input and CPU tensors
+            without gradient are always checked exactly.
 
     Returns:
         ``(S, D)`` or ``(B, S, D)``, ``D = span_output_dim(H, strategy, width_buckets)``,
@@ -483,10 +479,8 @@ def spans_dense(
         out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
         out = torch.where(padded[..., None], torch.zeros((), dtype=dtype, device=h.device), out)
     if checks is not None:
-        # Prefix sums and the attention matmul read whole rows, so a NaN/inf outside every
-        # span (padding included) would reach the result. A non-finite result sends the
-        # call to the per-row path, which reads only each span's tokens: it gives the exact
-        # result or names the bad span's row. (Added last: it runs after the others.)
+        # A non-finite result (see the docstring) goes to the per-row path, which reads
+        # only each span's tokens. (Added last: it runs after the others.)
         checks.add(
             ax.all_finite(out),
             _not_finite,
