@@ -42,14 +42,27 @@ def float_hidden(x: Array, arg: str = "hidden") -> tuple[Any, Any]:
     """
     xp = namespace(x, arg)
     if not xp.isdtype(x.dtype, "real floating"):
-        type_error(
-            arg,
-            "a floating point array (float16, bfloat16, float32 or float64)",
-            f"dtype {dtype_name(x)}",
-            "Cast it first, e.g. hidden.astype('float32') or hidden.float().",
-        )
+        not_float(x, arg)
     out = xp.float64 if x.dtype == xp.float64 else xp.float32
     return xp, out
+
+
+def not_float(x: Array, arg: str = "hidden") -> Any:
+    """The TypeError of a ``hidden`` that does not hold floating point values."""
+    type_error(
+        arg,
+        "a floating point array (float16, bfloat16, float32 or float64)",
+        f"dtype {dtype_name(x)}",
+        "Cast it first, e.g. hidden.astype('float32') or hidden.float().",
+    )
+
+
+def batch_view(hidden: Array, arg: str = "hidden") -> Array:
+    """``hidden`` ``(L, H)`` or ``(B, L, H)`` as a ``(B, L, H)`` view (``B = 1`` for one
+    text); ValueError naming ``arg`` for any other shape."""
+    if hidden.ndim not in (2, 3):
+        value_error(arg, "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
+    return hidden if hidden.ndim == 3 else hidden[None, ...]
 
 
 def device_of(x: Array) -> Any:
@@ -177,19 +190,6 @@ def dense_path(x: Array, *others: Array | None) -> bool:
     )
 
 
-CHECK_MODES = ("async", "full")
-"""Data-check modes of the vectorised torch path; ``False`` (no data checks) besides.
-
-``"async"`` (the default; ``True`` spells it too): the checks run on the tensor's device as
-one combined 0-d flag and nothing waits for the host. On the CPU the flag already sits in
-host memory, so it is read at once and a failure raises the exact error; on an
-accelerator it goes to ``torch._assert_async``, which fails at the device's next
-synchronisation with a message naming the checks. ``"full"``: the flags are read back
-once per call (one host sync on an accelerator) and a failure raises the exact error,
-naming the row, span or value, on every device.
-"""
-
-
 def check_mode(check: Any) -> str | None:
     """``"async"`` for ``True``/``"async"``, ``"full"``, or None for ``False`` (no checks)."""
     if check is True or (isinstance(check, str) and check == "async"):
@@ -212,7 +212,7 @@ class Checks:
     Each check is a 0-d bool tensor that is True when the input is fine, a function that
     raises the precise error (it may copy to the host: it runs only once its flag is known
     to be False) and a short phrase naming the problem. ``run`` finishes them by mode (see
-    ``CHECK_MODES``): ``"full"`` copies all flags at once, one sync; ``"async"`` reads each
+    :mod:`poolkit.nn`): ``"full"`` copies all flags at once, one sync; ``"async"`` reads each
     flag directly on the CPU (host memory: nothing to wait for) and hands it to
     ``torch._assert_async`` on any other device and under ``torch.compile`` (which traces
     it), one tiny operation per check either way.

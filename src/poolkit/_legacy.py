@@ -64,16 +64,20 @@ def legacy_recipe(
 
     Returns what ``recipe=`` takes: one :class:`~poolkit.Recipe`, or for a list a mapping
     ``{name: Recipe}`` keyed as the old call keyed its result."""
-    given = {k: v for k, v in legacy.items() if _given(k, v)}
+    old_defaults = {"layer_how": "mean", "exclude_special": False}  # given: differs from these
+    given = {k: v for k, v in legacy.items() if v is not None and v != old_defaults.get(k)}
     if not given:
         return recipe
     asked = list(given)  # the keywords the caller wrote, for the warning
     from poolkit.asked import one_recipe, resolve_recipes, with_output_stage
     from poolkit.multivector.api import is_multivector, resolve_multivector
 
+    names = [recipe] if isinstance(recipe, str) else recipe  # names, not Recipe values
     if (
         "strategy" not in given
-        and _names(recipe)
+        and isinstance(names, list | tuple)
+        and names
+        and all(isinstance(x, str) for x in names)
         and not is_multivector(recipe)
         and {"layers", "layer_how", "exclude_special"} & set(given)
     ):
@@ -117,16 +121,3 @@ def legacy_recipe(
         stacklevel=stacklevel,
     )
     return out
-
-
-def _names(recipe: Any) -> bool:
-    """Whether ``recipe`` is a name or a list of names (not Recipe values)."""
-    items = [recipe] if isinstance(recipe, str) else recipe
-    return (
-        isinstance(items, list | tuple) and bool(items) and all(isinstance(x, str) for x in items)
-    )
-
-
-def _given(name: str, value: Any) -> bool:
-    """Whether a legacy keyword differs from its old default."""
-    return value is not None and value != {"layer_how": "mean", "exclude_special": False}.get(name)

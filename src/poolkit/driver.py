@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import value_error
+from poolkit.output import l2_normalize
 
 # Recipes are typed Any here: poolkit.recipe imports this module (Recipe.pool), no cycle.
 
@@ -141,15 +142,6 @@ def to_float32_numpy(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
-def l2_normalize(x: Any) -> Any:
-    """Rows of ``(..., D)`` scaled to unit L2 norm (zero rows stay zero): float32 NumPy, or
-    a torch tensor where it lives, in its dtype."""
-    if hasattr(x, "detach"):
-        return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    norm = np.linalg.norm(x, axis=-1, keepdims=True)
-    return (x / np.maximum(norm, 1e-12)).astype(np.float32, copy=False)
-
-
 # The fields of an encoder batch that pooling reads (torch.compile traces a namedtuple).
 _Bare = namedtuple("_Bare", "hidden hidden_states attention_mask special_tokens_mask")
 
@@ -231,7 +223,7 @@ def sequence_vectors(
 
     Each distinct (layers, special-token choice) view is pooled by one
     :func:`poolkit.sequence.pool_named` call over all the names it needs (``check`` as
-    there; ``False``: :func:`poolkit.sequence.sequence_dense`); a recipe's parts are
+    there; ``False``: its vectorised path, unchecked); a recipe's parts are
     concatenated in its order, ``heads[recipe]`` (a :class:`poolkit.head.Head`) applies,
     then L2 as the recipe resolves ``model_normalize``. ``empty="raise"`` refuses rows
     with no token left (after special tokens or the prompt); ``"zeros"`` gives zeros
@@ -241,7 +233,7 @@ def sequence_vectors(
     traced export): as pooled (kind, device, dtype, autograd graph), checks by ``check``.
     """
     from poolkit._arrays import check_mode
-    from poolkit.sequence import pool_named, sequence_dense
+    from poolkit.sequence import pool_named
 
     mode = check_mode(check)
     recipes = list(recipes)
@@ -263,7 +255,7 @@ def sequence_vectors(
     for key, names in wanted.items():
         hidden = views[owner[key]]
         drop = key[2]
-        pooled = (pool_named if mode else sequence_dense)(
+        pooled = pool_named(
             hidden,
             mask,
             tuple(names),
@@ -271,6 +263,7 @@ def sequence_vectors(
             exclude_special=drop,
             empty=empty,  # type: ignore[arg-type]
             check=mode or False,
+            dense=not mode,
         )
         if host:
             device = on_accelerator(pooled)

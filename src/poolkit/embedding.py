@@ -184,7 +184,7 @@ def resolve_request(
         wanted, as_dict = {one: one_recipe(one, None, recipe, None, "mean")}, False
     if wanted is not None and refuse is not None:
         refuse(wanted)
-    if calibration is not None and not isinstance(calibration, Mapping | Calibration):
+    if calibration is not None and not isinstance(calibration, Mapping):
         calibration = _calibration_source(calibration)
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     if wanted is None:  # the model's pooling
@@ -369,20 +369,9 @@ def embed_recipes(
     num_rows: int | None = None,
     tap: Callable[[EncodedBatch], None] | None = None,
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
-    """Sequence vectors of checked ``texts`` for each recipe: ``{name: (N, D) float32}``,
-    or the stored form of a recipe with an output stage (``calibration``: the ranges of
-    its int8/uint8 recipes, by name; see :func:`calibrate_recipes`).
-
-    The one sequence path: :func:`embed`, late chunks, the CLI, the Ray ``Embedder`` and
-    ``poolkit compare`` call it, so a recipe gives the same vectors everywhere. ``empty``
-    as in :func:`poolkit.driver.sequence_vectors`; ``prompt_name``, ``prompt`` and
-    ``pipeline`` as in :func:`embed`, plus ``pipeline="fit"`` (``compare``): the modules
-    after pooling apply to the recipes whose width they take, the others get pooled
-    vectors (see :func:`head_plan`). ``stride`` as in :func:`drive`; ``rows(batch)`` gives
-    the rows to pool instead of the batch's and their places among ``num_rows`` outputs
-    (late chunks); ``tap(batch)`` sees every batch first (``compare`` keeps its token
-    states for the multi-vector rows). No warning is raised here.
-    """
+    """Each recipe's stored vectors for checked ``texts`` and the stats: one
+    :func:`~poolkit.plan.make_plan` (which takes ``prompt_name`` to ``calibration``), run
+    by :meth:`~poolkit.plan.Plan.run` (the other arguments). No warning is raised here."""
     plan = make_plan(encoder, recipes, prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
                      calibration=calibration or {})  # fmt: skip
     return plan.run(encoder, texts, long_text=long_text, max_batch_tokens=max_batch_tokens,
@@ -405,11 +394,12 @@ class CalibrationTexts(list):  # type: ignore[type-arg]
 
 
 def _calibration_source(value: Any) -> Any:
-    """``calibration=``: texts (a marked list), vectors (an ndarray) or a Calibration."""
+    """``calibration=``: texts (a marked list), vectors (an ndarray) or a Calibration
+    (those three as they are)."""
     if isinstance(value, str):
         type_error("calibration", "texts, vectors or a Calibration", "a single string",
                    "Wrap it in a list, or better pass a few hundred texts like the corpus'.")  # fmt: skip
-    if isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray | Calibration | CalibrationTexts):
         return value
     if isinstance(value, Sequence) and value and all(isinstance(t, str) for t in value):
         return CalibrationTexts(check_inputs(value))
@@ -451,12 +441,10 @@ def calibrate_recipes(
     out: dict[str, Calibration] = {}
     texts_for: dict[str, Recipe] = {}
     for name, source in per_name.items():
-        r = needing[name]
+        r, source = needing[name], _calibration_source(source)
         if isinstance(source, Calibration):
             out[name] = source
             continue
-        if not isinstance(source, np.ndarray | CalibrationTexts):
-            source = _calibration_source(source)
         if isinstance(source, CalibrationTexts):
             texts_for[name] = r
             continue
@@ -571,21 +559,10 @@ def embed_words(
 def char_to_token_spans(
     offsets: np.ndarray, valid: np.ndarray, spans: np.ndarray, *, row: int = 0
 ) -> np.ndarray:
-    """Map half-open character spans to inclusive token spans.
-
-    Args:
-        offsets: ``(L, 2)`` half-open character offsets of one row's tokens.
-        valid: ``(L,)`` bool, tokens that may be part of a span (real, not special).
-        spans: ``(S, 2)`` int character spans ``[start, end)``.
-        row: index of the text, for messages.
-
-    Returns:
-        ``(S, 2)`` int64 inclusive token spans ``[first, last]``: every token that
-        overlaps the characters.
-
-    Raises:
-        ValueError: a span covers no token (only whitespace, or cut by truncation).
-    """
+    """Half-open character spans ``(S, 2)`` ``[start, end)`` of one row (text ``row``) as
+    the inclusive token spans ``[first, last]`` (int64) of every token that overlaps them,
+    among the ``valid`` ``(L,)`` ones (real, not special) with ``offsets`` ``(L, 2)``.
+    ValueError for a span that covers no token (only whitespace, or cut by truncation)."""
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     starts, ends = offsets[:, 0], offsets[:, 1]
     hit = (

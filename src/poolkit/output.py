@@ -70,11 +70,13 @@ def stored_width(dims: int, precision: str | None) -> int:
     return (dims + 7) // 8 if precision in ("binary", "ubinary") else dims
 
 
-def l2_rows(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm (zero rows stay zero), float32."""
-    x = np.asarray(x, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+def l2_normalize(x: Any) -> Any:
+    """Rows of ``(..., D)`` scaled to unit L2 norm (zero rows stay zero): float32 NumPy, or
+    a torch tensor where it lives, in its dtype."""
+    if hasattr(x, "detach"):
+        return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    norm = np.linalg.norm(x, axis=-1, keepdims=True)
+    return (x / np.maximum(norm, 1e-12)).astype(np.float32, copy=False)
 
 
 def truncate(vectors: np.ndarray, dims: int | None, *, normalize: bool) -> np.ndarray:
@@ -88,7 +90,7 @@ def truncate(vectors: np.ndarray, dims: int | None, *, normalize: bool) -> np.nd
     if not 1 <= dims <= vectors.shape[1]:
         value_error("dims", f"between 1 and the vectors' width {vectors.shape[1]}", dims)
     out = np.ascontiguousarray(vectors[:, :dims])
-    return l2_rows(out) if normalize else out
+    return l2_normalize(out) if normalize else out
 
 
 @dataclass(frozen=True, eq=False)

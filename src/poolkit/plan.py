@@ -153,32 +153,28 @@ def make_plan(
     check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
     pooling = {name: r.pooling for name, r in recipes.items()}
     heads, model_normalize, skipped = head_plan(encoder, pooling, pipeline)
-    staged = {name: r for name, r in recipes.items() if r.has_output_stage}
-    ranges = check_output_stages(encoder, staged, heads, calibration)
     widths = {}
     for name, r in pooling.items():
         width = pooled_width(encoder, r)
         head = heads.get(r)
         widths[name] = head.out_dim(width) if head is not None else width
+    staged = {name: r for name, r in recipes.items() if r.has_output_stage}
+    ranges = check_output_stages(staged, widths, calibration)
     pooled_only = tuple(skipped) if pipeline == "fit" else ()
     return Plan(dict(recipes), text, heads, model_normalize, widths, ranges, pooled_only)
 
 
 def check_output_stages(
-    encoder: Encoder,
     staged: Mapping[str, Recipe],
-    heads: Mapping[Recipe, Any],
+    widths: Mapping[str, int],
     calibration: Mapping[str, Calibration] | None,
 ) -> dict[str, Calibration]:
-    """Before any forward pass: each recipe's ``dims`` fits its width, and each int8/uint8
-    recipe has ranges of that many dimensions (``calibration=None``: not checked yet).
-    Returns the ranges by name."""
+    """Before any forward pass: each recipe's ``dims`` fits its width (``widths``: by name,
+    before the output stage), and each int8/uint8 recipe has ranges of that many dimensions
+    (``calibration=None``: not checked yet). Returns the ranges by name."""
     ranges: dict[str, Calibration] = {}
     for name, r in staged.items():
-        width = pooled_width(encoder, r)
-        head = heads.get(r.pooling)
-        if head is not None:
-            width = head.out_dim(width)
+        width = widths[name]
         dims = width if r.dims is None else r.dims
         check_dims(dims, width, str(r))
         if calibration is None or not needs_calibration(r.precision):

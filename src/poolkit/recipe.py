@@ -41,9 +41,9 @@ prefix. ``Recipe.parse(str(r)) == r`` for every recipe ``r``. The compare table'
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from poolkit._errors import recast, value_error
@@ -68,10 +68,14 @@ __all__ = ["LEVELS", "NO_SPECIAL", "Recipe", "RecipeError"]
 
 LEVELS = ("sequence", "word", "span", "sparse", "multivector")
 NO_SPECIAL = "_no_special"
-# 2 adds the output stage (dims, precision), 3 top_k, 4 pool_factor and muvera; each version
-# is written only when a recipe needs it, and every one is still read.
-JSON_VERSION = 4
-JSON_VERSIONS = (1, 2, 3, 4)
+# The fields each JSON version adds; each version is written only when a recipe needs it, and
+# every one is still read.
+JSON_FIELDS = {
+    1: ("level", "strategy", "layers", "layer_how", "normalize"),
+    2: ("dims", "precision"),
+    3: ("top_k",),
+    4: ("pool_factor", "muvera"),
+}
 
 _FORMS = (
     "[LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw][/DIMS][/PRECISION], e.g. mean, cls+mean, "
@@ -156,7 +160,7 @@ def _known_names() -> list[str]:
     return names
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Recipe:
     """How to pool: validated when built, never again downstream.
 
@@ -275,30 +279,14 @@ class Recipe:
         if not isinstance(data, Mapping):
             _fail("a JSON object", type(data).__name__)
         version = data.get("version")
-        if version not in JSON_VERSIONS:
-            _fail(f"JSON of version {' or '.join(map(str, JSON_VERSIONS))}", version)
-        keys = {"version", "level", "strategy", "layers", "layer_how", "normalize"}
-        if version >= 2:
-            keys |= {"dims", "precision"}
-        if version >= 3:
-            keys |= {"top_k"}
-        if version >= 4:
-            keys |= {"pool_factor", "muvera"}
+        if version not in JSON_FIELDS:
+            _fail(f"JSON of version {' or '.join(map(str, JSON_FIELDS))}", version)
+        keys = {"version", *(k for v, new in JSON_FIELDS.items() if v <= version for k in new)}
         extra = sorted(set(data) - keys)
         if extra:
             _fail(f"JSON with keys among {sorted(keys)}", extra)
-        return cls(
-            strategy=data.get("strategy", ""),
-            level=data.get("level", "sequence"),
-            layers=data.get("layers"),
-            layer_how=data.get("layer_how", "mean"),
-            normalize=data.get("normalize"),
-            dims=data.get("dims"),
-            precision=data.get("precision"),
-            top_k=data.get("top_k"),
-            pool_factor=data.get("pool_factor"),
-            muvera=data.get("muvera"),
-        )
+        fields = {k: v for k, v in data.items() if k != "version"}
+        return cls(**{"strategy": "", **fields})  # a missing field: the field's default
 
     def to_json(self) -> dict[str, Any]:
         """A stable, versioned, JSON-ready dict; :meth:`from_json` reads it back.
@@ -306,40 +294,27 @@ class Recipe:
         Version 1 (what poolkit wrote before output stages) unless the recipe has one:
         version 2 adds ``dims`` and ``precision``, version 3 ``top_k``, version 4
         ``pool_factor`` and ``muvera``."""
-        out: dict[str, Any] = {
-            "version": 1,
-            "level": self.level,
-            "strategy": self.strategy,
-            "layers": list(self.layers) if isinstance(self.layers, tuple) else self.layers,
-            "layer_how": self.layer_how,
-            "normalize": self.normalize,
-        }
-        if self.has_output_stage:
-            out.update(version=2, dims=self.dims, precision=self.precision)
-        if self.top_k is not None:
-            out.update(version=3, dims=self.dims, precision=self.precision, top_k=self.top_k)
-        if self.pool_factor is not None or self.muvera is not None:
-            muvera = None if self.muvera is None else self.muvera.to_json()
-            out.update(version=4, dims=self.dims, precision=self.precision, top_k=self.top_k,
-                       pool_factor=self.pool_factor, muvera=muvera)  # fmt: skip
+        version = (
+            4 if self.pool_factor is not None or self.muvera is not None
+            else 3 if self.top_k is not None
+            else 2 if self.has_output_stage
+            else 1
+        )  # fmt: skip
+        out: dict[str, Any] = {"version": version}
+        for k in (k for v in range(1, version + 1) for k in JSON_FIELDS[v]):
+            out[k] = getattr(self, k)
+        if isinstance(self.layers, tuple):
+            out["layers"] = list(self.layers)
+        if self.muvera is not None:
+            out["muvera"] = self.muvera.to_json()
         return out
 
     def replace(self, **changes: Any) -> Recipe:
         """A copy with some fields changed, validated as any new recipe; the name is read
         again only when ``strategy``, ``level`` or ``exclude_special`` changes (one parse
         per recipe)."""
-        fields = {
-            "strategy": self.strategy,
-            "level": self.level,
-            "layers": self.layers,
-            "layer_how": self.layer_how,
-            "normalize": self.normalize,
-            "dims": self.dims,
-            "precision": self.precision,
-            "top_k": self.top_k,
-            "pool_factor": self.pool_factor,
-            "muvera": self.muvera,
-        }
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del fields["exclude_special"]  # derived from the name; only a change passes it
         fields.update(changes)
         if "strategy" in changes or "level" in changes or "exclude_special" in changes:
             return Recipe(**fields)

@@ -18,7 +18,7 @@ the order given.
 
 Two executions of these rules give the same results: per row over each row's real
 segment (NumPy, and CPU tensors without grad: the fastest for inference), and
-vectorised over the whole batch (``sequence_dense``: tensors that need a gradient, live
+vectorised over the whole batch (the dense path: tensors that need a gradient, live
 on an accelerator or are bfloat16), a fixed number of tensor operations whatever ``B``.
 """
 
@@ -31,24 +31,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from poolkit._arrays import (
-    Array,
-    Checks,
-    check_finite,
-    check_mode,
-    cpu_fast_path,
-    dense_path,
-    device_mask,
-    device_of,
-    dtype_name,
-    finite_check,
-    float_hidden,
-    host_mask,
-    result_dtype,
-    to_device,
-    to_host,
-)
-from poolkit._errors import short_list, type_error, value_error
+from poolkit import _arrays as ax
+from poolkit._arrays import Array, dense_path  # a name here: tests pin the path
+from poolkit._errors import short_list, value_error
 from poolkit._plan import RowPlan, plan_rows, row_bounds
 from poolkit.errors import InputError
 
@@ -119,13 +104,10 @@ def sequence_embedding(
         empty: what a row with no selected token gives: ``"raise"`` (default) raises a
             ``ValueError`` naming the row; ``"zeros"`` returns a zero vector for it.
         check: the data checks (0/1 masks, empty rows, NaN/inf) of the vectorised path
-            (tensors that need a gradient, live on an accelerator or are bfloat16).
-            ``True`` or ``"async"`` (default): checked on the device without waiting for
-            it; on the CPU a failure raises the exact error at once, on an accelerator the
-            call fails asynchronously (``torch._assert_async``) with a message naming the
-            checks. ``"full"``: exact errors everywhere, for one host read per call.
-            ``False``: no data checks (empty rows give zeros). NumPy input and CPU tensors
-            without gradient are always checked exactly: their checks run on the host.
+            (tensors that need a gradient, live on an accelerator or are bfloat16):
+            ``True``/``"async"`` (default), ``"full"`` or ``False`` (empty rows give
+            zeros), as :mod:`poolkit.nn` describes. NumPy input and CPU tensors without
+            gradient are always checked exactly: their checks run on the host.
 
     Returns:
         ``(D,)`` or ``(B, D)`` with ``D = H x number of strategies``; the input's kind and
@@ -158,35 +140,28 @@ def pool_named(
     exclude_special: bool = False,
     empty: Empty = "raise",
     check: Check = True,
+    dense: bool = False,
 ) -> Array:
     """:func:`sequence_embedding` for strategy names validated already (a
-    :class:`poolkit.Recipe`'s parts): the strategy is not parsed again per batch."""
-    mode = check_mode(check)
-    if dense_path(hidden):  # torch only; sequence_dense checks the dtype itself
-        return sequence_dense(
-            hidden,
-            mask,
-            names,
-            special_tokens_mask=special_tokens_mask,
-            exclude_special=exclude_special,
-            empty=empty,
-            check=mode or False,
-        )
-    float_hidden(hidden)
-    (hidden,), restore = cpu_fast_path(hidden)
-    xp, out_dtype = float_hidden(hidden)
-    _check_args(hidden, empty, exclude_special, special_tokens_mask)
-    batched = hidden.ndim == 3
-    h = hidden if batched else hidden[None, ...]
+    :class:`poolkit.Recipe`'s parts): the strategy is not parsed again per batch.
+    ``dense``: the vectorised torch path whatever the tensor (callers with ``check=False``)."""
+    mode = ax.check_mode(check)
+    if dense or dense_path(hidden):  # torch only; _dense checks the dtype itself
+        return _dense(hidden, mask, names, special_tokens_mask, exclude_special, empty, mode)
+    ax.float_hidden(hidden)
+    (hidden,), restore = ax.cpu_fast_path(hidden)
+    xp, out_dtype = ax.float_hidden(hidden)
+    h, lead = _check_args(hidden, empty, exclude_special, special_tokens_mask)
     b, length, _ = h.shape
-    lead = (b, length) if batched else (length,)
-    real = np.ones((b, length), bool) if mask is None else host_mask(mask, lead).reshape(b, length)
+    real = (
+        np.ones((b, length), bool) if mask is None else ax.host_mask(mask, lead).reshape(b, length)
+    )
     real_plan = selected_plan = plan_rows(real)
     if exclude_special:
-        special = host_mask(special_tokens_mask, lead, "special_tokens_mask").reshape(b, length)
+        special = ax.host_mask(special_tokens_mask, lead, "special_tokens_mask").reshape(b, length)
         selected_plan = plan_rows(real & ~special)
     if b == 0:
-        out = xp.zeros((0, hidden.shape[-1] * len(names)), dtype=out_dtype, device=device_of(h))
+        out = xp.zeros((0, hidden.shape[-1] * len(names)), dtype=out_dtype, device=ax.device_of(h))
         return restore(out)
     parts = []
     for name in names:
@@ -194,13 +169,16 @@ def pool_named(
         _check_empty(plan, empty, exclude_special and name != "cls")
         parts.append(_STRATEGIES[name](xp, h, plan, out_dtype))
     out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)
-    check_finite(xp, out)
-    return restore(out if batched else out[0])
+    ax.check_finite(xp, out)
+    return restore(out if hidden.ndim == 3 else out[0])
 
 
-def _check_args(hidden: Array, empty: Any, exclude_special: bool, special: Any) -> None:
-    if hidden.ndim not in (2, 3):
-        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
+def _check_args(
+    hidden: Array, empty: Any, exclude_special: bool, special: Any
+) -> tuple[Array, tuple[int, ...]]:
+    """The arguments both paths check first; ``hidden`` as ``(B, L, H)`` and its masks'
+    shape."""
+    h = ax.batch_view(hidden)
     if empty not in ("raise", "zeros"):
         value_error("empty", "'raise' or 'zeros'", repr(empty))
     if exclude_special and special is None:
@@ -210,50 +188,38 @@ def _check_args(hidden: Array, empty: Any, exclude_special: bool, special: Any) 
             "None",
             "Pass return_special_tokens_mask=True to the tokenizer and hand the mask over.",
         )
+    return h, tuple(hidden.shape[:-1])
 
 
-def sequence_dense(
+def _dense(
     hidden: Any,
     mask: Any,
     names: tuple[str, ...],
-    *,
-    special_tokens_mask: Any = None,
-    exclude_special: bool = False,
-    empty: Empty = "raise",
-    check: Check = True,
+    special_tokens_mask: Any,
+    exclude_special: bool,
+    empty: Empty,
+    mode: str | None,
 ) -> Any:
-    """``sequence_embedding`` on the vectorised torch path (``names`` already parsed).
-
-    Every rule is a masked whole-batch operation: a fixed number of tensor operations
-    whatever ``B``, on ``hidden``'s device. ``check`` as in ``sequence_embedding``: by
-    default the data checks (0/1 masks, empty rows, NaN/inf) never wait for the device;
-    ``"full"`` reads them back once for the exact error; ``False`` skips them, and
-    empty rows then give zeros.
-    """
+    """:func:`pool_named` on the vectorised torch path: every rule is a masked whole-batch
+    operation, a fixed number of tensor operations whatever ``B``, on ``hidden``'s device.
+    ``mode`` (:func:`poolkit._arrays.check_mode`): the data checks (0/1 masks, empty rows,
+    NaN/inf) never wait for the device (``"async"``), are read back once for the exact
+    error (``"full"``), or are skipped (``None``: empty rows give zeros)."""
     import torch
 
     if not hidden.dtype.is_floating_point:
-        type_error(
-            "hidden",
-            "a floating point array (float16, bfloat16, float32 or float64)",
-            f"dtype {dtype_name(hidden)}",
-            "Cast it first, e.g. hidden.astype('float32') or hidden.float().",
-        )
-    _check_args(hidden, empty, exclude_special, special_tokens_mask)
-    mode = check_mode(check)
-    dtype = result_dtype(hidden)
-    batched = hidden.ndim == 3
-    h = hidden if batched else hidden[None, ...]
+        ax.not_float(hidden)
+    h, lead = _check_args(hidden, empty, exclude_special, special_tokens_mask)
+    dtype = ax.result_dtype(hidden)
     b, length, hid = h.shape
-    lead = (b, length) if batched else (length,)
-    checks = Checks(mode) if mode else None
+    checks = ax.Checks(mode) if mode else None
     if mask is None:
         real = torch.ones((b, length), dtype=torch.bool, device=h.device)
     else:
-        real = device_mask(mask, lead, h, "mask", checks).reshape(b, length)
+        real = ax.device_mask(mask, lead, h, "mask", checks).reshape(b, length)
     selected = real
     if exclude_special:
-        special = device_mask(special_tokens_mask, lead, h, "special_tokens_mask", checks)
+        special = ax.device_mask(special_tokens_mask, lead, h, "special_tokens_mask", checks)
         selected = real & ~special.reshape(b, length)
     # Rows left empty raise when checked (empty="raise"), so the rules need not zero them.
     zero_empty = checks is None or empty == "zeros"
@@ -274,14 +240,14 @@ def sequence_dense(
                 checks.add(
                     kept.nonempty(),
                     lambda keep=kept.keep, dropped=dropped: _check_empty(
-                        plan_rows(to_host(keep, "mask")), "raise", dropped
+                        plan_rows(ax.to_host(keep, "mask")), "raise", dropped
                     ),
                     "a row of `mask` has no real token"
                     + (" left after dropping special tokens" if dropped else ""),
                 )
-        finite_check(checks, out)
+        ax.finite_check(checks, out)
         checks.run()
-    return out if batched else out[0]
+    return out if hidden.ndim == 3 else out[0]
 
 
 def _check_empty(plan: RowPlan, empty: Empty, special_dropped: bool) -> None:
@@ -316,10 +282,10 @@ def _by_rows(reduce: Reducer) -> Callable[[Any, Array, RowPlan, Any], Array]:
         for i in range(h.shape[0]):
             count = int(plan.count[i])
             if count == 0:
-                rows.append(xp.zeros(h.shape[-1], dtype=dtype, device=device_of(h)))
+                rows.append(xp.zeros(h.shape[-1], dtype=dtype, device=ax.device_of(h)))
                 continue
             lo, hi = int(plan.first[i]), int(plan.last[i]) + 1
-            keep = to_device(xp, plan.keep[i, lo:hi], h) if plan.holes[i] else None
+            keep = ax.to_device(xp, plan.keep[i, lo:hi], h) if plan.holes[i] else None
             rows.append(reduce(xp, h[i, lo:hi, :], keep, count, dtype))
         return xp.stack(rows)
 
@@ -328,7 +294,7 @@ def _by_rows(reduce: Reducer) -> Callable[[Any, Array, RowPlan, Any], Array]:
 
 def _sum(xp: Any, seg: Array, keep: Array | None, count: int, dtype: Any) -> Array:
     if keep is not None:
-        seg = xp.where(keep[:, None], seg, xp.zeros((), dtype=seg.dtype, device=device_of(seg)))
+        seg = xp.where(keep[:, None], seg, xp.zeros((), dtype=seg.dtype, device=ax.device_of(seg)))
     return xp.sum(seg, axis=-2, dtype=dtype)
 
 
@@ -343,7 +309,7 @@ def _mean_sqrt_len(xp: Any, seg: Array, keep: Array | None, count: int, dtype: A
 def _weighted_mean(xp: Any, seg: Array, keep: Array | None, count: int, dtype: Any) -> Array:
     n = seg.shape[-2]
     if keep is None:
-        weights = xp.arange(1, n + 1, dtype=dtype, device=device_of(seg))
+        weights = xp.arange(1, n + 1, dtype=dtype, device=ax.device_of(seg))
     else:
         # rank among the kept tokens, so dropped tokens do not shift the weights
         k = xp.astype(keep, dtype)
@@ -359,7 +325,7 @@ def _extreme(pick: str) -> Reducer:
             # the dtype's own limit, never a -1e9 that overflows in float16
             fill = info.min if pick == "max" else info.max
             seg = xp.where(
-                keep[:, None], seg, xp.full((), fill, dtype=seg.dtype, device=device_of(seg))
+                keep[:, None], seg, xp.full((), fill, dtype=seg.dtype, device=ax.device_of(seg))
             )
         out = xp.max(seg, axis=-2) if pick == "max" else xp.min(seg, axis=-2)
         return xp.astype(out, dtype)
@@ -373,13 +339,13 @@ def _at(which: str) -> Callable[[Any, Array, RowPlan, Any], Array]:
     def pooled(xp: Any, h: Array, plan: RowPlan, dtype: Any) -> Array:
         b, length, hid = h.shape
         if length == 0:  # only reachable with empty="zeros": every row is empty
-            return xp.zeros((b, hid), dtype=dtype, device=device_of(h))
+            return xp.zeros((b, hid), dtype=dtype, device=ax.device_of(h))
         pos = np.where(plan.empty, 0, plan.first if which == "first" else plan.last)
-        flat_index = to_device(xp, np.arange(b) * length + pos, h)
+        flat_index = ax.to_device(xp, np.arange(b) * length + pos, h)
         out = xp.astype(xp.take(xp.reshape(h, (b * length, hid)), flat_index, axis=0), dtype)
         if plan.empty.any():
-            keep = to_device(xp, ~plan.empty, h)
-            out = xp.where(keep[:, None], out, xp.zeros((), dtype=dtype, device=device_of(h)))
+            keep = ax.to_device(xp, ~plan.empty, h)
+            out = xp.where(keep[:, None], out, xp.zeros((), dtype=dtype, device=ax.device_of(h)))
         return out
 
     return pooled

@@ -24,6 +24,7 @@ number of whole-batch operations, see docs/DESIGN.md.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,23 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._arrays import (
-    Array,
-    Checks,
-    all_finite,
-    check_finite,
-    check_mode,
-    cpu_fast_path,
-    dense_path,
-    device_mask,
-    device_of,
-    dtype_name,
-    float_hidden,
-    host_mask,
-    result_dtype,
-    to_device,
-    to_host,
-)
+from poolkit import _arrays as ax
+from poolkit._arrays import Array, dense_path  # a name here: tests pin the path
 from poolkit._errors import type_error, value_error
 from poolkit._plan import spans_valid
 from poolkit.errors import InputError
@@ -138,12 +124,8 @@ def span_embeddings(
         width_buckets: ``None`` (no width feature), ``"log"`` (``LOG_WIDTH_BUCKETS``) or
             ascending lower bounds of width buckets; appends a one-hot bucket vector.
         check: the data checks (span bounds, spans over padding, 0/1 masks, NaN/inf) of
-            the vectorised path (tensors that need a gradient, live on an accelerator or
-            are bfloat16). ``True`` or ``"async"`` (default): checked on the device without
-            waiting for it; on the CPU a failure raises the exact error at once, on an
-            accelerator the call fails asynchronously (``torch._assert_async``). ``"full"``:
-            exact errors everywhere, for one host read per call. ``False``: no data checks.
-            NumPy input and CPU tensors without gradient are always checked exactly.
+            the vectorised path, as in ``sequence_embedding``. NumPy input and CPU tensors
+            without gradient are always checked exactly.
 
     Returns:
         ``(S, D)`` or ``(B, S, D)``, ``D = span_output_dim(H, strategy, width_buckets)``,
@@ -161,8 +143,8 @@ def span_embeddings(
         (1, 512)
     """
     terms = parse_span_strategy(strategy)
-    float_hidden(hidden)
-    mode = check_mode(check)
+    ax.float_hidden(hidden)
+    mode = ax.check_mode(check)
     given = {"mask": mask, "span_mask": span_mask, "scores": scores, "width_buckets": width_buckets}
     if dense_path(hidden, scores):
         return spans_dense(hidden, spans, terms, check=mode or False, **given)
@@ -180,58 +162,61 @@ def _spans_by_rows(
     width_buckets: Any,
 ) -> Array:
     """The per-row path: spans planned on the host, reduced offset by offset."""
-    (hidden, scores), restore = cpu_fast_path(hidden, scores)
-    xp, out_dtype = float_hidden(hidden)
-    if hidden.ndim not in (2, 3):
-        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
-    batched = hidden.ndim == 3
-    h = hidden if batched else hidden[None, ...]
+    (hidden, scores), restore = ax.cpu_fast_path(hidden, scores)
+    xp, out_dtype = ax.float_hidden(hidden)
+    h, batched = ax.batch_view(hidden), hidden.ndim == 3
     b, length, hid = h.shape
     sp = _host_spans(spans, batched, b)
     n_spans = sp.shape[1]
     padded = (sp == -1).all(axis=-1)
     if span_mask is not None:
         lead = (b, n_spans) if batched else (n_spans,)
-        padded |= ~host_mask(span_mask, lead, "span_mask").reshape(b, n_spans)
-    real = None if mask is None else host_mask(mask, (b, length) if batched else (length,))
+        padded |= ~ax.host_mask(span_mask, lead, "span_mask").reshape(b, n_spans)
+    real = None if mask is None else ax.host_mask(mask, tuple(hidden.shape[:-1]))
     _check_spans(sp, padded, length, None if real is None else real.reshape(b, length), batched)
     score_flat = None
     if scores is not None:
-        score_flat = _flat_scores(xp, scores, h, batched)
+        score_flat = xp.reshape(_check_scores(scores, hidden), (b * length,))
     plan = _plan(sp, padded, length)
     flat = xp.reshape(h, (b * length, hid))
     if len(plan.slot) == 0:
         dim = span_output_dim(hid, terms, width_buckets)
-        full = xp.zeros((b, n_spans, dim), dtype=out_dtype, device=device_of(h))
+        full = xp.zeros((b, n_spans, dim), dtype=out_dtype, device=ax.device_of(h))
         return restore(full if batched else full[0])
     parts = [_term(xp, term, flat, plan, out_dtype, score_flat) for term in terms]
     if width_buckets is not None:
         parts.append(_width_one_hot(xp, plan, width_buckets, out_dtype, flat))
     out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)
-    check_finite(xp, out)
+    ax.check_finite(xp, out)
     full = _scatter(xp, out, plan, b * n_spans, flat)
     full = xp.reshape(full, (b, n_spans, full.shape[-1]))
     return restore(full if batched else full[0])
 
 
 def _host_spans(spans: Any, batched: bool, b: int) -> np.ndarray:
-    sp = to_host(spans, "spans")
-    if sp.size == 0:
+    sp = ax.to_host(spans, "spans")
+    # bool is not an integer subtype here
+    sp = _span_form(sp, np.issubdtype(sp.dtype, np.integer), batched, b)
+    return sp.astype(np.int64).reshape(b, sp.shape[-2], 2)
+
+
+def _span_form(sp: Any, integer: bool, batched: bool, b: int) -> Any:
+    """``sp`` (NumPy or torch) of ``integer`` dtype, ``(S, 2)`` or ``(B, S, 2)`` as
+    ``batched`` says, checked from metadata; an empty one reshaped so."""
+    if math.prod(sp.shape) == 0:
         sp = sp.reshape((b, 0, 2) if batched else (0, 2))
-    if not np.issubdtype(sp.dtype, np.integer):  # bool is not an integer subtype here
-        type_error("spans", "an integer array of inclusive [start, end] pairs", f"dtype {sp.dtype}")
-    want = "(B, S, 2)" if batched else "(S, 2)"
-    ok = (
-        sp.ndim == (3 if batched else 2) and sp.shape[-1] == 2 and (not batched or sp.shape[0] == b)
-    )
-    if not ok:
+    if not integer:
+        type_error("spans", "an integer array of inclusive [start, end] pairs",
+                   f"dtype {ax.dtype_name(sp)}")  # fmt: skip
+    if sp.ndim != (3 if batched else 2) or sp.shape[-1] != 2 or (batched and sp.shape[0] != b):
         value_error(
             "spans",
-            f"of shape {want} to match `hidden`" + (f" with B={b}" if batched else ""),
-            f"shape {sp.shape}",
+            f"of shape {'(B, S, 2)' if batched else '(S, 2)'} to match `hidden`"
+            + (f" with B={b}" if batched else ""),
+            f"shape {tuple(sp.shape)}",
             "Each span is one [start, end] pair of token indices, ends inclusive.",
         )
-    return sp.astype(np.int64).reshape(b, sp.shape[-2], 2)
+    return sp
 
 
 def _check_spans(
@@ -278,7 +263,7 @@ def _plan(sp: np.ndarray, padded: np.ndarray, length: int) -> SpanPlan:
 def _gather(xp: Any, flat: Array, plan: SpanPlan, k: int) -> Array:
     """Token ``start + k`` of every span still active at offset ``k``: ``(active[k], H)``."""
     n = int(plan.active[k])
-    return xp.take(flat, to_device(xp, plan.base[:n] + k, flat), axis=0)
+    return xp.take(flat, ax.to_device(xp, plan.base[:n] + k, flat), axis=0)
 
 
 def _reduce(xp: Any, flat: Array, plan: SpanPlan, dtype: Any, how: str) -> Array:
@@ -290,7 +275,7 @@ def _reduce(xp: Any, flat: Array, plan: SpanPlan, dtype: Any, how: str) -> Array
         head = xp.maximum(acc[:n], tok) if how == "max" else acc[:n] + tok
         acc = xp.concat([head, acc[n:]], axis=0)
     if how == "mean":
-        acc = acc / xp.astype(to_device(xp, plan.width[:, None], acc), dtype)
+        acc = acc / xp.astype(ax.to_device(xp, plan.width[:, None], acc), dtype)
     return acc
 
 
@@ -307,7 +292,7 @@ def _attention(xp: Any, flat: Array, plan: SpanPlan, dtype: Any, scores: Array |
 
         def logit(k: int) -> Array:
             n = int(plan.active[k])
-            return xp.astype(xp.take(scores, to_device(xp, plan.base[:n] + k, scores)), dtype)
+            return xp.astype(xp.take(scores, ax.to_device(xp, plan.base[:n] + k, scores)), dtype)
 
     logits = [logit(k) for k in range(steps)]
     # softmax inside each span only: shift by the span's own maximum for stability
@@ -315,8 +300,8 @@ def _attention(xp: Any, flat: Array, plan: SpanPlan, dtype: Any, scores: Array |
     for k in range(1, steps):
         n = logits[k].shape[0]
         top = xp.concat([xp.maximum(top[:n], logits[k]), top[n:]], axis=0)
-    total = xp.zeros(n_valid, dtype=dtype, device=device_of(flat))
-    acc = xp.zeros((n_valid, flat.shape[-1]), dtype=dtype, device=device_of(flat))
+    total = xp.zeros(n_valid, dtype=dtype, device=ax.device_of(flat))
+    acc = xp.zeros((n_valid, flat.shape[-1]), dtype=dtype, device=ax.device_of(flat))
     for k in range(steps):
         n = logits[k].shape[0]
         w = xp.exp(logits[k] - top[:n])
@@ -334,7 +319,7 @@ def _term(
     if term == "attention":
         return _attention(xp, flat, plan, dtype, scores)
     start = xp.astype(_gather(xp, flat, plan, 0), dtype)
-    end_index = to_device(xp, plan.base + plan.width - 1, flat)
+    end_index = ax.to_device(xp, plan.base + plan.width - 1, flat)
     end = xp.astype(xp.take(flat, end_index, axis=0), dtype)
     return endpoint_term(term, start, end)
 
@@ -352,16 +337,19 @@ def endpoint_term(term: str, x: Any, y: Any) -> Any:
     return a * c if op == "*" else a / c
 
 
-def _flat_scores(xp: Any, scores: Array, h: Array, batched: bool) -> Array:
-    b, length, _ = h.shape
-    want = (b, length) if batched else (length,)
+def _check_scores(scores: Array, hidden: Array) -> Array:
+    """``scores`` checked: one float logit per token of ``hidden`` (both paths)."""
+    want = tuple(hidden.shape[:-1])
     if tuple(scores.shape) != want:
         value_error(
             "scores", f"of shape {want} (one logit per token)", f"shape {tuple(scores.shape)}"
         )
-    if not xp.isdtype(scores.dtype, "real floating"):
-        type_error("scores", "a floating point array", f"dtype {dtype_name(scores)}")
-    return xp.reshape(scores, (b * length,))
+    dt = scores.dtype  # torch's or NumPy's
+    if not (
+        dt.is_floating_point if hasattr(dt, "is_floating_point") else np.issubdtype(dt, np.floating)
+    ):
+        type_error("scores", "a floating point array", f"dtype {ax.dtype_name(scores)}")
+    return scores
 
 
 def _bucket_bounds(width_buckets: Any) -> tuple[int, ...]:
@@ -389,13 +377,15 @@ def num_width_buckets(width_buckets: Any = "log") -> int:
 def bucket_widths(widths: Any, width_buckets: Any = "log") -> np.ndarray:
     """Bucket index of each span width (token count, ``end - start + 1``); int64, same shape."""
     bounds = np.asarray(_bucket_bounds(width_buckets))
-    return (np.searchsorted(bounds, to_host(widths, "widths"), side="right") - 1).astype(np.int64)
+    return (np.searchsorted(bounds, ax.to_host(widths, "widths"), side="right") - 1).astype(
+        np.int64
+    )
 
 
 def _width_one_hot(xp: Any, plan: SpanPlan, width_buckets: Any, dtype: Any, like: Array) -> Array:
     n_buckets = len(_bucket_bounds(width_buckets))
     one_hot = np.eye(n_buckets)[bucket_widths(plan.width, width_buckets)]
-    return xp.astype(to_device(xp, one_hot, like), dtype)
+    return xp.astype(ax.to_device(xp, one_hot, like), dtype)
 
 
 def _scatter(xp: Any, values: Array, plan: SpanPlan, n_slots: int, like: Array) -> Array:
@@ -403,8 +393,8 @@ def _scatter(xp: Any, values: Array, plan: SpanPlan, n_slots: int, like: Array) 
     # valid row for each slot, or V (pointing at an appended zero row) for padded slots
     source = np.full(n_slots, len(plan.slot), np.int64)
     source[plan.slot] = np.arange(len(plan.slot))
-    zero = xp.zeros((1, values.shape[-1]), dtype=values.dtype, device=device_of(like))
-    return xp.take(xp.concat([values, zero], axis=0), to_device(xp, source, like), axis=0)
+    zero = xp.zeros((1, values.shape[-1]), dtype=values.dtype, device=ax.device_of(like))
+    return xp.take(xp.concat([values, zero], axis=0), ax.to_device(xp, source, like), axis=0)
 
 
 # The vectorised path. Every term is a whole-batch operation over ``(B, S)`` spans:
@@ -423,7 +413,7 @@ def spans_dense(
     scores: Any = None,
     width_buckets: Any = None,
     check: bool | str = True,
-    checks: Checks | None = None,
+    checks: ax.Checks | None = None,
 ) -> Any:
     """``span_embeddings`` on the vectorised torch path (``terms`` already parsed).
 
@@ -443,55 +433,37 @@ def spans_dense(
     import torch
 
     if not hidden.dtype.is_floating_point:
-        type_error(
-            "hidden",
-            "a floating point array (float16, bfloat16, float32 or float64)",
-            f"dtype {dtype_name(hidden)}",
-            "Cast it first, e.g. hidden.astype('float32') or hidden.float().",
-        )
-    if hidden.ndim not in (2, 3):
-        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
-    dtype = result_dtype(hidden)
-    batched = hidden.ndim == 3
-    h = hidden if batched else hidden[None, ...]
+        ax.not_float(hidden)
+    dtype = ax.result_dtype(hidden)
+    h, batched = ax.batch_view(hidden), hidden.ndim == 3
     b, length, hid = h.shape
-    mode = check_mode(check)
+    mode = ax.check_mode(check)
     if checks is None and mode:
-        checks = Checks(mode)
+        checks = ax.Checks(mode)
     sp = _device_spans(spans, batched, b, h)
     n_spans = sp.shape[1]
     padded = (sp == -1).all(dim=-1)
     if span_mask is not None:
         lead = (b, n_spans) if batched else (n_spans,)
-        live = device_mask(span_mask, lead, h, "span_mask", checks).reshape(b, n_spans)
+        live = ax.device_mask(span_mask, lead, h, "span_mask", checks).reshape(b, n_spans)
         padded = padded | ~live
     real = None
     if mask is not None:
-        lead = (b, length) if batched else (length,)
-        real = device_mask(mask, lead, h, "mask", checks).reshape(b, length)
+        real = ax.device_mask(mask, tuple(hidden.shape[:-1]), h, "mask", checks).reshape(b, length)
     start, end = sp[..., 0], sp[..., 1]
     if checks is not None:
         checks.add(
             spans_valid(start, end, padded, length, real),
             lambda: _check_spans(
-                to_host(sp, "spans"),
-                to_host(padded, "spans"),
+                ax.to_host(sp, "spans"),
+                ax.to_host(padded, "spans"),
                 length,
-                None if real is None else to_host(real, "mask"),
+                None if real is None else ax.to_host(real, "mask"),
                 batched,
             ),
             "a span has start > end, an index outside 0..L-1, or covers padding",
         )
-    score_rows = None
-    if scores is not None:
-        want = (b, length) if batched else (length,)
-        if tuple(scores.shape) != want:
-            value_error(
-                "scores", f"of shape {want} (one logit per token)", f"shape {tuple(scores.shape)}"
-            )
-        if not scores.dtype.is_floating_point:
-            type_error("scores", "a floating point array", f"dtype {dtype_name(scores)}")
-        score_rows = scores.reshape(b, length)
+    score_rows = None if scores is None else _check_scores(scores, hidden).reshape(b, length)
     width_dim = 0 if width_buckets is None else num_width_buckets(width_buckets)
     dim = hid * len(terms) + width_dim
     if length == 0 or n_spans == 0 or b == 0:
@@ -507,12 +479,10 @@ def spans_dense(
         out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
         out = torch.where(padded[..., None], torch.zeros((), dtype=dtype, device=h.device), out)
     if checks is not None:
-        # Prefix sums and the attention matmul read whole rows, so a NaN/inf outside every
-        # span (padding included) would reach the result. A non-finite result sends the
-        # call to the per-row path, which reads only each span's tokens: it gives the exact
-        # result or names the bad span's row. (Added last: it runs after the others.)
+        # A non-finite result (see the docstring) goes to the per-row path, which reads
+        # only each span's tokens. (Added last: it runs after the others.)
         checks.add(
-            all_finite(out),
+            ax.all_finite(out),
             _not_finite,
             "NaN or inf reached the result; on the vectorised path one anywhere in a row, "
             "padding included, reaches its mean and attention terms",
@@ -547,27 +517,9 @@ def _device_spans(spans: Any, batched: bool, b: int, like: Any) -> Any:
 
     if not isinstance(spans, torch.Tensor):
         return torch.as_tensor(_host_spans(spans, batched, b), device=like.device)
-    if spans.numel() == 0:
-        spans = spans.reshape((b, 0, 2) if batched else (0, 2))
-    if spans.dtype == torch.bool or spans.dtype.is_floating_point or spans.dtype.is_complex:
-        type_error(
-            "spans",
-            "an integer array of inclusive [start, end] pairs",
-            f"dtype {dtype_name(spans)}",
-        )
-    ok = (
-        spans.ndim == (3 if batched else 2)
-        and spans.shape[-1] == 2
-        and (not batched or spans.shape[0] == b)
-    )
-    if not ok:
-        value_error(
-            "spans",
-            f"of shape {'(B, S, 2)' if batched else '(S, 2)'} to match `hidden`"
-            + (f" with B={b}" if batched else ""),
-            f"shape {tuple(spans.shape)}",
-            "Each span is one [start, end] pair of token indices, ends inclusive.",
-        )
+    dt = spans.dtype
+    integer = not (dt == torch.bool or dt.is_floating_point or dt.is_complex)
+    spans = _span_form(spans, integer, batched, b)
     return spans.to(device=like.device, dtype=torch.long).reshape(b, spans.shape[-2], 2)
 
 

@@ -7,16 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._arrays import Array, float_hidden, host_mask, to_device, to_host
+from poolkit._arrays import Array, batch_view, float_hidden, host_mask, to_device, to_host
 from poolkit._errors import value_error
 
 
 def _keep(hidden: Array, special_tokens_mask: Any, mask: Any) -> np.ndarray:
     """``(B, L)`` bool: real and not special."""
-    if hidden.ndim not in (2, 3):
-        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
+    b, length, _ = batch_view(hidden).shape
     lead = tuple(hidden.shape[:-1])
-    b, length = (1, lead[0]) if len(lead) == 1 else lead
     keep = np.ones((b, length), bool)
     if mask is not None:
         keep &= host_mask(mask, lead).reshape(b, length)

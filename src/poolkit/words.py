@@ -12,15 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from poolkit._arrays import (
-    Array,
-    Checks,
-    check_mode,
-    dense_path,
-    dtype_name,
-    float_hidden,
-    to_host,
-)
+from poolkit import _arrays as ax
+from poolkit._arrays import Array, dense_path  # a name here: tests pin the path
 from poolkit._errors import short_list, type_error, value_error
 from poolkit._plan import device_word_spans
 from poolkit.errors import InputError
@@ -79,25 +72,31 @@ def word_spans(word_ids: Any, length: int, num_words: int | None = None) -> np.n
 def _host_word_ids(word_ids: Any, length: int) -> np.ndarray:
     if isinstance(word_ids, list | tuple):
         word_ids = _none_to_minus_one(word_ids)
-    ids = to_host(word_ids, "word_ids")
-    if ids.dtype == object or not np.issubdtype(ids.dtype, np.integer):
+    ids = ax.to_host(word_ids, "word_ids")
+    _ids_form(ids, ids.dtype != object and np.issubdtype(ids.dtype, np.integer), length)
+    if (ids < -1).any():
+        value_error(
+            "word_ids", "word indices >= 0, or -1/None for non-word tokens", f"value {ids.min()}"
+        )
+    return ids.astype(np.int64)
+
+
+def _ids_form(ids: Any, integer: bool, length: int) -> None:
+    """Refuse ``word_ids`` (NumPy or torch) not of ``integer`` dtype, or not ``(L,)`` or
+    ``(B, L)`` for ``length`` tokens; from metadata only."""
+    if not integer:
         type_error(
             "word_ids",
             "integers (-1 or None for special and padding tokens)",
-            f"dtype {ids.dtype}",
+            f"dtype {ax.dtype_name(ids)}",
             "Pass encoding.word_ids() lists, or an int array.",
         )
     if ids.ndim not in (1, 2) or ids.shape[-1] != length:
         value_error(
             "word_ids",
             f"of shape (L,) or (B, L) with L = {length} (one id per token of `hidden`)",
-            f"shape {ids.shape}",
+            f"shape {tuple(ids.shape)}",
         )
-    if (ids < -1).any():
-        value_error(
-            "word_ids", "word indices >= 0, or -1/None for non-word tokens", f"value {ids.min()}"
-        )
-    return ids.astype(np.int64)
 
 
 def _none_to_minus_one(seq: Any) -> Any:
@@ -144,10 +143,9 @@ def word_embeddings(
     """
     if strategy not in WORD_STRATEGIES:
         value_error("strategy", f"one of {', '.join(WORD_STRATEGIES)}", repr(strategy))
-    float_hidden(hidden)
-    if hidden.ndim not in (2, 3):
-        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
-    mode = check_mode(check)
+    ax.float_hidden(hidden)
+    ax.batch_view(hidden)
+    mode = ax.check_mode(check)
     if dense_path(hidden):
         return words_dense(hidden, word_ids, strategy, num_words=num_words, check=mode or False)
     spans = word_spans(word_ids, hidden.shape[-2], num_words)
@@ -179,24 +177,10 @@ def words_dense(
     """
     import torch
 
-    if hidden.ndim not in (2, 3):
-        value_error("hidden", "of shape (L, H) or (B, L, H)", f"shape {tuple(hidden.shape)}")
-    length = hidden.shape[-2]
+    length = ax.batch_view(hidden).shape[-2]
     if isinstance(word_ids, torch.Tensor):
         dt = word_ids.dtype
-        if dt == torch.bool or dt.is_floating_point or dt.is_complex:
-            type_error(
-                "word_ids",
-                "integers (-1 or None for special and padding tokens)",
-                f"dtype {dtype_name(word_ids)}",
-                "Pass encoding.word_ids() lists, or an int array.",
-            )
-        if word_ids.ndim not in (1, 2) or word_ids.shape[-1] != length:
-            value_error(
-                "word_ids",
-                f"of shape (L,) or (B, L) with L = {length} (one id per token of `hidden`)",
-                f"shape {tuple(word_ids.shape)}",
-            )
+        _ids_form(word_ids, not (dt == torch.bool or dt.is_floating_point or dt.is_complex), length)
         ids = word_ids.to(device=hidden.device, dtype=torch.long)
     else:
         ids = torch.as_tensor(_host_word_ids(word_ids, length), device=hidden.device)
@@ -213,12 +197,12 @@ def words_dense(
         num_words = int(ids2.max()) + 1 if ids2.numel() else 0  # the one sync; see docstring
         num_words = max(num_words, 0)
     spans, valid = device_word_spans(ids2, num_words)
-    mode = check_mode(check)
-    checks = Checks(mode) if mode else None
+    mode = ax.check_mode(check)
+    checks = ax.Checks(mode) if mode else None
     if checks is not None:
         checks.add(
             valid,
-            lambda: word_spans(to_host(ids, "word_ids"), length, num_words),
+            lambda: word_spans(ax.to_host(ids, "word_ids"), length, num_words),
             "`word_ids` hold an id outside -1..num_words-1, or a word whose sub-tokens "
             "are not adjacent",
         )
