@@ -62,11 +62,18 @@ def reference(corpus: tuple[Path, list[str]], minilm) -> np.ndarray:
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2,
-             logging_level="WARNING")  # fmt: skip
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    yield ray
-    ray.shutdown()
+    # OpenVINO's model conversion (run_d below: here, in the CLI subprocess and in the Ray
+    # workers, which take the environment of this ray.init) starts a telemetry thread that
+    # waits on the network, and so hangs the run, unless it is told it runs in CI
+    # (openvino_telemetry's opt-in check declines when CI=true). Set here, before Ray starts,
+    # so that a run without CI=true in its environment does not hang either.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CI", "true")
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2,
+                 logging_level="WARNING")  # fmt: skip
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        yield ray
+        ray.shutdown()
 
 
 def _rows(table) -> tuple[np.ndarray, np.ndarray, list[str]]:
