@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit import _arrays as ax
+import poolkit._arrays as ax
 from poolkit._arrays import Array, dense_path  # a name here: tests pin the path
 from poolkit._errors import short_list, type_error, value_error
 from poolkit._plan import device_word_spans

@@ -20,13 +20,18 @@ rule of every row (:mod:`poolkit.compare.search`).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from poolkit._errors import value_error
 
-__all__ = ["NORMS", "RRF_K", "rrf", "score_fusion"]
+__all__ = ["DEPTH", "NORMS", "RRF_K", "Ranking", "keep_depth", "record", "rrf", "score_fusion"]
 
 RRF_K = 60
+DEPTH = 1000  # each side's top 1000, as MTEB keeps a retrieval run
 NORMS = ("minmax", "z")
 
 
@@ -118,3 +123,23 @@ def score_fusion(
     # A document absent from one side's list gets that side's lowest value of the query.
     return _fused(a, weight * na, weight * na.min(axis=1), b, (1 - weight) * nb,
                   (1 - weight) * nb.min(axis=1), n_docs, np.asarray(id_order))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """One row's kept ranking: ``ranked`` int64 ``(Q, K)`` best first and its ``scores``
+    ``(Q, K)`` (None where the row keeps none)."""
+
+    ranked: np.ndarray
+    scores: np.ndarray | None = None
+
+
+def keep_depth(settings: Any, key: Hashable, depth: int) -> int:
+    """How deep to search row ``key``: ``depth``, or deeper where a hybrid fuses it."""
+    return max(depth, getattr(settings, "keep", {}).get(key, 0))
+
+
+def record(settings: Any, key: Hashable, ranked: np.ndarray, scores: Any = None) -> None:
+    """Keep row ``key``'s ranking (and scores) where a hybrid fuses it."""
+    if key in getattr(settings, "keep", {}):
+        settings.rankings[key] = Ranking(ranked, None if scores is None else np.asarray(scores))

@@ -30,28 +30,23 @@ from typing import Any
 
 import numpy as np
 
-from poolkit.compare.fusion import NORMS, RRF_K, rrf, score_fusion
+from poolkit.compare.fusion import DEPTH, NORMS, RRF_K, Ranking, rrf, score_fusion
 from poolkit.errors import InputError
 
 __all__ = [
-    "DEPTH",
     "Hybrid",
     "HybridError",
-    "Ranking",
     "default_hybrids",
     "evaluations",
     "fused",
-    "keep_depth",
     "parse_hybrid",
     "plan",
-    "record",
     "resolve",
     "row_keys",
     "side_rows",
     "split_hybrids",
 ]
 
-DEPTH = 1000  # each side's top 1000, as MTEB keeps a retrieval run
 _NAME = re.compile(r"^\s*(rrf|fuse)\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
 
 
@@ -195,15 +190,6 @@ def resolve(hybrids: Sequence[Hybrid], keys: Mapping[str, Hashable]) -> list[Hyb
     return out
 
 
-@dataclass(frozen=True)
-class Ranking:
-    """One row's kept ranking: ``ranked`` int64 ``(Q, K)`` best first and its ``scores``
-    ``(Q, K)`` (None where the row keeps none)."""
-
-    ranked: np.ndarray
-    scores: np.ndarray | None = None
-
-
 def fused(
     hybrid: Hybrid, rankings: Mapping[Hashable, Ranking], n_docs: int, id_order: np.ndarray
 ) -> np.ndarray:
@@ -218,17 +204,6 @@ def fused(
                        "fuse it by rrf.")  # fmt: skip
     return score_fusion(a.ranked, a.scores, b.ranked, b.scores, n_docs, id_order,
                         hybrid.weight, hybrid.norm, hybrid.depth)  # fmt: skip
-
-
-def keep_depth(settings: Any, key: Hashable, depth: int) -> int:
-    """How deep to search row ``key``: ``depth``, or deeper where a hybrid fuses it."""
-    return max(depth, getattr(settings, "keep", {}).get(key, 0))
-
-
-def record(settings: Any, key: Hashable, ranked: np.ndarray, scores: Any = None) -> None:
-    """Keep row ``key``'s ranking (and scores) where a hybrid fuses it."""
-    if key in getattr(settings, "keep", {}):
-        settings.rankings[key] = Ranking(ranked, None if scores is None else np.asarray(scores))
 
 
 def side_rows(hybrid: Hybrid) -> list[tuple[str, Any, bool, str | None]]:

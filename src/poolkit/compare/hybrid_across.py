@@ -108,7 +108,7 @@ def across_rows(
     """The hybrid rows across models and their evaluations (by row key ``(hybrid, None)``).
 
     ``kept``: ``"label:row"`` -> that row's key in the run, and that key -> its kept
-    :class:`~poolkit.compare.hybrid.Ranking`; ``rows``: every model's rows by key (each
+    :class:`~poolkit.compare.fusion.Ranking`; ``rows``: every model's rows by key (each
     side's cost)."""
     from poolkit.compare.cost import growth
     from poolkit.compare.evaluation import QueryEval

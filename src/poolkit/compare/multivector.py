@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from poolkit.compare.hybrid import keep_depth, record
+from poolkit.compare.fusion import keep_depth, record
 from poolkit.compare.search import top_k_by
 from poolkit.compare.timing import timed_search
 from poolkit.errors import InputError

@@ -470,8 +470,7 @@ def _hybrid_footer(ranked: Sequence[Result]) -> list[str]:
     hybrids = [r.recipe for r in ranked if r.recipe.level == "hybrid"]
     if not hybrids:
         return []
-    from poolkit.compare.fusion import RRF_K
-    from poolkit.compare.hybrid import DEPTH
+    from poolkit.compare.fusion import DEPTH, RRF_K
 
     out = []
     if any(h.method == "rrf" for h in hybrids):

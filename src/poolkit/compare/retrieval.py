@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from poolkit.compare.datasets import DataError
-from poolkit.compare.hybrid import keep_depth, record
+from poolkit.compare.fusion import keep_depth, record
 from poolkit.compare.search import id_order, top_k
 from poolkit.compare.timing import timed_search
 from poolkit.io.readers import read_records

@@ -181,7 +181,7 @@ def score_extra_rows(
     ``settings.document_prompt_name``, as the dense rows do; an inference-free model's
     queries go through its query route (:mod:`poolkit.sparse.static`)."""
     from poolkit.compare.evaluation import QueryEval
-    from poolkit.compare.hybrid import keep_depth, record
+    from poolkit.compare.fusion import keep_depth, record
     from poolkit.compare.retrieval import DEPTH, query_metrics
     from poolkit.compare.search import id_order
 
