@@ -89,8 +89,8 @@ def read_routes(root: str | Path) -> Routes | None:
         return None
     if len(kinds) != 1:
         _refuse(root, f"pipeline has modules after it ({', '.join(kinds)})")
-    sub = str(modules[0].get("path") or "")
-    config_path = root / sub / "router_config.json"
+    base = root / str(modules[0].get("path") or "")
+    config_path = base / "router_config.json"
     if not config_path.is_file():
         _refuse(root, f"{config_path.name} is missing")
     config = _json(config_path)
@@ -106,7 +106,6 @@ def read_routes(root: str | Path) -> Routes | None:
     document = [types.get(m) for m in structure["document"]]
     if len(document) != 2 or document[0] not in _MLM or document[1] != _POOLING:
         _refuse(root, f"document route is {' + '.join(map(str, document)) or 'empty'}")
-    base = root / sub
     return Routes(root=base, document=base / structure["document"][0],
                   pooling=structure["document"][1], query=base / structure["query"][0])  # fmt: skip
 
