@@ -59,10 +59,6 @@ def _json(path: Path) -> Any:
                          fix="Fix or remove the file.") from e  # fmt: skip
 
 
-def _kind(type_name: str) -> str:
-    return type_name.rsplit(".", 1)[-1]
-
-
 def _refuse(root: Path, what: str) -> Any:
     raise InputError(where=root, expected=f"a sentence-transformers Router with a 'query' "
                      f"route of one {_STATIC} and a 'document' route of a masked-LM "
@@ -84,7 +80,7 @@ def read_routes(root: str | Path) -> Routes | None:
     if not modules_path.is_file():
         return None
     modules = _json(modules_path)
-    kinds = [_kind(str(m.get("type", ""))) for m in modules if isinstance(m, dict)]
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
     if _ROUTER not in kinds:
         return None
     if len(kinds) != 1:
@@ -94,7 +90,7 @@ def read_routes(root: str | Path) -> Routes | None:
     if not config_path.is_file():
         _refuse(root, f"{config_path.name} is missing")
     config = _json(config_path)
-    types = {str(k): _kind(str(v)) for k, v in (config.get("types") or {}).items()}
+    types = {str(k): str(v).rsplit(".", 1)[-1] for k, v in (config.get("types") or {}).items()}
     structure = {str(k): [str(x) for x in v] for k, v in (config.get("structure") or {}).items()}
     if (config.get("parameters") or {}).get("route_mappings"):
         _refuse(root, "routes are chosen by route_mappings")
