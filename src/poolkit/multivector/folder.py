@@ -243,7 +243,19 @@ def describe_pipeline(root: str | Path) -> list[tuple[str, str]]:
         cfg = _json(root / path / ("sentence_bert_config.json" if name == "Transformer"
                                    else "config.json"))  # fmt: skip
         if name == "Transformer":
-            rows.append((label, _sides(cfg if kind == MVE_MODEL_TYPE else st, kind) + " [input]"))
+            sides = cfg if kind == MVE_MODEL_TYPE else st  # the query/document settings
+            parts = ["token vectors"]
+            if sides.get("query_length"):
+                parts.append(f"queries {sides['query_length']} tokens")
+            if sides.get("document_length"):
+                parts.append(f"documents {sides['document_length']} tokens")
+            exp = sides.get("query_expansion")
+            if kind == PYLATE_MODEL_TYPE and sides.get("do_query_expansion", True):
+                exp = {"length": sides.get("query_length") or 32, "strategy": "fixed"}
+            if exp:
+                parts.append(f"queries expanded with [MASK] to {exp.get('length')} "
+                             f"({exp.get('strategy', 'fixed')})")  # fmt: skip
+            rows.append((label, "; ".join(parts) + " [input]"))
         elif name == "Dense":
             step = token_dense(root / path, label, weights=False)
             rows.append((label, f"{step.what}, on every token [{step.status}]"))
@@ -273,22 +285,6 @@ def describe_pipeline(root: str | Path) -> list[tuple[str, str]]:
         rows.append(("skiplist (PyLate)", f"drops {count} words from documents [applied]"))
         rows.append(("Normalize (PyLate)", "L2 per token [applied]"))
     return rows
-
-
-def _sides(cfg: dict[str, Any], kind: str) -> str:
-    """The Transformer's query/document settings in words."""
-    parts = ["token vectors"]
-    if cfg.get("query_length"):
-        parts.append(f"queries {cfg['query_length']} tokens")
-    if cfg.get("document_length"):
-        parts.append(f"documents {cfg['document_length']} tokens")
-    exp = cfg.get("query_expansion")
-    if kind == PYLATE_MODEL_TYPE and cfg.get("do_query_expansion", True):
-        exp = {"length": cfg.get("query_length") or 32, "strategy": "fixed"}
-    if exp:
-        parts.append(f"queries expanded with [MASK] to {exp.get('length')} "
-                     f"({exp.get('strategy', 'fixed')})")  # fmt: skip
-    return "; ".join(parts)
 
 
 def _tasks(cfg: dict[str, Any], key: str) -> list[str]:
