@@ -114,12 +114,10 @@ def embed_multivector_recipe(
     from poolkit.multivector.encode import embed_multivector, late_interaction, side_of
 
     check_width(encoder, recipe)
-    late = late_interaction(encoder)
-    text = side_prompt(late, prompt_name, prompt)
+    text = side_prompt(late_interaction(encoder), prompt_name, prompt)
     out, _, stats = embed_multivector(texts, encoder, recipe, side=side_of(prompt_name), prompt=text,
                                    max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
     warn_truncated(stats, stacklevel=4)
     if recipe.muvera is not None:
-        width = recipe.muvera.output_dim()
-        out = np.stack(out) if out else np.zeros((0, width), np.float32)
+        out = np.stack(out) if out else np.zeros((0, recipe.muvera.output_dim()), np.float32)
     return (out, stats) if return_stats else out

@@ -1,13 +1,9 @@
 """Token vectors of texts for a multi-vector recipe: the forward pass, the folder's query and
 document sides, then the recipe's token pooling, dims, MUVERA and precision.
 
-The sides follow the folder (:mod:`poolkit.multivector.folder`): a query gets the query
-prompt, at most ``query_length`` tokens, and with query expansion is padded to the
-expansion length with ``[MASK]`` tokens that MaxSim scores; a document gets the document
-prompt, at most ``document_length`` tokens, loses the skiplist's tokens and keeps only
-the mask's ``keep_only_token_ids`` when it has them. Every other
-non-padding token is kept, special tokens and prompt tokens included, as
-sentence-transformers' ``MultiVectorEncoder`` keeps them.
+The sides follow the folder (:mod:`poolkit.multivector.folder`): prompt, length, query
+expansion, skiplist and allowlist. Every other non-padding token is kept, special and
+prompt tokens included, as sentence-transformers' ``MultiVectorEncoder`` keeps them.
 """
 
 from __future__ import annotations
@@ -22,7 +18,8 @@ import numpy as np
 from poolkit._errors import value_error
 from poolkit.driver import EmbedStats, to_float32_numpy
 from poolkit.encoder import Encoder
-from poolkit.multivector.folder import LateInteraction, apply_steps, read_late_interaction
+from poolkit.head import Head, apply_head
+from poolkit.multivector.folder import LateInteraction, read_late_interaction
 from poolkit.multivector.muvera import muvera_encode
 from poolkit.multivector.token_pooling import pool_tokens
 from poolkit.output import quantize, truncate
@@ -68,20 +65,13 @@ class TokenBatch:
 
 def side_length(late: LateInteraction, side: str, max_length: int) -> int:
     """Most tokens one sequence of ``side`` holds (the model's ``max_length`` unless the
-    folder says a query or document length)."""
-    return side_length_range(late, side, max_length)[0]
-
-
-def side_length_range(late: LateInteraction, side: str, max_length: int) -> tuple[int, int]:
-    """``(max tokens, min tokens)`` of one sequence of ``side``."""
+    folder says a query or document length; query expansion sets or raises it)."""
     exp = late.expansion if side == "query" else None
     length = late.query_length if side == "query" else late.document_length
     cap = int(length) if length else max_length
     if exp is None:
-        return cap, 0
-    if exp.strategy == "fixed":
-        return exp.length, exp.length
-    return max(cap, exp.length), exp.length
+        return cap
+    return exp.length if exp.strategy == "fixed" else max(cap, exp.length)
 
 
 def iter_token_vectors(
@@ -96,7 +86,9 @@ def iter_token_vectors(
     """The folder's token vectors of ``texts`` for ``side``, one :class:`TokenBatch` per
     forward batch (longest first), L2-normalised per token when ``normalize``."""
     late = late_interaction(encoder)
-    cap, floor = side_length_range(late, side, encoder.max_length)
+    cap = side_length(late, side, encoder.max_length)
+    exp = late.expansion if side == "query" else None
+    floor = exp.length if exp is not None else 0  # queries padded to the expansion length
     special = encoder.special_tokens
     prefix, suffix = list(special.prefix), list(special.suffix)
     room = cap - len(prefix) - len(suffix)
@@ -106,7 +98,6 @@ def iter_token_vectors(
     lengths = np.maximum(kept + len(prefix) + len(suffix), floor)
     order = np.argsort(-lengths, kind="stable")
     budget = max_batch_tokens or encoder.max_batch_tokens
-    exp = late.expansion if side == "query" else None
     skip = np.asarray(late.skip_ids, np.int64)
     drop_skip = len(skip) and (side == "document" or late.skip_queries)
     left = encoder.pads_left and exp is None
@@ -137,7 +128,9 @@ def iter_token_vectors(
         if late.keep_ids is not None and side == "document":  # the mask's allowlist
             scored &= np.isin(ids, np.asarray(late.keep_ids, np.int64))
         hidden = to_float32_numpy(encoder.backend.forward(encoder.model_inputs(ids, mask)))
-        flat = apply_steps(late, hidden[scored], normalize)
+        # the folder's projection, then L2 per token when normalize: (T, H) -> (T, D) float32
+        flat = np.asarray(apply_head(Head(steps=late.steps), hidden[scored], normalize=normalize),
+                          dtype=np.float32)  # fmt: skip
         cuts = np.cumsum(scored.sum(axis=1))[:-1]
         yield TokenBatch(rows.astype(np.int64), np.split(flat, cuts),
                          [offsets[j][scored[j]] for j in range(b)],
@@ -147,15 +140,14 @@ def iter_token_vectors(
 def finish(vectors: np.ndarray, recipe: Any, side: str, normalize: bool) -> np.ndarray:
     """One text's token vectors ``(n, D)`` through the recipe's stages: token pooling
     (documents), dims (L2 again where the recipe normalises), MUVERA, precision."""
-    x = vectors
     if recipe.pool_factor is not None and side == "document":
-        x = pool_tokens(x, recipe.pool_factor)
+        vectors = pool_tokens(vectors, recipe.pool_factor)
     if recipe.dims is not None:
-        x = truncate(x, recipe.dims, normalize=normalize)
+        vectors = truncate(vectors, recipe.dims, normalize=normalize)
     if recipe.muvera is not None:
-        x = muvera_encode(x, recipe.muvera, query=side == "query")[None, :]
-        return quantize(x, recipe.precision, None)[0]
-    return quantize(x, recipe.precision, None)
+        one = muvera_encode(vectors, recipe.muvera, query=side == "query")[None, :]
+        return quantize(one, recipe.precision, None)[0]
+    return quantize(vectors, recipe.precision, None)
 
 
 def embed_multivector(

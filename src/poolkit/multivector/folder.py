@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from poolkit.errors import PipelineError
 from poolkit.head import PipelineStep, token_dense
 
@@ -108,22 +106,6 @@ def pipeline_modules(root: Path) -> Iterator[tuple[str, str]]:
         yield str(entry.get("type", "")).rsplit(".", 1)[-1], str(entry.get("path") or "")
 
 
-def _token_id(tokenizer: Any, token: Any) -> int | None:
-    if isinstance(token, dict):
-        token = token.get("content")
-    if not isinstance(token, str):
-        return None
-    return tokenizer.backend_tokenizer.token_to_id(token)
-
-
-def _dense(folder: Path, module: str) -> PipelineStep:
-    step = token_dense(folder, module)
-    if not step.applied:
-        raise PipelineError(where=module, expected="a projection poolkit can apply",
-                            got=step.status)  # fmt: skip
-    return step
-
-
 def read_late_interaction(root: str | Path, tokenizer: Any, max_length: int) -> LateInteraction:
     """The :class:`LateInteraction` of the model folder ``root`` (its ``tokenizer``: a
     :class:`poolkit.tokenizer.TextTokenizer`; ``max_length``: the model's)."""
@@ -144,14 +126,16 @@ def read_late_interaction(root: str | Path, tokenizer: Any, max_length: int) -> 
         if name == "Transformer":
             transformer_cfg = _json(folder / "sentence_bert_config.json")
         elif name == "Dense":
-            steps.append(_dense(folder, f"Dense ({path})"))
+            steps.append(token_dense(folder, f"Dense ({path})"))
+            if not steps[-1].applied:
+                raise PipelineError(where=f"Dense ({path})", expected="a projection poolkit can "
+                                    "apply", got=steps[-1].status)  # fmt: skip
         elif name == "Normalize":
             normalize = True
         elif name == "MultiVectorMask":
             cfg = _json(folder / "config.json")
             skip_words = list(cfg.get("skiplist_words") or [])
-            tasks = cfg.get("skiplist_tasks") or ["document"]
-            skip_tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+            skip_tasks = _tasks(cfg, "skiplist_tasks")
             keep = cfg.get("keep_only_token_ids")
             keep_ids = tuple(sorted({int(i) for i in keep})) if keep else None
     query_length = transformer_cfg.get("query_length")
@@ -175,11 +159,14 @@ def read_late_interaction(root: str | Path, tokenizer: Any, max_length: int) -> 
             query_length = None
     expansion = None
     if raw_expansion:
-        tok_cfg = _json(root / "tokenizer_config.json")
         token = raw_expansion.get("token")
-        token_id = _token_id(tokenizer, token if token is not None else tok_cfg.get("mask_token"))
-        if token_id is None:
-            token_id = tokenizer.eos_token_id
+        if token is None:
+            token = _json(root / "tokenizer_config.json").get("mask_token")
+        if isinstance(token, dict):
+            token = token.get("content")
+        vocab = tokenizer.backend_tokenizer
+        token_id = vocab.token_to_id(token) if isinstance(token, str) else None
+        token_id = tokenizer.eos_token_id if token_id is None else token_id
         expansion = Expansion(int(raw_expansion["length"]), int(token_id),
                               bool(raw_expansion.get("attend", False)),
                               str(raw_expansion.get("strategy", "fixed")))  # fmt: skip
@@ -256,7 +243,19 @@ def describe_pipeline(root: str | Path) -> list[tuple[str, str]]:
         cfg = _json(root / path / ("sentence_bert_config.json" if name == "Transformer"
                                    else "config.json"))  # fmt: skip
         if name == "Transformer":
-            rows.append((label, _sides(cfg if kind == MVE_MODEL_TYPE else st, kind) + " [input]"))
+            sides = cfg if kind == MVE_MODEL_TYPE else st  # the query/document settings
+            parts = ["token vectors"]
+            if sides.get("query_length"):
+                parts.append(f"queries {sides['query_length']} tokens")
+            if sides.get("document_length"):
+                parts.append(f"documents {sides['document_length']} tokens")
+            exp = sides.get("query_expansion")
+            if kind == PYLATE_MODEL_TYPE and sides.get("do_query_expansion", True):
+                exp = {"length": sides.get("query_length") or 32, "strategy": "fixed"}
+            if exp:
+                parts.append(f"queries expanded with [MASK] to {exp.get('length')} "
+                             f"({exp.get('strategy', 'fixed')})")  # fmt: skip
+            rows.append((label, "; ".join(parts) + " [input]"))
         elif name == "Dense":
             step = token_dense(root / path, label, weights=False)
             rows.append((label, f"{step.what}, on every token [{step.status}]"))
@@ -264,7 +263,13 @@ def describe_pipeline(root: str | Path) -> list[tuple[str, str]]:
             normalized = True
             rows.append((label, "L2 per token [applied]"))
         elif name == "MultiVectorMask":
-            rows.append((label, _mask(cfg) + " [applied]"))
+            text = "the scoring mask (query expansion tokens count)"
+            if words := cfg.get("skiplist_words"):
+                tasks = " and ".join(_tasks(cfg, "skiplist_tasks"))
+                text += f"; skiplist of {len(words)} words on {tasks}s"
+            if keep := cfg.get("keep_only_token_ids"):
+                text += f"; documents keep only token ids {list(keep)}"
+            rows.append((label, text + " [applied]"))
         elif name == "HierarchicalTokenPooling":
             factor, problem = _pool_setting(cfg, normalized)
             what = (f"documents: Ward clustering, pool_factor {cfg.get('pool_factor', 1)}, "
@@ -282,42 +287,16 @@ def describe_pipeline(root: str | Path) -> list[tuple[str, str]]:
     return rows
 
 
-def _sides(cfg: dict[str, Any], kind: str) -> str:
-    """The Transformer's query/document settings in words."""
-    parts = ["token vectors"]
-    if cfg.get("query_length"):
-        parts.append(f"queries {cfg['query_length']} tokens")
-    if cfg.get("document_length"):
-        parts.append(f"documents {cfg['document_length']} tokens")
-    exp = cfg.get("query_expansion")
-    if kind == PYLATE_MODEL_TYPE and cfg.get("do_query_expansion", True):
-        exp = {"length": cfg.get("query_length") or 32, "strategy": "fixed"}
-    if exp:
-        parts.append(f"queries expanded with [MASK] to {exp.get('length')} "
-                     f"({exp.get('strategy', 'fixed')})")  # fmt: skip
-    return "; ".join(parts)
-
-
-def _mask(cfg: dict[str, Any]) -> str:
-    """A ``MultiVectorMask`` config in words."""
-    words = cfg.get("skiplist_words") or []
-    tasks = cfg.get("skiplist_tasks") or ["document"]
-    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
-    text = "the scoring mask (query expansion tokens count)"
-    if words:
-        text += f"; skiplist of {len(words)} words on {' and '.join(tasks)}s"
-    keep = cfg.get("keep_only_token_ids")
-    if keep:
-        text += f"; documents keep only token ids {list(keep)}"
-    return text
+def _tasks(cfg: dict[str, Any], key: str) -> list[str]:
+    tasks = cfg.get(key) or ["document"]
+    return [tasks] if isinstance(tasks, str) else list(tasks)
 
 
 def _pool_setting(cfg: dict[str, Any], normalized: bool) -> tuple[float | None, str]:
     """``(pool factor or None, "")`` of a ``HierarchicalTokenPooling`` config poolkit's
     :func:`~poolkit.multivector.pool_tokens` reproduces, else ``(None, why not)``."""
     factor = float(cfg.get("pool_factor", 1.0))
-    tasks = cfg.get("tasks") or ["document"]
-    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    tasks = _tasks(cfg, "tasks")
     fix = "poolkit pools documents only, by pool_factor, one protected token, L2 after"
     for key, ok in (("max_tokens", cfg.get("max_tokens") is None),
                     ("distance_threshold", cfg.get("distance_threshold") is None),
@@ -335,12 +314,3 @@ def _pool_setting(cfg: dict[str, Any], normalized: bool) -> tuple[float | None, 
                           "not queries; add a Normalize module, or drop the pooling module.")  # fmt: skip
         return None, ""
     return factor, ""
-
-
-def apply_steps(info: LateInteraction, x: np.ndarray, normalize: bool) -> np.ndarray:
-    """The folder's projection on token vectors ``(T, H)`` -> ``(T, D)`` float32, then L2
-    per token when ``normalize``."""
-    from poolkit.head import Head, apply_head
-
-    return np.asarray(apply_head(Head(steps=info.steps), x, normalize=normalize),
-                      dtype=np.float32)  # fmt: skip

@@ -100,7 +100,8 @@ def muvera_encode(vectors: np.ndarray, options: MuveraOptions, *, query: bool) -
             empty = np.flatnonzero(~full)
             if len(empty):
                 occupied = np.flatnonzero(full)
-                hamming = _popcount(empty[:, None] ^ occupied[None, :])
+                xor = (empty[:, None] ^ occupied[None, :]).astype(">u4").view(np.uint8)
+                hamming = np.unpackbits(xor.reshape(len(empty), -1, 4), axis=-1).sum(-1)
                 nearest = occupied[np.argmin(hamming, axis=1)]
                 seen, first = np.unique(ids, return_index=True)  # first token of each
                 centers[empty] = x[first[np.searchsorted(seen, nearest)]]
@@ -108,7 +109,3 @@ def muvera_encode(vectors: np.ndarray, options: MuveraOptions, *, query: bool) -
             centers = (1 / np.sqrt(options.dim_proj)) * (centers @ proj[rep])
         out.append(centers.reshape(-1))
     return np.concatenate(out).astype(np.float32)
-
-
-def _popcount(x: np.ndarray) -> np.ndarray:
-    return np.unpackbits(x.astype(">u4").view(np.uint8).reshape(*x.shape, 4), axis=-1).sum(-1)

@@ -27,19 +27,14 @@ _HEADS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 def mlm_head(encoder: Any, recipe: str = "splade") -> Any:
     """``encoder``'s MLM head (:func:`~poolkit.sparse.mlm.load_mlm_head`), loaded once."""
     if encoder not in _HEADS:
-        backend = encoder.backend
-        device = getattr(backend, "device", "cpu")
-        dtype = getattr(backend, "dtype", None)
+        import torch
+
+        device = getattr(encoder.backend, "device", "cpu")
+        dtype = getattr(encoder.backend, "dtype", None)
         _HEADS[encoder] = load_mlm_head(encoder.info.path, device=device,
-                                        dtype=dtype if _is_torch_dtype(dtype) else None,
+                                        dtype=dtype if isinstance(dtype, torch.dtype) else None,
                                         reference=encoder.info.reference, recipe=recipe)  # fmt: skip
     return _HEADS[encoder]
-
-
-def _is_torch_dtype(dtype: Any) -> bool:
-    import torch
-
-    return isinstance(dtype, torch.dtype)
 
 
 def vocab_size(head: Any) -> int:
@@ -47,10 +42,8 @@ def vocab_size(head: Any) -> int:
     from poolkit.sparse.split import SplitHead
 
     last = head.decoder if isinstance(head, SplitHead) else head[-1]
-    return int(last.out_features) if hasattr(last, "out_features") else _probe(head)
-
-
-def _probe(head: Any) -> int:
+    if hasattr(last, "out_features"):
+        return int(last.out_features)
     import torch
 
     param = next(head.parameters())
@@ -122,20 +115,13 @@ def embed_sparse(
 
     stats = drive(encoder, list(texts), on_batch, long_text=long_text,
                   max_batch_tokens=max_batch_tokens, progress=progress, prompt=prompt)  # fmt: skip
-    out = {name: _in_input_order(p, order, len(texts), width) for name, p in parts.items()}
+    if not order:
+        out = {name: sp.csr_array((len(texts), width), dtype=np.float32) for name in recipes}
+    else:  # the batches' rows stacked, back in input order
+        back = np.argsort(np.concatenate(order), kind="stable")
+        out = {name: canonical_csr(sp.vstack(p, format="csr")[back]) for name, p in parts.items()}
     stats.dims = dict.fromkeys(recipes, width)
     return out, stats
-
-
-def _in_input_order(parts: list[Any], order: list[np.ndarray], n: int, width: int) -> Any:
-    """The batches' CSR rows stacked and put back in input order: ``(n, width)`` float32."""
-    import scipy.sparse as sp
-
-    if not parts:
-        return sp.csr_array((n, width), dtype=np.float32)
-    stacked = sp.vstack(parts, format="csr")
-    rows = stacked[np.argsort(np.concatenate(order), kind="stable")]
-    return canonical_csr(rows)
 
 
 def decode(row: Any, model: Any = None, *, top_k: int | None = None) -> list[tuple[str, float]]:
@@ -150,14 +136,6 @@ def decode(row: Any, model: Any = None, *, top_k: int | None = None) -> list[tup
 
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         value_error("top_k", "None or a positive integer", repr(top_k))
-    ids, weights = _row_terms(row)
-    keep = np.lexsort((ids, -weights))[:top_k]
-    tokens = get_encoder(model).tokenizer.convert_ids_to_tokens(ids[keep].tolist())
-    return [(t, float(w)) for t, w in zip(tokens, weights[keep], strict=True)]
-
-
-def _row_terms(row: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(term ids, weights)`` of one row's non-zero weights."""
     import scipy.sparse as sp
 
     if sp.issparse(row):
@@ -172,5 +150,8 @@ def _row_terms(row: Any) -> tuple[np.ndarray, np.ndarray]:
             type_error("row", "a sparse row or a (V,) array", f"an array of shape {dense.shape}")
         ids = np.flatnonzero(dense)
         weights = dense[ids]
-    nz = weights != 0
-    return np.asarray(ids)[nz].astype(np.int64), np.asarray(weights)[nz].astype(np.float32)
+    nz = np.asarray(weights) != 0
+    ids, weights = np.asarray(ids)[nz].astype(np.int64), np.asarray(weights)[nz].astype(np.float32)
+    keep = np.lexsort((ids, -weights))[:top_k]
+    tokens = get_encoder(model).tokenizer.convert_ids_to_tokens(ids[keep].tolist())
+    return [(t, float(w)) for t, w in zip(tokens, weights[keep], strict=True)]

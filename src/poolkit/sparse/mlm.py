@@ -39,14 +39,6 @@ class NoMLMHeadError(InputError):
     """A sparse recipe on a model without a masked-language-model head."""
 
 
-def _architectures(path: Path) -> list[str]:
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    return [str(a) for a in config.get("architectures") or []]
-
-
 def _refuse(reference: str, recipe: str, why: str) -> Any:
     raise NoMLMHeadError(
         arg="model", expected=f"a model with a masked-language-model head for recipe {recipe!r} "
@@ -58,7 +50,11 @@ def _refuse(reference: str, recipe: str, why: str) -> Any:
 def check_mlm_architecture(path: str | os.PathLike[str], *, reference: str, recipe: str) -> None:
     """Refuse (:class:`NoMLMHeadError`) a checkpoint whose ``architectures`` name no
     ``*ForMaskedLM``, from its ``config.json`` alone: no weights are read."""
-    archs = _architectures(Path(path))
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    archs = [str(a) for a in config.get("architectures") or []]
     if not any(a.endswith("ForMaskedLM") for a in archs):
         _refuse(reference, recipe, f"which is {', '.join(archs) or 'of no stated architecture'}")
 
@@ -85,11 +81,8 @@ def load_mlm_model(
     path: str | os.PathLike[str], *, dtype: Any, reference: str, recipe: str, **kwargs: Any
 ) -> Any:
     """The whole ``*ForMaskedLM`` model at ``path`` (base and head), in eval mode;
-    ``kwargs`` go to ``from_pretrained`` (e.g. ``attn_implementation``).
-
-    Raises:
-        NoMLMHeadError: as :func:`load_mlm_head`.
-    """
+    ``kwargs`` go to ``from_pretrained`` (e.g. ``attn_implementation``). Raises
+    :class:`NoMLMHeadError` as :func:`load_mlm_head` does."""
     from transformers import AutoModelForMaskedLM
 
     from poolkit._quiet import quiet_loading

@@ -25,7 +25,4 @@ SparseStrategy = tuple[str, str]
 def sparse_strategy_name(pooling: str, activation: str) -> str | None:
     """The recipe name of a SpladePooling ``(pooling_strategy, activation_function)``;
     ``None`` for a pair poolkit does not know."""
-    for name, pair in SPARSE_STRATEGIES.items():
-        if pair == (pooling, activation):
-            return name
-    return None
+    return next((n for n, pair in SPARSE_STRATEGIES.items() if pair == (pooling, activation)), None)

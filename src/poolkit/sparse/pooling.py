@@ -58,9 +58,12 @@ def splade_pool(
     # Where each row's tokens start and end in `tokens`.
     counts = torch.bincount(rows, minlength=hidden.shape[0]).tolist()
     bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
-    parts = _parts(project)
-    if parts is not None and tokens.shape[0]:
-        return _split_pool(tokens, bounds, parts, pooling, activation, slice_tokens)
+    from poolkit.sparse.split import SplitHead
+
+    if isinstance(project, torch.nn.Linear):
+        project = SplitHead(torch.nn.Identity(), project)
+    if isinstance(project, SplitHead) and tokens.shape[0]:
+        return _split_pool(tokens, bounds, project, pooling, activation, slice_tokens)
     out: Any = None
     for start in range(0, tokens.shape[0], slice_tokens):
         stop = min(start + slice_tokens, tokens.shape[0])
@@ -79,28 +82,15 @@ def splade_pool(
     return activate(out, activation) if pooling == "max" else out
 
 
-def _parts(project: Any) -> tuple[Callable[[Any], Any], Any, Any] | None:
-    """``(transform, weight (V, H'), bias (V,) or None)`` of a head that splits, else None."""
-    import torch
-
-    from poolkit.sparse.split import SplitHead
-
-    if isinstance(project, SplitHead):
-        return project.transform, project.decoder.weight, project.decoder.bias
-    if isinstance(project, torch.nn.Linear):
-        return (lambda x: x), project.weight, project.bias
-    return None
-
-
 def _split_pool(
     tokens: Any,
     bounds: list[int],
-    parts: tuple[Callable[[Any], Any], Any, Any],
+    head: Any,
     pooling: str,
     activation: str,
     slice_tokens: int,
 ) -> Any:
-    """:func:`splade_pool` of ``tokens`` ``(T, H)`` (``T >= 1``) through a split head.
+    """:func:`splade_pool` of ``tokens`` ``(T, H)`` (``T >= 1``) through a ``SplitHead``.
 
     The transform runs once over all tokens (``(T, H')``, small); the decoder's product
     runs slice by slice into one buffer allocated once, so no slice pays for fresh pages.
@@ -110,8 +100,8 @@ def _split_pool(
     """
     import torch
 
-    transform, weight, bias = parts
-    x = transform(tokens)  # (T, H')
+    weight, bias = head.decoder.weight, head.decoder.bias
+    x = head.transform(tokens)  # (T, H')
     buf = torch.empty((min(slice_tokens, x.shape[0]), weight.shape[0]), dtype=x.dtype,
                       device=x.device)  # fmt: skip
     fill = float("-inf") if pooling == "max" else 0.0
@@ -142,7 +132,9 @@ def _reduce_into(out: Any, logits: Any, bounds: list[int], start: int, stop: int
     by each row's max or sum."""
     import torch
 
-    for b in _rows_in(bounds, start, stop):
+    first = int(np.searchsorted(bounds, start, side="right")) - 1  # rows in [start, stop)
+    last = int(np.searchsorted(bounds, stop, side="left"))
+    for b in range(max(first, 0), min(last, len(bounds) - 1)):
         lo, hi = max(bounds[b], start), min(bounds[b + 1], stop)
         if lo >= hi:  # a row without tokens in this slice
             continue
@@ -151,13 +143,6 @@ def _reduce_into(out: Any, logits: Any, bounds: list[int], start: int, stop: int
             torch.maximum(out[b], seg.amax(dim=0).float(), out=out[b])
         else:
             out[b] += seg.sum(dim=0)
-
-
-def _rows_in(bounds: list[int], start: int, stop: int) -> range:
-    """The rows whose tokens overlap ``[start, stop)`` (``bounds``: cumulative counts)."""
-    first = int(np.searchsorted(bounds, start, side="right")) - 1
-    last = int(np.searchsorted(bounds, stop, side="left"))
-    return range(max(first, 0), min(last, len(bounds) - 1))
 
 
 def keep_top_k(vectors: Any, k: int | None) -> Any:

@@ -59,10 +59,6 @@ def _json(path: Path) -> Any:
                          fix="Fix or remove the file.") from e  # fmt: skip
 
 
-def _kind(type_name: str) -> str:
-    return type_name.rsplit(".", 1)[-1]
-
-
 def _refuse(root: Path, what: str) -> Any:
     raise InputError(where=root, expected=f"a sentence-transformers Router with a 'query' "
                      f"route of one {_STATIC} and a 'document' route of a masked-LM "
@@ -84,17 +80,17 @@ def read_routes(root: str | Path) -> Routes | None:
     if not modules_path.is_file():
         return None
     modules = _json(modules_path)
-    kinds = [_kind(str(m.get("type", ""))) for m in modules if isinstance(m, dict)]
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
     if _ROUTER not in kinds:
         return None
     if len(kinds) != 1:
         _refuse(root, f"pipeline has modules after it ({', '.join(kinds)})")
-    sub = str(modules[0].get("path") or "")
-    config_path = root / sub / "router_config.json"
+    base = root / str(modules[0].get("path") or "")
+    config_path = base / "router_config.json"
     if not config_path.is_file():
         _refuse(root, f"{config_path.name} is missing")
     config = _json(config_path)
-    types = {str(k): _kind(str(v)) for k, v in (config.get("types") or {}).items()}
+    types = {str(k): str(v).rsplit(".", 1)[-1] for k, v in (config.get("types") or {}).items()}
     structure = {str(k): [str(x) for x in v] for k, v in (config.get("structure") or {}).items()}
     if (config.get("parameters") or {}).get("route_mappings"):
         _refuse(root, "routes are chosen by route_mappings")
@@ -106,7 +102,6 @@ def read_routes(root: str | Path) -> Routes | None:
     document = [types.get(m) for m in structure["document"]]
     if len(document) != 2 or document[0] not in _MLM or document[1] != _POOLING:
         _refuse(root, f"document route is {' + '.join(map(str, document)) or 'empty'}")
-    base = root / sub
     return Routes(root=base, document=base / structure["document"][0],
                   pooling=structure["document"][1], query=base / structure["query"][0])  # fmt: skip
 

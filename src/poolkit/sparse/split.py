@@ -15,11 +15,9 @@ __all__ = ["SplitHead", "split_head"]
 
 
 class SplitHead(torch.nn.Module):
-    """An MLM head as its two parts: ``transform`` ``(T, H) -> (T, H')`` (dense, activation,
-    norm: cheap) and the vocabulary ``decoder``, a ``Linear`` ``(T, H') -> (T, V)`` (the
-    cost). Calling it is calling the whole head; SPLADE pooling runs the parts apart, the
-    transform once over all tokens and the decoder's matrix product slice by slice into
-    one reused buffer (:func:`~poolkit.sparse.pooling.splade_pool`)."""
+    """An MLM head as ``transform`` ``(T, H) -> (T, H')`` (cheap) and the vocabulary
+    ``decoder``, a ``Linear`` ``(T, H') -> (T, V)`` (the cost); calling it calls both.
+    :func:`~poolkit.sparse.pooling.splade_pool` runs the parts apart."""
 
     def __init__(self, transform: Any, decoder: Any) -> None:
         super().__init__()
@@ -32,11 +30,9 @@ class SplitHead(torch.nn.Module):
 
 def split_head(model: Any, head: Any) -> SplitHead | None:
     """``head`` (:func:`~poolkit.sparse.mlm.head_chain` of ``model``) as a
-    :class:`SplitHead` sharing its weights, or ``None`` when ``model``'s output embeddings
-    are no ``Linear`` inside ``head`` or the two parts do not give ``head``'s logits on a
-    random probe (a head that adds something after its decoder): then the caller runs
-    ``head`` whole.
-    """
+    :class:`SplitHead` sharing its weights, or ``None`` (run ``head`` whole) when
+    ``model``'s output embeddings are no ``Linear`` inside ``head`` or the parts do not
+    give ``head``'s logits on a random probe (something after the decoder)."""
     decoder = model.get_output_embeddings()
     if not isinstance(decoder, torch.nn.Linear):
         return None

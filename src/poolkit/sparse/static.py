@@ -3,14 +3,15 @@
 A query's vector holds, for each distinct token id of the query (tokenized without special
 tokens, a prompt first if any, cut at the tokenizer's ``model_max_length`` as
 sentence-transformers' ``SparseStaticEmbedding`` cuts it, or at a ``max_length`` given),
-that term's stored weight: a
-term counts once however often it occurs, and the weight is used as stored (no ReLU, no
-log). No model runs. ``/topK`` keeps the ``K`` weights largest in magnitude, as
+that term's stored weight: a term counts once however often it occurs, and the weight is
+used as stored (no ReLU, no log). No model runs. ``/topK`` keeps the ``K`` weights largest in magnitude, as
 ``max_active_dims`` does on both sides of the model.
 """
 
 from __future__ import annotations
 
+import json
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit.driver import EmbedStats
 from poolkit.errors import InputError
 from poolkit.sparse.csr import canonical_csr
 
@@ -31,7 +33,25 @@ class StaticQueries:
     def __init__(self, folder: Path, width: int) -> None:
         from poolkit.tokenizer import load_tokenizer
 
-        weight = _weights(folder)
+        safe, legacy = folder / "model.safetensors", folder / "pytorch_model.bin"
+        if safe.is_file():
+            from safetensors.numpy import load_file
+
+            tensors = load_file(str(safe))
+        elif legacy.is_file():
+            import torch
+
+            tensors = {k: v.float().numpy() for k, v in
+                       torch.load(legacy, map_location="cpu", weights_only=True).items()}  # fmt: skip
+        else:
+            raise InputError(where=folder, expected="model.safetensors or pytorch_model.bin with "
+                             "the query route's weights", got="neither is there",
+                             fix="Save the model again with sentence-transformers.")  # fmt: skip
+        weight = tensors.get("weight")
+        if weight is None or np.ndim(weight) != 1:
+            raise InputError(where=folder, expected="a 1-d 'weight' among the stored tensors",
+                             got=f"got {', '.join(sorted(tensors)) or 'none'}")  # fmt: skip
+        weight = np.asarray(weight, dtype=np.float32)
         if weight.shape[0] > width:
             raise InputError(where=folder, expected=f"query weights over the document route's "
                              f"vocabulary of {width} (the two sides share one)",
@@ -44,29 +64,6 @@ class StaticQueries:
         self.limit: int | None = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None
 
 
-def _weights(folder: Path) -> np.ndarray:
-    """The stored ``weight`` ``(V,)`` float32 of a ``SparseStaticEmbedding`` folder."""
-    safe, legacy = folder / "model.safetensors", folder / "pytorch_model.bin"
-    if safe.is_file():
-        from safetensors.numpy import load_file
-
-        tensors = load_file(str(safe))
-    elif legacy.is_file():
-        import torch
-
-        tensors = {k: v.float().numpy() for k, v in
-                   torch.load(legacy, map_location="cpu", weights_only=True).items()}  # fmt: skip
-    else:
-        raise InputError(where=folder, expected="model.safetensors or pytorch_model.bin with the "
-                         "query route's weights", got="neither is there",
-                         fix="Save the model again with sentence-transformers.")  # fmt: skip
-    weight = tensors.get("weight")
-    if weight is None or np.ndim(weight) != 1:
-        raise InputError(where=folder, expected="a 1-d 'weight' among the stored tensors",
-                         got=f"got {', '.join(sorted(tensors)) or 'none'}")  # fmt: skip
-    return np.asarray(weight, dtype=np.float32)
-
-
 # One loaded query route per Encoder, dropped with it.
 _LOADED: weakref.WeakKeyDictionary[Any, StaticQueries] = weakref.WeakKeyDictionary()
 
@@ -74,15 +71,9 @@ _LOADED: weakref.WeakKeyDictionary[Any, StaticQueries] = weakref.WeakKeyDictiona
 def load_static(encoder: Any) -> StaticQueries:
     """The query route of ``encoder``'s model (``encoder.info.query_route``), loaded once."""
     if encoder not in _LOADED:
-        width = int(_vocab_size(Path(encoder.info.path)))
-        _LOADED[encoder] = StaticQueries(Path(encoder.info.query_route), width)
+        config = json.loads((Path(encoder.info.path) / "config.json").read_text(encoding="utf-8"))
+        _LOADED[encoder] = StaticQueries(Path(encoder.info.query_route), int(config["vocab_size"]))
     return _LOADED[encoder]
-
-
-def _vocab_size(path: Path) -> int:
-    import json
-
-    return int(json.loads((path / "config.json").read_text(encoding="utf-8"))["vocab_size"])
 
 
 def static_vectors(ids: Sequence[Sequence[int]], weight: np.ndarray) -> Any:
@@ -125,10 +116,6 @@ def embed_static(
     ``long_text="window"`` keeps every token, ``"truncate"`` cuts at the tokenizer's
     ``model_max_length`` as sentence-transformers does, or at the ``max_length`` the
     encoder was given when it differs from the model's (counted in ``stats.truncated``)."""
-    import time
-
-    from poolkit.driver import EmbedStats
-
     start = time.perf_counter()
     route = load_static(encoder)
     full = [prompt + t if prompt else t for t in texts]
