@@ -48,8 +48,8 @@ def bench_onnx(model_dir: Path, cache: Path, rounds: int) -> None:
         return ob.load_onnx_runner(model_dir, cache_dir=cache)
 
     def unverified() -> ob.OnnxRunner:  # the same steps, without reading + hashing the entry
-        settings = ob._settings(hf_dir, None, False)
-        entry = ob.onnx_cache_root(cache) / ob._key(settings)
+        settings = ob.cache_settings(hf_dir, None, False)
+        entry = ob.onnx_cache_root(cache) / ob.entry_key(settings)
         record = json.loads((entry / "settings.json").read_text(encoding="utf-8"))
         return ob.OnnxRunner(entry / "model.onnx", settings=record)
 

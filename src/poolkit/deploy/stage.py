@@ -23,7 +23,7 @@ from poolkit.recipe import Recipe
 
 __all__ = ["append_output_stage", "check_stage_export", "stage_ranges"]
 
-_EPS = 1e-12  # poolkit.output.l2_rows' floor on a row's norm
+_EPS = 1e-12  # poolkit.output.l2_normalize's floor on a row's norm
 
 
 def check_stage_export(recipe: Recipe, format: str, calibration: Any) -> None:
@@ -104,7 +104,7 @@ def append_output_stage(
         x = op("Slice", [x, const("begin", np.array([0], np.int64)),
                          const("end", np.array([k], np.int64)),
                          const("axes", np.array([1], np.int64))], "truncated")  # fmt: skip
-        if normalize:  # as l2_rows: x / max(||x||, 1e-12)
+        if normalize:  # as l2_normalize: x / max(||x||, 1e-12)
             sq = op("Mul", [x, x], "squares")
             total = op("ReduceSum", [sq, const("axis", np.array([1], np.int64))], "sum",
                        keepdims=1)  # fmt: skip
