@@ -49,12 +49,11 @@ LongText = Literal["truncate", "window"]
 class Tokenized:
     """Tokens of each text, special tokens not added yet.
 
-    Per text ``i`` (``n_i`` tokens): ``ids[i]`` ``(n_i,)`` int64, ``offsets[i]``
-    ``(n_i, 2)`` int64 half-open character offsets, ``word_ids[i]`` ``(n_i,)`` int64
-    (word index; -1 where the tokenizer gives None), ``special[i]`` ``(n_i,)`` bool
-    (special tokens typed inside the text, e.g. a literal ``[SEP]``). With a prompt,
-    ``prompt[i]`` ``(n_i,)`` bool marks the prompt's tokens (offsets ``(0, 0)``, word id
-    -1: offsets and word ids refer to the user's text); else ``prompt`` is ``None``.
+    Per text ``i`` (``n_i`` tokens): ``ids[i]`` ``(n_i,)`` int64, ``offsets[i]`` ``(n_i, 2)``
+    int64 character offsets ``[start, end)``, ``word_ids[i]`` ``(n_i,)`` int64 (-1: none),
+    ``special[i]`` ``(n_i,)`` bool (special tokens typed in the text, e.g. ``[SEP]``);
+    ``prompt[i]`` ``(n_i,)`` bool marks a prompt's tokens (offsets ``(0, 0)``, word id -1),
+    ``prompt`` is ``None`` without one.
     """
 
     ids: list[np.ndarray]
@@ -131,8 +130,7 @@ class SpecialTokens:
 
     @property
     def ids(self) -> tuple[int, ...]:
-        """``(N,)`` sorted union of ``prefix``, ``suffix`` and ``special_ids``: every id that
-        ``exclude_special`` (a ``_no_special`` recipe) can leave out of pooling."""
+        """``(N,)`` sorted ids ``exclude_special`` can leave out of pooling: all three sets."""
         return tuple(sorted({*self.prefix, *self.suffix, *self.special_ids}))
 
 
@@ -178,11 +176,10 @@ def prefetched(
 ) -> Iterator[tuple[Any, Any]]:
     """``(item, prepare(item))`` for each of ``items``, in order.
 
-    With ``enabled``, ``prepare`` of the next item runs on one background thread while the
-    caller works on the current one: one slot, so at most one item is prepared ahead and
-    memory stays that of two batches. ``prepare`` must not depend on the caller's work.
-    An exception raised by ``prepare`` is raised here, at its item, after every earlier
-    item was delivered; leaving the loop early waits for (and drops) the prepared item.
+    With ``enabled``, ``prepare`` of the next item (one at most) runs on a background thread
+    while the caller works on the current one; it must not depend on the caller's work.
+    Its exception is raised at its item, after every earlier item was delivered; leaving
+    the loop early waits for (and drops) the prepared item.
     """
     if not enabled or len(items) < 2:
         for item in items:
@@ -373,11 +370,8 @@ class Encoder:
         items = check_texts(list(texts[:CALIBRATION_TEXTS]), False)
         tok = self.tokenize(self._cap_long_texts(items))
         kept = np.minimum([len(x) for x in tok.ids], self._text_room).astype(np.int64)
-        out = []
-        for i in range(len(items)):
-            lay = self._layout(tok, np.asarray([i]), kept)
-            out.append(self.model_inputs(lay["input_ids"], lay["attention_mask"]))
-        return out
+        lays = (self._layout(tok, np.asarray([i]), kept) for i in range(len(items)))
+        return [self.model_inputs(x["input_ids"], x["attention_mask"]) for x in lays]
 
     def __repr__(self) -> str:
         return (
@@ -472,10 +466,7 @@ class Encoder:
         as sentence-transformers counts them: the prompt tokenized alone with the
         tokenizer's template, less a trailing special token (so a leading [CLS]/BOS counts)."""
         ids = self.tokenizer.encode(prompt, special_tokens=True).ids
-        n = len(ids)
-        if n and ids[-1] in set(self.tokenizer.all_special_ids):
-            n -= 1
-        return n
+        return len(ids) - int(bool(ids) and ids[-1] in self.tokenizer.all_special_ids)
 
     # -- stage 2 + 3: planning and forward ---------------------------------------------
 
@@ -495,22 +486,18 @@ class Encoder:
         Args:
             texts: ``N`` strings, ``N`` word lists (``is_split_into_words=True``), or the
                 output of :meth:`tokenize`.
-            all_layers: also return every layer (``EncodedBatch.hidden_states``), for
-                ``layer_mix``.
-            long_text: ``"truncate"`` cuts each text at ``max_length`` tokens (counted in
-                ``EncodedBatch.truncated``); ``"window"`` runs overlapping windows and
-                stitches them, so each row holds all of its text's tokens (each token's
-                vector comes from the window where it sits furthest from an edge).
+            all_layers: also return every layer (``EncodedBatch.hidden_states``).
+            long_text: ``"truncate"`` cuts each text at ``max_length`` tokens; ``"window"``
+                stitches overlapping windows into rows holding all of a text's tokens (each
+                token's vector from the window where it sits furthest from an edge).
             stride: window step for ``"window"``; default half a window.
             max_batch_tokens: token budget for this call; default the Encoder's.
-            prompt: text put before every text (see :meth:`tokenize`); its tokens count
-                towards ``max_length``. With ``include_prompt: false`` in the model's
-                pooling config, ``EncodedBatch.pool_mask`` leaves them out of pooling.
+            prompt: text put before every text (see :meth:`tokenize`), counted in
+                ``max_length``; see ``EncodedBatch.pool_mask``.
 
         Yields:
-            :class:`EncodedBatch` per batch; every input row appears in exactly one batch.
-            Batch order and row order inside a batch follow length, not input order:
-            use ``EncodedBatch.indices``.
+            :class:`EncodedBatch` per batch, every input row in exactly one, ordered by
+            length, not input order: use ``EncodedBatch.indices``.
         """
         if long_text not in ("truncate", "window"):
             value_error("long_text", "'truncate' or 'window'", repr(long_text))
@@ -632,13 +619,10 @@ class Encoder:
                 out[row_of, col] = np.concatenate([parts[i][:c] for i, c in picked])
         # The template: prefix before each row's content, suffix after it.
         every = np.arange(b)[:, None]
-        if p:
-            ids[every, starts[:, None] + np.arange(p)] = np.asarray(self._prefix, np.int64)
-            special[every, starts[:, None] + np.arange(p)] = True
-        if s:
-            after = (starts + p + k)[:, None] + np.arange(s)
-            ids[every, after] = np.asarray(self._suffix, np.int64)
-            special[every, after] = True
+        for at, part in ((starts, self._prefix), (starts + p + k, self._suffix)):
+            cols = at[:, None] + np.arange(len(part))
+            ids[every, cols] = np.asarray(part, np.int64)
+            special[every, cols] = True
         return {"input_ids": ids, "attention_mask": mask, "special": special,
                 "offsets": offsets, "word_ids": word_ids,
                 "prompt": in_prompt if tok.prompt is not None else None}  # fmt: skip
@@ -697,9 +681,8 @@ class Encoder:
             [np.full(len(x), -1, np.int64) for x in win_ids],
             [np.zeros(len(x), bool) for x in win_ids],
         )
-        win_rows = np.arange(len(win_ids))
         win_kept = np.fromiter((len(x) for x in win_ids), np.int64, count=len(win_ids))
-        win = self._layout(win_tok, win_rows, win_kept)
+        win = self._layout(win_tok, np.arange(len(win_ids)), win_kept)
         out = self.backend.forward(
             self.model_inputs(win["input_ids"], win["attention_mask"]), all_layers=all_layers
         )
@@ -723,10 +706,9 @@ def _strip_prompt(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Offsets and word ids of one prompted row made relative to the user's text.
 
-    Returns ``(offsets, word_ids, in_prompt)``: for a string, tokens ending inside the
-    prompt get offsets ``(0, 0)`` and word id -1, the others' offsets move back by
-    ``len(prompt)``; for a word list (``prompt_words`` > 0), the prompt's words get -1 and
-    the others' word ids move back by ``prompt_words`` (offsets are per word already).
+    Returns ``(offsets, word_ids, in_prompt)``. A string: tokens ending in the prompt get
+    offsets ``(0, 0)`` and word id -1, the others move back by ``len(prompt)``. A word list
+    (``prompt_words`` > 0): the prompt's words get -1, the others move back by it.
     """
     if prompt_words:
         in_prompt = (word_ids >= 0) & (word_ids < prompt_words)
@@ -754,8 +736,7 @@ def check_batch_tokens(value: Any, arg: str = "max_batch_tokens") -> int | None:
 
 
 def check_texts(texts: Any, words: bool) -> list[Any]:
-    """``texts`` as a list of strings (``words=True``: of word lists); TypeError otherwise,
-    naming ``texts``/``words`` and the offending item."""
+    """``texts`` as a list of strings (``words``: of word lists); else TypeError naming it."""
     if isinstance(texts, str):
         type_error("texts", "a list of strings", "a single str", "Wrap it: [text].")
     try:
