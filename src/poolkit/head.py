@@ -1,10 +1,8 @@
 """The modules of a sentence-transformers pipeline after pooling: read once, applied anywhere.
 
-A sentence-transformers folder lists its pipeline in ``modules.json``: a ``Transformer``,
-a ``Pooling``, then modules that change the pooled vector. :func:`read_head` reads the
-ones poolkit applies into a :class:`Head`; :func:`apply_head` applies it to pooled
-vectors, NumPy ``(N, D)`` or a torch tensor ``(N, D)``, with the same arithmetic;
-:func:`torch_head` wraps it as a ``torch.nn.Module`` (for exported graphs).
+:func:`read_head` reads the modules after ``Pooling`` in ``modules.json`` into a
+:class:`Head`; :func:`apply_head` applies it to pooled ``(N, D)`` NumPy arrays or torch
+tensors with the same arithmetic; :func:`torch_head` wraps it as a ``torch.nn.Module``.
 
 =================  ==========================================================
 ``Dense``          ``activation(x @ W.T + b)`` (+ residual when configured);
@@ -16,11 +14,9 @@ vectors, NumPy ``(N, D)`` or a torch tensor ``(N, D)``, with the same arithmetic
 ``Dropout``        nothing: the identity at inference
 =================  ==========================================================
 
-Any other module (``Router``/``Asym``, ``CNN``, ``LSTM``, ``WordWeights``,
-``WeightedLayerPooling``, unknown classes) is kept in :attr:`Head.refused`: the
-model's vectors cannot be computed, and :meth:`Head.check` raises
-:class:`~poolkit.errors.PipelineError` naming the module and the way out
-(``pipeline="pooled"``: the pooled vectors, before any module after pooling).
+Any other module (``Router``, ``CNN``, ``LSTM``, unknown classes...) is kept in
+:attr:`Head.refused`, and :meth:`Head.check` raises :class:`~poolkit.errors.PipelineError`
+naming it and the way out (``pipeline="pooled"``: the vectors before the modules).
 """
 
 from __future__ import annotations

@@ -50,8 +50,7 @@ class TextTokenizer:
     """A model's tokenizer as poolkit uses it: no truncation, no padding, no transformers.
 
     Attributes:
-        backend_tokenizer: the ``tokenizers.Tokenizer`` pipeline transformers built
-            (normaliser, pre-tokenizer, model, the special-token template, added tokens).
+        backend_tokenizer: the ``tokenizers.Tokenizer`` pipeline transformers built.
         kind: e.g. ``"fast BertTokenizer (WordPiece)"``, for ``poolkit inspect``.
         padding_side: ``"right"`` or ``"left"`` (the tokenizer's own side).
         model_max_length: the tokenizer's length limit (huge when it states none).
