@@ -2,18 +2,14 @@
 
 Three stages, kept apart so that each can be replaced:
 
-1. :meth:`Encoder.tokenize` (host, Rust tokenizer): texts -> :class:`Tokenized`, the
-   tokens of each text *without* special tokens, plus offsets and word ids.
-2. Planning (host, NumPy): each text becomes one sequence ``prefix + content + suffix``
-   (the tokenizer's own special-token template); sequences are sorted by length and cut
-   into batches bounded by a token budget.
-3. :meth:`Backend.forward`: one padded batch of integer arrays -> hidden states. This is
-   the only place a runtime is touched; the runtimes live in :mod:`poolkit.backends`
-   (torch by default, ONNX), picked from its registry by name.
+1. :meth:`Encoder.tokenize` (host): texts -> :class:`Tokenized`, without special tokens.
+2. Planning (host, NumPy): each text becomes ``prefix + content + suffix`` (the
+   tokenizer's template); sequences are sorted by length and cut into token-budget batches.
+3. :meth:`Backend.forward` (:mod:`poolkit.backends`, picked by name): one padded batch ->
+   hidden states; the only place a runtime is touched.
 
-:meth:`Encoder.iter_batches` yields :class:`EncodedBatch` objects (hidden states and the
-masks needed to pool them, per batch, with the original row indices), so that several
-strategies can be derived from one forward pass. ``poolkit.embed`` is built on it.
+:meth:`Encoder.iter_batches` yields an :class:`EncodedBatch` per batch (hidden states, the
+masks to pool them, the input row indices), so several recipes share one forward pass.
 
 Padding: encoder (bidirectional) models are always padded on the right; decoder models
 use their tokenizer's side, and under left padding get position ids counted from each
@@ -53,12 +49,11 @@ LongText = Literal["truncate", "window"]
 class Tokenized:
     """Tokens of each text, special tokens not added yet.
 
-    Per text ``i`` (``n_i`` tokens): ``ids[i]`` ``(n_i,)`` int64, ``offsets[i]``
-    ``(n_i, 2)`` int64 half-open character offsets, ``word_ids[i]`` ``(n_i,)`` int64
-    (word index; -1 where the tokenizer gives None), ``special[i]`` ``(n_i,)`` bool
-    (special tokens typed inside the text, e.g. a literal ``[SEP]``). With a prompt,
-    ``prompt[i]`` ``(n_i,)`` bool marks the prompt's tokens (offsets ``(0, 0)``, word id
-    -1: offsets and word ids refer to the user's text); else ``prompt`` is ``None``.
+    Per text ``i`` (``n_i`` tokens): ``ids[i]`` ``(n_i,)`` int64, ``offsets[i]`` ``(n_i, 2)``
+    int64 character offsets ``[start, end)``, ``word_ids[i]`` ``(n_i,)`` int64 (-1: none),
+    ``special[i]`` ``(n_i,)`` bool (special tokens typed in the text, e.g. ``[SEP]``);
+    ``prompt[i]`` ``(n_i,)`` bool marks a prompt's tokens (offsets ``(0, 0)``, word id -1),
+    ``prompt`` is ``None`` without one.
     """
 
     ids: list[np.ndarray]
@@ -90,17 +85,14 @@ class EncodedBatch:
         offsets: ``(B, L, 2)`` int64 half-open character offsets ``[start, end)`` into the
             text; ``(0, 0)`` for special tokens and padding.
         word_ids: ``(B, L)`` int64 word index per token, -1 for special tokens and padding.
-        hidden: last layer ``(B, L, H)`` on the backend's device (torch tensor for the
-            torch backend), float in the model's dtype.
-        hidden_states: with ``all_layers=True``, a tuple of ``num_layers + 1`` arrays
-            ``(B, L, H)`` (index 0 = embedding output, -1 is ``hidden``); else None.
+        hidden: last layer ``(B, L, H)`` on the backend's device, in the model's dtype.
+        hidden_states: with ``all_layers=True``, ``num_layers + 1`` arrays ``(B, L, H)``
+            (0: embedding output, -1: ``hidden``); else None.
         truncated: ``(B,)`` bool, True where tokens were cut at the max length.
-        num_tokens: ``(B,)`` int64, tokens of each text before truncation, specials
-            included.
+        num_tokens: ``(B,)`` int64, tokens of each text before truncation, specials included.
         prompt_mask: ``(B, L)`` bool, True at the prompt's tokens; ``None`` without prompt.
-        pool_mask: ``(B, L)`` int64, the attention mask sequence pooling uses when it
-            differs from ``attention_mask`` (``include_prompt: false``: the prompt's first
-            ``prompt_length`` tokens zeroed, as the model's pipeline does); else ``None``.
+        pool_mask: ``(B, L)`` int64, the mask sequence pooling uses with ``include_prompt:
+            false`` (the first :meth:`Encoder.prompt_length` tokens zeroed); else ``None``.
     """
 
     indices: np.ndarray
@@ -138,8 +130,7 @@ class SpecialTokens:
 
     @property
     def ids(self) -> tuple[int, ...]:
-        """``(N,)`` sorted union of ``prefix``, ``suffix`` and ``special_ids``: every id that
-        ``exclude_special`` (a ``_no_special`` recipe) can leave out of pooling."""
+        """``(N,)`` sorted ids ``exclude_special`` can leave out of pooling: all three sets."""
         return tuple(sorted({*self.prefix, *self.suffix, *self.special_ids}))
 
 
@@ -164,13 +155,11 @@ def device_batch_tokens(
 ) -> int:
     """The token budget of a batch on a CUDA device with ``free_bytes`` free: a pure rule.
 
-    A token of a forward pass holds, in the model's dtype (``dtype_bytes``), every layer's
-    output (``(layers + 1) * hidden``: kept when a recipe mixes layers), one layer's working
-    set (query/key/value/output ``4 * hidden`` and the feed-forward ``intermediate``), and
-    its row of attention scores where the kernel materialises them (``heads *
-    max_length``); then pooling's float32 copy and result (``8 * hidden`` bytes). The budget
-    is :data:`CUDA_MEMORY_SHARE` of the free memory over that, rounded down to a power of
-    two and kept within :data:`CUDA_BATCH_TOKENS`.
+    A token holds, in ``dtype_bytes``, every layer's output (``(layers + 1) * hidden``), one
+    layer's working set (``4 * hidden + intermediate``) and its attention scores (``heads *
+    max_length``), plus pooling's float32 copy and result (``8 * hidden`` bytes). The budget:
+    :data:`CUDA_MEMORY_SHARE` of the free memory over that, rounded down to a power of two,
+    within :data:`CUDA_BATCH_TOKENS`.
     """
     per_token = (
         dtype_bytes * ((layers + 1) * hidden + 4 * hidden + intermediate + heads * max_length)
@@ -187,11 +176,10 @@ def prefetched(
 ) -> Iterator[tuple[Any, Any]]:
     """``(item, prepare(item))`` for each of ``items``, in order.
 
-    With ``enabled``, ``prepare`` of the next item runs on one background thread while the
-    caller works on the current one: one slot, so at most one item is prepared ahead and
-    memory stays that of two batches. ``prepare`` must not depend on the caller's work.
-    An exception raised by ``prepare`` is raised here, at its item, after every earlier
-    item was delivered; leaving the loop early waits for (and drops) the prepared item.
+    With ``enabled``, ``prepare`` of the next item (one at most) runs on a background thread
+    while the caller works on the current one; it must not depend on the caller's work.
+    Its exception is raised at its item, after every earlier item was delivered; leaving
+    the loop early waits for (and drops) the prepared item.
     """
     if not enabled or len(items) < 2:
         for item in items:
@@ -212,9 +200,8 @@ def prefetched(
 
 
 def _default_batch_tokens(backend: Any, max_length: int) -> int:
-    """``max_batch_tokens=None``: :data:`CPU_BATCH_TOKENS` on the CPU, the
-    :func:`device_batch_tokens` rule on CUDA (from the free memory and the model's config),
-    :data:`ACCELERATOR_BATCH_TOKENS` elsewhere or when the model's shape is unknown."""
+    """``max_batch_tokens=None``: :data:`CPU_BATCH_TOKENS` on the CPU, :func:`device_batch_tokens`
+    on CUDA, :data:`ACCELERATOR_BATCH_TOKENS` elsewhere or when the model's shape is unknown."""
     device = str(getattr(backend, "device", "cpu"))
     if device == "cpu":
         # CPU matmuls run best on batches that stay in cache: 2048 tokens measured ~2x
@@ -242,49 +229,40 @@ class Encoder:
     """A Hugging Face model and its fast tokenizer, run in batches under inference mode.
 
     Args:
-        model: local directory or hub id (see :func:`poolkit.model_folder.resolve_model`);
-            ``None`` for the default,
-            ``sentence-transformers/all-MiniLM-L6-v2`` (:data:`~poolkit.model_folder.DEFAULT_MODEL`).
+        model: local directory or hub id (:func:`poolkit.model_folder.resolve_model`);
+            ``None``: :data:`~poolkit.model_folder.DEFAULT_MODEL` (all-MiniLM-L6-v2).
         device: ``"auto"`` (CUDA, then MPS, then CPU), or a torch device string.
         dtype: ``None``, ``"float16"``, ``"bfloat16"``, ``"float32"`` or a ``torch.dtype``.
             ``None``: float32 on the CPU; on CUDA the checkpoint's stored type, as
-            sentence-transformers loads it (float32 for most models; see
-            :func:`poolkit.backends.pytorch.default_dtype`).
+            sentence-transformers loads it (:func:`poolkit.backends.pytorch.default_dtype`).
         max_length: tokens per sequence, specials included; ``None`` uses the model's
             (:attr:`ModelInfo.max_length`).
         max_batch_tokens: token budget per batch, ``rows * padded length``; ``None``:
-            ``CPU_BATCH_TOKENS`` (2048) on the CPU; on CUDA sized to the device by
-            :func:`device_batch_tokens` (its free memory, the model's width, depth and
-            max length, within 1024..131072); ``ACCELERATOR_BATCH_TOKENS`` (16384) else.
+            ``CPU_BATCH_TOKENS`` (2048) on the CPU, :func:`device_batch_tokens` on CUDA,
+            ``ACCELERATOR_BATCH_TOKENS`` (16384) else.
         max_batch_size: optional cap on rows per batch.
         append_eos: add the EOS token to every sequence when the tokenizer does not;
-            ``None`` (default): no, like the model's own pipeline (sentence-transformers
-            tokenizes with the tokenizer's template and adds nothing).
+            ``None`` (default): no, like the model's own pipeline.
         backend: ``"torch"``, ``"onnx"`` (ONNX Runtime on the CPU, exported once and
             cached; :mod:`poolkit.backends.onnx`), ``"openvino"`` (that export run by
             OpenVINO on the CPU; ``dtype="bfloat16"`` for bf16 where the CPU has it;
             :mod:`poolkit.backends.openvino`) or an object implementing :class:`Backend`.
         quantize: ``None``, ``"int8"`` (dynamic int8; ``backend="onnx"``) or
             ``"int8-static"`` (static int8 calibrated on ``calibrate``; ``backend="openvino"``).
-        calibrate: with ``quantize="int8-static"``: texts to calibrate the int8 activation
-            ranges on, ideally some of the texts you will embed, as long as they are
-            (short-only calibration put long texts at cosine 0.94 to fp32; the first
-            :data:`CALIBRATION_TEXTS` are used, each truncated at ``max_length``); the cache
-            key includes their digest. Required then, refused otherwise.
+        calibrate: with ``quantize="int8-static"`` (required then, refused otherwise):
+            texts to calibrate int8 activation ranges on, ideally some of those you will
+            embed, as long as they are (short-only calibration put long texts at cosine
+            0.94 to fp32); the first :data:`CALIBRATION_TEXTS` are used.
         num_threads: if given, ``torch.set_num_threads(num_threads)`` (and ORT's threads).
 
     Attributes:
         info: the model's :class:`ModelInfo`.
         head: the modules after pooling (:class:`poolkit.head.Head`).
-        tokenizer: the fast tokenizer (:class:`poolkit.tokenizer.TextTokenizer`: the pipeline
-            ``transformers.AutoTokenizer`` builds, run with ``tokenizers`` alone).
+        tokenizer: the fast tokenizer (:class:`poolkit.tokenizer.TextTokenizer`).
         max_length: effective max tokens per sequence.
-        special_tokens: the prefix/suffix ids around each text and the ids counted as
-            special (:class:`SpecialTokens`).
-        prefetch: lay out the next batch (padded ids, masks, offsets) on a background
-            thread while the current one runs (:func:`prefetched`); on by default off the
-            CPU, where the host would otherwise leave the device idle between batches.
-            Batches, their order and their values are the same either way.
+        special_tokens: the template around each text and the special ids (:class:`SpecialTokens`).
+        prefetch: lay out the next batch on a background thread while the current one runs
+            (:func:`prefetched`); on by default off the CPU. Results are the same either way.
     """
 
     def __init__(
@@ -303,10 +281,7 @@ class Encoder:
         num_threads: int | None = None,
     ) -> None:
         check_batch_tokens(max_batch_tokens)
-        if max_batch_size is not None and (
-            not isinstance(max_batch_size, int) or max_batch_size < 1
-        ):
-            value_error("max_batch_size", "None or a positive integer", repr(max_batch_size))
+        check_batch_tokens(max_batch_size, "max_batch_size")
         from poolkit.model_folder import DEFAULT_MODEL
 
         reference = DEFAULT_MODEL if model is None else os.fspath(model)
@@ -393,13 +368,10 @@ class Encoder:
                        + ("" if isinstance(texts, str) or texts else " (empty)"),
                        "Pass some of the texts you will embed.")  # fmt: skip
         items = check_texts(list(texts[:CALIBRATION_TEXTS]), False)
-        tok = self._tokenize(self._cap_long_texts(items), False)
+        tok = self.tokenize(self._cap_long_texts(items))
         kept = np.minimum([len(x) for x in tok.ids], self._text_room).astype(np.int64)
-        out = []
-        for i in range(len(items)):
-            lay = self._layout(tok, np.asarray([i]), kept)
-            out.append(self.model_inputs(lay["input_ids"], lay["attention_mask"]))
-        return out
+        lays = (self._layout(tok, np.asarray([i]), kept) for i in range(len(items)))
+        return [self.model_inputs(x["input_ids"], x["attention_mask"]) for x in lays]
 
     def __repr__(self) -> str:
         return (
@@ -456,23 +428,7 @@ class Encoder:
         Returns:
             :class:`Tokenized` with ``N`` entries.
         """
-        items = check_texts(texts, is_split_into_words)
-        return self._tokenize(items, is_split_into_words, prompt)
-
-    def prompt_length(self, prompt: str) -> int:
-        """Tokens of ``prompt`` that ``include_prompt: false`` keeps out of pooling, counted
-        as sentence-transformers counts them: the prompt tokenized alone with the
-        tokenizer's template, less a trailing special token (so a leading [CLS]/BOS counts)."""
-        ids = self.tokenizer.encode(prompt, special_tokens=True).ids
-        n = len(ids)
-        if n and ids[-1] in set(self.tokenizer.all_special_ids):
-            n -= 1
-        return n
-
-    def _tokenize(
-        self, texts: list[Any], is_split_into_words: bool, prompt: str | None = None
-    ) -> Tokenized:
-        """:meth:`tokenize` for inputs already checked by :func:`check_texts`."""
+        texts = check_texts(texts, is_split_into_words)
         if not texts:
             return Tokenized([], [], [], [])
         words_before = prompt.split() if prompt and is_split_into_words else []
@@ -505,6 +461,13 @@ class Encoder:
             in_prompt.append(mask & ~special[i])
         return Tokenized(ids, offsets, word_ids, special, in_prompt)
 
+    def prompt_length(self, prompt: str) -> int:
+        """Tokens of ``prompt`` that ``include_prompt: false`` keeps out of pooling, counted
+        as sentence-transformers counts them: the prompt tokenized alone with the
+        tokenizer's template, less a trailing special token (so a leading [CLS]/BOS counts)."""
+        ids = self.tokenizer.encode(prompt, special_tokens=True).ids
+        return len(ids) - int(bool(ids) and ids[-1] in self.tokenizer.all_special_ids)
+
     # -- stage 2 + 3: planning and forward ---------------------------------------------
 
     def iter_batches(
@@ -523,22 +486,18 @@ class Encoder:
         Args:
             texts: ``N`` strings, ``N`` word lists (``is_split_into_words=True``), or the
                 output of :meth:`tokenize`.
-            all_layers: also return every layer (``EncodedBatch.hidden_states``), for
-                ``layer_mix``.
-            long_text: ``"truncate"`` cuts each text at ``max_length`` tokens (counted in
-                ``EncodedBatch.truncated``); ``"window"`` runs overlapping windows and
-                stitches them, so each row holds all of its text's tokens (each token's
-                vector comes from the window where it sits furthest from an edge).
+            all_layers: also return every layer (``EncodedBatch.hidden_states``).
+            long_text: ``"truncate"`` cuts each text at ``max_length`` tokens; ``"window"``
+                stitches overlapping windows into rows holding all of a text's tokens (each
+                token's vector from the window where it sits furthest from an edge).
             stride: window step for ``"window"``; default half a window.
             max_batch_tokens: token budget for this call; default the Encoder's.
-            prompt: text put before every text (see :meth:`tokenize`); its tokens count
-                towards ``max_length``. With ``include_prompt: false`` in the model's
-                pooling config, ``EncodedBatch.pool_mask`` leaves them out of pooling.
+            prompt: text put before every text (see :meth:`tokenize`), counted in
+                ``max_length``; see ``EncodedBatch.pool_mask``.
 
         Yields:
-            :class:`EncodedBatch` per batch; every input row appears in exactly one batch.
-            Batch order and row order inside a batch follow length, not input order:
-            use ``EncodedBatch.indices``.
+            :class:`EncodedBatch` per batch, every input row in exactly one, ordered by
+            length, not input order: use ``EncodedBatch.indices``.
         """
         if long_text not in ("truncate", "window"):
             value_error("long_text", "'truncate' or 'window'", repr(long_text))
@@ -555,7 +514,7 @@ class Encoder:
             items = check_texts(texts, is_split_into_words)
             if long_text == "truncate" and not is_split_into_words:
                 items = self._cap_long_texts(items)
-            tok = self._tokenize(items, is_split_into_words, prompt)
+            tok = self.tokenize(items, is_split_into_words=is_split_into_words, prompt=prompt)
         skip = 0
         if tok.prompt is not None and not self.info.include_prompt and prompt:
             skip = self.prompt_length(prompt)
@@ -570,22 +529,39 @@ class Encoder:
         order = np.argsort(-lengths, kind="stable")
         budget = check_batch_tokens(max_batch_tokens) or self.max_batch_tokens
         plan = list(self._plan(order, lengths, budget))
+        truncated &= long_text == "truncate"
         for rows, lay in prefetched(plan, lambda rows: self._layout(tok, rows, kept),
                                     enabled=self.prefetch):  # fmt: skip
-            batch = self._run(tok, rows, kept, truncated & (long_text == "truncate"),
-                              content + specials, all_layers, long_text, stride, lay)  # fmt: skip
-            if skip:
-                batch.pool_mask = _skip_first(batch.attention_mask, skip)
-            yield batch
+            if long_text == "window" and int(kept[rows].max()) > self._text_room:
+                out = self._windowed(tok, rows, kept, lay, all_layers, stride)
+            else:
+                out = self.backend.forward(
+                    self.model_inputs(lay["input_ids"], lay["attention_mask"]),
+                    all_layers=all_layers,
+                )
+            layers = tuple(out) if all_layers else None
+            yield EncodedBatch(
+                indices=rows.astype(np.int64),
+                input_ids=lay["input_ids"],
+                attention_mask=lay["attention_mask"],
+                special_tokens_mask=lay["special"],
+                offsets=lay["offsets"],
+                word_ids=lay["word_ids"],
+                hidden=layers[-1] if layers is not None else out,
+                hidden_states=layers,
+                truncated=truncated[rows],
+                num_tokens=(content + specials)[rows],
+                prompt_mask=lay["prompt"],
+                pool_mask=_skip_first(lay["attention_mask"], skip) if skip else None,
+            )
 
     def _cap_long_texts(self, texts: list[str]) -> list[str]:
         """Texts far beyond the max length, cut to a prefix that yields the same kept tokens.
 
-        Tokenizing a 5 MB string in full costs hundreds of MB for tokens that truncation
-        then drops. A prefix is used only when its tokenization runs well past
-        ``max_length`` and whitespace separates the kept tokens from the cut, so the kept
-        tokens (and so the vector) are those of the whole text, which still counts as
-        truncated; character offsets are unchanged, being offsets into the same text.
+        Tokenizing a 5 MB string in full costs hundreds of MB for tokens truncation drops.
+        A prefix is used only when it tokenizes well past ``max_length`` and whitespace
+        separates the kept tokens from the cut, so the kept tokens (the vector, the offsets)
+        are the whole text's, which still counts as truncated.
         """
         limit = 64 * self.max_length  # characters; ordinary texts never reach it
         if all(len(t) <= limit for t in texts):
@@ -632,30 +608,21 @@ class Encoder:
         starts = (length - lens) if self._left else np.zeros(b, dtype=np.int64)
         mask = ((pos >= starts[:, None]) & (pos < (starts + lens)[:, None])).astype(np.int64)
         # Content tokens: row j's t-th kept token goes to column starts[j] + p + t.
-        counts = [int(c) for c in k]
         row_of = np.repeat(np.arange(b), k)
         first = np.cumsum(k) - k  # each row's first index into the concatenated content
         col = np.arange(int(k.sum())) - np.repeat(first, k) + np.repeat(starts + p, k)
-
-        def gather(parts: list[np.ndarray]) -> np.ndarray:
-            return np.concatenate([x[:c] for x, c in zip(parts, counts, strict=True)])
-
-        picked = [int(i) for i in rows]
-        ids[row_of, col] = gather([tok.ids[i] for i in picked])
-        special[row_of, col] = gather([tok.special[i] for i in picked])
-        offsets[row_of, col] = gather([tok.offsets[i] for i in picked])
-        word_ids[row_of, col] = gather([tok.word_ids[i] for i in picked])
-        if tok.prompt is not None:
-            in_prompt[row_of, col] = gather([tok.prompt[i] for i in picked])
+        picked = [(int(i), int(c)) for i, c in zip(rows, k, strict=True)]
+        arrays = (ids, special, offsets, word_ids, in_prompt)
+        sources = (tok.ids, tok.special, tok.offsets, tok.word_ids, tok.prompt)
+        for out, parts in zip(arrays, sources, strict=True):
+            if parts is not None:
+                out[row_of, col] = np.concatenate([parts[i][:c] for i, c in picked])
         # The template: prefix before each row's content, suffix after it.
         every = np.arange(b)[:, None]
-        if p:
-            ids[every, starts[:, None] + np.arange(p)] = np.asarray(self._prefix, np.int64)
-            special[every, starts[:, None] + np.arange(p)] = True
-        if s:
-            after = (starts + p + k)[:, None] + np.arange(s)
-            ids[every, after] = np.asarray(self._suffix, np.int64)
-            special[every, after] = True
+        for at, part in ((starts, self._prefix), (starts + p + k, self._suffix)):
+            cols = at[:, None] + np.arange(len(part))
+            ids[every, cols] = np.asarray(part, np.int64)
+            special[every, cols] = True
         return {"input_ids": ids, "attention_mask": mask, "special": special,
                 "offsets": offsets, "word_ids": word_ids,
                 "prompt": in_prompt if tok.prompt is not None else None}  # fmt: skip
@@ -670,39 +637,6 @@ class Encoder:
             # Decoders count positions from the first real token, whatever the padding.
             inputs["position_ids"] = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
         return inputs
-
-    def _run(
-        self,
-        tok: Tokenized,
-        rows: np.ndarray,
-        kept: np.ndarray,
-        truncated: np.ndarray,
-        num_tokens: np.ndarray,
-        all_layers: bool,
-        long_text: str,
-        stride: int | None,
-        lay: dict[str, Any],
-    ) -> EncodedBatch:
-        if long_text == "window" and int(kept[rows].max()) > self._text_room:
-            out = self._windowed(tok, rows, kept, lay, all_layers, stride)
-        else:
-            out = self.backend.forward(
-                self.model_inputs(lay["input_ids"], lay["attention_mask"]), all_layers=all_layers
-            )
-        layers = tuple(out) if all_layers else None
-        return EncodedBatch(
-            indices=rows.astype(np.int64),
-            input_ids=lay["input_ids"],
-            attention_mask=lay["attention_mask"],
-            special_tokens_mask=lay["special"],
-            offsets=lay["offsets"],
-            word_ids=lay["word_ids"],
-            hidden=layers[-1] if layers is not None else out,
-            hidden_states=layers,
-            truncated=truncated[rows],
-            num_tokens=num_tokens[rows],
-            prompt_mask=lay["prompt"],
-        )
 
     def _windowed(
         self,
@@ -730,9 +664,8 @@ class Encoder:
             bounds = [0] + [(starts[k - 1] + w + starts[k]) // 2 for k in range(1, len(starts))]
             bounds.append(n)
             first = len(win_ids)
-            for a in starts:
-                win_ids.append(tok.ids[i][a : a + w])
-                c = length - (n + p + s) if self._left else 0
+            win_ids.extend(tok.ids[i][a : a + w] for a in starts)
+            c = length - (n + p + s) if self._left else 0
             for k, a in enumerate(starts):
                 lo, hi = bounds[k], bounds[k + 1]
                 src_row[j, c + p + lo : c + p + hi] = first + k
@@ -748,9 +681,8 @@ class Encoder:
             [np.full(len(x), -1, np.int64) for x in win_ids],
             [np.zeros(len(x), bool) for x in win_ids],
         )
-        win_rows = np.arange(len(win_ids))
         win_kept = np.fromiter((len(x) for x in win_ids), np.int64, count=len(win_ids))
-        win = self._layout(win_tok, win_rows, win_kept)
+        win = self._layout(win_tok, np.arange(len(win_ids)), win_kept)
         out = self.backend.forward(
             self.model_inputs(win["input_ids"], win["attention_mask"]), all_layers=all_layers
         )
@@ -774,10 +706,9 @@ def _strip_prompt(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Offsets and word ids of one prompted row made relative to the user's text.
 
-    Returns ``(offsets, word_ids, in_prompt)``: for a string, tokens ending inside the
-    prompt get offsets ``(0, 0)`` and word id -1, the others' offsets move back by
-    ``len(prompt)``; for a word list (``prompt_words`` > 0), the prompt's words get -1 and
-    the others' word ids move back by ``prompt_words`` (offsets are per word already).
+    Returns ``(offsets, word_ids, in_prompt)``. A string: tokens ending in the prompt get
+    offsets ``(0, 0)`` and word id -1, the others move back by ``len(prompt)``. A word list
+    (``prompt_words`` > 0): the prompt's words get -1, the others move back by it.
     """
     if prompt_words:
         in_prompt = (word_ids >= 0) & (word_ids < prompt_words)
@@ -797,16 +728,15 @@ def _skip_first(mask: np.ndarray, count: int) -> np.ndarray:
     return np.where(rank > count, mask, 0).astype(mask.dtype)
 
 
-def check_batch_tokens(value: Any) -> int | None:
-    """``value`` if it is ``None`` or a positive int; ValueError naming ``max_batch_tokens``."""
+def check_batch_tokens(value: Any, arg: str = "max_batch_tokens") -> int | None:
+    """``value`` if it is ``None`` or a positive int; ValueError naming ``arg``."""
     if value is not None and (not isinstance(value, int) or value < 1):
-        value_error("max_batch_tokens", "None or a positive integer", repr(value))
+        value_error(arg, "None or a positive integer", repr(value))
     return value
 
 
 def check_texts(texts: Any, words: bool) -> list[Any]:
-    """``texts`` as a list of strings (``words=True``: of word lists); TypeError otherwise,
-    naming ``texts``/``words`` and the offending item."""
+    """``texts`` as a list of strings (``words``: of word lists); else TypeError naming it."""
     if isinstance(texts, str):
         type_error("texts", "a list of strings", "a single str", "Wrap it: [text].")
     try:

@@ -1,10 +1,8 @@
 """The modules of a sentence-transformers pipeline after pooling: read once, applied anywhere.
 
-A sentence-transformers folder lists its pipeline in ``modules.json``: a ``Transformer``,
-a ``Pooling``, then modules that change the pooled vector. :func:`read_head` reads the
-ones poolkit applies into a :class:`Head`; :func:`apply_head` applies it to pooled
-vectors, NumPy ``(N, D)`` or a torch tensor ``(N, D)``, with the same arithmetic;
-:func:`torch_head` wraps it as a ``torch.nn.Module`` (for exported graphs).
+:func:`read_head` reads the modules after ``Pooling`` in ``modules.json`` into a
+:class:`Head`; :func:`apply_head` applies it to pooled ``(N, D)`` NumPy arrays or torch
+tensors with the same arithmetic; :func:`torch_head` wraps it as a ``torch.nn.Module``.
 
 =================  ==========================================================
 ``Dense``          ``activation(x @ W.T + b)`` (+ residual when configured);
@@ -16,11 +14,9 @@ vectors, NumPy ``(N, D)`` or a torch tensor ``(N, D)``, with the same arithmetic
 ``Dropout``        nothing: the identity at inference
 =================  ==========================================================
 
-Any other module (``Router``/``Asym``, ``CNN``, ``LSTM``, ``WordWeights``,
-``WeightedLayerPooling``, unknown classes) is kept in :attr:`Head.refused`: the
-model's vectors cannot be computed, and :meth:`Head.check` raises
-:class:`~poolkit.errors.PipelineError` naming the module and the way out
-(``pipeline="pooled"``: the pooled vectors, before any module after pooling).
+Any other module (``Router``, ``CNN``, ``LSTM``, unknown classes...) is kept in
+:attr:`Head.refused`, and :meth:`Head.check` raises :class:`~poolkit.errors.PipelineError`
+naming it and the way out (``pipeline="pooled"``: the vectors before the modules).
 """
 
 from __future__ import annotations
@@ -39,7 +35,6 @@ from poolkit.errors import PipelineError
 
 __all__ = ["Head", "PipelineStep", "apply_head", "read_head", "torch_head"]
 
-# Modules that feed or are the pooling: nothing to apply after it.
 # The modules that make the pooled vector (the sparse ones: poolkit.sparse).
 _INPUT_KINDS = frozenset({"Transformer", "Pooling", "MLMTransformer", "SpladePooling"})
 _NORMALIZE, _DENSE, _LAYER_NORM, _DROPOUT = "Normalize", "Dense", "LayerNorm", "Dropout"
@@ -61,18 +56,14 @@ def _erf(xp: Any, x: Any) -> Any:
     return xp.erf(x)
 
 
-def _sigmoid(xp: Any, x: Any) -> Any:
-    return 1.0 / (1.0 + xp.exp(-x))
-
-
 # activation class name -> f(xp, x); the class as torch names it in Dense's config.
 _ACTIVATIONS: dict[str, Callable[[Any, Any], Any]] = {
     "Tanh": lambda xp, x: xp.tanh(x),
     "Identity": lambda xp, x: x,
     "ReLU": lambda xp, x: x * (x > 0),
     "GELU": lambda xp, x: 0.5 * x * (1.0 + _erf(xp, x / math.sqrt(2.0))),
-    "Sigmoid": _sigmoid,
-    "SiLU": lambda xp, x: x * _sigmoid(xp, x),
+    "Sigmoid": lambda xp, x: 1.0 / (1.0 + xp.exp(-x)),
+    "SiLU": lambda xp, x: x * _ACTIVATIONS["Sigmoid"](xp, x),
 }
 
 
@@ -124,10 +115,7 @@ class Head:
     @property
     def in_dim(self) -> int | None:
         """Width the first sized step takes (``None``: any width, e.g. only Normalize)."""
-        for s in self.steps:
-            if s.in_dim is not None:
-                return s.in_dim
-        return None
+        return next((s.in_dim for s in self.steps if s.in_dim is not None), None)
 
     def fits(self, width: int) -> bool:
         """Whether pooled vectors of ``width`` can go through :attr:`steps`."""
@@ -135,10 +123,7 @@ class Head:
 
     def out_dim(self, width: int) -> int:
         """Output width for pooled vectors of ``width`` that :meth:`fits`."""
-        for s in reversed(self.steps):
-            if s.out_dim is not None:
-                return s.out_dim
-        return width
+        return next((s.out_dim for s in reversed(self.steps) if s.out_dim is not None), width)
 
     def check(self, width: int, recipe: str, reference: str) -> None:
         """Raise :class:`PipelineError` unless pooled ``recipe`` vectors of ``width`` can
@@ -197,16 +182,13 @@ def _activation(name: Any) -> tuple[str | None, str]:
     return None, f"activation {name!r} is not one of {', '.join(_ACTIVATIONS)}"
 
 
-def token_dense(folder: Path, module: str, weights: bool = True) -> PipelineStep:
-    """A ``Dense`` over token vectors (``module_input_name: token_embeddings``, or no name, as
-    PyLate saves it) with its weights (unless not ``weights``), as a step :func:`apply_head`
-    applies to ``(T, H)``; status ``"refused: ..."`` for an activation poolkit cannot apply."""
-    return _dense(folder, module, weights, vectors="token_embeddings")
-
-
-def _dense(
-    folder: Path, module: str, weights: bool, vectors: str = "sentence_embedding"
+def token_dense(
+    folder: Path, module: str, weights: bool = True, vectors: str = "token_embeddings"
 ) -> PipelineStep:
+    """The ``Dense`` in ``folder`` as a step :func:`apply_head` applies to ``(T, H)`` token
+    vectors (``vectors="sentence_embedding"``: to ``(N, D)`` pooled ones), with its weights
+    unless not ``weights``. A missing ``module_input_name`` means ``vectors`` (as PyLate
+    saves it); status ``"refused: ..."`` for a mapping or activation poolkit cannot apply."""
     cfg = _read_json(folder / "config.json")
     n_in, n_out = int(cfg["in_features"]), int(cfg["out_features"])
     act, why = _activation(cfg.get("activation_function"))
@@ -233,16 +215,6 @@ def _dense(
         elif residual:
             params["residual"] = np.eye(n_in, dtype=np.float32)
     return PipelineStep(module, _DENSE, what, "applied", n_in, n_out, act, params)
-
-
-def _layer_norm(folder: Path, module: str, weights: bool) -> PipelineStep:
-    dim = int(_read_json(folder / "config.json")["dimension"])
-    params = {}
-    if weights:
-        raw = _weights(folder)
-        params = {"weight": raw["norm.weight"], "bias": raw["norm.bias"]}
-    return PipelineStep(module, _LAYER_NORM, f"{dim}-d, eps 1e-5", "applied", dim, dim,
-                        None, params)  # fmt: skip
 
 
 _REFUSED_WHY = {
@@ -284,15 +256,18 @@ def read_head(model_dir: str | os.PathLike[str], *, weights: bool = True) -> Hea
             why = f"{sub or '.'}/config.json is missing"
             pipeline.append(PipelineStep(module, kind, why, f"refused: {why}"))
         elif kind == _DENSE:
-            pipeline.append(_dense(folder, module, weights))
+            pipeline.append(token_dense(folder, module, weights, "sentence_embedding"))
         elif kind == _LAYER_NORM:
-            pipeline.append(_layer_norm(folder, module, weights))
+            dim = int(_read_json(folder / "config.json")["dimension"])
+            raw = _weights(folder) if weights else {}
+            params = {"weight": raw["norm.weight"], "bias": raw["norm.bias"]} if weights else {}
+            what = f"{dim}-d, eps 1e-5"
+            pipeline.append(PipelineStep(module, kind, what, "applied", dim, dim, None, params))
         elif kind == _NORMALIZE:
             cfg = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
             source = cfg.get("module_input_name", "sentence_embedding")
-            status = "applied"
-            if source != "sentence_embedding":
-                status = f"refused: it normalises {source!r}, not the sentence embedding"
+            why = f"it normalises {source!r}, not the sentence embedding"
+            status = "applied" if source == "sentence_embedding" else f"refused: {why}"
             pipeline.append(PipelineStep(module, kind, "L2 normalisation", status))
         elif kind == _DROPOUT:
             pipeline.append(PipelineStep(module, kind, "dropout (identity at inference)", "no-op"))
@@ -327,11 +302,9 @@ def _l2(xp: Any, x: Any) -> Any:
 
 
 def _param(x: Any, value: np.ndarray) -> Any:
-    if hasattr(x, "detach"):
-        import torch
-
-        return torch.from_numpy(value).to(device=x.device, dtype=x.dtype)
-    return value.astype(x.dtype, copy=False)
+    if _xp(x) is np:
+        return value.astype(x.dtype, copy=False)
+    return _xp(x).from_numpy(value).to(device=x.device, dtype=x.dtype)
 
 
 def _step(step: PipelineStep, x: Any) -> Any:
@@ -346,10 +319,8 @@ def _step(step: PipelineStep, x: Any) -> Any:
             y = y + x @ _param(x, p["residual"]).T
         return y
     if step.kind == _LAYER_NORM:
-        mean = x.mean(-1, keepdims=True) if xp is np else x.mean(-1, keepdim=True)
-        centred = x - mean
-        var = (centred * centred).mean(-1, keepdims=True) if xp is np else (
-            (centred * centred).mean(-1, keepdim=True))  # fmt: skip
+        centred = x - x.mean(-1, keepdims=True)  # torch takes keepdims too
+        var = (centred * centred).mean(-1, keepdims=True)
         return centred / (var + _LN_EPS) ** 0.5 * _param(x, p["weight"]) + _param(x, p["bias"])
     if step.kind == _NORMALIZE:
         return _l2(xp, x)

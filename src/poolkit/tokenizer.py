@@ -1,21 +1,18 @@
 """The tokenizer poolkit runs: a Rust ``tokenizers.Tokenizer`` and the few facts it needs.
 
-Importing ``transformers`` (and through it ``torch``) costs seconds, the bulk of a short
-``poolkit embed --backend onnx`` run. So the Encoder never calls a ``transformers``
-tokenizer: it calls :class:`TextTokenizer`, which holds only the ``tokenizers`` pipeline.
+Importing ``transformers`` (and ``torch``) costs seconds, the bulk of a short ``poolkit
+embed --backend onnx`` run, so the Encoder calls :class:`TextTokenizer`, which holds only
+the ``tokenizers`` pipeline.
 
-That pipeline must be the one ``transformers.AutoTokenizer`` builds (the model's own
-pipeline, sentence-transformers, tokenizes with it), and that is not simply
-``tokenizer.json``: transformers v5 rebuilds a model-specific class (``BertTokenizer``,
-``LlamaTokenizer``, ...) from the vocabulary and ``tokenizer_config.json`` flags
-(normaliser, template), adds named special tokens missing from the vocabulary, rewrites the
-template for ``add_bos_token``/``add_eos_token``, converts slow-only folders
-(``vocab.txt``, ``spiece.model``). Rather than copy those rules, :func:`load_tokenizer`
-asks transformers once per tokenizer and keeps what it built: the pipeline (tokenizer.json
-format) and the facts, in ``<cache>/tokenizers/<key>.json``, ``key`` hashing the folder's
-tokenizer files and the transformers and tokenizers versions. Later loads read that record
-with ``tokenizers`` alone (a few ms). The record carries the SHA-256 of its content; a
-damaged one is rebuilt with an :class:`~poolkit.io.integrity.IntegrityWarning`.
+That pipeline must be the one ``transformers.AutoTokenizer`` builds (as the model's own
+pipeline does), which is not simply ``tokenizer.json``: transformers rebuilds a
+model-specific class from the vocabulary and ``tokenizer_config.json`` flags, adds missing
+special tokens, rewrites the template for ``add_bos_token``/``add_eos_token``, converts
+slow-only folders. Rather than copy those rules, :func:`load_tokenizer` asks transformers
+once and keeps the pipeline and the facts in ``<cache>/tokenizers/<key>.json``
+(:func:`tokenizer_cache_key`); later loads need ``tokenizers`` alone (a few ms). The record
+carries the SHA-256 of its content; a damaged one is rebuilt with an
+:class:`~poolkit.io.integrity.IntegrityWarning`.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ import json
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +50,7 @@ class TextTokenizer:
     """A model's tokenizer as poolkit uses it: no truncation, no padding, no transformers.
 
     Attributes:
-        backend_tokenizer: the ``tokenizers.Tokenizer`` pipeline transformers built
-            (normaliser, pre-tokenizer, model, the special-token template, added tokens).
+        backend_tokenizer: the ``tokenizers.Tokenizer`` pipeline transformers built.
         kind: e.g. ``"fast BertTokenizer (WordPiece)"``, for ``poolkit inspect``.
         padding_side: ``"right"`` or ``"left"`` (the tokenizer's own side).
         model_max_length: the tokenizer's length limit (huge when it states none).
@@ -92,16 +88,10 @@ class TextTokenizer:
         return [self.backend_tokenizer.id_to_token(int(i)) for i in ids]
 
     def facts(self) -> dict[str, Any]:
-        """Everything but the pipeline, as JSON-ready values."""
+        """Every field but the pipeline, and ``encode_special_tokens``, as JSON-ready values."""
+        facts = {f.name: getattr(self, f.name) for f in fields(self)[1:]}
         return {
-            "kind": self.kind,
-            "padding_side": self.padding_side,
-            "model_max_length": self.model_max_length,
-            "model_input_names": list(self.model_input_names),
-            "pad_token_id": self.pad_token_id,
-            "eos_token_id": self.eos_token_id,
-            "unk_token_id": self.unk_token_id,
-            "all_special_ids": list(self.all_special_ids),
+            **facts,
             "encode_special_tokens": bool(self.backend_tokenizer.encode_special_tokens),
         }
 
@@ -115,35 +105,23 @@ class TextTokenizer:
         backend.no_padding()
         # Not part of tokenizer.json: transformers sets it from split_special_tokens.
         backend.encode_special_tokens = bool(facts["encode_special_tokens"])
-        limit = facts["model_max_length"]
-        return cls(
-            backend_tokenizer=backend,
-            kind=str(facts["kind"]),
-            padding_side=str(facts["padding_side"]),
-            model_max_length=int(limit) if isinstance(limit, int) else None,
-            model_input_names=tuple(facts["model_input_names"]),
-            pad_token_id=facts["pad_token_id"],
-            eos_token_id=facts["eos_token_id"],
-            unk_token_id=facts["unk_token_id"],
-            all_special_ids=tuple(int(i) for i in facts["all_special_ids"]),
-        )
+        got = {f.name: facts[f.name] for f in fields(cls)[1:]}
+        limit = got["model_max_length"]
+        got["model_max_length"] = int(limit) if isinstance(limit, int) else None
+        got["kind"], got["padding_side"] = str(got["kind"]), str(got["padding_side"])
+        got["model_input_names"] = tuple(got["model_input_names"])
+        got["all_special_ids"] = tuple(int(i) for i in got["all_special_ids"])
+        return cls(backend, **got)
 
     @classmethod
     def from_transformers(cls, tokenizer: Any) -> TextTokenizer:
         """Copy what poolkit needs from a loaded ``transformers`` fast tokenizer."""
         backend = tokenizer.backend_tokenizer
-        limit = getattr(tokenizer, "model_max_length", None)
-        facts = {
-            "kind": f"fast {type(tokenizer).__name__} ({type(backend.model).__name__})",
-            "padding_side": tokenizer.padding_side,
-            "model_max_length": limit if isinstance(limit, int) and limit < 2**62 else None,
-            "model_input_names": list(tokenizer.model_input_names),
-            "pad_token_id": tokenizer.pad_token_id,
-            "eos_token_id": tokenizer.eos_token_id,
-            "unk_token_id": tokenizer.unk_token_id,
-            "all_special_ids": [int(i) for i in tokenizer.all_special_ids],
-            "encode_special_tokens": bool(backend.encode_special_tokens),
-        }
+        facts = {f.name: getattr(tokenizer, f.name, None) for f in fields(cls)[1:]}
+        facts["kind"] = f"fast {type(tokenizer).__name__} ({type(backend.model).__name__})"
+        limit = facts["model_max_length"]
+        facts["model_max_length"] = limit if isinstance(limit, int) and limit < 2**62 else None
+        facts["encode_special_tokens"] = backend.encode_special_tokens
         return cls.from_record(backend.to_str(), facts)
 
 
