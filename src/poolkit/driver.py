@@ -95,9 +95,7 @@ def drive(
     """
     start = time.perf_counter()
     budget = max_batch_tokens or encoder.max_batch_tokens
-    stats = EmbedStats(
-        num_texts=len(inputs), max_length=encoder.max_length, max_batch_tokens=budget
-    )
+    stats = EmbedStats(len(inputs), max_length=encoder.max_length, max_batch_tokens=budget)
     for batch in encoder.iter_batches(
         inputs,
         all_layers=all_layers,
@@ -132,11 +130,8 @@ def warn_truncated(stats: EmbedStats, what: str = "texts", stacklevel: int = 3) 
 
 
 def to_float32_numpy(x: Any) -> np.ndarray:
-    """A pooled result as a float32 NumPy array of the same shape.
-
-    ``x`` is a torch tensor (any device and float dtype; copied to the host) or anything
-    ``np.asarray`` takes (no copy when it already is float32 NumPy).
-    """
+    """``x`` (a torch tensor on any device, or anything ``np.asarray`` takes) as float32
+    NumPy of the same shape; no copy when it already is."""
     if hasattr(x, "detach"):
         x = x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=np.float32)
@@ -147,11 +142,8 @@ _Bare = namedtuple("_Bare", "hidden hidden_states attention_mask special_tokens_
 
 
 class LayerViews:
-    """The hidden states each recipe pools over, for one batch, each mixed once.
-
-    ``views[recipe]`` is ``(B, L, H')``: the last layer, or ``layer_mix`` of the recipe's
-    layers (which needs the batch to carry ``hidden_states``).
-    """
+    """``views[recipe]``: the ``(B, L, H')`` hidden states a recipe pools over in one batch,
+    the last layer or ``layer_mix`` of its layers (from ``batch.hidden_states``), mixed once."""
 
     def __init__(self, batch: Any) -> None:
         self.batch = batch
