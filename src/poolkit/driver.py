@@ -1,11 +1,9 @@
 """One loop from :meth:`Encoder.iter_batches` to pooled outputs, for every level.
 
-:func:`drive` runs the batches and keeps the books (tokens, truncated rows, progress,
-time); the caller's ``on_batch`` pools each batch. ``embed``, ``embed_tokens``,
-``embed_words``, ``embed_spans``, ``poolkit compare`` and the Ray ``Embedder`` all go
-through it, so truncation, ``max_batch_tokens``, ``long_text``, progress and stats behave
-the same at every level. The helpers below turn one batch into vectors for a set of
-:class:`~poolkit.Recipe` values, pooling each distinct (layers, strategy) piece once.
+:func:`drive` runs the batches and keeps the books; the caller's ``on_batch`` pools each.
+Every ``embed*`` function, ``poolkit compare`` and the Ray ``Embedder`` go through it, so
+truncation, batching, progress and stats behave the same at every level. The helpers
+below pool one batch for a set of recipes, each distinct (layers, strategy) piece once.
 """
 
 from __future__ import annotations
