@@ -83,14 +83,10 @@ def drive(
     prompt: str | None = None,
     stride: int | None = None,
 ) -> EmbedStats:
-    """Run ``encoder`` over ``inputs`` and hand every batch to ``on_batch``.
-
-    ``inputs`` are ``N`` texts (or word lists with ``is_split_into_words``, or a
-    :class:`poolkit.encoder.Tokenized`); ``progress`` is called with the rows finished
-    after each batch; ``prompt`` goes before every input and ``stride`` is the window step
-    of ``long_text="window"`` (:meth:`poolkit.Encoder.iter_batches`). Returns the
-    :class:`EmbedStats` of the run (``dims`` left for the caller).
-    """
+    """Run ``encoder`` over ``inputs`` (``N`` texts, word lists with ``is_split_into_words``,
+    or a :class:`poolkit.encoder.Tokenized`), hand every batch to ``on_batch``, and return
+    the run's :class:`EmbedStats` (``dims`` left for the caller). ``progress`` gets the rows
+    finished after each batch; the rest as for :meth:`poolkit.Encoder.iter_batches`."""
     start = time.perf_counter()
     budget = max_batch_tokens or encoder.max_batch_tokens
     stats = EmbedStats(len(inputs), max_length=encoder.max_length, max_batch_tokens=budget)

@@ -313,11 +313,9 @@ def embed(
                "pipeline": options.get("pipeline", "full") != "full",
                "calibration": calibration is not None}  # fmt: skip
     recipe, opts = run_options("embed", "sequence", recipe, options, model, refused=refused)
-    req = None
-    if not is_multivector(recipe):
-        req = resolve_request("sequence", texts, model, recipe, long_text=long_text,
-                              prompt_name=prompt_name, prompt=prompt, calibration=calibration,
-                              own_multivector=True, **opts)  # fmt: skip
+    req = None if is_multivector(recipe) else resolve_request(
+        "sequence", texts, model, recipe, long_text=long_text, prompt_name=prompt_name,
+        prompt=prompt, calibration=calibration, own_multivector=True, **opts)  # fmt: skip
     if req is None or next(iter(req.recipes.values())).level == "multivector":  # a folder's own
         recipe = recipe if req is None else next(iter(req.recipes.values()))
         wanted = resolve_multivector(recipe, normalize=None, dims=None, precision=None,
