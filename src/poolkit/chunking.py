@@ -42,9 +42,6 @@ from poolkit.recipe import Recipe
 
 __all__ = ["DocumentChunks", "check_late", "chunk_documents", "embed_chunks"]
 
-# Strategies that name one token of the encoded sequence ([CLS], the last one): a late
-# chunk, a run of tokens inside the document, has no such token of its own.
-_POSITIONAL = ("cls", "last")
 # Documents handed to one plan run on the naive path (progress and memory).
 _NAIVE_GROUP = 64
 
@@ -184,7 +181,7 @@ def _check_chunking(documents: list[str], chunks: Any, late: Any, stride: Any) -
         if not doc.strip():
             value_error("documents", "a document with text to chunk",
                         f"{doc!r:.40}", "Remove it or give it some text.", index=i)  # fmt: skip
-    if not isinstance(chunks, Chunker | str) and not isinstance(chunks, Sequence):
+    if not isinstance(chunks, Chunker | Sequence):
         value_error("chunks", "a chunker name or one list of spans per document",
                     type(chunks).__name__)  # fmt: skip
     if isinstance(chunks, str):
@@ -204,7 +201,7 @@ def _check_chunking(documents: list[str], chunks: Any, late: Any, stride: Any) -
 def positional_parts(recipe: Recipe) -> list[str]:
     """The strategies of ``recipe`` that name one token of the whole sequence (``cls``,
     ``last``): a late chunk has no such token of its own."""
-    return [s for s, _ in recipe.parts if s in _POSITIONAL]
+    return [s for s, _ in recipe.parts if s in ("cls", "last")]
 
 
 def check_size(encoder: Encoder, size: int | None, arg: str = "chunks") -> None:
@@ -309,9 +306,8 @@ def chunk_rows(batch: EncodedBatch, token_spans: list[np.ndarray]) -> _ChunkRows
     length = batch.attention_mask.shape[1]
     flat = rows[:, None] * length + pos
     shape = (len(rows), width)
-    layers = None
-    if batch.hidden_states is not None:
-        layers = tuple(_gather(h, flat, shape) for h in batch.hidden_states)
+    hs = batch.hidden_states
+    layers = None if hs is None else tuple(_gather(h, flat, shape) for h in hs)
     return _ChunkRows(
         indices=batch.indices[rows],
         attention_mask=mask.astype(np.int64),
