@@ -111,11 +111,11 @@ def token_spans(
         space before it). A chunk takes ``size`` tokens from its start and ends at the
         last cut within them (of the best kind in their second half, else in all); the next
         one starts ``overlap`` tokens before that end, at the first cut from there (else the
-        last one before). Cuts, best first: where whitespace
-        separates two tokens (so a chunk holds whole words: "dog's" is not cut after its
-        apostrophe); between two of the tokenizer's words (text without spaces, such as
-        CJK); between tokens that share no character (one word longer than a chunk; never
-        inside a token, nor between the byte pieces of one character); else past the run.
+        last one before). Cuts, best first: where whitespace separates two tokens (so a
+        chunk holds whole words: "dog's" is not cut after its apostrophe); between two of
+        the tokenizer's words (text without spaces, such as CJK); between tokens that share
+        no character (one word longer than a chunk; never inside a token, nor between the
+        byte pieces of one character); else past the run.
         Tokens without characters (empty offsets) are not counted; a chunk of whitespace
         tokens only, or one repeating the last, is dropped.
     """

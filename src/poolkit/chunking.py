@@ -294,8 +294,7 @@ def _gather(h: Any, flat: np.ndarray, shape: tuple[int, int]) -> Any:
 def chunk_rows(batch: EncodedBatch, token_spans: list[np.ndarray]) -> _ChunkRows:
     """One row per chunk of ``batch``: ``token_spans[j]`` holds row ``j``'s chunks as
     inclusive ``(C_j, 2)`` token positions ``[first, last]`` in that row."""
-    counts = [len(s) for s in token_spans]
-    rows = np.repeat(np.arange(len(token_spans)), counts)
+    rows = np.repeat(np.arange(len(token_spans)), [len(s) for s in token_spans])
     both = np.concatenate(token_spans).reshape(-1, 2)
     first, size = both[:, 0], both[:, 1] - both[:, 0] + 1
     width = int(size.max())
@@ -303,8 +302,7 @@ def chunk_rows(batch: EncodedBatch, token_spans: list[np.ndarray]) -> _ChunkRows
     mask = steps[None, :] < size[:, None]
     # Padding positions point at the chunk's first token (gathered, then masked out).
     pos = first[:, None] + np.where(mask, steps[None, :], 0)
-    length = batch.attention_mask.shape[1]
-    flat = rows[:, None] * length + pos
+    flat = rows[:, None] * batch.attention_mask.shape[1] + pos
     shape = (len(rows), width)
     hs = batch.hidden_states
     layers = None if hs is None else tuple(_gather(h, flat, shape) for h in hs)

@@ -262,9 +262,8 @@ class SpanExtractor(nn.Module):
         return torch.cat([out, width], dim=-1)
 
     def extra_repr(self) -> str:
-        return f"hidden_size={self.hidden_size}, strategy={','.join(self.strategy)!r}" + (
-            _check_repr(self.check)
-        )
+        strategy = ",".join(self.strategy)
+        return f"hidden_size={self.hidden_size}, strategy={strategy!r}" + _check_repr(self.check)
 
 
 def _check_repr(check: bool | str) -> str:
