@@ -324,15 +324,10 @@ def late_chunk_vectors(
     stride: int | None = None,
     **options: Any,
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
-    """Late chunk vectors: ``{name: (sum C_i, D)}`` in document then chunk order.
-
-    One pass of each document (overlapping windows past the model's limit); a chunk pools
-    the document's tokens that overlap its characters (prompt and special tokens never
-    do): :func:`poolkit.embedding.embed_recipes` with each chunk a row of its own, so each
-    recipe's strategy, modules after pooling, normalisation and output stage apply as to
-    whole texts. ``options`` go to it (``max_batch_tokens``, ``progress``, ``prompt_name``,
-    ``prompt``, ``pipeline``, ``calibration``).
-    """
+    """Late chunk vectors (see the module docstring): ``{name: (sum C_i, D)}`` in document
+    then chunk order, by :func:`poolkit.embedding.embed_recipes` with each chunk a row of its
+    own (the document's tokens that overlap its characters; prompt and special tokens never
+    do). ``options`` go to it (``max_batch_tokens``, ``progress``, ``prompt_name``, ...)."""
     starts = np.concatenate([[0], np.cumsum([len(s) for s in spans])])
 
     def rows(batch: EncodedBatch) -> tuple[_ChunkRows, np.ndarray]:
