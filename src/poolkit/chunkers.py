@@ -77,8 +77,8 @@ class Chunker:
         if kind == "tokens":
             parts = rest.split(":")
             if 1 <= len(parts) <= 2 and all(p.strip().isdigit() for p in parts):
-                numbers = [int(p) for p in parts]
-                return cls("tokens", size=numbers[0], overlap=numbers[1] if len(parts) > 1 else 0)
+                numbers = [*map(int, parts), 0]  # OVERLAP defaults to 0
+                return cls("tokens", size=numbers[0], overlap=numbers[1])
         value_error("chunks", GRAMMAR, repr(spelling), "For example tokens:128 or tokens:256:32.")
 
     def __str__(self) -> str:
@@ -109,12 +109,13 @@ def token_spans(
         ``(C, 2)`` int64 character spans: from the first token's start to the last token's
         end, less any whitespace at either edge (a ``▁word`` token's offsets may hold the
         space before it). A chunk takes ``size`` tokens from its start and ends at the
-        last cut within them (of the best kind in their second half, else in all); the next one starts ``overlap`` tokens before that end, at the
-        first cut from there (else the last one before). Cuts, best first: where whitespace
-        separates two tokens (so a chunk holds whole words: "dog's" is not cut after its
-        apostrophe); between two of the tokenizer's words (text without spaces, such as
-        CJK); between tokens that share no character (one word longer than a chunk; never
-        inside a token, nor between the byte pieces of one character); else past the run.
+        last cut within them (of the best kind in their second half, else in all); the next
+        one starts ``overlap`` tokens before that end, at the first cut from there (else the
+        last one before). Cuts, best first: where whitespace separates two tokens (so a
+        chunk holds whole words: "dog's" is not cut after its apostrophe); between two of
+        the tokenizer's words (text without spaces, such as CJK); between tokens that share
+        no character (one word longer than a chunk; never inside a token, nor between the
+        byte pieces of one character); else past the run.
         Tokens without characters (empty offsets) are not counted; a chunk of whitespace
         tokens only, or one repeating the last, is dropped.
     """
@@ -134,12 +135,11 @@ def token_spans(
     trail = np.fromiter((text[b - 1].isspace() for b in real[:-1, 1].tolist()), bool, n - 1)
     space_cut = token_cut.copy()
     space_cut[1:n] &= gap | lead | trail
-    word_cut = token_cut.copy()  # ... or starts another of the tokenizer's words
+    word_cut = space_cut  # ... or starts another of the tokenizer's words
     if word_ids is not None:
         words = np.asarray(word_ids, dtype=np.int64)[has_text]
+        word_cut = token_cut.copy()
         word_cut[1:n] &= (words[1:] != words[:-1]) | gap
-    else:
-        word_cut = space_cut
     levels = (space_cut, word_cut)
 
     def last_cut(lo: int, hi: int) -> int:
@@ -155,40 +155,34 @@ def token_spans(
                 return first + int(hits[-1])
         return lo + 1 + int(np.flatnonzero(token_cut[lo + 1 :])[0])
 
+    def next_start(nxt: int, start: int, end: int) -> int:
+        """Where the chunk after ``[start, end)`` starts, ``nxt`` asked: of the best level
+        of cuts that has one, the first in ``[nxt, end]``, else the last in ``(start,
+        nxt)`` (a little more overlap rather than half a word); else the first token cut
+        in ``[nxt, end]``."""
+        for cuts in levels:
+            ahead = np.flatnonzero(cuts[nxt : end + 1])
+            if ahead.size:
+                return nxt + int(ahead[0])
+            behind = np.flatnonzero(cuts[start + 1 : nxt])
+            if behind.size:
+                return start + 1 + int(behind[-1])
+        return nxt + int(np.flatnonzero(token_cut[nxt : end + 1])[0])
+
     spans: list[tuple[int, int]] = []
     start = 0
     while True:
         end = n if start + size >= n else last_cut(start, start + size)
-        a, b = int(real[start, 0]), int(real[start:end, 1].max())
-        piece = text[a:b]
-        trimmed = (a + len(piece) - len(piece.lstrip()), b - len(piece) + len(piece.rstrip()))
-        if piece.strip() and (not spans or spans[-1] != trimmed):
+        trimmed = _strip(text, int(real[start, 0]), int(real[start:end, 1].max()))
+        if trimmed[1] > trimmed[0] and (not spans or spans[-1] != trimmed):
             spans.append(trimmed)
         if end >= n:
             break
-        start = _next_start(max(end - overlap, start + 1), start, end, levels, token_cut)
+        start = next_start(max(end - overlap, start + 1), start, end)
     return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
 
 
-def _next_start(
-    nxt: int, start: int, end: int, levels: tuple[np.ndarray, ...], token_cut: np.ndarray
-) -> int:
-    """Where the chunk after ``[start, end)`` starts, ``nxt`` asked: of the best level of cuts
-    that has one, the first in ``[nxt, end]``, else the last in ``(start, nxt)`` (a little
-    more overlap rather than half a word); else the first token cut in ``[nxt, end]``."""
-    for cuts in levels:
-        ahead = np.flatnonzero(cuts[nxt : end + 1])
-        if ahead.size:
-            return nxt + int(ahead[0])
-        behind = np.flatnonzero(cuts[start + 1 : nxt])
-        if behind.size:
-            return start + 1 + int(behind[-1])
-    return nxt + int(np.flatnonzero(token_cut[nxt : end + 1])[0])
-
-
-# A sentence ends at . ! ? or … (runs of them), with any closing quotes or brackets, before
-# whitespace or the end of the text; at the CJK full stops 。！？ (and their closers) with
-# or without space; and at a blank line (paragraph break).
+# Sentence ends, as the docstring of sentence_spans words them.
 _END = re.compile(
     r"""[.!?…]+["'”’)\]»]*(?=\s|$)"""
     r"""|[。！？]+[」』”’）】]*"""
@@ -205,20 +199,20 @@ def sentence_spans(text: str) -> np.ndarray:
     Abbreviations ("Dr. No") therefore end a sentence. Text after the last mark is one
     more sentence; a text of whitespace only has none.
     """
-    spans = []
-    begin = 0
-    for m in _END.finditer(text):
-        spans.append((begin, m.end()))
-        begin = m.end()
-    spans.append((begin, len(text)))
     out = []
-    for a, b in spans:
-        piece = text[a:b]
-        lead = len(piece) - len(piece.lstrip())
-        trail = len(piece) - len(piece.rstrip())
-        if b - trail > a + lead:
-            out.append((a + lead, b - trail))
+    begin = 0
+    for end in [m.end() for m in _END.finditer(text)] + [len(text)]:
+        a, b = _strip(text, begin, end)
+        if b > a:
+            out.append((a, b))
+        begin = end
     return np.asarray(out, dtype=np.int64).reshape(-1, 2)
+
+
+def _strip(text: str, a: int, b: int) -> tuple[int, int]:
+    """``(a, b)`` less whitespace at either edge of ``text[a:b]`` (``b <= a``: nothing else)."""
+    piece = text[a:b]
+    return a + len(piece) - len(piece.lstrip()), b - len(piece) + len(piece.rstrip())
 
 
 def check_spans(text: str, spans: Any, arg: str, index: tuple[int, ...] = ()) -> np.ndarray:

@@ -42,9 +42,6 @@ from poolkit.recipe import Recipe
 
 __all__ = ["DocumentChunks", "check_late", "chunk_documents", "embed_chunks"]
 
-# Strategies that name one token of the encoded sequence ([CLS], the last one): a late
-# chunk, a run of tokens inside the document, has no such token of its own.
-_POSITIONAL = ("cls", "last")
 # Documents handed to one plan run on the naive path (progress and memory).
 _NAIVE_GROUP = 64
 
@@ -184,7 +181,7 @@ def _check_chunking(documents: list[str], chunks: Any, late: Any, stride: Any) -
         if not doc.strip():
             value_error("documents", "a document with text to chunk",
                         f"{doc!r:.40}", "Remove it or give it some text.", index=i)  # fmt: skip
-    if not isinstance(chunks, Chunker | str) and not isinstance(chunks, Sequence):
+    if not isinstance(chunks, Chunker | Sequence):
         value_error("chunks", "a chunker name or one list of spans per document",
                     type(chunks).__name__)  # fmt: skip
     if isinstance(chunks, str):
@@ -204,7 +201,7 @@ def _check_chunking(documents: list[str], chunks: Any, late: Any, stride: Any) -
 def positional_parts(recipe: Recipe) -> list[str]:
     """The strategies of ``recipe`` that name one token of the whole sequence (``cls``,
     ``last``): a late chunk has no such token of its own."""
-    return [s for s, _ in recipe.parts if s in _POSITIONAL]
+    return [s for s, _ in recipe.parts if s in ("cls", "last")]
 
 
 def check_size(encoder: Encoder, size: int | None, arg: str = "chunks") -> None:
@@ -297,8 +294,7 @@ def _gather(h: Any, flat: np.ndarray, shape: tuple[int, int]) -> Any:
 def chunk_rows(batch: EncodedBatch, token_spans: list[np.ndarray]) -> _ChunkRows:
     """One row per chunk of ``batch``: ``token_spans[j]`` holds row ``j``'s chunks as
     inclusive ``(C_j, 2)`` token positions ``[first, last]`` in that row."""
-    counts = [len(s) for s in token_spans]
-    rows = np.repeat(np.arange(len(token_spans)), counts)
+    rows = np.repeat(np.arange(len(token_spans)), [len(s) for s in token_spans])
     both = np.concatenate(token_spans).reshape(-1, 2)
     first, size = both[:, 0], both[:, 1] - both[:, 0] + 1
     width = int(size.max())
@@ -306,12 +302,10 @@ def chunk_rows(batch: EncodedBatch, token_spans: list[np.ndarray]) -> _ChunkRows
     mask = steps[None, :] < size[:, None]
     # Padding positions point at the chunk's first token (gathered, then masked out).
     pos = first[:, None] + np.where(mask, steps[None, :], 0)
-    length = batch.attention_mask.shape[1]
-    flat = rows[:, None] * length + pos
+    flat = rows[:, None] * batch.attention_mask.shape[1] + pos
     shape = (len(rows), width)
-    layers = None
-    if batch.hidden_states is not None:
-        layers = tuple(_gather(h, flat, shape) for h in batch.hidden_states)
+    hs = batch.hidden_states
+    layers = None if hs is None else tuple(_gather(h, flat, shape) for h in hs)
     return _ChunkRows(
         indices=batch.indices[rows],
         attention_mask=mask.astype(np.int64),
@@ -330,15 +324,10 @@ def late_chunk_vectors(
     stride: int | None = None,
     **options: Any,
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
-    """Late chunk vectors: ``{name: (sum C_i, D)}`` in document then chunk order.
-
-    One pass of each document (overlapping windows past the model's limit); a chunk pools
-    the document's tokens that overlap its characters (prompt and special tokens never
-    do): :func:`poolkit.embedding.embed_recipes` with each chunk a row of its own, so each
-    recipe's strategy, modules after pooling, normalisation and output stage apply as to
-    whole texts. ``options`` go to it (``max_batch_tokens``, ``progress``, ``prompt_name``,
-    ``prompt``, ``pipeline``, ``calibration``).
-    """
+    """Late chunk vectors (see the module docstring): ``{name: (sum C_i, D)}`` in document
+    then chunk order, by :func:`poolkit.embedding.embed_recipes` with each chunk a row of its
+    own (the document's tokens that overlap its characters; prompt and special tokens never
+    do). ``options`` go to it (``max_batch_tokens``, ``progress``, ``prompt_name``, ...)."""
     starts = np.concatenate([[0], np.cumsum([len(s) for s in spans])])
 
     def rows(batch: EncodedBatch) -> tuple[_ChunkRows, np.ndarray]:

@@ -60,11 +60,10 @@ class Pooler(nn.Module):
 
     ``recipe``: a :class:`~poolkit.Recipe` or a name (a list of names: concatenated),
     default ``"mean"``; ``strategy`` and ``exclude_special`` are its deprecated spellings
-    (:mod:`poolkit._legacy`). With layers, ``hidden`` is every
-    layer's ``(B, L, H)``, embeddings first. Pooled as :func:`poolkit.embed` pools
+    (:mod:`poolkit._legacy`). With layers, ``hidden`` is every layer's ``(B, L, H)``,
+    embeddings first. Pooled as :func:`poolkit.embed` pools
     (:func:`poolkit.driver.sequence_vectors`), on ``hidden``'s device, dtype and graph.
-    ``check``: ``True``/``"async"`` (default), ``"full"`` or ``False``; see the module
-    docstring.
+    ``check``: see the module docstring.
     """
 
     def __init__(
@@ -149,9 +148,8 @@ class WordPooler(nn.Module):
 
     ``recipe``: a word-level :class:`~poolkit.Recipe` or a ``WORD_STRATEGIES`` name
     (default ``"first"``; layers and ``/l2`` as for :class:`Pooler`; ``strategy``: its
-    deprecated spelling). Pass ``num_words`` for a forward pass
-    without host sync: without it the output width is read from the ids. ``check``: see
-    the module docstring.
+    deprecated spelling). Pass ``num_words`` for a forward pass without host sync: without
+    it the output width is read from the ids. ``check``: see the module docstring.
     """
 
     def __init__(
@@ -190,11 +188,10 @@ class SpanExtractor(nn.Module):
     ``recipe``: a span-level :class:`~poolkit.Recipe` of one layer, or its strategy
     (``"endpoints"`` default, ``"x,y,x*y"``, a list of terms); ``strategy``: its deprecated
     spelling. Spans are inclusive ``[start, end]``; ``[-1, -1]`` or ``span_mask`` marks
-    padded spans, which come out as zeros. ``attention`` terms use a learned ``Linear(H, 1)`` scorer
-    (Lee et al. 2017). ``width_embedding_dim`` appends a learned embedding of the span's
-    width bucket (``width_buckets``, default log buckets). ``D = output_dim``.
-    ``check``: ``True``/``"async"`` (default), ``"full"`` or ``False``; see the module
-    docstring.
+    padded spans, which come out as zeros. ``attention`` terms use a learned
+    ``Linear(H, 1)`` scorer (Lee et al. 2017). ``width_embedding_dim`` appends a learned
+    embedding of the span's width bucket (``width_buckets``, default log buckets).
+    ``D = output_dim``. ``check``: see the module docstring.
     """
 
     def __init__(
@@ -261,16 +258,12 @@ class SpanExtractor(nn.Module):
             padded = padded | ~torch.as_tensor(span_mask, device=hidden.device).bool()
         widths = (spans[..., 1] - spans[..., 0] + 1).clamp(min=1)
         buckets = bucket_width_tensor(widths, self.width_buckets)
-        width = self.width_embedding(buckets).to(out.dtype)
-        width = torch.where(
-            padded[..., None], torch.zeros((), dtype=out.dtype, device=out.device), width
-        )
+        width = self.width_embedding(buckets).to(out.dtype).masked_fill(padded[..., None], 0)
         return torch.cat([out, width], dim=-1)
 
     def extra_repr(self) -> str:
-        return f"hidden_size={self.hidden_size}, strategy={','.join(self.strategy)!r}" + (
-            _check_repr(self.check)
-        )
+        strategy = ",".join(self.strategy)
+        return f"hidden_size={self.hidden_size}, strategy={strategy!r}" + _check_repr(self.check)
 
 
 def _check_repr(check: bool | str) -> str:
