@@ -97,7 +97,8 @@ def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) ->
     # retrieval rows also say their cost and whether they are on the bytes / query-time
     # frontier (#43)
     front = ({"frontier_bytes", "frontier_query", "bytes_per_document", "index_bytes",
-              "query_ms", "search_ms", "search_growth"} if task == "retrieval" else set())  # fmt: skip
+              "query_ms", "search_ms", "fused_search_ms", "search_growth"}
+             if task == "retrieval" else set())  # fmt: skip
     for row in doc["results"]:
         assert set(row) == {"recipe", "strategy", "layers", *metrics, *ROW_KEYS, *front}
         assert Recipe.parse(row["recipe"]).strategy == row["strategy"]

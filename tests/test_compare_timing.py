@@ -21,6 +21,7 @@ from poolkit.compare.timing import (
     ROW_SECONDS,
     SEARCH_TIMING,
     repeat_rounds,
+    timed_depths,
     timed_search,
 )
 
@@ -47,8 +48,11 @@ def test_rounds_are_the_stated_method() -> None:
     search = _Counted()
     rounds = repeat_rounds(search, first=0.0)
     assert len(rounds) == ROUNDS
-    assert all(calls >= 1 and seconds >= ROUND_SECONDS for calls, seconds in rounds)
+    # Each round's seconds are CPU time of this thread: positive, never above the round's
+    # wall-clock time, which is at least ROUND_SECONDS (checked on the calls' count).
+    assert all(calls >= 1 and 0 < seconds for calls, seconds in rounds)
     assert search.calls == sum(calls for calls, _ in rounds)
+    assert "CPU time per call on one thread" in SEARCH_TIMING
     assert f"fastest of {ROUNDS} rounds" in SEARCH_TIMING
     assert f">= {ROUND_SECONDS * 1000:.0f} ms" in SEARCH_TIMING
     assert f"over {ROW_SECONDS:g} s" in SEARCH_TIMING
@@ -68,11 +72,34 @@ def test_slow_search_timed_once_and_result_kept() -> None:
 
     def slow(x: int) -> int:
         calls.append(x)
-        time.sleep(ROW_SECONDS)  # at least ROW_SECONDS: no room for rounds
+        start = time.thread_time()
+        while time.thread_time() - start < ROW_SECONDS:  # busy: CPU time is what is timed
+            pass
         return x * 2
 
     result, seconds = timed_search(slow, 21)
     assert result == 42 and calls == [21] and seconds >= ROW_SECONDS
+
+
+def test_search_cpu_time_excludes_waiting() -> None:
+    # A search that waits (sleeps) costs no CPU: time the machine gives others is not its.
+    def waits() -> None:
+        time.sleep(ROUND_SECONDS / 4)
+
+    _, seconds = timed_search(waits)
+    assert seconds < ROUND_SECONDS / 8
+
+
+def test_blas_held_to_one_thread_while_timed() -> None:
+    from threadpoolctl import threadpool_info
+
+    seen: list[list[int]] = []
+
+    def search() -> None:
+        seen.append([lib["num_threads"] for lib in threadpool_info()])
+
+    timed_search(search)
+    assert seen and all(threads and set(threads) == {1} for threads in seen)
 
     search = _Counted()
     (ranked, scores), _ = timed_search(top_k, search.queries, search.documents, 10, search.ties)
@@ -93,3 +120,21 @@ def test_json_and_footer_state_the_method(tmp_path: Path) -> None:
     assert {"cls", "cls/binary", "cls/binary +rescore", "bm25"} <= names
     assert all(r["search_ms"] > 0 for r in doc["results"])
     assert f"search ms: {SEARCH_TIMING}" in " ".join(out.stdout.decode().split())
+
+
+def test_depths_timed_apart_where_a_hybrid_searches_deeper() -> None:
+    # The row's own search (its top 10 here) and the deeper one a hybrid fuses (top 40) are
+    # timed apart; the result is the deeper search's. Not deeper: one search, one time.
+    search = _Counted()
+    asked: list[int] = []
+
+    def by_depth(k: int) -> tuple[np.ndarray, np.ndarray]:
+        asked.append(k)
+        return top_k(search.queries, search.documents, k, search.ties)
+
+    (ranked, _), own, fused = timed_depths(by_depth, 10, 40)
+    assert ranked.shape == (8, 40) and set(asked) == {10, 40} and own > 0 and fused > 0
+    np.testing.assert_array_equal(ranked, by_depth(40)[0])
+    asked.clear()
+    (ranked, _), own, fused = timed_depths(by_depth, 10, 0)
+    assert ranked.shape == (8, 10) and set(asked) == {10} and own == fused

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from poolkit.compare.hamming import HammingIndex
-from poolkit.compare.timing import timed_search
+from poolkit.compare.timing import timed_depths, timed_search
 from poolkit.errors import InputError
 from poolkit.output import Calibration, needs_calibration, quantize, truncate, unpack_bits
 from poolkit.recipe import Recipe
@@ -162,38 +163,38 @@ def retrieval_rows(
     depth: int,
     ties: np.ndarray,
     deep: int = 0,
-) -> dict[tuple[Recipe, bool], tuple[np.ndarray, float, Calibration | None]]:
-    """Every budget row of one base recipe: ``(recipe, rescored) -> (ranked (Q, depth)
-    document indices, search seconds, calibration)`` from float32 ``queries`` and
-    ``documents``. int8/uint8 ranges come from the documents; queries use them too.
-    ``deep``: the stored rows are searched to ``max(depth, deep)`` (a hybrid fuses them);
-    the ``+rescore`` rows still re-rank the Hamming top ``RESCORE_FACTOR x depth``."""
+) -> dict[tuple[Recipe, bool], tuple[np.ndarray, float, float, Calibration | None]]:
+    """Every budget row of one base recipe: ``(recipe, rescored) -> (ranked document
+    indices, search seconds to ``depth``, to ``max(depth, deep)``, calibration)`` from
+    float32 ``queries`` and ``documents``. int8/uint8 ranges come from the documents;
+    queries use them too. ``deep``: the stored rows are searched to ``max(depth, deep)`` (a
+    hybrid fuses them); the ``+rescore`` rows still re-rank the Hamming top
+    ``RESCORE_FACTOR x depth``."""
     from poolkit.compare.search import top_k, top_k_by
 
-    out: dict[tuple[Recipe, bool], tuple[np.ndarray, float, Calibration | None]] = {}
+    out: dict[tuple[Recipe, bool], tuple[np.ndarray, float, float, Calibration | None]] = {}
     n_q, n_d = len(queries), len(documents)
-    top = max(depth, deep)
     for r in stage.recipes:
         d_stored, _, cal = stored(documents, r, stage.normalize)
         q_stored, q_floats, _ = stored(queries, r, stage.normalize, cal)
         dims = _dims(q_floats)
         if r.precision in _BITS:
             index = HammingIndex(d_stored, ties)  # faiss where installed, else NumPy
-            (ranked, _), seconds = timed_search(index.search, q_stored, top)
-            out[(r, False)] = (ranked, seconds, cal)
-            ranked, seconds = timed_search(
-                _rescored, q_floats, q_stored, d_stored, index, depth, ties
-            )
-            out[(r, True)] = (ranked, seconds, cal)
+            search: Any = partial(index.search, q_stored)
         elif needs_calibration(r.precision):
             dtype = _exact_dtype(r.precision, dims)
             qi, di = q_stored.astype(dtype), d_stored.astype(dtype)
-            (ranked, _), seconds = timed_search(top_k_by, _dots(qi, di), n_q, n_d, top, ties)
-            out[(r, False)] = (ranked, seconds, cal)
+            search = partial(top_k_by, _dots(qi, di), n_q, n_d, id_order=ties)
         else:  # float32, float16: cosine of the stored values
             qf, df = q_stored.astype(np.float32), d_stored.astype(np.float32)
-            (ranked, _), seconds = timed_search(top_k, qf, df, top, ties)
-            out[(r, False)] = (ranked, seconds, cal)
+            search = partial(top_k, qf, df, id_order=ties)
+        (ranked, _), own, fused = timed_depths(search, depth, deep)
+        out[(r, False)] = (ranked, own, fused, cal)
+        if r.precision in _BITS:
+            ranked, seconds = timed_search(
+                _rescored, q_floats, q_stored, d_stored, index, depth, ties
+            )
+            out[(r, True)] = (ranked, seconds, seconds, cal)
     return out
 
 

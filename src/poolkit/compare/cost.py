@@ -18,8 +18,9 @@ Bytes per document (what an index of the row stores; ids and index overhead left
 measured on this run's queries (dense, MaxSim, sparse rows: the model's forward pass and
 pooling; BM25: tokenisation), timed once; ``search_ms``: per query, the exact search over
 this corpus (top-k included), timed as :data:`~poolkit.compare.timing.SEARCH_TIMING` says
-(:func:`~poolkit.compare.timing.timed_search`). A hybrid row's times are its rows' sums (fusion itself left out: it
-handles 2 x depth candidates a query, whatever the corpus).
+(:func:`~poolkit.compare.timing.timed_search`), to the row's own cut-off (top 100). A hybrid
+row's times are its rows' sums, each row's search to the depth the hybrid fuses (top 1000;
+fusion itself left out: it handles 2 x depth candidates a query, whatever the corpus).
 """
 
 from __future__ import annotations
@@ -32,7 +33,16 @@ from typing import Any
 
 from poolkit.compare.timing import SEARCH_TIMING
 
-__all__ = ["GROWTH", "SIZES", "growth", "hardware", "human_bytes", "index_bytes", "priced"]
+__all__ = [
+    "GROWTH",
+    "SIZES",
+    "growth",
+    "hardware",
+    "human_bytes",
+    "hybrid_cost",
+    "index_bytes",
+    "priced",
+]
 
 SIZES = (1_000_000, 100_000_000)
 
@@ -122,36 +132,44 @@ def _bytes(row: Any, measured: dict[str, Any], widths: dict[Any, int]) -> float 
 def priced(rows: Sequence[Any], settings: Any) -> list[Any]:
     """``rows`` (:class:`~poolkit.compare.summary.Row`) with their cost set:
     ``bytes_per_document``, ``query_ms``, ``search_ms``, ``search_growth``; a hybrid's the
-    sum of its rows' (None where one is unknown). int8 model rows are left as they are."""
-    costs = getattr(settings, "costs", {})
+    sum of its rows' (None where one is unknown). An int8 model's row (``--quantize``)
+    stores the float vectors its model gives: its bytes are the float row's, its times
+    those measured with that model (``settings.int8_costs``)."""
     facts = getattr(settings, "budget_facts", {})
-    widths = {k[0]: v["dims"] for k, v in costs.items() if isinstance(v, dict) and "dims" in v}
-    dense_ms = costs.get("query_ms")
     out: dict[Any, Any] = {}
     for r in rows:
-        if r.quantize or r.recipe.level == "hybrid":
+        if r.recipe.level == "hybrid":
             out[r.key] = r
             continue
-        measured = costs.get(r.key, {})
-        search = r.search_ms
+        costs = getattr(settings, "int8_costs" if r.quantize else "costs", {})
+        widths = {k[0]: v["dims"] for k, v in costs.items() if isinstance(v, dict) and "dims" in v}
+        measured = costs.get((r.recipe, None) if r.quantize else r.key, {})
+        search, fused = r.search_ms, r.fused_search_ms
         if search is None:
-            search = measured.get("search_ms", facts.get(r.key, {}).get("search_ms"))
+            fact = facts.get(r.key, {})
+            search = measured.get("search_ms", fact.get("search_ms"))
+            fused = measured.get("fused_search_ms", fact.get("fused_search_ms"))
         out[r.key] = replace(
             r, bytes_per_document=_bytes(r, measured, widths),
-            query_ms=measured.get("query_ms", dense_ms), search_ms=search,
-            search_growth=growth(r.recipe, r.rescore, r.documents),
+            query_ms=measured.get("query_ms", costs.get("query_ms")), search_ms=search,
+            fused_search_ms=fused, search_growth=growth(r.recipe, r.rescore, r.documents),
         )  # fmt: skip
     for r in rows:
-        if r.recipe.level != "hybrid":
-            continue
-        sides = [out[s] for s in r.recipe.sides]
-
-        def total(name: str, sides: list[Any] = sides) -> float | None:
-            values = [getattr(s, name) for s in sides]
-            return None if any(v is None for v in values) else float(sum(values))
-
-        out[r.key] = replace(
-            r, bytes_per_document=total("bytes_per_document"), query_ms=total("query_ms"),
-            search_ms=total("search_ms"), search_growth=growth(r.recipe),
-        )  # fmt: skip
+        if r.recipe.level == "hybrid":
+            out[r.key] = hybrid_cost(r, [out[s] for s in r.recipe.sides])
     return [out[r.key] for r in rows]
+
+
+def hybrid_cost(row: Any, sides: Sequence[Any]) -> Any:
+    """A hybrid ``row`` priced as the sum of its ``sides``' costs (None where one is
+    unknown); each side's search is the one to the depth the hybrid fuses."""
+
+    def total(values: Sequence[float | None]) -> float | None:
+        return None if any(v is None for v in values) else float(sum(values))
+
+    searched = [s.search_ms if s.fused_search_ms is None else s.fused_search_ms for s in sides]
+    return replace(
+        row, bytes_per_document=total([s.bytes_per_document for s in sides]),
+        query_ms=total([s.query_ms for s in sides]), search_ms=total(searched),
+        search_growth=growth(row.recipe),
+    )  # fmt: skip

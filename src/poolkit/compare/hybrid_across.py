@@ -110,7 +110,7 @@ def across_rows(
     ``kept``: ``"label:row"`` -> that row's key in the run, and that key -> its kept
     :class:`~poolkit.compare.fusion.Ranking`; ``rows``: every model's rows by key (each
     side's cost)."""
-    from poolkit.compare.cost import growth
+    from poolkit.compare.cost import hybrid_cost
     from poolkit.compare.evaluation import QueryEval
     from poolkit.compare.retrieval import query_metrics
     from poolkit.compare.search import id_order
@@ -121,15 +121,7 @@ def across_rows(
     out, scored = [], {}
     for h in across:
         h = replace(h, sides=tuple(kept[p] for p in h.parts))
-        sides = [rows[k] for k in h.sides]
-
-        def total(name: str, sides: list[Any] = sides) -> float | None:
-            values = [getattr(s, name) for s in sides]
-            return None if any(v is None for v in values) else float(sum(values))
-
         key = (h, None)
         scored[key] = QueryEval(query_metrics(fused(h, kept, n, ties), data.qrels, n))
-        out.append(Row(key, h, (h,), backend=backend, bytes_per_document=total(
-            "bytes_per_document"), query_ms=total("query_ms"), search_ms=total("search_ms"),
-            search_growth=growth(h)))  # fmt: skip
+        out.append(hybrid_cost(Row(key, h, (h,), backend=backend), [rows[k] for k in h.sides]))
     return out, scored

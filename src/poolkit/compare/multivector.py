@@ -15,7 +15,7 @@ import numpy as np
 
 from poolkit.compare.fusion import keep_depth, record
 from poolkit.compare.search import top_k_by
-from poolkit.compare.timing import timed_search
+from poolkit.compare.timing import timed_depths, timed_search
 from poolkit.errors import InputError
 from poolkit.multivector.scoring import Ragged, maxsim, ragged
 
@@ -57,11 +57,14 @@ def _slice(r: Ragged, a: int, b: int) -> Ragged:
     return Ragged(r.vectors[start : r.offsets[b]], r.offsets[a : b + 1] - start)
 
 
-def _search(score: Any, n_q: int, n_d: int, depth: int, ties: np.ndarray) -> tuple[Any, Any, float]:
-    (ranked, scores), seconds = timed_search(
-        partial(top_k_by, query_block=64, doc_block=4096), score, n_q, n_d, depth, ties
-    )
-    return ranked, scores, seconds
+def _search(
+    score: Any, n_q: int, n_d: int, depth: int, deep: int, ties: np.ndarray
+) -> tuple[Any, Any, float, float]:
+    """Top ``max(depth, deep)`` by ``score`` and the seconds to ``depth`` and to that
+    (:func:`~poolkit.compare.timing.timed_depths`)."""
+    search = partial(top_k_by, score, n_q, n_d, id_order=ties, query_block=64, doc_block=4096)
+    (ranked, scores), own, fused = timed_depths(search, depth, deep)
+    return ranked, scores, own, fused
 
 
 def _rerank(top: np.ndarray, qr: Ragged, dr: Ragged, ties: np.ndarray) -> np.ndarray:
@@ -177,9 +180,11 @@ def multivector_rows(
 
         if c.muvera is None:
             deep = keep_depth(settings, (c, None), depth)
-            ranked[c], scores, seconds = _search(by_maxsim, len(qr), len(dr), deep, ties)
+            ranked[c], scores, own, fused = _search(by_maxsim, len(qr), len(dr), depth, deep,
+                                                    ties)  # fmt: skip
             record(settings, (c, None), ranked[c], scores)
-            facts[c] = {"dims": width, "search_ms": seconds * per_query,
+            facts[c] = {"dims": width, "search_ms": own * per_query,
+                        "fused_search_ms": fused * per_query,
                         "bytes_per_vector": round(dr.lengths.mean() * width * stored)}  # fmt: skip
             _cost(settings, (c, None), query_ms)
             continue
@@ -188,13 +193,14 @@ def multivector_rows(
                        for v in d_tok])  # fmt: skip
         if c.precision == "float16":
             qm, dm = (x.astype(np.float16).astype(np.float32) for x in (qm, dm))
-        ranked[c], muvera_scores, seconds = _search(
+        ranked[c], muvera_scores, seconds, fused = _search(
             lambda q0, q1, d0, d1, qm=qm, dm=dm: qm[q0:q1] @ dm[d0:d1].T, len(qm), len(dm),
-            keep_depth(settings, (c, None), depth), ties,
+            depth, keep_depth(settings, (c, None), depth), ties,
         )  # fmt: skip
         record(settings, (c, None), ranked[c], muvera_scores)
         _cost(settings, (c, None), query_ms)
         facts[c] = {"dims": int(dm.shape[1]), "search_ms": seconds * per_query,
+                    "fused_search_ms": fused * per_query,
                     "bytes_per_vector": int(dm.shape[1] * stored)}  # fmt: skip
         # reranked: the top ``depth`` (searched deeper when fused)
         reranked, rerank_seconds = timed_search(_rerank, ranked[c][:, :depth], qr, dr, ties)

@@ -89,6 +89,8 @@ class RowFacts:
     model_label: str | None = None
     query_ms: float | None = None
     search_growth: str | None = None
+    # The row's search to the deeper cut a hybrid fusing it needs (None: search_ms's).
+    fused_search_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -502,8 +504,8 @@ def _cost_footer(ranked: Sequence[Result]) -> list[str]:
         "tokens x dims x bytes); index 1M|100M: bytes/doc x 1 million | 100 million "
         "documents (ids and index structures left out); query ms: encoding the query "
         "(BM25: tokenising) and search ms: exact search over this corpus, per query, both "
-        f"measured in this run (search ms: {SEARCH_TIMING}); a hybrid row: the sums of its "
-        "two rows'."
+        f"measured in this run (search ms: {SEARCH_TIMING}; to each row's top 100); a hybrid "
+        "row: the sums of its two rows' (their searches to the depth it fuses)."
     ]
     if any(r.flops is not None for r in ranked):
         out.append("bytes/doc f16: a sparse row's bytes/doc with 2-byte (float16) values.")
@@ -659,8 +661,9 @@ def to_json(
 
 
 def _cost_json(r: Result) -> dict[str, Any]:
-    """A row's cost fields of the JSON file; a hybrid row's also ``sides`` (its two rows'
-    names) and ``fusion`` (method, k, depth, weight, norm)."""
+    """A row's cost fields of the JSON file (``fused_search_ms``: the row's search to the
+    depth a hybrid that fuses it searches, else ``search_ms``); a hybrid row's also
+    ``sides`` (its two rows' names) and ``fusion`` (method, k, depth, weight, norm)."""
     from poolkit.compare.cost import SIZES, index_bytes
 
     sizes = index_bytes(r.bytes_per_document)
@@ -669,6 +672,8 @@ def _cost_json(r: Result) -> dict[str, Any]:
         "index_bytes": None if sizes is None else dict(zip(map(str, SIZES), sizes, strict=True)),
         "query_ms": r.query_ms,
         "search_ms": r.search_ms,
+        # Where a hybrid fuses the row: its search to the depth fused (the hybrid's sum).
+        "fused_search_ms": r.search_ms if r.fused_search_ms is None else r.fused_search_ms,
         "search_growth": r.search_growth,
     }
     h = r.recipe

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ import numpy as np
 from poolkit.compare.datasets import DataError
 from poolkit.compare.fusion import keep_depth, record
 from poolkit.compare.search import id_order, top_k
-from poolkit.compare.timing import timed_search
+from poolkit.compare.timing import timed_depths
 from poolkit.io.readers import read_records
 
 __all__ = [
@@ -394,11 +395,13 @@ def _score_dense(
     costs = getattr(settings, "costs", {})
     costs["query_ms"] = query_seconds * per_query  # every row of this forward pass
     for c in cands:
-        depth = keep_depth(settings, (c, None), DEPTH)
-        (ranked, scores), seconds = timed_search(top_k, queries[c], documents[c], depth, ties)
+        search = partial(top_k, queries[c], documents[c], id_order=ties)
+        deep = keep_depth(settings, (c, None), DEPTH)
+        (ranked, scores), own, fused = timed_depths(search, DEPTH, deep)
         if stages:
-            facts[(c, None)] = {"search_ms": seconds * per_query}
-        costs[(c, None)] = {"search_ms": seconds * per_query, "dims": documents[c].shape[1]}
+            facts[(c, None)] = {"search_ms": own * per_query}
+        costs[(c, None)] = {"search_ms": own * per_query, "fused_search_ms": fused * per_query,
+                            "dims": documents[c].shape[1]}  # fmt: skip
         record(settings, (c, None), ranked, scores)
         out[c] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
         del ranked, scores
@@ -431,12 +434,13 @@ def _score_dense(
         deep = max((keep_depth(settings, (r, "stored"), DEPTH) for r in stage.recipes),
                    default=DEPTH)  # fmt: skip
         rows = retrieval_rows(queries[base], documents[base], stage, DEPTH, ties, deep)
-        for (r, rescore), (ranked, seconds, cal) in rows.items():
+        for (r, rescore), (ranked, seconds, fused, cal) in rows.items():
             key = (r, "rescore" if rescore else "stored")
             record(settings, key, ranked)
             out[key] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
             facts[key] = {
                 "search_ms": seconds * per_query,
+                "fused_search_ms": fused * per_query,
                 "calibration": f"{len(data.documents)} documents" if cal else None,
                 "ranges": cal,
             }

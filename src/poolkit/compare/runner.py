@@ -93,6 +93,7 @@ class Settings:
     cross_sides: dict[str, tuple[str, str, int]] = field(default_factory=dict)
     side_keys: dict[str, Any] = field(default_factory=dict)
     costs: dict[Any, Any] = field(default_factory=dict)
+    int8_costs: dict[Any, Any] = field(default_factory=dict)  # the --quantize model's
 
 
 def compare(
@@ -193,7 +194,9 @@ def planned_rows(
                     Row((r, kind), r, (r,), backend=settings.backend, dims=dims,
                         bytes_per_vector=bytes_per_vector(dims, r.precision),
                         rescore=kind == "rescore", reference=(base, None),
-                        search_ms=fact.get("search_ms"), calibration=fact.get("calibration"),
+                        search_ms=fact.get("search_ms"),
+                        fused_search_ms=fact.get("fused_search_ms"),
+                        calibration=fact.get("calibration"),
                         ranges=fact.get("ranges"))
                 )  # fmt: skip
     if extra:
@@ -213,13 +216,17 @@ def planned_rows(
     if hybrids:
         evaluations.update(hybrid_evaluations(hybrids, settings, data))
         rows += [Row((h, None), h, (h,), backend=settings.backend) for h in hybrids]
-    if settings.task == "retrieval":
-        rows = priced(rows, settings)
     if quantized is not None:
         twins = [chosen] if settings.int8_rows == "intended" and chosen else reps
         timed_q = TimedEncoder(quantized)
+        # The int8 model's own costs and rankings, kept apart from the float model's (the
+        # hybrids fused those already).
+        kept = settings.costs, settings.rankings
+        settings.costs, settings.rankings = {}, {}
         for c, e in score(timed_q, data, train, twins, settings).items():
             evaluations[(c, "int8")] = e
+        settings.int8_costs = settings.costs
+        settings.costs, settings.rankings = kept
         speedup = timed.seconds / timed_q.seconds if timed_q.seconds > 0 else None
         for g in grouped:
             if g[0] in twins:
@@ -228,6 +235,8 @@ def planned_rows(
                         intended=g[0] == chosen, backend=settings.backend, quantize="int8",
                         reference=(g[0], None), speedup=speedup, seconds=timed_q.seconds)
                 )  # fmt: skip
+    if settings.task == "retrieval":
+        rows = priced(rows, settings)
     return rows, evaluations
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from poolkit._errors import value_error
-from poolkit.compare.timing import timed_search
+from poolkit.compare.timing import timed_depths
 from poolkit.sparse.names import SPARSE_STRATEGIES
 
 __all__ = ["BM25", "parse_bm25", "score_extra_rows", "sparsity_facts", "split_extra"]
@@ -137,12 +138,18 @@ def sparse_ranked(
 
 
 def bm25_ranked(
-    queries: Sequence[str], documents: Sequence[str], row: BM25, k: int, ties: np.ndarray
+    queries: Sequence[str],
+    documents: Sequence[str],
+    row: BM25,
+    k: int,
+    ties: np.ndarray,
+    deep: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-    """Top-``k`` documents per query by ``bm25s``' scores (ties as the dense rows'):
-    indices and scores ``(Q, k)``, and the row's cost (:mod:`poolkit.compare.cost`):
+    """Top-``max(k, deep)`` documents per query by ``bm25s``' scores (ties as the dense
+    rows'): indices and scores, and the row's cost (:mod:`poolkit.compare.cost`):
     ``bytes_per_document`` (the index's stored (document, term) scores per document, each
-    a value and a document index), ``query_ms`` (tokenising) and ``search_ms`` per query."""
+    a value and a document index), ``query_ms`` (tokenising) and ``search_ms`` per query
+    (top ``k``; ``fused_search_ms``: top ``max(k, deep)``)."""
     import bm25s
 
     from poolkit.compare.search import top_k_by
@@ -155,19 +162,20 @@ def bm25_ranked(
     tokenized = time.perf_counter()
     n = len(documents)
 
-    def search() -> tuple[np.ndarray, np.ndarray]:
+    def search(k: int) -> tuple[np.ndarray, np.ndarray]:
         matrix = np.stack([index.get_scores(list(t)) if t else np.zeros(n, np.float32)
                            for t in tokens]) if tokens else np.zeros((0, n), np.float32)  # fmt: skip
         return top_k_by(lambda q0, q1, d0, d1: matrix[q0:q1, d0:d1], len(queries), n, k, ties)
 
-    (ranked, scores), seconds = timed_search(search)
+    (ranked, scores), own, fused = timed_depths(search, k, deep)
     per_query = 1000 / max(len(queries), 1)
     stored = index.scores
     entry = stored["data"].itemsize + stored["indices"].itemsize
     cost = {
         "bytes_per_document": float(stored["data"].size * entry / max(n, 1)),
         "query_ms": (tokenized - began) * per_query,
-        "search_ms": seconds * per_query,
+        "search_ms": own * per_query,
+        "fused_search_ms": fused * per_query,
     }
     return ranked, scores, cost
 
@@ -199,18 +207,19 @@ def score_extra_rows(
         d_vecs = _embed(encoder, data.documents, named, settings, settings.document_prompt_name,
                         "document")  # fmt: skip
         for name, r in named.items():
-            (ranked, scores), seconds = timed_search(
-                sparse_ranked, q_vecs[name], d_vecs[name], keep_depth(settings, (r, None), DEPTH),
-                ties,
-            )  # fmt: skip
-            costs[(r, None)] = {"query_ms": query_ms, "search_ms": seconds * per_query}
+            search = partial(sparse_ranked, q_vecs[name], d_vecs[name], ties=ties)
+            (ranked, scores), own, fused = timed_depths(
+                search, DEPTH, keep_depth(settings, (r, None), DEPTH)
+            )
+            costs[(r, None)] = {"query_ms": query_ms, "search_ms": own * per_query,
+                                "fused_search_ms": fused * per_query}  # fmt: skip
             record(settings, (r, None), ranked, scores)
             out[r] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
             facts[r] = sparsity_facts(q_vecs[name], d_vecs[name])
     for r in rows:
         if isinstance(r, BM25):
             ranked, scores, costs[(r, None)] = bm25_ranked(
-                data.queries, data.documents, r, keep_depth(settings, (r, None), DEPTH), ties
+                data.queries, data.documents, r, DEPTH, ties, keep_depth(settings, (r, None), DEPTH)
             )
             record(settings, (r, None), ranked, scores)
             out[r] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
