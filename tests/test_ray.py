@@ -765,6 +765,9 @@ def test_chunk_and_width_checks_refuse_before_ray_starts(tmp_path, minilm_dir):
         (["--chunks", "sentences", "--late", "-s", "cls"], "Expected --recipe/--strategy to "
          "be a strategy that pools a late chunk's tokens"),
         (["--dims", "999"], "Expected --dims to be at most the recipe's width 384, but got 999."),
+        # Checked as a worker starts too: without this the job died after Ray's retries.
+        (["--prompt-name", "query"], "Expected --prompt-name to be one of the model's prompts "
+         "(none), but got 'query'."),
     ):  # fmt: skip
         out = tmp_path / "out"
         run = _refused("embed", str(data), "-o", str(out), "--engine", "ray", "--model",

@@ -263,9 +263,10 @@ def _resolve(
 ) -> tuple[Any, dict[str, Any]]:
     """The recipes the workers get (with --dims/--precision the model's intended one) and
     their int8/uint8 ranges, computed once as on one machine, so every worker quantises
-    alike. The local engine's model checks run here, one line each (a worker failing to
-    start would print a Ray traceback): a sparse recipe's head; with --chunks or an output
-    stage, chunk size, late recipes, --dims' width."""
+    alike. Where the model is here (``model_dir``), the checks a worker makes as it starts
+    run here first, one line each (a worker failing to start prints a Ray traceback after
+    Ray's retries): a sparse recipe's head, the prompt, the model's modules after pooling;
+    with --chunks or an output stage, chunk size, late recipes, --dims' width."""
     from poolkit.cli._output_args import (
         check_output_widths,
         output_ranges,
@@ -283,19 +284,24 @@ def _resolve(
     ranges = wants_ranges(args, wanted)
     check = model_dir is not None and (plan is not None or wants_output_stage(args, wanted))
     encoder = None
-    if check or (ranges and args.ranges is None):  # --calibrate: embedded here, as locally
+    if model_dir is not None or (ranges and args.ranges is None):  # --calibrate: as locally
         from poolkit.embedding import get_encoder
+        from poolkit.ray._embedder import prepare
 
         encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                               max_length=args.max_length, backend=args.backend,
                               quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                               calibrate=args.calibration)  # fmt: skip
         recipes = intended_recipes(wanted, encoder.info, args)
-        check_output_widths(args, encoder, recipes)
-        if plan is not None:
-            from poolkit.cli._chunk_args import PartChunker
+        if check:  # in the flags' words first
+            check_output_widths(args, encoder, recipes)
+            if plan is not None:
+                from poolkit.cli._chunk_args import PartChunker
 
-            PartChunker(plan, encoder, recipes)
+                PartChunker(plan, encoder, recipes)
+        if model_dir is not None:
+            prepare(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
+                    pipeline="pooled" if args.pooled_only else "full")  # fmt: skip
     if wanted is None and wants_output_stage(args, None):
         from poolkit.model_folder import model_info
 

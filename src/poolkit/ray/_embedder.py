@@ -11,7 +11,7 @@ import numpy as np
 from poolkit._errors import type_error, value_error
 from poolkit.ray._require import quiet_remote_args_notice, require_ray
 
-__all__ = ["Embedder", "embed_dataset", "resolve_request"]
+__all__ = ["Embedder", "embed_dataset", "prepare", "resolve_request"]
 
 Batch = Any  # pyarrow.Table or dict[str, np.ndarray]
 
@@ -94,45 +94,9 @@ class Embedder:
         # int8/uint8 ranges come computed (every actor quantises with the same ones).
         self.embed_options = {k: options[k] for k in _EMBED_OPTIONS[1:] if k in options}
         self.widths: dict[str, int] = {}  # column -> vector width, once a batch is embedded
-        self._prepare(options.get("prompt_name"), options.get("prompt"))
-
-    def _prepare(self, prompt_name: str | None, prompt: str | None) -> None:
-        """Check the recipes against the loaded model and resolve what each batch needs:
-        the path (``kind``; a MUVERA recipe takes the multi-vector one), the prompt (sparse,
-        multi-vector: its text; dense: checked), the MLM head (sparse), the side and width
-        (multi-vector), the model's pipeline (dense)."""
-        from poolkit.embedding import recipe_kind
-        from poolkit.prompts import check_pipeline, resolve_prompt
-
-        recipes = self.recipes
-        self.kind = "multivector"
-        if not any(r.level == "multivector" for r in recipes.values()):
-            self.kind = recipe_kind(recipes)
-        elif len(recipes) > 1:
-            value_error("recipe", "one multi-vector recipe per Embedder",
-                        ", ".join(map(str, recipes.values())), "Run one Embedder each.")  # fmt: skip
-        check_pipeline(self.embed_options.get("pipeline", "full"))
-        if self.kind == "multivector":
-            from poolkit.multivector.api import check_width, side_prompt
-            from poolkit.multivector.encode import late_interaction, side_of
-
-            recipe = next(iter(self.recipes.values()))
-            self.token_width = check_width(self.encoder, recipe)
-            self.side = side_of(prompt_name)
-            self.prompt = side_prompt(late_interaction(self.encoder), prompt_name, prompt)
-            return
-        self.prompt = resolve_prompt(self.encoder.info, prompt_name, prompt)
-        if self.kind == "sparse":  # no modules after SPLADE pooling; the head it needs
-            from poolkit.sparse.embed import mlm_head
-
-            mlm_head(self.encoder, str(next(iter(self.recipes.values()))))
-            return
-        from poolkit.plan import make_plan
-
-        # The dense recipes resolved once per actor (ranges included): every batch runs it.
-        options = {k: v for k, v in self.embed_options.items() if k != "calibration"}
-        self.plan = make_plan(self.encoder, self.recipes, calibration=self.embed_options.get(
-            "calibration") or {}, **options)  # fmt: skip
+        how = {k: v for k, v in self.embed_options.items() if k != "calibration"}
+        vars(self).update(prepare(self.encoder, wanted, calibration=self.embed_options.get(
+            "calibration") or {}, **how))  # fmt: skip
 
     def __repr__(self) -> str:
         return (
@@ -277,6 +241,53 @@ class Embedder:
             record = sparse_record(self.recipes, self.widths)
             batch = batch.replace_schema_metadata({"poolkit": json.dumps(record)})
         return batch
+
+
+def prepare(
+    encoder: Any,
+    recipes: Mapping[str, Any],
+    *,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    pipeline: str = "full",
+    calibration: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Check ``recipes`` against the loaded model and resolve what each batch of an
+    :class:`Embedder` needs: the path (``kind``; a MUVERA recipe takes the multi-vector
+    one), the ``prompt`` text, the MLM head (sparse: checked), the ``side`` and
+    ``token_width`` (multi-vector), the dense recipes' ``plan`` (``calibration=None``: int8
+    ranges not checked yet). Raises what a bad request raises locally; the driver runs it
+    before a local cluster starts, so a worker never fails to start on it."""
+    from poolkit.embedding import recipe_kind
+    from poolkit.prompts import check_pipeline, resolve_prompt
+
+    kind = "multivector"
+    if not any(r.level == "multivector" for r in recipes.values()):
+        kind = recipe_kind(recipes)
+    elif len(recipes) > 1:
+        value_error("recipe", "one multi-vector recipe per Embedder",
+                    ", ".join(map(str, recipes.values())), "Run one Embedder each.")  # fmt: skip
+    check_pipeline(pipeline)
+    recipe = next(iter(recipes.values()))
+    if kind == "multivector":
+        from poolkit.multivector.api import check_width, side_prompt
+        from poolkit.multivector.encode import late_interaction, side_of
+
+        return {"kind": kind, "token_width": check_width(encoder, recipe),
+                "side": side_of(prompt_name),
+                "prompt": side_prompt(late_interaction(encoder), prompt_name, prompt)}  # fmt: skip
+    text = resolve_prompt(encoder.info, prompt_name, prompt)
+    if kind == "sparse":  # no modules after SPLADE pooling; the head it needs
+        from poolkit.sparse.embed import mlm_head
+
+        mlm_head(encoder, str(recipe))
+        return {"kind": kind, "prompt": text}
+    from poolkit.plan import make_plan
+
+    # The dense recipes resolved once (ranges included): every batch runs the plan.
+    plan = make_plan(encoder, recipes, prompt_name=prompt_name, prompt=prompt,
+                     pipeline=pipeline, calibration=calibration)  # fmt: skip
+    return {"kind": kind, "prompt": text, "plan": plan}
 
 
 def _columns(batch: Batch) -> list[str]:
