@@ -286,7 +286,7 @@ def _resolve(
     encoder = None
     if model_dir is not None or (ranges and args.ranges is None):  # --calibrate: as locally
         from poolkit.embedding import get_encoder
-        from poolkit.ray._embedder import prepare
+        from poolkit.ray import prepare
 
         encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                               max_length=args.max_length, backend=args.backend,

@@ -5,6 +5,9 @@
   :func:`poolkit.embed`, so the numbers are those of one machine.
 - :func:`embed_dataset`: ``ray.data.Dataset`` in, the same rows plus one embedding column
   per strategy out, with actor restarts and task retries configured.
+- :func:`prepare`: the checks an :class:`Embedder` makes against its model as it starts, for a
+  driver to run first where the model is at hand (a worker that fails to start gives a Ray
+  traceback after Ray's retries).
 - :func:`read_corpus`: files (a file, a folder, a glob) to a ``Dataset`` of ``id``,
   ``text_id``, ``text``, with the row ids ``poolkit embed`` gives the same texts.
 
@@ -14,7 +17,7 @@ Importing this module never needs Ray; using it without Ray raises
 
 from __future__ import annotations
 
-from poolkit.ray._embedder import Embedder, embed_dataset
+from poolkit.ray._embedder import Embedder, embed_dataset, prepare
 from poolkit.ray._require import INSTALL_HINT, RayNotInstalledError, require_ray
 from poolkit.ray._sources import INPUT_ID, Corpus, FileIds, list_inputs, read_corpus
 
@@ -27,6 +30,7 @@ __all__ = [
     "RayNotInstalledError",
     "embed_dataset",
     "list_inputs",
+    "prepare",
     "read_corpus",
     "require_ray",
 ]
