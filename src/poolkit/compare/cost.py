@@ -136,13 +136,17 @@ def priced(rows: Sequence[Any], settings: Any) -> list[Any]:
     stores the float vectors its model gives: its bytes are the float row's, its times
     those measured with that model (``settings.int8_costs``)."""
     facts = getattr(settings, "budget_facts", {})
+    tables = {}  # quantised -> (measured costs, widths by recipe)
+    for quantized, name in ((False, "costs"), (True, "int8_costs")):
+        table = getattr(settings, name, {})
+        tables[quantized] = table, {k[0]: v["dims"] for k, v in table.items()
+                                    if isinstance(v, dict) and "dims" in v}  # fmt: skip
     out: dict[Any, Any] = {}
     for r in rows:
         if r.recipe.level == "hybrid":
             out[r.key] = r
             continue
-        costs = getattr(settings, "int8_costs" if r.quantize else "costs", {})
-        widths = {k[0]: v["dims"] for k, v in costs.items() if isinstance(v, dict) and "dims" in v}
+        costs, widths = tables[bool(r.quantize)]
         measured = costs.get((r.recipe, None) if r.quantize else r.key, {})
         search, fused = r.search_ms, r.fused_search_ms
         if search is None:

@@ -276,18 +276,18 @@ def prepare(
         return {"kind": kind, "token_width": check_width(encoder, recipe),
                 "side": side_of(prompt_name),
                 "prompt": side_prompt(late_interaction(encoder), prompt_name, prompt)}  # fmt: skip
-    text = resolve_prompt(encoder.info, prompt_name, prompt)
     if kind == "sparse":  # no modules after SPLADE pooling; the head it needs
         from poolkit.sparse.embed import mlm_head
 
+        text = resolve_prompt(encoder.info, prompt_name, prompt)
         mlm_head(encoder, str(recipe))
         return {"kind": kind, "prompt": text}
     from poolkit.plan import make_plan
 
-    # The dense recipes resolved once (ranges included): every batch runs the plan.
+    # The dense recipes resolved once (prompt and ranges included): every batch runs it.
     plan = make_plan(encoder, recipes, prompt_name=prompt_name, prompt=prompt,
                      pipeline=pipeline, calibration=calibration)  # fmt: skip
-    return {"kind": kind, "prompt": text, "plan": plan}
+    return {"kind": kind, "prompt": plan.prompt, "plan": plan}
 
 
 def _columns(batch: Batch) -> list[str]:
