@@ -260,6 +260,8 @@ def test_a_row_of_each_model_reproduces_and_stays_paired(three, tmp_path):
         measured = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
         order = [qid for qid in query_ids if qid in qrels]  # compare's units: queries in order
         per_query[model] = np.array([measured[qid]["ndcg_cut_10"] for qid in order])
+        # 1e-6: compare batches each side as the printed commands do, so the vectors are
+        # the same bits on any CPU (docs/equality.md).
         assert per_query[model].mean() == pytest.approx(row["ndcg_at_10"], abs=1e-6), model
         per_query[(model, "row")] = row
     # vs * across models: the paired bootstrap of the per-query differences, redrawn here.
@@ -317,7 +319,7 @@ def test_a_hybrid_across_models_is_rrf_of_each_models_row(three, tmp_path):
 
     # RRF by its definition; pytrec_eval ranks by the negated fused rank (ties decided).
     fused = -_ranks(1.0 / (60 + ranks[0]) + 1.0 / (60 + ranks[1]), order).astype(float)
-    per_query = ndcg(fused)
+    per_query = ndcg(fused)  # each side the same bits as compare's (docs/equality.md)
     assert per_query.mean() == pytest.approx(row["ndcg_at_10"], abs=1e-6)
     # vs *: paired with dense:mean (the * row) on the table's resamples.
     star = ndcg(scores[0])

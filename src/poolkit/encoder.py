@@ -4,7 +4,8 @@ Three stages, kept apart so that each can be replaced:
 
 1. :meth:`Encoder.tokenize` (host): texts -> :class:`Tokenized`, without special tokens.
 2. Planning (host, NumPy): each text becomes ``prefix + content + suffix`` (the
-   tokenizer's template); sequences are sorted by length and cut into token-budget batches.
+   tokenizer's template); within each window of :data:`SORT_WINDOW` consecutive inputs,
+   sequences are sorted by length and cut into token-budget batches.
 3. :meth:`Backend.forward` (:mod:`poolkit.backends`, picked by name): one padded batch ->
    hidden states; the only place a runtime is touched.
 
@@ -43,6 +44,12 @@ __all__ = [
 ]
 
 LongText = Literal["truncate", "window"]
+
+# Inputs sorted and batched together. A text's floats depend on the batch it shares (the
+# CPU's kernels block by the padded shape: docs/equality.md), so batches never cross a
+# window: the library, `poolkit embed` with its default --part-size (this value) and
+# `compare` then put every text in the same batch, and give the same bits.
+SORT_WINDOW = 4096
 
 
 @dataclass(frozen=True)
@@ -481,7 +488,8 @@ class Encoder:
         max_batch_tokens: int | None = None,
         prompt: str | None = None,
     ) -> Iterator[EncodedBatch]:
-        """Run the model over ``texts`` in token-budget batches, longest first.
+        """Run the model over ``texts`` in token-budget batches, longest first within each
+        window of :data:`SORT_WINDOW` inputs (a batch never spans two).
 
         Args:
             texts: ``N`` strings, ``N`` word lists (``is_split_into_words=True``), or the
@@ -526,9 +534,16 @@ class Encoder:
         truncated = content > self._text_room
         kept = content if long_text == "window" else np.minimum(content, self._text_room)
         lengths = kept + specials
-        order = np.argsort(-lengths, kind="stable")
         budget = check_batch_tokens(max_batch_tokens) or self.max_batch_tokens
-        plan = list(self._plan(order, lengths, budget))
+        plan = [
+            rows
+            for first in range(0, n, SORT_WINDOW)
+            for rows in self._plan(
+                first + np.argsort(-lengths[first : first + SORT_WINDOW], kind="stable"),
+                lengths,
+                budget,
+            )
+        ]
         truncated &= long_text == "truncate"
         for rows, lay in prefetched(plan, lambda rows: self._layout(tok, rows, kept),
                                     enabled=self.prefetch):  # fmt: skip

@@ -94,8 +94,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--pooled-only", action="store_true",
                         help="the pooled vectors, before the model's modules after pooling "
                         "(Dense, LayerNorm, Normalize); default: the model's whole pipeline")  # fmt: skip
+    # The default is poolkit.encoder.SORT_WINDOW (not imported: it loads the backends), so a
+    # part sorts and batches as the library does (tests/test_batch_composition.py checks).
     parser.add_argument("--part-size", type=int, default=4096, metavar="N",
-                        help="texts read, embedded and committed at a time (default: 4096)")  # fmt: skip
+                        help="texts read, embedded and committed at a time (default: 4096; "
+                        "a multiple of it batches as poolkit.embed does)")  # fmt: skip
     # The old spelling, before "chunk" came to mean a piece of a document: still accepted,
     # same dest, not shown in --help.
     parser.add_argument("--chunk-size", dest="part_size", type=int, default=argparse.SUPPRESS,

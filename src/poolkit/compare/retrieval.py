@@ -344,51 +344,23 @@ def _score_dense(
     ties = id_order(data.doc_ids)
     out = {}
     states = None
-    if settings.prompt_name is None and settings.document_prompt_name is None:
-        # Every distinct text once: the queries first, in a pass of their own that is
-        # timed (the queries' encoding time), then the documents that are not queries.
-        first = list(dict.fromkeys(data.queries))
-        seen = set(first)
-        rest = [t for t in dict.fromkeys(data.documents) if t not in seen]
-        texts = first + rest
-        where = {t: i for i, t in enumerate(texts)}
-        q_rows = np.fromiter((where[t] for t in data.queries), np.int64, count=len(data.queries))
-        d_rows = np.fromiter((where[t] for t in data.documents), np.int64,
-                             count=len(data.documents))  # fmt: skip
-        tap = TokenStates(len(first)) if keep_tokens else None
-        began = time.perf_counter()
-        vectors, stats = embed_sequences(encoder, first, cands, settings,
-                                         f"embedding {data.source} queries", tap=tap)  # fmt: skip
-        query_seconds = time.perf_counter() - began
-        truncated = list(stats.truncated)
-        if rest:
-            d_tap = TokenStates(len(rest)) if keep_tokens else None
-            more, d_stats = embed_sequences(encoder, rest, cands, settings,
-                                            f"embedding {data.source} documents", tap=d_tap)  # fmt: skip
-            vectors = {c: np.concatenate([vectors[c], more[c]]) for c in cands}
-            truncated += [len(first) + i for i in d_stats.truncated]
-            if tap is not None and d_tap is not None:
-                tap.vectors += d_tap.vectors
-        queries = {c: vectors[c][q_rows] for c in cands}
-        documents = {c: vectors[c][d_rows] for c in cands}
-        cut = int(np.isin(d_rows, truncated).sum())
-        if tap is not None:
-            states = ([tap.vectors[i] for i in q_rows], [tap.vectors[i] for i in d_rows])
-    else:  # an asymmetric model: a prompt per side, so each side is embedded apart
-        q_tap = TokenStates(len(data.queries)) if keep_tokens else None
-        d_tap = TokenStates(len(data.documents)) if keep_tokens else None
-        began = time.perf_counter()
-        queries, _ = embed_sequences(encoder, data.queries, cands, settings,
-                                     f"embedding {data.source} queries", settings.prompt_name,
-                                     tap=q_tap)  # fmt: skip
-        query_seconds = time.perf_counter() - began
-        documents, stats = embed_sequences(
-            encoder, data.documents, cands, settings, f"embedding {data.source} documents",
-            settings.document_prompt_name, tap=d_tap,
-        )  # fmt: skip
-        cut = stats.num_truncated
-        if q_tap is not None and d_tap is not None:
-            states = (q_tap.vectors, d_tap.vectors)
+    # Each side in one pass of its own, every text as `poolkit embed` reads it (duplicates
+    # kept): the printed commands then batch each text as this pass did, and give the same
+    # bits (docs/equality.md). The queries' pass is timed: the queries' encoding time.
+    q_tap = TokenStates(len(data.queries)) if keep_tokens else None
+    d_tap = TokenStates(len(data.documents)) if keep_tokens else None
+    began = time.perf_counter()
+    queries, _ = embed_sequences(encoder, data.queries, cands, settings,
+                                 f"embedding {data.source} queries", settings.prompt_name,
+                                 tap=q_tap)  # fmt: skip
+    query_seconds = time.perf_counter() - began
+    documents, stats = embed_sequences(
+        encoder, data.documents, cands, settings, f"embedding {data.source} documents",
+        settings.document_prompt_name, tap=d_tap,
+    )  # fmt: skip
+    cut = stats.num_truncated
+    if q_tap is not None and d_tap is not None:
+        states = (q_tap.vectors, d_tap.vectors)
     stages = getattr(settings, "stages", None) or {}
     facts = getattr(settings, "budget_facts", {})
     per_query = 1000 / max(len(data.queries), 1)
