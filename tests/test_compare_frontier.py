@@ -26,6 +26,8 @@ import pytest
 from beir_ref import read_qrels, run_printed_embeds
 from clitools import run_cli
 from test_compare_report import chromium, pixels, run_chromium
+from tie_bounds import dot_eps, maxsim_eps, query_ranges
+from tie_bounds import order as tie_order
 from tiny_models import build_family, build_mlm, build_multivector, build_sparse_encoder
 
 from poolkit.compare import bootstrap as bs
@@ -211,9 +213,11 @@ def test_the_report_labels_the_json_frontier(three):
     assert "* the first model's intended pooling" in table
 
 
-def _scores(kind: str, recipe: str, docs: Path, queries: Path) -> tuple[list, list, np.ndarray]:
-    """Document ids, query ids and the (queries, documents) scores of the files, as each
-    kind of row ranks: cosine, sparse dot product, MaxSim."""
+def _scores(kind: str, recipe: str, docs: Path, queries: Path) -> tuple[list, list, np.ndarray,
+                                                                      np.ndarray]:  # fmt: skip
+    """Document ids, query ids, the (queries, documents) scores of the files, as each kind
+    of row ranks (cosine, sparse dot product, MaxSim), and per query the float32 error
+    bound of compare's own scores (tests/tie_bounds.py)."""
     d, qt = pq.read_table(docs), pq.read_table(queries)
     if kind == "splade":
         width = 1 + max(
@@ -227,21 +231,42 @@ def _scores(kind: str, recipe: str, docs: Path, queries: Path) -> tuple[list, li
                 out[i, ix] = v
             return out
 
-        s = dense(qt) @ dense(d).T
+        a, b = dense(qt), dense(d)
+        s, eps = a @ b.T, dot_eps(a, b)
     elif kind == "multivector":
         dv = [np.asarray(x, np.float64) for x in d[recipe].to_pylist()]
         qv = [np.asarray(x, np.float64) for x in qt[recipe].to_pylist()]
         s = np.array([[(a @ b.T).max(axis=1).sum() for b in dv] for a in qv])
+        eps = maxsim_eps(qv, dv)
     else:
         a = np.asarray(qt[recipe].to_pylist(), np.float64)
         b = np.asarray(d[recipe].to_pylist(), np.float64)
-        s = (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (
-            b / np.linalg.norm(b, axis=1, keepdims=True)
-        ).T
-    return d["id"].to_pylist(), qt["id"].to_pylist(), s
+        a, b = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (a, b))
+        s, eps = a @ b.T, dot_eps(a, b)
+    return d["id"].to_pylist(), qt["id"].to_pylist(), s, eps
+
+
+def _paired_ci(lo: np.ndarray, hi: np.ndarray, star: tuple[np.ndarray, np.ndarray]) -> tuple:
+    """The bounds of the paired bootstrap's 95% interval of ``row - star`` when each query's
+    values lie in ``[lo, hi]`` (near-ties either way): a resample's mean, and so each
+    percentile, only grows with a query's value (the table's resamples, seed 0)."""
+    idx = np.random.default_rng(0).integers(0, len(lo), size=(RESAMPLES, len(lo)))
+    low = lo[idx].mean(axis=1) - star[1][idx].mean(axis=1)
+    high = hi[idx].mean(axis=1) - star[0][idx].mean(axis=1)
+    return np.percentile(low, [2.5, 97.5]), np.percentile(high, [2.5, 97.5])
+
+
+def _within(got: list[float], bounds: tuple) -> bool:
+    return all(a - 1e-9 <= g <= b + 1e-9 for g, a, b in zip(got, *bounds, strict=True))
 
 
 def test_a_row_of_each_model_reproduces_and_stays_paired(three, tmp_path):
+    """Each model's own row from its printed commands: the same vectors (compare batches
+    each side as the commands do: docs/equality.md), scored here in float64. The tiny
+    random model leaves documents whose scores lie within compare's float32 error of each
+    other, so each query's nDCG@10 is a range over their orders (tests/tie_bounds.py; one
+    value where there are none): the row's figure lies in it, and its ``vs *`` interval
+    between the paired bootstraps of the ranges' ends."""
     cwd, doc, _, _ = three
     rows = doc["results"]
     qrels = read_qrels(FIXTURE)
@@ -254,39 +279,22 @@ def test_a_row_of_each_model_reproduces_and_stays_paired(three, tmp_path):
         command = row["embed_command"]
         assert f"--model {model}" in command and "INPUT" not in command, command
         (recipe, docs), (_, queries) = run_printed_embeds(command, tmp_path)
-        doc_ids, query_ids, s = _scores(kind, recipe, docs, queries)
-        run = {qid: {did: float(x) for did, x in zip(doc_ids, s[i], strict=True)}
-               for i, qid in enumerate(query_ids) if qid in qrels}  # fmt: skip
-        measured = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
-        order = [qid for qid in query_ids if qid in qrels]  # compare's units: queries in order
-        per_query[model] = np.array([measured[qid]["ndcg_cut_10"] for qid in order])
-        # 1e-6: compare batches each side as the printed commands do, so the vectors are
-        # the same bits on any CPU (docs/equality.md).
-        assert per_query[model].mean() == pytest.approx(row["ndcg_at_10"], abs=1e-6), model
-        per_query[(model, "row")] = row
+        doc_ids, query_ids, s, eps = _scores(kind, recipe, docs, queries)
+        lo, hi = query_ranges(qrels, query_ids, doc_ids, s, eps, {"n": "ndcg_cut_10"})["n"]
+        assert lo.mean() - 1e-9 <= row["ndcg_at_10"] <= hi.mean() + 1e-9, (model, lo, hi)
+        per_query[model], per_query[(model, "row")] = (lo, hi), row
     # vs * across models: the paired bootstrap of the per-query differences, redrawn here.
-    n = len(per_query["dense"])
-    idx = np.random.default_rng(0).integers(0, n, size=(RESAMPLES, n))
     for model in ("splade", "colbert"):
-        diff = per_query[model][idx].mean(axis=1) - per_query["dense"][idx].mean(axis=1)
-        want = np.percentile(diff, [2.5, 97.5])
         got = per_query[(model, "row")]["difference"]["ci"]
-        assert got == pytest.approx(want.tolist(), abs=1e-9), model
-
-
-def _ranks(scores: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """int ``(Q, N)``: each document's 1-based rank per query, ties to the larger
-    ``order`` (every row's tie rule)."""
-    out = np.empty(scores.shape, dtype=np.int64)
-    for q, row in enumerate(scores):
-        out[q, np.lexsort((-order, -row))] = np.arange(1, len(row) + 1)
-    return out
+        assert _within(got, _paired_ci(*per_query[model], per_query["dense"])), model
 
 
 def test_a_hybrid_across_models_is_rrf_of_each_models_row(three, tmp_path):
     """``rrf(dense:mean,splade:splade)``: each side reproduced from its printed command
     (its own --model), fused here by RRF's definition (k = 60, every document: the corpus
-    is under the depth), pytrec_eval; its cost the sum of its rows', its interval paired."""
+    is under the depth), pytrec_eval; its cost the sum of its rows', its interval paired.
+    Near-tied documents of a side (within compare's float32 error) are ordered relevant
+    last on both sides, then relevant first: the fused nDCG@10 of each query lies between."""
     cwd, doc, _, _ = three
     rows = doc["results"]
     (row,) = [r for r in rows if r["recipe"] == ACROSS]
@@ -300,35 +308,43 @@ def test_a_hybrid_across_models_is_rrf_of_each_models_row(three, tmp_path):
         (tmp_path / name).symlink_to(cwd / name)
     commands = dict(part.split(": ", 1) for part in row["embed_command"].split(" ; "))
     assert list(commands) == row["sides"]
-    ranks, scores = [], []
+    qrels = read_qrels(FIXTURE)
+    sides = []
     for name, kind in (("dense:mean", "mean"), ("splade:splade", "splade")):
         assert f"--model {name.split(':')[0]}" in commands[name]
         (recipe, docs), (_, queries) = run_printed_embeds(commands[name], tmp_path)
-        doc_ids, query_ids, s = _scores(kind, recipe, docs, queries)
-        order = np.argsort(np.argsort(np.asarray(doc_ids, dtype=object), kind="stable"))
-        ranks.append(_ranks(s, order))
-        scores.append(s)
-    qrels = read_qrels(FIXTURE)
+        doc_ids, query_ids, s, eps = _scores(kind, recipe, docs, queries)
+        sides.append((s, eps))
     kept = [i for i, qid in enumerate(query_ids) if qid in qrels]
+    ids = np.asarray(doc_ids, dtype=object)
+    order = np.argsort(np.argsort(ids, kind="stable"))  # fused ties: larger `order` first
 
-    def ndcg(s: np.ndarray) -> np.ndarray:  # per query, in compare's order
-        run = {query_ids[i]: {d: float(x) for d, x in zip(doc_ids, s[i], strict=True)}
-               for i in kept}  # fmt: skip
+    def ndcg(ranked: dict[str, list[int]]) -> np.ndarray:  # per query, in compare's order
+        run = {q: {doc_ids[j]: float(len(r) - n) for n, j in enumerate(r)} for q, r in
+               ranked.items()}  # fmt: skip
         got = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
         return np.array([got[query_ids[i]]["ndcg_cut_10"] for i in kept])
 
-    # RRF by its definition; pytrec_eval ranks by the negated fused rank (ties decided).
-    fused = -_ranks(1.0 / (60 + ranks[0]) + 1.0 / (60 + ranks[1]), order).astype(float)
-    per_query = ndcg(fused)  # each side the same bits as compare's (docs/equality.md)
-    assert per_query.mean() == pytest.approx(row["ndcg_at_10"], abs=1e-6)
+    ends = []
+    for best in (False, True):
+        ranked = {}
+        for i in kept:
+            gains = np.array([qrels[query_ids[i]].get(d, 0) for d in doc_ids], np.float64)
+            fused = np.zeros(len(doc_ids))
+            for s, eps in sides:  # RRF by its definition, each side's rank 1-based
+                rank = np.empty(len(doc_ids))
+                rank[tie_order(s[i], gains, float(eps[i]), best)] = np.arange(1, len(doc_ids) + 1)
+                fused += 1.0 / (60 + rank)
+            ranked[query_ids[i]] = list(np.lexsort((-order, -fused)))
+        ends.append(ndcg(ranked))
+    lo, hi = ends
+    assert lo.mean() - 1e-9 <= row["ndcg_at_10"] <= hi.mean() + 1e-9, (lo.mean(), hi.mean())
     # vs *: paired with dense:mean (the * row) on the table's resamples.
-    star = ndcg(scores[0])
-    assert side["dense:mean"]["intended"] and star.mean() == pytest.approx(
-        side["dense:mean"]["ndcg_at_10"], abs=1e-6)  # fmt: skip
-    idx = np.random.default_rng(0).integers(0, len(kept), size=(RESAMPLES, len(kept)))
-    diff = per_query[idx].mean(axis=1) - star[idx].mean(axis=1)
-    assert row["difference"]["ci"] == pytest.approx(np.percentile(diff, [2.5, 97.5]).tolist(),
-                                                    abs=1e-9)  # fmt: skip
+    assert side["dense:mean"]["intended"]
+    s, eps = sides[0]
+    star = query_ranges(qrels, query_ids, doc_ids, s, eps, {"n": "ndcg_cut_10"})["n"]
+    assert star[0].mean() - 1e-9 <= side["dense:mean"]["ndcg_at_10"] <= star[1].mean() + 1e-9
+    assert _within(row["difference"]["ci"], _paired_ci(lo, hi, star))
 
 
 def test_default_hybrids_across_models_fuse_each_dense_model_with_each_splade(three):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from beir_ref import read_qrels, run_printed_embeds
 from clitools import poolkit
-from tie_bounds import metric_range
+from tie_bounds import maxsim_eps, metric_range
 from tiny_models import build_multivector
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
@@ -53,16 +53,6 @@ def _maxsim(q: list[np.ndarray], d: list[np.ndarray]) -> np.ndarray:
     return np.array([[(a @ b.T).max(axis=1).sum() for b in d] for a in q])
 
 
-def _eps(q: list[np.ndarray], d: list[np.ndarray]) -> np.ndarray:
-    """Per query, the float32 error bound of compare's MaxSim scores: each of the query's
-    tokens adds one float32 dot product over D values (error <= D * 2**-24 * |q_t| |d|,
-    the standard bound), doubled for the sum over tokens and for another forward pass's
-    rounding. Reference scores closer than this are near-ties: compare's float32 scores can
-    order them either way (exact float64 ties too, which it may not see as ties)."""
-    width, longest = d[0].shape[1], max(np.linalg.norm(x, axis=1).max() for x in d)
-    return np.array([2 * width * 2.0**-24 * np.linalg.norm(x, axis=1).sum() * longest for x in q])
-
-
 def _measure(qrels, query_ids, doc_ids, scores, eps, keep=None):
     """nDCG@10 and MAP@100 of ``scores`` (queries, documents) over ``keep``'s documents,
     each as ``(worst, best)`` over the orders of near-tied documents (tests/tie_bounds.py)."""
@@ -88,11 +78,11 @@ def test_printed_commands_write_what_the_row_scored(compared, tmp_path, recipe, 
     assert doc_ids == [json.loads(x)["_id"] for x in (FIXTURE / "corpus.jsonl").open()]
     qrels = read_qrels(FIXTURE)
     if "muvera" not in recipe:
-        scores, keep, eps = _maxsim(q, d), None, _eps(q, d)
+        scores, keep, eps = _maxsim(q, d), None, maxsim_eps(q, d)
         per_doc = round(np.mean([len(x) for x in d]) * d[0].shape[1] * stored)
     else:
         scores, keep = np.stack(q) @ np.stack(d).T, None
-        eps = _eps([x[None] for x in q], [x[None] for x in d])  # one vector a text
+        eps = maxsim_eps([x[None] for x in q], [x[None] for x in d])  # one vector a text
         per_doc = d[0].shape[0] * stored
     if rescore:
         (tokens, t_docs), (_, t_queries) = files[2:]
@@ -101,7 +91,7 @@ def test_printed_commands_write_what_the_row_scored(compared, tmp_path, recipe, 
         _, tq, _ = _read(t_queries, tokens)
         # MUVERA's top 100 (ties: document order), then MaxSim over those only.
         keep = np.argsort(-scores, axis=1, kind="stable")[:, :DEPTH]
-        scores, eps = _maxsim(tq, td), _eps(tq, td)
+        scores, eps = _maxsim(tq, td), maxsim_eps(tq, td)
         per_doc += round(np.mean([len(x) for x in td]) * td[0].shape[1] * stored)
     # Tie-aware: the row's figure lies between the reference's worst and best orders of
     # near-tied documents (one value where there are none). The tiny random model gives

@@ -8,7 +8,8 @@ by document id, compare's float32 noise may not see it as a tie) can come out in
 order, and a relevant one among them moves the metric. So the reference gives a range: the
 metric with every group of near-tied documents ordered worst first (irrelevant first) and
 best first (most relevant first). Without near-ties the two ends are one value, and the
-check is exact.
+check is exact. (docs/equality.md: a metric is compared at 1e-6 only where the vectors and
+the scores' order are the same.)
 """
 
 from __future__ import annotations
@@ -18,8 +19,31 @@ from collections.abc import Sequence
 import numpy as np
 import pytrec_eval
 
+# One float32 rounding step: the standard bound of a dot product of D terms is
+# D * 2**-24 * |a| |b|, doubled here for the other side's own rounding (another pass, order).
+_STEP = 2.0**-24
 
-def _order(scores: np.ndarray, gains: np.ndarray, eps: float, best: bool) -> np.ndarray:
+
+def dot_eps(queries: np.ndarray, documents: np.ndarray) -> np.ndarray:
+    """Per query, the float32 error bound of its dot products with ``documents``
+    (``(Q, D)``, ``(N, D)``): 2 x its nonzero count x 2**-24 x its norm x the longest
+    document's norm. Cosine, sparse dot products and one-vector MUVERA rows."""
+    q, d = np.asarray(queries, np.float64), np.asarray(documents, np.float64)
+    longest = np.linalg.norm(d, axis=1).max()
+    return 2 * (q != 0).sum(axis=1) * _STEP * np.linalg.norm(q, axis=1) * longest
+
+
+def maxsim_eps(queries: list[np.ndarray], documents: list[np.ndarray]) -> np.ndarray:
+    """Per query, the float32 error bound of its MaxSim scores: each of the query's tokens
+    adds one dot product over D values, doubled for the sum over tokens and for another
+    pass's rounding."""
+    width = documents[0].shape[1]
+    longest = max(np.linalg.norm(x, axis=1).max() for x in documents)
+    return np.array([2 * width * _STEP * np.linalg.norm(x, axis=1).sum() * longest
+                     for x in queries])  # fmt: skip
+
+
+def order(scores: np.ndarray, gains: np.ndarray, eps: float, best: bool) -> np.ndarray:
     """Columns of ``scores`` ``(N,)`` best first, each near-tie group (neighbours closer
     than ``eps``, chained) ordered by ``gains`` ``(N,)``, high first if ``best``."""
     by_score = np.argsort(-scores, kind="stable")
@@ -29,7 +53,7 @@ def _order(scores: np.ndarray, gains: np.ndarray, eps: float, best: bool) -> np.
     return by_score[np.lexsort((sign * gains[by_score], group))]
 
 
-def metric_range(
+def query_ranges(
     qrels: dict[str, dict[str, int]],
     query_ids: Sequence[str],
     doc_ids: Sequence[str],
@@ -37,8 +61,8 @@ def metric_range(
     eps: np.ndarray,
     measures: dict[str, str],
     keep: np.ndarray | None = None,
-) -> dict[str, tuple[float, float]]:
-    """``{name: (worst, best)}``: the mean over judged queries of each pytrec_eval
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``{name: (worst, best)}``: per judged query (in ``query_ids`` order), each pytrec_eval
     ``measures`` value (name -> pytrec_eval key, e.g. ``"ndcg_cut_10"``) of ``scores``
     ``(Q, N)``, near-ties of query ``i`` being scores within ``eps[i]``; ``keep`` ``(Q, k)``:
     only those documents of each query are ranked."""
@@ -51,8 +75,22 @@ def metric_range(
                 continue
             cols = np.arange(len(doc_ids)) if keep is None else np.asarray(keep[i])
             gains = np.array([qrels[qid].get(doc_ids[j], 0) for j in cols], np.float64)
-            order = cols[_order(scores[i, cols], gains, float(eps[i]), best)]
-            run[qid] = {doc_ids[j]: float(len(order) - r) for r, j in enumerate(order)}
+            ranked = cols[order(scores[i, cols], gains, float(eps[i]), best)]
+            run[qid] = {doc_ids[j]: float(len(ranked) - r) for r, j in enumerate(ranked)}
         per = pytrec_eval.RelevanceEvaluator(qrels, keys).evaluate(run)
-        ends.append({n: float(np.mean([v[k] for v in per.values()])) for n, k in measures.items()})
+        ends.append({n: np.array([per[q][k] for q in run]) for n, k in measures.items()})
     return {n: (ends[0][n], ends[1][n]) for n in measures}
+
+
+def metric_range(
+    qrels: dict[str, dict[str, int]],
+    query_ids: Sequence[str],
+    doc_ids: Sequence[str],
+    scores: np.ndarray,
+    eps: np.ndarray,
+    measures: dict[str, str],
+    keep: np.ndarray | None = None,
+) -> dict[str, tuple[float, float]]:
+    """``{name: (worst, best)}``: the mean over judged queries of :func:`query_ranges`."""
+    got = query_ranges(qrels, query_ids, doc_ids, scores, eps, measures, keep)
+    return {n: (float(lo.mean()), float(hi.mean())) for n, (lo, hi) in got.items()}
