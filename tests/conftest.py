@@ -66,7 +66,18 @@ def _runs_slow(config: pytest.Config) -> bool:
 # depends on measured durations.
 
 
-def _file_group(item: pytest.Item) -> str | None:
+def _takes_ray(item: pytest.Item | None) -> bool:
+    return item is not None and "ray_cluster" in getattr(item, "fixturenames", ())
+
+
+def _in_ray_group(item: pytest.Item | None) -> bool:
+    marks = item.iter_markers("xdist_group") if item is not None else ()
+    return any([*m.args, m.kwargs.get("name")][0] == "ray" for m in marks)
+
+
+def _file_group(item: pytest.Item, ray_files: set[Path]) -> str | None:
+    if item.path in ray_files:
+        return "ray"  # every test of a file that uses the one Ray (below): one worker
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info is not None else ()
     if any(d[-1].scope == "module" for d in defs if d):
@@ -76,8 +87,11 @@ def _file_group(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The files whose tests use the one Ray: all their tests in one group, run one after
+    # another, so that the cluster is not stopped and started again between them.
+    ray_files = {item.path for item in items if _takes_ray(item)}
     for item in items:
-        group = _file_group(item)
+        group = _file_group(item, ray_files)
         if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
     if _runs_slow(config):
@@ -88,17 +102,88 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
+class _GroupsApplied:
+    """On an xdist worker, after xdist's own hook: every test with an xdist_group carries
+    it in its id (``...@group``), or the groups were dropped (pytest 9.2's ``Node._id``
+    against pytest-xdist 3.8, which writes ``_nodeid``) and each module fixture, the Ray
+    cluster among them, would be built on every worker: refuse to run so."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
+        if not getattr(config.option, "loadgroup", False):
+            return
+        lost = [
+            i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid
+        ]
+        if lost:
+            raise pytest.UsageError(
+                f"pytest-xdist did not apply the xdist_group of {len(lost)} tests (e.g. "
+                f"{lost[0]}): install the test extras' pytest (pyproject.toml)."
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_GroupsApplied())
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    import sys
+
     import testdata
 
     testdata.running_marked_data = item.get_closest_marker("data") is not None
+    if _takes_ray(item) and "ray" in sys.modules:
+        _start_ray()  # again, if it was stopped after an earlier run of the group's tests
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     if _runs_slow(config):
         return None
     return "slow tests: deselected (run them too with --slow, only them with -m slow)"
+
+
+# --- one Ray per test worker ------------------------------------------------------------
+#
+# Every test of a file with a test that takes `ray_cluster` (test_ray.py, test_ray_resume.py)
+# is in the xdist group "ray" (above): one worker runs them one after another against one
+# local Ray (2 CPUs, small object store); CLI commands join it with --address. It starts with
+# the first of them and stops after the last, so another test of that worker can start a Ray
+# of its own (the docs' Ray example, test_ray_library.py).
+
+
+def _start_ray():
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        # OpenVINO's model conversion (in this process, the CLI subprocesses and the Ray
+        # workers, which take the environment of this ray.init) starts a telemetry thread
+        # that waits on the network, and so hangs the run, unless it is told it runs in CI
+        # (openvino_telemetry's opt-in check declines when CI=true).
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("CI", "true")
+            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2,
+                     logging_level="WARNING")  # fmt: skip
+        ray.data.DataContext.get_current().enable_progress_bars = False
+    return ray
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """The ``ray`` module, joined to this worker's local Ray (its address may change
+    between tests: ask ``ray_cluster.get_runtime_context().gcs_address`` each time)."""
+    ray = _start_ray()
+    yield ray
+    ray.shutdown()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    import sys
+
+    # Stopped before a test of another group; kept while xdist has not said what comes next
+    # (nextitem None: a worker waiting for more work), stopped at the session's end.
+    leaving = nextitem is not None and not _in_ray_group(nextitem)
+    if _in_ray_group(item) and leaving and "ray" in sys.modules:
+        sys.modules["ray"].shutdown()
 
 
 # --- real model and data (encoder / embed / CLI tests) -------------------------------

@@ -1,8 +1,8 @@
 """Ray Data integration: same ids and vectors as one machine, through the library and the
 CLI, with a worker process killed mid-job; and one clear line when Ray is missing.
 
-One local Ray (2 CPUs, small object store) serves the module; the CLI joins it with
-``--address``, each command its own process (this one is a Ray driver: a second
+One local Ray (2 CPUs, small object store: conftest's ``ray_cluster``) serves the Ray
+tests; the CLI joins it with ``--address``, each command its own process (this one is a Ray driver: a second
 ``ray.init`` here would meet it); a command refused before Ray starts runs in this
 process. The reference is ``poolkit.embed`` on one machine over texts read here with
 plain Python (not poolkit's readers).
@@ -60,23 +60,6 @@ def reference(corpus: tuple[Path, list[str]], minilm) -> np.ndarray:
     return poolkit.embed(corpus[1], minilm)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    # OpenVINO's model conversion (run_d below: here, in the CLI subprocess and in the Ray
-    # workers, which take the environment of this ray.init) starts a telemetry thread that
-    # waits on the network, and so hangs the run, unless it is told it runs in CI
-    # (openvino_telemetry's opt-in check declines when CI=true). Set here, before Ray starts,
-    # so that a run without CI=true in its environment does not hang either.
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("CI", "true")
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2,
-                 logging_level="WARNING")  # fmt: skip
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        yield ray
-        ray.shutdown()
-
-
 def _rows(table) -> tuple[np.ndarray, np.ndarray, list[str]]:
     order = np.argsort(table["id"].to_numpy())
     ids = table["id"].to_numpy()[order]
@@ -97,25 +80,6 @@ def _collect(ray, ds):
     import pyarrow as pa
 
     return pa.concat_tables(ray.get(list(ds.to_arrow_refs())))
-
-
-def test_library_matches_one_machine(ray_cluster, corpus, reference, minilm_dir):
-    from poolkit.ray import Corpus, embed_dataset
-
-    folder, texts = corpus
-    scanned = Corpus.scan(folder)
-    assert [f.name for f in scanned.files] == ["a.txt", "b.jsonl", "c.parquet"]
-    assert scanned.counts == [120, 115, 115]
-    ds = embed_dataset(scanned.dataset(block_rows=40), minilm_dir, workers=2, batch_size=40,
-                       keep_text=True)  # fmt: skip
-    table = _collect(ray_cluster, ds)
-    ids, vectors, text_ids = _rows(table)
-    np.testing.assert_array_equal(ids, np.arange(len(texts)))
-    assert text_ids == _expected_text_ids()
-    order = np.argsort(table["id"].to_numpy())
-    assert [table["text"][int(i)].as_py() for i in order] == texts
-    assert table.schema.field("mean").type.list_size == 384
-    assert np.abs(vectors - reference).max() < TOL
 
 
 class _VictimEmbedder(Embedder):
@@ -141,9 +105,12 @@ class _VictimEmbedder(Embedder):
         return super().__call__(batch)
 
 
-def test_killed_worker_loses_and_duplicates_nothing(
+def test_library_matches_one_machine_with_a_worker_killed(
     ray_cluster, corpus, reference, minilm_dir, tmp_path
 ):
+    """``embed_dataset`` over a folder of three formats, one actor's process killed with
+    SIGKILL mid-batch: every row once, with its id, text id, text and the one-machine
+    vector (one job checks both: a Ray job costs about 20 s of start-up)."""
     import ray.cloudpickle
 
     from poolkit.ray import Corpus, embed_dataset
@@ -166,8 +133,11 @@ def test_killed_worker_loses_and_duplicates_nothing(
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    ds = embed_dataset(Corpus.scan(folder).dataset(block_rows=25), minilm_dir, workers=2,
-                       batch_size=25, fn=_VictimEmbedder, marker=str(marker))  # fmt: skip
+    scanned = Corpus.scan(folder)
+    assert [f.name for f in scanned.files] == ["a.txt", "b.jsonl", "c.parquet"]
+    assert scanned.counts == [120, 115, 115]
+    ds = embed_dataset(scanned.dataset(block_rows=25), minilm_dir, workers=2, batch_size=25,
+                       keep_text=True, fn=_VictimEmbedder, marker=str(marker))  # fmt: skip
     table = _collect(ray_cluster, ds)
     thread.join(timeout=5)
     assert killed, "no actor reached its second batch"
@@ -177,6 +147,9 @@ def test_killed_worker_loses_and_duplicates_nothing(
     assert table.num_rows == len(texts)  # nothing duplicated
     np.testing.assert_array_equal(ids, np.arange(len(texts)))  # nothing lost
     assert text_ids == _expected_text_ids()
+    order = np.argsort(table["id"].to_numpy())
+    assert [table["text"][int(i)].as_py() for i in order] == texts
+    assert table.schema.field("mean").type.list_size == 384
     assert np.abs(vectors - reference).max() < TOL
 
 

@@ -324,9 +324,9 @@ class Corpus:
         keep = tuple(keep_columns)
         # Zero CPUs: reading must not wait for CPUs that embedding actors hold.
         count = ray.remote(num_cpus=0, max_retries=3)(_scan_file)
-        refs = [count.remote(f, text_column, id_column, keep) for f in files]
         try:
-            found = ray.get(refs)
+            found = _bounded(ray, [lambda f=f: count.remote(f, text_column, id_column, keep)
+                                   for f in files])  # fmt: skip
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)
             raise (cause if isinstance(cause, Exception) else e) from None
@@ -387,11 +387,43 @@ class Corpus:
                 },
                 num_cpus=0,
                 max_retries=3,
+                **_task_pool(ray, read_concurrency(ray)),
             )
 
     def balanced_block_rows(self, workers: int, limit: int = 4096) -> int:
         """Rows per block so that each worker gets about 4 blocks, at most ``limit``."""
         return max(1, min(limit, math.ceil(self.rows / (4 * max(1, workers)))))
+
+
+def read_concurrency(ray: Any) -> int:
+    """Zero-CPU reading tasks in flight at once: the cluster's CPUs (at least 2). Zero-CPU
+    tasks are not held back by resources, and each one in flight takes a worker process of
+    its own: unbounded, a job over many files started dozens of Python processes (Ray warns
+    of 4x its expected start-up concurrency) before the first text was embedded."""
+    return max(2, int(ray.cluster_resources().get("CPU", 0)))
+
+
+def _task_pool(ray: Any, size: int) -> dict[str, Any]:
+    """``map_batches`` keywords for at most ``size`` tasks at once: ``compute=`` where
+    ``TaskPoolStrategy`` takes a size (newer Ray, which deprecates ``concurrency=``)."""
+    import inspect
+
+    strategy = getattr(ray.data, "TaskPoolStrategy", None)
+    if strategy is not None and "size" in inspect.signature(strategy).parameters:
+        return {"compute": strategy(size=size)}
+    return {"concurrency": size}
+
+
+def _bounded(ray: Any, submit: Sequence[Any]) -> list[Any]:
+    """``ray.get`` of each ``submit()``'s task, in order, at most :func:`read_concurrency`
+    in flight."""
+    limit, refs, pending = read_concurrency(ray), [], []
+    for make in submit:
+        if len(pending) >= limit:
+            _, pending = ray.wait(pending, num_returns=1)
+        refs.append(make())
+        pending.append(refs[-1])
+    return ray.get(refs)
 
 
 def read_corpus(
