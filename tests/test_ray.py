@@ -231,6 +231,14 @@ def test_cli_input_errors(tmp_path):
     assert to_file.returncode == 2
     assert "writes a folder of Parquet shards, but this is a file" in to_file.stderr
     assert not out.exists()
+    for name in ("out.npy", "out.jsonl"):  # never exit 0 without the file it names
+        named = _refused("embed", str(src), "-o", str(tmp_path / name), "--engine", "ray")
+        assert (named.returncode, named.stderr.count("\n")) == (2, 1), named.stderr
+        assert named.stderr.startswith(
+            f"poolkit: error: {tmp_path / name}: --engine ray writes a folder of Parquet "
+            f"shards, not a {name[3:]} file; name a folder (e.g. {tmp_path / 'out'}/)"
+        ), named.stderr
+        assert not (tmp_path / name).exists()
 
 
 def test_without_ray_one_line_names_the_install_command(tmp_path):

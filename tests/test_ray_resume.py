@@ -1,6 +1,7 @@
 """``poolkit embed DIR -o OUT --engine ray`` stopped mid-job (``kill -9`` of the driver,
 SIGTERM), then ``--resume``: only the unfinished input files are embedded again, and the
-published shards equal a clean run's, byte for byte.
+published shards equal a clean run's, byte for byte (the same blocks batch alike:
+docs/equality.md).
 
 The SIGTERM from outside embeds with all-MiniLM-L6-v2, slow enough to be stopped between two
 finished files; the other cases stop at a known place (a driver that stops itself once it

@@ -5,7 +5,8 @@ The job: 2000 real STS-B sentences, 10 parts of 200 (``--max-length 8`` keeps th
 time small; the checkpoint logic does not depend on it). Kill points are found by polling
 the work directory for part files, so no test hook exists in the production code; the
 mid-part delays come from a seeded RNG. Every resumed output is compared byte for byte
-(``.npy``, ``.jsonl``) with an uninterrupted run.
+(``.npy``, ``.jsonl``) with an uninterrupted run: the same parts batch alike, so the
+promise is the same bytes (docs/equality.md).
 """
 
 from __future__ import annotations

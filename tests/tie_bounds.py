@@ -15,6 +15,7 @@ the scores' order are the same.)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytrec_eval
@@ -82,15 +83,8 @@ def query_ranges(
     return {n: (ends[0][n], ends[1][n]) for n in measures}
 
 
-def metric_range(
-    qrels: dict[str, dict[str, int]],
-    query_ids: Sequence[str],
-    doc_ids: Sequence[str],
-    scores: np.ndarray,
-    eps: np.ndarray,
-    measures: dict[str, str],
-    keep: np.ndarray | None = None,
-) -> dict[str, tuple[float, float]]:
-    """``{name: (worst, best)}``: the mean over judged queries of :func:`query_ranges`."""
-    got = query_ranges(qrels, query_ids, doc_ids, scores, eps, measures, keep)
+def metric_range(*args: Any, **kwargs: Any) -> dict[str, tuple[float, float]]:
+    """``{name: (worst, best)}``: the mean over judged queries of :func:`query_ranges`
+    (the same arguments)."""
+    got = query_ranges(*args, **kwargs)
     return {n: (float(lo.mean()), float(hi.mean())) for n, (lo, hi) in got.items()}

@@ -222,6 +222,10 @@ def _stored_block_rows(output: str) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
+# Single-file outputs of the local engine: a Ray OUTPUT_DIR named so is refused.
+_FILE_SUFFIXES = (".npy", ".npz", ".jsonl", ".json", ".csv", ".tsv", ".txt")
+
+
 def _checked_output(args: argparse.Namespace, output: str) -> bool:
     """Check OUTPUT_DIR and its work directory before Ray starts; True when a resumed job
     had already published it (its leftover work directory is then removed)."""
@@ -246,6 +250,12 @@ def _checked_output(args: argparse.Namespace, output: str) -> bool:
         raise InputError(
             f"{output}: --engine ray writes a folder of Parquet shards, but this is a file; "
             "name a folder."
+        )
+    if path.suffix.lower() in _FILE_SUFFIXES and not path.is_dir():
+        # A folder named like a file would be a surprise (`-o x.npy` exiting 0 with no x.npy).
+        raise InputError(
+            f"{output}: --engine ray writes a folder of Parquet shards, not a {path.suffix} "
+            f"file; name a folder (e.g. {path.with_suffix('')}/), or drop --engine ray."
         )
     if path.is_dir() and any(path.iterdir()) and not args.overwrite:
         raise InputError(
