@@ -149,6 +149,16 @@ def test_cli_diagnoses_a_file_and_writes_only_what_is_asked(mpnet, transformer, 
     assert report["best"]["recipe"] == "cls/l2" and report["fix"] == "--recipe mean"
     assert json.loads((tmp_path / "report.json").read_text()) == report
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "report.json"])
+    # --check: exit 1 on MISMATCH (a CI gate), 0 on OK; the same report either way.
+    checked = poolkit("diagnose", "texts.txt", "v.npy", "--model", str(mpnet), "--check",
+                      cwd=tmp_path)  # fmt: skip
+    assert (checked.returncode, checked.stdout) == (1, out.encode()), checked.stderr
+    from sentence_transformers import SentenceTransformer
+
+    np.save(tmp_path / "ok.npy", SentenceTransformer(str(mpnet), device="cpu").encode(TEXTS))
+    ok = poolkit("diagnose", "texts.txt", "ok.npy", "--model", str(mpnet), "--check",
+                 cwd=tmp_path)  # fmt: skip
+    assert ok.returncode == 0 and ok.stdout.decode().startswith("OK"), ok.stdout
 
 
 def test_cli_bad_input_is_one_line(mpnet, transformer, tmp_path):

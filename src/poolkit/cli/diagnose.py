@@ -62,6 +62,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "only the model's)")  # fmt: skip
     parser.add_argument("--tol", type=float, default=1e-4,
                         help="a row matches within this relative distance (default: 1e-4)")  # fmt: skip
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 unless the verdict is OK (MISMATCH or NO MATCH), so a CI "
+                        "step fails on it; the report is printed as usual")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("-o", "--output", default=None, metavar="FILE",
                         help="also write the JSON report to FILE")  # fmt: skip
@@ -160,4 +163,4 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(found.to_text())
-    return 0
+    return 1 if args.check and not found.verdict.startswith("OK") else 0
