@@ -72,12 +72,15 @@ def _takes_ray(item: pytest.Item | None) -> bool:
 
 def _in_ray_group(item: pytest.Item | None) -> bool:
     marks = item.iter_markers("xdist_group") if item is not None else ()
-    return any([*m.args, m.kwargs.get("name")][0] == "ray" for m in marks)
+    return any(str([*m.args, m.kwargs.get("name")][0]).startswith("ray:") for m in marks)
 
 
 def _file_group(item: pytest.Item, ray_files: set[Path]) -> str | None:
     if item.path in ray_files:
-        return "ray"  # every test of a file that uses the one Ray (below): one worker
+        # Every test of a file that uses the worker's Ray (below) in one group: the files'
+        # groups go to whichever worker is free, so their jobs (about 20 s of start-up
+        # each) are shared between the workers, one cluster per worker.
+        return f"ray:{item.path.name}"
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info is not None else ()
     if any(d[-1].scope == "module" for d in defs if d):
@@ -87,8 +90,8 @@ def _file_group(item: pytest.Item, ray_files: set[Path]) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The files whose tests use the one Ray: all their tests in one group, run one after
-    # another, so that the cluster is not stopped and started again between them.
+    # The files whose tests use the worker's Ray: each file's tests in one group, run one
+    # after another, so that the cluster is not stopped and started again between them.
     ray_files = {item.path for item in items if _takes_ray(item)}
     for item in items:
         group = _file_group(item, ray_files)
@@ -146,10 +149,10 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 # --- one Ray per test worker ------------------------------------------------------------
 #
 # Every test of a file with a test that takes `ray_cluster` (test_ray.py, test_ray_resume.py)
-# is in the xdist group "ray" (above): one worker runs them one after another against one
-# local Ray (2 CPUs, small object store); CLI commands join it with --address. It starts with
-# the first of them and stops after the last, so another test of that worker can start a Ray
-# of its own (the docs' Ray example, test_ray_library.py).
+# is in the xdist group "ray:FILE" (above): one worker runs them one after another against
+# its local Ray (2 CPUs, small object store), one per worker, shared by every Ray group it
+# runs; CLI commands join it with --address. It starts with the first of them and stops
+# before a test of another group, so that test can start a Ray of its own.
 
 
 def _start_ray():
