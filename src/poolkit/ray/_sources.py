@@ -311,7 +311,7 @@ class Corpus:
         keep_columns: Sequence[str] = (),
     ) -> Corpus:
         """List ``source`` (:func:`list_inputs`) and count each file's texts in parallel
-        Ray tasks, which parse every file, so an :class:`InputError` comes now, not halfway
+        Ray tasks (:func:`read_concurrency` at once), which parse every file, so an :class:`InputError` comes now, not halfway
         through the job. ``id_column`` (a field, or ``"auto"``: ``id`` or ``_id`` where a
         file has one) also collects each file's ids; ``keep_columns`` are read too.
 
