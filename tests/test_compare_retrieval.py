@@ -88,6 +88,20 @@ def test_split_choice(tmp_path):
         match=r"Expected `split` to be a split of .*qrels, but got 'test'\. Its splits: dev, train\.",
     ):
         read_retrieval(folder, split="test")
+    # No judgements at all: the files looked for and BEIR's layout, not a --split hint.
+    for name in ("dev", "train"):
+        (folder / "qrels" / f"{name}.tsv").unlink()
+    for split in (None, "test"):
+        with pytest.raises(DataError) as e:
+            read_retrieval(folder, split=split)
+        assert str(e.value) == (
+            f"{folder / 'qrels'}: Expected judgements as qrels/SPLIT.tsv (BEIR's layout: "
+            "corpus.jsonl, queries.jsonl, qrels/test.tsv with the columns query-id, "
+            "corpus-id, score), but it holds no .tsv file. Add qrels/test.tsv."
+        )
+    (folder / "qrels").rmdir()
+    with pytest.raises(DataError, match=r"but the folder does not exist\. Add qrels/test"):
+        read_retrieval(folder)
 
 
 def test_hand_computed_tiny_case():

@@ -207,17 +207,25 @@ def _read_beir(folder: Path, split: str | None, text_column: str = "text") -> Re
 def _qrels_file(folder: Path, split: str | None) -> Path:
     qdir = folder / "qrels"
     have = sorted(p.stem for p in qdir.glob("*.tsv")) if qdir.is_dir() else []
+    if not have:  # no judgements at all: --split cannot help, the layout can
+        raise DataError(
+            where=qdir,
+            expected="judgements as qrels/SPLIT.tsv (BEIR's layout: corpus.jsonl, "
+            "queries.jsonl, qrels/test.tsv with the columns query-id, corpus-id, score)",
+            got="the folder does not exist" if not qdir.is_dir() else "it holds no .tsv file",
+            fix="Add qrels/test.tsv.",
+        )
     if split is not None:
         if split not in have:
             raise DataError(arg="split", expected=f"a split of {qdir}", got=repr(split),
-                            fix=f"Its splits: {', '.join(have) or 'none'}.")  # fmt: skip
+                            fix=f"Its splits: {', '.join(have)}.")  # fmt: skip
         return qdir / f"{split}.tsv"
     if "test" in have:
         return qdir / "test.tsv"
     if len(have) == 1:
         return qdir / f"{have[0]}.tsv"
     raise DataError(where=qdir, expected="qrels/test.tsv or a single qrels file",
-                    got=f"found {', '.join(have) or 'none'}",
+                    got=f"found {', '.join(have)}",
                     fix="Choose one with `split`.")  # fmt: skip
 
 
