@@ -40,8 +40,7 @@ def _dense(x: Any) -> np.ndarray:
 
 def _scale(want: np.ndarray) -> np.ndarray:
     """Per row: the bound's unit, the row's largest magnitude (at least 1)."""
-    peak = np.abs(want).max(axis=-1, keepdims=True) if want.size else np.ones_like(want)
-    return np.maximum(peak, 1.0)
+    return np.maximum(np.abs(want).max(axis=-1, keepdims=True, initial=0.0), 1.0)
 
 
 def worst(got: Any, want: Any) -> float:
@@ -62,7 +61,8 @@ def assert_within_bound(got: Any, want: Any, what: str = "") -> None:
     batchings (dense vectors, untruncated sparse ones, token vectors)."""
     g, w = _dense(got), _dense(want)
     assert g.shape == w.shape, (what, g.shape, w.shape)
-    assert worst(g, w) <= BOUND, f"{what}: {worst(g, w):.3g} > {BOUND} (docs/equality.md)"
+    largest = worst(g, w)
+    assert largest <= BOUND, f"{what}: {largest:.3g} > {BOUND} (docs/equality.md)"
 
 
 def assert_sparse_within_bound(got: Any, want: Any, k: int, what: str = "") -> None:

@@ -67,11 +67,9 @@ def _poolkit(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny(tiny_dirs) -> Path:
     """A tiny random BERT with MiniLM's tokenizer, no sentence-transformers files."""
-    from tiny_models import build_all
-
-    return build_all(tmp_path_factory.mktemp("tiny"))["bert_plain"]
+    return tiny_dirs["bert_plain"]
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +181,8 @@ def test_killed_driver_resumes_with_only_the_unfinished_files(ray_address, folde
 def test_sigterm_stops_the_ray_job_cleanly_and_resume_finishes(
     ray_address, folder, minilm_dir, clean, tmp_path
 ):
+    import pyarrow.dataset as pads
+
     out = tmp_path / "out"
     work = tmp_path / "out.poolkit-work"
     argv = _argv(folder, out, ray_address, minilm_dir, "--quiet")
@@ -207,6 +207,8 @@ def test_sigterm_stops_the_ray_job_cleanly_and_resume_finishes(
     assert resumed.returncode == 0, resumed.stderr
     assert f"{len(done) * ROWS} texts resumed" in resumed.stderr
     _same_as_clean(out, clean)
+    ids = pads.dataset(out, format="parquet").to_table()["id"].to_pylist()
+    assert sorted(ids) == list(range(FILES * ROWS))  # every row once, with its own id
     assert not work.exists()
 
 

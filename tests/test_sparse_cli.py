@@ -71,12 +71,21 @@ def test_every_format_round_trips_to_the_library_vectors(work, mlm, recipe) -> N
             assert_sparse_within_bound(vec, want, int(recipe.rsplit("top", 1)[1]), ext)
         else:
             assert_within_bound(vec, want, ext)
+    meta = json.loads(pq.read_schema(work / "out.parquet").metadata[b"poolkit"])
+    assert meta["columns"][recipe]["recipe"] == recipe
+    side = json.loads((work / "out.npz.poolkit.json").read_text())
+    assert side["columns"][recipe]["vocab_size"] == width
+    # One part (the default --part-size) batches as the library's call: the same bits, and
+    # standard output holds the bytes of the file the same job writes.
+    whole = poolkit("embed", "in.txt", "-o", "whole.jsonl", "--recipe", recipe, "--model", mlm,
+                    "-q", cwd=work)  # fmt: skip
+    assert whole.returncode == 0, whole.stderr
     stdout = poolkit("embed", "in.txt", "-o", "-", "--recipe", recipe, "--model", mlm, "-q",
                      cwd=work)  # fmt: skip
     assert stdout.returncode == 0, stdout.stderr
-    # One part (the default --part-size) batches as the library's call: the same bits.
-    whole = stdout.stdout.decode().splitlines()
-    assert_same_bits(_csr_from_jsonl(whole, recipe, width), want, "one part = the library")
+    assert stdout.stdout == (work / "whole.jsonl").read_bytes()
+    lines = stdout.stdout.decode().splitlines()
+    assert_same_bits(_csr_from_jsonl(lines, recipe, width), want, "one part = the library")
 
 
 @pytest.mark.parametrize("ext", ["npz", "parquet", "jsonl"])
