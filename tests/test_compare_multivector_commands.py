@@ -53,11 +53,12 @@ def _maxsim(q: list[np.ndarray], d: list[np.ndarray]) -> np.ndarray:
     return np.array([[(a @ b.T).max(axis=1).sum() for b in d] for a in q])
 
 
-def _measure(qrels, query_ids, doc_ids, scores, eps, keep=None):
-    """nDCG@10 and MAP@100 of ``scores`` (queries, documents) over ``keep``'s documents,
-    each as ``(worst, best)`` over the orders of near-tied documents (tests/tie_bounds.py)."""
+def _measure(qrels, query_ids, doc_ids, scores, eps, first=None):
+    """nDCG@10 and MAP@100 of ``scores`` (queries, documents) over ``first``'s top
+    documents, each as ``(worst, best)`` over the orders of near-tied documents
+    (tests/tie_bounds.py)."""
     return metric_range(qrels, query_ids, doc_ids, scores, eps,
-                        {"ndcg": "ndcg_cut_10", "map": "map_cut_100"}, keep)  # fmt: skip
+                        {"ndcg": "ndcg_cut_10", "map": "map_cut_100"}, first)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -78,10 +79,10 @@ def test_printed_commands_write_what_the_row_scored(compared, tmp_path, recipe, 
     assert doc_ids == [json.loads(x)["_id"] for x in (FIXTURE / "corpus.jsonl").open()]
     qrels = read_qrels(FIXTURE)
     if "muvera" not in recipe:
-        scores, keep, eps = _maxsim(q, d), None, maxsim_eps(q, d)
+        scores, first, eps = _maxsim(q, d), None, maxsim_eps(q, d)
         per_doc = round(np.mean([len(x) for x in d]) * d[0].shape[1] * stored)
     else:
-        scores, keep = np.stack(q) @ np.stack(d).T, None
+        scores, first = np.stack(q) @ np.stack(d).T, None
         eps = maxsim_eps([x[None] for x in q], [x[None] for x in d])  # one vector a text
         per_doc = d[0].shape[0] * stored
     if rescore:
@@ -89,15 +90,18 @@ def test_printed_commands_write_what_the_row_scored(compared, tmp_path, recipe, 
         assert tokens == recipe.replace("/muvera:k_sim=3,dim_proj=8,r_reps=4", "")
         _, td, _ = _read(t_docs, tokens)
         _, tq, _ = _read(t_queries, tokens)
-        # MUVERA's top 100 (ties: document order), then MaxSim over those only.
-        keep = np.argsort(-scores, axis=1, kind="stable")[:, :DEPTH]
+        # MUVERA's top 100, then MaxSim over those only. The tiny model's MUVERA scores
+        # tie (exactly, or within float32 error) across the cut at 100 for some queries,
+        # so which of those documents compare kept is itself a near-tie (CI's failure
+        # of 2026-12-07).
+        first = (scores, eps, DEPTH)
         scores, eps = _maxsim(tq, td), maxsim_eps(tq, td)
         per_doc += round(np.mean([len(x) for x in td]) * td[0].shape[1] * stored)
     # Tie-aware: the row's figure lies between the reference's worst and best orders of
     # near-tied documents (one value where there are none). The tiny random model gives
     # documents whose float64 MaxSim scores are equal or within ~1e-5 of a relevant one's,
     # and float32 noise (BLAS blocks, threads under load) flipped them in parallel runs.
-    got = _measure(qrels, query_ids, doc_ids, scores, eps, keep)
+    got = _measure(qrels, query_ids, doc_ids, scores, eps, first)
     for name, key in (("ndcg", "ndcg_at_10"), ("map", "map_at_100")):
         worst, best = got[name]
         assert worst - 1e-6 <= row[key] <= best + 1e-6, (key, row[key], worst, best)

@@ -61,12 +61,13 @@ def query_ranges(
     scores: np.ndarray,
     eps: np.ndarray,
     measures: dict[str, str],
-    keep: np.ndarray | None = None,
+    first: tuple[np.ndarray, np.ndarray, int] | None = None,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``{name: (worst, best)}``: per judged query (in ``query_ids`` order), each pytrec_eval
     ``measures`` value (name -> pytrec_eval key, e.g. ``"ndcg_cut_10"``) of ``scores``
-    ``(Q, N)``, near-ties of query ``i`` being scores within ``eps[i]``; ``keep`` ``(Q, k)``:
-    only those documents of each query are ranked."""
+    ``(Q, N)``, near-ties of query ``i`` being scores within ``eps[i]``. ``first``: a first
+    stage ``(scores (Q, N), eps (Q,), depth)`` whose top ``depth`` documents are the only
+    ones ranked; a near-tie group across its cut is admitted by :func:`_admission`."""
     keys = {".".join(k.rsplit("_", 1)) for k in measures.values()}  # ndcg_cut_10: ndcg_cut.10
     ends = []
     for best in (False, True):
@@ -74,13 +75,27 @@ def query_ranges(
         for i, qid in enumerate(query_ids):
             if qid not in qrels:
                 continue
-            cols = np.arange(len(doc_ids)) if keep is None else np.asarray(keep[i])
-            gains = np.array([qrels[qid].get(doc_ids[j], 0) for j in cols], np.float64)
+            gains = np.array([qrels[qid].get(d, 0) for d in doc_ids], np.float64)
+            cols = np.arange(len(doc_ids))
+            if first is not None:
+                s1, eps1, depth = first
+                cols = order(s1[i], _admission(gains, scores[i]), float(eps1[i]), best)[:depth]
+            gains = gains[cols]
             ranked = cols[order(scores[i, cols], gains, float(eps[i]), best)]
             run[qid] = {doc_ids[j]: float(len(ranked) - r) for r, j in enumerate(ranked)}
         per = pytrec_eval.RelevanceEvaluator(qrels, keys).evaluate(run)
         ends.append({n: np.array([per[q][k] for q in run]) for n, k in measures.items()})
     return {n: (ends[0][n], ends[1][n]) for n in measures}
+
+
+def _admission(gains: np.ndarray, final: np.ndarray) -> np.ndarray:
+    """A key ``(N,)`` for :func:`order` over a first stage's near-ties at its cut: high is
+    better for the metric. Relevant documents above irrelevant ones (by gain, then by
+    ``final`` score, high first); irrelevant ones by ``final`` score, low first, as one
+    that ranks high in the second stage pushes the relevant ones down."""
+    rank = np.argsort(np.argsort(final, kind="stable"), kind="stable")  # 0: lowest score
+    n = len(final)
+    return np.where(gains > 0, gains * (n + 1) + rank, -rank - 1).astype(np.float64)
 
 
 def metric_range(*args: Any, **kwargs: Any) -> dict[str, tuple[float, float]]:
