@@ -90,6 +90,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "model's default prompt, if any)")  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the main metric")
+    p.add_argument("--explain", action="store_true",
+                   help="also print what each column, mark and row kind of the table means "
+                   "(the --report page holds it under 'How to read this table')")  # fmt: skip
     p.add_argument(
         "--report", metavar="FILE.html",
         help="write one self-contained HTML page: the table, the intervals drawn, the notes, "
@@ -406,8 +409,16 @@ def run(args: argparse.Namespace) -> int:
         if args.bootstrap
         else None
     )
-    doc = report.to_json(args.task, model, results, boot,
-                         lambda r: row_command(_for_row(args, r), r))  # fmt: skip
+    from poolkit.compare.recommend import answer_json, answer_lines
+
+    def command(r: Any) -> str:
+        return row_command(_for_row(args, r), r)
+
+    doc = report.to_json(args.task, model, results, boot, command)
+    ranked = report.rank(results, report.MAIN_METRIC[args.task])
+    doc = {**dict(list(doc.items())[:3]), "recommended": answer_json(args.task, ranked, command),
+           **dict(list(doc.items())[3:])}  # fmt: skip
+    answer = answer_lines(args.task, ranked, boot, command)
     if len(models) > 1:  # each as --model named it, the rows' `model` values
         doc["models"] = models
     if limits:
@@ -428,10 +439,8 @@ def run(args: argparse.Namespace) -> int:
         report.write_json(json_path, doc)
     if plot_path:
         report.write_plot(plot_path, args.task, model, results)
-    best = report.winner(results, report.MAIN_METRIC[args.task])
     infos = {m: e.info for m, e in encoders}
     intended_note = _intended_note(encoder.info, results, args.task, len(infos) > 1)
-    winner = winner_command(_for_row(args, best), best)
     unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
     notes = list(dict.fromkeys(settings.notes))
     if report_path:
@@ -439,8 +448,10 @@ def run(args: argparse.Namespace) -> int:
 
         page = _page(args, encoder.info, results, boot, data, train, unit, notes, seconds,
                      infos)  # fmt: skip
-        write_report(report_path, replace(page, limits=[d["line"] for d in limits], model=model))
-    print(report.table(args.task, results, intended_note, boot, winner), flush=True)
+        write_report(report_path, replace(page, limits=[d["line"] for d in limits], model=model,
+                                          answer=answer))  # fmt: skip
+    print("\n".join(answer) + "\n", flush=True)  # the answer first, a blank line, the table
+    print(report.table(args.task, results, intended_note, boot, args.explain), flush=True)
     for d in limits:
         print(d["line"], flush=True)
     for note in notes:
@@ -523,13 +534,13 @@ def _page(
     from poolkit.compare import report
     from poolkit.compare.html_report import Page
 
-    best = report.winner(results, report.MAIN_METRIC[args.task])
     infos = infos or {}
-    commands = []  # each row's embed and export commands, in rank order
+    commands = []  # each row's embed and export commands (or why none), in rank order
     for r in report.rank(results, report.MAIN_METRIC[args.task]):
         row, decoder = _for_row(args, r), infos.get(r.model, info).is_decoder
         export = None if r.documents else export_command(row, r.recipe, r.quantize, decoder)
-        commands.append((row_command(row, r), export))
+        why = "" if export else no_export_reason(r.recipe, r.documents, r.quantize)
+        commands.append((row_command(row, r), export, why))
     facts = [("task", args.task), ("data", args.data), ("size", f"{len(data)} {unit}")]
     documents = getattr(data, "doc_ids", None)
     if documents is not None:
@@ -555,13 +566,7 @@ def _page(
     packages += {"onnx": ["onnxruntime"], "openvino": ["openvino"]}.get(args.backend, [])
     if args.quantize:
         packages.append("onnxruntime")
-    no_export = ""
-    if shown:
-        no_export = ("export pools one text up to the max length: window and chunk rows' "
-                     "documents are embedded with the command shown")  # fmt: skip
-    elif args.task in ("ner", "relation"):
-        no_export = "export pools whole texts: word and span rows are embedded with the call shown"
-    if args.task == "retrieval":
+    if args.task == "retrieval" and not _beir(args):  # a BEIR row's commands embed both
         if args.document_prompt_name is not None:
             how = f"with --prompt-name {shlex.quote(args.document_prompt_name)} in its place"
         elif args.prompt_name is not None:
@@ -575,8 +580,7 @@ def _page(
         task=args.task, model=info.reference, results=results, bootstrap=boot,
         data=args.data, size=len(data), unit=unit, commands=commands,
         intended_note=_intended_note(info, results, args.task, len(infos) > 1),
-        winner=winner_command(_for_row(args, best), best),
-        no_export=no_export, notes=notes, facts=facts,
+        notes=notes, facts=facts,
         versions=installed_versions(*dict.fromkeys(packages)), command=compare_command(args),
     )  # fmt: skip
 
@@ -590,16 +594,6 @@ def _intended_note(info: Any, results: list, task: str, several: bool = False) -
     if any(r.intended for r in results):
         return f"* the model's intended pooling ({source})"
     return f"the model's intended pooling ({source}) is not among these candidates"
-
-
-def winner_command(args: argparse.Namespace, best: Any) -> str:
-    """:func:`row_command` of the winning row ``best``, which writes the same vectors this
-    table scored for your own texts, labelled."""
-    if best.documents:
-        return "embed with the winner (documents): " + row_command(args, best)
-    if best.recipe.level == "hybrid":
-        return f"embed with the winner ({best.recipe}, both rows): " + row_command(args, best)
-    return "embed with the winner: " + row_command(args, best)
 
 
 def hybrid_commands(args: argparse.Namespace, recipe: Any, export: bool = False) -> str:
@@ -792,6 +786,8 @@ def export_command(
 
     if recipe.level == "hybrid":  # each side's model, where a side has one
         return hybrid_commands(args, recipe, export=True) or None
+    if recipe.level in ("sparse", "multivector"):
+        return _token_export(args, recipe, quantize, decoder)
     if recipe.level != "sequence":
         return None  # export pools whole texts
     parts = ["poolkit", "export"]
@@ -807,6 +803,50 @@ def export_command(
     if ranges[:1] == ["--calibrate"] and ranges[1] != "FILE":
         ranges += _text_field(args)  # export's --text-column is its --calibrate FILE's
     return " ".join(parts + ranges)
+
+
+def _token_export(
+    args: argparse.Namespace, recipe: Any, quantize: str | None, decoder: bool
+) -> str | None:
+    """The ``poolkit export`` command of a sparse or multi-vector row (a ``SparseEncoder``
+    or ``MultiVectorEncoder`` folder; a decoder's multi-vector row: an ONNX graph), as
+    ``export --from-compare`` writes it; None where export refuses the recipe."""
+    from poolkit.deploy import multivector, sparse
+
+    fmt = "onnx" if decoder and recipe.level == "multivector" else "sentence-transformers"
+    check = sparse.check_export if recipe.level == "sparse" else multivector.check_export
+    try:
+        check(recipe, fmt, quantize)
+    except InputError:
+        return None
+    parts = ["poolkit", "export"]
+    if args.model is not None:
+        parts.append(shlex.quote(str(args.model)))
+    parts += ["-o", "exported", "--recipe", shlex.quote(str(recipe))]
+    return " ".join(parts + (["--format", "onnx"] if fmt == "onnx" else []))
+
+
+def no_export_reason(recipe: Any, documents: str | None, quantize: str | None) -> str:
+    """Why a row has no ``poolkit export`` command, in words (:func:`export_command` gave
+    None): a document row, a word or span row, BM25, a hybrid of such rows, or a sparse or
+    multi-vector recipe export refuses (its one-line reason)."""
+    if documents:
+        return ("export pools one text up to the max length: this row's documents are "
+                "embedded with the command shown")  # fmt: skip
+    if recipe.level in ("word", "span"):
+        return "export pools whole texts: word and span rows are embedded with the call shown"
+    if recipe.level == "lexical":
+        return "BM25 has no model to export: its index is built with the call shown"
+    if recipe.level == "hybrid":
+        return "neither of its two rows has a model folder to export"
+    from poolkit.deploy import multivector, sparse
+
+    check = sparse.check_export if recipe.level == "sparse" else multivector.check_export
+    try:
+        check(recipe, "sentence-transformers", quantize)
+    except InputError as e:
+        return f"export refuses it: {e}"
+    return "not exported"
 
 
 # What compare_command leaves out: DATA and --task (written first) and the output options.

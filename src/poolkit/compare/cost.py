@@ -14,13 +14,14 @@ Bytes per document (what an index of the row stores; ids and index overhead left
   one vector (``+rescore`` adds the tokens);
 - a hybrid row: the sum of its two rows.
 
-``query_ms``: per query, the time to turn the queries into what the row searches with,
+``encode_ms``: per query, the time to turn the queries into what the row searches with,
 measured on this run's queries (dense, MaxSim, sparse rows: the model's forward pass and
 pooling; BM25: tokenisation), timed once; ``search_ms``: per query, the exact search over
 this corpus (top-k included), timed as :data:`~poolkit.compare.timing.SEARCH_TIMING` says
 (:func:`~poolkit.compare.timing.timed_search`), to the row's own cut-off (top 100). A hybrid
 row's times are its rows' sums, each row's search to the depth the hybrid fuses (top 1000;
 fusion itself left out: it handles 2 x depth candidates a query, whatever the corpus).
+A row's whole query cost (``query_ms`` of a result) is ``encode_ms + search_ms``.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def _bytes(row: Any, measured: dict[str, Any], widths: dict[Any, int]) -> float 
 
 def priced(rows: Sequence[Any], settings: Any) -> list[Any]:
     """``rows`` (:class:`~poolkit.compare.summary.Row`) with their cost set:
-    ``bytes_per_document``, ``query_ms``, ``search_ms``, ``search_growth``; a hybrid's the
+    ``bytes_per_document``, ``encode_ms``, ``search_ms``, ``search_growth``; a hybrid's the
     sum of its rows' (None where one is unknown). An int8 model's row (``--quantize``)
     stores the float vectors its model gives: its bytes are the float row's, its times
     those measured with that model (``settings.int8_costs``)."""
@@ -155,7 +156,7 @@ def priced(rows: Sequence[Any], settings: Any) -> list[Any]:
             fused = measured.get("fused_search_ms", fact.get("fused_search_ms"))
         out[r.key] = replace(
             r, bytes_per_document=_bytes(r, measured, widths),
-            query_ms=measured.get("query_ms", costs.get("query_ms")), search_ms=search,
+            encode_ms=measured.get("query_ms", costs.get("query_ms")), search_ms=search,
             fused_search_ms=fused, search_growth=growth(r.recipe, r.rescore, r.documents),
         )  # fmt: skip
     for r in rows:
@@ -174,6 +175,6 @@ def hybrid_cost(row: Any, sides: Sequence[Any]) -> Any:
     searched = [s.search_ms if s.fused_search_ms is None else s.fused_search_ms for s in sides]
     return replace(
         row, bytes_per_document=total([s.bytes_per_document for s in sides]),
-        query_ms=total([s.query_ms for s in sides]), search_ms=total(searched),
+        encode_ms=total([s.encode_ms for s in sides]), search_ms=total(searched),
         search_growth=growth(row.recipe),
     )  # fmt: skip

@@ -1,8 +1,11 @@
 """The quality/cost frontier of a retrieval comparison, and the best row within a budget.
 
 A row is *on a frontier* when no other row has a higher main metric at no more cost and no
-row has the same metric at a lower cost (:func:`pareto`); two costs, two frontiers: bytes
-per stored document (:func:`bytes_cost`) and query time (:data:`QUERY_COST`). A budget
+row has the same metric at a lower cost, and, among the best row and the rows the paired
+test cannot tell from it, no row costs less (:func:`pareto`, :func:`top_group`: the
+cheapest of them is what to store); two costs, two frontiers: bytes
+per stored document (:func:`bytes_cost`) and the whole query time, encoding and search
+(:data:`QUERY_COST`). A budget
 (``--max-bytes-per-doc N``, ``--max-query-ms T``) keeps the best row within the limit
 (:func:`best_within`) and names the rows it cannot be told apart from (:func:`untold`).
 """
@@ -26,17 +29,20 @@ __all__ = [
     "costs",
     "mark",
     "pareto",
+    "top_group",
     "untold",
 ]
 
 
-def pareto(quality: np.ndarray, cost: np.ndarray) -> np.ndarray:
+def pareto(quality: np.ndarray, cost: np.ndarray, top: np.ndarray | None = None) -> np.ndarray:
     """Which rows are on the frontier: bool ``(N,)``.
 
     ``quality`` float ``(N,)`` (higher is better), ``cost`` float ``(N,)`` (lower is
     better; NaN: unknown, never on the frontier and dominating no row). Row ``i`` is off
     it when a known-cost row ``j`` has ``quality[j] >= quality[i]`` and ``cost[j] <=
-    cost[i]``, one of them strictly."""
+    cost[i]``, one of them strictly. ``top`` bool ``(N,)``: the best row and the rows the
+    paired test cannot tell from it (:func:`top_group`); among them a strictly cheaper row
+    also puts a row off it, whatever their point values."""
     q = np.asarray(quality, dtype=np.float64)
     c = np.asarray(cost, dtype=np.float64)
     known = ~np.isnan(c)
@@ -44,6 +50,9 @@ def pareto(quality: np.ndarray, cost: np.ndarray) -> np.ndarray:
     cj, ci = c[:, None], c[None, :]
     with np.errstate(invalid="ignore"):
         dominates = (qj >= qi) & (cj <= ci) & ((qj > qi) | (cj < ci)) & known[:, None]
+        if top is not None:
+            t = np.asarray(top, dtype=bool)
+            dominates |= t[:, None] & t[None, :] & (cj < ci) & known[:, None]
     return known & ~dominates.any(axis=0)
 
 
@@ -91,7 +100,7 @@ def bytes_cost(r: Any) -> float | None:
 
 
 def _query_cost(r: Any) -> float | None:
-    value = r.query_ms  # the query_ms cost column, where measured
+    value = r.query_ms  # the whole query cost: encoding + search, where both are measured
     return None if value is None else float(value)
 
 
@@ -108,11 +117,23 @@ def costs(results: Sequence[Any], cost: Callable[[Any], float | None]) -> np.nda
     return np.array([np.nan if (v := cost(r)) is None else v for r in results], dtype=np.float64)
 
 
+def top_group(results: Sequence[Any], metric: str) -> np.ndarray:
+    """bool ``(N,)``: the best row by ``metric`` and the rows whose paired interval against
+    it (``vs_best``) includes 0; the best alone without intervals."""
+    from poolkit.compare.report import rank
+
+    best = id(rank(results, metric)[0])
+    return np.array([id(r) == best or (r.vs_best is not None and not r.vs_best.significant)
+                     for r in results], dtype=bool)  # fmt: skip
+
+
 def mark(results: Sequence[Any], metric: str) -> list[Any]:
-    """``results`` with ``frontier_bytes`` and ``frontier_query`` set (main ``metric``)."""
+    """``results`` with ``frontier_bytes`` and ``frontier_query`` set (main ``metric``;
+    among the :func:`top_group`, only the cheapest is on a frontier)."""
     quality = np.array([r.metrics[metric] for r in results], dtype=np.float64)
-    on_bytes = pareto(quality, costs(results, bytes_cost))
-    on_query = pareto(quality, costs(results, QUERY_COST))
+    top = top_group(results, metric)
+    on_bytes = pareto(quality, costs(results, bytes_cost), top)
+    on_query = pareto(quality, costs(results, QUERY_COST), top)
     return [
         replace(r, frontier_bytes=bool(b), frontier_query=bool(q))
         for r, b, q in zip(results, on_bytes, on_query, strict=True)

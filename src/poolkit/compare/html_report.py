@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from poolkit.compare.axes import linear_ticks as _ticks
-from poolkit.compare.report import METRICS, Cells, Result, cells, footer
+from poolkit.compare.report import METRICS, Cells, Result, cells, footer_parts
 from poolkit.io.atomic import atomic_write
 
 __all__ = ["Page", "render", "write_report"]
@@ -23,11 +23,12 @@ class Page:
     """What one report shows.
 
     ``results`` and ``bootstrap`` as for :func:`poolkit.compare.report.table`;
-    ``commands``: per row in rank order, the ``embed`` command (or call) and the ``export``
-    command (None: the row cannot be exported, ``no_export`` says why); ``intended_note``
-    and ``winner``: the lines the terminal prints under the table; ``notes``: the remarks
-    ``compare`` prints on stderr; ``facts``: (name, value) pairs about the data set, the
-    model and the run; ``versions``: package -> version (None: not installed);
+    ``commands``: per row in rank order, the ``embed`` command (or call), the ``export``
+    command (None: the row has none) and, optionally, why it has none; ``answer``: the
+    lines the terminal opens with (:func:`poolkit.compare.recommend.answer_lines`), the
+    page's first section; ``intended_note``: the line under the table; ``notes``: the
+    remarks ``compare`` prints on stderr; ``facts``: (name, value) pairs about the data set,
+    the model and the run; ``versions``: package -> version (None: not installed);
     ``limits``: the lines on ``--max-bytes-per-doc`` / ``--max-query-ms``.
     """
 
@@ -38,10 +39,9 @@ class Page:
     data: str
     size: int
     unit: str
-    commands: Sequence[tuple[str, str | None]]
+    commands: Sequence[tuple[str, str | None] | tuple[str, str | None, str]]
+    answer: Sequence[str] = ()
     intended_note: str = ""
-    winner: str = ""
-    no_export: str = ""
     notes: Sequence[str] = ()
     facts: Sequence[tuple[str, str]] = ()
     versions: dict[str, str | None] = field(default_factory=dict)
@@ -59,7 +59,7 @@ _CSS = """
 * { box-sizing: border-box; }
 body { margin: 0; color: var(--ink); background: #fff; font: 15px/1.5 system-ui,
   -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 48px; }
+main { max-width: 1240px; margin: 0 auto; padding: 20px 20px 48px; }
 h1 { font-size: 1.6em; margin: 0 0 4px; }
 h2 { font-size: 1.2em; margin: 32px 0 8px; border-bottom: 1px solid var(--line);
   padding-bottom: 4px; }
@@ -67,20 +67,30 @@ p.lead { color: var(--muted); margin: 0 0 16px; }
 code, pre, td.num, .cmd { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas,
   "Liberation Mono", monospace; font-size: 0.86em; }
 table { border-collapse: collapse; margin: 8px 0; }
-th, td { border: 1px solid var(--line); padding: 4px 10px; vertical-align: top; }
-th { background: var(--soft); text-align: left; font-weight: 600; white-space: nowrap; }
+th, td { border: 1px solid var(--line); padding: 4px 8px; vertical-align: top; }
+th { background: var(--soft); text-align: left; font-weight: 600; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+table.results { font-size: 0.92em; max-width: 100%; }
+table.results td:nth-child(2) { overflow-wrap: anywhere; min-width: 7em; }
+section#answer { background: #f0fdf4; border: 1px solid #86efac; border-radius: 6px;
+  padding: 4px 16px 8px; margin: 12px 0 8px; }
+section#answer h2 { border-bottom: none; margin: 8px 0 4px; }
+ul.answer { padding-left: 20px; margin: 4px 0; }
+ul.answer li { margin: 3px 0; }
+ul.answer li.cmd code { overflow-wrap: anywhere; }
+details.explain { margin: 8px 0; }
+details.explain summary { cursor: pointer; color: var(--muted); }
 tr.intended td { background: #fff7ed; }
 td.sig-yes { font-weight: 700; color: #9a3412; }
 td.sig-no { color: var(--muted); }
 ul.footers { padding-left: 20px; margin: 8px 0; }
 ul.footers li { margin: 2px 0; }
-p.winner { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
-  font-size: 0.86em; background: var(--soft); border: 1px solid var(--line); padding: 6px 10px; }
+p.command { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
+  font-size: 0.86em; background: var(--soft); border: 1px solid var(--line); padding: 6px 10px;
+  overflow-wrap: anywhere; }
 table.commands td.cmd { white-space: pre-wrap; overflow-wrap: anywhere; max-width: 560px; }
 table.commands td.none { color: var(--muted); font-style: italic; }
-div.wide { overflow-x: auto; }
-td.num span.ci { color: var(--muted); font-size: 0.9em; }
+td.num span.ci { color: var(--muted); font-size: 0.9em; white-space: normal; }
 figure { margin: 12px 0 20px; }
 figcaption { color: var(--muted); font-size: 0.9em; }
 svg { max-width: 100%; height: auto; }
@@ -97,7 +107,7 @@ def render(page: Page) -> str:
     c = cells(page.task, page.results, page.bootstrap)
     metric = METRICS[page.task][0]
     title = f"poolkit compare --task {page.task}: {page.data}"
-    lines = footer(page.task, c.ranked, c.ties, page.bootstrap)
+    facts, definitions = footer_parts(page.task, c.ranked, c.ties, page.bootstrap)
     out = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -117,13 +127,14 @@ def render(page: Page) -> str:
         f"{_e(page.size)} {_e(page.unit)} from <code>{_e(page.data)}</code>; "
         f"model <code>{_e(page.model)}</code>; {len(c.rows)} rows, best first by "
         f"<strong>{_e(metric)}</strong>. All scores are fractions.</p>",
+        *_answer(page.answer),
         '<section id="results">',
         "<h2>Results</h2>",
         _table(c, metric),
         '<ul class="footers">',
-        *(f"<li>{_e(line)}</li>" for line in [page.intended_note, *lines, *page.limits] if line),
+        *(f"<li>{_e(line)}</li>" for line in [page.intended_note, *facts, *page.limits] if line),
         "</ul>",
-        f'<p class="winner">{_e(page.winner)}</p>' if page.winner else "",
+        *_explain(definitions),
         "</section>",
         *_frontier_section(page, c),
         '<section id="intervals">',
@@ -156,7 +167,7 @@ def render(page: Page) -> str:
         "</dl>",
     ]
     if page.command:
-        out.append(f'<p>The comparison itself:</p><p class="winner">{_e(page.command)}</p>')
+        out.append(f'<p>The comparison itself:</p><p class="command">{_e(page.command)}</p>')
     if page.versions:
         out += [
             '<table id="versions-table" class="versions">',
@@ -179,6 +190,31 @@ def render(page: Page) -> str:
         "",
     ]
     return "\n".join(x for x in out if x != "")
+
+
+def _answer(lines: Sequence[str]) -> list[str]:
+    """The answer section, first on the page: each line of the terminal's answer, a row's
+    command (``embed #N NAME: COMMAND``) with the command as code."""
+    if not lines:
+        return []
+    items = []
+    for line in lines:
+        head, sep, command = line.partition(": ")
+        if line.startswith("embed #") and sep:
+            items.append(f'<li class="cmd">{_e(head)}: <code>{_e(command)}</code></li>')
+        else:
+            items.append(f"<li>{_e(line)}</li>")
+    return ['<section id="answer">', "<h2>What to store</h2>", '<ul class="answer">', *items,
+            "</ul>", "</section>"]  # fmt: skip
+
+
+def _explain(lines: Sequence[str]) -> list[str]:
+    """The table's definitions (the terminal's ``--explain``), folded away."""
+    if not lines:
+        return []
+    return ['<details class="explain" id="explain"><summary>How to read this table</summary>',
+            '<ul class="footers">', *(f"<li>{_e(x)}</li>" for x in lines), "</ul>",
+            "</details>"]  # fmt: skip
 
 
 def write_report(path: Path, page: Page) -> None:
@@ -206,7 +242,7 @@ def _cell(text: str, num: bool) -> str:
     value, bracket, interval = text.partition(" [")
     if num and bracket:
         return f'{_e(value)}<br><span class="ci">[{_e(interval)}</span>'
-    return _e(text)
+    return _e(text).replace("|", "|<wbr>")  # index 1M|100M: may wrap after the bar
 
 
 def _table(c: Cells, metric: str) -> str:
@@ -227,18 +263,18 @@ def _table(c: Cells, metric: str) -> str:
         body.append(f"<tr{attr}>{''.join(tds)}</tr>")
     rows = "\n".join(body)
     return (
-        f'<div class="wide"><table id="results-table" class="results"><thead><tr>{head}</tr>'
-        f"</thead><tbody>\n{rows}\n</tbody></table></div>"
+        f'<table id="results-table" class="results"><thead><tr>{head}</tr>'
+        f"</thead><tbody>\n{rows}\n</tbody></table>"
     )
 
 
 def _commands(page: Page, c: Cells) -> str:
     rows = []
-    for i, (row, (embed, export)) in enumerate(zip(c.rows, page.commands, strict=True), 1):
+    for i, (row, (embed, export, *why)) in enumerate(zip(c.rows, page.commands, strict=True), 1):
         exp = (
             f'<td class="cmd">{_e(export)}</td>'
             if export
-            else f'<td class="none">{_e(page.no_export or "not exported")}</td>'
+            else f'<td class="none">{_e(why[0] if why and why[0] else "not exported")}</td>'
         )
         rows.append(
             f'<tr id="row-{i}"><td>{_e(row[0])}</td><td><code>{_e(row[1])}</code></td>'

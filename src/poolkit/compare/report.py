@@ -18,6 +18,7 @@ from poolkit.recipe import Recipe
 
 __all__ = [
     "DOCUMENT_MARK",
+    "EXPLAIN_HINT",
     "MAIN_METRIC",
     "METRICS",
     "UNITS",
@@ -27,12 +28,12 @@ __all__ = [
     "bootstrap_info",
     "cells",
     "footer",
+    "footer_parts",
     "frontier_footer",
     "rank",
     "table",
     "tied",
     "to_json",
-    "winner",
     "write_json",
     "write_plot",
 ]
@@ -87,7 +88,9 @@ class RowFacts:
     # given, and its short label (set only with several models; the name's prefix).
     model: str | None = None
     model_label: str | None = None
-    query_ms: float | None = None
+    # Encoding one query (BM25: tokenising), measured in the run; the whole query cost is
+    # this plus ``search_ms`` (:attr:`Result.query_ms`).
+    encode_ms: float | None = None
     search_growth: str | None = None
     # The row's search to the deeper cut a hybrid fusing it needs (None: search_ms's).
     fused_search_ms: float | None = None
@@ -134,6 +137,14 @@ class Result(RowFacts):
         )
 
     @property
+    def query_ms(self) -> float | None:
+        """The whole query cost, ms per query: encoding it (``encode_ms``) plus the search
+        (``search_ms``); None where either is unknown."""
+        if self.encode_ms is None or self.search_ms is None:
+            return None
+        return self.encode_ms + self.search_ms
+
+    @property
     def label(self) -> str:
         return f"{self.name} [{self.quantize}]" if self.quantize else self.name
 
@@ -160,22 +171,6 @@ def rank(results: Sequence[Result], metric: str) -> list[Result]:
             order[id(r)],
         ),
     )
-
-
-# The winner line: a row beats the intended one by more than this on the main metric, or
-# the intended row is recommended (a difference below the table's last digit is a tie).
-WINNER_MARGIN = 1e-4
-
-
-def winner(results: Sequence[Result], metric: str) -> Result:
-    """The row the winner line recommends: the best by ``metric`` (:func:`rank`), unless
-    the model's intended row is within :data:`WINNER_MARGIN` of it (a tie: the intended
-    pooling)."""
-    best = rank(results, metric)[0]
-    intended = next((r for r in results if r.intended and not r.quantize), None)
-    if intended is not None and best.metrics[metric] - intended.metrics[metric] < WINNER_MARGIN:
-        return intended
-    return best
 
 
 def tied(ranked: Sequence[Result], metric: str) -> list[bool]:
@@ -227,7 +222,8 @@ def _frontier_cell(r: Result) -> str:
 
 def _cost_cells(r: Result) -> list[str]:
     """A row's cost (:mod:`poolkit.compare.cost`): bytes per document, the index at 1M and
-    100M documents, query and search milliseconds per query; blank where unknown."""
+    100M documents, and the whole query cost (encoding + search) in ms; blank where
+    unknown."""
     from poolkit.compare.cost import human_bytes, index_bytes
 
     sizes = index_bytes(r.bytes_per_document)
@@ -235,7 +231,6 @@ def _cost_cells(r: Result) -> list[str]:
         "" if r.bytes_per_document is None else f"{r.bytes_per_document:.0f}",
         "" if sizes is None else "|".join(human_bytes(x) for x in sizes),
         "" if r.query_ms is None else f"{r.query_ms:.2f}",
-        "" if r.search_ms is None else f"{r.search_ms:.3f}",
     ]
 
 
@@ -259,7 +254,7 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
         *(["frontier"] if show_front else []),
         *(["bytes"] if show_bytes else []),
         *(["q dims", "d dims", "FLOPS", "bytes/doc f16"] if show_sparse else []),
-        *(["bytes/doc", "index 1M|100M", "query ms", "search ms"] if show_cost else []),
+        *(["bytes/doc", "index 1M|100M", "query ms"] if show_cost else []),
         *(f"{n} [95% CI]" if has_ci else n for n in names),
         *(["vs * [95% CI]", "sig"] if has_vs else []),
     ]  # fmt: skip
@@ -299,14 +294,14 @@ def table(
     results: Sequence[Result],
     intended_note: str = "",
     bootstrap: dict | None = None,
-    winner: str = "",
+    explain: bool = True,
 ) -> str:
     """The terminal table, best first, one row per recipe (named as ``--recipe`` takes it):
     ``*`` marks the intended pooling, ``=`` after a rank a tie, ``(= ...)`` the recipes a
     merged row stands for; with ``bootstrap`` (:func:`bootstrap_info`) each metric carries
     its 95% interval and the ``vs *`` / ``sig`` columns compare each row with the intended
-    one (paired). Then the footer lines, and ``winner`` (the command that embeds the best
-    row) last."""
+    one (paired). Then ``intended_note`` and the footer lines (:func:`footer`; the
+    definitions only with ``explain``)."""
     c = cells(task, results, bootstrap)
     widths = [max(len(x) for x in col) for col in zip(c.head, *c.rows, strict=True)]
 
@@ -319,18 +314,23 @@ def table(
     out = [line(c.head), line(["-" * w for w in widths]), *(line(r) for r in c.rows)]
     if intended_note:
         out.append(intended_note)
-    out.extend(footer(task, c.ranked, c.ties, bootstrap))
-    if winner:
-        out.append(winner)
+    out.extend(footer(task, c.ranked, c.ties, bootstrap, explain))
     return "\n".join(out)
 
 
-def footer(
+class _Fact(str):
+    """A footer line that reports this run (a figure, a row left out), not a definition:
+    printed without ``--explain`` too (:func:`footer_parts`)."""
+
+
+def footer_parts(
     task: str, ranked: Sequence[Result], ties: Sequence[bool], bootstrap: dict | None
-) -> list[str]:
-    """Lines under the table: merged rows, ties, the test behind ``sig``, the top rows."""
+) -> tuple[list[str], list[str]]:
+    """The lines under the table as ``(facts, definitions)``: what this run found (the
+    interval's resamples, the top rows, int8 rows against fp32, rows left off a frontier,
+    vectors stored per document) and what the columns and row kinds mean (``--explain``)."""
     main = METRICS[task][0]
-    out = []
+    out: list[str] = []
     if any(len(r.members) > 1 for r in ranked):
         out.append(
             "(= ...) rows that cannot differ: under cosine similarity sum, mean and "
@@ -345,36 +345,57 @@ def footer(
                 + _document_footer(ranked) + _hybrid_footer(ranked) + _cost_footer(ranked)
                 + frontier_footer(task, ranked))  # fmt: skip
     if bootstrap is None:
-        return [*out, "no confidence intervals (--bootstrap 0).", *sections]
-    level = round(100 * bootstrap["level"])
-    out.append(
-        f"[{level}% CI]: percentile bootstrap, {bootstrap['resamples']} resamples of the "
-        f"{bootstrap['units']} {bootstrap['unit']}, seed {bootstrap['seed']}."
-    )
-    if any(r.vs_intended is not None for r in ranked):
-        out.append(
-            f"sig: paired bootstrap test at the {level}% level on the same resamples: yes when "
-            f"the interval of ({main} of the row - {main} of *) excludes 0."
-        )
-    same = [i for i, r in enumerate(ranked[1:], 2) if r.vs_best and not r.vs_best.significant]
-    if same:
-        listed = ", ".join(f"#{i}" for i in same)
-        out.append(
-            f"top rows: #1 {ranked[0].label} is not distinguishable from {listed} on {main} "
-            f"(paired {level}% interval of the difference includes 0)."
-        )
-    elif len(ranked) > 1:
-        out.append(f"top rows: #1 {ranked[0].label} is better than every other row on {main} "
-                   f"(paired {level}% intervals exclude 0).")  # fmt: skip
-    out.extend(sections)
+        out += [_Fact("no confidence intervals (--bootstrap 0)."), *sections]
+    else:
+        level = round(100 * bootstrap["level"])
+        out.append(_Fact(
+            f"[{level}% CI]: percentile bootstrap, {bootstrap['resamples']} resamples of the "
+            f"{bootstrap['units']} {bootstrap['unit']}, seed {bootstrap['seed']}."
+        ))  # fmt: skip
+        if any(r.vs_intended is not None for r in ranked):
+            out.append(
+                f"sig: paired bootstrap test at the {level}% level on the same resamples: yes "
+                f"when the interval of ({main} of the row - {main} of *) excludes 0."
+            )
+        same = [i for i, r in enumerate(ranked[1:], 2) if r.vs_best and not r.vs_best.significant]
+        if same:
+            listed = ", ".join(f"#{i}" for i in same)
+            out.append(_Fact(
+                f"top rows: #1 {ranked[0].label} is not distinguishable from {listed} on "
+                f"{main} (paired {level}% interval of the difference includes 0)."
+            ))  # fmt: skip
+        elif len(ranked) > 1:
+            out.append(_Fact(f"top rows: #1 {ranked[0].label} is better than every other row "
+                             f"on {main} (paired {level}% intervals exclude 0)."))  # fmt: skip
+        out.extend(sections)
     for r in ranked:
         if r.vs_fp32 is not None and r.quantize:
             speed = f", {r.speedup:.1f}x faster" if r.speedup else ""
-            out.append(
+            out.append(_Fact(
                 f"{r.quantize} ({r.recipe}): {_paired_text(r.vs_fp32)} {main} vs fp32{speed} "
                 f"(model time, same run)."
-            )
-    return out
+            ))  # fmt: skip
+    return ([str(x) for x in out if isinstance(x, _Fact)],
+            [str(x) for x in out if not isinstance(x, _Fact)])  # fmt: skip
+
+
+# The line that stands for the definitions when they are left out.
+EXPLAIN_HINT = "--explain: what each column, mark and row kind means."
+
+
+def footer(
+    task: str,
+    ranked: Sequence[Result],
+    ties: Sequence[bool],
+    bootstrap: dict | None,
+    explain: bool = True,
+) -> list[str]:
+    """Lines under the table (:func:`footer_parts`): the facts, then the definitions
+    (``explain``; else one line naming ``--explain`` where there are any)."""
+    facts, definitions = footer_parts(task, ranked, ties, bootstrap)
+    if explain:
+        return facts + definitions
+    return facts + ([EXPLAIN_HINT] if definitions else [])
 
 
 _STORED_SCORES = {
@@ -393,16 +414,18 @@ def frontier_footer(task: str, ranked: Sequence[Result]) -> list[str]:
     main = METRICS[task][0]
     out = [
         f"frontier: bytes = no other row has a higher {main} at no more bytes per document, "
-        f"query = at no more query time (ms per query); ties on both: each row marked."
+        "query = at no more query time (encoding + search, ms per query); of #1 and the rows "
+        "the paired test cannot tell from it, only the cheapest; ties on both: each row "
+        "marked."
     ]
     for front, what, cost in (("bytes", "no bytes per document", bytes_cost),
                               ("query", "no query time", QUERY_COST)):  # fmt: skip
         missing = [r.label for r in ranked if cost(r) is None]
         if len(missing) == len(ranked):
-            out.append(f"frontier: no {front} frontier ({what} in this run).")
+            out.append(_Fact(f"frontier: no {front} frontier ({what} in this run)."))
         elif missing:
-            out.append(f"frontier: off the {front} frontier ({what} in this run): "
-                       f"{', '.join(missing)}.")  # fmt: skip
+            out.append(_Fact(f"frontier: off the {front} frontier ({what} in this run): "
+                             f"{', '.join(missing)}."))  # fmt: skip
     return out
 
 
@@ -459,11 +482,11 @@ def _budget_footer(task: str, ranked: Sequence[Result]) -> list[str]:
         )
     timed = [r for r in ranked if r.search_ms is not None]
     if timed and not any(r.search_growth for r in ranked):  # else: the search ms column
-        out.append(
+        out.append(_Fact(
             "search per query (exact, this run): "
             + "; ".join(f"{r.label} {r.search_ms:.3f} ms" for r in timed)
             + "."
-        )
+        ))  # fmt: skip
     return out
 
 
@@ -502,10 +525,11 @@ def _cost_footer(ranked: Sequence[Result]) -> list[str]:
         "bytes/doc: what an index stores per document (dense: dims x bits/8 x vectors per "
         "document; sparse and BM25: mean non-zeros x (4-byte index + 4-byte value); MaxSim: "
         "tokens x dims x bytes); index 1M|100M: bytes/doc x 1 million | 100 million "
-        "documents (ids and index structures left out); query ms: encoding the query "
-        "(BM25: tokenising) and search ms: exact search over this corpus, per query, both "
-        f"measured in this run (search ms: {SEARCH_TIMING}; to each row's top 100); a hybrid "
-        "row: the sums of its two rows' (their searches to the depth it fuses)."
+        "documents (ids and index structures left out); query ms: the whole cost of a query, "
+        "encoding it (BM25: tokenising) plus the exact search over this corpus, both "
+        f"measured in this run (the search: {SEARCH_TIMING}; to each row's top 100; --json "
+        "keeps the two parts); a hybrid row: the sums of its two rows' (their searches to "
+        "the depth it fuses)."
     ]
     if any(r.flops is not None for r in ranked):
         out.append("bytes/doc f16: a sparse row's bytes/doc with 2-byte (float16) values.")
@@ -546,11 +570,11 @@ def _document_footer(ranked: Sequence[Result]) -> list[str]:
     out = ["documents: " + "; ".join(what) + "."]
     stored = [r for r in ranked if r.documents and r.vectors_per_document is not None]
     if stored:  # what an index of each row holds: its size, beside its score
-        out.append(
+        out.append(_Fact(
             "vectors stored per document (mean over the corpus; rows without \u00b7: 1): "
             + "; ".join(f"{r.documents} {r.vectors_per_document:.1f}" for r in stored)
             + "."
-        )
+        ))  # fmt: skip
     if kinds & {"naive", "late"}:
         out.append(
             "chunked documents: a document's score for a query is its best chunk's (max "
@@ -590,7 +614,9 @@ def to_json(
     Each result: ``model`` (as ``--model`` names it), ``recipe`` (the row's name, as
     ``poolkit embed --recipe`` takes it; a ``rescore`` row's: its documents' recipe),
     ``strategy``, ``layers``, every metric, ``intended``, ``ci``, ``significant`` and
-    ``difference`` (vs the intended row; null where none), ``members``, ``tied``; then,
+    ``difference`` (vs the intended row; null where none), ``vs_best`` (the main metric
+    minus the top row's, paired; null for it and without intervals), ``members``,
+    ``tied``; then,
     where some row has them, the fields of a quantised run (``backend``, ``quantize``,
     ``vs_fp32``, ``speedup``, ``encode_seconds``), of budget rows (``dims``, ``precision``,
     ``bytes_per_vector``, ``rescore``, ``vs_float32``, ``calibration``, ``ranges``,
@@ -620,6 +646,7 @@ def to_json(
             "ci": {n: list(v) for n, v in r.ci.items()} if r.ci else None,
             "significant": r.vs_intended.significant if r.vs_intended else None,
             "difference": _paired_json(r.vs_intended, metric),
+            "vs_best": _paired_json(r.vs_best, metric),
             "members": [m.strategy for m in r.members or (r.recipe,)],
             "tied": tie,
         }
@@ -670,7 +697,8 @@ def _cost_json(r: Result) -> dict[str, Any]:
     out: dict[str, Any] = {
         "bytes_per_document": r.bytes_per_document,
         "index_bytes": None if sizes is None else dict(zip(map(str, SIZES), sizes, strict=True)),
-        "query_ms": r.query_ms,
+        "query_ms": r.query_ms,  # the whole query cost: the two parts below
+        "encode_ms": r.encode_ms,
         "search_ms": r.search_ms,
         # Where a hybrid fuses the row: its search to the depth fused (the hybrid's sum).
         "fused_search_ms": r.search_ms if r.fused_search_ms is None else r.fused_search_ms,
