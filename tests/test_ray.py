@@ -603,6 +603,23 @@ def test_sparse_and_multivector_recipes_give_the_local_rows(ray_cluster, tmp_pat
     assert all(r == {"poolkit": _record(local)[0]["poolkit"], "columns": columns}
                for r in _record(ray_out))  # fmt: skip
 
+    # An inference-free model: its queries take the query route (the stored per-term
+    # weights, no forward pass) on Ray as on one machine, not the documents' MLM route.
+    from sentence_transformers.sparse_encoder import SparseEncoder
+    from tiny_models import build_inference_free
+
+    routed = build_inference_free(mlm, tmp_path / "routed_model")
+    local, ray_out, _ = _ray_and_local(tmp_path, "routed", address, "--model", str(routed),
+                                       "--recipe", "splade", "--prompt-name", "query", *common)  # fmt: skip
+    want, got = _in_row_order(local), _in_row_order(ray_out)
+    assert got["splade_indices"].to_pylist() == want["splade_indices"].to_pylist()
+    assert got["splade_values"].to_pylist() == want["splade_values"].to_pylist()
+    weight = SparseEncoder(str(routed), device="cpu")[0].sub_modules["query"][0].weight
+    weight = weight.detach().to_dense().numpy()
+    for indices, values in zip(got["splade_indices"].to_pylist()[:20],
+                               got["splade_values"].to_pylist()[:20], strict=True):  # fmt: skip
+        np.testing.assert_array_equal(np.asarray(values, np.float32), weight[indices])
+
     ragged = "multivector:tokens/pool2"
     muvera = "multivector:tokens/muvera:k_sim=3,dim_proj=8,r_reps=2"
     for recipe, side in ((ragged, "document"), (muvera, "query")):

@@ -29,7 +29,7 @@ from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens,
 from poolkit.errors import InputError
 from poolkit.output import Calibration, needs_calibration, truncate
 from poolkit.plan import head_plan, make_plan
-from poolkit.prompts import check_pipeline, resolve_prompt
+from poolkit.prompts import check_pipeline, resolve_prompt, side_of
 from poolkit.recipe import Recipe
 
 __all__ = [
@@ -329,7 +329,7 @@ def embed(
     if recipe_kind(req.recipes) == "sparse":
         from poolkit.sparse import embed_sparse
 
-        side = "query" if prompt_name == "query" else "document"  # as multi-vector sides
+        side = side_of(prompt_name)  # a routed model's queries take its query route
         result, stats = embed_sparse(req.inputs, req.encoder, req.recipes, long_text=long_text,
                                      max_batch_tokens=opts["max_batch_tokens"],
                                      progress=progress, prompt=req.prompt, side=side)  # fmt: skip

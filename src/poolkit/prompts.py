@@ -11,9 +11,24 @@ from typing import Any
 
 from poolkit._errors import value_error
 
-__all__ = ["PIPELINES", "check_pipeline", "check_prompt_pooling", "resolve_prompt"]
+__all__ = [
+    "PIPELINES",
+    "SIDES",
+    "check_pipeline",
+    "check_prompt_pooling",
+    "resolve_prompt",
+    "side_of",
+]
 
 PIPELINES = ("full", "pooled")
+SIDES = ("query", "document")
+
+
+def side_of(prompt_name: str | None) -> str:
+    """``"query"`` for ``prompt_name="query"``, else ``"document"``: the side a text takes
+    where a model has two (multi-vector query expansion, an inference-free sparse model's
+    query route). The one rule for every path: library, CLI, Ray and compare."""
+    return "query" if prompt_name == "query" else "document"
 
 
 def check_pipeline(pipeline: Any) -> str:

@@ -79,7 +79,8 @@ class MultivectorPart:
 
     def __init__(self, args: argparse.Namespace, encoder: Any, recipe: Any) -> None:
         from poolkit.multivector.api import check_width, side_prompt
-        from poolkit.multivector.encode import late_interaction, side_length, side_of
+        from poolkit.multivector.encode import late_interaction, side_length
+        from poolkit.prompts import side_of
 
         self.encoder = encoder
         self.recipe = recipe

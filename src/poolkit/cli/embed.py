@@ -297,11 +297,11 @@ def run(args: argparse.Namespace) -> int:
 
         dense = make_plan(encoder, recipes, **how)
     if sparse:
-        from poolkit.prompts import resolve_prompt
+        from poolkit.prompts import resolve_prompt, side_of
         from poolkit.sparse import embed_sparse
 
         prompt = resolve_prompt(encoder.info, args.prompt_name, args.prompt)
-        side = "query" if args.prompt_name == "query" else "document"  # a routed model's side
+        side = side_of(args.prompt_name)  # a routed model's queries take its query route
 
     user_ids = UserIds()
 

@@ -54,7 +54,7 @@ def side_prompt(late: Any, prompt_name: str | None, prompt: str | None) -> str |
     """The prompt text of a side: ``prompt`` (``""``: none), else the folder's prompt named
     ``prompt_name``, else the side's own (``query``; ``document``, ``passage`` or
     ``corpus``), as sentence-transformers' ``encode_query``/``encode_document`` pick it."""
-    from poolkit.multivector.encode import SIDES, side_of
+    from poolkit.prompts import SIDES, side_of
 
     if prompt is not None and prompt_name is not None:
         value_error("prompt", "None when `prompt_name` is given", f"{prompt!r:.40}", "Pass one.")
@@ -111,7 +111,8 @@ def embed_multivector_recipe(
 ) -> Any:
     """:func:`poolkit.embed` of a multi-vector ``recipe`` (from :func:`resolve_multivector`)
     over checked ``texts`` on ``encoder``; arguments as there."""
-    from poolkit.multivector.encode import embed_multivector, late_interaction, side_of
+    from poolkit.multivector.encode import embed_multivector, late_interaction
+    from poolkit.prompts import side_of
 
     check_width(encoder, recipe)
     text = side_prompt(late_interaction(encoder), prompt_name, prompt)

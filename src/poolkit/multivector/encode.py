@@ -31,15 +31,7 @@ __all__ = [
     "iter_token_vectors",
     "late_interaction",
     "side_length",
-    "side_of",
 ]
-
-SIDES = ("query", "document")
-
-
-def side_of(prompt_name: str | None) -> str:
-    """``"query"`` for ``prompt_name="query"``, else ``"document"`` (the side a text takes)."""
-    return "query" if prompt_name == "query" else "document"
 
 
 def late_interaction(encoder: Encoder) -> LateInteraction:

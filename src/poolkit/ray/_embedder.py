@@ -151,7 +151,8 @@ class Embedder:
             from poolkit.sparse import embed_sparse
 
             vectors, stats = embed_sparse(checked, self.encoder, self.recipes,
-                                          long_text=self.long_text, prompt=self.prompt)  # fmt: skip
+                                          long_text=self.long_text, prompt=self.prompt,
+                                          side=self.side)  # fmt: skip
             self.widths.update(stats.dims)
             return vectors
         if self.kind == "dense":
@@ -254,12 +255,12 @@ def prepare(
 ) -> dict[str, Any]:
     """Check ``recipes`` against the loaded model and resolve what each batch of an
     :class:`Embedder` needs: the path (``kind``; a MUVERA recipe takes the multi-vector
-    one), the ``prompt`` text, the MLM head (sparse: checked), the ``side`` and
-    ``token_width`` (multi-vector), the dense recipes' ``plan`` (``calibration=None``: int8
-    ranges not checked yet). Raises what a bad request raises locally; the driver runs it
+    one), the ``prompt`` text, the MLM head (sparse: checked), the ``side`` (multi-vector
+    and sparse: :func:`~poolkit.prompts.side_of`), the ``token_width`` (multi-vector), the
+    dense recipes' ``plan`` (``calibration=None``: int8 ranges not checked yet). Raises what a bad request raises locally; the driver runs it
     before a local cluster starts, so a worker never fails to start on it."""
     from poolkit.embedding import recipe_kind
-    from poolkit.prompts import check_pipeline, resolve_prompt
+    from poolkit.prompts import check_pipeline, resolve_prompt, side_of
 
     kind = "multivector"
     if not any(r.level == "multivector" for r in recipes.values()):
@@ -271,7 +272,7 @@ def prepare(
     recipe = next(iter(recipes.values()))
     if kind == "multivector":
         from poolkit.multivector.api import check_width, side_prompt
-        from poolkit.multivector.encode import late_interaction, side_of
+        from poolkit.multivector.encode import late_interaction
 
         return {"kind": kind, "token_width": check_width(encoder, recipe),
                 "side": side_of(prompt_name),
@@ -281,7 +282,8 @@ def prepare(
 
         text = resolve_prompt(encoder.info, prompt_name, prompt)
         mlm_head(encoder, str(recipe))
-        return {"kind": kind, "prompt": text}
+        # An inference-free model's queries take its query route, as on one machine.
+        return {"kind": kind, "prompt": text, "side": side_of(prompt_name)}
     from poolkit.plan import make_plan
 
     # The dense recipes resolved once (prompt and ranges included): every batch runs it.
