@@ -26,7 +26,7 @@ def _quantize_embeddings():
 
 
 def run_json(tmp_path: Path, *args: str) -> tuple[dict, str]:
-    result = poolkit("compare", *args, "--json", "out.json", "--quiet", cwd=tmp_path)
+    result = poolkit("compare", *args, "--json", "out.json", "--quiet", "--explain", cwd=tmp_path)
     assert result.returncode == 0, result.stderr.decode()
     return json.loads((tmp_path / "out.json").read_text()), result.stdout.decode()
 
@@ -100,7 +100,7 @@ def test_sts_budget_rows_match_sentence_transformers(tmp_path, minilm_st):
     assert cls["precision"] == "float32" and cls["vs_float32"] is None
     # The table: a bytes column; the int8 ranges said; an int8 row's command reuses the ranges
     # the row was scored with (the --json file holds them, #38).
-    assert "bytes" in out.splitlines()[0]
+    assert "bytes" in out.split("\n\n", 1)[1].splitlines()[0]  # the table, after the answer
     assert "per-dimension min and max of the 330 distinct sentences' vectors" in out
     page = (tmp_path / "page.html").read_text()
     assert "--recipe mean/128/int8 --ranges out.json" in page
@@ -187,7 +187,8 @@ def test_retrieval_budget_rows_match_pytrec_eval(tmp_path, minilm_st):
         assert row["calibration"] == f"{len(dids)} documents"
     for r in doc["results"]:
         assert r["search_ms_per_query"] > 0
-    assert "search ms" in out.splitlines()[0]  # every row's search time, measured in the run
+    # Every row's query cost, its search measured in the run included: one column.
+    assert "query ms" in out.split("\n\n", 1)[1].splitlines()[0]
     assert "+rescore: the 400 nearest documents by Hamming distance" in out
 
 

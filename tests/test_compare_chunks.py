@@ -119,10 +119,10 @@ def test_document_rows_match_pytrec_eval_table_json_and_report(tmp_path, minilm)
     result = poolkit(
         "compare", "--task", "retrieval", str(data), "--strategies", "mean",
         "--chunk-tokens", "64", "--bootstrap", "200", "--json", "out.json",
-        "--report", "r.html", "--quiet", cwd=tmp_path,
+        "--report", "r.html", "--quiet", "--explain", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
-    table = result.stdout.decode()
+    answer, table = result.stdout.decode().split("\n\n", 1)
     doc = json.loads((tmp_path / "out.json").read_text())
     rows = {(r["recipe"], r["documents"]): r for r in doc["results"]}
     labels = [None, "window", "naive tokens:64", "late tokens:64"]
@@ -176,7 +176,8 @@ def test_document_rows_match_pytrec_eval_table_json_and_report(tmp_path, minilm)
     assert "\u00b7 late tokens:N: the same chunks pooled from the whole document's" in table
     assert "rows without \u00b7: each document one text, cut at the model's max length" in table
     best = doc["results"][0]
-    assert table.rstrip().splitlines()[-1].endswith(best["embed_command"])
+    label = best["recipe"] + (f" \u00b7 {best['documents']}" if best["documents"] else "")
+    assert f"embed #1 {label}: {best['embed_command']}" in answer.splitlines()
     assert "--chunk-tokens 64" not in result.stderr.decode()  # the hint: only without it
 
     # Every document row reproduces from the command it prints: the rows `poolkit embed`

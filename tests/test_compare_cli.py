@@ -125,7 +125,7 @@ def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) ->
 def test_sts_matches_the_published_reference(tmp_path):
     result = poolkit(
         "compare", str(full_data("stsb/sts-dev.csv")), "--task", "sts",
-        "--json", "sts.json", "--plot", "sts.png", "--quiet", cwd=tmp_path,
+        "--json", "sts.json", "--plot", "sts.png", "--quiet", "--explain", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
     doc = json.loads((tmp_path / "sts.json").read_text())
@@ -148,7 +148,7 @@ def test_sts_matches_the_published_reference(tmp_path):
         and "* the model's intended pooling (mean, from 1_Pooling/config.json" in table
         and "sig: paired bootstrap test at the 95% level" in table
     )
-    first_row = table.splitlines()[2].split()
+    first_row = table.split("\n\n", 1)[1].splitlines()[2].split()  # after the answer
     assert first_row[1] == doc["results"][0]["recipe"]
     png = (tmp_path / "sts.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000

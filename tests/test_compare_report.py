@@ -34,7 +34,7 @@ from poolkit.recipe import Recipe
 
 class PageText(HTMLParser):
     """Tables by id (``head``: header cells; ``rows``: body rows of cell texts), list items,
-    every ``p.winner`` line, the tags and attributes seen, and all the text."""
+    every ``p.command`` line, the tags and attributes seen, and all the text."""
 
     def __init__(self, markup: str) -> None:
         super().__init__(convert_charrefs=True)
@@ -70,7 +70,7 @@ class PageText(HTMLParser):
             self._cell.append(" ")
         elif tag == "li":
             self._item = []
-        elif tag == "p" and a.get("class") == "winner":
+        elif tag == "p" and a.get("class") == "command":
             self._winner = []
 
     def handle_endtag(self, tag):
@@ -100,10 +100,18 @@ class PageText(HTMLParser):
                 part.append(data)
 
 
+def answer_and_table(stdout: str) -> tuple[list[str], str]:
+    """compare's stdout as the answer's lines (it opens with them) and the table after the
+    blank line that ends them."""
+    answer, table = stdout.split("\n\n", 1)
+    return answer.split("\n"), table
+
+
 def terminal_table(stdout: str, n_rows: int) -> tuple[list[str], list[list[str]], list[str]]:
-    """Header cells, row cells and the lines under the table, from compare's stdout. The
-    dashes line gives each column's extent (cells are padded to it, two spaces apart)."""
-    lines = stdout.rstrip("\n").split("\n")
+    """Header cells, row cells and the lines under the table, from compare's stdout (the
+    answer before it left out). The dashes line gives each column's extent (cells are
+    padded to it, two spaces apart)."""
+    lines = answer_and_table(stdout)[1].rstrip("\n").split("\n")
     spans = [m.span() for m in re.finditer(r"-+", lines[1])]
 
     def split(line: str) -> list[str]:
@@ -129,15 +137,22 @@ def check_page(markup: str, stdout: str, doc: dict) -> PageText:
     for row, cells, res in zip(table["rows"], rows, results, strict=True):
         assert cells[1].split(" (= ")[0].removesuffix(" *") == res["recipe"]
         assert f"{res[metric]:.4f}" in " ".join(row)
-    # Every line under the terminal table: the intended note and footers as list items,
-    # the winner command as its own line.
+    # Every line under the terminal table: the intended note and the facts as list items;
+    # the definitions (the terminal's --explain) folded in the page's "How to read" list.
     for line in under:
-        assert line in page.items or line in page.winners, line
+        if line == report.EXPLAIN_HINT:
+            assert 'id="explain"' in markup
+        else:
+            assert line in page.items, line
+    # The answer the terminal opens with is the page's first section, line for line.
+    answer, _ = answer_and_table(stdout)
+    assert page.items[: len(answer)] == answer
+    assert markup.index('id="answer"') < markup.index('id="results-table"')
     commands = page.tables["commands-table"]
     assert commands["head"] == ["#", "recipe", "embed", "export"]
     assert [r[:2] for r in commands["rows"]] == [r[:2] for r in rows]
-    winner = next(x for x in under if x.startswith("embed with the winner: "))
-    assert commands["rows"][0][2] == winner.removeprefix("embed with the winner: ")
+    best = next(x for x in answer if x.startswith("embed #1 "))
+    assert best == f"embed #1 {results[0]['recipe']}: {commands['rows'][0][2]}"
     for (_, _, embed, export), res in zip(commands["rows"], results, strict=True):
         assert res["recipe"] in embed
         if Recipe.parse(res["recipe"]).level == "sequence":
@@ -196,13 +211,14 @@ def test_page_holds_the_table_and_escapes_user_text(task, boot, quantize):
     bootstrap = report.bootstrap_info(task, 100, 0, 50) if boot else None
     ranked = report.rank(results, report.MAIN_METRIC[task])
     commands = [
-        (f"poolkit embed INPUT --recipe {r.recipe} {HOSTILE}", None if i % 2 else HOSTILE)
+        (f"poolkit embed INPUT --recipe {r.recipe} {HOSTILE}", None if i % 2 else HOSTILE,
+         HOSTILE)
         for i, r in enumerate(ranked)
     ]
     page = Page(
         task=task, model=HOSTILE, results=results, bootstrap=bootstrap, data=HOSTILE,
-        size=50, unit="units", commands=commands, intended_note=HOSTILE, winner=HOSTILE,
-        no_export=HOSTILE, notes=[HOSTILE], facts=[(HOSTILE, HOSTILE)],
+        size=50, unit="units", commands=commands, intended_note=HOSTILE, answer=[HOSTILE],
+        notes=[HOSTILE], facts=[(HOSTILE, HOSTILE)],
         versions={"poolkit": "1", HOSTILE: None}, command=HOSTILE,
     )  # fmt: skip
     markup = render(page)
@@ -212,14 +228,15 @@ def test_page_holds_the_table_and_escapes_user_text(task, boot, quantize):
     order = column_order(cells.head, report.METRICS[task][0])
     assert table["head"] == [cells.head[j] for j in order]
     assert table["rows"] == [[row[j] for j in order] for row in cells.rows]
-    lines = report.footer(task, cells.ranked, cells.ties, bootstrap)
-    assert [HOSTILE, *lines] == read.items[: len(lines) + 1]
+    facts, definitions = report.footer_parts(task, cells.ranked, cells.ties, bootstrap)
+    lines = [HOSTILE, HOSTILE, *facts, *definitions]  # the answer, the intended note, ...
+    assert lines == read.items[: len(lines)]
     # User text comes back as text: no element of it, and only the page's own tags.
     assert {t for t, _ in read.tags} <= {
         "html", "head", "div", "span", "br", "meta", "title", "style", "body", "main", "h1", "h2", "p", "code",
         "strong", "section", "table", "thead", "tbody", "tr", "th", "td", "ul", "li",
         "figure", "figcaption", "svg", "rect", "line", "text", "g", "circle", "dl", "dt",
-        "dd", "footer",
+        "dd", "footer", "details", "summary", "wbr",
     }  # fmt: skip
     assert "".join(read.text).count(HOSTILE) >= 10
     # Nothing to fetch: no script, no link, no URL but the SVG namespace.

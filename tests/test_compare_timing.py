@@ -119,7 +119,11 @@ def test_json_and_footer_state_the_method(tmp_path: Path) -> None:
     names = {r["recipe"] + (" +rescore" if r.get("rescore") else "") for r in doc["results"]}
     assert {"cls", "cls/binary", "cls/binary +rescore", "bm25"} <= names
     assert all(r["search_ms"] > 0 for r in doc["results"])
-    assert f"search ms: {SEARCH_TIMING}" in " ".join(out.stdout.decode().split())
+    assert all(r["query_ms"] == r["encode_ms"] + r["search_ms"] for r in doc["results"])
+    assert f"the search: {SEARCH_TIMING}" not in " ".join(out.stdout.decode().split())
+    explained = poolkit("compare", str(SQUAD), "--task", "retrieval", "--recipes", "cls",
+                        "--model", str(tiny), "--bootstrap", "0", "--explain", cwd=tmp_path)  # fmt: skip
+    assert f"the search: {SEARCH_TIMING}" in " ".join(explained.stdout.decode().split())
 
 
 def test_depths_timed_apart_where_a_hybrid_searches_deeper() -> None:

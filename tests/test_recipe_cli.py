@@ -58,7 +58,8 @@ def test_every_compare_row_embeds_to_the_vectors_compare_scored(compared) -> Non
     assert "mean_no_special" in names and "mean_no_special@last4" in names
     assert members["mean@last4"] == ["mean@last4", "sum@last4", "mean_sqrt_len@last4"]
     # Every name in the table is a row of the JSON, and the other way round.
-    table_names = [line.split()[1] for line in table.splitlines()[2 : 2 + len(names)]]
+    body = table.split("\n\n", 1)[1].splitlines()  # the table, after the answer
+    table_names = [line.split()[1] for line in body[2 : 2 + len(names)]]
     assert table_names == names
     for column in ("sentence1", "sentence2"):
         r = poolkit(
@@ -127,13 +128,12 @@ def test_onnx_rows_reproduce_from_embed(compared_onnx, quantize) -> None:
 
 
 @pytest.mark.parametrize("which", ["compared", "compared_onnx"])
-def test_the_table_ends_with_the_command_that_embeds_the_winner(which, request) -> None:
+def test_the_answer_names_the_command_that_embeds_the_best_row(which, request) -> None:
     cwd, doc, table = request.getfixturevalue(which)
-    last = table.rstrip("\n").splitlines()[-1]
-    prefix = "embed with the winner: "
-    assert last.startswith(prefix), table
-    argv = shlex.split(last[len(prefix) :])
     winner = doc["results"][0]
+    prefix = f"embed #1 {winner['recipe']}: "
+    line = next(x for x in table.split("\n\n", 1)[0].splitlines() if x.startswith(prefix))
+    argv = shlex.split(line[len(prefix) :])
     assert argv[:2] == ["poolkit", "embed"] and argv[argv.index("--recipe") + 1] == winner["recipe"]
     assert ("--backend" in argv) == (which == "compared_onnx"), argv
     # Run it as printed, on each column of the data: the winner's figure comes back.
