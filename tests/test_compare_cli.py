@@ -82,22 +82,24 @@ def by_key(doc: dict) -> dict[tuple[str, str], dict]:
 
 # embed_command: the command that writes what the row scored (#38).
 # model: the row's model as --model names it (several models in one table, #43).
-ROW_KEYS = {"model", "intended", "ci", "significant", "difference", "members", "tied",
-            "embed_command"}  # fmt: skip
+ROW_KEYS = {"model", "intended", "ci", "significant", "difference", "vs_best", "members",
+            "tied", "embed_command"}  # fmt: skip
 
 
 def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) -> None:
     # retrieval also says how documents were read (title + text joined, #38) and where the
     # cost columns were measured (#43)
     extra = {"documents_read_as", "costs_measured_on"} if task == "retrieval" else set()
-    assert set(doc) == {"task", "model", "metric", "bootstrap", "results", *extra}
+    assert set(doc) == {"task", "model", "metric", "recommended", "bootstrap", "results", *extra}
+    assert set(doc["recommended"]) == {"metric", "best", "cheapest_tied_bytes",
+                                       "cheapest_tied_query"}  # fmt: skip
     assert doc["task"] == task and doc["metric"] == metric
     assert doc["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert doc["bootstrap"]["resamples"] >= 2 and doc["bootstrap"]["level"] == 0.95
     # retrieval rows also say their cost and whether they are on the bytes / query-time
     # frontier (#43)
     front = ({"frontier_bytes", "frontier_query", "bytes_per_document", "index_bytes",
-              "query_ms", "search_ms", "fused_search_ms", "search_growth"}
+              "query_ms", "encode_ms", "search_ms", "fused_search_ms", "search_growth"}
              if task == "retrieval" else set())  # fmt: skip
     for row in doc["results"]:
         assert set(row) == {"recipe", "strategy", "layers", *metrics, *ROW_KEYS, *front}
