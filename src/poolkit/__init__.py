@@ -1,6 +1,7 @@
 """poolkit: sequence, token, word and span representations from transformer encoders."""
 
 from poolkit import _errors as _errors  # registers the errors' one renderer
+from poolkit._version import __version__ as __version__
 from poolkit.chunkers import Chunker
 from poolkit.chunking import DocumentChunks, embed_chunks
 from poolkit.deploy import export
@@ -30,6 +31,7 @@ from poolkit.layers import LAYER_PRESETS, layer_mix
 from poolkit.model_folder import ModelInfo, model_info
 from poolkit.multivector import maxsim
 from poolkit.output import PRECISIONS, Calibration
+from poolkit.poolings import register_pooling, unregister_pooling
 from poolkit.recipe import Recipe, RecipeError
 from poolkit.sequence import SEQUENCE_STRATEGIES, parse_sequence_strategy, sequence_embedding
 from poolkit.spans import (
@@ -85,11 +87,12 @@ __all__ = [
     "model_info",
     "parse_sequence_strategy",
     "parse_span_strategy",
+    "register_pooling",
     "sequence_embedding",
     "span_embeddings",
     "span_output_dim",
     "token_embeddings",
+    "unregister_pooling",
     "word_embeddings",
     "word_spans",
 ]
-__version__ = "0.1.0"

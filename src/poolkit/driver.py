@@ -238,25 +238,26 @@ def sequence_vectors(
                 wanted[key].append(name)
     pieces: dict[tuple[Any, str, bool, str], Any] = {}
     device = False  # pooled on an accelerator: the rest stays there, one copy at the end
-    for key, names in wanted.items():
+    for key, all_names in wanted.items():
         hidden = views[owner[key]]
         drop = key[2]
-        pooled = pool_named(
-            hidden,
-            mask,
-            tuple(names),
-            special_tokens_mask=batch.special_tokens_mask if drop else None,
-            exclude_special=drop,
-            empty=empty,  # type: ignore[arg-type]
-            check=mode or False,
-            dense=not mode,
-        )
-        if host:
-            device = on_accelerator(pooled)
-            pooled = pooled.float() if device else to_float32_numpy(pooled)
-        width = pooled.shape[-1] // len(names)
-        for k, name in enumerate(names):
-            pieces[(*key, name)] = pooled[:, k * width : (k + 1) * width]
+        for names in _same_width(all_names):  # built-ins in one call, each user pooling alone
+            pooled = pool_named(
+                hidden,
+                mask,
+                names,
+                special_tokens_mask=batch.special_tokens_mask if drop else None,
+                exclude_special=drop,
+                empty=empty,  # type: ignore[arg-type]
+                check=mode or False,
+                dense=not mode,
+            )
+            if host:
+                device = device or on_accelerator(pooled)
+                pooled = pooled.float() if on_accelerator(pooled) else to_float32_numpy(pooled)
+            width = pooled.shape[-1] // len(names)
+            for k, name in enumerate(names):
+                pieces[(*key, name)] = pooled[:, k * width : (k + 1) * width]
     out: dict[Any, Any] = {}
     for r in recipes:
         parts = [pieces[(r.layers, r.layer_how, drop, name)] for name, drop in r.parts]
@@ -277,6 +278,15 @@ def sequence_vectors(
             vec = l2_normalize(vec)
         out[r] = vec
     return _one_copy_to_host(out) if device else out
+
+
+def _same_width(names: list[str]) -> list[tuple[str, ...]]:
+    """``names`` in calls whose parts share one width: the built-in strategies (``H`` wide)
+    together, each user pooling (:mod:`poolkit.poolings`, its own width) alone."""
+    from poolkit.poolings import is_builtin
+
+    builtin = tuple(n for n in names if is_builtin(n))
+    return ([builtin] if builtin else []) + [(n,) for n in names if not is_builtin(n)]
 
 
 def on_accelerator(x: Any) -> bool:

@@ -59,6 +59,7 @@ from poolkit.layers import (
 )
 from poolkit.multivector.segments import multivector_segment, settle_multivector
 from poolkit.output import PRECISIONS, bytes_per_vector
+from poolkit.poolings import pooling_names, user_pooling
 from poolkit.sequence import SEQUENCE_STRATEGIES
 from poolkit.spans import parse_span_strategy, span_embeddings, span_output_dim
 from poolkit.sparse.names import SPARSE_STRATEGIES
@@ -153,7 +154,7 @@ def _valid(name: str) -> bool:
 
 def _known_names() -> list[str]:
     names = [*SEQUENCE_STRATEGIES, *(s + NO_SPECIAL for s in SEQUENCE_STRATEGIES)]
-    names += ["cls+mean", "mean+max"]
+    names += ["cls+mean", "mean+max", *pooling_names()]
     names += [f"word:{w}" for w in WORD_STRATEGIES]
     names += ["span:endpoints", "span:mean", "span:max", "span:diff_sum", "span:attention"]
     names += ["span:x,y,x*y", *SPARSE_STRATEGIES, "multivector:tokens"]
@@ -411,7 +412,10 @@ class Recipe:
         if self.layer_how == "concat":
             width *= len(layer_indices(self.layers))
         if self.level == "sequence":
-            return width * len(self.parts)
+            return sum(
+                width if name in SEQUENCE_STRATEGIES else _user_width(name, width)
+                for name, _ in self.parts
+            )
         if self.level == "word":
             return span_output_dim(width, WORD_STRATEGIES[self.strategy])
         return span_output_dim(width, self.strategy)
@@ -483,6 +487,13 @@ class Recipe:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _user_width(name: str, width: int) -> int:
+    """The width of the user pooling ``name`` on ``width``-wide token states (read once)."""
+    pooling = user_pooling(name)
+    assert pooling is not None  # the name was checked when the recipe was built
+    return pooling.width(width)
 
 
 def check_dims(dims: int, width: int, recipe: str) -> None:
@@ -633,10 +644,10 @@ def _canonical_strategy(level: str, strategy: str, exclude_special: bool) -> str
             name = piece.strip()
             drop = name.endswith(NO_SPECIAL) or exclude_special
             base = name[: -len(NO_SPECIAL)] if name.endswith(NO_SPECIAL) else name
-            if base not in SEQUENCE_STRATEGIES:
+            if base not in SEQUENCE_STRATEGIES and user_pooling(base) is None:
                 _fail(
-                    f"one of {', '.join(SEQUENCE_STRATEGIES)} (join several with '+'; "
-                    f"suffix {NO_SPECIAL} to drop special tokens)",
+                    f"one of {', '.join(SEQUENCE_STRATEGIES)} or a registered pooling (join "
+                    f"several with '+'; suffix {NO_SPECIAL} to drop special tokens)",
                     strategy,
                     _closest(strategy),
                     "strategy",

@@ -67,12 +67,15 @@ def parse_sequence_strategy(strategy: str | Sequence[str]) -> tuple[str, ...]:
 
 @lru_cache(maxsize=256)
 def _parse(text: str) -> tuple[str, ...]:
+    from poolkit.poolings import user_pooling
+
     names = tuple(p.strip().lower() for p in text.replace(",", "+").split("+"))
-    unknown = [n for n in names if n not in SEQUENCE_STRATEGIES]
+    unknown = [n for n in names if n not in SEQUENCE_STRATEGIES and user_pooling(n) is None]
     if unknown or not names:
         value_error(
             "strategy",
-            f"one of {', '.join(SEQUENCE_STRATEGIES)} (join several with '+')",
+            f"one of {', '.join(SEQUENCE_STRATEGIES)} or a registered pooling (join several "
+            "with '+')",
             repr(text),
             f"Unknown: {short_list(unknown)}.",
         )
@@ -167,7 +170,8 @@ def pool_named(
     for name in names:
         plan = real_plan if name == "cls" else selected_plan
         _check_empty(plan, empty, exclude_special and name != "cls")
-        parts.append(_STRATEGIES[name](xp, h, plan, out_dtype))
+        rule = _STRATEGIES.get(name) or _user_rule(name)
+        parts.append(rule(xp, h, plan, out_dtype))
     out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)
     ax.check_finite(xp, out)
     return restore(out if hidden.ndim == 3 else out[0])
@@ -229,7 +233,9 @@ def _dense(
     parts = []
     for name in names:
         kept = rows[exclude_special and name != "cls"]
-        if length == 0:
+        if name not in _DENSE:  # a user pooling: its own width, zeros for empty rows
+            parts.append(_user(name)(h, kept.keep, check=mode is not None))
+        elif length == 0:
             parts.append(torch.zeros((b, hid), dtype=dtype, device=h.device))
         else:
             parts.append(_DENSE[name](h, kept))
@@ -347,6 +353,34 @@ def _at(which: str) -> Callable[[Any, Array, RowPlan, Any], Array]:
             keep = ax.to_device(xp, ~plan.empty, h)
             out = xp.where(keep[:, None], out, xp.zeros((), dtype=dtype, device=ax.device_of(h)))
         return out
+
+    return pooled
+
+
+def _user(name: str) -> Any:
+    """The user pooling ``name`` (:mod:`poolkit.poolings`); a ValueError if there is none."""
+    from poolkit.poolings import user_pooling
+
+    found = user_pooling(name)
+    if found is None:
+        value_error("strategy", "a built-in strategy or a registered pooling", repr(name))
+    return found
+
+
+def _user_rule(name: str) -> Callable[[Any, Array, RowPlan, Any], Array]:
+    """A user pooling as a per-batch rule of the host path: called once on the whole batch
+    as torch (NumPy input: zero-copy views, the result back as NumPy)."""
+    pooling = _user(name)
+
+    def pooled(xp: Any, h: Array, plan: RowPlan, dtype: Any) -> Array:
+        import torch
+
+        numpy = isinstance(h, np.ndarray)
+        hidden = torch.from_numpy(h) if numpy else h
+        keep = torch.from_numpy(plan.keep) if numpy else ax.to_device(xp, plan.keep, h)
+        with torch.no_grad():
+            out = pooling(hidden, keep)
+        return out.numpy() if numpy else out
 
     return pooled
 
