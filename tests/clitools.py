@@ -152,7 +152,7 @@ def _isolated(cwd, env, umask, stdin, stdout, stderr) -> Iterator[None]:
 
 # --- the models kept loaded between commands ----------------------------------------------
 #
-# ``poolkit.embedding.get_encoder`` keeps the two most recent models loaded, keyed by the
+# ``poolkit.encoder_cache.get_encoder`` keeps the two most recent models loaded, keyed by the
 # model argument and the encoder settings. Between commands that is what a fresh process
 # would load too, unless what the model comes from differs: the environment (the ONNX cache,
 # POOLKIT_CACHE, HF_HOME, ...), the folder a relative model path names from the command's
@@ -178,20 +178,20 @@ def _conditions(key: tuple) -> tuple:
 
 
 def _drop_stale_encoders() -> None:
-    embedding = sys.modules.get("poolkit.embedding")
-    if embedding is None:
+    cache = sys.modules.get("poolkit.encoder_cache")
+    if cache is None:
         return
-    for key in list(embedding._CACHE):
+    for key in list(cache._CACHE):
         if _loaded.get(key) != _conditions(key):
-            del embedding._CACHE[key]
+            del cache._CACHE[key]
 
 
 def _stamp_encoders() -> None:
-    embedding = sys.modules.get("poolkit.embedding")
-    if embedding is None:
+    cache = sys.modules.get("poolkit.encoder_cache")
+    if cache is None:
         return
     _loaded.clear()
-    for key in embedding._CACHE:
+    for key in cache._CACHE:
         _loaded[key] = _conditions(key)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from poolkit._version import __version__
+
 __all__ = ["installed", "installed_versions"]
 
 
@@ -18,6 +20,4 @@ def installed(name: str) -> str | None:
 
 def installed_versions(*names: str) -> dict[str, str | None]:
     """poolkit's version, then each package's (None if absent), in that order."""
-    from poolkit import __version__
-
     return {"poolkit": __version__, **{name: installed(name) for name in names}}

@@ -43,7 +43,13 @@ from poolkit.errors import ExportError, MissingDependencyError, OutputExistsErro
 from poolkit.io.atomic import AtomicDir
 from poolkit.io.integrity import IntegrityWarning, fast_file_digest
 
-__all__ = ["OnnxBackend", "OnnxRunner", "load_onnx_runner", "onnx_cache_root"]
+__all__ = [
+    "OnnxBackend",
+    "OnnxRunner",
+    "load_onnx_runner",
+    "onnx_cache_root",
+    "runtime_tokenizer",
+]
 
 # Bump when the export recipe changes, so old cache entries are not reused.
 _FORMAT = 4  # 2: files hashed (SHA-256); 3: int8 with per-row activations; 4: XXH3-128
@@ -201,6 +207,31 @@ def checked_feed(
             feed["token_type_ids"] = tt
     feed = {k: v for k, v in feed.items() if k in runner.input_names}
     return feed
+
+
+def runtime_tokenizer(encoder: Any) -> Any:
+    """The Encoder's own tokenizer as a bare ``tokenizers.Tokenizer``, with poolkit's
+    template, truncation (the encoder's max length) and right padding baked in, so bare
+    ``tokenizers`` gives the ids poolkit feeds the model."""
+    from tokenizers import Tokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    tok = Tokenizer.from_str(encoder.tokenizer.backend_tokenizer.to_str())
+    names = encoder.tokenizer.convert_ids_to_tokens
+    template = encoder.special_tokens
+    prefix = [names(i) for i in template.prefix]
+    suffix = [names(i) for i in template.suffix]
+    framing = template.prefix + template.suffix
+    specials = {t: i for t, i in zip(prefix + suffix, framing, strict=True)}
+    tok.post_processor = TemplateProcessing(
+        single=" ".join([*prefix, "$A", *suffix]),
+        special_tokens=sorted(specials.items(), key=lambda kv: kv[1]),
+    )
+    tok.no_truncation()
+    tok.enable_truncation(max_length=encoder.max_length)
+    pad = template.pad_id
+    tok.enable_padding(pad_id=pad, pad_token=names(pad) or "")
+    return tok
 
 
 def _as_ids(name: str, value: Any) -> np.ndarray:

@@ -16,6 +16,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from poolkit._version import __version__
 from poolkit.cli._common import report_error
 from poolkit.cli._signals import terminate_as_interrupt
 from poolkit.cli._warnings import one_line_warnings
@@ -30,8 +31,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="poolkit",
         description="Sequence, token, word and span embeddings from transformer encoders.",
     )
-    from poolkit import __version__
-
     parser.add_argument("--version", action="version", version=f"poolkit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:

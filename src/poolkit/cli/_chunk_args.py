@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._version import __version__
 from poolkit.chunkers import Chunker
 from poolkit.errors import InputError
 
@@ -66,8 +67,6 @@ class ChunkPlan:
 
     def metadata(self, record: dict[str, Any] | None) -> dict[str, Any]:
         """``record`` (the output stage's, or None) with the chunks' own entry."""
-        from poolkit import __version__
-
         out = dict(record) if record else {"poolkit": __version__}
         out["chunks"] = {
             **self.settings(),

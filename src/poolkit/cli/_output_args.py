@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from poolkit import output
+from poolkit._version import __version__
 from poolkit.errors import InputError
 from poolkit.output import PRECISIONS, Calibration, needs_calibration, stored_dtype, stored_width
 
@@ -260,8 +261,6 @@ def output_metadata(
 ) -> dict[str, Any] | None:
     """The record of the output stage written with the vectors (None without one); for
     sparse recipes, what each column is (its recipe and vocabulary width)."""
-    from poolkit import __version__
-
     if any(r.kind == "sparse" for r in recipes.values()):
         from poolkit.sparse.files import sparse_record
 

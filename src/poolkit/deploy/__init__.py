@@ -36,6 +36,7 @@ import numpy as np
 from poolkit._errors import value_error
 from poolkit._versions import installed_versions
 from poolkit.deploy.stage import check_stage_export, stage_ranges
+from poolkit.encoder_cache import get_encoder
 from poolkit.output import Calibration
 from poolkit.recipe import Recipe
 
@@ -44,6 +45,16 @@ __all__ = ["EXPORT_FORMATS", "RECORD", "export", "runtime_tokenizer"]
 EXPORT_FORMATS = ("sentence-transformers", "onnx")
 RECORD = "poolkit-export.json"
 RECORD_VERSION = 1
+
+
+def __getattr__(name: str) -> Any:
+    # runtime_tokenizer lives beside the ONNX runtime (poolkit.backends.onnx), loaded on use.
+    if name == "runtime_tokenizer":
+        from poolkit.backends.onnx import runtime_tokenizer
+
+        return runtime_tokenizer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Texts every ONNX export is checked on: short, long, punctuation, digits, non-Latin,
 # one past any max length (truncation), and one with a special token typed in it.
@@ -231,8 +242,6 @@ def export(
             the format cannot carry, an existing ``out_dir``.
         ExportError: the ONNX graph failed its check against ``poolkit.embed``.
     """
-    from poolkit.embedding import get_encoder
-
     if format not in EXPORT_FORMATS:
         value_error("format", "'sentence-transformers' or 'onnx'", repr(format))
     if quantize not in (None, "int8"):
@@ -530,33 +539,10 @@ def write_tokenizer(encoder: Any, path: Path) -> Any:
     """:func:`runtime_tokenizer` saved to ``path`` and read back from it."""
     from tokenizers import Tokenizer
 
+    from poolkit.backends.onnx import runtime_tokenizer
+
     runtime_tokenizer(encoder).save(str(path))
     return Tokenizer.from_file(str(path))
-
-
-def runtime_tokenizer(encoder: Any) -> Any:
-    """The Encoder's own tokenizer as a bare ``tokenizers.Tokenizer``, with poolkit's
-    template, truncation (the encoder's max length) and right padding baked in, so bare
-    ``tokenizers`` gives the ids poolkit feeds the model."""
-    from tokenizers import Tokenizer
-    from tokenizers.processors import TemplateProcessing
-
-    tok = Tokenizer.from_str(encoder.tokenizer.backend_tokenizer.to_str())
-    names = encoder.tokenizer.convert_ids_to_tokens
-    template = encoder.special_tokens
-    prefix = [names(i) for i in template.prefix]
-    suffix = [names(i) for i in template.suffix]
-    framing = template.prefix + template.suffix
-    specials = {t: i for t, i in zip(prefix + suffix, framing, strict=True)}
-    tok.post_processor = TemplateProcessing(
-        single=" ".join([*prefix, "$A", *suffix]),
-        special_tokens=sorted(specials.items(), key=lambda kv: kv[1]),
-    )
-    tok.no_truncation()
-    tok.enable_truncation(max_length=encoder.max_length)
-    pad = template.pad_id
-    tok.enable_padding(pad_id=pad, pad_token=names(pad) or "")
-    return tok
 
 
 def check_folder(

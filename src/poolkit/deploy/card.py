@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import value_error
+from poolkit.bm25 import parse_bm25
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -92,8 +93,6 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
 
 
 def _is_bm25(row: dict[str, Any]) -> bool:
-    from poolkit.compare.sparse_rows import parse_bm25
-
     try:
         return parse_bm25(row.get("recipe")) is not None
     except ValueError:  # a BM25 name with bad settings is still BM25's

@@ -181,8 +181,8 @@ def _write_graph(
     work: Path,
     record: dict[str, Any],
 ) -> None:
-    from poolkit.backends.onnx import require_onnx, transformer_dir
-    from poolkit.deploy import onnx_record, require_agreement, runtime_tokenizer
+    from poolkit.backends.onnx import require_onnx, runtime_tokenizer, transformer_dir
+    from poolkit.deploy import onnx_record, require_agreement
     from poolkit.deploy.mvgraph import build_token_graph
 
     require_onnx()

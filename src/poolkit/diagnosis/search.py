@@ -19,6 +19,8 @@ from poolkit._errors import value_error
 from poolkit.diagnosis.agreement import Agreement, RowScores, differences, row_scores
 from poolkit.diagnosis.space import Candidate, concatenations, finishes, pooled_recipes
 from poolkit.diagnosis.verdict import deviations, fix, verdict
+from poolkit.encoder import Encoder
+from poolkit.encoder_cache import get_encoder
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
@@ -314,8 +316,7 @@ def diagnose(
         InputError: ``vectors`` not ``(N, D)`` floats for the ``N`` texts, or ``D`` wider
             than any candidate of the model.
     """
-    from poolkit.embedding import check_inputs, get_encoder
-    from poolkit.encoder import Encoder
+    from poolkit.embedding import check_inputs
 
     texts = check_inputs(texts)
     if not texts:

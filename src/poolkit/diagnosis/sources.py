@@ -152,8 +152,7 @@ def onnx_vectors(path: str | os.PathLike[str], texts: Sequence[str], encoder: An
     Tokenized with ``tokenizer.json`` beside the graph when there is one (the deployment's
     truncation and template), else with the model's own tokenizer as ``poolkit export`` bakes
     it; batches of :data:`BATCH` texts, right-padded."""
-    from poolkit.backends.onnx import OnnxRunner
-    from poolkit.deploy import runtime_tokenizer
+    from poolkit.backends.onnx import OnnxRunner, runtime_tokenizer
 
     p = Path(path)
     if not p.is_file():

@@ -14,6 +14,7 @@ import numpy as np
 
 from poolkit._errors import type_error, value_error
 from poolkit.driver import EmbedStats, drive
+from poolkit.encoder_cache import get_encoder
 from poolkit.sparse.csr import canonical_csr
 from poolkit.sparse.mlm import load_mlm_head
 from poolkit.sparse.pooling import keep_top_k, slice_tokens_for, splade_pool
@@ -132,8 +133,6 @@ def decode(row: Any, model: Any = None, *, top_k: int | None = None) -> list[tup
     whose vocabulary the columns index (default: the default model); ``top_k``: at most
     that many pairs. Ties keep the lower term id first.
     """
-    from poolkit.embedding import get_encoder
-
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         value_error("top_k", "None or a positive integer", repr(top_k))
     import scipy.sparse as sp

@@ -22,6 +22,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from poolkit._version import __version__
+
 __all__ = [
     "NpzParts",
     "is_sparse",
@@ -63,8 +65,6 @@ def sparse_record(recipes: Mapping[str, Any], widths: Mapping[str, int]) -> dict
     """What each sparse column is, as ``poolkit embed`` records it with the vectors (a
     Parquet file's metadata under ``poolkit``, the JSON beside other formats): its recipe
     and vocabulary width (``widths``: column -> V)."""
-    from poolkit import __version__
-
     columns = {name: {"recipe": str(r), "recipe_json": r.to_json(), "kind": "sparse",
                       "vocab_size": widths[name], "top_k": r.top_k}
                for name, r in recipes.items()}  # fmt: skip
