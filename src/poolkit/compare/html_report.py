@@ -71,7 +71,7 @@ th, td { border: 1px solid var(--line); padding: 4px 8px; vertical-align: top; }
 th { background: var(--soft); text-align: left; font-weight: 600; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 table.results { font-size: 0.92em; max-width: 100%; }
-table.results td:nth-child(2) { overflow-wrap: anywhere; min-width: 7em; }
+table.results td:nth-child(2) { overflow-wrap: anywhere; min-width: 11em; }
 section#answer { background: #f0fdf4; border: 1px solid #86efac; border-radius: 6px;
   padding: 4px 16px 8px; margin: 12px 0 8px; }
 section#answer h2 { border-bottom: none; margin: 8px 0 4px; }
