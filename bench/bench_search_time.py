@@ -1,5 +1,6 @@
-"""How well ``compare``'s measured search times repeat: ``search_ms`` (and ``query_ms``)
-per row over interleaved runs on the same machine.
+"""How well ``compare``'s measured search times repeat: ``search_ms`` (and ``encode_ms``,
+the query's encoding; their sum is the row's ``query_ms``) per row over interleaved runs on
+the same machine.
 
 Runs ``poolkit compare DATA --task retrieval --recipes ... --json`` (all-MiniLM-L6-v2, the
 default model) ``--rounds`` times in each of two row orders, interleaved (A B A B ...: a
@@ -7,12 +8,12 @@ slow spell of the machine falls on both orders, and an order effect, such as the
 row timed paying for a cold cache, shows as a difference between them). Before any time
 is reported the outputs are checked: every run has the same rows with the same nDCG@10.
 
-Prints per row, over all runs, the median ``search_ms`` and ``query_ms``, their spread
+Prints per row, over all runs, the median ``search_ms`` and ``encode_ms``, their spread
 (max/min ratio, interquartile range as a share of the median), each order's median, and
 whether the row repeats within 20% (max/min <= 1.2: every run within 20% of every other);
 how ``search_ms`` was timed (the JSON's ``costs_measured_on.search_timing``), the CPU, its
 count and the load average before and after (times on a loaded machine spread more).
-``query_ms`` (one timed pass of the queries through the model) is reported, not judged.
+``encode_ms`` (one timed pass of the queries through the model) is reported, not judged.
 
 ``--scale K`` (default 1: the folder as it is) runs on a larger corpus written to a
 temporary BEIR folder: the folder's queries and judgements, its documents, and K - 1
@@ -127,11 +128,11 @@ def main() -> int:
     print(f"{'row':<22} {'field':<9} {'median':>9} {'max/min':>8} {'IQR/med':>8} "
           f"{'A med':>9} {'B med':>9}  repeats within 20%")  # fmt: skip
     for row in scores[0]:
-        for field in ("search_ms", "query_ms"):
+        for field in ("search_ms", "encode_ms"):
             values: dict[str, list[float]] = {o: [] for o in orders}
             for order, doc in runs:
                 (r,) = [x for x in doc["results"] if _row_name(x) == row]
-                values[order].append(r[field])
+                values[order].append(r.get(field, r.get("query_ms")))  # before #55: query_ms
             med, ratio, iqr = _spread([v for vs in values.values() for v in vs])
             verdict = ("yes" if ratio <= 1 + WITHIN else "no") if field == "search_ms" else "-"
             print(f"{row:<22} {field:<9} {med:9.4f} {ratio:8.2f} {iqr:8.1%} "
