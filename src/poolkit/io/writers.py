@@ -54,6 +54,8 @@ import numpy as np
 from poolkit._errors import already_exists, value_error
 from poolkit.errors import InputError
 from poolkit.io.atomic import AtomicFile
+from poolkit.sparse.csr import canonical_csr
+from poolkit.sparse.files import NpzParts, is_sparse, jsonl_values, parquet_columns
 
 __all__ = ["OUTPUT_FORMATS", "EmbeddingWriter", "open_writer"]
 
@@ -72,11 +74,7 @@ def sidecar_path(path: str | os.PathLike[str]) -> Path:
 def stored(arr: np.ndarray) -> np.ndarray:
     """``arr`` as stored: float16/int8/uint8 as they are, anything else as float32; a
     sparse part as a canonical CSR array (:func:`poolkit.sparse.canonical_csr`)."""
-    from poolkit.sparse.files import is_sparse
-
     if is_sparse(arr):
-        from poolkit.sparse import canonical_csr
-
         return canonical_csr(arr)  # type: ignore[no-any-return]
     a = np.asarray(arr)
     return np.ascontiguousarray(a if a.dtype in _STORED else a.astype(np.float32))
@@ -100,8 +98,6 @@ def jsonl_rows(
     """JSON Lines of a part (a block of rows), each line ending in a newline:
     ``{"id": i, <columns>..., "<strategy>": [...], ...}``; ``ids`` ``(n,)``, ``arrays``
     name -> ``(n, D)``, ``columns`` (optional) name -> ``n`` ints or strings."""
-    from poolkit.sparse.files import is_sparse, jsonl_values
-
     lists: dict[str, list[Any]] = {}
     for name in strategies:
         if is_sparse(arrays[name]):
@@ -178,8 +174,6 @@ class EmbeddingWriter:
 
             self._tokens = tempfile.TemporaryFile(dir=path.parent, prefix=".poolkit-tokens-")
         elif fmt == "npz":
-            from poolkit.sparse.files import NpzParts
-
             self._npz = NpzParts(path.parent)
 
     def __enter__(self) -> EmbeddingWriter:
@@ -342,8 +336,6 @@ class EmbeddingWriter:
                 columns.append(pa.array(values.astype(np.int64), pa.int64()))
             else:
                 columns.append(pa.array(list(values), pa.string()))
-        from poolkit.sparse.files import is_sparse, parquet_columns
-
         names = ["id", *extra]
         for name in self.strategies:
             arr = stored(arrays[name])
