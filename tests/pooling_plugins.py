@@ -3,8 +3,8 @@
 ``poolkit.poolings`` group), so putting the folder on ``sys.path`` or ``PYTHONPATH``
 installs them for ``importlib.metadata``.
 
-- ``poolkit-powermean`` 0.1: ``power_mean`` (signed cube mean: the cube root of the mean
-  cube), ``first_last`` (mean of the first and last real token), ``numpy_max`` (max over
+- ``poolkit-powermean`` 0.1: ``power_mean`` (the power mean, p = 3, of each dimension's
+  absolute values), ``first_last`` (mean of the first and last real token), ``numpy_max`` (max over
   real tokens, computed in NumPy: it does not trace to ONNX).
 - ``poolkit-badpool`` 0.2: ``mean`` (clashes with the built-in), ``wrong_shape``,
   ``nan_pool``, ``int_pool``.
@@ -23,10 +23,9 @@ import torch
 
 
 def power_mean(token_states, attention_mask):
-    """Signed power mean, p = 3, over the real tokens: (B, L, H), (B, L) -> (B, H)."""
+    """Power mean (p = 3) of |x| over the real tokens: (B, L, H), (B, L) -> (B, H)."""
     w = attention_mask[..., None].to(token_states.dtype)
-    cube = (token_states**3 * w).sum(1) / w.sum(1)
-    return cube.sign() * cube.abs() ** (1 / 3)
+    return ((token_states.abs() ** 3 * w).sum(1) / w.sum(1)) ** (1 / 3)
 
 
 def first_last(token_states, attention_mask):
@@ -83,10 +82,14 @@ def pyproject(dist: str, version: str, module: str, names: tuple[str, ...]) -> s
             f'[project.entry-points."poolkit.poolings"]\n{points}\n')  # fmt: skip
 
 
-def write_plugins(root: Path) -> Path:
-    """Both packages under ``root`` as installed (module + ``.dist-info``) and as sources
-    (``src/<dist>/pyproject.toml``); returns ``root`` (the folder to put on the path)."""
+def write_plugins(root: Path, *dists: str) -> Path:
+    """The packages ``dists`` (default: poolkit-powermean) under ``root`` as installed
+    (module + ``.dist-info``) and as sources (``src/<dist>/pyproject.toml``); returns
+    ``root`` (the folder to put on the path)."""
+    wanted = dists or ("poolkit-powermean",)
     for (dist, version, module), (source, names) in PACKAGES.items():
+        if dist not in wanted:
+            continue
         (root / f"{module}.py").write_text(source, encoding="utf-8")
         info = root / f"{module}-{version}.dist-info"
         info.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ ALLOWED = {
     ("diagnosis/search.py", "AssertionError"): "unreachable: every candidate is one finishes() yields",
     ("diagnosis/sources.py", "AssertionError"): "unreachable: the retry loop returns or raises",
     ("sparse/__init__.py", "AttributeError"): "module __getattr__: Python's protocol",
+    ("deploy/__init__.py", "AttributeError"): "module __getattr__: Python's protocol",
     ("cli/_job.py", "with_note"): "a failed job's error re-raised with the checkpoint's note",
     ("cli/_job.py", "error"): "a failed job's error (or the input change behind it), nothing kept",
     ("cli/_ray_engine.py", "_user_error"): "the error a Ray worker raised, unwrapped",

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from poolkit._names import NO_SPECIAL, SEQUENCE_STRATEGIES
 from poolkit.errors import InputError, InputTypeError
 
 __all__ = [
@@ -148,7 +149,6 @@ class UserPooling:
 
 
 def _builtins() -> tuple[str, ...]:
-    from poolkit.sequence import SEQUENCE_STRATEGIES
     from poolkit.sparse.names import SPARSE_STRATEGIES
 
     return (*SEQUENCE_STRATEGIES, *SPARSE_STRATEGIES, *_KEYWORDS)
@@ -157,7 +157,6 @@ def _builtins() -> tuple[str, ...]:
 def _name_problem(name: Any) -> str | None:
     """Why ``name`` cannot name a user pooling; ``None`` when it can."""
     from poolkit.output import PRECISIONS
-    from poolkit.recipe import NO_SPECIAL
 
     if not isinstance(name, str) or not _NAME.match(name):
         return "not a lowercase identifier (a-z, 0-9, _; a letter first)"
@@ -301,6 +300,5 @@ def _installed(name: str) -> UserPooling | None:
 
 
 def is_builtin(name: str) -> bool:
-    from poolkit.sequence import SEQUENCE_STRATEGIES
-
+    """Whether ``name`` is a built-in sequence strategy (not a user pooling)."""
     return name in SEQUENCE_STRATEGIES

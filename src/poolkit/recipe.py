@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from poolkit._errors import recast, value_error
+from poolkit._names import NO_SPECIAL, SEQUENCE_STRATEGIES
 from poolkit.errors import InputError
 from poolkit.layers import (
     LAYER_COMBINATIONS,
@@ -60,7 +61,6 @@ from poolkit.layers import (
 from poolkit.multivector.segments import multivector_segment, settle_multivector
 from poolkit.output import PRECISIONS, bytes_per_vector
 from poolkit.poolings import pooling_names, user_pooling
-from poolkit.sequence import SEQUENCE_STRATEGIES
 from poolkit.spans import parse_span_strategy, span_embeddings, span_output_dim
 from poolkit.sparse.names import SPARSE_STRATEGIES
 from poolkit.words import WORD_STRATEGIES, word_embeddings
@@ -68,7 +68,6 @@ from poolkit.words import WORD_STRATEGIES, word_embeddings
 __all__ = ["LEVELS", "NO_SPECIAL", "Recipe", "RecipeError"]
 
 LEVELS = ("sequence", "word", "span", "sparse", "multivector")
-NO_SPECIAL = "_no_special"
 # The fields each JSON version adds; each version is written only when a recipe needs it, and
 # every one is still read.
 JSON_FIELDS = {

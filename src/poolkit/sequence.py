@@ -34,19 +34,10 @@ import numpy as np
 import poolkit._arrays as ax
 from poolkit._arrays import Array, dense_path  # a name here: tests pin the path
 from poolkit._errors import short_list, value_error
+from poolkit._names import SEQUENCE_STRATEGIES
 from poolkit._plan import RowPlan, plan_rows, row_bounds
 from poolkit.errors import InputError
-
-SEQUENCE_STRATEGIES: tuple[str, ...] = (
-    "cls",
-    "mean",
-    "max",
-    "min",
-    "sum",
-    "mean_sqrt_len",
-    "weighted_mean",
-    "last",
-)
+from poolkit.poolings import user_pooling
 
 Empty = Literal["raise", "zeros"]
 Check = bool | Literal["async", "full"]
@@ -67,8 +58,6 @@ def parse_sequence_strategy(strategy: str | Sequence[str]) -> tuple[str, ...]:
 
 @lru_cache(maxsize=256)
 def _parse(text: str) -> tuple[str, ...]:
-    from poolkit.poolings import user_pooling
-
     names = tuple(p.strip().lower() for p in text.replace(",", "+").split("+"))
     unknown = [n for n in names if n not in SEQUENCE_STRATEGIES and user_pooling(n) is None]
     if unknown or not names:
@@ -359,8 +348,6 @@ def _at(which: str) -> Callable[[Any, Array, RowPlan, Any], Array]:
 
 def _user(name: str) -> Any:
     """The user pooling ``name`` (:mod:`poolkit.poolings`); a ValueError if there is none."""
-    from poolkit.poolings import user_pooling
-
     found = user_pooling(name)
     if found is None:
         value_error("strategy", "a built-in strategy or a registered pooling", repr(name))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from poolkit.compare.bootstrap import interval
+from poolkit.compare.ranking import rank
 
 __all__ = [
     "COSTS",
@@ -120,8 +121,6 @@ def costs(results: Sequence[Any], cost: Callable[[Any], float | None]) -> np.nda
 def top_group(results: Sequence[Any], metric: str) -> np.ndarray:
     """bool ``(N,)``: the best row by ``metric`` and the rows whose paired interval against
     it (``vs_best``) includes 0; the best alone without intervals."""
-    from poolkit.compare.report import rank
-
     best = id(rank(results, metric)[0])
     return np.array([id(r) == best or (r.vs_best is not None and not r.vs_best.significant)
                      for r in results], dtype=bool)  # fmt: skip

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit.compare.bootstrap import Paired
+from poolkit.compare.ranking import rank, tie_key, tied
 from poolkit.compare.timing import SEARCH_TIMING
 
 # One atomic writer for the package: temporary file, fsync, rename (never half a file).
@@ -153,32 +154,6 @@ class Result(RowFacts):
         return self.recipe.strategy
 
 
-def _tie_key(value: float) -> float:
-    # Equal up to float noise counts as a tie; 12 decimals is far below any real difference.
-    return round(value, 12)
-
-
-def rank(results: Sequence[Result], metric: str) -> list[Result]:
-    """Best first by ``metric``. Ties (equal to 12 decimals) put the intended row first,
-    then order by the task's other metrics, then keep the given order (deterministic)."""
-    order = {id(r): i for i, r in enumerate(results)}
-    return sorted(
-        results,
-        key=lambda r: (
-            -_tie_key(r.metrics[metric]),
-            not r.intended,
-            *(-_tie_key(v) for k, v in r.metrics.items() if k != metric),
-            order[id(r)],
-        ),
-    )
-
-
-def tied(ranked: Sequence[Result], metric: str) -> list[bool]:
-    """For rows in rank order: whether each shares its ``metric`` value with another row."""
-    keys = [_tie_key(r.metrics[metric]) for r in ranked]
-    return [keys.count(k) > 1 for k in keys]
-
-
 def _signed(x: float) -> str:
     return f"{x:+.4f}".replace("-", "\u2212")
 
@@ -269,7 +244,7 @@ def cells(task: str, results: Sequence[Result], bootstrap: dict | None = None) -
     first = {}  # tied rows share the rank of the first of them
     for i, (r, tie) in enumerate(zip(ranked, ties, strict=True), 1):
         vs = r.vs_intended
-        place = first.setdefault(_tie_key(r.metrics[main]), i)
+        place = first.setdefault(tie_key(r.metrics[main]), i)
         rows.append(
             [
                 f"{place}=" if tie else str(i),
