@@ -55,3 +55,36 @@ def test_plan_pickles_and_runs_the_same_elsewhere(minilm):
     for name in a:
         np.testing.assert_array_equal(a[name], b[name])
     np.testing.assert_array_equal(a["mean"], poolkit.embed(TEXTS, minilm, "mean", prompt="query: "))
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--recipe", "mean/int8", "--calibrate", "calib.txt"],  # ranges taken with the plan
+        ["--recipe", "mean", "--chunks", "tokens:8", "--part-size", "2"],  # three parts
+        ["--recipe", "mean/int8", "--chunks", "tokens:8:2", "--late", "--part-size", "2"],
+    ],
+    ids=["int8-calibrate", "chunks", "late-int8"],
+)
+def test_an_embed_command_builds_its_plan_once(flags, tiny_dirs, tmp_path, monkeypatch):
+    """The plan is resolved once per command (plan.py's promise): not again for the int8
+    ranges, nor per part of a chunked job. Every plan is built through head_plan."""
+    import poolkit.plan
+    from clitools import run_cli
+
+    builds = []
+    real = poolkit.plan.head_plan
+
+    def counted(*args, **kwargs):
+        builds.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(poolkit.plan, "head_plan", counted)
+    docs = [f"document {i} " + "with some words " * (3 + i) for i in range(5)]
+    (tmp_path / "docs.txt").write_text("\n".join(docs) + "\n", encoding="utf-8")
+    (tmp_path / "calib.txt").write_text("\n".join(docs[::-1]) + "\n", encoding="utf-8")
+    out = run_cli(["embed", "docs.txt", "-o", "out.parquet", "--model",
+                   str(tiny_dirs["bert_cls"]), *flags], cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr.decode()
+    assert (tmp_path / "out.parquet").exists()
+    assert len(builds) == 1, builds

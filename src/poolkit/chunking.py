@@ -32,12 +32,11 @@ from poolkit.embedding import (
     EmbedOptions,
     ModelRef,
     char_to_token_spans,
-    embed_recipes,
     resolve_request,
     run_options,
 )
 from poolkit.encoder import EncodedBatch, Encoder
-from poolkit.plan import make_plan
+from poolkit.plan import Plan, make_plan
 from poolkit.recipe import Recipe
 
 __all__ = ["DocumentChunks", "check_late", "chunk_documents", "embed_chunks"]
@@ -156,14 +155,14 @@ def embed_chunks(
                           check=lambda docs: _check_chunking(docs, chunks, late, stride),
                           refuse=lambda recipes: check_late(recipes, late), **opts)  # fmt: skip
     spans = chunk_documents(req.inputs, req.checked, req.encoder)
-    run = {"max_batch_tokens": opts["max_batch_tokens"], "progress": progress,
-           "prompt_name": prompt_name, "prompt": prompt, "pipeline": opts["pipeline"],
-           "calibration": req.ranges}  # fmt: skip
+    plan = make_plan(req.encoder, req.recipes, prompt_name=prompt_name, prompt=prompt,
+                     pipeline=opts["pipeline"], calibration=req.ranges)  # fmt: skip
+    run = {"max_batch_tokens": opts["max_batch_tokens"], "progress": progress}
     if late:
-        flat, stats = late_chunk_vectors(req.inputs, spans, req.encoder, req.recipes,
-                                         stride=stride, **run)  # fmt: skip
+        flat, stats = late_chunk_vectors(req.inputs, spans, req.encoder, plan, stride=stride,
+                                         **run)  # fmt: skip
     else:
-        flat, stats = naive_chunk_vectors(req.inputs, spans, req.encoder, req.recipes, **run)
+        flat, stats = naive_chunk_vectors(req.inputs, spans, req.encoder, plan, **run)
         warn_truncated(stats, "documents (a chunk of each)")
     cuts = np.cumsum([len(s) for s in spans])[:-1]
     per_name = {name: np.split(v, cuts) for name, v in flat.items()}
@@ -233,27 +232,23 @@ def naive_chunk_vectors(
     documents: list[str],
     spans: list[np.ndarray],
     encoder: Encoder,
-    recipes: Mapping[str, Recipe],
+    plan: Plan,
     *,
     progress: Callable[[int], None] | None = None,
-    **options: Any,
+    max_batch_tokens: int | None = None,
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
     """Naive chunk vectors: ``{name: (sum C_i, D)}`` in document then chunk order.
 
-    Each chunk text is embedded by one :class:`poolkit.plan.Plan` (truncated at the max
-    length where a chunk is longer), ``_NAIVE_GROUP`` documents at a time. ``options``:
-    ``max_batch_tokens``, and ``prompt_name``, ``prompt``, ``pipeline``, ``calibration`` as
-    :func:`poolkit.plan.make_plan` takes them."""
-    budget = options.pop("max_batch_tokens", None)
-    options["calibration"] = options.get("calibration") or {}  # int8 ranges are required
-    plan = make_plan(encoder, recipes, **options)  # resolved once, not once per group
+    Each chunk text is embedded by ``plan`` (the caller's one resolution of the recipes;
+    truncated at the max length where a chunk is longer), ``_NAIVE_GROUP`` documents at a
+    time."""
     stats = EmbedStats(num_texts=len(documents), max_length=encoder.max_length)
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in recipes}
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in plan.recipes}
     for g in range(0, max(len(documents), 1), _NAIVE_GROUP):  # none: (0, D) arrays
         docs = range(g, min(g + _NAIVE_GROUP, len(documents)))
         texts = [documents[i][a:b] for i in docs for a, b in spans[i].tolist()]
         owner = np.repeat(np.asarray(docs, np.int64), [len(spans[i]) for i in docs])
-        vecs, s = plan.run(encoder, texts, long_text="truncate", max_batch_tokens=budget)
+        vecs, s = plan.run(encoder, texts, long_text="truncate", max_batch_tokens=max_batch_tokens)
         for name, v in vecs.items():
             parts[name].append(v)
         stats.num_tokens += s.num_tokens
@@ -319,15 +314,16 @@ def late_chunk_vectors(
     documents: list[str],
     spans: list[np.ndarray],
     encoder: Encoder,
-    recipes: Mapping[str, Recipe],
+    plan: Plan,
     *,
     stride: int | None = None,
-    **options: Any,
+    progress: Callable[[int], None] | None = None,
+    max_batch_tokens: int | None = None,
 ) -> tuple[dict[str, np.ndarray], EmbedStats]:
     """Late chunk vectors (see the module docstring): ``{name: (sum C_i, D)}`` in document
-    then chunk order, by :func:`poolkit.embedding.embed_recipes` with each chunk a row of its
-    own (the document's tokens that overlap its characters; prompt and special tokens never
-    do). ``options`` go to it (``max_batch_tokens``, ``progress``, ``prompt_name``, ...)."""
+    then chunk order, by ``plan`` (the caller's one resolution of the recipes) with each
+    chunk a row of its own (the document's tokens that overlap its characters; prompt and
+    special tokens never do), each document whole through windows."""
     starts = np.concatenate([[0], np.cumsum([len(s) for s in spans])])
 
     def rows(batch: EncodedBatch) -> tuple[_ChunkRows, np.ndarray]:
@@ -337,5 +333,6 @@ def late_chunk_vectors(
         at = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in batch.indices])
         return chunk_rows(batch, token_spans), at
 
-    return embed_recipes(documents, encoder, recipes, long_text="window", stride=stride,
-                         rows=rows, num_rows=int(starts[-1]), **options)  # fmt: skip
+    return plan.run(encoder, documents, long_text="window", stride=stride, rows=rows,
+                    num_rows=int(starts[-1]), progress=progress,
+                    max_batch_tokens=max_batch_tokens)  # fmt: skip

@@ -27,7 +27,7 @@ from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens,
 from poolkit.encoder_cache import ModelRef, get_encoder
 from poolkit.errors import InputError
 from poolkit.output import Calibration, needs_calibration, truncate
-from poolkit.plan import head_plan, make_plan
+from poolkit.plan import Plan, head_plan, make_plan
 from poolkit.prompts import check_pipeline, resolve_prompt, side_of
 from poolkit.recipe import Recipe
 
@@ -354,12 +354,16 @@ def calibrate_recipes(
     encoder: Encoder,
     recipes: Mapping[str, Recipe],
     calibration: Any,
+    *,
+    plan: Plan | None = None,
     **embed_options: Any,
 ) -> dict[str, Calibration]:
     """The int8/uint8 ranges of ``recipes`` by name, from ``calibration`` (see
     :func:`embed`): texts are embedded with each recipe's float vectors (truncated as it
     says); vectors wider than the recipe's ``dims`` are truncated first. Other recipes
-    refuse a calibration (it would be silently unused)."""
+    refuse a calibration (it would be silently unused). ``plan``: the run's plan of
+    ``recipes`` (made with ``calibration=None``), whose float form embeds the texts; one is
+    made from ``embed_options`` where it is None or holds other recipes."""
     needing = {name: r for name, r in recipes.items() if needs_calibration(r.precision)}
     if calibration is None:
         return {}
@@ -391,11 +395,21 @@ def calibrate_recipes(
             normalize = r.resolved_normalize(model_normalize)
             vectors = truncate(vectors, r.dims, normalize=normalize)
         out[name] = Calibration.from_vectors(vectors, f"{len(vectors)} calibration vectors")
-    for name, r in texts_for.items():
-        texts = per_name[name]
-        floats = {name: r.replace(precision=None)}
-        vecs, _ = embed_recipes(list(texts), encoder, floats, **embed_options)
-        out[name] = Calibration.from_vectors(vecs[name], f"{len(texts)} calibration texts")
+    if not texts_for:
+        return out
+    if plan is None or any(plan.recipes.get(n) != r for n, r in texts_for.items()):
+        how = {k: embed_options[k] for k in ("prompt_name", "prompt", "pipeline")
+               if k in embed_options}  # fmt: skip
+        plan = make_plan(encoder, texts_for, **how)
+    run = {k: embed_options[k] for k in ("long_text", "max_batch_tokens") if k in embed_options}
+    groups: dict[int, list[str]] = {}  # the recipes given the same texts: one pass
+    for name in texts_for:
+        groups.setdefault(id(per_name[name]), []).append(name)
+    for names in groups.values():
+        texts = list(per_name[names[0]])
+        vecs, _ = plan.floats(names).run(encoder, texts, **run)
+        for name in names:
+            out[name] = Calibration.from_vectors(vecs[name], f"{len(texts)} calibration texts")
     return out
 
 

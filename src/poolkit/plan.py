@@ -12,7 +12,7 @@ per part.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,21 @@ class Plan:
     widths: Mapping[str, int]
     ranges: Mapping[str, Calibration]
     pooled_only: tuple[str, ...] = ()
+
+    def with_ranges(self, ranges: Mapping[str, Calibration]) -> Plan:
+        """This plan with the int8/uint8 ``ranges`` (by name) checked and set: a plan made
+        with ``calibration=None`` (to check widths) then calibrated, with no second
+        resolution."""
+        staged = {name: r for name, r in self.recipes.items() if r.has_output_stage}
+        return replace(self, ranges=check_output_stages(staged, self.widths, ranges))
+
+    def floats(self, names: Sequence[str] | None = None) -> Plan:
+        """The plan of ``names`` (default: all) with no precision: the float vectors their
+        int8/uint8 ranges are taken from (truncated and normalised as the recipes say)."""
+        keep = list(self.recipes) if names is None else list(names)
+        recipes = {n: self.recipes[n].replace(precision=None) for n in keep}
+        return replace(self, recipes=recipes, widths={n: self.widths[n] for n in keep},
+                       ranges={})  # fmt: skip
 
     def outputs(self) -> dict[str, Output]:
         """name -> :class:`Output`, in the recipes' order."""

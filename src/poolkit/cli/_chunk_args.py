@@ -219,10 +219,10 @@ class PartChunker:
                              "pairs, e.g. [[0, 120], [121, 300]].") from None  # fmt: skip
 
     def embed(
-        self, part: ChunkedPart, *, progress: Any = None, calibration: Any = None, **options: Any
+        self, part: ChunkedPart, plan: Any, *, progress: Any = None
     ) -> tuple[dict[str, np.ndarray], Any]:
-        """``{name: (sum C_i, D)}`` and the stats of a chunked part (an empty part gives
-        ``(0, 0)`` arrays); ``options``: ``prompt_name``, ``prompt``, ``pipeline``."""
+        """``{name: (sum C_i, D)}`` and the stats of a chunked part by ``plan`` (the job's
+        one :class:`~poolkit.plan.Plan`; an empty part gives ``(0, 0)`` arrays)."""
         from poolkit.chunking import late_chunk_vectors, naive_chunk_vectors
         from poolkit.driver import EmbedStats
 
@@ -230,11 +230,10 @@ class PartChunker:
             empty = {name: np.zeros((0, 0), np.float32) for name in self.recipes}
             return empty, EmbedStats(num_texts=0, max_length=self.encoder.max_length)
         if self.late:
-            return late_chunk_vectors(part.documents, part.spans, self.encoder, self.recipes,
-                                      stride=self.stride, progress=progress,
-                                      calibration=calibration, **options)  # fmt: skip
-        return naive_chunk_vectors(part.documents, part.spans, self.encoder, self.recipes,
-                                   progress=progress, calibration=calibration, **options)  # fmt: skip
+            return late_chunk_vectors(part.documents, part.spans, self.encoder, plan,
+                                      stride=self.stride, progress=progress)  # fmt: skip
+        return naive_chunk_vectors(part.documents, part.spans, self.encoder, plan,
+                                   progress=progress)  # fmt: skip
 
     def calibration_texts(self, part: ChunkedPart, limit: int) -> tuple[list[str], str]:
         """The int8/uint8 ranges' texts without --calibrate/--ranges: the first ``limit``

@@ -11,7 +11,7 @@ import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from poolkit import output
 from poolkit._version import __version__
 from poolkit.errors import InputError
 from poolkit.output import PRECISIONS, Calibration, needs_calibration, stored_dtype, stored_width
+
+if TYPE_CHECKING:  # the plan module loads the encoder (torch): not at CLI start-up
+    from poolkit.plan import Plan
 
 __all__ = [
     "RANGE_TEXTS",
@@ -92,10 +95,14 @@ def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) 
                          "your texts) or --ranges FILE.")  # fmt: skip
 
 
-def check_output_widths(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> None:
+def check_output_widths(
+    args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]
+) -> Plan | None:
     """The plan's checks once the model is loaded, before any text (both engines): the
     prompt flags, the model's pipeline, each /DIMS (or --dims) against its vectors' width,
-    in one line naming the flag; sparse recipes: the head they need (and a local output)."""
+    in one line naming the flag; sparse recipes: the head they need (and a local output).
+    Returns the dense recipes' plan, int8/uint8 ranges not set yet (sparse: None): the
+    job's one resolution (:meth:`~poolkit.plan.Plan.with_ranges` adds the ranges)."""
     from poolkit.cli._flags import flagged
     from poolkit.embedding import recipe_kind
     from poolkit.plan import make_plan
@@ -110,10 +117,10 @@ def check_output_widths(args: argparse.Namespace, encoder: Any, recipes: dict[st
             from poolkit.io.writers import check_output
 
             check_output(Path(args.output), list(recipes), True, "sparse")
-        return
+        return None
     try:
-        make_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
-                  pipeline="pooled" if args.pooled_only else "full")  # fmt: skip
+        return make_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
+                         pipeline="pooled" if args.pooled_only else "full")  # fmt: skip
     except (TypeError, ValueError) as e:
         raise flagged(e, {"dims": "--dims" if args.dims is not None else "--recipe"}) from None
 
@@ -169,12 +176,14 @@ def output_ranges(
     first: list[str],
     *,
     first_source: str | None = None,
+    plan: Plan | None = None,
     **embed_options: Any,
 ) -> dict[str, Calibration]:
     """The int8/uint8 ranges of ``recipes`` by name: from --ranges, --calibrate FILE (its
     first RANGE_TEXTS texts) or the first RANGE_TEXTS non-blank texts of ``first`` (the
     input's first part, --part-size texts; or, described by ``first_source``, texts the
-    caller took from it: ``--chunks``' chunk texts); each records its source."""
+    caller took from it: ``--chunks``' chunk texts); each records its source. ``plan``:
+    the job's plan (its float form embeds the texts; see :func:`check_output_widths`)."""
     from poolkit.embedding import CalibrationTexts, calibrate_recipes
 
     need = {n: r for n, r in recipes.items() if needs_calibration(r.precision)}
@@ -183,7 +192,7 @@ def output_ranges(
     if args.ranges is not None:
         return {n: ranges_from_file(args.ranges, n, r) for n, r in need.items()}
     if args.calibrate is not None:
-        return _calibrate_file(args, encoder, need, **embed_options)
+        return _calibrate_file(args, encoder, need, plan=plan, **embed_options)
     if first_source is not None:
         texts = [t for t in first if t.strip()][:RANGE_TEXTS]
         source = first_source
@@ -196,12 +205,17 @@ def output_ranges(
         raise InputError(arg="--precision", expected="int8/uint8 ranges from non-blank texts",
                          got=f"none in {source}", fix="Pass --calibrate FILE with some of your "
                          "texts.")  # fmt: skip
-    found = calibrate_recipes(encoder, need, CalibrationTexts(texts), **embed_options)
+    found = calibrate_recipes(encoder, need, CalibrationTexts(texts), plan=plan, **embed_options)
     return {n: dataclasses.replace(c, source=source) for n, c in found.items()}
 
 
 def _calibrate_file(
-    args: argparse.Namespace, encoder: Any, need: dict[str, Any], **embed_options: Any
+    args: argparse.Namespace,
+    encoder: Any,
+    need: dict[str, Any],
+    *,
+    plan: Plan | None = None,
+    **embed_options: Any,
 ) -> dict[str, Calibration]:
     """The ranges of every non-blank text of ``--calibrate FILE``, embedded a part at a time
     (memory: one part's vectors) and merged: per dimension the least and the greatest value
@@ -214,7 +228,8 @@ def _calibrate_file(
     found: dict[str, Calibration] = {}
     for texts in calibrate_file_texts(args):
         count, parts = count + len(texts), parts + 1
-        found = calibrate_recipes(encoder, need, CalibrationTexts(texts), **embed_options)
+        found = calibrate_recipes(encoder, need, CalibrationTexts(texts), plan=plan,
+                                  **embed_options)  # fmt: skip
         for name, cal in found.items():
             low, high = cal.ranges.astype(np.float64)
             lows[name] = low if name not in lows else np.minimum(lows[name], low)

@@ -293,7 +293,7 @@ def _resolve(
         check_mlm_architecture(model_dir, reference=reference, recipe=str(sparse[0]))
     ranges = wants_ranges(args, wanted)
     check = model_dir is not None and (plan is not None or wants_output_stage(args, wanted))
-    encoder = None
+    encoder = dense = None
     if model_dir is not None or (ranges and args.ranges is None):  # --calibrate: as locally
         from poolkit.embedding import get_encoder
         from poolkit.ray import prepare
@@ -303,8 +303,8 @@ def _resolve(
                               quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                               calibrate=args.calibration)  # fmt: skip
         recipes = intended_recipes(wanted, encoder.info, args)
-        if check:  # in the flags' words first
-            check_output_widths(args, encoder, recipes)
+        if check:  # in the flags' words first; the plan calibrates below
+            dense = check_output_widths(args, encoder, recipes)
             if plan is not None:
                 from poolkit.cli._chunk_args import PartChunker
 
@@ -320,7 +320,7 @@ def _resolve(
         return wanted, {}
     options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
                "prompt": args.prompt, "pipeline": "pooled" if args.pooled_only else "full"}  # fmt: skip
-    return wanted, output_ranges(args, encoder, wanted, [], **options)
+    return wanted, output_ranges(args, encoder, wanted, [], plan=dense, **options)
 
 
 def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:

@@ -239,14 +239,14 @@ def run(args: argparse.Namespace) -> int:
     recipes = intended_recipes(wanted, encoder.info, args)
     prompts = {"prompt_name": args.prompt_name, "prompt": args.prompt, "pipeline": _pipeline(args)}
     options = {"long_text": args.long_text, **prompts}
-    mv = chunking = first_chunks = None
+    mv = chunking = first_chunks = dense = None
     ranges: dict[str, Any] = {}
     if multivector:  # the folder's sides and projection, not the dense pipeline
         mv = MultivectorPart(args, encoder, next(iter(recipes.values())))
-    else:
-        check_output_widths(args, encoder, recipes)
+    else:  # the job's one resolution of its dense recipes (None: sparse)
+        dense = check_output_widths(args, encoder, recipes)
     if mv is None and plan is None:
-        ranges = output_ranges(args, encoder, recipes, first.texts, **options)
+        ranges = output_ranges(args, encoder, recipes, first.texts, plan=dense, **options)
     elif mv is None:
         from poolkit.cli._chunk_args import PartChunker
         from poolkit.cli._output_args import RANGE_TEXTS
@@ -254,7 +254,10 @@ def run(args: argparse.Namespace) -> int:
         chunking = PartChunker(plan, encoder, recipes)
         first_chunks = chunking.chunk(first, 0)  # bad spans refused before the work dir
         texts, source = chunking.calibration_texts(first_chunks, RANGE_TEXTS)
-        ranges = output_ranges(args, encoder, recipes, texts, first_source=source, **options)
+        ranges = output_ranges(args, encoder, recipes, texts, first_source=source, plan=dense,
+                               **options)  # fmt: skip
+    if dense is not None:  # every part, chunked or not, runs this plan
+        dense = dense.with_ranges(ranges)
     names = list(recipes)
     blank: list[int] = []  # ids of blank texts (kept as empty texts; --chunks refuses them)
     tally = _Tally()
@@ -290,12 +293,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:  # a folder poolkit wrote: say which choice it carries
             print(f"poolkit: pooling {encoder.info.pooling} ({encoder.info.pooling_source})",
                   file=sys.stderr)  # fmt: skip
-    how = {"calibration": ranges, **prompts}
     sparse = _kind(recipes) == "sparse"
-    if not sparse and mv is None and chunking is None:  # resolved once for every part
-        from poolkit.plan import make_plan
-
-        dense = make_plan(encoder, recipes, **how)
     if sparse:
         from poolkit.prompts import resolve_prompt, side_of
         from poolkit.sparse import embed_sparse
@@ -339,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
             tally.truncated += stats.num_truncated
         else:  # one row per chunk
             piece = first_chunks if k == 0 else chunking.chunk(part, first)
-            result, stats = chunking.embed(piece, progress=progress, **how)
+            result, stats = chunking.embed(piece, dense, progress=progress)
             ids, columns = piece.rows(chunking.with_text)
             at = ids - first  # each chunk's document, in the part
             # The kept columns' rows of each chunk: int64 arrays, or lists of strings.

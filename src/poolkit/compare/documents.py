@@ -169,12 +169,15 @@ def document_vectors(
     size's chunk texts; late: one pass of the documents for every size together."""
     from poolkit.chunkers import Chunker
     from poolkit.chunking import chunk_documents, late_chunk_vectors, naive_chunk_vectors
+    from poolkit.plan import make_plan
 
     name = str(recipe)
     # The prompt the strategy rows' documents got (retrieval.score): the one named for
     # documents, else the model's default (None), never the queries'.
     prompt_name = settings.document_prompt_name
-    options = {"prompt_name": prompt_name, "pipeline": "fit"}
+    # One resolution for every chunk row: naive at each size, late.
+    plan = make_plan(encoder, {name: recipe}, prompt_name=prompt_name, pipeline="fit",
+                     calibration={})  # fmt: skip
     n_docs = len(documents)
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     where = source or "documents"
@@ -193,8 +196,8 @@ def document_vectors(
     counts = {n: np.fromiter((len(s) for s in spans[n]), np.int64, count=n_docs) for n in sizes}
     for n in sizes:
         with progress(settings, f"naive chunks tokens:{n}", n_docs, "doc") as bar:
-            flat, stats = naive_chunk_vectors(documents, spans[n], encoder, {name: recipe},
-                                              progress=bar.update, **options)  # fmt: skip
+            flat, stats = naive_chunk_vectors(documents, spans[n], encoder, plan,
+                                              progress=bar.update)  # fmt: skip
         if stats.num_truncated:
             settings.notes.append(
                 f"naive tokens:{n}: a chunk of {stats.num_truncated} of {n_docs} documents "
@@ -211,8 +214,7 @@ def document_vectors(
     # size after the other, pooled from the same contextual token vectors.
     both = [np.concatenate([spans[n][i] for n in sizes]) for i in range(n_docs)]
     with progress(settings, "late chunks", n_docs, "doc") as bar:
-        flat, _ = late_chunk_vectors(documents, both, encoder, {name: recipe},
-                                     progress=bar.update, **options)  # fmt: skip
+        flat, _ = late_chunk_vectors(documents, both, encoder, plan, progress=bar.update)
     starts = np.concatenate([[0], np.cumsum([len(s) for s in both])])[:-1]
     offset = np.zeros(n_docs, np.int64)
     for n in sizes:
