@@ -50,25 +50,35 @@ ACROSS = "rrf(dense:mean,splade:splade)"  # a hybrid of two models' rows
 # --- pure ----------------------------------------------------------------------------------
 
 
-def _dominated(q: list[float], c: list[float | None], i: int, top: list[bool]) -> bool:
+def _dominated(q: list[float], c: list[float | None], i: int, top: list[bool],
+               noise: float = 0.0) -> bool:  # fmt: skip
+    """Row ``j`` costs no more than ``i`` when within ``noise`` above it, less when more
+    than ``noise`` below it."""
+
+    def no_more(j: int) -> bool:
+        return c[j] <= c[i] * (1 + noise)
+
+    def less(j: int) -> bool:
+        return c[j] < c[i] * (1 - noise)
+
     return c[i] is None or any(
         c[j] is not None
         and (
-            (q[j] >= q[i] and c[j] <= c[i] and (q[j] > q[i] or c[j] < c[i]))
-            or (top[i] and top[j] and c[j] < c[i])
+            (q[j] >= q[i] and no_more(j) and (q[j] > q[i] or less(j)))
+            or (top[i] and top[j] and less(j))
         )
         for j in range(len(q))
     )
 
 
 def reference_frontier(
-    q: list[float], c: list[float | None], top: list[bool] | None = None
+    q: list[float], c: list[float | None], top: list[bool] | None = None, noise: float = 0.0
 ) -> list[bool]:
     """The frontier by its definition: no known-cost row at least as good and as cheap,
     better or cheaper in one, and, of the ``top`` rows (#1 and the rows the paired test
     cannot tell from it), none cheaper; a row of unknown cost is never on it."""
     top = top or [False] * len(q)
-    return [not _dominated(q, c, i, top) for i in range(len(q))]
+    return [not _dominated(q, c, i, top, noise) for i in range(len(q))]
 
 
 def top_rows(rows: list[dict]) -> list[bool]:
@@ -91,6 +101,13 @@ def test_pareto_equals_the_definition(seed):
     assert pareto(q, c, top).tolist() == reference_frontier(q.tolist(), costs, top.tolist())
     on = sorted({(c[i], q[i]) for i in np.flatnonzero(got)})
     assert all(a[1] < b[1] and a[0] < b[0] for a, b in itertools.pairwise(on))
+    # Times within 10% count as the same cost: costs 7 apart by a few per cent.
+    t = c * rng.choice([1.0, 1.04, 1.3], n)
+    times = [None if math.isnan(x) else float(x) for x in t]
+    for mask in (None, top):
+        want = reference_frontier(q.tolist(), times, None if mask is None else mask.tolist(), 0.1)
+        assert pareto(q, t, mask, noise=0.1).tolist() == want
+        assert any(want) or all(x is None for x in times)  # never empty
     for limit in (0.5, 3, 7.5):
         ok = [i for i in range(n) if costs[i] is not None and costs[i] <= limit]
         want = max(ok, key=lambda i: (q[i], -i)) if ok else None

@@ -131,7 +131,8 @@ def test_onnx_rows_reproduce_from_embed(compared_onnx, quantize) -> None:
 def test_the_answer_names_the_command_that_embeds_the_best_row(which, request) -> None:
     cwd, doc, table = request.getfixturevalue(which)
     winner = doc["results"][0]
-    prefix = f"embed #1 {winner['recipe']}: "
+    assert doc["recommended"]["best"]["recipe"] == winner["recipe"]
+    prefix = f"embed #1 {doc['recommended']['best']['name']}: "
     line = next(x for x in table.split("\n\n", 1)[0].splitlines() if x.startswith(prefix))
     argv = shlex.split(line[len(prefix) :])
     assert argv[:2] == ["poolkit", "embed"] and argv[argv.index("--recipe") + 1] == winner["recipe"]

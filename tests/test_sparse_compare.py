@@ -232,3 +232,27 @@ def test_row_names() -> None:
     assert split_extra(None, "retrieval") == (None, [BM25()])  # BM25 is a default row
     with pytest.raises(ValueError, match="retrieval"):
         split_extra(["splade"], "sts")
+
+
+def test_a_sparse_row_the_model_cannot_run_is_refused_before_any_forward_pass(
+    tiny_dirs, tmp_path, monkeypatch
+) -> None:
+    """#55: ``compare --recipes mean splade`` on a dense-only model exits 2 naming the row,
+    having run no batch through the model (it used to fail after encoding the corpus)."""
+    from clitools import one_error_line, run_cli
+
+    import poolkit.encoder
+
+    batches = []
+
+    def no_batches(self, *args, **kwargs):
+        batches.append(args)
+        raise AssertionError("the model ran before the rows were checked")
+
+    monkeypatch.setattr(poolkit.encoder.Encoder, "iter_batches", no_batches)
+    fixture = Path(__file__).parent / "data" / "stsb-images-retrieval"
+    out = run_cli(["compare", str(fixture), "--task", "retrieval", "--model",
+                   str(tiny_dirs["bert_cls"]), "--recipes", "mean", "splade"], cwd=tmp_path)  # fmt: skip
+    one_error_line(out, 2, "'splade'", "masked-language-model head")
+    assert not batches
+    assert list(tmp_path.iterdir()) == []  # nothing written

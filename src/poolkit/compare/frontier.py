@@ -24,6 +24,7 @@ from poolkit.compare.ranking import rank
 __all__ = [
     "COSTS",
     "QUERY_COST",
+    "QUERY_NOISE",
     "best_within",
     "bytes_cost",
     "cheapest",
@@ -34,8 +35,15 @@ __all__ = [
     "untold",
 ]
 
+# Query times differ from run to run by a few per cent (timings on a shared machine); bytes
+# are exact. Times within this fraction of each other count as the same cost: the query
+# frontier and the recommended rows do not turn on noise.
+QUERY_NOISE = 0.10
 
-def pareto(quality: np.ndarray, cost: np.ndarray, top: np.ndarray | None = None) -> np.ndarray:
+
+def pareto(
+    quality: np.ndarray, cost: np.ndarray, top: np.ndarray | None = None, noise: float = 0.0
+) -> np.ndarray:
     """Which rows are on the frontier: bool ``(N,)``.
 
     ``quality`` float ``(N,)`` (higher is better), ``cost`` float ``(N,)`` (lower is
@@ -43,17 +51,21 @@ def pareto(quality: np.ndarray, cost: np.ndarray, top: np.ndarray | None = None)
     it when a known-cost row ``j`` has ``quality[j] >= quality[i]`` and ``cost[j] <=
     cost[i]``, one of them strictly. ``top`` bool ``(N,)``: the best row and the rows the
     paired test cannot tell from it (:func:`top_group`); among them a strictly cheaper row
-    also puts a row off it, whatever their point values."""
+    also puts a row off it, whatever their point values. ``noise``: a relative cost
+    difference that does not count (measured times): ``cost[j] <= cost[i]`` reads
+    ``cost[j] <= cost[i] * (1 + noise)`` and strictly cheaper ``cost[j] < cost[i] * (1 -
+    noise)``."""
     q = np.asarray(quality, dtype=np.float64)
     c = np.asarray(cost, dtype=np.float64)
     known = ~np.isnan(c)
     qj, qi = q[:, None], q[None, :]  # [j, i]: does row j dominate row i?
     cj, ci = c[:, None], c[None, :]
     with np.errstate(invalid="ignore"):
-        dominates = (qj >= qi) & (cj <= ci) & ((qj > qi) | (cj < ci)) & known[:, None]
+        no_more, less = cj <= ci * (1 + noise), cj < ci * (1 - noise)
+        dominates = (qj >= qi) & no_more & ((qj > qi) | less) & known[:, None]
         if top is not None:
             t = np.asarray(top, dtype=bool)
-            dominates |= t[:, None] & t[None, :] & (cj < ci) & known[:, None]
+            dominates |= t[:, None] & t[None, :] & less & known[:, None]
     return known & ~dominates.any(axis=0)
 
 
@@ -132,7 +144,7 @@ def mark(results: Sequence[Any], metric: str) -> list[Any]:
     quality = np.array([r.metrics[metric] for r in results], dtype=np.float64)
     top = top_group(results, metric)
     on_bytes = pareto(quality, costs(results, bytes_cost), top)
-    on_query = pareto(quality, costs(results, QUERY_COST), top)
+    on_query = pareto(quality, costs(results, QUERY_COST), top, noise=QUERY_NOISE)
     return [
         replace(r, frontier_bytes=bool(b), frontier_query=bool(q))
         for r, b, q in zip(results, on_bytes, on_query, strict=True)

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from poolkit.compare.frontier import COSTS, QUERY_NOISE, best_within, costs
+
 __all__ = [
     "Picked",
     "answer_json",
@@ -44,12 +46,36 @@ def _key(cost: float | None) -> float:
     return math.inf if cost is None else cost
 
 
+def _below(a: float | None, b: float | None, exact: bool) -> bool:
+    """Whether cost ``a`` is clearly below ``b``: at all for bytes, by more than
+    ``QUERY_NOISE`` of ``b`` for times; False where either is unknown."""
+    if a is None or b is None:
+        return False
+    return a < b if exact else a < b * (1 - QUERY_NOISE)
+
+
+def _same(a: float | None, b: float | None, exact: bool) -> bool:
+    if a is None or b is None:
+        return False
+    return a == b if exact else abs(a - b) <= QUERY_NOISE * max(a, b)
+
+
 def _cheapest(first: Sequence[float | None], second: Sequence[float | None],
-              tied: Sequence[bool]) -> int | None:  # fmt: skip
-    """The tied row of lowest known ``first`` cost, ties broken by ``second`` (unknown:
-    last), then by rank."""
-    known = [i for i, t in enumerate(tied) if t and first[i] is not None]
-    return min(known, key=lambda i: (first[i], _key(second[i]), i), default=None)
+              tied: Sequence[bool], best: int, exact: tuple[bool, bool]) -> int | None:  # fmt: skip
+    """The tied row that saves on ``first`` against ``best`` (clearly below it, or the same
+    and clearly below on ``second``) with the lowest ``first``, ties broken by ``second``
+    (unknown: last), then by rank; ``best`` where no row saves (None where its ``first``
+    is unknown and no tied row's is known). A best of unknown cost: any known one saves."""
+    savers = [
+        i for i, t in enumerate(tied)
+        if t and i != best and first[i] is not None and (
+            first[best] is None or _below(first[i], first[best], exact[0])
+            or (_same(first[i], first[best], exact[0])
+                and _below(second[i], second[best], exact[1])))
+    ]  # fmt: skip
+    if not savers:
+        return None if first[best] is None else best
+    return min(savers, key=lambda i: (first[i], _key(second[i]), i))
 
 
 def pick(
@@ -59,13 +85,15 @@ def pick(
     best: int = 0,
 ) -> Picked:
     """The recommended rows of rows in rank order: ``best``; among the rows with
-    ``tied[i]`` (the paired interval against the best includes 0; the best counts as
-    tied), the one with the fewest bytes (ties: the lower query cost, then the better rank)
-    and the one with the lowest query cost (ties: the fewer bytes, then the better rank).
-    None (a cost unknown) never wins."""
+    ``tied[i]`` (the paired interval against the best includes 0), the one with the fewest
+    bytes (ties: the lower query cost, then the better rank) and the one with the lowest
+    query cost (ties: the fewer bytes, then the better rank) — each only where it saves
+    against the best: fewer bytes, or a query cost more than ``QUERY_NOISE`` lower (the
+    same cost and a clear saving on the other also counts); else the best itself. None (a
+    cost unknown) never wins."""
     ties = [t or i == best for i, t in enumerate(tied)]
-    return Picked(best, _cheapest(bytes_cost, query_cost, ties),
-                  _cheapest(query_cost, bytes_cost, ties))  # fmt: skip
+    return Picked(best, _cheapest(bytes_cost, query_cost, ties, best, (True, False)),
+                  _cheapest(query_cost, bytes_cost, ties, best, (False, True)))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- on results
@@ -130,8 +158,6 @@ def budget_hints(ranked: Sequence[Any], metric: str) -> list[str]:
     rounded up (bytes to a whole number, ms to 0.01), kept where ``best_within`` at that
     limit is that row; a flag only where it picks two rows or more.
     ``--max-bytes-per-doc 814 #4 bm25, 1536 #2 mean``."""
-    from poolkit.compare.frontier import COSTS, best_within, costs
-
     tied = tied_with_best(ranked)
     quality = np.array([r.metrics[metric] for r in ranked], dtype=np.float64)
     out = []

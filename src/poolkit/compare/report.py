@@ -384,13 +384,14 @@ def frontier_footer(task: str, ranked: Sequence[Result]) -> list[str]:
     the rows left off a frontier for want of their cost."""
     if not any(r.frontier_bytes is not None for r in ranked):
         return []
-    from poolkit.compare.frontier import QUERY_COST, bytes_cost
+    from poolkit.compare.frontier import QUERY_COST, QUERY_NOISE, bytes_cost
 
     main = METRICS[task][0]
     out = [
         f"frontier: bytes = no other row has a higher {main} at no more bytes per document, "
-        "query = at no more query time (encoding + search, ms per query); of #1 and the rows "
-        "the paired test cannot tell from it, only the cheapest; ties on both: each row "
+        "query = at no more query time (encoding + search, ms per query; times within "
+        f"{QUERY_NOISE:.0%} of each other count as the same: run-to-run noise); of #1 and the "
+        "rows the paired test cannot tell from it, only the cheapest; ties on both: each row "
         "marked."
     ]
     for front, what, cost in (("bytes", "no bytes per document", bytes_cost),

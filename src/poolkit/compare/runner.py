@@ -41,6 +41,7 @@ from poolkit.compare.timing import TimedEncoder
 from poolkit.driver import LayerViews, drive
 from poolkit.output import bytes_per_vector
 from poolkit.recipe import Recipe
+from poolkit.sparse.embed import mlm_head
 
 __all__ = ["LEVELS", "Settings", "compare", "planned_rows"]
 
@@ -139,6 +140,9 @@ def planned_rows(
     if intended is not None and intended.kind != "dense":  # a sparse model: its own row
         extra = extra if intended in extra else [intended, *extra]
         own_sparse, intended = intended, None
+    for r in extra:  # a sparse row the model cannot run: refused before any forward pass
+        if r.kind == "sparse":
+            mlm_head(encoder, str(r))
     if intended is not None and strategies is None:
         # The model's own pooling always takes part unless the user narrowed the set.
         base = default_strategies("sequence")
