@@ -69,8 +69,9 @@ def test_plan_pickles_and_runs_the_same_elsewhere(minilm):
 def test_an_embed_command_builds_its_plan_once(flags, tiny_dirs, tmp_path, monkeypatch):
     """The plan is resolved once per command (plan.py's promise): not again for the int8
     ranges, nor per part of a chunked job. Every plan is built through head_plan."""
-    import poolkit.plan
     from clitools import run_cli
+
+    import poolkit.plan
 
     builds = []
     real = poolkit.plan.head_plan
