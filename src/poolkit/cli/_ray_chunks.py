@@ -41,7 +41,7 @@ class ChunkEmbedder(Embedder):
         where = [f"{t.rsplit(':', 1)[0]}: row {t.rsplit(':', 1)[1]}"
                  for t in batch.column("text_id").to_pylist()]  # fmt: skip
         part = self.chunking.chunk(SimpleNamespace(texts=texts, where=where), first)
-        vectors, _ = self.chunking.embed(part, progress=None, **self.embed_options)
+        vectors, _ = self.chunking.embed(part, self.plan, progress=None)  # made on start
         doc_ids, columns = part.rows(self.chunking.with_text)
         out = batch.take(doc_ids - first)
         if not self.keep_text:
