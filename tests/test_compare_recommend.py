@@ -230,3 +230,17 @@ def test_the_text_opens_with_the_answer_and_its_commands(run):
         assert f"embed #{row['rank']} {row['name']}: {row['embed_command']}" in lines
     assert table.splitlines()[0].startswith("#  recipe")
     assert report.EXPLAIN_HINT in table and "bytes/doc: what an index stores" not in table
+
+
+def test_budget_hints_do_not_split_times_within_the_noise():
+    """Two tied rows of the same bytes, 2.93 and 2.94 ms: no --max-query-ms hint (CI's
+    docs example of 2026-12-07 printed one); 1.0 vs 2.94 ms: the hint."""
+    rows = [_row("mean", 0.92, 1536, 2.9, 0.04, None, intended=True),
+            _row("mean_no_special", 0.91, 1536, 2.9, 0.03, (-0.01, -0.02, 0.01))]  # fmt: skip
+    ranked = report.rank(rows, "ndcg_at_10")
+    assert budget_hints(ranked, "ndcg_at_10") == []
+    rows[1] = _row("mean_no_special", 0.91, 1536, 0.9, 0.1, (-0.01, -0.02, 0.01))
+    ranked = report.rank(rows, "ndcg_at_10")
+    assert budget_hints(ranked, "ndcg_at_10") == [
+        "--max-query-ms 1 #2 mean_no_special, 2.94 #1 mean"
+    ]

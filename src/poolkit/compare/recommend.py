@@ -156,7 +156,8 @@ def _savings(r: Any, best: Any, per: str) -> str:
 def budget_hints(ranked: Sequence[Any], metric: str) -> list[str]:
     """Per cost flag, the limits that pick each tied row (:func:`tied_with_best`): its cost
     rounded up (bytes to a whole number, ms to 0.01), kept where ``best_within`` at that
-    limit is that row; a flag only where it picks two rows or more.
+    limit is that row (of two times within ``QUERY_NOISE``, the better row's only); a flag
+    only where it picks two rows or more.
     ``--max-bytes-per-doc 814 #4 bm25, 1536 #2 mean``."""
     tied = tied_with_best(ranked)
     quality = np.array([r.metrics[metric] for r in ranked], dtype=np.float64)
@@ -169,6 +170,9 @@ def budget_hints(ranked: Sequence[Any], metric: str) -> list[str]:
                         key=lambda i: cost[i]):  # fmt: skip
             limit = math.ceil(cost[i] * scale - 1e-9) / scale
             if best_within(quality, cost, limit) == i and i not in picks:
+                last = next(reversed(picks), None)
+                if scale != 1 and last is not None and cost[i] <= cost[last] * (1 + QUERY_NOISE):
+                    del picks[last]  # the same time (run-to-run noise): the better row only
                 picks[i] = limit
         if len(picks) > 1:  # a flag that picks one row only picks nothing among them
             said = [f"{limit:g} #{i + 1} {ranked[i].label}" for i, limit in picks.items()]
