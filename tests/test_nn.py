@@ -98,3 +98,29 @@ def test_modules_work_under_torch_compile(batch):
         eager = module(*args)
         compiled = torch.compile(module, backend="aot_eager")(*args)
         torch.testing.assert_close(compiled, eager)
+
+
+@pytest.mark.parametrize("name", ["mean/256", "cls+mean/l2/128", "mean"])
+def test_pooler_with_dims_is_embed_on_the_pooled_pipeline(name, minilm, minilm_dir):
+    """#51: ``Pooler("mean/256")`` is ``embed(recipe="mean/256")`` (the pooled pipeline: no
+    model module), on the model's own hidden states from transformers, gradients kept."""
+    from transformers import AutoModel, AutoTokenizer
+
+    import poolkit
+
+    texts = ["A man is playing a guitar.", "hello", "Prices rose 3.5% in 2024."]
+    tok = AutoTokenizer.from_pretrained(minilm_dir)
+    enc = tok(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    hidden = AutoModel.from_pretrained(minilm_dir)(**enc).last_hidden_state
+    pooler = Pooler(name)
+    got = pooler(hidden, enc["attention_mask"])
+    want = poolkit.embed(texts, minilm, name, pipeline="pooled")
+    assert got.shape == want.shape == (3, pooler.output_dim(384))
+    np.testing.assert_allclose(got.detach().numpy(), want, atol=2e-6)
+    got.sum().backward()  # the truncation keeps the graph
+    assert got.requires_grad
+
+
+def test_pooler_refuses_a_precision_in_one_line():
+    with pytest.raises(ValueError, match=r"/DIMS but no /PRECISION.*'mean/256/int8'"):
+        Pooler("mean/256/int8")

@@ -42,6 +42,7 @@ from poolkit._legacy import legacy_recipe
 from poolkit._plan import row_bounds
 from poolkit.driver import LayerViews, l2_normalize, sequence_vectors
 from poolkit.errors import InputError
+from poolkit.output import truncate
 from poolkit.recipe import Recipe
 from poolkit.sequence import parse_sequence_strategy
 from poolkit.spans import (
@@ -56,7 +57,9 @@ from poolkit.words import word_embeddings, words_dense
 
 
 class Pooler(nn.Module):
-    """A sequence recipe as a module: ``(B, L, H)`` + mask ``(B, L)`` -> ``(B, D)``.
+    """A sequence recipe as a module: ``(B, L, H)`` + mask ``(B, L)`` -> ``(B, D)``; a
+    ``/DIMS`` recipe keeps the first ``DIMS`` (L2 again with ``/l2``), as
+    ``embed(..., pipeline="pooled")`` does; ``/PRECISION`` is refused (no gradient).
 
     ``recipe``: a :class:`~poolkit.Recipe` or a name (a list of names: concatenated),
     default ``"mean"``; ``strategy`` and ``exclude_special`` are its deprecated spellings
@@ -82,14 +85,16 @@ class Pooler(nn.Module):
         if recipe is not None and not isinstance(recipe, str | Recipe):
             recipe = "+".join(parse_sequence_strategy(recipe))  # a list: concatenated
         recipe = Recipe.parse(recipe or "mean")
-        if recipe.level != "sequence" or recipe.has_output_stage:
-            value_error("recipe", "a sequence recipe, no /DIMS or /PRECISION", repr(str(recipe)))
+        if recipe.level != "sequence" or recipe.precision is not None:
+            # int8/binary codes have no gradient: quantise the module's output after training
+            # (poolkit.output.quantize), as embed does.
+            value_error("recipe", "a sequence recipe, /DIMS but no /PRECISION", repr(str(recipe)))
         self.recipe = recipe
         check_mode(check)
         self.check = check
 
     def output_dim(self, hidden_size: int) -> int:
-        return self.recipe.pooled_dim(hidden_size)
+        return self.recipe.output_dim(hidden_size)
 
     def forward(
         self,
@@ -98,7 +103,11 @@ class Pooler(nn.Module):
         special_tokens_mask: Any = None,
     ) -> torch.Tensor:
         views = LayerViews.of(hidden, mask, special_tokens_mask)
-        return sequence_vectors(views, [self.recipe], check=self.check, host=False)[self.recipe]
+        pooled = sequence_vectors(views, [self.recipe.pooling], check=self.check, host=False)
+        # /DIMS as embed's "pooled" pipeline applies it: no model module, so no model
+        # normalisation; L2 again where the recipe asks for it (/l2).
+        return truncate(pooled[self.recipe.pooling], self.recipe.dims,
+                        normalize=self.recipe.resolved_normalize(False))  # fmt: skip
 
     def extra_repr(self) -> str:
         return f"recipe={str(self.recipe)!r}" + _check_repr(self.check)

@@ -79,17 +79,21 @@ def l2_normalize(x: Any) -> Any:
     return (x / np.maximum(norm, 1e-12)).astype(np.float32, copy=False)
 
 
-def truncate(vectors: np.ndarray, dims: int | None, *, normalize: bool) -> np.ndarray:
+def truncate(vectors: Any, dims: int | None, *, normalize: bool) -> Any:
     """The first ``dims`` columns of float ``(N, D)`` ``vectors`` (all of them for
-    ``None``), L2-normalised again when ``normalize`` (a Matryoshka model's vectors)."""
-    vectors = np.asarray(vectors, dtype=np.float32)
+    ``None``), L2-normalised again when ``normalize`` (a Matryoshka model's vectors).
+    NumPy in, float32 NumPy out; a torch tensor stays one (its device, dtype and graph)."""
+    if not hasattr(vectors, "detach"):
+        vectors = np.asarray(vectors, dtype=np.float32)
     if vectors.ndim != 2:
-        value_error("vectors", "a 2-D array (N, D)", f"shape {vectors.shape}")
+        value_error("vectors", "a 2-D array (N, D)", f"shape {tuple(vectors.shape)}")
     if dims is None or dims == vectors.shape[1]:
         return vectors
     if not 1 <= dims <= vectors.shape[1]:
         value_error("dims", f"between 1 and the vectors' width {vectors.shape[1]}", dims)
-    out = np.ascontiguousarray(vectors[:, :dims])
+    out = vectors[:, :dims]
+    if isinstance(out, np.ndarray):
+        out = np.ascontiguousarray(out)
     return l2_normalize(out) if normalize else out
 
 
