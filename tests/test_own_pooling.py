@@ -252,3 +252,69 @@ def test_compare_row_on_sts_b_is_the_function_by_hand_and_its_command_reproduces
     assert done.returncode == 0, done.stderr.decode()
     np.testing.assert_allclose(np.load(tmp_path / "vectors.npy"),
                                np.stack([unit(vec[t]) for t in unique[:20]]), atol=1e-6)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["power_mean", "first_last+mean/128"])
+def test_exported_folder_loads_in_sentence_transformers_with_embeds_vectors(
+    recipe, installed, plugin_dir, minilm_dir, tmp_path
+):
+    """The exported folder pools with poolkit's module (sentence-transformers' Pooling has
+    no user poolings); ``SentenceTransformer(folder, trust_remote_code=True)`` (sentence-
+    transformers asks it for any module class of another package) in a fresh process that finds the
+    plugin by its entry point gives ``poolkit.embed``'s vectors (Normalize and /DIMS
+    included)."""
+    folder = pk.export(minilm_dir, tmp_path / "st", recipe=recipe)
+    modules = json.loads((folder / "modules.json").read_text())
+    assert modules[1]["type"] == "poolkit.deploy.st_module.RecipePooling"
+    assert (
+        json.loads((folder / "1_Pooling" / "config.json").read_text())["recipe"]
+        == (recipe.split("/")[0])
+    )
+    want = pk.embed(TEXTS, minilm_dir, recipe)
+    script = ("import sys, numpy as np; from sentence_transformers import SentenceTransformer; "
+              "model = SentenceTransformer(sys.argv[1], trust_remote_code=True); "
+              "np.save(sys.argv[2], model.encode(sys.argv[3:]))")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", script, str(folder), str(tmp_path / "st.npy"),
+                           *TEXTS], env=env, capture_output=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    got = np.load(tmp_path / "st.npy")
+    assert got.shape == want.shape == (len(TEXTS), 128 if "/128" in recipe else 384)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_onnx_export_carries_a_traceable_pooling_and_refuses_one_that_is_not(
+    installed, minilm_dir, tmp_path
+):
+    """``first_last`` (tensor operations) exports to an ONNX graph that agrees with
+    ``poolkit.embed`` (the export's own check, left and right padding); ``numpy_max`` (NumPy:
+    its trace fixes the batch) is refused as an ExportError naming it, nothing written."""
+    from poolkit.errors import ExportError
+
+    folder = pk.export(minilm_dir, tmp_path / "ok", recipe="first_last", format="onnx")
+    record = json.loads((folder / "poolkit-export.json").read_text())
+    assert record["agreement"]["fp32"]["max_abs_diff"] <= 1e-4
+    with pytest.raises(ExportError, match="numpy_max") as caught:
+        pk.export(minilm_dir, tmp_path / "no", recipe="numpy_max", format="onnx")
+    assert "Nothing was written" in str(caught.value)
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.slow
+def test_onnx_export_of_a_pooling_traced_with_its_batch_fixed_is_one_error(
+    registered, minilm_dir, tmp_path
+):
+    """``range(len(h))`` fixes the traced batch size: onnxruntime fails on the check batches
+    of other sizes; the export says so naming the pooling (not the runtime's error)."""
+    from poolkit.errors import ExportError
+
+    def fixed_batch(h, mask):
+        return h[range(len(h)), mask.sum(1) - 1]
+
+    pk.register_pooling("fixed_batch", fixed_batch)
+    registered.append("fixed_batch")
+    with pytest.raises(ExportError, match="The pooling 'fixed_batch' does not trace to ONNX"):
+        pk.export(minilm_dir, tmp_path / "no", recipe="fixed_batch", format="onnx")
+    assert not (tmp_path / "no").exists()

@@ -133,7 +133,12 @@ def build_graph(
     for ids, mask in check_batches(vocab):
         with torch.inference_mode():
             ref = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
-        worst = max(worst, float(np.abs(runner(ids, mask) - ref).max()))
+        try:
+            got = runner(ids, mask)
+        except Exception as e:  # onnxruntime's own kinds: no common base to name
+            _refuse_untraceable(recipe, e)
+            raise
+        worst = max(worst, float(np.abs(got - ref).max()))
     if not worst <= FP32_TOL:
         raise ExportError(
             expected=f"the ONNX graph of recipe {str(recipe)!r} to agree with the torch model on "
@@ -143,3 +148,23 @@ def build_graph(
             "allows it.",
         )
     return {"opset": OPSET, "inputs": list(runner.input_names), "max_abs_diff_vs_torch": worst}
+
+
+def _refuse_untraceable(recipe: Recipe, error: Exception) -> None:
+    """An ExportError naming the user pooling of ``recipe`` whose graph failed to run on a
+    check batch (traced with the batch size fixed: a Python ``range``, NumPy); returns where
+    the recipe has none (the runtime's error stands: poolkit's own graph failed)."""
+    from poolkit.errors import ExportError
+    from poolkit.poolings import user_pooling
+
+    own = [name for name, _ in recipe.parts if user_pooling(name) is not None]
+    if not own:
+        return
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    raise ExportError(
+        expected=f"the ONNX graph of recipe {str(recipe)!r} to run on batches of any size",
+        got=f"onnxruntime failed on a check batch ({first[:160]})",
+        fix=f"The pooling {own[0]!r} does not trace to ONNX for every batch: write it with "
+        "tensor operations only (torch.arange(h.shape[0]), not range(len(h)); no NumPy), or "
+        "use `format='sentence-transformers'`. Nothing was written.",
+    ) from None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import value_error
+from poolkit.poolings import user_pooling
 from poolkit.recipe import Recipe
 
 __all__ = ["ST_ORDER", "copy_files", "copy_pipeline", "read_json", "st_pooling_config", "st_refusal",
@@ -48,6 +49,8 @@ def st_refusal(recipe: Recipe) -> str | None:
     if dropped:
         return f"{dropped[0]}_no_special (Pooling cannot drop special tokens)"
     unknown = [n for n in names if n not in _RANK]
+    if unknown and all(user_pooling(n) is not None for n in unknown):
+        return None  # a user's pooling: poolkit's own module pools (st_module.py)
     if unknown:
         return f"the strategy {unknown[0]} (Pooling has cls, max, mean, mean_sqrt_len, weighted_mean, last)"
     if len(set(names)) != len(names):
@@ -62,7 +65,9 @@ def st_refusal(recipe: Recipe) -> str | None:
 
 
 def st_pooling_config(recipe: Recipe, hidden_size: int) -> dict[str, Any]:
-    """``1_Pooling/config.json`` for ``recipe`` on a model of width ``hidden_size``.
+    """``1_Pooling/config.json`` for ``recipe`` on a model of width ``hidden_size``: the
+    ``pooling_mode_*`` keys, or, for a user's pooling, ``{"recipe", "word_embedding_dimension"}``
+    (poolkit's :class:`~poolkit.deploy.st_module.RecipePooling`).
 
     Raises:
         InputError: the recipe cannot be expressed (:func:`st_refusal` says what).
@@ -76,6 +81,8 @@ def st_pooling_config(recipe: Recipe, hidden_size: int) -> dict[str, Any]:
             "Use `format='onnx'`, which carries any recipe.",
         )
     names = {name for name, _ in recipe.parts}
+    if not names <= set(_RANK):  # a user's pooling: the recipe, for RecipePooling
+        return {"recipe": str(recipe.pooling), "word_embedding_dimension": hidden_size}
     config: dict[str, Any] = {"word_embedding_dimension": hidden_size}
     config.update({key: name in names for name, key in ST_ORDER})
     config["include_prompt"] = True
@@ -167,7 +174,12 @@ def copy_pipeline(
         return dest / path
 
     add("Transformer")
-    add("Pooling").mkdir()
+    if "recipe" in pooling:  # poolkit's module: a user's pooling (see st_pooling_config)
+        from poolkit.deploy.st_module import MODULE_TYPE
+
+        add("Pooling", MODULE_TYPE).mkdir()
+    else:
+        add("Pooling").mkdir()
     write_json(dest / "1_Pooling" / "config.json", pooling)
     for entry in source_heads(source):
         shutil.copytree(source / str(entry.get("path") or ""), add(_kind(entry), entry["type"]))
