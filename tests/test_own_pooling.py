@@ -271,6 +271,8 @@ def test_exported_folder_loads_in_sentence_transformers_with_embeds_vectors(
         json.loads((folder / "1_Pooling" / "config.json").read_text())["recipe"]
         == (recipe.split("/")[0])
     )
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert f'SentenceTransformer("{folder}", trust_remote_code=True)' in card
     want = pk.embed(TEXTS, minilm_dir, recipe)
     script = ("import sys, numpy as np; from sentence_transformers import SentenceTransformer; "
               "model = SentenceTransformer(sys.argv[1], trust_remote_code=True); "

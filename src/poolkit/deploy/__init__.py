@@ -38,6 +38,7 @@ from poolkit._versions import installed_versions
 from poolkit.deploy.stage import check_stage_export, stage_ranges
 from poolkit.encoder_cache import get_encoder
 from poolkit.output import Calibration
+from poolkit.poolings import user_pooling
 from poolkit.recipe import Recipe
 
 __all__ = ["EXPORT_FORMATS", "RECORD", "export", "runtime_tokenizer"]
@@ -72,6 +73,16 @@ _ST_LOAD = """\
 from sentence_transformers import SentenceTransformer
 
 model = SentenceTransformer("{dir}")
+vectors = model.encode(["A man is playing a guitar."])  # ({dim},) per text
+"""
+
+# A folder pooled by poolkit's module (a user's pooling): sentence-transformers imports a
+# module class of another package only when asked to.
+_ST_LOAD_OWN = """\
+# needs poolkit and the package that installs the pooling {names}
+from sentence_transformers import SentenceTransformer
+
+model = SentenceTransformer("{dir}", trust_remote_code=True)
 vectors = model.encode(["A man is playing a guitar."])  # ({dim},) per text
 """
 
@@ -335,7 +346,8 @@ def export(
     def write(work: Path) -> str:
         if format == "sentence-transformers":
             _write_st(encoder, parsed, normalize, work, record)
-            load = _ST_LOAD
+            own = [n for n, _ in parsed.parts if user_pooling(n) is not None]
+            load = _ST_LOAD_OWN.replace("{names}", ", ".join(own)) if own else _ST_LOAD
         else:
             _write_onnx(encoder, parsed, normalize, quantize, work, record, ranges)
             load = ONNX_LOAD
