@@ -74,9 +74,10 @@ class Plan:
     ranges: Mapping[str, Calibration]
     pooled_only: tuple[str, ...] = ()
 
-    def with_ranges(self, ranges: Mapping[str, Calibration]) -> Plan:
-        """This plan with the int8/uint8 ``ranges`` (by name) checked and set: a plan made
-        with ``calibration=None`` (to check widths) then calibrated, with no second
+    def with_ranges(self, ranges: Mapping[str, Calibration] | None) -> Plan:
+        """This plan with each ``/DIMS`` checked against its width and the int8/uint8
+        ``ranges`` (by name) checked and set (None: not yet, as :func:`make_plan` takes
+        ``calibration``): a plan made to check widths, then calibrated, with no second
         resolution."""
         staged = {name: r for name, r in self.recipes.items() if r.has_output_stage}
         return replace(self, ranges=check_output_stages(staged, self.widths, ranges))
@@ -173,10 +174,9 @@ def make_plan(
         width = pooled_width(encoder, r)
         head = heads.get(r)
         widths[name] = head.out_dim(width) if head is not None else width
-    staged = {name: r for name, r in recipes.items() if r.has_output_stage}
-    ranges = check_output_stages(staged, widths, calibration)
     pooled_only = tuple(skipped) if pipeline == "fit" else ()
-    return Plan(dict(recipes), text, heads, model_normalize, widths, ranges, pooled_only)
+    plan = Plan(dict(recipes), text, heads, model_normalize, widths, {}, pooled_only)
+    return plan.with_ranges(calibration)
 
 
 def check_output_stages(

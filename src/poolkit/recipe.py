@@ -382,6 +382,12 @@ class Recipe:
         return tuple(out)
 
     @property
+    def user_poolings(self) -> tuple[str, ...]:
+        """The parts that are users' poolings (:mod:`poolkit.poolings`), in order: every
+        part a parsed recipe holds is built in or registered."""
+        return tuple(name for name, _ in self.parts if name not in SEQUENCE_STRATEGIES)
+
+    @property
     def all_layers(self) -> bool:
         """Whether the encoder must return every layer's hidden states."""
         return self.layers is not None

@@ -35,13 +35,12 @@ from poolkit.compare.hybrid import plan as fuse_plan
 from poolkit.compare.multivector import RERANK
 from poolkit.compare.multivector import check_candidates as check_multivector
 from poolkit.compare.report import Result
-from poolkit.compare.sparse_rows import score_extra_rows, split_extra
+from poolkit.compare.sparse_rows import check_extra_rows, score_extra_rows, split_extra
 from poolkit.compare.summary import Row, summarize
 from poolkit.compare.timing import TimedEncoder
 from poolkit.driver import LayerViews, drive
 from poolkit.output import bytes_per_vector
 from poolkit.recipe import Recipe
-from poolkit.sparse.embed import mlm_head
 
 __all__ = ["LEVELS", "Settings", "compare", "planned_rows"]
 
@@ -140,9 +139,7 @@ def planned_rows(
     if intended is not None and intended.kind != "dense":  # a sparse model: its own row
         extra = extra if intended in extra else [intended, *extra]
         own_sparse, intended = intended, None
-    for r in extra:  # a sparse row the model cannot run: refused before any forward pass
-        if r.kind == "sparse":
-            mlm_head(encoder, str(r))
+    check_extra_rows(encoder, extra)  # before any forward pass
     if intended is not None and strategies is None:
         # The model's own pooling always takes part unless the user narrowed the set.
         base = default_strategies("sequence")

@@ -22,7 +22,14 @@ from poolkit.bm25 import BM25, parse_bm25
 from poolkit.compare.timing import timed_depths
 from poolkit.sparse.names import SPARSE_STRATEGIES
 
-__all__ = ["BM25", "parse_bm25", "score_extra_rows", "sparsity_facts", "split_extra"]
+__all__ = [
+    "BM25",
+    "check_extra_rows",
+    "parse_bm25",
+    "score_extra_rows",
+    "sparsity_facts",
+    "split_extra",
+]
 
 
 def split_extra(strategies: Sequence[Any] | None, task: str) -> tuple[list[Any] | None, list[Any]]:
@@ -130,6 +137,17 @@ def bm25_ranked(
         "fused_search_ms": fused * per_query,
     }
     return ranked, scores, cost
+
+
+def check_extra_rows(encoder: Any, rows: Sequence[Any]) -> None:
+    """Refuse, before any forward pass, a sparse row of ``rows`` that ``encoder``'s model
+    cannot run (no MLM head: one line naming the row); the head it loads is the one
+    :func:`score_extra_rows` uses. BM25 rows need no model."""
+    from poolkit.sparse.embed import mlm_head
+
+    for r in rows:
+        if not isinstance(r, BM25):
+            mlm_head(encoder, str(r))
 
 
 def score_extra_rows(

@@ -38,7 +38,6 @@ from poolkit._versions import installed_versions
 from poolkit.deploy.stage import check_stage_export, stage_ranges
 from poolkit.encoder_cache import get_encoder
 from poolkit.output import Calibration
-from poolkit.poolings import user_pooling
 from poolkit.recipe import Recipe
 
 __all__ = ["EXPORT_FORMATS", "RECORD", "export", "runtime_tokenizer"]
@@ -346,14 +345,14 @@ def export(
     def write(work: Path) -> str:
         if format == "sentence-transformers":
             _write_st(encoder, parsed, normalize, work, record)
-            own = [n for n, _ in parsed.parts if user_pooling(n) is not None]
-            load = _ST_LOAD_OWN.replace("{names}", ", ".join(own)) if own else _ST_LOAD
+            load = _ST_LOAD_OWN if parsed.user_poolings else _ST_LOAD
         else:
             _write_onnx(encoder, parsed, normalize, quantize, work, record, ranges)
             load = ONNX_LOAD
         stage = record.get("onnx", {}).get("output_stage")
         dim = stage["width"] if stage else record["output_dim"]  # packed bits: bytes
-        return load.format(dir=os.fspath(out_dir), dim=dim)
+        return load.format(dir=os.fspath(out_dir), dim=dim,
+                           names=", ".join(parsed.user_poolings))  # fmt: skip
 
     return write_folder(out, replace, record, write)
 

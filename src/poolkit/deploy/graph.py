@@ -155,9 +155,8 @@ def _refuse_untraceable(recipe: Recipe, error: Exception) -> None:
     check batch (traced with the batch size fixed: a Python ``range``, NumPy); returns where
     the recipe has none (the runtime's error stands: poolkit's own graph failed)."""
     from poolkit.errors import ExportError
-    from poolkit.poolings import user_pooling
 
-    own = [name for name, _ in recipe.parts if user_pooling(name) is not None]
+    own = recipe.user_poolings
     if not own:
         return
     first = (str(error).strip().splitlines() or [type(error).__name__])[0]

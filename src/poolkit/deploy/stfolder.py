@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import value_error
-from poolkit.poolings import user_pooling
 from poolkit.recipe import Recipe
 
 __all__ = ["ST_ORDER", "copy_files", "copy_pipeline", "read_json", "st_pooling_config", "st_refusal",
@@ -48,9 +47,9 @@ def st_refusal(recipe: Recipe) -> str | None:
     dropped = [name for name, drop in recipe.parts if drop]
     if dropped:
         return f"{dropped[0]}_no_special (Pooling cannot drop special tokens)"
-    unknown = [n for n in names if n not in _RANK]
-    if unknown and all(user_pooling(n) is not None for n in unknown):
+    if recipe.user_poolings:
         return None  # a user's pooling: poolkit's own module pools (st_module.py)
+    unknown = [n for n in names if n not in _RANK]
     if unknown:
         return f"the strategy {unknown[0]} (Pooling has cls, max, mean, mean_sqrt_len, weighted_mean, last)"
     if len(set(names)) != len(names):
@@ -80,9 +79,9 @@ def st_pooling_config(recipe: Recipe, hidden_size: int) -> dict[str, Any]:
             f"{str(recipe)!r}, which has {reason}",
             "Use `format='onnx'`, which carries any recipe.",
         )
-    names = {name for name, _ in recipe.parts}
-    if not names <= set(_RANK):  # a user's pooling: the recipe, for RecipePooling
+    if recipe.user_poolings:  # the recipe, for poolkit's RecipePooling
         return {"recipe": str(recipe.pooling), "word_embedding_dimension": hidden_size}
+    names = {name for name, _ in recipe.parts}
     config: dict[str, Any] = {"word_embedding_dimension": hidden_size}
     config.update({key: name in names for name, key in ST_ORDER})
     config["include_prompt"] = True
