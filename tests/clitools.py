@@ -99,6 +99,14 @@ _FRESH_FILTERS = (
 )
 
 
+def _executor_worker(thread: threading.Thread) -> bool:
+    """A ``concurrent.futures`` pool's worker: at exit the interpreter stops it itself
+    (``concurrent.futures.thread._python_exit``), so a fresh process would not wait on it
+    (a library's module-level pool, e.g. under OpenVINO's int8 calibration, idles forever)."""
+    target = getattr(thread, "_target", None)
+    return getattr(target, "__module__", None) == "concurrent.futures.thread"
+
+
 @contextmanager
 def _isolated(cwd, env, umask, stdin, stdout, stderr) -> Iterator[None]:
     """The process state a command sees as a fresh process would, restored afterwards:
@@ -132,7 +140,7 @@ def _isolated(cwd, env, umask, stdin, stdout, stderr) -> Iterator[None]:
             warnings.showwarning = _show_on_stderr
             yield
             for thread in set(threading.enumerate()) - before:
-                if not thread.daemon:
+                if not thread.daemon and not _executor_worker(thread):
                     thread.join()
             _stamp_encoders()
     finally:
