@@ -57,3 +57,55 @@ def test_moved_names_are_importable_where_they_were():
     assert deploy.runtime_tokenizer is onnx.runtime_tokenizer
     assert sparse_rows.BM25 is bm25.BM25 and sparse_rows.parse_bm25 is bm25.parse_bm25
     assert "runtime_tokenizer" in deploy.__all__
+
+
+# Family names (#51): outside the families' own modules and their registry, code should ask
+# the registry (poolkit.families), not compare a recipe's level or kind with a family name.
+# The sites left, counted on the AST, may only go down (79 before the registry).
+FAMILY_NAMES = {"dense", "sparse", "multivector", "lexical", "hybrid", "bm25"}
+FAMILY_HOMES = ("sparse/", "multivector/", "families.py", "plan.py", "bm25.py")
+FAMILY_NAME_SITES = 66
+
+
+def _family_name_sites(source: str) -> int:
+    """Comparisons (``==``, ``!=``, ``in``) and calls with a family name among their
+    operands or arguments, in ``source``."""
+    import ast
+
+    def named(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and node.value in FAMILY_NAMES
+
+    count = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            count += any(named(n) for n in ast.walk(node))
+        elif isinstance(node, ast.Call):
+            count += any(named(a) for a in node.args)
+    return count
+
+
+def test_the_counter_sees_each_form():
+    code = (
+        'if r.level == "sparse": pass\n'
+        'x = r.kind in ("dense", "multivector")\n'
+        'f("hybrid")\n'
+        'y = r.level == "sequence"\n'
+    )
+    assert _family_name_sites(code) == 3
+
+
+def test_family_names_are_compared_only_in_the_families():
+    from pathlib import Path
+
+    import poolkit
+
+    root = Path(poolkit.__file__).parent
+    sites = {
+        rel: n
+        for path in sorted(root.rglob("*.py"))
+        if not (rel := path.relative_to(root).as_posix()).startswith(FAMILY_HOMES)
+        and (n := _family_name_sites(path.read_text(encoding="utf-8")))
+    }
+    total = sum(sites.values())
+    assert total <= FAMILY_NAME_SITES, f"{total} sites (was {FAMILY_NAME_SITES}): {sites}"
+    assert total >= FAMILY_NAME_SITES, f"down to {total}: lower FAMILY_NAME_SITES to it"

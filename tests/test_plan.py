@@ -89,3 +89,60 @@ def test_an_embed_command_builds_its_plan_once(flags, tiny_dirs, tmp_path, monke
     assert out.returncode == 0, out.stderr.decode()
     assert (tmp_path / "out.parquet").exists()
     assert len(builds) == 1, builds
+
+
+@pytest.mark.parametrize(
+    ("family", "recipe", "out"),
+    [
+        ("dense", "mean/raw", "out.npy"),
+        ("sparse", "splade/top8", "out.npz"),
+        ("multivector", "multivector:tokens", "out.parquet"),
+    ],
+)
+def test_each_family_runs_the_one_plan_of_the_registry(family, recipe, out, tmp_path, monkeypatch):
+    """Every family's job is resolved by its registered planner (poolkit.families), once for
+    all its parts, and the rows written are that plan's: a counting planner, registered in
+    the family's place, sees one call and the vectors equal poolkit.embed's."""
+    import warnings
+
+    from clitools import run_cli
+    from tiny_models import build_mlm, build_multivector
+
+    import poolkit
+    import poolkit.families as families
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build = build_multivector if family == "multivector" else build_mlm
+        model = build("bert_dense", tmp_path / "model")
+    families._planner(family)  # the built-in registers itself
+    real, calls = families._planners[family], []
+
+    def counted(encoder, recipes, **request):
+        calls.append(sorted(recipes))
+        return real(encoder, recipes, **request)
+
+    monkeypatch.setitem(families._planners, family, counted)
+    texts = [f"text {i} " + "with some words " * (1 + i) for i in range(5)]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    run = run_cli(["embed", "in.txt", "-o", out, "--model", str(model), "--recipe", recipe,
+                   "--part-size", "2"], cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr.decode()
+    assert calls == [[recipe]]
+    calls.clear()
+    want = poolkit.embed(texts, str(model), recipe)
+    assert len(calls) == 1  # the library call too
+    if family == "dense":
+        np.testing.assert_allclose(np.load(tmp_path / out), want, atol=1e-6)
+    elif family == "sparse":
+        import scipy.sparse as sp
+
+        got = sp.load_npz(tmp_path / out)
+        np.testing.assert_allclose(got.toarray(), want.toarray(), atol=1e-6)
+    else:
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(tmp_path / out)[recipe].to_pylist()  # a (tokens, D) list a text
+        assert len(rows) == len(want)
+        for got, one in zip(rows, want, strict=True):
+            np.testing.assert_allclose(np.asarray(got, np.float32), one, atol=1e-6)

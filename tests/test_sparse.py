@@ -150,7 +150,7 @@ def test_model_without_mlm_head_is_refused(tiny_dirs: dict[str, object]) -> None
 
 
 def test_mixed_kinds_refused(mlm_dirs: dict[str, object]) -> None:
-    with pytest.raises(ValueError, match="one kind per call"):
+    with pytest.raises(ValueError, match="one family per call"):
         poolkit.embed(["x"], model=mlm_dirs["bert_dense"], recipe=["mean", "splade"])
 
 

@@ -26,9 +26,10 @@ from poolkit.driver import (
 from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens, check_texts
 from poolkit.encoder_cache import ModelRef, get_encoder
 from poolkit.errors import InputError
+from poolkit.families import family_plan
 from poolkit.output import Calibration, needs_calibration, truncate
 from poolkit.plan import Plan, head_plan, make_plan
-from poolkit.prompts import check_pipeline, resolve_prompt, side_of
+from poolkit.prompts import check_pipeline, resolve_prompt
 from poolkit.recipe import Recipe
 
 __all__ = [
@@ -272,18 +273,10 @@ def embed(
         return embed_multivector_recipe(items, encoder, wanted, prompt_name=prompt_name,
                                         prompt=prompt, max_batch_tokens=opts["max_batch_tokens"],
                                         return_stats=return_stats, progress=progress)  # fmt: skip
-    if recipe_kind(req.recipes) == "sparse":
-        from poolkit.sparse import embed_sparse
-
-        side = side_of(prompt_name)  # a routed model's queries take its query route
-        result, stats = embed_sparse(req.inputs, req.encoder, req.recipes, long_text=long_text,
-                                     max_batch_tokens=opts["max_batch_tokens"],
-                                     progress=progress, prompt=req.prompt, side=side)  # fmt: skip
-    else:
-        result, stats = embed_recipes(req.inputs, req.encoder, req.recipes, long_text=long_text,
-                                      max_batch_tokens=opts["max_batch_tokens"],
-                                      progress=progress, prompt_name=prompt_name, prompt=prompt,
-                                      pipeline=opts["pipeline"], calibration=req.ranges)  # fmt: skip
+    plan = family_plan(req.encoder, req.recipes, prompt_name=prompt_name, prompt=prompt,
+                       pipeline=opts["pipeline"], calibration=req.ranges or {})  # fmt: skip
+    result, stats = plan.run(req.encoder, req.inputs, long_text=long_text,
+                             max_batch_tokens=opts["max_batch_tokens"], progress=progress)  # fmt: skip
     warn_truncated(stats)
     out: Any = result if req.as_dict else next(iter(result.values()))
     return (out, stats) if return_stats else out

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from poolkit._errors import value_error
 from poolkit.driver import EmbedStats, LayerViews, drive, sequence_vectors
 from poolkit.encoder import EncodedBatch, Encoder, LongText
+from poolkit.families import register_family
 from poolkit.output import (
     Calibration,
     bytes_per_vector,
@@ -56,6 +57,7 @@ class Plan:
     """Dense recipes resolved for one encoder (see :func:`make_plan`).
 
     Attributes:
+        family: ``"dense"``, the family whose plan this is (:mod:`poolkit.families`).
         recipes: name -> :class:`~poolkit.Recipe`, output stage included.
         prompt: the prompt text put before every text (``None``: none).
         heads: pooling recipe -> the model's modules after pooling it gets.
@@ -66,6 +68,7 @@ class Plan:
             (their width does not fit them, or poolkit cannot apply them).
     """
 
+    family: ClassVar[str] = "dense"
     recipes: Mapping[str, Recipe]
     prompt: str | None
     heads: Mapping[Recipe, Any]
@@ -98,6 +101,18 @@ class Plan:
             out[name] = Output("dense", dims, stored_dtype(r.precision),
                                bytes_per_vector(dims, r.precision))  # fmt: skip
         return out
+
+    def columns(
+        self, vectors: Mapping[str, np.ndarray], widths: Mapping[str, int]
+    ) -> list[tuple[str, Any]]:
+        """Each output as a ``fixed_size_list<dtype>[D]`` Parquet column."""
+        from poolkit.io.writers import dense_column
+
+        return [(name, dense_column(vectors[name])) for name in self.recipes]
+
+    def record(self, widths: Mapping[str, int]) -> None:
+        """None: a dense column says what it is (its width, its dtype)."""
+        return None
 
     def run(
         self,
@@ -253,3 +268,6 @@ def pooled_width(encoder: Encoder, recipe: Recipe) -> int:
 
     drive(encoder, ["x"], on_batch, all_layers=pooling.all_layers, prompt="")
     return width[0]
+
+
+register_family("dense", make_plan)

@@ -361,6 +361,13 @@ class Recipe:
         return "dense"
 
     @property
+    def family(self) -> str:
+        """The family that computes it (:mod:`poolkit.families`): ``"sparse"``,
+        ``"multivector"`` (MUVERA too: its one vector is made from the token vectors) or
+        ``"dense"`` (every pooling of token states: sequence, word, span)."""
+        return self.level if self.level in ("sparse", "multivector") else "dense"
+
+    @property
     def has_output_stage(self) -> bool:
         """Whether the recipe truncates or stores at a precision other than float32."""
         return self.dims is not None or self.precision is not None

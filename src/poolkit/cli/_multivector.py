@@ -78,21 +78,20 @@ class MultivectorPart:
     vectors as the job's sink takes them."""
 
     def __init__(self, args: argparse.Namespace, encoder: Any, recipe: Any) -> None:
-        from poolkit.multivector.api import check_width, side_prompt
+        from poolkit.families import family_plan
         from poolkit.multivector.encode import late_interaction, side_length
-        from poolkit.prompts import side_of
 
         self.encoder = encoder
         self.recipe = recipe
         self.late = late_interaction(encoder)
-        self.side = side_of(args.prompt_name)
-        try:
-            self.prompt = side_prompt(self.late, args.prompt_name, args.prompt)
-            check_width(encoder, recipe)
+        try:  # the job's one resolution: the side, its prompt, the width checked
+            self.plan = family_plan(encoder, {str(recipe): recipe}, prompt_name=args.prompt_name,
+                                    prompt=args.prompt)  # fmt: skip
         except InputError as e:
             from poolkit.cli._flags import MULTIVECTOR, flagged
 
             raise flagged(e, MULTIVECTOR) from None
+        self.side, self.prompt = self.plan.side, self.plan.prompt
         self.normalize = recipe.resolved_normalize(self.late.normalize)
         self.max_length = side_length(self.late, self.side, encoder.max_length)
         self.ragged = recipe.kind == "multivector"

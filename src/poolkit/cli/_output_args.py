@@ -95,34 +95,27 @@ def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) 
                          "your texts) or --ranges FILE.")  # fmt: skip
 
 
-def check_output_widths(
-    args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]
-) -> Plan | None:
+def check_output_widths(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> Any:
     """The plan's checks once the model is loaded, before any text (both engines): the
     prompt flags, the model's pipeline, each /DIMS (or --dims) against its vectors' width,
-    in one line naming the flag; sparse recipes: the head they need (and a local output).
-    Returns the dense recipes' plan, int8/uint8 ranges not set yet (sparse: None): the
-    job's one resolution (:meth:`~poolkit.plan.Plan.with_ranges` adds the ranges)."""
+    in one line naming the flag; sparse recipes: the head they need; a local output's
+    format against the recipes' kind. Returns the job's one resolution, its family's plan
+    (:func:`poolkit.families.family_plan`), int8/uint8 ranges not set yet
+    (:meth:`~poolkit.plan.Plan.with_ranges` adds them)."""
     from poolkit.cli._flags import flagged
     from poolkit.embedding import recipe_kind
-    from poolkit.plan import make_plan
-    from poolkit.prompts import resolve_prompt
+    from poolkit.families import family_plan
 
-    resolve_prompt(encoder.info, args.prompt_name, args.prompt)  # `prompt`: --prompt, printed
-    if recipe_kind(recipes) == "sparse":  # no modules after SPLADE pooling; the head it needs
-        from poolkit.sparse.embed import mlm_head
-
-        mlm_head(encoder, next(iter(recipes)))
-        if args.output != "-" and getattr(args, "engine", "local") != "ray":
-            from poolkit.io.writers import check_output
-
-            check_output(Path(args.output), list(recipes), True, "sparse")
-        return None
-    try:
-        return make_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
-                         pipeline="pooled" if args.pooled_only else "full")  # fmt: skip
+    try:  # the prompt first (each family's own rule: a multi-vector folder's sides)
+        plan = family_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
+                           pipeline="pooled" if args.pooled_only else "full")  # fmt: skip
     except (TypeError, ValueError) as e:
         raise flagged(e, {"dims": "--dims" if args.dims is not None else "--recipe"}) from None
+    if args.output != "-" and getattr(args, "engine", "local") != "ray":
+        from poolkit.io.writers import check_output
+
+        check_output(Path(args.output), list(recipes), True, recipe_kind(recipes))
+    return plan
 
 
 def _read_record(path: str) -> dict[str, Any]:

@@ -51,6 +51,6 @@ class ChunkEmbedder(Embedder):
             out = out.add_column(at, name, pa.array(values, pa.string() if name == "text"
                                                     else pa.int64()))  # fmt: skip
             at += 1
-        for name, column in self._arrow_columns(vectors):
+        for name, column in self.plan.columns(vectors, self.widths):
             out = out.append_column(name, column)
         return out

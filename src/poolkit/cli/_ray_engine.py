@@ -292,26 +292,21 @@ def _resolve(
         reference = os.fspath(args.model) if args.model is not None else str(model_dir)
         check_mlm_architecture(model_dir, reference=reference, recipe=str(sparse[0]))
     ranges = wants_ranges(args, wanted)
-    check = model_dir is not None and (plan is not None or wants_output_stage(args, wanted))
-    encoder = dense = None
+    encoder = job = None
     if model_dir is not None or (ranges and args.ranges is None):  # --calibrate: as locally
         from poolkit.embedding import get_encoder
-        from poolkit.ray import prepare
 
         encoder = get_encoder(args.model, device=args.device, dtype=args.dtype,
                               max_length=args.max_length, backend=args.backend,
                               quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                               calibrate=args.calibration)  # fmt: skip
         recipes = intended_recipes(wanted, encoder.info, args)
-        if check:  # in the flags' words first; the plan calibrates below
-            dense = check_output_widths(args, encoder, recipes)
-            if plan is not None:
-                from poolkit.cli._chunk_args import PartChunker
+        # The plan every worker makes as it starts (poolkit.ray.prepare), in the flags' words.
+        job = check_output_widths(args, encoder, recipes)
+        if plan is not None:
+            from poolkit.cli._chunk_args import PartChunker
 
-                PartChunker(plan, encoder, recipes)
-        if model_dir is not None:
-            prepare(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
-                    pipeline="pooled" if args.pooled_only else "full")  # fmt: skip
+            PartChunker(plan, encoder, recipes)
     if wanted is None and wants_output_stage(args, None):
         from poolkit.model_folder import model_info
 
@@ -320,7 +315,7 @@ def _resolve(
         return wanted, {}
     options = {"long_text": args.long_text, "prompt_name": args.prompt_name,
                "prompt": args.prompt, "pipeline": "pooled" if args.pooled_only else "full"}  # fmt: skip
-    return wanted, output_ranges(args, encoder, wanted, [], plan=dense, **options)
+    return wanted, output_ranges(args, encoder, wanted, [], plan=job, **options)
 
 
 def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:

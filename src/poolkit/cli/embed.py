@@ -239,14 +239,14 @@ def run(args: argparse.Namespace) -> int:
     recipes = intended_recipes(wanted, encoder.info, args)
     prompts = {"prompt_name": args.prompt_name, "prompt": args.prompt, "pipeline": _pipeline(args)}
     options = {"long_text": args.long_text, **prompts}
-    mv = chunking = first_chunks = dense = None
+    mv = chunking = first_chunks = job = None
     ranges: dict[str, Any] = {}
     if multivector:  # the folder's sides and projection, not the dense pipeline
         mv = MultivectorPart(args, encoder, next(iter(recipes.values())))
-    else:  # the job's one resolution of its dense recipes (None: sparse)
-        dense = check_output_widths(args, encoder, recipes)
+    else:  # the job's one resolution of its recipes
+        job = check_output_widths(args, encoder, recipes)
     if mv is None and plan is None:
-        ranges = output_ranges(args, encoder, recipes, first.texts, plan=dense, **options)
+        ranges = output_ranges(args, encoder, recipes, first.texts, plan=job, **options)
     elif mv is None:
         from poolkit.cli._chunk_args import PartChunker
         from poolkit.cli._output_args import RANGE_TEXTS
@@ -254,10 +254,10 @@ def run(args: argparse.Namespace) -> int:
         chunking = PartChunker(plan, encoder, recipes)
         first_chunks = chunking.chunk(first, 0)  # bad spans refused before the work dir
         texts, source = chunking.calibration_texts(first_chunks, RANGE_TEXTS)
-        ranges = output_ranges(args, encoder, recipes, texts, first_source=source, plan=dense,
+        ranges = output_ranges(args, encoder, recipes, texts, first_source=source, plan=job,
                                **options)  # fmt: skip
-    if dense is not None:  # every part, chunked or not, runs this plan
-        dense = dense.with_ranges(ranges)
+    if job is not None:  # every part, chunked or not, runs this plan
+        job = job.with_ranges(ranges)
     names = list(recipes)
     blank: list[int] = []  # ids of blank texts (kept as empty texts; --chunks refuses them)
     tally = _Tally()
@@ -293,14 +293,6 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:  # a folder poolkit wrote: say which choice it carries
             print(f"poolkit: pooling {encoder.info.pooling} ({encoder.info.pooling_source})",
                   file=sys.stderr)  # fmt: skip
-    sparse = _kind(recipes) == "sparse"
-    if sparse:
-        from poolkit.prompts import resolve_prompt, side_of
-        from poolkit.sparse import embed_sparse
-
-        prompt = resolve_prompt(encoder.info, args.prompt_name, args.prompt)
-        side = side_of(args.prompt_name)  # a routed model's queries take its query route
-
     user_ids = UserIds()
 
     def embed_part(k: int, part: Any, progress: Any) -> Part:
@@ -326,18 +318,13 @@ def run(args: argparse.Namespace) -> int:
             tally.truncated += stats.num_truncated
             if own is not None:  # each row carries its text's id
                 ids = own if ids is None else [own[int(i) - first] for i in ids]
-        elif chunking is None and sparse:
-            result, stats = embed_sparse(check_inputs(texts), encoder, recipes,
-                                         long_text=args.long_text, progress=progress,
-                                         prompt=prompt, side=side)  # fmt: skip
-            tally.truncated += stats.num_truncated
         elif chunking is None:  # truncation is reported once, in the summary line
-            result, stats = dense.run(encoder, check_inputs(texts), long_text=args.long_text,
-                                     progress=progress)  # fmt: skip
+            result, stats = job.run(encoder, check_inputs(texts), long_text=args.long_text,
+                                    progress=progress)  # fmt: skip
             tally.truncated += stats.num_truncated
         else:  # one row per chunk
             piece = first_chunks if k == 0 else chunking.chunk(part, first)
-            result, stats = chunking.embed(piece, dense, progress=progress)
+            result, stats = chunking.embed(piece, job, progress=progress)
             ids, columns = piece.rows(chunking.with_text)
             at = ids - first  # each chunk's document, in the part
             # The kept columns' rows of each chunk: int64 arrays, or lists of strings.

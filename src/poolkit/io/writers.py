@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -416,6 +416,23 @@ def ragged_array(vectors: np.ndarray, offsets: np.ndarray) -> Any:
     flat = pa.array(vectors.reshape(-1), pa.from_numpy_dtype(vectors.dtype))
     tokens = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
     return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), tokens)
+
+
+def dense_column(vectors: Any) -> Any:
+    """``(N, D)`` vectors as one Parquet column, as stored (:func:`stored`):
+    ``fixed_size_list<dtype>[D]``."""
+    import pyarrow as pa
+
+    arr = stored(np.asarray(vectors))
+    flat = pa.array(arr.reshape(-1), pa.from_numpy_dtype(arr.dtype))
+    return pa.FixedSizeListArray.from_arrays(flat, arr.shape[1])
+
+
+def ragged_column(arrays: Sequence[np.ndarray], width: int) -> Any:
+    """One ``(tokens, width)`` array a row as one Parquet column (:func:`ragged_array`)."""
+    flat = stored(np.concatenate(arrays)) if arrays else np.zeros((0, width), np.float32)
+    offsets = np.r_[0, np.cumsum([len(a) for a in arrays])].astype(np.int64)
+    return ragged_array(flat, offsets)
 
 
 def _npy_header(dtype: np.dtype[Any] | None, shape: tuple[int, int]) -> bytes:

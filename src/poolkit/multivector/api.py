@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from poolkit._errors import arg_names, value_error
 from poolkit.driver import warn_truncated
 
@@ -110,15 +108,13 @@ def embed_multivector_recipe(
     progress: Callable[[int], None] | None,
 ) -> Any:
     """:func:`poolkit.embed` of a multi-vector ``recipe`` (from :func:`resolve_multivector`)
-    over checked ``texts`` on ``encoder``; arguments as there."""
-    from poolkit.multivector.encode import embed_multivector, late_interaction
-    from poolkit.prompts import side_of
+    over checked ``texts`` on ``encoder``; arguments as there. Runs the family's plan
+    (:class:`~poolkit.multivector.plan.MultivectorPlan`)."""
+    from poolkit.families import family_plan
 
-    check_width(encoder, recipe)
-    text = side_prompt(late_interaction(encoder), prompt_name, prompt)
-    out, _, stats = embed_multivector(texts, encoder, recipe, side=side_of(prompt_name), prompt=text,
-                                   max_batch_tokens=max_batch_tokens, progress=progress)  # fmt: skip
+    plan = family_plan(encoder, {str(recipe): recipe}, prompt_name=prompt_name, prompt=prompt)
+    result, stats = plan.run(encoder, texts, max_batch_tokens=max_batch_tokens,
+                             progress=progress)  # fmt: skip
     warn_truncated(stats, stacklevel=4)
-    if recipe.muvera is not None:
-        out = np.stack(out) if out else np.zeros((0, recipe.muvera.output_dim()), np.float32)
+    out = result[str(recipe)]
     return (out, stats) if return_stats else out

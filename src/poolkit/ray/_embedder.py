@@ -53,7 +53,7 @@ class Embedder:
 
     ``__call__`` takes a batch (``pyarrow.Table``, or a dict of NumPy arrays) of ``B``
     rows and returns it with every input column unchanged plus the columns ``poolkit
-    embed`` writes to Parquet (:meth:`_arrow_columns`; dicts: dense ``(B, D)``, else one
+    embed`` writes to Parquet (its family plan's ``columns``; dicts: dense ``(B, D)``, else one
     array a row), a sparse recipe's record in the table's metadata. A null or non-string
     text, or a multi-vector text that keeps no token vector, raises ``ValueError`` naming
     the row.
@@ -95,8 +95,8 @@ class Embedder:
         self.embed_options = {k: options[k] for k in _EMBED_OPTIONS[1:] if k in options}
         self.widths: dict[str, int] = {}  # column -> vector width, once a batch is embedded
         how = {k: v for k, v in self.embed_options.items() if k != "calibration"}
-        vars(self).update(prepare(self.encoder, wanted, calibration=self.embed_options.get(
-            "calibration") or {}, **how))  # fmt: skip
+        self.plan = prepare(self.encoder, wanted, calibration=self.embed_options.get(
+            "calibration") or {}, **how)  # fmt: skip
 
     def __repr__(self) -> str:
         return (
@@ -112,17 +112,6 @@ class Embedder:
                 "a column of the dataset",
                 f"{self.text_column!r}; its columns are: {', '.join(columns)}",
                 "Pass text_column= to choose one.",
-            )
-        names = self.names  # the columns each batch gains (sparse: two a recipe)
-        if self.kind == "sparse":
-            names = [f"{n}_{part}" for n in self.names for part in ("indices", "values")]
-        clash = [name for name in names if name in columns]
-        if clash:
-            value_error(
-                "ds",
-                "a dataset with no column named like a strategy",
-                f"columns {clash} that already exist",
-                "Rename or drop them first (the embeddings are written under these names).",
             )
         values = batch[self.text_column]
         texts = values.to_pylist() if hasattr(values, "to_pylist") else list(values)
@@ -146,35 +135,16 @@ class Embedder:
         """
         from poolkit.embedding import check_inputs
 
-        checked = check_inputs(texts)
-        if self.kind == "sparse":
-            from poolkit.sparse import embed_sparse
-
-            vectors, stats = embed_sparse(checked, self.encoder, self.recipes,
-                                          long_text=self.long_text, prompt=self.prompt,
-                                          side=self.side)  # fmt: skip
-            self.widths.update(stats.dims)
-            return vectors
-        if self.kind == "dense":
-            vectors, _ = self.plan.run(self.encoder, checked, long_text=self.long_text)
-            self.widths.update({n: int(v.shape[1]) for n, v in vectors.items()})
-            return vectors
-        from poolkit.multivector.encode import embed_multivector
-
-        name, recipe = next(iter(self.recipes.items()))
-        out, _, _ = embed_multivector(checked, self.encoder, recipe, side=self.side,
-                                   prompt=self.prompt)  # fmt: skip
-        if recipe.muvera is not None:  # one dense vector a text
-            width = self.widths[name] = recipe.muvera.output_dim()
-            return {name: np.stack(out) if out else np.zeros((0, width), np.float32)}
-        self.widths[name] = self.token_width
-        return {name: out}
+        vectors, stats = self.plan.run(self.encoder, check_inputs(texts),
+                                       long_text=self.long_text)  # fmt: skip
+        self.widths.update(stats.dims)
+        return vectors
 
     def _empty_row(self, batch: Batch, vectors: dict[str, Any]) -> None:
         """A multi-vector row with no token vector is refused, naming it (the local engine's
         rule: an index cannot hold an empty token set)."""
         arrays = next(iter(vectors.values()), None)  # one multi-vector recipe per Embedder
-        if self.kind != "multivector" or not isinstance(arrays, list):
+        if not isinstance(arrays, list):
             return
         empty = next((k for k, a in enumerate(arrays) if not len(a)), None)
         if empty is not None:
@@ -182,34 +152,6 @@ class Embedder:
             value_error("text_column", "texts that keep a token vector",
                         f"{ident}: none kept (blank, and the model adds no special token)",
                         "Remove it or give it text.")  # fmt: skip
-
-    def _arrow_columns(self, vectors: dict[str, Any]) -> list[tuple[str, Any]]:
-        """The batch's new columns, typed as ``poolkit embed`` writes them to Parquet
-        (:mod:`poolkit.io.writers`), so a shard and a local file compare column for column:
-        dense (MUVERA too) ``fixed_size_list<dtype>[D]``; sparse ``<name>_indices``
-        ``list<int32>`` and ``<name>_values`` ``list<float32>``; multi-vector
-        ``large_list<fixed_size_list<float32>[D]>``, one ``(tokens, D)`` array a row."""
-        import pyarrow as pa
-
-        from poolkit.io.writers import ragged_array, stored
-        from poolkit.sparse import canonical_csr
-        from poolkit.sparse.files import parquet_columns
-
-        out: list[tuple[str, Any]] = []
-        for name in self.names:
-            value = vectors[name]
-            if self.kind == "sparse":
-                out.extend(parquet_columns(name, canonical_csr(value)))
-            elif isinstance(value, list):
-                width = self.widths[name]
-                flat = stored(np.concatenate(value)) if value else np.zeros((0, width), np.float32)
-                offsets = np.r_[0, np.cumsum([len(a) for a in value])].astype(np.int64)
-                out.append((name, ragged_array(flat, offsets)))
-            else:
-                arr = stored(np.asarray(value))
-                flat = pa.array(arr.reshape(-1), pa.from_numpy_dtype(arr.dtype))
-                out.append((name, pa.FixedSizeListArray.from_arrays(flat, arr.shape[1])))
-        return out
 
     def __call__(self, batch: Batch) -> Batch:
         import pyarrow as pa
@@ -223,23 +165,30 @@ class Embedder:
             )
         vectors = self.embed(self._texts(batch))
         self._empty_row(batch, vectors)
+        # The batch's new columns, typed as `poolkit embed` writes them to Parquet (the
+        # family's plan says how), so a shard and a local file compare column for column.
+        new = self.plan.columns(vectors, self.widths)
+        clash = [name for name, _ in new if name in _columns(batch)]
+        if clash:
+            value_error(
+                "ds",
+                "a dataset with no column named like a strategy",
+                f"columns {clash} that already exist",
+                "Rename or drop them first (the embeddings are written under these names).",
+            )
         if isinstance(batch, Mapping):
             out = {k: v for k, v in batch.items() if self.keep_text or k != self.text_column}
-            if self.kind == "dense":
-                return {**out, **vectors}
-            for name, column in self._arrow_columns(vectors):  # one NumPy value a row
+            for name, column in new:  # one NumPy value a row
                 out[name] = _numpy_column(column)
             return out
         if not self.keep_text:
             batch = batch.drop_columns([self.text_column])
-        for name, column in self._arrow_columns(vectors):
+        for name, column in new:
             batch = batch.append_column(name, column)
-        if self.kind == "sparse":  # the record poolkit embed writes with sparse columns
+        record = self.plan.record(self.widths)
+        if record is not None:  # what the columns are, as poolkit embed records it
             import json
 
-            from poolkit.sparse.files import sparse_record
-
-            record = sparse_record(self.recipes, self.widths)
             batch = batch.replace_schema_metadata({"poolkit": json.dumps(record)})
         return batch
 
@@ -252,44 +201,17 @@ def prepare(
     prompt: str | None = None,
     pipeline: str = "full",
     calibration: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Check ``recipes`` against the loaded model and resolve what each batch of an
-    :class:`Embedder` needs: the path (``kind``; a MUVERA recipe takes the multi-vector
-    one), the ``prompt`` text, the MLM head (sparse: checked), the ``side`` (multi-vector
-    and sparse: :func:`~poolkit.prompts.side_of`), the ``token_width`` (multi-vector), the
-    dense recipes' ``plan`` (``calibration=None``: int8 ranges not checked yet). Raises what a bad request raises locally; the driver runs it
-    before a local cluster starts, so a worker never fails to start on it."""
-    from poolkit.embedding import recipe_kind
-    from poolkit.prompts import check_pipeline, resolve_prompt, side_of
+) -> Any:
+    """The plan every batch of an :class:`Embedder` runs: ``recipes`` (one family) checked
+    against the loaded model and resolved once (:func:`poolkit.families.family_plan`: the
+    prompt, the side, a sparse recipe's MLM head, a multi-vector recipe's width, the dense
+    recipes' modules after pooling and ranges; ``calibration=None``: int8 ranges not
+    checked yet). Raises what a bad request raises locally; the driver runs it before a
+    local cluster starts, so a worker never fails to start on it."""
+    from poolkit.families import family_plan
 
-    kind = "multivector"
-    if not any(r.level == "multivector" for r in recipes.values()):
-        kind = recipe_kind(recipes)
-    elif len(recipes) > 1:
-        value_error("recipe", "one multi-vector recipe per Embedder",
-                    ", ".join(map(str, recipes.values())), "Run one Embedder each.")  # fmt: skip
-    check_pipeline(pipeline)
-    recipe = next(iter(recipes.values()))
-    if kind == "multivector":
-        from poolkit.multivector.api import check_width, side_prompt
-        from poolkit.multivector.encode import late_interaction
-
-        return {"kind": kind, "token_width": check_width(encoder, recipe),
-                "side": side_of(prompt_name),
-                "prompt": side_prompt(late_interaction(encoder), prompt_name, prompt)}  # fmt: skip
-    if kind == "sparse":  # no modules after SPLADE pooling; the head it needs
-        from poolkit.sparse.embed import mlm_head
-
-        text = resolve_prompt(encoder.info, prompt_name, prompt)
-        mlm_head(encoder, str(recipe))
-        # An inference-free model's queries take its query route, as on one machine.
-        return {"kind": kind, "prompt": text, "side": side_of(prompt_name)}
-    from poolkit.plan import make_plan
-
-    # The dense recipes resolved once (prompt and ranges included): every batch runs it.
-    plan = make_plan(encoder, recipes, prompt_name=prompt_name, prompt=prompt,
-                     pipeline=pipeline, calibration=calibration)  # fmt: skip
-    return {"kind": kind, "prompt": plan.prompt, "plan": plan}
+    return family_plan(encoder, recipes, prompt_name=prompt_name, prompt=prompt,
+                       pipeline=pipeline, calibration=calibration)  # fmt: skip
 
 
 def _columns(batch: Batch) -> list[str]:

@@ -1,0 +1,136 @@
+"""The families of outputs, and the one way a request runs in each: a registry.
+
+A family (dense vectors, learned sparse vectors, multi-vector token sets) turns a request
+(an encoder, recipes of that family, the prompt, the pipeline, the int8/uint8 ranges) into
+a :class:`FamilyPlan`: everything the run needs, checked before any forward pass, and a
+``run`` that takes texts to outputs. Callers ask :func:`family_plan` for the plan of their
+recipes and run it; they never name a family. The built-in families register from their
+own modules, loaded on first use; another package registers one under the entry-point
+group ``poolkit.families`` (a planner, as :func:`register_family` takes).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from poolkit._errors import value_error
+from poolkit.errors import InputError
+
+__all__ = ["GROUP", "FamilyPlan", "family_of", "family_plan", "register_family"]
+
+GROUP = "poolkit.families"
+
+# The built-in families: name -> the module whose import registers it.
+_BUILTIN = {
+    "dense": "poolkit.plan",
+    "sparse": "poolkit.sparse.plan",
+    "multivector": "poolkit.multivector.plan",
+}
+
+
+class FamilyPlan(Protocol):
+    """A request resolved for one encoder in one family.
+
+    Attributes:
+        family: the family's name (:attr:`poolkit.Recipe.family`).
+        recipes: name -> :class:`~poolkit.Recipe`, each of the family.
+        prompt: the prompt text put before every text (``None``: none).
+    """
+
+    family: str
+    recipes: Mapping[str, Any]
+    prompt: str | None
+
+    def with_ranges(self, ranges: Mapping[str, Any] | None) -> FamilyPlan:
+        """This plan with the int8/uint8 ``ranges`` (by name) checked and set."""
+        ...
+
+    def columns(
+        self, vectors: Mapping[str, Any], widths: Mapping[str, int]
+    ) -> list[tuple[str, Any]]:
+        """One batch's outputs (from :meth:`run`) as the Parquet columns ``poolkit embed``
+        writes, ``(column name, pyarrow array)``; ``widths``: each output's width."""
+        ...
+
+    def record(self, widths: Mapping[str, int]) -> dict[str, Any] | None:
+        """What the columns are, for a Parquet file's ``poolkit`` metadata (None: nothing
+        beyond what the job records)."""
+        ...
+
+    def run(
+        self,
+        encoder: Any,
+        texts: Sequence[str],
+        *,
+        long_text: str = "truncate",
+        max_batch_tokens: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[dict[str, Any], Any]:
+        """``({name: outputs}, stats)`` of checked ``texts``, in input order; ``stats`` an
+        :class:`~poolkit.EmbedStats` whose ``dims`` give each output's width."""
+        ...
+
+
+# planner(encoder, recipes, *, prompt_name, prompt, pipeline, calibration) -> FamilyPlan
+Planner = Callable[..., FamilyPlan]
+
+_planners: dict[str, Planner] = {}
+
+
+def register_family(name: str, planner: Planner) -> None:
+    """Make ``planner`` the way recipes of the family ``name`` run.
+
+    ``planner(encoder, recipes, *, prompt_name, prompt, pipeline, calibration)`` returns a
+    :class:`FamilyPlan`; it checks the request against the model (raising what a bad
+    request raises) before any forward pass."""
+    _planners[name] = planner
+
+
+def family_of(recipes: Mapping[str, Any]) -> str:
+    """The one family (:attr:`poolkit.Recipe.family`) of ``recipes``; ``"dense"`` for none.
+    Recipes of two families are refused: each family has its own path and output."""
+    families = {r.family for r in recipes.values()}
+    if len(families) > 1:
+        value_error("recipe", "recipes of one family per call", ", ".join(map(str, recipes)),
+                    "Embed each family's recipes in a call of their own.")  # fmt: skip
+    return families.pop() if families else "dense"
+
+
+def _planner(name: str) -> Planner:
+    if name not in _planners and name in _BUILTIN:
+        importlib.import_module(_BUILTIN[name])  # registers itself
+    if name not in _planners:
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=GROUP, name=name):
+            try:
+                _planners[name] = ep.load()
+            except Exception as e:  # the plugin's own import error
+                raise InputError(expected=f"the plugin entry point {name} = {ep.value} to load",
+                                 got=f"it raised {type(e).__name__}: {e}",
+                                 fix="Reinstall or fix the plugin.") from None  # fmt: skip
+            break
+    if name not in _planners:
+        raise InputError(expected=f"a registered family for {name!r} recipes",
+                         got=f"none (registered: {', '.join(sorted({*_BUILTIN, *_planners}))})",
+                         fix=f"Install the package that provides it (entry-point group {GROUP}).")  # fmt: skip
+    return _planners[name]
+
+
+def family_plan(
+    encoder: Any,
+    recipes: Mapping[str, Any],
+    *,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    pipeline: str = "full",
+    calibration: Mapping[str, Any] | None = None,
+) -> FamilyPlan:
+    """The plan of ``recipes`` (one family, :func:`family_of`) on ``encoder``: the request
+    resolved once, before any forward pass (``calibration``: the int8/uint8 ranges by name,
+    ``None`` when not yet known)."""
+    planner = _planner(family_of(recipes))
+    return planner(encoder, recipes, prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
+                   calibration=calibration)  # fmt: skip
