@@ -681,10 +681,10 @@ def _query_prompt_name(args: argparse.Namespace, recipe: Any) -> str | None:
     model, whose queries compare sent through the query route (that name picks it)."""
     if args.prompt_name is not None or recipe.level != "sparse":
         return args.prompt_name
-    from poolkit.model_folder import resolve_model
-    from poolkit.sparse.router import routes_of
+    from poolkit.compare.sparse_rows import query_prompt_name
+    from poolkit.model_folder import model_info
 
-    return "query" if routes_of(resolve_model(args.model)) is not None else None
+    return query_prompt_name(None, model_info(args.model))
 
 
 def _multivector_commands(

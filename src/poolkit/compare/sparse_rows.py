@@ -172,10 +172,10 @@ def score_extra_rows(
     if sparse:
         named = {str(r): r for r in sparse}
         began = time.perf_counter()
-        q_vecs = _embed(encoder, data.queries, named, settings, settings.prompt_name, "query")
+        q_vecs = _embed(encoder, data.queries, named, settings, query_prompt_name(
+            settings.prompt_name, encoder.info))  # fmt: skip
         query_ms = (time.perf_counter() - began) * per_query
-        d_vecs = _embed(encoder, data.documents, named, settings, settings.document_prompt_name,
-                        "document")  # fmt: skip
+        d_vecs = _embed(encoder, data.documents, named, settings, settings.document_prompt_name)
         for name, r in named.items():
             search = partial(sparse_ranked, q_vecs[name], d_vecs[name], ties=ties)
             (ranked, scores), own, fused = timed_depths(
@@ -196,14 +196,22 @@ def score_extra_rows(
     return out, facts
 
 
-def _embed(encoder: Any, texts: Sequence[str], named: dict[str, Any], settings: Any,
-           prompt_name: str | None, side: str) -> dict[str, Any]:  # fmt: skip
-    from poolkit.prompts import resolve_prompt
-    from poolkit.sparse import embed_sparse
+def query_prompt_name(prompt_name: str | None, info: Any) -> str | None:
+    """The prompt name a sparse row's queries take: the one asked for, else ``"query"``
+    where the model routes its queries apart (an inference-free model: that name picks the
+    route, as ``poolkit embed --prompt-name query`` does), else none."""
+    if prompt_name is None and getattr(info, "query_route", None) is not None:
+        return "query"
+    return prompt_name
 
-    prompt = resolve_prompt(encoder.info, prompt_name, None)
-    vectors, stats = embed_sparse(list(texts), encoder, named, long_text=settings.long_text,
-                                  prompt=prompt, side=side)  # fmt: skip
+
+def _embed(encoder: Any, texts: Sequence[str], named: dict[str, Any], settings: Any,
+           prompt_name: str | None) -> dict[str, Any]:  # fmt: skip
+    """The family's plan run over ``texts``: the side follows ``prompt_name``."""
+    from poolkit.families import family_plan
+
+    plan = family_plan(encoder, named, prompt_name=prompt_name)
+    vectors, stats = plan.run(encoder, list(texts), long_text=settings.long_text)
     if stats.num_truncated:
         note = (f"{', '.join(named)}: {stats.num_truncated} of {len(texts)} texts truncated at "
                 f"{encoder.max_length} tokens.")  # fmt: skip
