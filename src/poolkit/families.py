@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from poolkit._errors import value_error
 from poolkit.errors import InputError
 
-__all__ = ["GROUP", "FamilyPlan", "family_of", "family_plan", "register_family"]
+__all__ = ["GROUP", "FamilyPlan", "family_of", "family_plan", "float_only", "register_family"]
 
 GROUP = "poolkit.families"
 
@@ -86,6 +86,14 @@ def register_family(name: str, planner: Planner) -> None:
     :class:`FamilyPlan`; it checks the request against the model (raising what a bad
     request raises) before any forward pass."""
     _planners[name] = planner
+
+
+def float_only(family: str, ranges: Mapping[str, Any] | None) -> None:
+    """Refuse int8/uint8 ``ranges`` (by recipe name) for a ``family`` that stores float
+    outputs only, naming them."""
+    if ranges:
+        value_error("calibration", f"no int8/uint8 ranges for {family} recipes",
+                    ", ".join(ranges), "Drop them: these outputs are stored as floats.")  # fmt: skip
 
 
 def family_of(recipes: Mapping[str, Any]) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "hamming_distances",
     "needs_calibration",
     "quantize",
+    "stage_record",
     "stored_dtype",
     "truncate",
     "unpack_bits",
@@ -48,6 +49,36 @@ PRECISIONS = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
 _DTYPES = {"float32": np.float32, "float16": np.float16, "int8": np.int8, "uint8": np.uint8,
            "binary": np.int8, "ubinary": np.uint8}  # fmt: skip
 CALIBRATION_JSON_VERSION = 1
+
+
+def stage_record(
+    recipes: Mapping[str, Any], dims: Mapping[str, int], ranges: Mapping[str, Calibration]
+) -> dict[str, Any] | None:
+    """What each column of a job whose recipes have an output stage is, as written with the
+    vectors (a Parquet file's ``poolkit`` metadata, the JSON beside ``.npy``/``.jsonl``):
+    its recipe, dimensions kept (``dims``), precision, stored dtype and width, bytes, and
+    int8/uint8 ``ranges``. None when no recipe has an output stage."""
+    if not any(r.has_output_stage for r in recipes.values()):
+        return None
+    from poolkit._version import __version__
+
+    columns = {}
+    for name, r in recipes.items():
+        k = dims[name]
+        columns[name] = {
+            "recipe": str(r),
+            "recipe_json": r.to_json(),
+            "dims": k,
+            "precision": r.precision or "float32",
+            "stored_dtype": stored_dtype(r.precision).name,
+            "stored_width": stored_width(k, r.precision),
+            "bytes_per_vector": bytes_per_vector(k, r.precision),
+            "bits": "packed 8 per byte, first dimension in the high bit; binary: byte - 128"
+            if r.precision in ("binary", "ubinary")
+            else None,
+            "calibration": ranges[name].to_json() if name in ranges else None,
+        }
+    return {"poolkit": __version__, "columns": columns}
 
 
 def needs_calibration(precision: str | None) -> bool:

@@ -26,6 +26,7 @@ from poolkit.output import (
     bytes_per_vector,
     needs_calibration,
     quantize,
+    stage_record,
     stored_dtype,
     truncate,
 )
@@ -110,9 +111,10 @@ class Plan:
 
         return [(name, dense_column(vectors[name])) for name in self.recipes]
 
-    def record(self, widths: Mapping[str, int]) -> None:
-        """None: a dense column says what it is (its width, its dtype)."""
-        return None
+    def record(self, widths: Mapping[str, int]) -> dict[str, Any] | None:
+        """With an output stage, each column's recipe, dimensions kept (``widths``),
+        precision and int8/uint8 ranges (:func:`poolkit.output.stage_record`); else None."""
+        return stage_record(self.recipes, widths, self.ranges)
 
     def run(
         self,

@@ -77,15 +77,15 @@ class MultivectorPart:
     """What a multi-vector job needs from its model: the side, its prompt, and each part's
     vectors as the job's sink takes them."""
 
-    def __init__(self, args: argparse.Namespace, encoder: Any, recipe: Any) -> None:
+    def __init__(self, args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> None:
         from poolkit.families import family_plan
         from poolkit.multivector.encode import late_interaction, side_length
 
         self.encoder = encoder
-        self.recipe = recipe
+        self.recipe = recipe = next(iter(recipes.values()))
         self.late = late_interaction(encoder)
         try:  # the job's one resolution: the side, its prompt, the width checked
-            self.plan = family_plan(encoder, {str(recipe): recipe}, prompt_name=args.prompt_name,
+            self.plan = family_plan(encoder, recipes, prompt_name=args.prompt_name,
                                     prompt=args.prompt)  # fmt: skip
         except InputError as e:
             from poolkit.cli._flags import MULTIVECTOR, flagged

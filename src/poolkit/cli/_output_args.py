@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from poolkit import output
-from poolkit._version import __version__
 from poolkit.errors import InputError
-from poolkit.output import PRECISIONS, Calibration, needs_calibration, stored_dtype, stored_width
+from poolkit.output import PRECISIONS, Calibration, needs_calibration
 
 if TYPE_CHECKING:  # the plan module loads the encoder (torch): not at CLI start-up
     from poolkit.plan import Plan
@@ -29,7 +27,6 @@ __all__ = [
     "add_range_sources",
     "check_output_widths",
     "kept_dims",
-    "output_metadata",
     "output_ranges",
     "ranges_from_file",
     "wants_output_stage",
@@ -262,34 +259,3 @@ def kept_dims(widths: dict[str, int], recipes: dict[str, Any]) -> dict[str, int]
         if r.precision in ("binary", "ubinary") and n in dims:
             dims[n] = r.dims or dims[n] * 8
     return dims
-
-
-def output_metadata(
-    recipes: dict[str, Any], dims: dict[str, int], ranges: dict[str, Calibration]
-) -> dict[str, Any] | None:
-    """The record of the output stage written with the vectors (None without one); for
-    sparse recipes, what each column is (its recipe and vocabulary width)."""
-    if any(r.kind == "sparse" for r in recipes.values()):
-        from poolkit.sparse.files import sparse_record
-
-        return sparse_record(recipes, dims)  # the Ray engine's shards carry the same
-    if not any(r.has_output_stage for r in recipes.values()):
-        return None
-
-    columns = {}
-    for name, r in recipes.items():
-        k = dims[name]
-        columns[name] = {
-            "recipe": str(r),
-            "recipe_json": r.to_json(),
-            "dims": k,
-            "precision": r.precision or "float32",
-            "stored_dtype": stored_dtype(r.precision).name,
-            "stored_width": stored_width(k, r.precision),
-            "bytes_per_vector": output.bytes_per_vector(k, r.precision),
-            "bits": "packed 8 per byte, first dimension in the high bit; binary: byte - 128"
-            if r.precision in ("binary", "ubinary")
-            else None,
-            "calibration": ranges[name].to_json() if name in ranges else None,
-        }
-    return {"poolkit": __version__, "columns": columns}

@@ -168,14 +168,13 @@ def shard_rows(table: Any, wanted: Any, ranges: dict[str, Any], plan: Any) -> An
     a shard as a local file)."""
     import json
 
-    from poolkit.cli._output_args import kept_dims, output_metadata
+    from poolkit.cli._output_args import kept_dims
+    from poolkit.output import stage_record
 
     table = user_rows(table)
-
-    staged = [r for r in (wanted or {}).values() if r.kind == "dense" and r.has_output_stage]
     record = None
-    if staged:
-        record = output_metadata(wanted, kept_dims(_widths(table.schema), wanted), ranges)
+    if any(r.has_output_stage for r in (wanted or {}).values()):
+        record = stage_record(wanted, kept_dims(_widths(table.schema), wanted), ranges)
     if plan is not None:
         record = plan.metadata(record)
     if record is None:

@@ -34,7 +34,6 @@ from poolkit.cli._output_args import (
     check_output_flags,
     check_output_widths,
     kept_dims,
-    output_metadata,
     output_ranges,
     wants_ranges,
 )
@@ -242,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     mv = chunking = first_chunks = job = None
     ranges: dict[str, Any] = {}
     if multivector:  # the folder's sides and projection, not the dense pipeline
-        mv = MultivectorPart(args, encoder, next(iter(recipes.values())))
+        mv = MultivectorPart(args, encoder, recipes)
     else:  # the job's one resolution of its recipes
         job = check_output_widths(args, encoder, recipes)
     if mv is None and plan is None:
@@ -279,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
 
         def metadata(arrays: Any) -> Any:  # the output's record, from its first stored rows
             tally.dims = _dims_of(arrays, recipes)  # also the widths of a job all resumed
-            record = output_metadata(recipes, tally.dims, ranges)
+            record = (job or mv.plan).record(tally.dims)  # what the columns are
             record = record if plan is None else plan.metadata(record)
             origin = provenance(args, encoder, recipes, settings, settings.get("rows"))
             return {**(record or {"poolkit": origin["versions"]["poolkit"]}),

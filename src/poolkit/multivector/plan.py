@@ -11,7 +11,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from poolkit._errors import value_error
-from poolkit.families import register_family
+from poolkit.families import float_only, register_family
+from poolkit.io.writers import dense_column, ragged_column
+from poolkit.multivector.api import check_width, side_prompt
+from poolkit.multivector.encode import embed_multivector, late_interaction
+from poolkit.output import stage_record
 from poolkit.prompts import side_of
 
 __all__ = ["MultivectorPlan", "plan_multivector"]
@@ -34,11 +38,9 @@ class MultivectorPlan:
     side: str
     width: int
 
-    def with_ranges(self, ranges: Mapping[str, Any] | None) -> Any:
-        """This plan: the family stores float32, so no int8/uint8 ranges (refused)."""
-        if ranges:
-            value_error("calibration", f"no int8/uint8 ranges for {self.family} recipes",
-                        ", ".join(ranges), "Drop them.")  # fmt: skip
+    def with_ranges(self, ranges: Mapping[str, Any] | None) -> MultivectorPlan:
+        """This plan: token vectors are stored as floats, so no int8/uint8 ranges."""
+        float_only(self.family, ranges)
         return self
 
     def columns(
@@ -46,16 +48,15 @@ class MultivectorPlan:
     ) -> list[tuple[str, Any]]:
         """The output as one Parquet column: ``large_list<fixed_size_list<float32>[D]>``, one
         ``(tokens, D)`` array a row; MUVERA ``fixed_size_list<float32>[D]``."""
-        from poolkit.io.writers import dense_column, ragged_column
-
         ((name, value),) = vectors.items()
         if isinstance(value, list):
             return [(name, ragged_column(value, self.width))]
         return [(name, dense_column(value))]
 
-    def record(self, widths: Mapping[str, int]) -> None:
-        """None: the column says what it is."""
-        return None
+    def record(self, widths: Mapping[str, int]) -> dict[str, Any] | None:
+        """With an output stage (``/DIMS``, float16), what the column is
+        (:func:`poolkit.output.stage_record`); else None."""
+        return stage_record(self.recipes, widths, {})
 
     def run(
         self,
@@ -68,8 +69,6 @@ class MultivectorPlan:
     ) -> tuple[dict[str, Any], Any]:
         """``({name: vectors}, stats)`` of checked ``texts``: a list of ``(tokens, D)``
         float32 arrays, one a text; MUVERA an ``(N, D)`` array."""
-        from poolkit.multivector.encode import embed_multivector
-
         ((name, recipe),) = self.recipes.items()
         out, _, stats = embed_multivector(texts, encoder, recipe, side=self.side,
                                           prompt=self.prompt, max_batch_tokens=max_batch_tokens,
@@ -93,18 +92,15 @@ def plan_multivector(
     or ``"document"``) and its prompt, the width (``/dims``, MUVERA checked against the
     folder's). Token vectors always take the folder's projection, so ``pipeline`` must be
     ``"full"``; int8/uint8 ``calibration`` is refused."""
-    from poolkit.multivector.api import check_width, side_prompt
-    from poolkit.multivector.encode import late_interaction
-
     if len(recipes) != 1:
         value_error("recipe", "one multi-vector recipe per run",
                     ", ".join(map(str, recipes.values())), "Run one each.")  # fmt: skip
     (recipe,) = recipes.values()
-    if pipeline != "full" or calibration:
-        arg = "pipeline" if pipeline != "full" else "calibration"
-        value_error(arg, f"left unset with the multi-vector recipe {str(recipe)!r:.60}",
-                    "a value", "Token vectors take the folder's projection and are stored "
-                    "as float32: drop it.")  # fmt: skip
+    if pipeline != "full":
+        value_error("pipeline", f"'full' with the multi-vector recipe {str(recipe)!r:.60}",
+                    repr(pipeline), "Token vectors always take the folder's projection: drop "
+                    "it.")  # fmt: skip
+    float_only("multivector", calibration)
     width = check_width(encoder, recipe)
     if recipe.muvera is not None:
         width = recipe.muvera.output_dim()

@@ -7,9 +7,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from poolkit._errors import value_error
-from poolkit.families import register_family
+from poolkit.families import float_only, register_family
 from poolkit.prompts import check_pipeline, resolve_prompt, side_of
+from poolkit.sparse.csr import canonical_csr
+from poolkit.sparse.embed import embed_sparse, mlm_head
+from poolkit.sparse.files import parquet_columns, sparse_record
 
 __all__ = ["SparsePlan", "plan_sparse"]
 
@@ -30,11 +32,9 @@ class SparsePlan:
     prompt: str | None
     side: str
 
-    def with_ranges(self, ranges: Mapping[str, Any] | None) -> Any:
-        """This plan: the family stores float32, so no int8/uint8 ranges (refused)."""
-        if ranges:
-            value_error("calibration", f"no int8/uint8 ranges for {self.family} recipes",
-                        ", ".join(ranges), "Drop them.")  # fmt: skip
+    def with_ranges(self, ranges: Mapping[str, Any] | None) -> SparsePlan:
+        """This plan: sparse weights are stored as float32, so no int8/uint8 ranges."""
+        float_only(self.family, ranges)
         return self
 
     def columns(
@@ -42,17 +42,12 @@ class SparsePlan:
     ) -> list[tuple[str, Any]]:
         """Each output as two Parquet list columns, ``<name>_indices`` ``list<int32>`` and
         ``<name>_values`` ``list<float32>`` (:func:`~poolkit.sparse.files.parquet_columns`)."""
-        from poolkit.sparse.csr import canonical_csr
-        from poolkit.sparse.files import parquet_columns
-
         return [
             c for name in self.recipes for c in parquet_columns(name, canonical_csr(vectors[name]))
         ]
 
     def record(self, widths: Mapping[str, int]) -> dict[str, Any]:
         """Each column's recipe and vocabulary width (:func:`~poolkit.sparse.files.sparse_record`)."""
-        from poolkit.sparse.files import sparse_record
-
         return sparse_record(self.recipes, widths)
 
     def run(
@@ -65,8 +60,6 @@ class SparsePlan:
         progress: Callable[[int], None] | None = None,
     ) -> tuple[dict[str, Any], Any]:
         """``({name: scipy.sparse.csr_array (N, V)}, stats)`` of checked ``texts``."""
-        from poolkit.sparse.embed import embed_sparse
-
         return embed_sparse(texts, encoder, self.recipes, long_text=long_text,
                             max_batch_tokens=max_batch_tokens, progress=progress,
                             prompt=self.prompt, side=self.side)  # fmt: skip
@@ -85,12 +78,8 @@ def plan_sparse(
     ``"query"``: the query route of a routed model), the model's MLM head loaded (a folder
     without one is refused, naming the recipe). There are no modules after SPLADE pooling,
     so ``pipeline`` is only checked; int8/uint8 ``calibration`` is refused."""
-    from poolkit.sparse.embed import mlm_head
-
     check_pipeline(pipeline)
-    if calibration:
-        value_error("calibration", "None for sparse recipes", "ranges",
-                    "Drop it: sparse weights are stored as float32.")  # fmt: skip
+    float_only("sparse", calibration)
     text = resolve_prompt(encoder.info, prompt_name, prompt)
     mlm_head(encoder, str(next(iter(recipes.values()))))
     return SparsePlan(recipes, text, side_of(prompt_name))
