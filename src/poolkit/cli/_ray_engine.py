@@ -274,8 +274,9 @@ def _resolve(
     their int8/uint8 ranges, computed once as on one machine, so every worker quantises
     alike. Where the model is here (``model_dir``), the checks a worker makes as it starts
     run here first, one line each (a worker failing to start prints a Ray traceback after
-    Ray's retries): a sparse recipe's head, the prompt, the model's modules after pooling;
-    with --chunks or an output stage, chunk size, late recipes, --dims' width."""
+    Ray's retries): the job's plan (its family's checks: a sparse recipe's head, the
+    prompt, the model's modules after pooling, --dims' width), and with --chunks the chunk
+    size and late recipes."""
     from poolkit.cli._output_args import (
         check_output_widths,
         output_ranges,
@@ -284,12 +285,6 @@ def _resolve(
     )
     from poolkit.cli._recipe_args import intended_recipes
 
-    sparse = [r for r in (wanted or {}).values() if r.kind == "sparse"]
-    if sparse and model_dir is not None:  # a folder without a masked-LM head
-        from poolkit.sparse.mlm import check_mlm_architecture
-
-        reference = os.fspath(args.model) if args.model is not None else str(model_dir)
-        check_mlm_architecture(model_dir, reference=reference, recipe=str(sparse[0]))
     ranges = wants_ranges(args, wanted)
     encoder = job = None
     if model_dir is not None or (ranges and args.ranges is None):  # --calibrate: as locally
