@@ -86,7 +86,6 @@ class Embedder:
             info = self.encoder.info
             wanted = {info.pooling: info.intended_recipe(normalize=normalize, **shorthand)}
         self.recipes: dict[str, Recipe] = wanted
-        self.names: list[str] = list(wanted)
         self.text_column = text_column
         self.keep_text = keep_text
         self.long_text = options.get("long_text", "truncate")
