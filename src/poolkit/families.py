@@ -5,8 +5,9 @@ A family (dense vectors, learned sparse vectors, multi-vector token sets) turns 
 a :class:`FamilyPlan`: everything the run needs, checked before any forward pass, and a
 ``run`` that takes texts to outputs. Callers ask :func:`family_plan` for the plan of their
 recipes and run it; they never name a family. The built-in families register from their
-own modules, loaded on first use; another package registers one under the entry-point
-group ``poolkit.families`` (a planner, as :func:`register_family` takes).
+own modules, loaded on first use. (A family of another package needs recipe names of its
+own, which the :class:`~poolkit.Recipe` grammar cannot take yet: :func:`register_family`
+replaces a built-in family's planner.)
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ from typing import Any, Protocol
 from poolkit._errors import value_error
 from poolkit.errors import InputError
 
-__all__ = ["GROUP", "FamilyPlan", "family_of", "family_plan", "float_only", "register_family"]
-
-GROUP = "poolkit.families"
+__all__ = ["FamilyPlan", "family_of", "family_plan", "float_only", "register_family"]
 
 # The built-in families: name -> the module whose import registers it.
 _BUILTIN = {
@@ -110,20 +109,9 @@ def _planner(name: str) -> Planner:
     if name not in _planners and name in _BUILTIN:
         importlib.import_module(_BUILTIN[name])  # registers itself
     if name not in _planners:
-        from importlib.metadata import entry_points
-
-        for ep in entry_points(group=GROUP, name=name):
-            try:
-                _planners[name] = ep.load()
-            except Exception as e:  # the plugin's own import error
-                raise InputError(expected=f"the plugin entry point {name} = {ep.value} to load",
-                                 got=f"it raised {type(e).__name__}: {e}",
-                                 fix="Reinstall or fix the plugin.") from None  # fmt: skip
-            break
-    if name not in _planners:
         raise InputError(expected=f"a registered family for {name!r} recipes",
                          got=f"none (registered: {', '.join(sorted({*_BUILTIN, *_planners}))})",
-                         fix=f"Install the package that provides it (entry-point group {GROUP}).")  # fmt: skip
+                         fix="Register its planner with poolkit.families.register_family.")  # fmt: skip
     return _planners[name]
 
 
