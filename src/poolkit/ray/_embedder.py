@@ -192,25 +192,17 @@ class Embedder:
         return batch
 
 
-def prepare(
-    encoder: Any,
-    recipes: Mapping[str, Any],
-    *,
-    prompt_name: str | None = None,
-    prompt: str | None = None,
-    pipeline: str = "full",
-    calibration: Mapping[str, Any] | None = None,
-) -> Any:
+def prepare(encoder: Any, recipes: Mapping[str, Any], **request: Any) -> Any:
     """The plan every batch of an :class:`Embedder` runs: ``recipes`` (one family) checked
-    against the loaded model and resolved once (:func:`poolkit.families.family_plan`: the
+    against the loaded model and resolved once by :func:`poolkit.families.family_plan`
+    (``request``: its ``prompt_name``, ``prompt``, ``pipeline``, ``calibration``; the
     prompt, the side, a sparse recipe's MLM head, a multi-vector recipe's width, the dense
-    recipes' modules after pooling and ranges; ``calibration=None``: int8 ranges not
-    checked yet). Raises what a bad request raises locally; the driver runs it before a
-    local cluster starts, so a worker never fails to start on it."""
+    recipes' modules after pooling and int8 ranges). Raises what a bad request raises
+    locally; the driver runs it before a local cluster starts, so a worker never fails to
+    start on it."""
     from poolkit.families import family_plan
 
-    return family_plan(encoder, recipes, prompt_name=prompt_name, prompt=prompt,
-                       pipeline=pipeline, calibration=calibration)  # fmt: skip
+    return family_plan(encoder, recipes, **request)
 
 
 def _columns(batch: Batch) -> list[str]:
