@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import value_error
+from poolkit._version import __version__
 
 __all__ = [
     "PRECISIONS",
@@ -60,8 +61,6 @@ def stage_record(
     int8/uint8 ``ranges``. None when no recipe has an output stage."""
     if not any(r.has_output_stage for r in recipes.values()):
         return None
-    from poolkit._version import __version__
-
     columns = {}
     for name, r in recipes.items():
         k = dims[name]
