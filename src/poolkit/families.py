@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from poolkit._errors import value_error
 from poolkit.errors import InputError
 
-__all__ = ["FamilyPlan", "family_of", "family_plan", "float_only", "register_family"]
+__all__ = [
+    "FamilyPlan",
+    "FloatOutputs",
+    "family_of",
+    "family_plan",
+    "float_only",
+    "register_family",
+]
 
 # The built-in families: name -> the module whose import registers it.
 _BUILTIN = {
@@ -93,6 +100,18 @@ def float_only(family: str, ranges: Mapping[str, Any] | None) -> None:
     if ranges:
         value_error("calibration", f"no int8/uint8 ranges for {family} recipes",
                     ", ".join(ranges), "Drop them: these outputs are stored as floats.")  # fmt: skip
+
+
+class FloatOutputs:
+    """``with_ranges`` of a plan whose family stores its outputs as floats: no int8/uint8
+    ranges, refused in one line naming them (:func:`float_only`)."""
+
+    family: ClassVar[str]
+
+    def with_ranges(self, ranges: Mapping[str, Any] | None) -> Any:
+        """This plan, unchanged; ``ranges`` must be empty."""
+        float_only(self.family, ranges)
+        return self
 
 
 def family_of(recipes: Mapping[str, Any]) -> str:

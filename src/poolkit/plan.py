@@ -21,6 +21,7 @@ from poolkit._errors import value_error
 from poolkit.driver import EmbedStats, LayerViews, drive, sequence_vectors
 from poolkit.encoder import EncodedBatch, Encoder, LongText
 from poolkit.families import register_family
+from poolkit.io.writers import dense_column
 from poolkit.output import (
     Calibration,
     bytes_per_vector,
@@ -107,8 +108,6 @@ class Plan:
         self, vectors: Mapping[str, np.ndarray], widths: Mapping[str, int]
     ) -> list[tuple[str, Any]]:
         """Each output as a ``fixed_size_list<dtype>[D]`` Parquet column."""
-        from poolkit.io.writers import dense_column
-
         return [(name, dense_column(vectors[name])) for name in self.recipes]
 
     def record(self, widths: Mapping[str, int]) -> dict[str, Any] | None:

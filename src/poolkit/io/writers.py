@@ -344,8 +344,7 @@ class EmbeddingWriter:
                     names.append(column)
                     columns.append(values)
                 continue
-            flat = pa.array(arr.reshape(-1), pa.from_numpy_dtype(arr.dtype))
-            columns.append(pa.FixedSizeListArray.from_arrays(flat, arr.shape[1]))
+            columns.append(dense_column(arr))
             names.append(name)
         self._write_table(columns, names)
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from poolkit._errors import value_error
-from poolkit.families import float_only, register_family
+from poolkit.families import FloatOutputs, float_only, register_family
 from poolkit.io.writers import dense_column, ragged_column
 from poolkit.multivector.api import check_width, side_prompt
 from poolkit.multivector.encode import embed_multivector, late_interaction
@@ -22,7 +22,7 @@ __all__ = ["MultivectorPlan", "plan_multivector"]
 
 
 @dataclass(frozen=True)
-class MultivectorPlan:
+class MultivectorPlan(FloatOutputs):
     """A multi-vector recipe resolved for one encoder (see :func:`plan_multivector`).
 
     Attributes:
@@ -37,11 +37,6 @@ class MultivectorPlan:
     prompt: str | None
     side: str
     width: int
-
-    def with_ranges(self, ranges: Mapping[str, Any] | None) -> MultivectorPlan:
-        """This plan: token vectors are stored as floats, so no int8/uint8 ranges."""
-        float_only(self.family, ranges)
-        return self
 
     def columns(
         self, vectors: Mapping[str, Any], widths: Mapping[str, int]

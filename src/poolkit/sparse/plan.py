@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from poolkit.families import float_only, register_family
+from poolkit.families import FloatOutputs, float_only, register_family
 from poolkit.prompts import check_pipeline, resolve_prompt, side_of
 from poolkit.sparse.csr import canonical_csr
 from poolkit.sparse.embed import embed_sparse, mlm_head
@@ -17,7 +17,7 @@ __all__ = ["SparsePlan", "plan_sparse"]
 
 
 @dataclass(frozen=True)
-class SparsePlan:
+class SparsePlan(FloatOutputs):
     """Sparse recipes resolved for one encoder (see :func:`plan_sparse`).
 
     Attributes:
@@ -31,11 +31,6 @@ class SparsePlan:
     recipes: Mapping[str, Any]
     prompt: str | None
     side: str
-
-    def with_ranges(self, ranges: Mapping[str, Any] | None) -> SparsePlan:
-        """This plan: sparse weights are stored as float32, so no int8/uint8 ranges."""
-        float_only(self.family, ranges)
-        return self
 
     def columns(
         self, vectors: Mapping[str, Any], widths: Mapping[str, int]
