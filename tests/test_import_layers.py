@@ -64,7 +64,7 @@ def test_moved_names_are_importable_where_they_were():
 # The sites left, counted on the AST, may only go down (79 before the registry).
 FAMILY_NAMES = {"dense", "sparse", "multivector", "lexical", "hybrid", "bm25"}
 FAMILY_HOMES = ("sparse/", "multivector/", "families.py", "plan.py", "bm25.py")
-FAMILY_NAME_SITES = 63
+FAMILY_NAME_SITES = 50
 
 
 def _family_name_sites(source: str) -> int:

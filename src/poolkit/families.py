@@ -5,9 +5,9 @@ A family (dense vectors, learned sparse vectors, multi-vector token sets) turns 
 a :class:`FamilyPlan`: everything the run needs, checked before any forward pass, and a
 ``run`` that takes texts to outputs. Callers ask :func:`family_plan` for the plan of their
 recipes and run it; they never name a family. The built-in families register from their
-own modules, loaded on first use. (A family of another package needs recipe names of its
-own, which the :class:`~poolkit.Recipe` grammar cannot take yet: :func:`register_family`
-replaces a built-in family's planner.)
+own modules, loaded on first use; a family of another package registers its recipe
+levels (:mod:`poolkit.levels`) and its planner when its entry point (group
+``poolkit.families``) loads.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Protocol
 
 from poolkit._errors import value_error
 from poolkit.errors import InputError
+from poolkit.levels import load_families
 
 __all__ = [
     "FamilyPlan",
@@ -127,6 +128,8 @@ def family_of(recipes: Mapping[str, Any]) -> str:
 def _planner(name: str) -> Planner:
     if name not in _planners and name in _BUILTIN:
         importlib.import_module(_BUILTIN[name])  # registers itself
+    if name not in _planners:
+        load_families()
     if name not in _planners:
         raise InputError(expected=f"a registered family for {name!r} recipes",
                          got=f"none (registered: {', '.join(sorted({*_BUILTIN, *_planners}))})",

@@ -149,9 +149,10 @@ class UserPooling:
 
 
 def _builtins() -> tuple[str, ...]:
-    from poolkit.sparse.names import SPARSE_STRATEGIES
+    from poolkit.levels import levels
 
-    return (*SEQUENCE_STRATEGIES, *SPARSE_STRATEGIES, *_KEYWORDS)
+    bare = (n for spec in levels().values() if spec.bare for n in spec.names)
+    return (*SEQUENCE_STRATEGIES, *bare, *_KEYWORDS)
 
 
 def _name_problem(name: Any) -> str | None:

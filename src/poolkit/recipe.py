@@ -58,15 +58,16 @@ from poolkit.layers import (
     layer_name,
     layer_spec,
 )
-from poolkit.multivector.segments import multivector_segment, settle_multivector
+from poolkit.levels import Level, RecipeError, bare_level, level_names, levels, register_level
+from poolkit.levels import level as level_spec_of
 from poolkit.output import PRECISIONS, bytes_per_vector
 from poolkit.poolings import pooling_names, user_pooling
 from poolkit.spans import parse_span_strategy, span_embeddings, span_output_dim
-from poolkit.sparse.names import SPARSE_STRATEGIES
 from poolkit.words import WORD_STRATEGIES, word_embeddings
 
 __all__ = ["LEVELS", "NO_SPECIAL", "Recipe", "RecipeError"]
 
+# The built-in levels (every registered one: poolkit.levels.level_names()).
 LEVELS = ("sequence", "word", "span", "sparse", "multivector")
 # The fields each JSON version adds; each version is written only when a recipe needs it, and
 # every one is still read.
@@ -83,10 +84,6 @@ _FORMS = (
     "span:x,y,x*y, splade, splade_sum/top64, multivector:tokens/pool2/64, "
     "multivector:tokens/muvera"
 )
-
-
-class RecipeError(InputError):
-    """A recipe that does not name a valid pooling (one line: the valid forms, the closest)."""
 
 
 _VALID_FORMS = f"Valid forms: {_FORMS}."
@@ -154,10 +151,19 @@ def _valid(name: str) -> bool:
 def _known_names() -> list[str]:
     names = [*SEQUENCE_STRATEGIES, *(s + NO_SPECIAL for s in SEQUENCE_STRATEGIES)]
     names += ["cls+mean", "mean+max", *pooling_names()]
-    names += [f"word:{w}" for w in WORD_STRATEGIES]
-    names += ["span:endpoints", "span:mean", "span:max", "span:diff_sum", "span:attention"]
-    names += ["span:x,y,x*y", *SPARSE_STRATEGIES, "multivector:tokens"]
+    for spec in levels().values():
+        if spec.name != "sequence":
+            names += [n if spec.bare else f"{spec.name}:{n}" for n in spec.names]
     return names
+
+
+def _ask(rule: Any, *args: Any) -> Any:
+    """``rule(*args)`` of a level, its error a :class:`RecipeError` (with the valid forms
+    where the level gives no fix)."""
+    try:
+        return rule(*args)
+    except InputError as e:
+        raise recast(e, RecipeError).but(fix=e.fix or _VALID_FORMS) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +175,9 @@ class Recipe:
             joined with ``+`` (concatenated in that order), each optionally suffixed
             ``_no_special``; word: a ``WORD_STRATEGIES`` name; span: a
             ``span_embeddings`` strategy (``"endpoints"``, ``"x,y,x*y"``, ...).
-        level: ``"sequence"``, ``"word"``, ``"span"`` or ``"sparse"`` (a sparse strategy
-            name sets it: ``Recipe("splade")`` is sparse).
+        level: a registered level (:mod:`poolkit.levels`): ``"sequence"``, ``"word"``,
+            ``"span"``, ``"sparse"`` or ``"multivector"``; a name that says its level sets it
+            (``Recipe("splade")`` is sparse).
         layers: ``None`` for the last layer, a ``LAYER_PRESETS`` name, or a tuple of
             layer indices (0 = embeddings output, negative from the end).
         layer_how: how several layers combine: ``mean``, ``sum`` or ``concat``.
@@ -205,8 +212,8 @@ class Recipe:
     muvera: Any = None
 
     def __post_init__(self) -> None:
-        if self.level not in LEVELS:
-            _fail(f"one of {', '.join(LEVELS)}", self.level, arg="level")
+        if not isinstance(self.level, str) or level_spec_of(self.level) is None:
+            _fail(f"one of {', '.join(level_names())}", self.level, arg="level")
         if not isinstance(self.strategy, str) or not self.strategy.strip():
             _fail("a non-empty name", self.strategy, arg="strategy")
         self._settle(None)
@@ -216,25 +223,30 @@ class Recipe:
         :meth:`replace` passes it; ``None``: read ``strategy`` now) and store what follows
         (output stage checked, ``layer_how`` of one layer, ``exclude_special``)."""
         set_ = object.__setattr__
-        if self.level == "sequence" and self.strategy.strip().lower() in SPARSE_STRATEGIES:
-            set_(self, "level", "sparse")  # the name says the level: no prefix needed
-        level = self.level
-        check_top_k(level, self.top_k)
-        if level == "sparse":
-            check_sparse_fields(self.layers, self.normalize, self.exclude_special,
-                                self.dims, self.precision)  # fmt: skip
+        spec = self._level
+        bare = bare_level(self.strategy.strip().lower()) if spec.name == "sequence" else None
+        if bare is not None:
+            spec = bare
+            set_(self, "level", bare.name)  # the name says the level: no prefix needed
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for other in levels().values():  # each level's own fields: None on the others
+            for name in other.fields:
+                if name not in spec.fields and fields[name] is not None:
+                    _ask(other.off_level, name, spec.name, fields[name])
         layers = check_shorthands(self.layers, self.layer_how, self.exclude_special,
                                   self.normalize)  # fmt: skip
+        dims, precision = _output_values(self.dims, self.precision)
+        if spec.settle is not None:
+            for name, value in _ask(
+                spec.settle, {**fields, "dims": dims, "precision": precision}
+            ).items():
+                set_(self, name, value)
+        _check_level(spec, dims, precision)
+        if self.exclude_special and spec.name != "sequence":
+            _fail(f"False at the {spec.name} level (it applies to sequences)", True,
+                  arg="exclude_special")  # fmt: skip
         if canon is None:
-            canon = _canonical_strategy(level, self.strategy, self.exclude_special)
-        dims, precision = check_output_stage(level, self.dims, self.precision)
-        try:
-            pool_factor, muvera = settle_multivector(level, self.pool_factor, self.muvera,
-                                                     precision, layers)  # fmt: skip
-        except InputError as e:
-            raise recast(e, RecipeError) from None
-        set_(self, "pool_factor", pool_factor)
-        set_(self, "muvera", muvera)
+            canon = _canonical_strategy(spec, self.strategy, self.exclude_special)
         set_(self, "dims", dims)
         set_(self, "precision", precision)
         set_(self, "strategy", canon)
@@ -243,7 +255,13 @@ class Recipe:
         if len(layer_indices(layers)) == 1:
             set_(self, "layer_how", "mean")
         parts = self.parts
-        set_(self, "exclude_special", level == "sequence" and all(drop for _, drop in parts))
+        set_(self, "exclude_special", spec.name == "sequence" and all(drop for _, drop in parts))
+
+    @property
+    def _level(self) -> Level:
+        spec = level_spec_of(self.level)
+        assert spec is not None  # checked when the recipe was built
+        return spec
 
     # ------------------------------------------------------------------ construction
 
@@ -328,7 +346,7 @@ class Recipe:
     # ------------------------------------------------------------------ reading
 
     def __str__(self) -> str:
-        plain = self.level in ("sequence", "sparse")  # a sparse name says its level
+        plain = self.level == "sequence" or self._level.bare  # a bare name says its level
         name = self.strategy if plain else f"{self.level}:{self.strategy}"
         if self.layers is not None:
             name += f"@{layer_name(self.layers)}"
@@ -353,19 +371,16 @@ class Recipe:
         """What one text becomes: ``"dense"`` (a float vector, or one per word or span),
         ``"sparse"`` (one weight per vocabulary term, :mod:`poolkit.sparse`) or
         ``"multivector"`` (a ``(tokens, D)`` array, :mod:`poolkit.multivector`; with
-        ``/muvera`` one dense vector). Each kind has its own embedding path and writers."""
-        if self.level == "sparse":
-            return "sparse"
-        if self.level == "multivector" and self.muvera is None:
-            return "multivector"
-        return "dense"
+        ``/muvera`` one dense vector), as its level says. Each kind has its own writers."""
+        return self._level.kind_of(self)
 
     @property
     def family(self) -> str:
         """The family that computes it (:mod:`poolkit.families`): ``"sparse"``,
         ``"multivector"`` (MUVERA too: its one vector is made from the token vectors) or
-        ``"dense"`` (every pooling of token states: sequence, word, span)."""
-        return self.level if self.level in ("sparse", "multivector") else "dense"
+        ``"dense"`` (every pooling of token states: sequence, word, span), as its level
+        registered (:mod:`poolkit.levels`)."""
+        return self._level.family
 
     @property
     def has_output_stage(self) -> bool:
@@ -417,27 +432,20 @@ class Recipe:
         """Width of the pooled vector (before any model module and the output stage)."""
         if not isinstance(hidden_size, int) or hidden_size < 1:
             value_error("hidden_size", "a positive integer", repr(hidden_size))
-        if self.level == "sparse":
-            value_error("recipe", "a dense recipe (a sparse one is as wide as the vocabulary)",
-                        str(self))  # fmt: skip
         width = hidden_size
         if self.layer_how == "concat":
             width *= len(layer_indices(self.layers))
-        if self.level == "sequence":
-            return sum(
-                width if name in SEQUENCE_STRATEGIES else _user_width(name, width)
-                for name, _ in self.parts
-            )
-        if self.level == "word":
-            return span_output_dim(width, WORD_STRATEGIES[self.strategy])
-        return span_output_dim(width, self.strategy)
+        spec = self._level
+        if spec.width is None:
+            value_error("recipe", "a recipe of fixed width", str(self))
+        return spec.width(self, width)
 
     def resolved_normalize(self, model_normalize: bool) -> bool:
         """Whether vectors are L2-normalised for a model that says ``model_normalize`` (at
         the multi-vector level: per token, as the folder's token-level ``Normalize``)."""
         if self.normalize is not None:
             return self.normalize
-        return bool(model_normalize) if self.level in ("sequence", "multivector") else False
+        return bool(model_normalize) if self._level.model_normalize else False
 
     # ------------------------------------------------------------------ applying
 
@@ -477,9 +485,9 @@ class Recipe:
         )
         from poolkit.tokens import token_embeddings
 
-        if self.level == "sparse":
-            value_error("recipe", "a dense recipe here (sparse ones need the MLM head)", str(self),
-                        "Use poolkit.embed(texts, model, recipe=...).")  # fmt: skip
+        if self.level not in _POOLING_LEVELS:
+            value_error("recipe", "a recipe pooling token states here (sequence, word or span "
+                                  "level)", str(self), "Use poolkit.embed(texts, model, recipe=...).")  # fmt: skip
         views = LayerViews(batch) if views is None else views
         if per_token:
             hidden = views[self]
@@ -517,35 +525,6 @@ def check_dims(dims: int, width: int, recipe: str) -> None:
         )  # fmt: skip
 
 
-def check_top_k(level: str, top_k: Any) -> None:
-    """Refuse a ``top_k`` that is not a positive int, or one off the sparse level."""
-    if top_k is None:
-        return
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        _fail("a positive number of weights to keep, e.g. /top64", top_k, arg="top_k")
-    if level != "sparse":
-        raise RecipeError(arg="top_k", expected="a sparse recipe (e.g. splade/top64)", got=f"/top{top_k} on a {level}-level recipe", fix="Drop it, or use /DIMS to truncate dense vectors.")  # fmt: skip
-
-
-def check_sparse_fields(
-    layers: Any, normalize: Any, exclude_special: Any, dims: Any, precision: Any
-) -> None:
-    """Refuse, in one line, what does not apply to a sparse recipe: layers (SPLADE reads the
-    last layer through the MLM head), normalisation, ``_no_special`` and the output stage."""
-    if layers is not None:
-        raise RecipeError(arg="layers", expected="none on a sparse recipe", got=repr(layers), fix="SPLADE reads the MLM head on the last layer: drop @LAYERS.")  # fmt: skip
-    if normalize is not None:
-        raise RecipeError(arg="normalize", expected="None on a sparse recipe", got="/l2" if normalize else "/raw", fix="Sparse weights are never L2-normalised: drop it.")  # fmt: skip
-    if exclude_special:
-        raise RecipeError(arg="exclude_special", expected="False on a sparse recipe", got=True, fix="SPLADE pools every real token, as the model was trained.")  # fmt: skip
-    if dims is not None or precision is not None:
-        what = "dims" if dims is not None else "precision"
-        got = f"/{dims if what == 'dims' else precision}"
-        raise RecipeError(arg=what, expected="no dense output stage (/DIMS, /PRECISION) on a "
-                                   "sparse recipe", got=got, fix="Keep the largest weights with /topK instead, e.g. "
-                                   "splade/top64.")  # fmt: skip
-
-
 def check_shorthands(layers: Any, layer_how: Any, exclude_special: Any, normalize: Any) -> Any:
     """The fields a recipe takes beside its name, checked (a :class:`RecipeError` or
     TypeError naming the argument); returns the layers as :func:`layer_spec` reads them.
@@ -567,6 +546,15 @@ def check_shorthands(layers: Any, layer_how: Any, exclude_special: Any, normaliz
 def check_output_stage(level: str, dims: Any, precision: Any) -> tuple[int | None, str | None]:
     """``(dims, precision)`` checked for ``level`` and normalised (``float32`` -> None); one
     :class:`RecipeError` line naming the argument otherwise. No strategy is parsed."""
+    dims, precision = _output_values(dims, precision)
+    spec = level_spec_of(level)
+    assert spec is not None, level
+    _check_level(spec, dims, precision)
+    return dims, precision
+
+
+def _output_values(dims: Any, precision: Any) -> tuple[int | None, str | None]:
+    """``(dims, precision)`` checked and normalised (``float32`` -> None), for any level."""
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         _fail("a positive number of dimensions, e.g. /256", dims, arg="dims")
     if precision is not None:
@@ -578,14 +566,18 @@ def check_output_stage(level: str, dims: Any, precision: Any) -> tuple[int | Non
         precision = precision.strip().lower()
         if precision == "float32":
             precision = None
-    if level not in ("sequence", "multivector") and (dims is not None or precision is not None):
+    return dims, precision
+
+
+def _check_level(spec: Level, dims: int | None, precision: str | None) -> None:
+    """Refuse an output stage on a level that takes none."""
+    if not spec.output_stage and (dims is not None or precision is not None):
         what = "dims" if dims is not None else "precision"
         got = f"/{dims if what == 'dims' else precision}"
         raise RecipeError(
-            arg=what, expected=f"no output stage (/DIMS, /PRECISION) at the {level} level", got=got, fix="An output stage stores one vector per text: use a sequence-level "
+            arg=what, expected=f"no output stage (/DIMS, /PRECISION) at the {spec.name} level", got=got, fix="An output stage stores one vector per text: use a sequence-level "
                      "recipe, or drop it."
         )  # fmt: skip
-    return dims, precision
 
 
 def _output_segment(segment: str) -> tuple[str, Any] | None:
@@ -596,12 +588,10 @@ def _output_segment(segment: str) -> tuple[str, Any] | None:
         return "dims", int(low)
     if low in PRECISIONS:
         return "precision", low
-    if low.startswith("top") and low[3:].isdigit():
-        return "top_k", int(low[3:])
-    try:
-        return multivector_segment(low)
-    except InputError as e:
-        raise recast(e, RecipeError) from None
+    for spec in levels().values():  # the segments a level adds (/topK, /poolF, /muvera)
+        if spec.segment is not None and (seg := _ask(spec.segment, low)) is not None:
+            return seg
+    return None
 
 
 def _split_name(text: str, level: str) -> dict[str, Any]:
@@ -626,7 +616,7 @@ def _split_name(text: str, level: str) -> dict[str, Any]:
         text, _, bracket = text[:-1].rpartition(" [")
         text = f"{text}@{bracket}"
     head, prefix, rest = text.partition(":")
-    if prefix and head.strip().lower() in LEVELS and "@" not in head:
+    if prefix and level_spec_of(head.strip().lower()) is not None and "@" not in head:
         out["level"] = head.strip().lower()
         text = rest
     strategy, at, layers = text.partition("@")
@@ -642,55 +632,73 @@ def _split_name(text: str, level: str) -> dict[str, Any]:
     return out
 
 
-def _canonical_strategy(level: str, strategy: str, exclude_special: bool) -> str:
+def _canonical_strategy(spec: Level, strategy: str, exclude_special: bool) -> str:
+    """``strategy`` checked against the level ``spec`` and spelled canonically."""
     text = strategy.strip().lower()
-    if level == "sparse":
-        if exclude_special:
-            check_sparse_fields(None, None, True, None, None)
-        if text not in SPARSE_STRATEGIES:
-            _fail(f"one of {', '.join(SPARSE_STRATEGIES)}", strategy, _closest(text), "strategy")
-        return text
-    if level == "sequence":
-        parts = []
-        for piece in text.replace(",", "+").split("+"):
-            name = piece.strip()
-            drop = name.endswith(NO_SPECIAL) or exclude_special
-            base = name[: -len(NO_SPECIAL)] if name.endswith(NO_SPECIAL) else name
-            if base not in SEQUENCE_STRATEGIES and user_pooling(base) is None:
-                _fail(
-                    f"one of {', '.join(SEQUENCE_STRATEGIES)} or a registered pooling (join "
-                    f"several with '+'; suffix {NO_SPECIAL} to drop special tokens)",
-                    strategy,
-                    _closest(strategy),
-                    "strategy",
-                )
-            parts.append(base + (NO_SPECIAL if drop else ""))
-        return "+".join(parts)
-    if exclude_special:
-        _fail(f"False at the {level} level (it applies to sequences)", True, arg="exclude_special")
-    if level == "multivector":
-        if text != "tokens":
-            _fail("tokens at the multivector level (every token's vector)", strategy,
-                  "multivector:tokens", "strategy")  # fmt: skip
-        return text
-    if level == "word":
-        if text not in WORD_STRATEGIES:
-            _fail(
-                f"one of {', '.join(WORD_STRATEGIES)}",
-                strategy,
-                _closest("word:" + text),
-                "strategy",
-            )
-        return text
+    canon = _ask(spec.canonical, text, exclude_special)
+    if canon is None:
+        closest = _closest(text if spec.bare or spec.name == "sequence" else f"{spec.name}:{text}")
+        _fail(spec.expected, strategy, closest, "strategy")
+    return canon
+
+
+def _sequence_strategy(text: str, exclude_special: bool) -> str | None:
+    parts = []
+    for piece in text.replace(",", "+").split("+"):
+        name = piece.strip()
+        drop = name.endswith(NO_SPECIAL) or exclude_special
+        base = name[: -len(NO_SPECIAL)] if name.endswith(NO_SPECIAL) else name
+        if base not in SEQUENCE_STRATEGIES and user_pooling(base) is None:
+            return None
+        parts.append(base + (NO_SPECIAL if drop else ""))
+    return "+".join(parts)
+
+
+def _span_strategy(text: str, exclude_special: bool) -> str | None:
     compact = text.replace(" ", "")
     try:
         parse_span_strategy(compact)
     except ValueError:
-        _fail(
-            "comma-joined terms from endpoints, mean, max, attention, diff_sum, x, y, "
-            "or x?y with ? in - + * /",
-            strategy,
-            _closest("span:" + compact),
-            "strategy",
-        )
+        return None
     return compact
+
+
+def _sequence_width(recipe: Recipe, width: int) -> int:
+    return sum(
+        width if name in SEQUENCE_STRATEGIES else _user_width(name, width)
+        for name, _ in recipe.parts
+    )
+
+
+# The levels of the dense family: each pools token states (Recipe.pool).
+_POOLING_LEVELS = ("sequence", "word", "span")
+for _spec in (
+    Level(
+        name="sequence",
+        family="dense",
+        canonical=_sequence_strategy,
+        expected=f"one of {', '.join(SEQUENCE_STRATEGIES)} or a registered pooling (join "
+        f"several with '+'; suffix {NO_SPECIAL} to drop special tokens)",
+        output_stage=True,
+        model_normalize=True,
+        width=_sequence_width,
+    ),
+    Level(
+        name="word",
+        family="dense",
+        canonical=lambda text, _: text if text in WORD_STRATEGIES else None,
+        expected=f"one of {', '.join(WORD_STRATEGIES)}",
+        names=tuple(WORD_STRATEGIES),
+        width=lambda recipe, width: span_output_dim(width, WORD_STRATEGIES[recipe.strategy]),
+    ),
+    Level(
+        name="span",
+        family="dense",
+        canonical=_span_strategy,
+        expected="comma-joined terms from endpoints, mean, max, attention, diff_sum, x, y, "
+        "or x?y with ? in - + * /",
+        names=("endpoints", "mean", "max", "diff_sum", "attention", "x,y,x*y"),
+        width=lambda recipe, width: span_output_dim(width, recipe.strategy),
+    ),
+):
+    register_level(_spec)

@@ -1,19 +1,22 @@
-"""The multi-vector level's recipe segments: ``/poolF`` and ``/muvera[:OPTIONS]``.
+"""The multi-vector level of the recipe grammar: ``multivector:tokens`` and its segments
+``/poolF`` and ``/muvera[:OPTIONS]``.
 
-:class:`poolkit.Recipe` reads and checks them here, so the recipe grammar has one place for
-each level's own parts.
+Registered with :mod:`poolkit.levels` when this module loads: :class:`poolkit.Recipe` reads
+and checks the level's parts here.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from poolkit._errors import value_error
+from poolkit.levels import Level, register_level
 from poolkit.multivector.muvera import MuveraOptions
 from poolkit.multivector.token_pooling import check_pool_factor
 
-__all__ = ["multivector_segment", "parse_muvera", "settle_multivector"]
+__all__ = ["multivector_segment", "parse_muvera"]
 
 _POOL = re.compile(r"pool(\d+(?:\.\d+)?)")
 _MUVERA_KEYS = ("k_sim", "dim_proj", "r_reps", "seed")
@@ -42,22 +45,21 @@ def multivector_segment(low: str) -> tuple[str, Any] | None:
     return None
 
 
-def settle_multivector(
-    level: str, pool_factor: Any, muvera: Any, precision: str | None, layers: Any
-) -> tuple[float | None, MuveraOptions | None]:
-    """``(pool_factor, muvera)`` checked for ``level`` (one :class:`InputError` line each)."""
-    if level != "multivector":
-        for name, value in (("pool_factor", pool_factor), ("muvera", muvera)):
-            if value is not None:
-                value_error(name, f"None at the {level} level", repr(value), "Token pooling and MUVERA are multi-vector stages: "
-                                       "use multivector:tokens/...")  # fmt: skip
-        return None, None
-    if layers is not None:
+def _off_level(field: str, level: str, value: Any) -> None:
+    value_error(field, f"None at the {level} level", repr(value), "Token pooling and MUVERA are multi-vector stages: "
+                           "use multivector:tokens/...")  # fmt: skip
+
+
+def _settle(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``pool_factor`` and ``muvera`` checked and settled, and what the level refuses
+    (layers, int8/uint8 tokens): one :class:`InputError` line each."""
+    pool_factor, muvera = fields["pool_factor"], fields["muvera"]
+    if fields["layers"] is not None:
         value_error("layers", "None at the multivector level (the model's last "
-                               "layer and projection)", repr(layers), "Drop the @LAYERS part.")  # fmt: skip
-    if precision in ("int8", "uint8"):
+                               "layer and projection)", repr(fields["layers"]), "Drop the @LAYERS part.")  # fmt: skip
+    if fields["precision"] in ("int8", "uint8"):
         value_error("precision", "float32, float16, binary or ubinary at the "
-                               "multivector level", precision, "int8/uint8 tokens (ranges calibrated on token vectors) "
+                               "multivector level", fields["precision"], "int8/uint8 tokens (ranges calibrated on token vectors) "
                                "are not offered yet: use /float16, /binary or /ubinary.")  # fmt: skip
     if pool_factor is not None:
         pool_factor = check_pool_factor(pool_factor)
@@ -67,4 +69,24 @@ def settle_multivector(
         muvera = MuveraOptions(**muvera)
     if muvera is not None and not isinstance(muvera, MuveraOptions):
         muvera = parse_muvera(str(muvera))
-    return pool_factor, muvera
+    return {"pool_factor": pool_factor, "muvera": muvera}
+
+
+register_level(
+    Level(
+        name="multivector",
+        family="multivector",
+        canonical=lambda text, _: text if text == "tokens" else None,
+        expected="tokens at the multivector level (every token's vector)",
+        names=("tokens",),
+        fields=("pool_factor", "muvera"),
+        settle=_settle,
+        off_level=_off_level,
+        segment=multivector_segment,
+        output_stage=True,
+        model_normalize=True,
+        # MUVERA folds the token vectors into one dense vector.
+        kind=lambda recipe: "multivector" if recipe.muvera is None else "dense",
+        width=lambda recipe, hidden_size: hidden_size,  # per token, before the output stage
+    )
+)

@@ -1,0 +1,82 @@
+"""A family of another package (tests/family_plugins.py: ``poolkit-hashbag``, installed as
+an installer leaves it) plugs in through the entry-point group ``poolkit.families``: its
+recipe level parses and round-trips, and ``poolkit.embed`` and ``poolkit embed`` run its
+plan, with no edit under src/. The reference counts the ids of the ``tokenizers`` library's
+own tokenizer of the model folder (not poolkit's) into the 64 buckets by hand.
+"""
+
+from __future__ import annotations
+
+import clitools
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from family_plugins import forget_family, write_family
+
+import poolkit
+
+TEXTS = ["A man is playing a guitar.", "Two dogs run on the beach!", "Hello"]
+
+
+@pytest.fixture
+def hashbag(tmp_path_factory, monkeypatch):
+    """poolkit-hashbag installed (its folder first on sys.path), loaded afresh."""
+    folder = write_family(tmp_path_factory.mktemp("family"))
+    monkeypatch.syspath_prepend(str(folder))
+    forget_family()
+    yield folder
+    forget_family()
+
+
+def by_hand(model_dir, texts, *, drop_special: bool) -> np.ndarray:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tok.no_padding()  # the file pads to 128: the ids of the text alone
+    special = {tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]")}
+    out = np.zeros((len(texts), 64))
+    for row, text in enumerate(texts):
+        for i in tok.encode(text).ids:
+            if not (drop_special and i in special):
+                out[row, i % 64] += 1
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_without_the_plugin_the_level_is_unknown():
+    forget_family()
+    with pytest.raises(poolkit.RecipeError, match="hashed"):
+        poolkit.Recipe.parse("hashed:ids")
+
+
+def test_its_level_parses_round_trips_and_names_its_family(hashbag):
+    r = poolkit.Recipe.parse("hashed:IDS ")
+    assert (str(r), r.level, r.family, r.kind) == ("hashed:ids", "hashed", "hashbag", "dense")
+    assert poolkit.Recipe.from_json(r.to_json()) == r and r.pooled_dim(384) == 64
+    with pytest.raises(poolkit.RecipeError, match=r"ids or ids_no_special.*hashed:ids"):
+        poolkit.Recipe.parse("hashed:idz")
+    with pytest.raises(poolkit.RecipeError, match=r"no output stage.*hashed level"):
+        poolkit.Recipe.parse("hashed:ids/32")
+
+
+def test_library_embed_runs_its_plan(hashbag, minilm_dir):
+    got = poolkit.embed(TEXTS, minilm_dir, recipe=["hashed:ids", "hashed:ids_no_special"])
+    for name, drop in (("hashed:ids", False), ("hashed:ids_no_special", True)):
+        assert got[name].dtype == np.float32 and got[name].shape == (3, 64)
+        np.testing.assert_allclose(got[name], by_hand(minilm_dir, TEXTS, drop_special=drop),
+                                   rtol=0, atol=1e-7)  # fmt: skip
+    with pytest.raises(poolkit.InputError, match="one family"):
+        poolkit.embed(TEXTS, minilm_dir, recipe=["hashed:ids", "mean"])
+
+
+def test_cli_embed_writes_its_columns(hashbag, minilm_dir, tmp_path):
+    data = tmp_path / "t.txt"
+    data.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    for out in (tmp_path / "v.parquet", tmp_path / "v.npy"):
+        result = clitools.run_cli(["embed", str(data), "-m", str(minilm_dir), "--recipe",
+                                   "hashed:ids", "-o", str(out)], cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr.decode()
+    table = pq.read_table(tmp_path / "v.parquet")
+    vectors = np.stack(table.column("hashed:ids").to_numpy(zero_copy_only=False))
+    expected = by_hand(minilm_dir, TEXTS, drop_special=False)
+    np.testing.assert_allclose(vectors, expected, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), vectors)
