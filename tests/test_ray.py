@@ -154,13 +154,16 @@ def test_library_matches_one_machine_with_a_worker_killed(
 
 
 def _poolkit(*args: str) -> subprocess.CompletedProcess[str]:
-    """A command that starts or joins Ray: its own process (this one is a Ray driver)."""
+    """A command run as its own process, joining the cluster with --address: where what is
+    checked is the process's (its whole stderr, its exit status, what --quiet leaves)."""
     return subprocess.run(clitools.command(*args), capture_output=True, text=True, cwd=REPO,
                           timeout=300)  # fmt: skip
 
 
-def _refused(*args: str) -> subprocess.CompletedProcess[str]:
-    """A command refused before Ray starts: in this process, its output as text."""
+def _in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """A command in this process, its output as text: one refused before Ray starts, or a
+    job on this process's own Ray connection (the command keeps it: ``_start_ray``), which
+    spares a process's start-up (importing torch and Ray Data, several seconds)."""
     result = clitools.run_cli(args, cwd=REPO)
     return subprocess.CompletedProcess(
         result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
@@ -191,7 +194,7 @@ def test_cli_matches_one_machine(ray_cluster, corpus, reference, tmp_path):
     np.testing.assert_array_equal(ids, np.arange(len(reference)))
     assert text_ids == _expected_text_ids()
     assert np.abs(vectors - reference).max() < TOL
-    again = _poolkit("embed", str(folder), "-o", str(out), "--engine", "ray",
+    again = _in_process("embed", str(folder), "-o", str(out), "--engine", "ray",
                      "--address", address)  # fmt: skip
     assert again.returncode == 2
     assert again.stderr.strip() == (
@@ -210,35 +213,52 @@ def test_cli_matches_one_machine(ray_cluster, corpus, reference, tmp_path):
 def test_cli_flag_errors(tmp_path, argv, message):
     src = tmp_path / "in.txt"
     src.write_text("hello\n", encoding="utf-8")
-    result = _refused("embed", str(src), "-o", str(tmp_path / "out"), *argv)
+    result = _in_process("embed", str(src), "-o", str(tmp_path / "out"), *argv)
     assert result.returncode == 2
     assert result.stderr.strip() == f"poolkit: error: {message}"
 
 
 def test_cli_input_errors(tmp_path):
     out = tmp_path / "out"
-    missing = _refused("embed", str(tmp_path / "nope"), "-o", str(out), "--engine", "ray")
+    missing = _in_process("embed", str(tmp_path / "nope"), "-o", str(out), "--engine", "ray")
     assert (missing.returncode, missing.stderr.strip()) == (
         2, f"poolkit: error: {tmp_path / 'nope'}: no such file or folder."
     )  # fmt: skip
-    stdin = _refused("embed", "-", "-o", str(out), "--engine", "ray")
+    stdin = _in_process("embed", "-", "-o", str(out), "--engine", "ray")
     assert stdin.returncode == 2
     assert "cannot read stdin" in stdin.stderr
     (tmp_path / "file.parquet").write_bytes(b"")
     src = tmp_path / "in.txt"
     src.write_text("hello\n", encoding="utf-8")
-    to_file = _refused("embed", str(src), "-o", str(tmp_path / "file.parquet"), "--engine", "ray")
+    to_file = _in_process(
+        "embed", str(src), "-o", str(tmp_path / "file.parquet"), "--engine", "ray"
+    )
     assert to_file.returncode == 2
     assert "writes a folder of Parquet shards, but this is a file" in to_file.stderr
     assert not out.exists()
     for name in ("out.npy", "out.jsonl"):  # never exit 0 without the file it names
-        named = _refused("embed", str(src), "-o", str(tmp_path / name), "--engine", "ray")
+        named = _in_process("embed", str(src), "-o", str(tmp_path / name), "--engine", "ray")
         assert (named.returncode, named.stderr.count("\n")) == (2, 1), named.stderr
         assert named.stderr.startswith(
             f"poolkit: error: {tmp_path / name}: --engine ray writes a folder of Parquet "
             f"shards, not a {name[3:]} file; name a folder (e.g. {tmp_path / 'out'}/)"
         ), named.stderr
         assert not (tmp_path / name).exists()
+
+
+def test_in_a_ray_driver_the_command_keeps_its_connection(ray_cluster, tmp_path):
+    """Run in a process already connected to Ray (as every ``_in_process`` job here), a
+    command uses that connection and leaves it up; ``--address`` of another cluster is
+    refused in one line, before anything is written."""
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n", encoding="utf-8")
+    other = _in_process("embed", str(src), "-o", str(tmp_path / "out"), "--engine", "ray",
+                        "--address", "127.0.0.1:1")  # fmt: skip
+    current = ray_cluster.get_runtime_context().gcs_address
+    assert (other.returncode, other.stderr) == (2, (
+        "poolkit: error: --address 127.0.0.1:1: this process is already connected to the Ray "
+        f"cluster at {current}; drop --address, or run poolkit as a process of its own.\n"))  # fmt: skip
+    assert ray_cluster.is_initialized() and not (tmp_path / "out").exists()
 
 
 def test_without_ray_one_line_names_the_install_command(tmp_path):
@@ -292,7 +312,7 @@ def test_ray_client_address_without_grpc(tmp_path):
         pytest.skip("Ray Client is installed; the message is for when it is not")
     src = tmp_path / "in.txt"
     src.write_text("hello\n", encoding="utf-8")
-    result = _refused("embed", str(src), "-o", str(tmp_path / "out"), "--engine", "ray",
+    result = _in_process("embed", str(src), "-o", str(tmp_path / "out"), "--engine", "ray",
                       "--address", "ray://head:10001")  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip() == (
@@ -356,19 +376,21 @@ def _vectors(path: Path, column: str) -> np.ndarray:
 
 
 def _ray_and_local(
-    tmp_path: Path, name: str, address: str, *flags: str, data: Path | None = None
-) -> tuple:
+    tmp_path: Path, name: str, address: str, *flags: str, data: Path | None = None,
+    own_process: bool = False,
+) -> tuple:  # fmt: skip
     """The same command on one machine (Parquet file) and on Ray (folder): both results.
 
-    The one-machine run is in this process (``clitools.run_cli``); the Ray run is a real
-    subprocess joining the cluster."""
+    Both run in this process (``clitools.run_cli``), the Ray run on this process's Ray
+    (``--address`` its own); ``own_process``: the Ray run as a process of its own."""
     data = data or sts_pairs_table(tmp_path / "pairs.tsv")
     local = clitools.run_cli(["embed", str(data), "-o", str(tmp_path / f"{name}.parquet"), *flags],
                              cwd=tmp_path)  # fmt: skip
     assert local.returncode == 0, local.stderr
     ray_out = tmp_path / name
-    remote = _poolkit("embed", str(data), "-o", str(ray_out), *flags, "--engine", "ray",
-                      "--address", address, "--workers", "1", "--cpus-per-worker", "1")  # fmt: skip
+    run = _poolkit if own_process else _in_process
+    remote = run("embed", str(data), "-o", str(ray_out), *flags, "--engine", "ray",
+                 "--address", address, "--workers", "1", "--cpus-per-worker", "1")  # fmt: skip
     assert remote.returncode == 0, remote.stderr
     return tmp_path / f"{name}.parquet", ray_out, remote
 
@@ -386,7 +408,7 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
              "float32", "--part-size", "42", "--model", str(minilm_dir), "--prompt", "query: ",
              "--quiet"]  # fmt: skip
     local, ray_out, remote = _ray_and_local(tmp_path, "a", address, *flags,
-                                            data=tmp_path / "pairs.txt")  # fmt: skip
+                                            data=tmp_path / "pairs.txt", own_process=True)  # fmt: skip
     # --quiet: no summary, no progress, no Ray execution notes (warnings may still show).
     assert "poolkit:" not in remote.stderr and " INFO " not in remote.stderr, remote.stderr
     # Unnormalised vectors (|x| up to ~10): float noise from other thread counts scales
@@ -416,7 +438,7 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     for col in staged:
         assert _vectors(local, col).dtype == np.int8
         np.testing.assert_array_equal(_vectors(ray_out, col), _vectors(local, col))
-    again = _poolkit("embed", str(tmp_path / "pairs.tsv"), "-o", str(ray_out), "--recipe", "cls",
+    again = _in_process("embed", str(tmp_path / "pairs.tsv"), "-o", str(ray_out), "--recipe", "cls",
                      "--text-column", "sentence1", "--engine", "ray", "--address", address, "--overwrite", "--quiet")  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert sorted(_vectors_columns(ray_out)) == ["cls", "id", "text_id"]
@@ -446,7 +468,7 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
     # --gpus-per-worker on a cluster with no GPU resource: one line, after joining it
     # (--quiet: without it Ray's own INFO lines on joining come first).
     if not ray_cluster.cluster_resources().get("GPU"):
-        no_gpu = _poolkit("embed", str(tmp_path / "pairs.tsv"), "-o", str(tmp_path / "g"),
+        no_gpu = _in_process("embed", str(tmp_path / "pairs.tsv"), "-o", str(tmp_path / "g"),
                           "--engine", "ray", "--address", address, "--gpus-per-worker", "1",
                           "--quiet")  # fmt: skip
         assert no_gpu.returncode == 2 and no_gpu.stderr.count("\n") == 1, no_gpu.stderr
@@ -456,13 +478,13 @@ def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, m
         assert not (tmp_path / "g").exists()
 
     # --debug shows the traceback (here of a --resume into a remote folder, refused).
-    refused = _refused("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
+    refused = _in_process("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
                        "--engine", "ray", "--resume")  # fmt: skip
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert refused.stderr.startswith(
         "poolkit: error: s3://bucket/r: --resume with --engine ray needs a local OUTPUT_DIR"
     )
-    debug = _refused("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
+    debug = _in_process("embed", str(tmp_path / "pairs.txt"), "-o", "s3://bucket/r",
                      "--engine", "ray", "--resume", "--debug")  # fmt: skip
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 
@@ -680,8 +702,8 @@ def test_own_ids_and_kept_fields_travel_as_on_one_machine(ray_cluster, tmp_path,
     for problem, line in (("Expected a unique id in 'id', but got 'doc-1', also the id of text 1", 2),
                           ("Expected an id in 'id'", 1)):  # fmt: skip
         out = tmp_path / "refused"
-        run = _poolkit("embed", str(folder), "-o", str(out), "--engine", "ray", "--address",
-                       address, *model)  # fmt: skip
+        run = _in_process("embed", str(folder), "-o", str(out), "--engine", "ray",
+                          "--address", address, *model)  # fmt: skip
         assert run.returncode == 2, run.stderr
         assert run.stderr.count("\n") == 1, run.stderr
         assert run.stderr.startswith(
@@ -769,7 +791,7 @@ def test_chunk_and_width_checks_refuse_before_ray_starts(tmp_path, minilm_dir):
          "(none), but got 'query'."),
     ):  # fmt: skip
         out = tmp_path / "out"
-        run = _refused("embed", str(data), "-o", str(out), "--engine", "ray", "--model",
+        run = _in_process("embed", str(data), "-o", str(out), "--engine", "ray", "--model",
                        str(minilm_dir), *flags)  # fmt: skip
         assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
         assert run.stderr.startswith(f"poolkit: error: {message}"), run.stderr

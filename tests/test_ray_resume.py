@@ -10,7 +10,8 @@ they check is that a resumed job's bytes are an uninterrupted job's, which does 
 on the weights. Each Ray job costs about 20 s of start-up (a driver, actors importing torch),
 so each case is one clean run, one stopped run and one resume. One local Ray (2 CPUs,
 conftest's ``ray_cluster``) serves the module; every command joins it with ``--address`` as
-a real subprocess.
+a real subprocess where the process is what is checked (stopped by a signal), else in
+this process.
 """
 
 from __future__ import annotations
@@ -62,7 +63,14 @@ def _argv(
 
 
 def _poolkit(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300)
+    """``argv`` (from :func:`_argv`) in this process, on its Ray connection (the command
+    keeps it), its output as text: what is checked here is the job's files and lines, and a
+    process's start-up (importing torch and Ray Data) costs seconds. The stopped runs are
+    processes of their own (:func:`_stopping`)."""
+    result = clitools.run_cli(argv[len(clitools.command()):], cwd=REPO)
+    return subprocess.CompletedProcess(
+        result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
+    )
 
 
 @pytest.fixture(scope="module")

@@ -90,6 +90,13 @@ class Level:
     kind: Callable[[Any], str] | None = None
     width: Callable[[Any, int], int] | None = None
 
+    def refuse_off_level(self, field: str, level: str, value: Any) -> None:
+        """Refuse one of :attr:`fields`, ``value``, on a recipe of another ``level``."""
+        if self.off_level is not None:
+            self.off_level(field, level, value)
+        raise RecipeError(arg=field, expected=f"None at the {level} level", got=repr(value),
+                          fix=f"It belongs to {self.name}-level recipes: drop it.")  # fmt: skip
+
     def kind_of(self, recipe: Any) -> str:
         """What one text of ``recipe`` becomes (:attr:`poolkit.Recipe.kind`)."""
         return self.kind(recipe) if self.kind is not None else self.family

@@ -232,7 +232,7 @@ class Recipe:
         for other in levels().values():  # each level's own fields: None on the others
             for name in other.fields:
                 if name not in spec.fields and fields[name] is not None:
-                    _ask(other.off_level, name, spec.name, fields[name])
+                    _ask(other.refuse_off_level, name, spec.name, fields[name])
         layers = check_shorthands(self.layers, self.layer_how, self.exclude_special,
                                   self.normalize)  # fmt: skip
         dims, precision = _output_values(self.dims, self.precision)

@@ -119,14 +119,25 @@ def default_workers(resources: dict[str, float], cpus: int, gpus: float | None) 
     return max(1, workers)
 
 
-def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
-    # ray.init installs its own SIGTERM handler (sys.exit(15)): put poolkit's back, so that
-    # SIGTERM stops the job the Ctrl-C way (checkpoint kept, exit status 143).
-    previous = signal.getsignal(signal.SIGTERM)
+def _start_ray(ray: Any, address: str | None, quiet: bool) -> bool:
+    """Join the Ray cluster at ``address`` (None: start a local one); returns whether this
+    call connected (and so disconnects at the end). A process already connected (a caller
+    that is a Ray driver runs the command in-process) keeps its connection: an ``address``
+    of another cluster is refused in one line."""
     level = logging.WARNING if quiet else logging.INFO
     # --quiet: Ray Data's execution notes (INFO) and the workers' forwarded logs stay out
     # of stderr too, so the command prints only warnings and errors.
     logging.getLogger("ray.data").setLevel(level)
+    if ray.is_initialized():
+        current = ray.get_runtime_context().gcs_address
+        if address not in (None, "auto", current):
+            raise InputError(f"--address {address}: this process is already connected to the "
+                             f"Ray cluster at {current}; drop --address, or run poolkit as "
+                             "a process of its own.")  # fmt: skip
+        return False
+    # ray.init installs its own SIGTERM handler (sys.exit(15)): put poolkit's back, so that
+    # SIGTERM stops the job the Ctrl-C way (checkpoint kept, exit status 143).
+    previous = signal.getsignal(signal.SIGTERM)
     try:
         # A local Ray is sized to the CPUs this process may use (cgroups included).
         local = {"include_dashboard": False} if address is None else {"address": address}
@@ -138,6 +149,7 @@ def _start_ray(ray: Any, address: str | None, quiet: bool) -> None:
     finally:
         if callable(previous):
             signal.signal(signal.SIGTERM, previous)
+    return True
 
 
 def _widths(schema: Any) -> dict[str, int]:
@@ -357,7 +369,7 @@ def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:
                 backend="openvino", quantize=args.quantize, calibrate=args.calibration)  # fmt: skip
 
     start = time.perf_counter()
-    _start_ray(ray, args.address, args.quiet)
+    connected = _start_ray(ray, args.address, args.quiet)
     ray_started = time.perf_counter()
     try:
         context = ray.data.DataContext.get_current()
@@ -384,7 +396,8 @@ def run(args: argparse.Namespace, wanted: Any, plan: Any = None) -> int:
                 return outcome  # interrupted: the line is printed
             shards, dims, resumed = outcome
     finally:
-        ray.shutdown()
+        if connected:
+            ray.shutdown()
     end = time.perf_counter()
     if not args.quiet:
         total, spent = end - start, end - ray_started
