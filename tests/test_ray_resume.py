@@ -223,8 +223,8 @@ def counted(self, stamp, shards):
         if len(done) == {files}:
             os.kill(os.getpid(), {sig})
 ShardCheckpoint.finish = counted
-from poolkit.cli import main
-sys.exit(main(sys.argv[1:]))
+from poolkit.cli import process_main
+process_main(sys.argv[1:])
 """
 
 

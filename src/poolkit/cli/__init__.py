@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from poolkit._version import __version__
 from poolkit.cli._common import report_error
 from poolkit.cli._signals import terminate_as_interrupt
 from poolkit.cli._warnings import one_line_warnings
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "process_main"]
 
 COMMANDS = ("embed", "inspect_model", "tokens", "spans", "compare", "export", "diagnose")
 
@@ -64,5 +66,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_error(e)
 
 
+def process_main(argv: Sequence[str] | None = None) -> NoReturn:
+    """The process's entry (the console script, ``python -m poolkit.cli``): ends the process
+    with :func:`main`'s status. A stopped job (130, 143: its line printed, its checkpoint
+    kept) ends it at once: at the interpreter's exit a Ray Data thread still running after
+    ``ray.shutdown()`` has been seen to end a stopped ``--engine ray`` job with status 1."""
+    status = main(argv)
+    if status in (130, 143):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    process_main()

@@ -1,5 +1,3 @@
-import sys
+from poolkit.cli import process_main
 
-from poolkit.cli import main
-
-sys.exit(main())
+process_main()
