@@ -67,7 +67,7 @@ def _poolkit(argv: list[str]) -> subprocess.CompletedProcess[str]:
     keeps it), its output as text: what is checked here is the job's files and lines, and a
     process's start-up (importing torch and Ray Data) costs seconds. The stopped runs are
     processes of their own (:func:`_stopping`)."""
-    result = clitools.run_cli(argv[len(clitools.command()):], cwd=REPO)
+    result = clitools.run_cli(argv[len(clitools.command()) :], cwd=REPO)
     return subprocess.CompletedProcess(
         result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
     )
