@@ -33,6 +33,7 @@ __all__ = [
     "level_names",
     "levels",
     "load_families",
+    "one_of",
     "register_level",
 ]
 
@@ -100,6 +101,12 @@ class Level:
     def kind_of(self, recipe: Any) -> str:
         """What one text of ``recipe`` becomes (:attr:`poolkit.Recipe.kind`)."""
         return self.kind(recipe) if self.kind is not None else self.family
+
+
+def one_of(names: Any) -> Callable[[str, bool], str | None]:
+    """A :attr:`Level.canonical` for a level whose strategies are ``names``, as spelled."""
+    known = frozenset(names)
+    return lambda text, exclude_special: text if text in known else None
 
 
 _levels: dict[str, Level] = {}

@@ -58,7 +58,15 @@ from poolkit.layers import (
     layer_name,
     layer_spec,
 )
-from poolkit.levels import Level, RecipeError, bare_level, level_names, levels, register_level
+from poolkit.levels import (
+    Level,
+    RecipeError,
+    bare_level,
+    level_names,
+    levels,
+    one_of,
+    register_level,
+)
 from poolkit.levels import level as level_spec_of
 from poolkit.output import PRECISIONS, bytes_per_vector
 from poolkit.poolings import pooling_names, user_pooling
@@ -686,7 +694,7 @@ for _spec in (
     Level(
         name="word",
         family="dense",
-        canonical=lambda text, _: text if text in WORD_STRATEGIES else None,
+        canonical=one_of(WORD_STRATEGIES),
         expected=f"one of {', '.join(WORD_STRATEGIES)}",
         names=tuple(WORD_STRATEGIES),
         width=lambda recipe, width: span_output_dim(width, WORD_STRATEGIES[recipe.strategy]),

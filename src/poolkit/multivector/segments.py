@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from poolkit._errors import value_error
-from poolkit.levels import Level, register_level
+from poolkit.levels import Level, one_of, register_level
 from poolkit.multivector.muvera import MuveraOptions
 from poolkit.multivector.token_pooling import check_pool_factor
 
@@ -76,7 +76,7 @@ register_level(
     Level(
         name="multivector",
         family="multivector",
-        canonical=lambda text, _: text if text == "tokens" else None,
+        canonical=one_of(("tokens",)),
         expected="tokens at the multivector level (every token's vector)",
         names=("tokens",),
         fields=("pool_factor", "muvera"),

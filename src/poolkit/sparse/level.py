@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from poolkit.levels import Level, RecipeError, register_level
+from poolkit.levels import Level, RecipeError, one_of, register_level
 from poolkit.sparse.names import SPARSE_STRATEGIES
 
 __all__ = ["check_top_k"]
@@ -56,7 +56,7 @@ register_level(
     Level(
         name="sparse",
         family="sparse",
-        canonical=lambda text, _: text if text in SPARSE_STRATEGIES else None,
+        canonical=one_of(SPARSE_STRATEGIES),
         expected=f"one of {', '.join(SPARSE_STRATEGIES)}",
         names=tuple(SPARSE_STRATEGIES),
         bare=True,
