@@ -58,6 +58,20 @@ def test_its_level_parses_round_trips_and_names_its_family(hashbag):
         poolkit.Recipe.parse("hashed:ids/32")
 
 
+def test_a_recipe_read_where_its_family_is_missing_says_so(hashbag):
+    import importlib
+    import pickle
+    import sys
+
+    stored = pickle.dumps(poolkit.Recipe.parse("hashed:ids"))  # as shipped to a Ray worker
+    sys.path.remove(str(hashbag))  # a worker without the package (the fixture restores it)
+    importlib.invalidate_caches()
+    forget_family()
+    recipe = pickle.loads(stored)
+    with pytest.raises(poolkit.RecipeError, match=r"a registered level.*'hashed'.*Ray workers"):
+        recipe.family  # noqa: B018
+
+
 def test_library_embed_runs_its_plan(hashbag, minilm_dir):
     got = poolkit.embed(TEXTS, minilm_dir, recipe=["hashed:ids", "hashed:ids_no_special"])
     for name, drop in (("hashed:ids", False), ("hashed:ids_no_special", True)):

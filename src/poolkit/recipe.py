@@ -268,7 +268,11 @@ class Recipe:
     @property
     def _level(self) -> Level:
         spec = level_spec_of(self.level)
-        assert spec is not None  # checked when the recipe was built
+        if spec is None:  # built where its family is installed, read where it is not
+            raise RecipeError(arg="level", expected="a registered level", got=repr(self.level),
+                              fix="Install the package of its family (entry-point group "
+                              "poolkit.families) wherever the recipe is used, Ray workers "
+                              "included.")  # fmt: skip
         return spec
 
     # ------------------------------------------------------------------ construction
