@@ -2,10 +2,11 @@
 CLI, with a worker process killed mid-job; and one clear line when Ray is missing.
 
 One local Ray (2 CPUs, small object store: conftest's ``ray_cluster``) serves the Ray
-tests; the CLI joins it with ``--address``, each command its own process (this one is a Ray
-driver: a second ``ray.init`` here would meet it); a command refused before Ray starts runs
-in this process. The reference is ``poolkit.embed`` on one machine over texts read here with
-plain Python (not poolkit's readers).
+tests. A CLI job runs in this process, which is that Ray's driver, with ``--address`` its
+own (the command keeps the connection: ``_in_process``); where the process itself is
+checked (the first CLI run, ``--quiet``'s whole stderr) it runs as a process of its own
+joining the cluster (``_poolkit``). The reference is ``poolkit.embed`` on one machine over
+texts read here with plain Python (not poolkit's readers).
 """
 
 from __future__ import annotations
