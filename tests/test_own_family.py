@@ -48,6 +48,20 @@ def test_without_the_plugin_the_level_is_unknown():
         poolkit.Recipe.parse("hashed:ids")
 
 
+def test_built_in_names_never_read_the_entry_points(hashbag):
+    """Plugins load where a name is not known, not on every parse (reading the installed
+    packages' entry points costs about 0.1 s): built-in names and their segments leave them
+    unread; the plugin's name reads them (as a refusal's hint does: it lists every name)."""
+    from poolkit import levels
+
+    for name in ("mean@last4/256/int8", "splade/top8", "multivector:tokens/pool2/muvera",
+                 "word:first", "span:x,y,x*y", "cls+mean_no_special"):  # fmt: skip
+        poolkit.Recipe.parse(name)
+    assert not levels._plugins_loaded
+    assert poolkit.Recipe.parse("ids", level="hashed").family == "hashbag"
+    assert levels._plugins_loaded
+
+
 def test_its_level_parses_round_trips_and_names_its_family(hashbag):
     r = poolkit.Recipe.parse("hashed:IDS ")
     assert (str(r), r.level, r.family, r.kind) == ("hashed:ids", "hashed", "hashbag", "dense")

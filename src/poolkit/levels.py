@@ -153,9 +153,12 @@ def register_level(spec: Level) -> None:
     _levels[spec.name] = spec
 
 
-def levels() -> dict[str, Level]:
-    """Every registered level, by name (the built-in ones and the plugins loaded)."""
-    load_families()
+def levels(*, plugins: bool = False) -> dict[str, Level]:
+    """Every registered level, by name, the built-in ones loaded; ``plugins``: the families
+    of other packages loaded first (:func:`load_families`: where a name is not known, not
+    on every parse)."""
+    if plugins:
+        load_families()
     for name, module in _BUILTIN.items():
         if name not in _levels:
             importlib.import_module(module)  # registers itself
@@ -172,10 +175,12 @@ def level(name: str) -> Level | None:
 
 
 def level_names() -> tuple[str, ...]:
-    """The registered levels' names, in the order they registered."""
-    return tuple(levels())
+    """The registered levels' names (other packages' too), in the order they registered."""
+    return tuple(levels(plugins=True))
 
 
-def bare_level(strategy: str) -> Level | None:
-    """The level whose bare names include ``strategy`` (lower-cased, stripped), if any."""
-    return next((s for s in levels().values() if s.bare and strategy in s.names), None)
+def bare_level(strategy: str, *, plugins: bool = False) -> Level | None:
+    """The level whose bare names include ``strategy`` (lower-cased, stripped), if any;
+    ``plugins``: the levels of other packages' families too (:func:`levels`)."""
+    found = levels(plugins=plugins).values()
+    return next((s for s in found if s.bare and strategy in s.names), None)

@@ -151,7 +151,7 @@ class UserPooling:
 def _builtins() -> tuple[str, ...]:
     from poolkit.levels import levels
 
-    bare = (n for spec in levels().values() if spec.bare for n in spec.names)
+    bare = (n for spec in levels(plugins=True).values() if spec.bare for n in spec.names)
     return (*SEQUENCE_STRATEGIES, *bare, *_KEYWORDS)
 
 

@@ -159,7 +159,7 @@ def _valid(name: str) -> bool:
 def _known_names() -> list[str]:
     names = [*SEQUENCE_STRATEGIES, *(s + NO_SPECIAL for s in SEQUENCE_STRATEGIES)]
     names += ["cls+mean", "mean+max", *pooling_names()]
-    for spec in levels().values():
+    for spec in levels(plugins=True).values():
         if spec.name != "sequence":
             names += [n if spec.bare else f"{spec.name}:{n}" for n in spec.names]
     return names
@@ -232,7 +232,12 @@ class Recipe:
         (output stage checked, ``layer_how`` of one layer, ``exclude_special``)."""
         set_ = object.__setattr__
         spec = self._level
-        bare = bare_level(self.strategy.strip().lower()) if spec.name == "sequence" else None
+        bare = None
+        if spec.name == "sequence":
+            text = self.strategy.strip().lower()
+            bare = bare_level(text)
+            if bare is None and _sequence_strategy(text, False) is None:
+                bare = bare_level(text, plugins=True)  # another package's name, if any
         if bare is not None:
             spec = bare
             set_(self, "level", bare.name)  # the name says the level: no prefix needed
@@ -600,9 +605,12 @@ def _output_segment(segment: str) -> tuple[str, Any] | None:
         return "dims", int(low)
     if low in PRECISIONS:
         return "precision", low
-    for spec in levels().values():  # the segments a level adds (/topK, /poolF, /muvera)
-        if spec.segment is not None and (seg := _ask(spec.segment, low)) is not None:
-            return seg
+    # The segments a level adds (/topK, /poolF, /muvera); other packages' levels are loaded
+    # only for a segment none of the loaded ones knows.
+    for plugins in (False, True):
+        for spec in levels(plugins=plugins).values():
+            if spec.segment is not None and (seg := _ask(spec.segment, low)) is not None:
+                return seg
     return None
 
 
@@ -683,14 +691,14 @@ def _sequence_width(recipe: Recipe, width: int) -> int:
 
 
 # The levels of the dense family: each pools token states (Recipe.pool).
-_POOLING_LEVELS = ("sequence", "word", "span")
-for _spec in (
+_DENSE_LEVELS = (
     Level(
         name="sequence",
         family="dense",
         canonical=_sequence_strategy,
         expected=f"one of {', '.join(SEQUENCE_STRATEGIES)} or a registered pooling (join "
         f"several with '+'; suffix {NO_SPECIAL} to drop special tokens)",
+        names=tuple(SEQUENCE_STRATEGIES),  # so that no bare name of another level takes one
         output_stage=True,
         model_normalize=True,
         width=_sequence_width,
@@ -712,5 +720,7 @@ for _spec in (
         names=("endpoints", "mean", "max", "diff_sum", "attention", "x,y,x*y"),
         width=lambda recipe, width: span_output_dim(width, recipe.strategy),
     ),
-):
+)
+_POOLING_LEVELS = tuple(spec.name for spec in _DENSE_LEVELS)
+for _spec in _DENSE_LEVELS:
     register_level(_spec)
