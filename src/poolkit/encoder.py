@@ -20,6 +20,7 @@ row's first real token, so padding never changes a result.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -309,6 +310,14 @@ class Encoder:
             )
         self.max_length = int(limit)
         self.max_batch_size = max_batch_size
+        # What else shapes the states (a token-state cache's key, poolkit.state_cache).
+        self.quantize = quantize
+        self.calibration_digest = None
+        if calibrate is not None:
+            from poolkit.io.integrity import fast_digest
+
+            self.calibration_digest = fast_digest(json.dumps([str(t) for t in calibrate]).encode())
+        self.state_cache: Any = None
         self._prefix, self._suffix = self._template()
         eos = self.tokenizer.eos_token_id
         if append_eos and eos is not None and (not self._suffix or self._suffix[-1] != eos):
@@ -535,25 +544,38 @@ class Encoder:
         kept = content if long_text == "window" else np.minimum(content, self._text_room)
         lengths = kept + specials
         budget = check_batch_tokens(max_batch_tokens) or self.max_batch_tokens
+        cache, window = self.state_cache, (long_text, stride)
+        keys: list[str] = []
+        found: list[str | None] = []
+        if cache is not None:
+            keys, found = cache.lookup(self, [self._fed_ids(tok, i, kept) for i in range(n)],
+                                       all_layers, window)  # fmt: skip
+        # Stored rows and rows to encode are batched apart (each as it would be alone), so a
+        # batch is read or encoded whole; with all or none stored, the plan is the usual one.
+        stored = np.fromiter((ns is not None for ns in found), bool, count=len(found))
         plan = [
             rows
             for first in range(0, n, SORT_WINDOW)
-            for rows in self._plan(
-                first + np.argsort(-lengths[first : first + SORT_WINDOW], kind="stable"),
-                lengths,
-                budget,
+            for group in _apart(
+                first + np.argsort(-lengths[first : first + SORT_WINDOW], kind="stable"), stored
             )
+            for rows in self._plan(group, lengths, budget)
         ]
         truncated &= long_text == "truncate"
+
+        def run(rows: np.ndarray, lay: dict[str, np.ndarray], layers: bool) -> Any:
+            if long_text == "window" and int(kept[rows].max()) > self._text_room:
+                return self._windowed(tok, rows, kept, lay, layers, stride)
+            inputs = self.model_inputs(lay["input_ids"], lay["attention_mask"])
+            return self.backend.forward(inputs, all_layers=layers)
+
         for rows, lay in prefetched(plan, lambda rows: self._layout(tok, rows, kept),
                                     enabled=self.prefetch):  # fmt: skip
-            if long_text == "window" and int(kept[rows].max()) > self._text_room:
-                out = self._windowed(tok, rows, kept, lay, all_layers, stride)
+            if cache is None:
+                out = run(rows, lay, all_layers)
             else:
-                out = self.backend.forward(
-                    self.model_inputs(lay["input_ids"], lay["attention_mask"]),
-                    all_layers=all_layers,
-                )
+                out = cache.forward(self, lay, [keys[i] for i in rows], [found[i] for i in rows],
+                                    all_layers, window, lambda every: run(rows, lay, every))  # fmt: skip
             layers = tuple(out) if all_layers else None
             yield EncodedBatch(
                 indices=rows.astype(np.int64),
@@ -569,6 +591,11 @@ class Encoder:
                 prompt_mask=lay["prompt"],
                 pool_mask=_skip_first(lay["attention_mask"], skip) if skip else None,
             )
+
+    def _fed_ids(self, tok: Tokenized, i: int, kept: np.ndarray) -> np.ndarray:
+        """The token ids row ``i`` feeds the model: the template around its kept tokens."""
+        return np.concatenate([np.asarray(self._prefix, np.int64), tok.ids[i][: int(kept[i])],
+                               np.asarray(self._suffix, np.int64)])  # fmt: skip
 
     def _cap_long_texts(self, texts: list[str]) -> list[str]:
         """Texts far beyond the max length, cut to a prefix that yields the same kept tokens.
@@ -714,6 +741,15 @@ class Encoder:
             return t.reshape(-1, t.shape[-1]).index_select(0, idx).reshape(b, length, -1)
 
         return tuple(stitch(h) for h in out) if all_layers else stitch(out)
+
+
+def _apart(order: np.ndarray, stored: np.ndarray) -> list[np.ndarray]:
+    """``order`` as one group, or as its stored rows and its others (each in order) where
+    ``stored`` (bool per row; empty: no cache) holds both kinds."""
+    if stored.size == 0:
+        return [order]
+    mine = stored[order]
+    return [order] if mine.all() or not mine.any() else [order[mine], order[~mine]]
 
 
 def _strip_prompt(

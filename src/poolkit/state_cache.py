@@ -1,0 +1,273 @@
+"""The encoder's forward pass through a :class:`~poolkit.token_store.TokenStore`.
+
+Attached to an :class:`~poolkit.encoder.Encoder` (``encoder.state_cache``), a
+:class:`StateCache` answers each planned batch from the store where every row is there,
+and encodes only the rows that are not (then stores them). A row is keyed by the token ids
+fed to the model (prompt, template and truncation included, so the text, the prompt and
+the route are in it); its namespace by everything else that shapes the states: the
+model's files (their content, not the name), the backend, device, dtypes, the library
+versions, the max length, the long-text policy and window stride, and the layers kept.
+Any change is a miss.
+
+Exact by default: states are stored as the backend gave them, and a batch read back is
+padded to the same length as the batch the forward pass saw (zeros where it padded, which
+pooling masks), so every pooled value equals the run that filled the cache bit for bit.
+Rows encoded beside cached ones run as a smaller batch: equal within the bound of
+docs/equality.md. ``dtype="float16"`` halves the space and is not exact.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from poolkit._errors import value_error
+from poolkit.token_store import TokenStore
+
+__all__ = ["CACHE_DTYPES", "CACHE_LAYERS", "CacheCounts", "StateCache", "model_digest", "row_key"]
+
+CACHE_LAYERS = ("used", "all")
+CACHE_DTYPES = ("exact", "float16")
+_DIGESTS: dict[tuple[Any, ...], str] = {}
+
+
+def model_digest(path: Any) -> str:
+    """XXH3-128 over the names and content digests of every file of model folder ``path``
+    (hidden files skipped); memoised per file sizes and times within the process."""
+    from pathlib import Path
+
+    from poolkit.io.integrity import fast_digest, fast_file_digest
+
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()
+                   and not any(part.startswith(".") for part in p.relative_to(root).parts))  # fmt: skip
+    stamp = tuple((p.as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if stamp not in _DIGESTS:
+        listing = [(p.relative_to(root).as_posix(), fast_file_digest(p)) for p in files]
+        _DIGESTS[stamp] = fast_digest(json.dumps(listing).encode())
+    return _DIGESTS[stamp]
+
+
+@dataclass
+class CacheCounts:
+    """What the cache did in a run: texts read from it and their read time, texts encoded
+    and the forward time of the batches that held them (seconds)."""
+
+    texts_read: int = 0
+    texts_encoded: int = 0
+    read_seconds: float = 0.0
+    encode_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def _is_torch(backend: Any) -> bool:
+    return type(backend).__module__ == "poolkit.backends.pytorch"
+
+
+class StateCache:
+    """Token states of an encoder's batches, kept in ``store``.
+
+    ``layers``: ``"used"`` keeps what each run computes (the last layer, or every layer
+    for recipes that mix layers); ``"all"`` computes and keeps every layer (torch backend),
+    so a later layer mix reads instead of encoding. ``dtype``: ``"exact"`` or
+    ``"float16"`` (half the space, not bit-exact). :attr:`counts` adds up across runs.
+    """
+
+    def __init__(self, store: TokenStore, *, layers: str = "used", dtype: str = "exact"):
+        if layers not in CACHE_LAYERS:
+            value_error("cache_layers", " or ".join(map(repr, CACHE_LAYERS)), repr(layers))
+        if dtype not in CACHE_DTYPES:
+            value_error("cache_dtype", " or ".join(map(repr, CACHE_DTYPES)), repr(dtype))
+        self.store = store
+        self.layers = layers
+        self.dtype = dtype
+        self.counts = CacheCounts()
+        self._names: dict[tuple[Any, ...], str] = {}
+        self._every: set[str] = set()  # the namespaces whose entries hold every layer
+
+    def namespace(self, encoder: Any, all_layers: bool, window: tuple[str, int | None]) -> str:
+        """The namespace of ``encoder``'s states with every layer or the last, under
+        long-text policy ``window`` (``(long_text, stride)``); opened in the store."""
+        key = (id(encoder), all_layers, window)
+        if key not in self._names:
+            import torch
+            import transformers
+
+            from poolkit._versions import installed
+            from poolkit.io.integrity import fast_digest
+
+            backend = encoder.backend
+            about = {
+                "model": encoder.info.reference,
+                "model_files": model_digest(encoder.info.path),
+                "backend": getattr(backend, "name", None) or type(backend).__qualname__,
+                "backend_class": f"{type(backend).__module__}.{type(backend).__qualname__}",
+                "quantize": getattr(encoder, "quantize", None),
+                "calibration": getattr(encoder, "calibration_digest", None),
+                "device": str(getattr(backend, "device", "cpu")),
+                "model_dtype": str(getattr(backend, "dtype", None)),
+                "stored_dtype": self.dtype,
+                "versions": {
+                    "torch": torch.__version__,
+                    "transformers": transformers.__version__,
+                    "onnxruntime": installed("onnxruntime"),
+                    "openvino": installed("openvino"),
+                },  # fmt: skip
+                "max_length": encoder.max_length,
+                "long_text": window[0],
+                "stride": window[1] if window[0] == "window" else None,
+                "layers": "all" if all_layers else "last",
+            }
+            name = fast_digest(json.dumps(about, sort_keys=True).encode()).split(":")[1][:24]
+            self.store.open(name, about)
+            self._names[key] = name
+            if all_layers:
+                self._every.add(name)
+        return self._names[key]
+
+    def lookup(
+        self, encoder: Any, ids: list[np.ndarray], all_layers: bool, window: tuple[str, int | None]
+    ) -> tuple[list[str], list[str | None]]:
+        """Each row's key (from ``ids``, the token ids fed to the model) and the namespace
+        holding it, or None: the last layer is read from a last-layer entry or an
+        every-layer one.
+
+        The k-th repeat of the same ids in ``ids`` has a key of its own (``<key>.k``), so a
+        run that repeats a text reads each repeat as it encoded it (the batches around
+        them differ, and so may the last bits); a repeat not stored reads the first.
+        """
+        spaces = [] if all_layers else [self.namespace(encoder, False, window)]
+        spaces.append(self.namespace(encoder, True, window))
+        seen: dict[str, int] = {}
+        keys: list[str] = []
+        found: list[str | None] = []
+        for x in ids:
+            base = row_key(x)
+            k = seen[base] = seen.get(base, -1) + 1
+            key = f"{base}.{k}" if k else base
+            ns = next((ns for ns in spaces if self.store.has(ns, key)), None)
+            if ns is None and k:
+                ns = next((ns for ns in spaces if self.store.has(ns, base)), None)
+                key = base if ns is not None else key
+            keys.append(key)
+            found.append(ns)
+        return keys, found
+
+    def forward(
+        self,
+        encoder: Any,
+        lay: dict[str, np.ndarray],
+        keys: list[str],
+        found: list[str | None],
+        all_layers: bool,
+        window: tuple[str, int | None],
+        run: Callable[[bool], Any],
+    ) -> Any:
+        """The forward pass of the laid-out batch ``lay`` whose rows have ``keys`` (found in
+        ``found``, :meth:`lookup`): read where every row is stored, else ``run(all_layers)``
+        and the rows stored."""
+        start = time.perf_counter()
+        mask = np.asarray(lay["attention_mask"]) != 0
+        if all(ns is not None for ns in found):
+            old = self._read(keys, found, all_layers)
+            if old is not None:
+                self.counts.texts_read += len(keys)
+                self.counts.read_seconds += time.perf_counter() - start
+                return self._assemble(encoder, old[0], old[1], mask, all_layers)
+        compute_all = all_layers or (self.layers == "all" and _is_torch(encoder.backend))
+        out = run(compute_all)
+        self.counts.encode_seconds += time.perf_counter() - start
+        self.counts.texts_encoded += len(keys)
+        write_to = self.namespace(encoder, compute_all, window)
+        rows, dtype = _split_rows(out, mask)
+        items = {k: self._stored(a) for k, a in zip(keys, rows, strict=True)
+                 if not self.store.has(write_to, k)}  # fmt: skip
+        self.store.put(write_to, items, "bfloat16" if dtype == "bfloat16" else None)
+        return out[-1] if compute_all and not all_layers else out
+
+    def _stored(self, a: np.ndarray) -> np.ndarray:
+        return a.astype(np.float16) if self.dtype == "float16" and a.dtype == np.float32 else a
+
+    def _read(
+        self, keys: list[str], spaces: list[str | None], all_layers: bool
+    ) -> tuple[list[np.ndarray], str] | None:
+        """Each key's array from its namespace (the last layer of an every-layer entry where
+        only the last is asked) and the stored dtype name; None if any is gone."""
+        out = []
+        name = ""
+        for key, ns in zip(keys, spaces, strict=True):
+            assert ns is not None
+            got = self.store.get(ns, [key])
+            if got is None:
+                return None
+            every = ns in self._every
+            out.append(got[0][-1] if every and not all_layers else got[0])
+            name = self.store.dtype_of(ns, key)
+        return out, name
+
+    def _assemble(
+        self, encoder: Any, states: list[Any], dtype: str, mask: np.ndarray, all_layers: bool
+    ) -> Any:
+        """The padded ``(B, L, H)`` batch (a tuple of them with ``all_layers``) holding each
+        row's states at its real tokens, zeros elsewhere, as the backend returns it."""
+        first = states[0]
+        b, length = mask.shape
+        shape = (*first.shape[:-2], b, length, first.shape[-1])
+        host = first.dtype
+        out = np.zeros(shape, dtype=np.float32 if host == np.float16 else host)
+        for j, a in enumerate(states):
+            cols = np.flatnonzero(mask[j])
+            if cols.size:
+                out[..., j, cols[0] : cols[-1] + 1, :] = a
+        if _is_torch(encoder.backend):
+            import torch
+
+            t = torch.from_numpy(out)
+            if dtype == "bfloat16":
+                t = t.view(torch.bfloat16)
+            arr: Any = t.to(encoder.backend.device)
+        else:
+            arr = out
+        if all_layers:
+            return tuple(arr[i] for i in range(arr.shape[0]))
+        return arr
+
+
+def row_key(ids: np.ndarray) -> str:
+    """A row's key: XXH3-128 of its int64 token ids."""
+    from poolkit.io.integrity import fast_digest
+
+    return fast_digest(np.ascontiguousarray(ids, dtype=np.int64).tobytes()).split(":")[1]
+
+
+def _split_rows(out: Any, mask: np.ndarray) -> tuple[list[np.ndarray], str]:
+    """Each row's states at its real tokens, ``(n_j, H)`` (``(layers, n_j, H)`` for a tuple
+    of layers), as host NumPy, and the dtype name (bfloat16 kept as its uint16 bits)."""
+    layers = out if isinstance(out, tuple) else (out,)
+    name = str(getattr(layers[0], "dtype", "")).removeprefix("torch.")
+    host = [_host(x) for x in layers]
+    stacked = np.stack(host) if isinstance(out, tuple) else host[0]
+    rows = []
+    for j in range(mask.shape[0]):
+        cols = np.flatnonzero(mask[j])
+        lo, hi = (int(cols[0]), int(cols[-1]) + 1) if cols.size else (0, 0)
+        rows.append(np.ascontiguousarray(stacked[..., j, lo:hi, :]))
+    return rows, name if name == "bfloat16" else str(stacked.dtype)
+
+
+def _host(x: Any) -> np.ndarray:
+    if hasattr(x, "detach"):
+        import torch
+
+        x = x.detach().cpu()
+        return (
+            x.view(torch.int16).numpy().view(np.uint16) if x.dtype == torch.bfloat16 else x.numpy()
+        )
+    return np.asarray(x)
