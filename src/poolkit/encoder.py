@@ -575,7 +575,7 @@ class Encoder:
                 out = run(rows, lay, all_layers)
             else:
                 out = cache.forward(self, lay, [keys[i] for i in rows], [found[i] for i in rows],
-                                    all_layers, window, lambda every: run(rows, lay, every))  # fmt: skip
+                                    all_layers, window, lambda every, r=rows, t=lay: run(r, t, every))  # fmt: skip
             layers = tuple(out) if all_layers else None
             yield EncodedBatch(
                 indices=rows.astype(np.int64),

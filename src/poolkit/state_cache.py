@@ -119,7 +119,7 @@ class StateCache:
                     "transformers": transformers.__version__,
                     "onnxruntime": installed("onnxruntime"),
                     "openvino": installed("openvino"),
-                },  # fmt: skip
+                },
                 "max_length": encoder.max_length,
                 "long_text": window[0],
                 "stride": window[1] if window[0] == "window" else None,

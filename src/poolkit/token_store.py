@@ -275,7 +275,7 @@ class TokenStore:
         shards = _shards(self.root)
         total = sum(size for _, size, _ in shards)
         removed = 0
-        for mtime, size, path in sorted(shards):
+        for _, size, path in sorted(shards):
             if total <= bound:
                 break
             with contextlib.suppress(OSError):
