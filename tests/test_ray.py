@@ -350,6 +350,11 @@ RAY_TREATMENT = {
     "--keep-columns": "test_own_ids_and_kept_fields_travel_as_on_one_machine (its own column "
                       "names refused: test_embed_rows.py)",
     "--token-offsets": "refused on --engine ray (test_multivector_cli.py)",
+    "--cache": "refused on --engine ray (test_state_cache_cli.py)",
+    "--cache-dir": "refused without --cache (test_state_cache_cli.py)",
+    "--cache-size": "refused without --cache (test_state_cache_cli.py)",
+    "--cache-layers": "refused without --cache (test_state_cache_cli.py)",
+    "--cache-dtype": "refused without --cache (test_state_cache_cli.py)",
 }  # fmt: skip
 
 

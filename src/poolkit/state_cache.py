@@ -27,9 +27,17 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import value_error
-from poolkit.token_store import TokenStore
+from poolkit.token_store import DEFAULT_MAX_BYTES, TokenStore, parse_size
 
-__all__ = ["CACHE_DTYPES", "CACHE_LAYERS", "CacheCounts", "StateCache", "model_digest", "row_key"]
+__all__ = [
+    "CACHE_DTYPES",
+    "CACHE_LAYERS",
+    "CacheCounts",
+    "StateCache",
+    "model_digest",
+    "open_state_cache",
+    "row_key",
+]
 
 CACHE_LAYERS = ("used", "all")
 CACHE_DTYPES = ("exact", "float16")
@@ -55,16 +63,38 @@ def model_digest(path: Any) -> str:
 
 @dataclass
 class CacheCounts:
-    """What the cache did in a run: texts read from it and their read time, texts encoded
-    and the forward time of the batches that held them (seconds)."""
+    """What the cache did: texts read from it and the time reading took, texts encoded and
+    the forward time of the batches that held them, and ``recorded_seconds``: the forward
+    time the texts read had taken when they were encoded (each row's share of its batch's
+    time, by tokens), so a cost measured on a warm run is the model's, not the disk's."""
 
     texts_read: int = 0
     texts_encoded: int = 0
     read_seconds: float = 0.0
     encode_seconds: float = 0.0
+    recorded_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def open_state_cache(
+    cache_dir: Any = None,
+    *,
+    max_size: int | str = DEFAULT_MAX_BYTES,
+    layers: str = "used",
+    dtype: str = "exact",
+) -> StateCache:
+    """A :class:`StateCache` over the token states under ``cache_dir`` (default
+    :func:`poolkit._cache.cache_root`), bounded by ``max_size`` (bytes, or ``"20G"``);
+    set it as an encoder's ``state_cache``::
+
+        encoder.state_cache = open_state_cache()
+    """
+    from poolkit._cache import cache_root
+
+    store = TokenStore(cache_root(cache_dir), max_bytes=parse_size(max_size, "max_size"))
+    return StateCache(store, layers=layers, dtype=dtype)
 
 
 def _is_torch(backend: Any) -> bool:
@@ -107,7 +137,7 @@ class StateCache:
             about = {
                 "model": encoder.info.reference,
                 "model_files": model_digest(encoder.info.path),
-                "backend": getattr(backend, "name", None) or type(backend).__qualname__,
+                "backend": getattr(encoder, "backend_name", None) or type(backend).__qualname__,
                 "backend_class": f"{type(backend).__module__}.{type(backend).__qualname__}",
                 "quantize": getattr(encoder, "quantize", None),
                 "calibration": getattr(encoder, "calibration_digest", None),
@@ -125,7 +155,8 @@ class StateCache:
                 "stride": window[1] if window[0] == "window" else None,
                 "layers": "all" if all_layers else "last",
             }
-            name = fast_digest(json.dumps(about, sort_keys=True).encode()).split(":")[1][:24]
+            keyed = {k: v for k, v in about.items() if k != "model"}  # the content, not the name
+            name = fast_digest(json.dumps(keyed, sort_keys=True).encode()).split(":")[1][:24]
             self.store.open(name, about)
             self._names[key] = name
             if all_layers:
@@ -180,16 +211,23 @@ class StateCache:
             if old is not None:
                 self.counts.texts_read += len(keys)
                 self.counts.read_seconds += time.perf_counter() - start
+                self.counts.recorded_seconds += sum(
+                    self.store.seconds_of(ns, k) for k, ns in zip(keys, found, strict=True) if ns
+                )
                 return self._assemble(encoder, old[0], old[1], mask, all_layers)
         compute_all = all_layers or (self.layers == "all" and _is_torch(encoder.backend))
         out = run(compute_all)
-        self.counts.encode_seconds += time.perf_counter() - start
+        took = time.perf_counter() - start
+        self.counts.encode_seconds += took
         self.counts.texts_encoded += len(keys)
         write_to = self.namespace(encoder, compute_all, window)
         rows, dtype = _split_rows(out, mask)
         items = {k: self._stored(a) for k, a in zip(keys, rows, strict=True)
                  if not self.store.has(write_to, k)}  # fmt: skip
-        self.store.put(write_to, items, "bfloat16" if dtype == "bfloat16" else None)
+        tokens = mask.sum(axis=1)
+        share = [took * t / max(int(tokens.sum()), 1) for k, t in zip(keys, tokens, strict=True)
+                 if k in items]  # fmt: skip
+        self.store.put(write_to, items, "bfloat16" if dtype == "bfloat16" else None, share)
         return out[-1] if compute_all and not all_layers else out
 
     def _stored(self, a: np.ndarray) -> np.ndarray:

@@ -8,7 +8,8 @@ name and renamed into place, so a reader never sees half of one. Layout under ``
     states/v1/<namespace>/about.json      what the namespace holds (for `poolkit cache info`)
 
 A shard is ``MAGIC``, the header's length (8 bytes, little endian), the header (its
-payload's XXH3-128 digest, size and dtype, and ``[key, offset, shape]`` per entry), then
+payload's XXH3-128 digest, size and dtype, and ``[key, offset, shape, seconds]`` per
+entry), then
 the payload at a 64-byte boundary, read through a memory map. The digest is checked the
 first time a process reads a shard: a damaged or truncated one is removed with one
 :class:`~poolkit.io.integrity.IntegrityWarning` and its entries are misses, never read.
@@ -82,6 +83,7 @@ class _Where:
     shard: Path
     offset: int  # in elements of the shard's dtype
     shape: tuple[int, ...]
+    seconds: float  # the forward pass's time for this entry, as recorded by its writer
 
 
 class TokenStore:
@@ -115,8 +117,8 @@ class TokenStore:
             if header is None:
                 continue
             self._dtypes[shard] = header["dtype"]
-            for key, offset, shape in header["entries"]:
-                index[key] = _Where(shard, int(offset), tuple(shape))
+            for key, offset, shape, seconds in header["entries"]:
+                index[key] = _Where(shard, int(offset), tuple(shape), float(seconds))
             self._members[shard] = (namespace, [e[0] for e in header["entries"]])
         self._index[namespace] = index
         if about is not None and not (folder / "about.json").exists():
@@ -143,6 +145,10 @@ class TokenStore:
             size = int(np.prod(where.shape))
             out.append(payload[where.offset : where.offset + size].reshape(where.shape))
         return out
+
+    def seconds_of(self, namespace: str, key: str) -> float:
+        """The seconds recorded with ``key`` (its writer's forward time for it)."""
+        return self._index[namespace][key].seconds
 
     def dtype_of(self, namespace: str, key: str) -> str:
         """The dtype name stored for ``key`` (``"bfloat16"`` for raw bfloat16 bits)."""
@@ -210,18 +216,24 @@ class TokenStore:
     # -- writing ------------------------------------------------------------------------
 
     def put(
-        self, namespace: str, items: Mapping[str, np.ndarray], dtype: str | None = None
+        self,
+        namespace: str,
+        items: Mapping[str, np.ndarray],
+        dtype: str | None = None,
+        seconds: Sequence[float] | None = None,
     ) -> None:
         """Write ``items`` (key -> array, one dtype) as one shard of ``namespace``, then
         evict down to ``max_bytes``. ``dtype``: the name to record (``"bfloat16"`` for
-        arrays holding bfloat16 bits as uint16); default the arrays' own."""
+        arrays holding bfloat16 bits as uint16); default the arrays' own. ``seconds``: the
+        time it took to compute each item, kept with it (:meth:`seconds_of`)."""
         if not items or not self._writable:
             return
         arrays = [np.ascontiguousarray(a) for a in items.values()]
         name = dtype or arrays[0].dtype.name
         entries, offset = [], 0
-        for key, a in zip(items, arrays, strict=True):
-            entries.append([key, offset, list(a.shape)])
+        times = [0.0] * len(arrays) if seconds is None else list(seconds)
+        for key, a, t in zip(items, arrays, times, strict=True):
+            entries.append([key, offset, list(a.shape), round(float(t), 6)])
             offset += a.size
         payload = b"".join(memoryview(a).cast("B") for a in arrays)
         header = json.dumps({"digest": fast_digest(payload), "payload": len(payload),
@@ -235,8 +247,8 @@ class TokenStore:
             return
         self._dtypes[shard] = name
         index = self._index.setdefault(namespace, {})
-        for key, off, shape in entries:
-            index[key] = _Where(shard, off, tuple(shape))
+        for key, off, shape, t in entries:
+            index[key] = _Where(shard, off, tuple(shape), t)
         self._members[shard] = (namespace, [e[0] for e in entries])
         if self._estimate is not None:
             self._estimate += len(data)

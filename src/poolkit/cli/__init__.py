@@ -25,7 +25,7 @@ from poolkit.cli._warnings import one_line_warnings
 
 __all__ = ["COMMANDS", "build_parser", "main", "process_main"]
 
-COMMANDS = ("embed", "inspect_model", "tokens", "spans", "compare", "export", "diagnose")
+COMMANDS = ("embed", "inspect_model", "tokens", "spans", "compare", "export", "diagnose", "cache")
 
 
 def build_parser() -> argparse.ArgumentParser:

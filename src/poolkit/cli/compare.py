@@ -14,6 +14,7 @@ from typing import Any
 from poolkit._errors import already_exists
 from poolkit._versions import installed_versions
 from poolkit.cli._backend_args import check_backend_args
+from poolkit.cli._cache_args import add_cache_arguments, cache_line, cache_record, open_cache
 from poolkit.cli._common import add_common, guess_note, require_extra
 from poolkit.cli._flags import COMPARE_BUDGET, COMPARE_CHUNKS, COMPARE_RECIPES, flagged
 from poolkit.cli._rows import BEIR_JOIN
@@ -155,6 +156,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-query-ms", type=float, default=None, metavar="T",
                    help="retrieval: name the best row answering a query in at most T ms, "
                    "and the rows it cannot be told apart from")  # fmt: skip
+    add_cache_arguments(p, default=True)
     add_common(p)
     p.set_defaults(func=run)
     return p
@@ -273,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
     )
     outputs = [p for p in (json_path, plot_path, report_path) if p]  # suffixes keep them apart
     _check_options(args)
+    cache = open_cache(args)  # its flags refused here, before any model loads
     if plot_path:
         require_extra("--plot", "matplotlib", "matplotlib", "compare")
     if args.task != "sts":
@@ -364,6 +367,7 @@ def run(args: argparse.Namespace) -> int:
             m, device=args.device, dtype=args.dtype, max_length=args.max_length,
             max_batch_tokens=args.batch_tokens, backend=args.backend,
         )  # fmt: skip
+        encoder.state_cache = cache
         if encoder.info.pooling_is_guess:
             note = guess_note(encoder.info, "marking {pooling} as intended — check the model card")
             print(f"poolkit: note: {note}", file=sys.stderr)
@@ -384,6 +388,7 @@ def run(args: argparse.Namespace) -> int:
             args.model, max_length=args.max_length, max_batch_tokens=args.batch_tokens,
             backend="onnx", quantize=args.quantize,
         )  # fmt: skip
+        quantized.state_cache = cache
     from poolkit.compare.budget import BudgetError
     from poolkit.compare.documents import ChunkError
     from poolkit.compare.models import compare_models
@@ -415,6 +420,7 @@ def run(args: argparse.Namespace) -> int:
         return row_command(_for_row(args, r), r)
 
     doc = report.to_json(args.task, model, results, boot, command)
+    doc["cache"] = cache_record(cache)
     ranked = report.rank(results, report.MAIN_METRIC[args.task])
     doc = {**dict(list(doc.items())[:3]), "recommended": answer_json(args.task, ranked, command),
            **dict(list(doc.items())[3:])}  # fmt: skip
@@ -442,6 +448,8 @@ def run(args: argparse.Namespace) -> int:
     infos = {m: e.info for m, e in encoders}
     intended_note = _intended_note(encoder.info, results, args.task, len(infos) > 1)
     unit = {"retrieval": "queries", "ner": "sentences", "sts": "pairs"}.get(args.task, "examples")
+    if cache is not None:
+        settings.notes.append(cache_line(cache))
     notes = list(dict.fromkeys(settings.notes))
     if report_path:
         from poolkit.compare.html_report import write_report

@@ -8,6 +8,7 @@ kept as empty texts (row ids stay line-aligned) with a warning; only blank texts
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 from poolkit._errors import already_exists, count
 from poolkit._versions import installed_versions
 from poolkit.cli._backend_args import add_backend_arguments, calibration_texts, check_backend_args
+from poolkit.cli._cache_args import add_cache_arguments, cache_line, open_cache
 from poolkit.cli._chunk_args import add_chunk_arguments, check_chunk_flags
 from poolkit.cli._common import (
     add_common,
@@ -110,6 +112,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="continue an interrupted job from OUTPUT.poolkit-work (same "
                         "command, same settings); finished parts (--engine ray: finished "
                         "input files) are not recomputed")  # fmt: skip
+    add_cache_arguments(parser, default=False)
     add_common(parser)
     add_engine_arguments(parser)  # --engine ray, --address, --workers, --cpus-per-worker
     parser.set_defaults(func=run)
@@ -162,6 +165,11 @@ def _kind(recipes: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as scope:  # the loaded encoder outlives the command
+        return _run(args, scope)
+
+
+def _run(args: argparse.Namespace, scope: contextlib.ExitStack) -> int:
     to_stdout = args.output == "-"
     if to_stdout and args.engine == "ray":  # -o - (stdout) keeps no file: refuse what needs one
         raise InputError(arg="-o", expected="a folder with --engine ray (it writes Parquet "
@@ -190,6 +198,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(arg="--keep-columns", expected="given with a single-vector recipe",
                          got="a multi-vector output, one row per text's tokens and no other "
                          "column", fix="Drop --keep-columns.")  # fmt: skip
+    cache = open_cache(args)  # its flags refused before any model loads
+    if cache is not None and args.engine == "ray":
+        raise InputError(arg="--cache", expected="off with --engine ray (token states are "
+                         "kept on the machine that encodes them; a Ray job's workers keep "
+                         "none yet)", got="--cache", fix="Drop --cache.")  # fmt: skip
     if (status := dispatch_engine(args, wanted, plan)) is not None:  # --engine ray
         return status
     title, keep = row_setup(args)  # a BEIR folder or corpus.jsonl: compare's documents
@@ -235,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
                           max_length=args.max_length, backend=args.backend,
                           quantize=args.quantize, max_batch_tokens=args.batch_tokens,
                           calibrate=calibration)  # fmt: skip
+    encoder.state_cache = cache
+    scope.callback(setattr, encoder, "state_cache", None)
     recipes = intended_recipes(wanted, encoder.info, args)
     prompts = {"prompt_name": args.prompt_name, "prompt": args.prompt, "pipeline": _pipeline(args)}
     options = {"long_text": args.long_text, **prompts}
@@ -396,6 +411,8 @@ def run(args: argparse.Namespace) -> int:
         limit = encoder.max_length if mv is None else mv.max_length
         _summary(tally, out, limit, time.perf_counter() - start, chunking is not None,
                  window=mv is None)  # fmt: skip
+        if cache is not None:
+            print(f"poolkit: {cache_line(cache)}", file=sys.stderr)
     return 0
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "ROW_SECONDS",
     "SEARCH_TIMING",
     "TimedEncoder",
+    "cache_offset",
     "repeat_rounds",
     "timed_depths",
     "timed_search",
@@ -34,10 +35,24 @@ SEARCH_TIMING = (
 )
 
 
+def cache_offset(encoder: Any) -> Callable[[], float]:
+    """What to add to a wall time measured from now on ``encoder`` to make it the model's:
+    the forward time recorded with the token states read from its cache
+    (:mod:`poolkit.state_cache`) less the time reading them took (0 without a cache)."""
+    cache = getattr(encoder, "state_cache", None)
+    if cache is None:
+        return lambda: 0.0
+    c = cache.counts
+    recorded, read = c.recorded_seconds, c.read_seconds
+    return lambda: (c.recorded_seconds - recorded) - (c.read_seconds - read)
+
+
 class TimedEncoder:
     """Wraps an :class:`~poolkit.encoder.Encoder`; ``seconds`` accumulates the time spent
     producing batches in :meth:`iter_batches` (tokenising and the forward pass, not the
-    pooling or scoring done between batches). Everything else is delegated."""
+    pooling or scoring done between batches; a batch read from the token-state cache
+    counts the forward time recorded with it, :func:`cache_offset`). Everything else is
+    delegated."""
 
     def __init__(self, encoder: Any) -> None:
         self.encoder = encoder
@@ -49,9 +64,9 @@ class TimedEncoder:
     def iter_batches(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         batches = self.encoder.iter_batches(*args, **kwargs)
         while True:
-            start = time.perf_counter()
+            start, offset = time.perf_counter(), cache_offset(self.encoder)
             batch = next(batches, None)
-            self.seconds += time.perf_counter() - start
+            self.seconds += time.perf_counter() - start + offset()
             if batch is None:
                 return
             yield batch

@@ -93,6 +93,13 @@ def iter_token_vectors(
     skip = np.asarray(late.skip_ids, np.int64)
     drop_skip = len(skip) and (side == "document" or late.skip_queries)
     left = encoder.pads_left and exp is None
+    # The token-state cache (poolkit.state_cache) where the model sees only the real tokens:
+    # not with a query expansion, whose padding tokens are scored.
+    cache = getattr(encoder, "state_cache", None) if exp is None else None
+    if cache is not None:
+        fed = [np.asarray([*prefix, *tok.ids[i][: kept[i]].tolist(), *suffix], np.int64)
+               for i in range(len(tok))]  # fmt: skip
+        keys, found = cache.lookup(encoder, fed, False, ("truncate", None))
     start = 0
     while start < len(order):
         rows = order[start : start + max(1, budget // max(int(lengths[order[start]]), 1))]
@@ -119,7 +126,14 @@ def iter_token_vectors(
             scored &= ~np.isin(ids, skip)
         if late.keep_ids is not None and side == "document":  # the mask's allowlist
             scored &= np.isin(ids, np.asarray(late.keep_ids, np.int64))
-        hidden = to_float32_numpy(encoder.backend.forward(encoder.model_inputs(ids, mask)))
+        if cache is None:
+            hidden = to_float32_numpy(encoder.backend.forward(encoder.model_inputs(ids, mask)))
+        else:
+            hidden = to_float32_numpy(cache.forward(
+                encoder, {"input_ids": ids, "attention_mask": mask}, [keys[i] for i in rows],
+                [found[i] for i in rows], False, ("truncate", None),
+                lambda every, ids=ids, mask=mask: encoder.backend.forward(
+                    encoder.model_inputs(ids, mask), all_layers=every)))  # fmt: skip
         # the folder's projection, then L2 per token when normalize: (T, H) -> (T, D) float32
         flat = np.asarray(apply_head(Head(steps=late.steps), hidden[scored], normalize=normalize),
                           dtype=np.float32)  # fmt: skip
