@@ -145,7 +145,7 @@ def test_one_forward_pass_serves_dense_and_multivector_rows(compared, tmp_path, 
         rows_run.clear()
         out = poolkit("compare", str(FIXTURE), "--task", "retrieval", "--model", "plain",
                       "--recipes", *recipes, "--bootstrap", "0", "--json", "s.json",
-                      "--quiet", cwd=tmp_path)  # fmt: skip
+                      "--quiet", "--no-cache", cwd=tmp_path)  # fmt: skip
         assert out.returncode == 0, out.stderr.decode()
         doc = json.loads((tmp_path / "s.json").read_text())
         (tmp_path / "s.json").unlink()

@@ -348,11 +348,26 @@ def test_damaged_onnx_cache_is_rebuilt_with_one_warning(job, onnx_export, tmp_pa
 def test_compare_outputs_on_a_full_disk(tmp_path, flag, name, limit):
     rows = [f"{i % 2} {text}" for i, text in enumerate(sentences(20, seed=2))]
     (tmp_path / "c.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    # The cache's own full disk: test_a_token_state_cache_that_cannot_be_written_...
     cmd = ["compare", "c.txt", "--task", "classification", "--strategies", "mean", flag, name,
-           "--quiet"]  # fmt: skip
+           "--quiet", "--no-cache"]  # fmt: skip
     r = run(tmp_path, cmd, limit=limit)
     (line,) = lines_of(r.stderr)
     assert r.returncode == 1, line
     assert f"{name}: cannot write it (file larger than" in line, line
     assert "it needs at least" in line or flag in ("--json", "--report"), line  # exact sizes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
+
+
+def test_a_token_state_cache_that_cannot_be_written_costs_one_warning(tmp_path):
+    """The cache only saves time: on a full disk the run warns once and goes on."""
+    rows = [f"{i % 2} {text}" for i, text in enumerate(sentences(20, seed=2))]
+    (tmp_path / "c.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    cmd = ["compare", "c.txt", "--task", "classification", "--strategies", "mean", "--json",
+           "c.json", "--quiet", "--cache-dir", "states"]  # fmt: skip
+    r = run(tmp_path, cmd, limit=8192)  # the JSON fits, a shard of states does not
+    assert r.returncode == 0, r.stderr.decode()
+    warning = [x for x in lines_of(r.stderr) if "token-state cache cannot be written" in x]
+    assert len(warning) == 1 and "goes on without saving states" in warning[0], r.stderr
+    assert not list((tmp_path / "states").glob("states/v1/*/*.pks"))
+    assert not list((tmp_path / "states").glob("states/v1/*/.*.tmp"))

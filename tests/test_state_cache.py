@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from equality import assert_same_bits, assert_within_bound
+from equality import assert_same_bits
 from testdata import sts_sentences
 
 import poolkit
@@ -125,16 +125,29 @@ def tiny_family_models(tmp_path_factory) -> dict[str, str]:
                 "multivector": str(build_multivector("bert_dense", root / "mv"))}  # fmt: skip
 
 
-def test_texts_half_cached_encode_only_the_other_half(minilm_cached):
-    encoder, cache = minilm_cached
-    encoder.state_cache = cache
-    poolkit.embed(TEXTS[::2], encoder, "mean")
-    before = cache.counts.texts_encoded
-    got = poolkit.embed(TEXTS, encoder, "mean")
-    assert cache.counts.texts_encoded - before == len(TEXTS[1::2])
-    encoder.state_cache = None
-    # Batched apart from the cached half: the bound of docs/equality.md, not the bits.
-    assert_within_bound(got, poolkit.embed(TEXTS, encoder, "mean"))
+def test_texts_partly_stored_give_the_uncached_bits(minilm, tmp_path):
+    root = tmp_path / "c"
+    assert _encoded(minilm, open_state_cache(root), TEXTS, max_batch_tokens=128) == len(TEXTS)
+    shards = _shards(root)
+    for shard in shards[::2]:  # as a killed run or an eviction leaves it: whole batches gone
+        shard.unlink()
+    cache = open_state_cache(root)
+    minilm.state_cache = cache
+    try:
+        got = poolkit.embed(TEXTS, minilm, "mean", max_batch_tokens=128)
+    finally:
+        minilm.state_cache = None
+    assert_same_bits(got, poolkit.embed(TEXTS, minilm, "mean", max_batch_tokens=128))
+    assert 0 < cache.counts.texts_read < len(TEXTS)
+    assert cache.counts.texts_read + cache.counts.texts_encoded == len(TEXTS)
+    # A batch holding one text not stored is encoded whole (the uncached bits), its stored
+    # texts encoded again but not written twice.
+    minilm.state_cache = cache = open_state_cache(root)
+    try:
+        poolkit.embed([TEXTS[0], "a text never seen"], minilm, "mean")
+    finally:
+        minilm.state_cache = None
+    assert cache.counts.texts_encoded == 2
 
 
 # -- every part of the key -------------------------------------------------------------

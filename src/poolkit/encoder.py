@@ -551,16 +551,16 @@ class Encoder:
         if cache is not None:
             keys, found = cache.lookup(self, [self._fed_ids(tok, i, kept) for i in range(n)],
                                        all_layers, window)  # fmt: skip
-        # Stored rows and rows to encode are batched apart (each as it would be alone), so a
-        # batch is read or encoded whole; with all or none stored, the plan is the usual one.
-        stored = np.fromiter((ns is not None for ns in found), bool, count=len(found))
+        # The usual plan, cache or not: a batch is read where all its rows are stored, else
+        # encoded whole, so every number is the uncached run's (poolkit.state_cache).
         plan = [
             rows
             for first in range(0, n, SORT_WINDOW)
-            for group in _apart(
-                first + np.argsort(-lengths[first : first + SORT_WINDOW], kind="stable"), stored
+            for rows in self._plan(
+                first + np.argsort(-lengths[first : first + SORT_WINDOW], kind="stable"),
+                lengths,
+                budget,
             )
-            for rows in self._plan(group, lengths, budget)
         ]
         truncated &= long_text == "truncate"
 
@@ -742,15 +742,6 @@ class Encoder:
             return t.reshape(-1, t.shape[-1]).index_select(0, idx).reshape(b, length, -1)
 
         return tuple(stitch(h) for h in out) if all_layers else stitch(out)
-
-
-def _apart(order: np.ndarray, stored: np.ndarray) -> list[np.ndarray]:
-    """``order`` as one group, or as its stored rows and its others (each in order) where
-    ``stored`` (bool per row; empty: no cache) holds both kinds."""
-    if stored.size == 0:
-        return [order]
-    mine = stored[order]
-    return [order] if mine.all() or not mine.any() else [order[mine], order[~mine]]
 
 
 def _strip_prompt(

@@ -9,11 +9,13 @@ model's files (their content, not the name), the backend, device, dtypes, the li
 versions, the max length, the long-text policy and window stride, and the layers kept.
 Any change is a miss.
 
-Exact by default: states are stored as the backend gave them, and a batch read back is
-padded to the same length as the batch the forward pass saw (zeros where it padded, which
-pooling masks), so every pooled value equals the run that filled the cache bit for bit.
-Rows encoded beside cached ones run as a smaller batch: equal within the bound of
-docs/equality.md. ``dtype="float16"`` halves the space and is not exact.
+Exact by default: states are stored as the backend gave them; the encoder batches as it
+would without a cache, reads a batch only where every row of it is stored, and encodes the
+others whole (their stored rows again, not written twice), so every number equals an
+uncached run's bit for bit. A batch read back is padded as the forward pass padded it
+(zeros there, which pooling masks). A run that stops part way (killed, or its shards
+evicted) stored whole batches, so the next run reads those and encodes the rest.
+``dtype="float16"`` halves the space and is not exact.
 """
 
 from __future__ import annotations
@@ -203,7 +205,7 @@ class StateCache:
     ) -> Any:
         """The forward pass of the laid-out batch ``lay`` whose rows have ``keys`` (found in
         ``found``, :meth:`lookup`): read where every row is stored, else ``run(all_layers)``
-        and the rows stored."""
+        and the rows not stored yet stored."""
         start = time.perf_counter()
         mask = np.asarray(lay["attention_mask"]) != 0
         if all(ns is not None for ns in found):

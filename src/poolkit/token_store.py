@@ -189,12 +189,13 @@ class TokenStore:
             return None
         try:
             header = json.loads(head)
-            header["_start"] = -(-(len(MAGIC) + 8 + size) // _ALIGN) * _ALIGN
-            if not isinstance(header["entries"], list) or "digest" not in header:
-                raise ValueError
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
+            header = None
+        if not (isinstance(header, dict) and isinstance(header.get("entries"), list)
+                and {"digest", "payload", "dtype"} <= header.keys()):  # fmt: skip
             self._damaged(shard, "its header cannot be read")
             return None
+        header["_start"] = -(-(len(MAGIC) + 8 + size) // _ALIGN) * _ALIGN
         return header
 
     def _damaged(self, shard: Path, why: str) -> None:

@@ -17,7 +17,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "and models; `prune --max-size SIZE` removes the least recently used states until it "
         "fits; `clear` removes them all. Other cached files (ONNX exports, tokenizers) stay.",
     )
-    parser.add_argument("action", choices=["info", "prune", "clear"])
+    parser.add_argument("action", choices=["info", "prune", "clear"],
+                        help="info: what the cache holds; prune: shrink it to --max-size; "
+                        "clear: remove every token state")  # fmt: skip
     parser.add_argument("--cache-dir", default=None, metavar="DIR",
                         help="the cache root (default: $POOLKIT_CACHE, else ~/.cache/poolkit)")  # fmt: skip
     parser.add_argument("--max-size", default=None, metavar="SIZE",
