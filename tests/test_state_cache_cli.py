@@ -164,3 +164,18 @@ def test_two_compares_sharing_a_cache_both_finish_correct(tmp_path):
     third = _process(tmp_path, "three", root)
     assert third.wait() == 0
     assert json.loads((tmp_path / "three.json").read_text())["cache"]["texts_encoded"] == 0
+
+
+def test_a_second_diagnose_encodes_nothing_and_says_the_same(tmp_path):
+    texts = tmp_path / "t.txt"
+    texts.write_text("".join(f"sentence number {i} about pooling.\n" for i in range(12)))
+    made = poolkit("embed", str(texts), "-o", "v.npy", "--recipe", "cls", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr.decode()
+    runs = [poolkit("diagnose", str(texts), "v.npy", "--json", "--cache-dir", "c", cwd=tmp_path)
+            for _ in range(2)]  # fmt: skip
+    for run in runs:
+        assert run.returncode == 0, run.stderr.decode()
+    first, second = (json.loads(r.stdout) for r in runs)
+    assert first == second and first["best"]["recipe"].startswith("cls")
+    assert "0 texts read from the cache" in runs[0].stderr.decode()
+    assert " 0 encoded" in runs[1].stderr.decode(), runs[1].stderr.decode()

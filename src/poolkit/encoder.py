@@ -312,7 +312,8 @@ class Encoder:
         self.max_batch_size = max_batch_size
         # What else shapes the states (a token-state cache's key, poolkit.state_cache).
         self.quantize = quantize
-        self.backend_name = backend if isinstance(backend, str) else type(backend).__qualname__
+        self.backend_name = backend if isinstance(backend, str) else (
+            getattr(backend, "name", None) or type(backend).__qualname__)  # fmt: skip
         self.calibration_digest = None
         if calibrate is not None:
             from poolkit.io.integrity import fast_digest

@@ -28,6 +28,7 @@ import os
 import tempfile
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ FORMAT = "v1"
 SUFFIX = ".pks"
 DEFAULT_MAX_BYTES = 20 * 1024**3  # 20 GiB: SciFact's MiniLM last layer is about 2 GiB
 _ALIGN = 64
+_OPEN_MAPS = 64  # shards held memory-mapped at once
 _STALE_SECONDS = 3600  # a temporary file this old belongs to a writer that died
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
@@ -96,7 +98,10 @@ class TokenStore:
         self.root = Path(root)
         self.max_bytes = max_bytes
         self._index: dict[str, dict[str, _Where]] = {}  # namespace -> key -> where
-        self._maps: dict[Path, np.ndarray] = {}  # shard -> its checked payload
+        # shard -> its payload, memory-mapped: at most _OPEN_MAPS at once (each holds a file
+        # descriptor), the least recently read closed first; a shard's digest is checked once.
+        self._maps: OrderedDict[Path, np.ndarray] = OrderedDict()
+        self._checked: set[Path] = set()
         self._dtypes: dict[Path, str] = {}
         self._bad: set[Path] = set()
         self._members: dict[Path, tuple[str, list[str]]] = {}  # shard -> namespace, keys
@@ -156,6 +161,7 @@ class TokenStore:
 
     def _payload(self, shard: Path) -> np.ndarray | None:
         if shard in self._maps:
+            self._maps.move_to_end(shard)
             return self._maps[shard]
         if shard in self._bad:
             return None
@@ -168,13 +174,19 @@ class TokenStore:
             return None
         start = header["_start"]
         body = raw[start : start + header["payload"]]
-        if body.size != header["payload"] or fast_digest(memoryview(body)) != header["digest"]:
+        if body.size != header["payload"] or (
+            shard not in self._checked and fast_digest(memoryview(body)) != header["digest"]
+        ):
             self._damaged(shard, "its content does not match the digest written with it")
             return None
-        with contextlib.suppress(OSError):
-            os.utime(shard)  # least recently used = oldest file time
+        if shard not in self._checked:
+            self._checked.add(shard)
+            with contextlib.suppress(OSError):
+                os.utime(shard)  # least recently used = oldest file time
         dtype = np.uint16 if header["dtype"] == "bfloat16" else np.dtype(header["dtype"])
         self._maps[shard] = body.view(dtype)
+        while len(self._maps) > _OPEN_MAPS:
+            self._maps.popitem(last=False)
         return self._maps[shard]
 
     def _header(self, shard: Path) -> dict[str, Any] | None:

@@ -131,6 +131,8 @@ class TorchBackend:
     eager path; :attr:`attention` says which. ``attention="eager"`` forces the latter.
     """
 
+    name = "torch"  # the backend's name (messages, the token-state cache's key)
+
     def __init__(
         self, path: str | os.PathLike[str], *, device: str, dtype: Any, attention: str = "sdpa"
     ) -> None:

@@ -8,7 +8,14 @@ from typing import Any
 
 from poolkit.errors import InputError
 
-__all__ = ["add_cache_arguments", "cache_line", "cache_record", "human", "open_cache"]
+__all__ = [
+    "add_cache_arguments",
+    "cache_line",
+    "cache_record",
+    "cache_settings",
+    "human",
+    "open_cache",
+]
 
 _DETAILS = ("cache_dir", "cache_size", "cache_layers", "cache_dtype")
 
@@ -33,6 +40,16 @@ def add_cache_arguments(parser: argparse.ArgumentParser, *, default: bool) -> No
                         "half the space, not exact (default: exact)")  # fmt: skip
 
 
+def cache_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`~poolkit.state_cache.open_state_cache` the flags ask
+    for (checked by :func:`open_cache`)."""
+    from poolkit.token_store import DEFAULT_MAX_BYTES, parse_size
+
+    size = DEFAULT_MAX_BYTES if args.cache_size is None else parse_size(args.cache_size)
+    return {"cache_dir": args.cache_dir, "max_size": size, "layers": args.cache_layers or "used",
+            "dtype": args.cache_dtype or "exact"}  # fmt: skip
+
+
 def open_cache(args: argparse.Namespace) -> Any:
     """One :class:`~poolkit.state_cache.StateCache` for the run (set it on each encoder's
     ``state_cache``); None with the cache off, refusing its detail flags then in one line."""
@@ -44,11 +61,8 @@ def open_cache(args: argparse.Namespace) -> Any:
                              fix="Add --cache, or drop the flag.")  # fmt: skip
         return None
     from poolkit.state_cache import open_state_cache
-    from poolkit.token_store import DEFAULT_MAX_BYTES, parse_size
 
-    size = DEFAULT_MAX_BYTES if args.cache_size is None else parse_size(args.cache_size)
-    return open_state_cache(args.cache_dir, max_size=size, layers=args.cache_layers or "used",
-                            dtype=args.cache_dtype or "exact")  # fmt: skip
+    return open_state_cache(**cache_settings(args))
 
 
 def cache_record(cache: Any) -> dict[str, Any]:

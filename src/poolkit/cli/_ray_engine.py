@@ -25,6 +25,7 @@ from typing import Any
 from poolkit._errors import already_exists, count, unmet, value_error
 from poolkit._versions import installed_versions
 from poolkit.cli._backend_args import calibration_texts, check_backend_args
+from poolkit.cli._cache_args import cache_settings
 from poolkit.cli._common import positive, require_extra
 from poolkit.cli._job import job_settings, run_job
 from poolkit.cli._ray_rows import check_ids, ids_digest, keep_for_ray, rows_setting, user_rows
@@ -440,6 +441,8 @@ class _Job:
         }  # fmt: skip
         if self.ranges:
             options["calibration"] = self.ranges
+        if args.cache:  # each worker's own token states, in its machine's cache root
+            options["cache"] = cache_settings(args)
         if self.plan is not None:  # one row per chunk: the local engine's PartChunker
             from poolkit.cli._ray_chunks import ChunkEmbedder
 

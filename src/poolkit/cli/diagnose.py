@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from poolkit._errors import value_error
+from poolkit.cli._cache_args import add_cache_arguments, cache_line, open_cache
 from poolkit.cli._common import add_common, add_input_format, progress_bar
 
 __all__ = ["add_parser", "run"]
@@ -74,6 +76,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="token budget per forward batch")  # fmt: skip
     add_input_format(parser)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    add_cache_arguments(parser, default=True)
     add_common(parser, model=False)  # --debug
     parser.set_defaults(func=run)
     return parser
@@ -135,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     from poolkit.io.readers import read_all
 
     _check(args)
+    cache = open_cache(args)
+    encoder = None
     try:
         texts = read_all(args.texts, text_column=args.text_column, fmt=args.input_format)
         if args.vectors is not None and not Path(args.vectors).is_dir():
@@ -144,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
                                      timeout=args.timeout, retries=args.retries,
                                      served_model=args.served_model)  # fmt: skip
         encoder = get_encoder(args.model, device=args.device, max_batch_tokens=args.batch_tokens)
+        encoder.state_cache = cache
         if args.onnx is not None:
             vectors = onnx_vectors(args.onnx, texts, encoder)
         elif args.url is None and Path(args.vectors).is_dir():
@@ -153,6 +159,11 @@ def run(args: argparse.Namespace) -> int:
                              progress=bar.update)  # fmt: skip
     except PoolkitError as e:
         raise flagged(e, DIAGNOSE) from None
+    finally:
+        if encoder is not None:  # the loaded encoder outlives the command
+            encoder.state_cache = None
+    if cache is not None and not args.quiet:
+        print(f"poolkit: {cache_line(cache)}", file=sys.stderr)
     report = found.to_json()
     if args.output is not None:
         from poolkit.io.atomic import atomic_write

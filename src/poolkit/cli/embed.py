@@ -198,11 +198,8 @@ def _run(args: argparse.Namespace, scope: contextlib.ExitStack) -> int:
         raise InputError(arg="--keep-columns", expected="given with a single-vector recipe",
                          got="a multi-vector output, one row per text's tokens and no other "
                          "column", fix="Drop --keep-columns.")  # fmt: skip
-    cache = open_cache(args)  # its flags refused before any model loads
-    if cache is not None and args.engine == "ray":
-        raise InputError(arg="--cache", expected="off with --engine ray (token states are "
-                         "kept on the machine that encodes them; a Ray job's workers keep "
-                         "none yet)", got="--cache", fix="Drop --cache.")  # fmt: skip
+    cache = open_cache(args)  # its flags refused before any model loads (on Ray: each
+    # worker opens its own, in the cache root of its machine)
     if (status := dispatch_engine(args, wanted, plan)) is not None:  # --engine ray
         return status
     title, keep = row_setup(args)  # a BEIR folder or corpus.jsonl: compare's documents

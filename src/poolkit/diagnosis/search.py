@@ -351,6 +351,7 @@ def diagnose(
             if cut.size:
                 other = Encoder(info.path, backend=encoder.backend, max_length=n,
                                 max_batch_tokens=max_batch_tokens)  # fmt: skip
+                other.state_cache = getattr(encoder, "state_cache", None)
                 search.run(info.default_prompt_name, main_text or None, other, rows=cut)
         for label, text in _prompt_options(info, prompts):
             if label != info.default_prompt_name:

@@ -21,7 +21,7 @@ _RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
 # The first is the run's; the others reach the plan (checked on the actor's start).
 _EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline", "calibration")
 # Embedder's own keywords, which embed_dataset passes on with the options.
-_EMBEDDER_KEYWORDS = ("recipe", "text_column", "normalize", "keep_text", "num_threads")
+_EMBEDDER_KEYWORDS = ("recipe", "text_column", "normalize", "keep_text", "num_threads", "cache")
 
 
 class Embedder:
@@ -45,6 +45,10 @@ class Embedder:
         normalize: L2-normalise; ``None`` follows the recipe, else the model.
         keep_text: keep ``text_column`` in the output (``False`` drops it).
         num_threads: torch threads; ``None``: the actor's CPUs (left alone outside Ray).
+        cache: keyword arguments of :func:`poolkit.state_cache.open_state_cache`
+            (``cache_dir``, ``max_size``, ``layers``, ``dtype``): each actor keeps token
+            states in the cache root of the machine it runs on (docs/cache.md); ``None``:
+            no cache.
         **options: recipe shorthands (``layers``, ``layer_how``, ``exclude_special``),
             ``long_text``, ``prompt_name``, ``prompt``, ``pipeline``, ``calibration`` (an
             int8/uint8 recipe's ranges by column name, computed once for every actor), or
@@ -69,6 +73,7 @@ class Embedder:
         normalize: bool | None = None,
         keep_text: bool = True,
         num_threads: int | None = None,
+        cache: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> None:
         ray = require_ray()
@@ -82,6 +87,10 @@ class Embedder:
             threads = max(1, round(cpus)) if cpus else None
         encoder_kw = {k: options[k] for k in _ENCODER_OPTIONS if k in options}
         self.encoder = Encoder(model, num_threads=threads, **encoder_kw)
+        if cache is not None:  # this worker's own token states, on its machine
+            from poolkit.state_cache import open_state_cache
+
+            self.encoder.state_cache = open_state_cache(**cache)
         if wanted is None:
             info = self.encoder.info
             wanted = {info.pooling: info.intended_recipe(normalize=normalize, **shorthand)}
