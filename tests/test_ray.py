@@ -350,11 +350,12 @@ RAY_TREATMENT = {
     "--keep-columns": "test_own_ids_and_kept_fields_travel_as_on_one_machine (its own column "
                       "names refused: test_embed_rows.py)",
     "--token-offsets": "refused on --engine ray (test_multivector_cli.py)",
-    "--cache": "refused on --engine ray (test_state_cache_cli.py)",
-    "--cache-dir": "refused without --cache (test_state_cache_cli.py)",
-    "--cache-size": "refused without --cache (test_state_cache_cli.py)",
-    "--cache-layers": "refused without --cache (test_state_cache_cli.py)",
-    "--cache-dtype": "refused without --cache (test_state_cache_cli.py)",
+    "--cache": "test_workers_keep_and_read_token_states_in_their_machines_cache",
+    "--cache-dir": "test_workers_keep_and_read_token_states_in_their_machines_cache",
+    "--cache-size": "the workers' open_state_cache (refused without --cache: "
+                    "test_state_cache_cli.py)",
+    "--cache-layers": "the workers' open_state_cache (test_state_cache.py)",
+    "--cache-dtype": "the workers' open_state_cache (test_state_cache.py)",
 }  # fmt: skip
 
 
@@ -399,6 +400,33 @@ def _ray_and_local(
                  "--address", address, "--workers", "1", "--cpus-per-worker", "1")  # fmt: skip
     assert remote.returncode == 0, remote.stderr
     return tmp_path / f"{name}.parquet", ray_out, remote
+
+
+def test_workers_keep_and_read_token_states_in_their_machines_cache(ray_cluster, tmp_path):
+    """``--cache`` on Ray: each worker opens the cache root of its own machine (here
+    ``--cache-dir``, one machine), writes the states once and reads them the next time."""
+    import os
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    data = sts_pairs_table(tmp_path / "pairs.tsv")
+    root = tmp_path / "states"
+
+    def job(name: str):
+        run = _in_process("embed", str(data), "-o", str(tmp_path / name), "--engine", "ray",
+                          "--address", address, "--workers", "1", "--cpus-per-worker", "1",
+                          "--text-column", "sentence1", "--cache", "--cache-dir", str(root),
+                          "--quiet")  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        return _vectors(tmp_path / name, "mean")
+
+    first = job("a")
+    shards = sorted(root.glob("states/v1/*/*.pks"))
+    assert shards
+    for shard in shards:  # a shard's time is refreshed when it is read
+        os.utime(shard, (1, 1))
+    np.testing.assert_array_equal(job("b"), first)
+    assert sorted(root.glob("states/v1/*/*.pks")) == shards  # nothing encoded again
+    assert all(p.stat().st_mtime > 1 for p in shards)  # every shard read
 
 
 def test_every_embed_flag_is_honoured_or_refused_on_ray(ray_cluster, tmp_path, minilm_dir):
