@@ -319,15 +319,15 @@ def test_the_cache_flags_are_checked(tmp_path):
 def test_many_shards_read_with_few_held_open(minilm, tmp_path, monkeypatch):
     import poolkit.token_store as token_store
 
-    monkeypatch.setattr(token_store, "_OPEN_MAPS", 2)  # each map holds a file descriptor
+    monkeypatch.setattr(token_store, "_OPEN_MAPS", 1)  # each map holds a file descriptor
     root = tmp_path / "c"
     assert _encoded(minilm, open_state_cache(root), TEXTS, max_batch_tokens=128) == len(TEXTS)
-    assert len(_shards(root)) > 4
+    assert len(_shards(root)) >= 3
     cache = open_state_cache(root)
     minilm.state_cache = cache
     try:
         got = poolkit.embed(TEXTS, minilm, "mean", max_batch_tokens=128)
     finally:
         minilm.state_cache = None
-    assert cache.counts.texts_read == len(TEXTS) and len(cache.store._maps) <= 2
+    assert cache.counts.texts_read == len(TEXTS) and len(cache.store._maps) == 1
     assert_same_bits(got, poolkit.embed(TEXTS, minilm, "mean", max_batch_tokens=128))

@@ -112,7 +112,7 @@ def test_cache_info_prune_and_clear(tmp_path):
     (space,) = info["namespaces"]
     assert space["backend"] == "torch" and space["layers"] == "last" and space["max_length"] == 256
     text = poolkit("cache", "info", "--cache-dir", str(root), cwd=tmp_path).stdout.decode()
-    assert "all-MiniLM-L6-v2" in text and f"{info['shards']} shards" in text
+    assert "all-MiniLM-L6-v2" in text and f"{info['shards']} shard" in text
     pruned = poolkit("cache", "prune", "--max-size", "0", "--cache-dir", str(root), cwd=tmp_path)
     assert pruned.returncode == 0 and "0 B in 0 shards left" in pruned.stdout.decode()
     _compare(tmp_path, "b", "--recipes", "mean", "--cache-dir", str(root))

@@ -260,8 +260,10 @@ class StateCache:
         first = states[0]
         b, length = mask.shape
         shape = (*first.shape[:-2], b, length, first.shape[-1])
-        host = first.dtype
-        out = np.zeros(shape, dtype=np.float32 if host == np.float16 else host)
+        # float16 states of --cache-dtype float16 go back to float32 (the exact mode keeps
+        # whatever the model gave, a float16 model's float16 included).
+        host = np.float32 if self.dtype == "float16" and first.dtype == np.float16 else first.dtype
+        out = np.zeros(shape, dtype=host)
         for j, a in enumerate(states):
             cols = np.flatnonzero(mask[j])
             if cols.size:

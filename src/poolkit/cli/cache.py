@@ -33,6 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from poolkit._cache import cache_root
+    from poolkit._errors import count
     from poolkit.cli._cache_args import human
     from poolkit.errors import InputError
     from poolkit.token_store import TokenStore, clear_store, parse_size, store_usage
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         removed = TokenStore(root, max_bytes=size).evict()
         left = store_usage(root)
         print(f"poolkit: removed {human(removed)} of token states; {human(left.bytes)} in "
-              f"{left.shards} shards left in {root}")  # fmt: skip
+              f"{count(left.shards, 'shard')} left in {root}")  # fmt: skip
         return 0
     if args.action == "clear":
         removed = clear_store(root)
@@ -61,12 +62,13 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"root": str(root), "shards": usage.shards, "bytes": usage.bytes,
                           "namespaces": usage.namespaces}, indent=2))  # fmt: skip
         return 0
-    print(f"token states in {root}: {human(usage.bytes)} in {usage.shards} shards, "
-          f"{len(usage.namespaces)} model settings")  # fmt: skip
+    print(f"token states in {root}: {human(usage.bytes)} in {count(usage.shards, 'shard')}, "
+          f"{count(len(usage.namespaces), 'model setting')}")  # fmt: skip
     for ns in usage.namespaces:
         what = ", ".join(
             f"{k} {ns[k]}" for k in ("backend", "device", "max_length", "long_text", "layers",
                                      "stored_dtype") if ns.get(k) is not None
         )  # fmt: skip
-        print(f"  {ns.get('model', '?')}: {human(ns['bytes'])}, {ns['shards']} shards ({what})")
+        print(f"  {ns.get('model', '?')}: {human(ns['bytes'])}, {count(ns['shards'], 'shard')} "
+              f"({what})")
     return 0
