@@ -90,7 +90,12 @@ def check_schema(doc: dict, task: str, metric: str, metrics: tuple[str, ...]) ->
     # retrieval also says how documents were read (title + text joined, #38) and where the
     # cost columns were measured (#43)
     extra = {"documents_read_as", "costs_measured_on"} if task == "retrieval" else set()
-    assert set(doc) == {"task", "model", "metric", "recommended", "bootstrap", "results", *extra}
+    # and what the token-state cache did (docs/cache.md)
+    assert set(doc) == {"task", "model", "metric", "recommended", "bootstrap", "results",
+                        "cache", *extra}  # fmt: skip
+    assert set(doc["cache"]) == {"enabled", "dir", "layers", "dtype", "texts_read",
+                                 "texts_encoded", "read_seconds", "encode_seconds",
+                                 "recorded_seconds"}  # fmt: skip
     assert set(doc["recommended"]) == {"metric", "best", "cheapest_tied_bytes",
                                        "cheapest_tied_query"}  # fmt: skip
     assert doc["task"] == task and doc["metric"] == metric
@@ -183,7 +188,9 @@ def test_classification_cv_layers_and_determinism(tmp_path, hf):
     args = ("sst2.txt", "--task", "classification", "--recipes", "cls", "mean", "--layers")
     doc = run_json(tmp_path, "a.json", *args)
     check_schema(doc, "classification", "accuracy", ("accuracy", "macro_f1"))
-    assert run_json(tmp_path, "b.json", *args) == doc  # same command, same JSON
+    again = run_json(tmp_path, "b.json", *args)  # same command, same JSON: its states read
+    assert again.pop("cache")["texts_encoded"] == 0 and doc.pop("cache")["texts_read"] == 0
+    assert again == doc
 
     labels = np.array([line.split(" ", 1)[0] for line in lines])
     texts = [line.split(" ", 1)[1] for line in lines]

@@ -163,6 +163,7 @@ def _encoded(encoder: Encoder, cache: StateCache, texts: list[str], **kwargs: An
     return cache.counts.texts_encoded - before
 
 
+@pytest.mark.slow  # loads the model again for each part
 def test_each_part_of_the_key_misses_when_it_changes(minilm, minilm_dir, tmp_path):
     import shutil
 
@@ -193,6 +194,7 @@ def test_each_part_of_the_key_misses_when_it_changes(minilm, minilm_dir, tmp_pat
     assert _encoded(Encoder(copy, device="cpu"), cache, texts) == 8
 
 
+@pytest.mark.slow  # loads the model again for each part
 def test_the_backend_is_part_of_the_key(minilm, minilm_dir, tmp_path):
     class Wrapped:  # another runtime giving the same numbers: still another key
         def __init__(self, inner: Any) -> None:

@@ -41,6 +41,7 @@ def _compare(tmp_path: Path, name: str, *flags: str, data: Path = STS) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # whole commands, twice
 def test_a_second_compare_reads_every_text_and_gives_the_same_rows(tmp_path):
     flags = ["--recipes", "mean", "cls", "max@last4", "mean/128/int8"]
     first = _compare(tmp_path, "first", *flags, "--cache-dir", str(tmp_path / "c"))
@@ -53,6 +54,7 @@ def test_a_second_compare_reads_every_text_and_gives_the_same_rows(tmp_path):
     assert _rows(second) == _rows(first) == _rows(plain)  # bit for bit: JSON floats
 
 
+@pytest.mark.slow  # whole commands, twice
 def test_retrieval_rows_and_their_query_cost_come_back_from_the_cache(tmp_path):
     flags = ["--recipes", "mean", "multivector:tokens/l2", "--cache-dir", str(tmp_path / "c")]
     first = _compare(tmp_path, "first", *flags, data=RETRIEVAL)
@@ -66,6 +68,7 @@ def test_retrieval_rows_and_their_query_cost_come_back_from_the_cache(tmp_path):
             assert b["encode_ms"] > 0.5 * a["encode_ms"], (a["recipe"], a["encode_ms"])
 
 
+@pytest.mark.slow  # whole commands, twice
 def test_embed_cache_is_off_by_default_and_exact_when_on(tmp_path):
     texts = tmp_path / "t.txt"
     texts.write_text("John works at Google.\nA man is playing a guitar.\nA third one.\n")
@@ -102,6 +105,7 @@ def test_cache_flags_that_cannot_apply_are_refused_in_one_line(tmp_path, args, f
     assert not (tmp_path / "o.npy").exists() and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # whole commands, twice
 def test_cache_info_prune_and_clear(tmp_path):
     root = tmp_path / "c"
     _compare(tmp_path, "a", "--recipes", "mean", "--cache-dir", str(root))
@@ -164,6 +168,7 @@ def test_two_compares_sharing_a_cache_both_finish_correct(tmp_path):
     assert json.loads((tmp_path / "three.json").read_text())["cache"]["texts_encoded"] == 0
 
 
+@pytest.mark.slow  # whole commands, twice
 def test_a_second_diagnose_encodes_nothing_and_says_the_same(tmp_path):
     texts = tmp_path / "t.txt"
     texts.write_text("".join(f"sentence number {i} about pooling.\n" for i in range(12)))
