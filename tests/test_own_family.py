@@ -28,18 +28,18 @@ def hashbag(tmp_path_factory, monkeypatch):
     forget_family()
 
 
-def by_hand(model_dir, texts, *, drop_special: bool) -> np.ndarray:
+def by_hand(model_dir, texts, *, drop_special: bool, dtype=np.float64) -> np.ndarray:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     tok.no_padding()  # the file pads to 128: the ids of the text alone
     special = {tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]")}
-    out = np.zeros((len(texts), 64))
+    out = np.zeros((len(texts), 64), dtype)
     for row, text in enumerate(texts):
         for i in tok.encode(text).ids:
             if not (drop_special and i in special):
                 out[row, i % 64] += 1
-    return out / np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.linalg.norm(out, axis=1, keepdims=True)  # in float32 as the plugin does
 
 
 def test_without_the_plugin_the_level_is_unknown():
@@ -108,3 +108,81 @@ def test_cli_embed_writes_its_columns(hashbag, minilm_dir, tmp_path):
     expected = by_hand(minilm_dir, TEXTS, drop_special=False)
     np.testing.assert_allclose(vectors, expected, rtol=0, atol=1e-7)
     np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), vectors)
+
+
+def _compare(tmp_path, data, task: str, *recipes: str) -> dict:
+    import json
+
+    out = tmp_path / f"{task}.json"
+    result = clitools.run_cli(["compare", str(data), "--task", task, "--recipes", *recipes,
+                               "--bootstrap", "0", "--quiet", "--no-cache", "--json", str(out)],
+                              cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    return {r["recipe"]: r for r in json.loads(out.read_text())["results"]}
+
+
+def _spearman_range(x: np.ndarray, gold: np.ndarray, eps: float) -> tuple[float, float]:
+    """Spearman of ``x`` against ``gold`` with every group of near-tied ``x`` (within
+    ``eps``) ordered worst first and best first (bag cosines tie often, and float rounding
+    breaks a tie either way)."""
+    from scipy.stats import rankdata
+
+    group = np.floor(x / eps)
+    ends = []
+    for sign in (-1, 1):
+        order = np.lexsort((sign * gold, group))
+        ranks = np.empty(len(x))
+        ranks[order] = np.arange(len(x))
+        ends.append(float(np.corrcoef(ranks, rankdata(gold))[0, 1]))
+    return min(ends), max(ends)
+
+
+def test_a_compare_row_on_sts_is_its_vectors_scored_by_hand(hashbag, minilm_dir, tmp_path):
+    from scipy.stats import pearsonr
+    from testdata import fixture, read_sts_pairs
+
+    data = fixture("stsb-dev-sample.csv")
+    rows = _compare(tmp_path, data, "sts", "mean", "hashed:ids_no_special")
+    pairs = read_sts_pairs(data)
+    a, b = (by_hand(minilm_dir, [p[k] for p in pairs], drop_special=True) for k in (1, 2))
+    cos = (a * b).sum(axis=1)  # unit rows
+    gold = np.array([p[0] for p in pairs])
+    row = rows["hashed:ids_no_special"]
+    assert row["pearson"] == pytest.approx(pearsonr(cos, gold).statistic, abs=1e-6)
+    lo, hi = _spearman_range(cos, gold, 1e-6)
+    assert lo - 1e-4 <= row["spearman"] <= hi + 1e-4, (lo, row["spearman"], hi)
+    assert row["embed_command"].endswith("--recipe hashed:ids_no_special")
+    assert rows["mean"]["intended"] and not row["intended"]
+
+
+def test_a_compare_row_on_retrieval_ranks_by_its_vectors(hashbag, minilm_dir, tmp_path):
+    import json
+    from pathlib import Path
+
+    from beir_ref import read_qrels
+    from tie_bounds import dot_eps, metric_range
+
+    folder = Path(__file__).parent / "data" / "stsb-images-retrieval"
+    rows = _compare(tmp_path, folder, "retrieval", "hashed:ids", "bm25")
+    row = rows["hashed:ids"]
+    read = lambda f: [json.loads(x) for x in (folder / f).read_text().splitlines()]  # noqa: E731
+    docs, queries = read("corpus.jsonl"), read("queries.jsonl")
+    assert not any(x.get("title") for x in docs)  # the documents are their texts
+    d = by_hand(minilm_dir, [x["text"] for x in docs], drop_special=False)
+    q = by_hand(minilm_dir, [x["text"] for x in queries], drop_special=False)
+    measures = {"ndcg_at_10": "ndcg_cut_10", "recall_at_100": "recall_100"}
+    ranges = metric_range(read_qrels(folder), [x["_id"] for x in queries],
+                          [x["_id"] for x in docs], q @ d.T, dot_eps(q, d), measures)  # fmt: skip
+    for name, (lo, hi) in ranges.items():
+        assert lo - 1e-9 <= row[name] <= hi + 1e-9, (name, lo, row[name], hi)
+    assert row["bytes_per_document"] == 64 * 4 and row["search_growth"].startswith("linear")
+    assert row["query_ms"] is not None and rows["bm25"]["ndcg_at_10"] != row["ndcg_at_10"]
+
+
+def test_a_family_row_on_a_task_it_cannot_serve_is_refused_in_one_line(hashbag, tmp_path):
+    from testdata import fixture
+
+    result = clitools.run_cli(["compare", str(fixture("wnut17-dev-sample.conll")), "--task",
+                               "ner", "--train", str(fixture("wnut17-train-sample.conll")),
+                               "--recipes", "hashed:ids"], cwd=tmp_path)  # fmt: skip
+    clitools.one_error_line(result, 2, "hashed:ids", "--task sts, classification, retrieval")

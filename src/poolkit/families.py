@@ -26,6 +26,7 @@ __all__ = [
     "family_of",
     "family_plan",
     "float_only",
+    "is_builtin",
     "register_family",
 ]
 
@@ -113,6 +114,12 @@ class FloatOutputs:
         """This plan, unchanged; ``ranges`` must be empty."""
         float_only(self.family, ranges)
         return self
+
+
+def is_builtin(family: str) -> bool:
+    """Whether ``family`` is one of poolkit's own (its other callers run it through paths of
+    their own; another package's family runs only through its plan)."""
+    return family in _BUILTIN
 
 
 def family_of(recipes: Mapping[str, Any]) -> str:

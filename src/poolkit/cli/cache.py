@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
             f"{k} {ns[k]}" for k in ("backend", "device", "max_length", "long_text", "layers",
                                      "stored_dtype") if ns.get(k) is not None
         )  # fmt: skip
-        print(f"  {ns.get('model', '?')}: {human(ns['bytes'])}, {count(ns['shards'], 'shard')} "
-              f"({what})")
+        print(
+            f"  {ns.get('model', '?')}: {human(ns['bytes'])}, {count(ns['shards'], 'shard')} "
+            f"({what})"
+        )
     return 0

@@ -672,7 +672,7 @@ def embed_command(
         )
     if recipe.level == "multivector":
         return _multivector_commands(args, recipe, quantize, rescore)
-    if recipe.level not in ("sequence", "sparse"):
+    if recipe.level in ("word", "span"):  # the library call; every other level: the command
         fn = "embed_words(words" if recipe.level == "word" else "embed_spans(texts, char_spans"
         model = "" if args.model is None else f", {args.model!r}"
         return f"poolkit.{fn}{model}, recipe={str(recipe)!r})"

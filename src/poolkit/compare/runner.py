@@ -35,7 +35,12 @@ from poolkit.compare.hybrid import plan as fuse_plan
 from poolkit.compare.multivector import RERANK
 from poolkit.compare.multivector import check_candidates as check_multivector
 from poolkit.compare.report import Result
-from poolkit.compare.sparse_rows import check_extra_rows, score_extra_rows, split_extra
+from poolkit.compare.sparse_rows import (
+    check_extra_rows,
+    embed_rows,
+    score_extra_rows,
+    split_extra,
+)
 from poolkit.compare.summary import Row, summarize
 from poolkit.compare.timing import TimedEncoder
 from poolkit.driver import LayerViews, drive
@@ -200,7 +205,11 @@ def planned_rows(
                         calibration=fact.get("calibration"),
                         ranges=fact.get("ranges"))
                 )  # fmt: skip
-    if extra:
+    if extra and settings.task != "retrieval":  # another family's dense rows
+        for r, e in _score_planned(encoder, data, train, extra, settings).items():
+            evaluations[(r, None)] = e
+            rows.append(Row((r, None), r, (r,), backend=settings.backend))
+    elif extra:
         scored, sparsity = score_extra_rows(encoder, data, extra, settings)
         for r in extra:
             evaluations[(r, None)] = scored[r]
@@ -409,6 +418,27 @@ def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Sco
                 "ranges": cal,
             }
     return out
+
+
+def _score_planned(encoder, data, train, rows, settings: Settings) -> Scores:
+    """Rows of another package's family (dense outputs, :func:`split_extra`) on ``sts`` or
+    ``classification``: their family's plan embeds the texts, scored as the dense rows
+    are (cosine and correlations; the same probes, folds and splits)."""
+    if settings.task == "sts":
+        unique = list(dict.fromkeys(data.sentence1 + data.sentence2))
+        where = {t: i for i, t in enumerate(unique)}
+        a = np.fromiter((where[t] for t in data.sentence1), np.int64, count=len(data))
+        b = np.fromiter((where[t] for t in data.sentence2), np.int64, count=len(data))
+        vectors = embed_rows(encoder, unique, rows, settings, settings.prompt_name)
+        return {r: PairEval(metrics.cosine_rows(vectors[r][a], vectors[r][b]), data.scores)
+                for r in rows}  # fmt: skip
+    test_x = embed_rows(encoder, data.texts, rows, settings, settings.prompt_name)
+    train_x = None if train is None else embed_rows(encoder, train.texts, rows, settings,
+                                                    settings.prompt_name)  # fmt: skip
+    preds = _probe_all(train_x, train.labels if train else None, test_x, data.labels, rows,
+                       settings, data.rows, data.source)  # fmt: skip
+    gold = np.asarray(data.labels)
+    return {r: LabelEval(gold, np.asarray(p), True) for r, p in preds.items()}
 
 
 def check_labels(data: TaskData, train: TaskData | None, settings: Settings) -> None:

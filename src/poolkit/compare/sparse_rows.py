@@ -1,11 +1,14 @@
-"""Rows of ``compare --task retrieval`` that are not dense vectors: sparse recipes
-(``splade``, :mod:`poolkit.sparse`), scored by the exact dot product of their sparse vectors,
-and the lexical baseline BM25 (``bm25``, ``bm25s`` with its defaults: ``method="lucene"``,
-``k1=1.5``, ``b=0.75``, texts tokenized with ``stopwords="en"``). Documents are joined as
-the dense rows join them; ranking, tie rule and metrics are the dense rows'
-(:func:`poolkit.compare.search.top_k_by`, :func:`~poolkit.compare.retrieval.query_metrics`),
-so every row gets the same intervals and paired differences. Per sparse row:
-:func:`sparsity_facts`.
+"""Rows of ``compare`` that run through their family's plan (:mod:`poolkit.families`), not
+the dense rows' shared pass: sparse recipes (``splade``, :mod:`poolkit.sparse`, retrieval
+only), scored by the exact dot product of their sparse vectors; the lexical baseline BM25
+(``bm25``, ``bm25s`` with its defaults: ``method="lucene"``, ``k1=1.5``, ``b=0.75``, texts
+tokenized with ``stopwords="en"``; retrieval only); and the recipes of a family another
+package registers whose outputs are dense vectors (``kind`` ``"dense"``), scored as dense
+rows are: cosine for ``sts``, probes for ``classification``, exact cosine search for
+``retrieval``. Documents are joined as the dense rows join them; ranking, tie rule and
+metrics are the dense rows' (:func:`poolkit.compare.search.top_k_by`,
+:func:`~poolkit.compare.retrieval.query_metrics`), so every row gets the same intervals and
+paired differences. Per sparse row: :func:`sparsity_facts`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from poolkit.sparse.names import SPARSE_STRATEGIES
 
 __all__ = [
     "BM25",
+    "PLAN_TASKS",
     "check_extra_rows",
+    "embed_rows",
     "parse_bm25",
     "score_extra_rows",
     "sparsity_facts",
@@ -32,10 +37,14 @@ __all__ = [
 ]
 
 
+PLAN_TASKS = ("sts", "classification", "retrieval")  # another family's dense rows
+
+
 def split_extra(strategies: Sequence[Any] | None, task: str) -> tuple[list[Any] | None, list[Any]]:
-    """``(dense names, sparse and BM25 rows)`` of ``strategies``; for ``None`` (the
-    defaults) the dense defaults and, for retrieval, a BM25 row. Outside retrieval a sparse
-    or BM25 name is refused."""
+    """``(dense names, rows run through their family's plan)`` of ``strategies``: sparse and
+    BM25 rows, and another package's family's rows; for ``None`` (the defaults) the dense
+    defaults and, for retrieval, a BM25 row. Outside retrieval a sparse or BM25 name is
+    refused, and another family's rows outside :data:`PLAN_TASKS` or not dense."""
     from poolkit.recipe import Recipe
 
     if strategies is None:
@@ -47,16 +56,51 @@ def split_extra(strategies: Sequence[Any] | None, task: str) -> tuple[list[Any] 
         r = bm if bm is not None else s if isinstance(s, Recipe) else None
         if r is None and isinstance(s, str) and s.strip().split("/")[0].strip().lower() in _SPARSE:
             r = Recipe.parse(s)
-        # Multi-vector recipes go with the dense ones: retrieval.score gives them MaxSim rows.
-        if r is not None and r.kind not in ("dense", "multivector"):
-            if task != "retrieval":
-                value_error("recipes", f"dense recipes for --task {task}", str(r),
-                            "Sparse and BM25 rows are compared on --task retrieval.")  # fmt: skip
+        if r is None and isinstance(s, str):
+            r = _other_family(s)
+        if r is not None and _planned(r):
+            _check_task(r, task)
             if r not in extra:
                 extra.append(r)
         else:
             dense.append(s)
     return dense, extra
+
+
+def _planned(r: Any) -> bool:
+    """Whether row ``r`` runs through its family's plan here: BM25, a sparse recipe, or a
+    recipe of another package's family. Multi-vector recipes go with the dense ones
+    (retrieval.score gives them MaxSim rows)."""
+    from poolkit.families import is_builtin
+
+    return (isinstance(r, BM25) or r.kind not in ("dense", "multivector")
+            or not is_builtin(r.family))  # fmt: skip
+
+
+def _other_family(name: str) -> Any:
+    """``name`` parsed where it is a recipe of another package's family, else None (a dense
+    name, or one the dense path refuses with its own message)."""
+    from poolkit.families import is_builtin
+    from poolkit.recipe import Recipe
+
+    try:
+        r = Recipe.parse(name)
+    except ValueError:
+        return None
+    return None if is_builtin(r.family) else r
+
+
+def _check_task(r: Any, task: str) -> None:
+    from poolkit.families import is_builtin
+
+    if isinstance(r, BM25) or is_builtin(r.family) or r.kind != "dense":
+        if task != "retrieval":
+            value_error("recipes", f"dense recipes for --task {task}", str(r),
+                        "Sparse and BM25 rows are compared on --task retrieval.")  # fmt: skip
+    elif task not in PLAN_TASKS:
+        value_error("recipes", f"recipes of poolkit's own families for --task {task}", str(r),
+                    f"A {r.family} row (another package's family) is compared on --task "
+                    f"{', '.join(PLAN_TASKS)}.")  # fmt: skip
 
 
 _SPARSE = frozenset(SPARSE_STRATEGIES) | {f"sparse:{n}" for n in SPARSE_STRATEGIES}
@@ -140,14 +184,35 @@ def bm25_ranked(
 
 
 def check_extra_rows(encoder: Any, rows: Sequence[Any]) -> None:
-    """Refuse, before any forward pass, a sparse row of ``rows`` that ``encoder``'s model
-    cannot run (no MLM head: one line naming the row); the head it loads is the one
-    :func:`score_extra_rows` uses. BM25 rows need no model."""
-    from poolkit.sparse.embed import mlm_head
+    """Refuse, before any forward pass, a row of ``rows`` that ``encoder``'s model cannot
+    run (a sparse row without an MLM head: one line naming the row): each family's plan
+    is made, which checks its request. BM25 rows need no model."""
+    from poolkit.families import family_plan
 
+    for named in _by_family(rows).values():
+        family_plan(encoder, named)
+
+
+def _by_family(rows: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """The model rows of ``rows`` (not BM25), by family: ``{family: {name: recipe}}``."""
+    out: dict[str, dict[str, Any]] = {}
     for r in rows:
         if not isinstance(r, BM25):
-            mlm_head(encoder, str(r))
+            out.setdefault(r.family, {})[str(r)] = r
+    return out
+
+
+def embed_rows(
+    encoder: Any, texts: Sequence[str], rows: Sequence[Any], settings: Any,
+    prompt_name: str | None = None,
+) -> dict[Any, np.ndarray]:  # fmt: skip
+    """Each dense row of another family (:func:`split_extra`) over ``texts``: float32 ``(N,
+    D_r)`` by row, its family's plan run once per family."""
+    out: dict[Any, np.ndarray] = {}
+    for named in _by_family(rows).values():
+        vectors = _embed(encoder, texts, named, settings, prompt_name)
+        out.update({r: np.asarray(vectors[n], np.float32) for n, r in named.items()})
+    return out
 
 
 def score_extra_rows(
@@ -161,23 +226,25 @@ def score_extra_rows(
     from poolkit.compare.evaluation import QueryEval
     from poolkit.compare.fusion import keep_depth, record
     from poolkit.compare.retrieval import DEPTH, query_metrics
-    from poolkit.compare.search import id_order
+    from poolkit.compare.search import id_order, top_k
 
     ties = id_order(data.doc_ids)
     out: dict[Any, Any] = {}
     facts: dict[Any, dict[str, float]] = {}
     costs = getattr(settings, "costs", {})
     per_query = 1000 / max(len(data.queries), 1)
-    sparse = [r for r in rows if not isinstance(r, BM25)]
-    if sparse:
-        named = {str(r): r for r in sparse}
+    for named in _by_family(rows).values():  # one pass a side for each family's rows
         began, offset = time.perf_counter(), cache_offset(encoder)
         q_vecs = _embed(encoder, data.queries, named, settings, query_prompt_name(
             settings.prompt_name, encoder.info))  # fmt: skip
         query_ms = (time.perf_counter() - began + offset()) * per_query
         d_vecs = _embed(encoder, data.documents, named, settings, settings.document_prompt_name)
         for name, r in named.items():
-            search = partial(sparse_ranked, q_vecs[name], d_vecs[name], ties=ties)
+            q, d = q_vecs[name], d_vecs[name]
+            sparse = hasattr(d, "tocsr")
+            search = (partial(sparse_ranked, q, d, ties=ties) if sparse else
+                      partial(top_k, np.asarray(q, np.float32), np.asarray(d, np.float32),
+                              id_order=ties))  # fmt: skip
             (ranked, scores), own, fused = timed_depths(
                 search, DEPTH, keep_depth(settings, (r, None), DEPTH)
             )
@@ -185,7 +252,9 @@ def score_extra_rows(
                                 "fused_search_ms": fused * per_query}  # fmt: skip
             record(settings, (r, None), ranked, scores)
             out[r] = QueryEval(query_metrics(ranked, data.qrels, len(data.documents)))
-            facts[r] = sparsity_facts(q_vecs[name], d_vecs[name])
+            width = int(d.shape[1])
+            facts[r] = (sparsity_facts(q, d) if sparse else
+                        {"dims": width, "bytes_per_vector": width * 4})  # fmt: skip
     for r in rows:
         if isinstance(r, BM25):
             ranked, scores, costs[(r, None)] = bm25_ranked(
