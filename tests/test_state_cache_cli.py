@@ -42,10 +42,23 @@ def _compare(tmp_path: Path, name: str, *flags: str, data: Path = STS) -> dict:
 
 
 @pytest.mark.slow  # whole commands, twice
-def test_a_second_compare_reads_every_text_and_gives_the_same_rows(tmp_path):
+def test_a_second_compare_reads_every_text_and_gives_the_same_rows(tmp_path, monkeypatch):
+    from poolkit.backends.pytorch import TorchBackend
+
+    loads: list[int] = []
+    real = TorchBackend._load
+
+    def counted(self):
+        loads.append(self._model is None)
+        return real(self)
+
+    monkeypatch.setattr(TorchBackend, "_load", counted)
     flags = ["--recipes", "mean", "cls", "max@last4", "mean/128/int8"]
     first = _compare(tmp_path, "first", *flags, "--cache-dir", str(tmp_path / "c"))
+    assert sum(loads) == 1  # the weights, once
+    loads.clear()
     second = _compare(tmp_path, "second", *flags, "--cache-dir", str(tmp_path / "c"))
+    assert sum(loads) == 0  # every state read: the weights are never loaded
     plain = _compare(tmp_path, "plain", *flags, "--no-cache")
     assert first["cache"]["texts_read"] == 0 and first["cache"]["texts_encoded"] > 0
     assert second["cache"]["texts_encoded"] == 0

@@ -262,6 +262,9 @@ class Encoder:
             embed, as long as they are (short-only calibration put long texts at cosine
             0.94 to fp32); the first :data:`CALIBRATION_TEXTS` are used.
         num_threads: if given, ``torch.set_num_threads(num_threads)`` (and ORT's threads).
+        defer_load: the torch backend loads the weights at the first forward pass, not now:
+            with a token-state cache (``state_cache``, :mod:`poolkit.state_cache`) that
+            holds every text, they are never loaded.
 
     Attributes:
         info: the model's :class:`ModelInfo`.
@@ -287,6 +290,7 @@ class Encoder:
         quantize: str | None = None,
         calibrate: Sequence[str] | None = None,
         num_threads: int | None = None,
+        defer_load: bool = False,
     ) -> None:
         check_batch_tokens(max_batch_tokens)
         check_batch_tokens(max_batch_size, "max_batch_size")
@@ -365,6 +369,7 @@ class Encoder:
                 quantize=quantize,
                 threads=num_threads,
                 calibration=calibration,
+                defer=defer_load,
             )
         else:
             if calibrate is not None:

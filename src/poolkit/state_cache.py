@@ -129,9 +129,6 @@ class StateCache:
         long-text policy ``window`` (``(long_text, stride)``); opened in the store."""
         key = (id(encoder), all_layers, window)
         if key not in self._names:
-            import torch
-            import transformers
-
             from poolkit._versions import installed
             from poolkit.io.integrity import fast_digest
 
@@ -147,8 +144,8 @@ class StateCache:
                 "model_dtype": str(getattr(backend, "dtype", None)),
                 "stored_dtype": self.dtype,
                 "versions": {
-                    "torch": torch.__version__,
-                    "transformers": transformers.__version__,
+                    "torch": installed("torch"),  # from the metadata: nothing imported
+                    "transformers": installed("transformers"),
                     "onnxruntime": installed("onnxruntime"),
                     "openvino": installed("openvino"),
                 },

@@ -47,15 +47,15 @@ def _cpu_only(backend: str, device: str | None, runtime: str) -> None:
 
 
 def _torch(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None,
-           calibration: Any):  # fmt: skip
+           calibration: Any, defer: bool = False):  # fmt: skip
     from poolkit.backends.pytorch import TorchBackend, pick_device, resolve_dtype
 
     where = pick_device(device)
-    return TorchBackend(path, device=where, dtype=resolve_dtype(dtype, where, path))
+    return TorchBackend(path, device=where, dtype=resolve_dtype(dtype, where, path), defer=defer)
 
 
 def _onnx(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None,
-          calibration: Any):  # fmt: skip
+          calibration: Any, defer: bool = False):  # fmt: skip
     from poolkit.backends.onnx import OnnxBackend
 
     if dtype is not None and str(dtype).removeprefix("torch.") not in ("float32", "fp32"):
@@ -66,7 +66,7 @@ def _onnx(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: 
 
 
 def _openvino(path: Any, *, device: str, dtype: Any, quantize: str | None, threads: int | None,
-              calibration: Any):  # fmt: skip
+              calibration: Any, defer: bool = False):  # fmt: skip
     from poolkit.backends.openvino import OpenVinoBackend, precision_of
 
     _cpu_only("openvino", device, "poolkit's OpenVINO")
@@ -96,11 +96,13 @@ def make_backend(
     quantize: str | None = None,
     threads: int | None = None,
     calibration: Any = None,
+    defer: bool = False,
 ) -> Backend:
     """The backend registered as ``name`` for the model at ``path``.
 
     ``calibration``: tokenized calibration texts for ``quantize="int8-static"`` (see
-    :func:`poolkit.backends.openvino.load_openvino_runner`).
+    :func:`poolkit.backends.openvino.load_openvino_runner`). ``defer``: the torch backend
+    loads its weights on first use (the exported runtimes load theirs now).
 
     Raises:
         ValueError: an unknown ``name``, or a ``quantize`` that backend does not offer.
@@ -119,7 +121,7 @@ def make_backend(
         value_error("calibrate", "None without quantize='int8-static'", "calibration texts",
                     "Drop calibrate=, or pass backend='openvino', quantize='int8-static'.")  # fmt: skip
     return entry.build(path, device=device, dtype=dtype, quantize=quantize, threads=threads,
-                       calibration=calibration)  # fmt: skip
+                       calibration=calibration, defer=defer)  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

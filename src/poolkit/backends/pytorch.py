@@ -129,20 +129,39 @@ class TorchBackend:
     Attention runs through PyTorch's ``scaled_dot_product_attention`` (``"sdpa"``: fused
     kernels on CUDA) where ``transformers`` implements it for the architecture, else the
     eager path; :attr:`attention` says which. ``attention="eager"`` forces the latter.
+    ``defer=True`` loads the weights when first needed (the first forward pass, or
+    :attr:`model`), not now: a run whose token states all come from the cache
+    (:mod:`poolkit.state_cache`) never loads them.
     """
 
     name = "torch"  # the backend's name (messages, the token-state cache's key)
 
     def __init__(
-        self, path: str | os.PathLike[str], *, device: str, dtype: Any, attention: str = "sdpa"
+        self,
+        path: str | os.PathLike[str],
+        *,
+        device: str,
+        dtype: Any,
+        attention: str = "sdpa",
+        defer: bool = False,
     ) -> None:
         import torch
-        from transformers import AutoModel
 
         self.device = torch.device(device)
         self.dtype = dtype
+        self._path, self._asked = path, attention
+        self._model: Any = None
+        if not defer:
+            self._load()
+
+    def _load(self) -> Any:
+        if self._model is not None:
+            return self._model
+        from transformers import AutoModel
+
         from poolkit._quiet import quiet_loading
 
+        path, attention, dtype = self._path, self._asked, self.dtype
         cls = model_class(path, AutoModel)
         with quiet_loading():  # transformers' loading bar; poolkit has its own progress
             try:
@@ -153,22 +172,40 @@ class TorchBackend:
                     raise
                 model = cls.from_pretrained(os.fspath(path), dtype=dtype,
                                             attn_implementation="eager")  # fmt: skip
-        self.attention: str = str(getattr(model.config, "_attn_implementation", None) or "eager")
-        self.model = model.to(self.device)
-        self.model.eval()
-        params = inspect.signature(self.model.forward).parameters
-        self._accepts = frozenset(params)
+        self._attention = str(getattr(model.config, "_attn_implementation", None) or "eager")
+        model = model.to(self.device)
+        model.eval()
+        self._accepts = frozenset(inspect.signature(model.forward).parameters)
+        self._model = model
+        return model
+
+    @property
+    def model(self) -> Any:
+        """The ``transformers`` model (loaded now if it was deferred)."""
+        return self._load()
+
+    @property
+    def attention(self) -> str:
+        """The attention implementation the model runs (``"sdpa"`` or ``"eager"``)."""
+        self._load()
+        return self._attention
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are loaded (see ``defer``)."""
+        return self._model is not None
 
     def forward(self, inputs: Mapping[str, np.ndarray], *, all_layers: bool = False) -> Any:
         import torch
 
+        model = self._load()
         feed = {
             name: torch.from_numpy(array).to(self.device, non_blocking=True)
             for name, array in inputs.items()
             if name in self._accepts
         }
         with torch.inference_mode():
-            out = self.model(**feed, output_hidden_states=all_layers, return_dict=True)
+            out = model(**feed, output_hidden_states=all_layers, return_dict=True)
         if all_layers:
             return tuple(out.hidden_states)
         return out.last_hidden_state

@@ -366,6 +366,7 @@ def run(args: argparse.Namespace) -> int:
         encoder = Encoder(
             m, device=args.device, dtype=args.dtype, max_length=args.max_length,
             max_batch_tokens=args.batch_tokens, backend=args.backend,
+            defer_load=cache is not None,  # states all in the cache: the weights never load
         )  # fmt: skip
         encoder.state_cache = cache
         if encoder.info.pooling_is_guess:
