@@ -7,8 +7,10 @@ The reference is the same call with no cache: the cache must be invisible in the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,16 @@ from poolkit.token_store import MAGIC, TokenStore, parse_size, store_usage
 TEXTS = sts_sentences()[:24]
 
 
+@contextlib.contextmanager
+def using(encoder: Encoder, cache: StateCache) -> Iterator[StateCache]:
+    """``encoder`` with ``cache`` as its token-state cache, for the ``with`` block."""
+    encoder.state_cache = cache
+    try:
+        yield cache
+    finally:
+        encoder.state_cache = None
+
+
 def _dense(x: Any) -> np.ndarray:
     if isinstance(x, list):
         return np.concatenate(x)
@@ -34,14 +46,11 @@ def _dense(x: Any) -> np.ndarray:
 
 def _runs(encoder: Encoder, cache: StateCache, call: Any) -> tuple[Any, Any, Any]:
     """``call()`` without the cache, then twice with it (filling it, reading it)."""
-    encoder.state_cache = None
-    try:
-        plain = call()
-        encoder.state_cache = cache
+    assert encoder.state_cache is None
+    plain = call()
+    with using(encoder, cache):
         cold = call()
         warm = call()
-    finally:
-        encoder.state_cache = None
     return plain, cold, warm
 
 
@@ -87,14 +96,11 @@ def test_words_spans_tokens_and_long_texts_read_back_exactly(minilm_cached):
 
 def test_every_layer_kept_serves_a_later_layer_mix_without_encoding(minilm, tmp_path):
     cache = open_state_cache(tmp_path, layers="all")
-    minilm.state_cache = cache
-    try:
+    with using(minilm, cache):
         poolkit.embed(TEXTS, minilm, "mean")  # every layer computed and kept
         encoded = cache.counts.texts_encoded
         mixed = poolkit.embed(TEXTS, minilm, "cls+max@last4")
         last = poolkit.embed(TEXTS, minilm, "mean")
-    finally:
-        minilm.state_cache = None
     assert cache.counts.texts_encoded == encoded == len(TEXTS)
     assert_same_bits(mixed, poolkit.embed(TEXTS, minilm, "cls+max@last4"))
     assert_same_bits(last, poolkit.embed(TEXTS, minilm, "mean"))
@@ -132,21 +138,15 @@ def test_texts_partly_stored_give_the_uncached_bits(minilm, tmp_path):
     for shard in shards[::2]:  # as a killed run or an eviction leaves it: whole batches gone
         shard.unlink()
     cache = open_state_cache(root)
-    minilm.state_cache = cache
-    try:
+    with using(minilm, cache):
         got = poolkit.embed(TEXTS, minilm, "mean", max_batch_tokens=128)
-    finally:
-        minilm.state_cache = None
     assert_same_bits(got, poolkit.embed(TEXTS, minilm, "mean", max_batch_tokens=128))
     assert 0 < cache.counts.texts_read < len(TEXTS)
     assert cache.counts.texts_read + cache.counts.texts_encoded == len(TEXTS)
     # A batch holding one text not stored is encoded whole (the uncached bits), its stored
     # texts encoded again but not written twice.
-    minilm.state_cache = cache = open_state_cache(root)
-    try:
+    with using(minilm, open_state_cache(root)) as cache:
         poolkit.embed([TEXTS[0], "a text never seen"], minilm, "mean")
-    finally:
-        minilm.state_cache = None
     assert cache.counts.texts_encoded == 2
 
 
@@ -155,11 +155,8 @@ def test_texts_partly_stored_give_the_uncached_bits(minilm, tmp_path):
 
 def _encoded(encoder: Encoder, cache: StateCache, texts: list[str], **kwargs: Any) -> int:
     before = cache.counts.texts_encoded
-    encoder.state_cache = cache
-    try:
+    with using(encoder, cache):
         poolkit.embed(texts, encoder, **kwargs)
-    finally:
-        encoder.state_cache = None
     return cache.counts.texts_encoded - before
 
 
@@ -181,9 +178,8 @@ def test_each_part_of_the_key_misses_when_it_changes(minilm, minilm_dir, tmp_pat
     bf16 = Encoder(minilm_dir, device="cpu", dtype="bfloat16")  # the dtype
     assert _encoded(bf16, cache, texts) == 8
     bf16_again = Encoder(minilm_dir, device="cpu", dtype="bfloat16")
-    bf16_again.state_cache = cache
-    got = poolkit.embed(texts, bf16_again, "mean")
-    bf16_again.state_cache = None
+    with using(bf16_again, cache):
+        got = poolkit.embed(texts, bf16_again, "mean")
     assert_same_bits(got, poolkit.embed(texts, bf16_again, "mean"), "bfloat16 read back")
     # The model's content, not its name: one byte of the config changed under one path.
     copy = tmp_path / "model"
@@ -232,12 +228,9 @@ def test_a_damaged_shard_is_recomputed_with_one_warning(minilm, tmp_path, damage
         data[len(MAGIC) + 9] ^= 0xFF  # inside the JSON header
     shard.write_bytes(bytes(data))
     cache = open_state_cache(root)
-    minilm.state_cache = cache
-    try:
+    with using(minilm, cache):
         with pytest.warns(IntegrityWarning, match="damaged token-state cache shard"):
             got = poolkit.embed(TEXTS, minilm, "mean")
-    finally:
-        minilm.state_cache = None
     assert_same_bits(got, want)
     assert cache.counts.texts_encoded > 0 and not shard.exists()
 
@@ -249,11 +242,8 @@ def test_a_killed_writers_leftovers_are_never_read(minilm, tmp_path):
     # What a writer killed mid-write leaves: a temporary file beside the shards.
     (shard.parent / f".{shard.name}.x.tmp").write_bytes(shard.read_bytes()[:1000])
     cache = open_state_cache(root)
-    minilm.state_cache = cache
-    try:
+    with using(minilm, cache):
         got = poolkit.embed(TEXTS, minilm, "mean")
-    finally:
-        minilm.state_cache = None
     assert_same_bits(got, poolkit.embed(TEXTS, minilm, "mean"))
     assert cache.counts.texts_encoded == 0
 
@@ -262,11 +252,8 @@ def test_the_store_never_exceeds_its_bound_by_more_than_one_shard(minilm, tmp_pa
     root = tmp_path / "c"
     bound = 600_000  # about a third of what these texts write
     cache = open_state_cache(root, max_size=bound)
-    minilm.state_cache = cache
-    try:
+    with using(minilm, cache):
         got = poolkit.embed(TEXTS * 2, minilm, "mean", max_batch_tokens=256)
-    finally:
-        minilm.state_cache = None
     sizes = [p.stat().st_size for p in _shards(root)]
     assert sum(sizes) <= bound + max(sizes)
     assert_same_bits(got, poolkit.embed(TEXTS * 2, minilm, "mean", max_batch_tokens=256))
@@ -326,10 +313,7 @@ def test_many_shards_read_with_few_held_open(minilm, tmp_path, monkeypatch):
     assert _encoded(minilm, open_state_cache(root), TEXTS, max_batch_tokens=128) == len(TEXTS)
     assert len(_shards(root)) >= 3
     cache = open_state_cache(root)
-    minilm.state_cache = cache
-    try:
+    with using(minilm, cache):
         got = poolkit.embed(TEXTS, minilm, "mean", max_batch_tokens=128)
-    finally:
-        minilm.state_cache = None
     assert cache.counts.texts_read == len(TEXTS) and len(cache.store._maps) == 1
     assert_same_bits(got, poolkit.embed(TEXTS, minilm, "mean", max_batch_tokens=128))
