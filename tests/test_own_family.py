@@ -186,3 +186,32 @@ def test_a_family_row_on_a_task_it_cannot_serve_is_refused_in_one_line(hashbag, 
                                "ner", "--train", str(fixture("wnut17-train-sample.conll")),
                                "--recipes", "hashed:ids"], cwd=tmp_path)  # fmt: skip
     clitools.one_error_line(result, 2, "hashed:ids", "--task sts, classification, retrieval")
+
+
+@pytest.mark.slow  # a Ray of its own, started by the job
+def test_an_engine_ray_job_runs_its_plan_on_the_workers(hashbag, minilm_dir, tmp_path):
+    """Installed where the workers run (here its folder on PYTHONPATH, which a local Ray's
+    workers inherit, as a package installed on every node), the family runs on Ray's
+    workers and writes the rows one machine writes."""
+    import os
+    import subprocess
+
+    import pyarrow.dataset as pads
+
+    data = tmp_path / "t.txt"
+    data.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    paths = [str(hashbag), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "CI": "true", "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    out = tmp_path / "out"
+    job = subprocess.run(
+        clitools.command("embed", str(data), "-m", str(minilm_dir), "--recipe", "hashed:ids",
+                         "-o", str(out), "--engine", "ray", "--workers", "1",
+                         "--cpus-per-worker", "1", "--quiet"),
+        env=env, cwd=tmp_path, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert job.returncode == 0, job.stderr.decode()[-3000:]
+    table = pads.dataset(out, format="parquet").to_table()
+    order = np.argsort(table["id"].to_numpy())
+    vectors = np.stack(table["hashed:ids"].to_numpy(zero_copy_only=False))[order]
+    np.testing.assert_allclose(vectors, by_hand(minilm_dir, TEXTS, drop_special=False),
+                               rtol=0, atol=1e-7)  # fmt: skip
