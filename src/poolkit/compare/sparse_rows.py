@@ -78,16 +78,16 @@ def _planned(r: Any) -> bool:
 
 
 def _other_family(name: str) -> Any:
-    """``name`` parsed where it is a recipe of another package's family, else None (a dense
-    name, or one the dense path refuses with its own message)."""
+    """``name`` parsed where its level prefix (``LEVEL:...``) is one of another package's
+    family, else None: a name of poolkit's own levels is left to the dense path, which
+    parses it once, at the task's level (or refuses it with its own message)."""
     from poolkit.families import is_builtin
+    from poolkit.levels import level
     from poolkit.recipe import Recipe
 
-    try:
-        r = Recipe.parse(name)
-    except ValueError:
-        return None
-    return None if is_builtin(r.family) else r
+    prefix, sep, _ = name.partition(":")
+    spec = level(prefix.strip().lower()) if sep else None
+    return None if spec is None or is_builtin(spec.family) else Recipe.parse(name)
 
 
 def _check_task(r: Any, task: str) -> None:
