@@ -108,6 +108,8 @@ def test_embed_cache_is_off_by_default_and_exact_when_on(tmp_path):
          ["--cache-size", "given only with the cache on", "--cache"]),
         (["compare", str(STS), "--task", "sts", "--cache-size", "lots"],
          ["--cache-size", "a size such as 500M"]),
+        (["compare", str(STS), "--task", "sts", "--backend", "onnx", "--cache-layers", "all"],
+         ["--cache-layers", "used with --backend onnx", "--backend torch"]),
         (["cache", "info", "--max-size", "1G"], ["--max-size", "given with prune"]),
         (["cache", "prune"], ["--max-size", "given with prune"]),
         (["cache", "clear", "--json"], ["--json", "given with info"]),

@@ -60,6 +60,11 @@ def open_cache(args: argparse.Namespace) -> Any:
                              got="--no-cache" if args.cache is False else "the cache off",
                              fix="Add --cache, or drop the flag.")  # fmt: skip
         return None
+    backend = getattr(args, "backend", "torch")
+    if args.cache_layers == "all" and backend != "torch":
+        raise InputError(arg="--cache-layers", expected="used with --backend " + backend +
+                         " (it gives the last layer only)", got="all",
+                         fix="Drop --cache-layers, or use --backend torch.")  # fmt: skip
     from poolkit.state_cache import open_state_cache
 
     return open_state_cache(**cache_settings(args))
