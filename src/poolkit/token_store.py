@@ -102,8 +102,8 @@ class TokenStore:
         # descriptor), the least recently read closed first; a shard's digest is checked once.
         self._maps: OrderedDict[Path, np.ndarray] = OrderedDict()
         self._checked: set[Path] = set()
-        self._dtypes: dict[Path, str] = {}
-        self._bad: set[Path] = set()
+        # shard -> its header's payload start, size, digest and dtype, read once
+        self._heads: dict[Path, dict[str, Any]] = {}
         self._members: dict[Path, tuple[str, list[str]]] = {}  # shard -> namespace, keys
         self._writable = True
         self._estimate: int | None = None  # bytes in the folder, rescanned when over
@@ -116,16 +116,11 @@ class TokenStore:
         if namespace in self._index:
             return
         folder = _dir_of(self.root) / namespace
-        index: dict[str, _Where] = {}
+        self._index[namespace] = {}
         for shard in sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else ():
             header = self._header(shard)
-            if header is None:
-                continue
-            self._dtypes[shard] = header["dtype"]
-            for key, offset, shape, seconds in header["entries"]:
-                index[key] = _Where(shard, int(offset), tuple(shape), float(seconds))
-            self._members[shard] = (namespace, [e[0] for e in header["entries"]])
-        self._index[namespace] = index
+            if header is not None:
+                self._add(namespace, shard, header)
         if about is not None and not (folder / "about.json").exists():
             self._write(folder / "about.json", json.dumps(dict(about), indent=1).encode())
 
@@ -157,16 +152,14 @@ class TokenStore:
 
     def dtype_of(self, namespace: str, key: str) -> str:
         """The dtype name stored for ``key`` (``"bfloat16"`` for raw bfloat16 bits)."""
-        return self._dtypes[self._index[namespace][key].shard]
+        return self._heads[self._index[namespace][key].shard]["dtype"]
 
     def _payload(self, shard: Path) -> np.ndarray | None:
         if shard in self._maps:
             self._maps.move_to_end(shard)
             return self._maps[shard]
-        if shard in self._bad:
-            return None
-        header = self._header(shard)
-        if header is None:
+        header = self._heads.get(shard)
+        if header is None:  # gone, or damaged
             return None
         try:
             raw = np.memmap(shard, dtype=np.uint8, mode="r")
@@ -207,19 +200,27 @@ class TokenStore:
                 and {"digest", "payload", "dtype"} <= header.keys()):  # fmt: skip
             self._damaged(shard, "its header cannot be read")
             return None
-        header["_start"] = -(-(len(MAGIC) + 8 + size) // _ALIGN) * _ALIGN
+        header["_start"] = _payload_start(size)
         return header
+
+    def _add(self, namespace: str, shard: Path, header: Mapping[str, Any]) -> None:
+        """Index ``shard``'s entries in ``namespace`` and keep what reading it needs."""
+        index = self._index.setdefault(namespace, {})
+        for key, offset, shape, seconds in header["entries"]:
+            index[key] = _Where(shard, int(offset), tuple(shape), float(seconds))
+        self._members[shard] = (namespace, [e[0] for e in header["entries"]])
+        self._heads[shard] = {k: header[k] for k in ("_start", "payload", "digest", "dtype")}
 
     def _damaged(self, shard: Path, why: str) -> None:
         warnings.warn(f"{shard}: damaged token-state cache shard ({why}); removed, and its "
                       "texts are encoded again.", IntegrityWarning, stacklevel=4)  # fmt: skip
-        self._bad.add(shard)
         with contextlib.suppress(OSError):
             shard.unlink()
         self._forget(shard)
 
     def _forget(self, shard: Path) -> None:
         self._maps.pop(shard, None)
+        self._heads.pop(shard, None)
         namespace, keys = self._members.pop(shard, ("", []))
         index = self._index.get(namespace, {})
         for key in keys:
@@ -249,20 +250,17 @@ class TokenStore:
             entries.append([key, offset, list(a.shape), round(float(t), 6)])
             offset += a.size
         payload = b"".join(memoryview(a).cast("B") for a in arrays)
-        header = json.dumps({"digest": fast_digest(payload), "payload": len(payload),
-                             "dtype": name, "entries": entries}).encode()  # fmt: skip
-        start = -(-(len(MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
+        record = {"digest": fast_digest(payload), "payload": len(payload), "dtype": name,
+                  "entries": entries}  # fmt: skip
+        header = json.dumps(record).encode()
+        start = _payload_start(len(header))
         pad = b"\0" * (start - len(MAGIC) - 8 - len(header))
         folder = _dir_of(self.root) / namespace
         shard = folder / f"{time.time_ns():x}-{os.getpid():x}-{os.urandom(4).hex()}{SUFFIX}"
         data = MAGIC + len(header).to_bytes(8, "little") + header + pad + payload
         if not self._write(shard, data):
             return
-        self._dtypes[shard] = name
-        index = self._index.setdefault(namespace, {})
-        for key, off, shape, t in entries:
-            index[key] = _Where(shard, off, tuple(shape), t)
-        self._members[shard] = (namespace, [e[0] for e in entries])
+        self._add(namespace, shard, {**record, "_start": start})
         if self._estimate is not None:
             self._estimate += len(data)
         self.evict()
@@ -311,6 +309,12 @@ class TokenStore:
         _remove_stale(self.root)
         self._estimate = total
         return removed
+
+
+def _payload_start(header_bytes: int) -> int:
+    """The byte offset of a shard's payload: after the magic, the header's length and the
+    header, at the next multiple of :data:`_ALIGN`."""
+    return -(-(len(MAGIC) + 8 + header_bytes) // _ALIGN) * _ALIGN
 
 
 def _shards(root: Path) -> list[tuple[float, int, Path]]:
