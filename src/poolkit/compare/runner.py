@@ -397,12 +397,18 @@ def _each(cands: Sequence[Recipe], settings: Settings) -> Iterator[Recipe]:
 Scores = dict[Recipe, bs.Evaluation]
 
 
-def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Scores:
-    # Each distinct sentence goes through the model once.
+def _distinct_sentences(data: PairData) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The distinct sentences of ``data`` (each goes through the model once) and, per pair,
+    the index of its first and of its second sentence among them: ``(N,)`` int64 each."""
     unique = list(dict.fromkeys(data.sentence1 + data.sentence2))
     where = {t: i for i, t in enumerate(unique)}
     a = np.fromiter((where[t] for t in data.sentence1), np.int64, count=len(data))
     b = np.fromiter((where[t] for t in data.sentence2), np.int64, count=len(data))
+    return unique, a, b
+
+
+def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Scores:
+    unique, a, b = _distinct_sentences(data)
     vectors, _ = embed_sequences(encoder, unique, cands, settings, f"embedding {data.source}")
     out: dict[Any, bs.Evaluation] = {
         c: PairEval(metrics.cosine_rows(vectors[c][a], vectors[c][b]), data.scores) for c in cands
@@ -425,10 +431,7 @@ def _score_planned(encoder, data, train, rows, settings: Settings) -> Scores:
     ``classification``: their family's plan embeds the texts, scored as the dense rows
     are (cosine and correlations; the same probes, folds and splits)."""
     if settings.task == "sts":
-        unique = list(dict.fromkeys(data.sentence1 + data.sentence2))
-        where = {t: i for i, t in enumerate(unique)}
-        a = np.fromiter((where[t] for t in data.sentence1), np.int64, count=len(data))
-        b = np.fromiter((where[t] for t in data.sentence2), np.int64, count=len(data))
+        unique, a, b = _distinct_sentences(data)
         vectors = embed_rows(encoder, unique, rows, settings, settings.prompt_name)
         return {r: PairEval(metrics.cosine_rows(vectors[r][a], vectors[r][b]), data.scores)
                 for r in rows}  # fmt: skip
