@@ -22,19 +22,19 @@ os.environ.setdefault("POOLKIT_PROGRESS_SECONDS", "86400")
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+
 # Each test gets a cache root of its own for the token states `compare` keeps by default
 # (docs/cache.md), so no test reads states another test wrote and every run batches as if
 # alone; the costly caches (ONNX and OpenVINO exports, tokenizers) stay shared, linked in.
-_SHARED_CACHE = Path(os.environ.get("POOLKIT_CACHE") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "poolkit"))  # fmt: skip
-
-
 @pytest.fixture(autouse=True)
 def _own_token_states(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    from poolkit._cache import cache_root  # here: torch's settings above come first
+
+    shared = cache_root()  # the session's (each test's own is undone after it)
     root = tmp_path_factory.mktemp("cache")
     for name in ("onnx", "openvino", "tokenizers"):
-        (_SHARED_CACHE / name).mkdir(parents=True, exist_ok=True)
-        (root / name).symlink_to(_SHARED_CACHE / name, target_is_directory=True)
+        (shared / name).mkdir(parents=True, exist_ok=True)
+        (root / name).symlink_to(shared / name, target_is_directory=True)
     monkeypatch.setenv("POOLKIT_CACHE", str(root))
 
 
