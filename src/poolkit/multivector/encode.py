@@ -96,9 +96,10 @@ def iter_token_vectors(
     # The token-state cache (poolkit.state_cache) where the model sees only the real tokens:
     # not with a query expansion, whose padding tokens are scored.
     cache = getattr(encoder, "state_cache", None) if exp is None else None
+    # Each text's ids as fed to the model: the template around its kept tokens.
+    fed = [np.asarray([*prefix, *tok.ids[i][: kept[i]].tolist(), *suffix], np.int64)
+           for i in range(len(tok))]  # fmt: skip
     if cache is not None:
-        fed = [np.asarray([*prefix, *tok.ids[i][: kept[i]].tolist(), *suffix], np.int64)
-               for i in range(len(tok))]  # fmt: skip
         keys, found = cache.lookup(encoder, fed, False, ("truncate", None))
     start = 0
     while start < len(order):
@@ -110,7 +111,7 @@ def iter_token_vectors(
         mask = np.zeros((b, width), np.int64)
         offsets = np.zeros((b, width, 2), np.int64)
         for j, i in enumerate(rows):
-            seq = [*prefix, *tok.ids[i][: kept[i]].tolist(), *suffix]
+            seq = fed[i]
             at = width - len(seq) if left else 0
             ids[j, at : at + len(seq)] = seq
             mask[j, at : at + len(seq)] = 1
