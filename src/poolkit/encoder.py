@@ -20,7 +20,6 @@ row's first real token, so padding never changes a result.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -320,9 +319,9 @@ class Encoder:
             getattr(backend, "name", None) or type(backend).__qualname__)  # fmt: skip
         self.calibration_digest = None
         if calibrate is not None:
-            from poolkit.io.integrity import fast_digest
+            from poolkit.io.integrity import texts_digest
 
-            self.calibration_digest = fast_digest(json.dumps([str(t) for t in calibrate]).encode())
+            self.calibration_digest = texts_digest([str(t) for t in calibrate])
         self.state_cache: Any = None
         self._prefix, self._suffix = self._template()
         eos = self.tokenizer.eos_token_id

@@ -48,15 +48,15 @@ _DIGESTS: dict[tuple[Any, ...], str] = {}
 
 def model_digest(path: Any) -> str:
     """XXH3-128 over the names and content digests of every file of model folder ``path``
-    (hidden files skipped); memoised per file sizes and times within the process."""
+    (:func:`~poolkit.io.integrity.model_files`); memoised per file sizes and times within the
+    process."""
     from pathlib import Path
 
-    from poolkit.io.integrity import fast_digest, fast_file_digest
+    from poolkit.io.integrity import fast_digest, fast_file_digest, model_files
 
     root = Path(path)
-    files = sorted(p for p in root.rglob("*") if p.is_file()
-                   and not any(part.startswith(".") for part in p.relative_to(root).parts))  # fmt: skip
-    stamp = tuple((p.as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    files = model_files(root)
+    stamp = tuple((p.as_posix(), (st := p.stat()).st_size, st.st_mtime_ns) for p in files)
     if stamp not in _DIGESTS:
         listing = [(p.relative_to(root).as_posix(), fast_file_digest(p)) for p in files]
         _DIGESTS[stamp] = fast_digest(json.dumps(listing).encode())
@@ -262,9 +262,8 @@ class StateCache:
         host = np.float32 if self.dtype == "float16" and first.dtype == np.float16 else first.dtype
         out = np.zeros(shape, dtype=host)
         for j, a in enumerate(states):
-            cols = np.flatnonzero(mask[j])
-            if cols.size:
-                out[..., j, cols[0] : cols[-1] + 1, :] = a
+            lo, hi = _real_span(mask[j])
+            out[..., j, lo:hi, :] = a
         if _is_torch(encoder.backend):
             import torch
 
@@ -295,10 +294,16 @@ def _split_rows(out: Any, mask: np.ndarray) -> tuple[list[np.ndarray], str]:
     stacked = np.stack(host) if isinstance(out, tuple) else host[0]
     rows = []
     for j in range(mask.shape[0]):
-        cols = np.flatnonzero(mask[j])
-        lo, hi = (int(cols[0]), int(cols[-1]) + 1) if cols.size else (0, 0)
+        lo, hi = _real_span(mask[j])
         rows.append(np.ascontiguousarray(stacked[..., j, lo:hi, :]))
     return rows, name if name == "bfloat16" else str(stacked.dtype)
+
+
+def _real_span(mask: np.ndarray) -> tuple[int, int]:
+    """``[lo, hi)`` of a row's real tokens in its ``(L,)`` bool mask (one run: the padding
+    sits on one side); ``(0, 0)`` for a row of none."""
+    cols = np.flatnonzero(mask)
+    return (int(cols[0]), int(cols[-1]) + 1) if cols.size else (0, 0)
 
 
 def _host(x: Any) -> np.ndarray:

@@ -38,14 +38,12 @@ job) is accepted, and the output equals a fresh run on the input as it is now.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import itertools
 import json
 import os
 import re
 import shutil
-import struct
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -58,7 +56,14 @@ from poolkit._errors import already_exists, value_error
 from poolkit.errors import InputError, OutputExistsError
 from poolkit.io.atomic import AtomicDir, atomic_write, fsync_dir, publish_file, remove_path
 from poolkit.io.diskfull import disk_full, estimate_output_bytes, is_disk_full
-from poolkit.io.integrity import IntegrityWarning, bytes_digest, file_digest, read_verified
+from poolkit.io.integrity import (
+    IntegrityWarning,
+    bytes_digest,
+    file_digest,
+    model_files,
+    read_verified,
+    texts_digest,
+)
 from poolkit.io.writers import EmbeddingWriter, output_format, row_ids, sidecar_path, stored
 from poolkit.sparse.files import is_sparse, part_arrays, part_from
 
@@ -93,16 +98,6 @@ def work_dir_for(output: str | os.PathLike[str]) -> Path:
     return out.with_name(out.name + WORK_SUFFIX)
 
 
-def texts_digest(texts: Sequence[str]) -> str:
-    """SHA-256 (hex) of a part of texts; each is length-prefixed, so boundaries count."""
-    h = hashlib.sha256()
-    for text in texts:
-        data = text.encode("utf-8", "surrogatepass")
-        h.update(struct.pack("<Q", len(data)))
-        h.update(data)
-    return h.hexdigest()
-
-
 def model_fingerprint(model_dir: str | os.PathLike[str]) -> dict[str, str]:
     """``relative path -> SHA-256`` of every file of a model directory (hidden files skipped).
 
@@ -110,12 +105,7 @@ def model_fingerprint(model_dir: str | os.PathLike[str]) -> dict[str, str]:
     replaced in place under the same name.
     """
     root = Path(model_dir)
-    out: dict[str, str] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if path.is_file() and not any(part.startswith(".") for part in rel.parts):
-            out[rel.as_posix()] = file_digest(path)
-    return out
+    return {path.relative_to(root).as_posix(): file_digest(path) for path in model_files(root)}
 
 
 def _lock(path: Path) -> Any:

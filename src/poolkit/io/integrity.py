@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
@@ -20,7 +22,9 @@ __all__ = [
     "fast_digest",
     "fast_file_digest",
     "file_digest",
+    "model_files",
     "read_verified",
+    "texts_digest",
 ]
 
 
@@ -49,6 +53,24 @@ def fast_file_digest(path: str | os.PathLike[str]) -> str:
             return fast_digest(b"")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
             return fast_digest(view)
+
+
+def texts_digest(texts: Sequence[str]) -> str:
+    """SHA-256 (hex) of a list of texts; each is length-prefixed, so boundaries count."""
+    h = hashlib.sha256()
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        h.update(struct.pack("<Q", len(data)))
+        h.update(data)
+    return h.hexdigest()
+
+
+def model_files(model_dir: str | os.PathLike[str]) -> list[Path]:
+    """Every file of a model directory, its subfolders' included and hidden ones (a name
+    starting with ``.``, or under such a folder) left out, sorted by path."""
+    root = Path(model_dir)
+    return [path for path in sorted(root.rglob("*")) if path.is_file()
+            and not any(part.startswith(".") for part in path.relative_to(root).parts)]  # fmt: skip
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
