@@ -6,7 +6,6 @@ scores stay within :data:`poolkit.multivector.scoring.PAIR_BUDGET`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 
 from poolkit.compare.fusion import keep_depth, record
 from poolkit.compare.search import top_k_by
-from poolkit.compare.timing import cache_offset, timed_depths, timed_search
+from poolkit.compare.timing import model_time, timed_depths, timed_search
 from poolkit.errors import InputError
 from poolkit.multivector.scoring import Ragged, maxsim, ragged
 
@@ -153,9 +152,9 @@ def multivector_rows(
     per_query = 1000 / max(len(data.queries), 1)
     query_ms = None  # the queries' token pass: the dense rows' when shared
     if states is None:  # one pass a side; L2 per token below where a recipe asks for it
-        began, offset = time.perf_counter(), cache_offset(encoder)
-        q_states = _tokens(encoder, data.queries, "query", q_prompt)
-        query_ms = (time.perf_counter() - began + offset()) * per_query
+        q_states, seconds = model_time(encoder, lambda: _tokens(encoder, data.queries, "query",
+                                                                q_prompt))  # fmt: skip
+        query_ms = seconds * per_query
         states = (q_states, _tokens(encoder, data.documents, "document", d_prompt))
     base: dict[bool, tuple[list[Any], list[Any]]] = {False: states}
     ranked: dict[Any, np.ndarray] = {}

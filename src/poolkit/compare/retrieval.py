@@ -21,7 +21,6 @@ decreasing order (trec_eval's order). Every metric is the mean over queries.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -33,7 +32,7 @@ import numpy as np
 from poolkit.compare.datasets import DataError
 from poolkit.compare.fusion import keep_depth, record
 from poolkit.compare.search import id_order, top_k
-from poolkit.compare.timing import cache_offset, timed_depths
+from poolkit.compare.timing import model_time, timed_depths
 from poolkit.io.readers import read_records
 
 __all__ = [
@@ -357,11 +356,9 @@ def _score_dense(
     # bits (docs/equality.md). The queries' pass is timed: the queries' encoding time.
     q_tap = TokenStates(len(data.queries)) if keep_tokens else None
     d_tap = TokenStates(len(data.documents)) if keep_tokens else None
-    began, offset = time.perf_counter(), cache_offset(encoder)
-    queries, _ = embed_sequences(encoder, data.queries, cands, settings,
-                                 f"embedding {data.source} queries", settings.prompt_name,
-                                 tap=q_tap)  # fmt: skip
-    query_seconds = time.perf_counter() - began + offset()
+    (queries, _), query_seconds = model_time(encoder, lambda: embed_sequences(
+        encoder, data.queries, cands, settings, f"embedding {data.source} queries",
+        settings.prompt_name, tap=q_tap))  # fmt: skip
     documents, stats = embed_sequences(
         encoder, data.documents, cands, settings, f"embedding {data.source} documents",
         settings.document_prompt_name, tap=d_tap,

@@ -22,7 +22,7 @@ import numpy as np
 
 from poolkit._errors import value_error
 from poolkit.bm25 import BM25, parse_bm25
-from poolkit.compare.timing import cache_offset, timed_depths
+from poolkit.compare.timing import model_time, timed_depths
 from poolkit.sparse.names import SPARSE_STRATEGIES
 
 __all__ = [
@@ -234,10 +234,10 @@ def score_extra_rows(
     costs = getattr(settings, "costs", {})
     per_query = 1000 / max(len(data.queries), 1)
     for named in _by_family(rows).values():  # one pass a side for each family's rows
-        began, offset = time.perf_counter(), cache_offset(encoder)
-        q_vecs = _embed(encoder, data.queries, named, settings, query_prompt_name(
-            settings.prompt_name, encoder.info))  # fmt: skip
-        query_ms = (time.perf_counter() - began + offset()) * per_query
+        q_vecs, seconds = model_time(encoder, lambda named=named: _embed(
+            encoder, data.queries, named, settings,
+            query_prompt_name(settings.prompt_name, encoder.info)))  # fmt: skip
+        query_ms = seconds * per_query
         d_vecs = _embed(encoder, data.documents, named, settings, settings.document_prompt_name)
         for name, r in named.items():
             q, d = q_vecs[name], d_vecs[name]

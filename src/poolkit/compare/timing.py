@@ -16,6 +16,7 @@ __all__ = [
     "SEARCH_TIMING",
     "TimedEncoder",
     "cache_offset",
+    "model_time",
     "repeat_rounds",
     "timed_depths",
     "timed_search",
@@ -45,6 +46,15 @@ def cache_offset(encoder: Any) -> Callable[[], float]:
     c = cache.counts
     recorded, read = c.recorded_seconds, c.read_seconds
     return lambda: (c.recorded_seconds - recorded) - (c.read_seconds - read)
+
+
+def model_time(encoder: Any, work: Callable[[], T]) -> tuple[T, float]:
+    """``work()``'s result and its wall seconds as the model's time on ``encoder``: a part
+    read from the token-state cache counts the forward time recorded with it
+    (:func:`cache_offset`)."""
+    start, offset = time.perf_counter(), cache_offset(encoder)
+    result = work()
+    return result, time.perf_counter() - start + offset()
 
 
 class TimedEncoder:
