@@ -14,6 +14,7 @@ from poolkit.embedding import (
     embed_spans,
     embed_tokens,
     embed_words,
+    fit,
 )
 from poolkit.encoder import EncodedBatch, Encoder
 from poolkit.errors import (
@@ -80,6 +81,7 @@ __all__ = [
     "embed_spans",
     "embed_tokens",
     "embed_words",
+    "fit",
     "export",
     "flat_token_embeddings",
     "layer_mix",

@@ -27,6 +27,7 @@ from poolkit.encoder import EncodedBatch, Encoder, LongText, check_batch_tokens,
 from poolkit.encoder_cache import ModelRef, get_encoder
 from poolkit.errors import InputError
 from poolkit.families import family_plan
+from poolkit.fitted import load_fits
 from poolkit.output import Calibration, needs_calibration, truncate
 from poolkit.plan import Plan, head_plan, make_plan
 from poolkit.prompts import check_pipeline, resolve_prompt
@@ -98,6 +99,7 @@ class Request:
     prompt: str | None
     ranges: dict[str, Calibration]
     checked: Any = None
+    fits: dict[str, Any] | None = None
 
 
 def resolve_request(
@@ -107,13 +109,15 @@ def resolve_request(
     prompt_name: str | None = None, prompt: str | None = None, pipeline: str = "full",
     calibration: Any = None, check: Callable[[list[Any]], Any] | None = None,
     refuse: Callable[[dict[str, Recipe]], None] | None = None, own_multivector: bool = False,
+    fit: Any = None,
 ) -> Request:  # fmt: skip
     """The prologue of every ``embed*`` entry point (arguments as for :func:`embed`); all
     it can check, it checks before the model loads. ``level``: ``"sequence"`` (no recipe
     asked: the model's intended pooling), ``"word"``/``"span"`` (one recipe) or ``"token"``
     (the layer choice). ``check`` runs on the checked inputs first, ``refuse`` on the
     recipes as soon as they are known; ``own_multivector``: a multi-vector folder's own
-    recipe (its token vectors) is the model's pooling, with ``pipeline="full"``."""
+    recipe (its token vectors) is the model's pooling, with ``pipeline="full"``; ``fit``:
+    the fits of recipes with a fitted transform (:func:`poolkit.fitted.load_fits`)."""
     inputs = check_inputs(inputs, words=level == "word")
     checked = None if check is None else check(inputs)
     check_batch_tokens(max_batch_tokens)
@@ -127,6 +131,7 @@ def resolve_request(
         refuse(wanted)
     if calibration is not None and not isinstance(calibration, Mapping):
         calibration = _calibration_source(calibration)
+    fits = load_fits(fit) if fit is not None else None
     encoder = get_encoder(model, device=device, dtype=dtype, max_length=max_length)
     if wanted is None:  # the model's pooling
         info = encoder.info
@@ -138,8 +143,8 @@ def resolve_request(
     text = resolve_prompt(encoder.info, prompt_name, prompt)
     ranges = calibrate_recipes(encoder, wanted, calibration, long_text=long_text,
                                max_batch_tokens=max_batch_tokens, prompt_name=prompt_name,
-                               prompt=prompt, pipeline=pipeline)  # fmt: skip
-    return Request(inputs, encoder, wanted, as_dict, text, ranges, checked)
+                               prompt=prompt, pipeline=pipeline, fits=fits)  # fmt: skip
+    return Request(inputs, encoder, wanted, as_dict, text, ranges, checked, fits)
 
 
 class EmbedOptions(TypedDict, total=False):
@@ -189,6 +194,7 @@ def embed(
     prompt_name: str | None = None,
     prompt: str | None = None,
     calibration: Any = None,
+    fit: Any = None,
     long_text: LongText = "truncate",
     return_stats: bool = False,
     progress: Callable[[int], None] | None = None,
@@ -216,6 +222,10 @@ def embed(
             truncated width), a :class:`poolkit.output.Calibration` (e.g.
             ``stats.calibration[name]`` of the corpus' call, for its queries), or a dict
             of these per recipe name. Required for int8/uint8, refused otherwise.
+        fit: the fit of a recipe with a fitted transform (``"mean/pca128"``,
+            :mod:`poolkit.fitted`): a :class:`~poolkit.fitted.Fit` (:func:`poolkit.fit`),
+            its file (``compare`` writes one per fitted row), or a list of them. Required
+            for such recipes, refused otherwise.
         long_text: ``"truncate"`` (counted; warns with :class:`TruncationWarning`) or
             ``"window"`` (overlapping windows, pooled over all of a text's tokens).
         return_stats: also return an :class:`EmbedStats`.
@@ -258,11 +268,11 @@ def embed(
     # What a multi-vector recipe cannot take, named in its one refusal.
     refused = {"long_text": long_text != "truncate",
                "pipeline": options.get("pipeline", "full") != "full",
-               "calibration": calibration is not None}  # fmt: skip
+               "calibration": calibration is not None, "fit": fit is not None}  # fmt: skip
     recipe, opts = run_options("embed", "sequence", recipe, options, model, refused=refused)
     req = None if is_multivector(recipe) else resolve_request(
         "sequence", texts, model, recipe, long_text=long_text, prompt_name=prompt_name,
-        prompt=prompt, calibration=calibration, own_multivector=True, **opts)  # fmt: skip
+        prompt=prompt, calibration=calibration, own_multivector=True, fit=fit, **opts)  # fmt: skip
     if req is None or next(iter(req.recipes.values())).level == "multivector":  # a folder's own
         recipe = recipe if req is None else next(iter(req.recipes.values()))
         wanted = resolve_multivector(recipe, normalize=None, dims=None, precision=None,
@@ -274,12 +284,61 @@ def embed(
                                         prompt=prompt, max_batch_tokens=opts["max_batch_tokens"],
                                         return_stats=return_stats, progress=progress)  # fmt: skip
     plan = family_plan(req.encoder, req.recipes, prompt_name=prompt_name, prompt=prompt,
-                       pipeline=opts["pipeline"], calibration=req.ranges or {})  # fmt: skip
+                       pipeline=opts["pipeline"], calibration=req.ranges or {},
+                       fits=req.fits)  # fmt: skip
     result, stats = plan.run(req.encoder, req.inputs, long_text=long_text,
                              max_batch_tokens=opts["max_batch_tokens"], progress=progress)  # fmt: skip
     warn_truncated(stats)
     out: Any = result if req.as_dict else next(iter(result.values()))
     return (out, stats) if return_stats else out
+
+
+def fit(
+    texts: Sequence[str],
+    model: ModelRef = None,
+    recipe: Recipe | str | Sequence[Recipe | str] = "mean/pca128",
+    *,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    long_text: LongText = "truncate",
+    **options: Unpack[EmbedOptions],
+) -> Any:
+    """Fit the transform of a fitted recipe (``"mean/pca128"``, ``"mean/whiten"``,
+    ``"mean/abtt3"``; :mod:`poolkit.fitted`) on ``texts``: the recipe's vectors before its
+    output stage, as :func:`embed` gives them, fitted without labels.
+
+    Fit on texts like those you will embed and never on what you score: a corpus'
+    documents, a train split. ``model``, ``prompt_name``, ``prompt``, ``long_text`` and
+    ``**options`` as for :func:`embed` (and the same for the vectors the fit is applied to).
+
+    Returns:
+        a :class:`~poolkit.fitted.Fit` (``fit.save(path)`` writes the file ``poolkit embed
+        --fit`` reads, and ``embed(..., fit=)`` takes either); for a list of recipes, a
+        dict name -> Fit.
+    """
+    from poolkit.fitted import fit_transform
+    from poolkit.io.integrity import texts_digest
+    from poolkit.plan import fit_model
+
+    recipe, opts = run_options("fit", "sequence", recipe, options, model)
+    req = resolve_request("sequence", texts, model, recipe, long_text=long_text,
+                          prompt_name=prompt_name, prompt=prompt, **opts)  # fmt: skip
+    fitted = {name: r.fitted for name, r in req.recipes.items()}
+    plain = [name for name, r in fitted.items() if r is None]
+    if plain:
+        value_error("recipe", "a recipe with a fitted transform (e.g. mean/pca128, "
+                    "mean/whiten, mean/abtt3)", plain[0], "Add /pcaK, /whiten[K] or /abttD.")  # fmt: skip
+    bases = {name: r.pooling for name, r in req.recipes.items()}
+    plan = make_plan(req.encoder, bases, prompt_name=prompt_name, prompt=prompt,
+                     pipeline=opts["pipeline"])  # fmt: skip
+    vectors, stats = plan.run(req.encoder, req.inputs, long_text=long_text,
+                              max_batch_tokens=opts["max_batch_tokens"])  # fmt: skip
+    warn_truncated(stats)
+    model_id, digest = fit_model(req.encoder), texts_digest(list(req.inputs))
+    out = {name: fit_transform(vectors[name], str(r.transform), recipe=str(r), model=model_id,
+                               source=f"{len(req.inputs)} texts", texts_digest=digest)
+           for name, r in fitted.items() if r is not None}  # fmt: skip
+    return out if req.as_dict else next(iter(out.values()))
 
 
 def embed_recipes(
@@ -393,6 +452,10 @@ def calibrate_recipes(
     if plan is None or any(plan.recipes.get(n) != r for n, r in texts_for.items()):
         how = {k: embed_options[k] for k in ("prompt_name", "prompt", "pipeline")
                if k in embed_options}  # fmt: skip
+        fitted = {str(r.fitted) for r in texts_for.values() if r.fitted is not None}
+        if fitted:  # the fits of these recipes (the others' are not this plan's)
+            how["fits"] = {k: f for k, f in (embed_options.get("fits") or {}).items()
+                           if f.recipe in fitted}  # fmt: skip
         plan = make_plan(encoder, texts_for, **how)
     run = {k: embed_options[k] for k in ("long_text", "max_batch_tokens") if k in embed_options}
     groups: dict[int, list[str]] = {}  # the recipes given the same texts: one pass

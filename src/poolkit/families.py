@@ -152,10 +152,18 @@ def family_plan(
     prompt: str | None = None,
     pipeline: str = "full",
     calibration: Mapping[str, Any] | None = None,
+    fits: Mapping[str, Any] | None = None,
 ) -> FamilyPlan:
     """The plan of ``recipes`` (one family, :func:`family_of`) on ``encoder``: the request
     resolved once, before any forward pass (``calibration``: the int8/uint8 ranges by name,
-    ``None`` when not yet known)."""
+    ``None`` when not yet known; ``fits``: the fit of each recipe with a fitted transform,
+    :mod:`poolkit.fitted`, by name or by the recipe a fit is made for)."""
     planner = _planner(family_of(recipes))
+    fitted = any(getattr(r, "transform", None) for r in recipes.values())
+    if fits and not fitted:
+        value_error("fit", "None for recipes without a fitted transform (/pcaK, /whiten, "
+                    "/abttD)", ", ".join(map(str, fits)), "Drop the fit, or ask for a "
+                    "fitted recipe such as mean/pca128.")  # fmt: skip
+    extra = {"fits": fits or {}} if fitted else {}  # only recipes with a transform take it
     return planner(encoder, recipes, prompt_name=prompt_name, prompt=prompt, pipeline=pipeline,
-                   calibration=calibration)  # fmt: skip
+                   calibration=calibration, **extra)  # fmt: skip

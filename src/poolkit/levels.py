@@ -70,6 +70,7 @@ class Level:
         segment: ``segment(text) -> (field, value) | None``: a lower-cased trailing
             ``/SEGMENT`` of its own, else ``None``.
         output_stage: whether it takes ``/DIMS`` and ``/PRECISION``.
+        fitted: whether it takes a fitted ``/TRANSFORM`` (:mod:`poolkit.fitted`).
         model_normalize: whether ``normalize=None`` follows the model's normalisation.
         kind: ``kind(recipe) -> str``: what one text becomes (``None``: its family's name).
         width: ``width(recipe, hidden_size) -> int``: the width of one pooled vector before
@@ -87,6 +88,7 @@ class Level:
     off_level: Callable[[str, str, Any], None] | None = None
     segment: Callable[[str], tuple[str, Any] | None] | None = None
     output_stage: bool = False
+    fitted: bool = False
     model_normalize: bool = False
     kind: Callable[[Any], str] | None = None
     width: Callable[[Any, int], int] | None = None

@@ -53,12 +53,16 @@ CALIBRATION_JSON_VERSION = 1
 
 
 def stage_record(
-    recipes: Mapping[str, Any], dims: Mapping[str, int], ranges: Mapping[str, Calibration]
+    recipes: Mapping[str, Any],
+    dims: Mapping[str, int],
+    ranges: Mapping[str, Calibration],
+    fits: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """What each column of a job whose recipes have an output stage is, as written with the
     vectors (a Parquet file's ``poolkit`` metadata, the JSON beside ``.npy``/``.jsonl``):
-    its recipe, dimensions kept (``dims``), precision, stored dtype and width, bytes, and
-    int8/uint8 ``ranges``. None when no recipe has an output stage."""
+    its recipe, dimensions kept (``dims``), precision, stored dtype and width, bytes,
+    int8/uint8 ``ranges`` and the fitted transform's fit (``fits``: what it was fitted on and
+    its digest). None when no recipe has an output stage."""
     if not any(r.has_output_stage for r in recipes.values()):
         return None
     columns = {}
@@ -77,6 +81,10 @@ def stage_record(
             else None,
             "calibration": ranges[name].to_json() if name in ranges else None,
         }
+        if fits and name in fits:
+            fit = fits[name]
+            columns[name]["fit"] = {"recipe": fit.recipe, "digest": fit.digest(),
+                                    "texts": fit.texts, "source": fit.source}  # fmt: skip
     return {"poolkit": __version__, "columns": columns}
 
 

@@ -12,7 +12,7 @@ per part.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,10 +21,12 @@ from poolkit._errors import value_error
 from poolkit.driver import EmbedStats, LayerViews, drive, sequence_vectors
 from poolkit.encoder import EncodedBatch, Encoder, LongText
 from poolkit.families import register_family
+from poolkit.fitted import Fit, transform_width
 from poolkit.io.writers import dense_column
 from poolkit.output import (
     Calibration,
     bytes_per_vector,
+    l2_normalize,
     needs_calibration,
     quantize,
     stage_record,
@@ -34,7 +36,16 @@ from poolkit.output import (
 from poolkit.prompts import check_pipeline, check_prompt_pooling, resolve_prompt
 from poolkit.recipe import Recipe, check_dims
 
-__all__ = ["Output", "Plan", "check_output_stages", "head_plan", "make_plan", "pooled_width"]
+__all__ = [
+    "Output",
+    "Plan",
+    "check_fits",
+    "check_output_stages",
+    "head_plan",
+    "make_plan",
+    "pooled_width",
+    "stage_floats",
+]
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,8 @@ class Plan:
         ranges: name -> the int8/uint8 ranges of the recipes that need them.
         pooled_only: the names that get no modules after pooling under ``pipeline="fit"``
             (their width does not fit them, or poolkit cannot apply them).
+        fits: name -> the :class:`~poolkit.fitted.Fit` of each recipe with a fitted
+            transform (``/pca128``), once given (:meth:`with_fits`).
     """
 
     family: ClassVar[str] = "dense"
@@ -78,6 +91,19 @@ class Plan:
     widths: Mapping[str, int]
     ranges: Mapping[str, Calibration]
     pooled_only: tuple[str, ...] = ()
+    fits: Mapping[str, Fit] = field(default_factory=dict)
+
+    def with_fits(self, fits: Mapping[str, Fit] | None, model: str = "") -> Plan:
+        """This plan with the fit of each recipe that has a fitted transform (``fits``: by
+        name, or by the recipe a fit names), each checked against the recipe and its width
+        (and ``model``, a model digest, when given); a missing fit is refused in one line."""
+        return replace(self, fits=check_fits(self.recipes, self.widths, fits or {}, model))
+
+    def stage_width(self, name: str) -> int:
+        """Width of ``name``'s vectors after its fitted transform, before ``/DIMS``."""
+        r = self.recipes[name]
+        width = self.widths[name]
+        return width if r.transform is None else transform_width(r.transform, width)
 
     def with_ranges(self, ranges: Mapping[str, Calibration] | None) -> Plan:
         """This plan with each ``/DIMS`` checked against its width and the int8/uint8
@@ -85,7 +111,8 @@ class Plan:
         ``calibration``): a plan made to check widths, then calibrated, with no second
         resolution."""
         staged = {name: r for name, r in self.recipes.items() if r.has_output_stage}
-        return replace(self, ranges=check_output_stages(staged, self.widths, ranges))
+        widths = {name: self.stage_width(name) for name in staged}
+        return replace(self, ranges=check_output_stages(staged, widths, ranges))
 
     def floats(self, names: Sequence[str] | None = None) -> Plan:
         """The plan of ``names`` (default: all) with no precision: the float vectors their
@@ -93,13 +120,13 @@ class Plan:
         keep = list(self.recipes) if names is None else list(names)
         recipes = {n: self.recipes[n].replace(precision=None) for n in keep}
         return replace(self, recipes=recipes, widths={n: self.widths[n] for n in keep},
-                       ranges={})  # fmt: skip
+                       ranges={}, fits={n: f for n, f in self.fits.items() if n in keep})  # fmt: skip
 
     def outputs(self) -> dict[str, Output]:
         """name -> :class:`Output`, in the recipes' order."""
         out = {}
         for name, r in self.recipes.items():
-            dims = r.dims or self.widths[name]
+            dims = r.dims or self.stage_width(name)
             out[name] = Output("dense", dims, stored_dtype(r.precision),
                                bytes_per_vector(dims, r.precision))  # fmt: skip
         return out
@@ -113,7 +140,7 @@ class Plan:
     def record(self, widths: Mapping[str, int]) -> dict[str, Any] | None:
         """With an output stage, each column's recipe, dimensions kept (``widths``),
         precision and int8/uint8 ranges (:func:`poolkit.output.stage_record`); else None."""
-        return stage_record(self.recipes, widths, self.ranges)
+        return stage_record(self.recipes, widths, self.ranges, self.fits)
 
     def run(
         self,
@@ -153,17 +180,25 @@ class Plan:
                       all_layers=any(r.all_layers for r in pooling.values()),
                       long_text=long_text, max_batch_tokens=max_batch_tokens, progress=progress,
                       prompt=self.prompt, stride=stride)  # fmt: skip
-        # The stored form: truncated, re-normalised where the recipe normalises, quantised
-        # with the ranges.
         stats.dims = {}
         for name, r in self.recipes.items():
             if r.has_output_stage:
-                vec = truncate(out[name], r.dims,
-                               normalize=r.resolved_normalize(self.model_normalize))  # fmt: skip
-                out[name] = quantize(vec, r.precision, self.ranges.get(name))
-            stats.dims[name] = int(r.dims or out[name].shape[1])
+                out[name] = self.stage(name, out[name])
+            stats.dims[name] = int(r.dims or self.stage_width(name))
         stats.calibration = dict(self.ranges)
         return out, stats
+
+    def stage(self, name: str, vectors: np.ndarray) -> np.ndarray:
+        """The stored form of ``name``'s float ``(N, D)`` vectors: its fitted transform
+        applied, truncated, re-normalised where the recipe normalises, quantised with the
+        ranges (:func:`stage_floats`, then :func:`poolkit.output.quantize`)."""
+        r = self.recipes[name]
+        if r.transform is not None and name not in self.fits:
+            value_error("fit", f"the fit of {str(r.fitted)!r}", "none",
+                        "Pass fit= (a Fit, or its file: compare writes one).")  # fmt: skip
+        floats = stage_floats(vectors, r, r.resolved_normalize(self.model_normalize),
+                              self.fits.get(name))  # fmt: skip
+        return quantize(floats, r.precision, self.ranges.get(name))
 
 
 def make_plan(
@@ -174,13 +209,15 @@ def make_plan(
     prompt: str | None = None,
     pipeline: str = "full",
     calibration: Mapping[str, Calibration] | None = None,
+    fits: Mapping[str, Fit] | None = None,
 ) -> Plan:
     """Resolve ``recipes`` on ``encoder`` once: the prompt (``prompt_name``/``prompt`` as in
     :func:`poolkit.embed`), the modules after pooling (``pipeline``: ``"full"``,
     ``"pooled"`` or ``"fit"``, see :func:`head_plan`), each width and
     ``dims`` checked, and each int8/uint8 recipe's ranges from ``calibration`` (by name;
-    ``None``: not checked, for a plan that only says widths). Raises before any forward
-    pass."""
+    ``None``: not checked, for a plan that only says widths) and the fit of each recipe with
+    a fitted transform (``fits``, see :meth:`Plan.with_fits`; ``None``: not checked, for a
+    plan that only says widths or fits). Raises before any forward pass."""
     text = resolve_prompt(encoder.info, prompt_name, prompt)
     check_prompt_pooling(encoder.info, text, [s for r in recipes.values() for s, _ in r.parts])
     pooling = {name: r.pooling for name, r in recipes.items()}
@@ -192,7 +229,61 @@ def make_plan(
         widths[name] = head.out_dim(width) if head is not None else width
     pooled_only = tuple(skipped) if pipeline == "fit" else ()
     plan = Plan(dict(recipes), text, heads, model_normalize, widths, {}, pooled_only)
+    if fits is not None:
+        plan = plan.with_fits(fits, fit_model(encoder))
     return plan.with_ranges(calibration)
+
+
+def fit_model(encoder: Encoder) -> str:
+    """The model digest a fit made on ``encoder`` records and is checked against: the
+    model folder's files by content (:func:`poolkit.state_cache.model_digest`)."""
+    from poolkit.state_cache import model_digest
+
+    path = getattr(encoder.info, "path", None)
+    return model_digest(path) if path else ""
+
+
+def stage_floats(vectors: Any, recipe: Recipe, normalize: bool, fit: Fit | None = None) -> Any:
+    """``recipe``'s float ``(N, D)`` vectors before quantisation: the fitted transform
+    (``fit``; L2-normalised again where the recipe ``normalize``s), then ``/DIMS``. NumPy in,
+    float32 NumPy out; a torch tensor stays one."""
+    if recipe.transform is not None:
+        if fit is None:
+            value_error("fit", f"the fit of {str(recipe.fitted)!r}", "none")
+        vectors = fit.apply(vectors)
+        if normalize:
+            vectors = l2_normalize(vectors)
+    return truncate(vectors, recipe.dims, normalize=normalize)
+
+
+def check_fits(
+    recipes: Mapping[str, Recipe],
+    widths: Mapping[str, int],
+    fits: Mapping[str, Fit],
+    model: str = "",
+) -> dict[str, Fit]:
+    """The fit of each recipe with a fitted transform, by name: ``fits`` keyed by the
+    recipe's name or by the recipe a fit is made for (``mean/pca128``); each checked
+    against the recipe, its width (``widths``: before the output stage) and ``model``."""
+    by_recipe = {f.recipe: f for f in fits.values()}
+    out: dict[str, Fit] = {}
+    for name, r in recipes.items():
+        if r.transform is None:
+            continue
+        fitted = str(r.fitted)
+        fit = fits.get(name) or by_recipe.get(fitted)
+        if fit is None:
+            got = f"fits of {', '.join(sorted(by_recipe))}" if by_recipe else "none"
+            value_error("fit", f"a fit of {fitted!r} (its /{r.transform} is fitted on a "
+                        "corpus)", got, "Pass the fit file compare wrote for it (--fit "
+                        "FILE; fit= in Python), or fit one with poolkit.fit.")  # fmt: skip
+        fit.check(fitted, widths[name], model)
+        out[name] = fit
+    unused = [f.recipe for f in fits.values() if f not in out.values()]
+    if unused:
+        value_error("fit", "fits of the recipes asked for", f"a fit of {unused[0]!r}, which "
+                    "no recipe uses", "Drop it, or add its recipe.")  # fmt: skip
+    return out
 
 
 def check_output_stages(

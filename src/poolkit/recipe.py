@@ -5,7 +5,7 @@ layers and how they mix, whether special tokens are dropped, and L2 normalisatio
 name is what ``poolkit compare`` prints for a row and what ``poolkit embed --recipe``
 takes::
 
-    [LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw][/DIMS][/PRECISION]
+    [LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw][/TRANSFORM][/DIMS][/PRECISION]
 
     mean                       the mean of the last layer's tokens
     cls+mean_no_special        cls, concatenated with the mean over non-special tokens
@@ -19,6 +19,9 @@ takes::
     mean/256/int8              ... stored as int8 (float32, float16, int8, uint8, binary,
                                ubinary; int8/uint8 need calibration ranges)
     mean/binary                sign bits, packed 8 per byte
+    mean/pca128                fitted on a corpus: PCA to 128 dimensions (/whiten,
+                               /whiten256: BERT-whitening; /abtt3: all-but-the-top;
+                               :mod:`poolkit.fitted`), then /DIMS and /PRECISION
     splade                     sparse level: one weight per vocabulary term, the max over
                                the text's tokens of log(1 + ReLU(MLM logit)) (SPLADE)
     splade_sum/top64           ... summed over tokens, the 64 largest weights kept
@@ -49,6 +52,7 @@ from typing import Any
 from poolkit._errors import recast, value_error
 from poolkit._names import NO_SPECIAL, SEQUENCE_STRATEGIES
 from poolkit.errors import InputError
+from poolkit.fitted import parse_transform, transform_width
 from poolkit.layers import (
     LAYER_COMBINATIONS,
     LAYER_FORMS,
@@ -84,11 +88,13 @@ JSON_FIELDS = {
     2: ("dims", "precision"),
     3: ("top_k",),
     4: ("pool_factor", "muvera"),
+    5: ("transform",),
 }
 
 _FORMS = (
-    "[LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw][/DIMS][/PRECISION], e.g. mean, cls+mean, "
-    "mean_no_special, mean@last4, mean@-1,-2:concat, mean/256/int8, mean/binary, word:first, "
+    "[LEVEL:]STRATEGY[@LAYERS[:HOW]][/l2|/raw][/TRANSFORM][/DIMS][/PRECISION], e.g. mean, "
+    "cls+mean, mean_no_special, mean@last4, mean@-1,-2:concat, mean/256/int8, mean/binary, "
+    "mean/pca128, mean/whiten/int8, word:first, "
     "span:x,y,x*y, splade, splade_sum/top64, multivector:tokens/pool2/64, "
     "multivector:tokens/muvera"
 )
@@ -205,6 +211,9 @@ class Recipe:
         muvera: fold the token vectors into one MUVERA vector with these
             :class:`poolkit.multivector.MuveraOptions`; ``None``: keep them. Multi-vector
             level only.
+        transform: a fitted transform (``"pca128"``, ``"whiten"``, ``"whiten256"``,
+            ``"abtt3"``; :mod:`poolkit.fitted`) applied before ``dims`` and ``precision``;
+            it needs a :class:`~poolkit.fitted.Fit` to run. Sequence level only.
     """
 
     strategy: str = "mean"
@@ -218,6 +227,7 @@ class Recipe:
     top_k: int | None = None
     pool_factor: float | None = None
     muvera: Any = None
+    transform: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.level, str) or level_spec_of(self.level) is None:
@@ -249,12 +259,13 @@ class Recipe:
         layers = check_shorthands(self.layers, self.layer_how, self.exclude_special,
                                   self.normalize)  # fmt: skip
         dims, precision = _output_values(self.dims, self.precision)
+        transform = _transform_value(self.transform)
         if spec.settle is not None:
             for name, value in _ask(
                 spec.settle, {**fields, "dims": dims, "precision": precision}
             ).items():
                 set_(self, name, value)
-        _check_level(spec, dims, precision)
+        _check_level(spec, dims, precision, transform)
         if self.exclude_special and spec.name != "sequence":
             _fail(f"False at the {spec.name} level (it applies to sequences)", True,
                   arg="exclude_special")  # fmt: skip
@@ -262,6 +273,7 @@ class Recipe:
             canon = _canonical_strategy(spec, self.strategy, self.exclude_special)
         set_(self, "dims", dims)
         set_(self, "precision", precision)
+        set_(self, "transform", transform)
         set_(self, "strategy", canon)
         set_(self, "layers", layers)
         # One layer never mixes: "how" is then meaningless, so it takes its default.
@@ -328,9 +340,10 @@ class Recipe:
 
         Version 1 (what poolkit wrote before output stages) unless the recipe has one:
         version 2 adds ``dims`` and ``precision``, version 3 ``top_k``, version 4
-        ``pool_factor`` and ``muvera``."""
+        ``pool_factor`` and ``muvera``, version 5 ``transform``."""
         version = (
-            4 if self.pool_factor is not None or self.muvera is not None
+            5 if self.transform is not None
+            else 4 if self.pool_factor is not None or self.muvera is not None
             else 3 if self.top_k is not None
             else 2 if self.has_output_stage
             else 1
@@ -373,6 +386,8 @@ class Recipe:
             name += f"/pool{self.pool_factor:g}"
         if self.normalize is not None:
             name += "/l2" if self.normalize else "/raw"
+        if self.transform is not None:
+            name += f"/{self.transform}"
         if self.dims is not None:
             name += f"/{self.dims}"
         if self.muvera is not None:
@@ -401,13 +416,24 @@ class Recipe:
 
     @property
     def has_output_stage(self) -> bool:
-        """Whether the recipe truncates or stores at a precision other than float32."""
-        return self.dims is not None or self.precision is not None
+        """Whether the recipe transforms, truncates or stores at a precision other than
+        float32."""
+        return self.dims is not None or self.precision is not None or self.transform is not None
 
     @property
     def pooling(self) -> Recipe:
         """The same recipe without its output stage: the float32 vectors it starts from."""
-        return self.replace(dims=None, precision=None) if self.has_output_stage else self
+        if not self.has_output_stage:
+            return self
+        return self.replace(dims=None, precision=None, transform=None)
+
+    @property
+    def fitted(self) -> Recipe | None:
+        """The recipe a fit is made for: with its transform, without ``/DIMS`` and
+        ``/PRECISION`` (``None``: it has no transform)."""
+        if self.transform is None:
+            return None
+        return self.replace(dims=None, precision=None) if self.dims or self.precision else self
 
     @property
     def parts(self) -> tuple[tuple[str, bool], ...]:
@@ -436,6 +462,8 @@ class Recipe:
         the recipe truncates (checked against the pooled width), else the pooled width.
         Packed bits store ``ceil(output_dim / 8)`` bytes: see :meth:`bytes_per_vector`."""
         width = self.pooled_dim(hidden_size)
+        if self.transform is not None:
+            width = transform_width(self.transform, width)
         if self.dims is None:
             return width
         check_dims(self.dims, width, str(self))
@@ -586,8 +614,27 @@ def _output_values(dims: Any, precision: Any) -> tuple[int | None, str | None]:
     return dims, precision
 
 
-def _check_level(spec: Level, dims: int | None, precision: str | None) -> None:
+def _transform_value(transform: Any) -> str | None:
+    """``transform`` checked and spelled canonically (``None``: none)."""
+    if transform is None:
+        return None
+    canon = parse_transform(transform.strip().lower()) if isinstance(transform, str) else None
+    if canon is None:
+        _fail("a transform: pcaK, whiten, whitenK or abttD (e.g. pca128)", transform,
+              arg="transform")  # fmt: skip
+    return canon
+
+
+def _check_level(
+    spec: Level, dims: int | None, precision: str | None, transform: str | None = None
+) -> None:
     """Refuse an output stage on a level that takes none."""
+    if transform is not None and not spec.fitted:
+        raise RecipeError(
+            arg="transform", expected=f"no fitted transform at the {spec.name} level",
+            got=f"/{transform}", fix="A fitted transform maps one vector per text: use a "
+            "sequence-level recipe, e.g. mean/pca128."
+        )  # fmt: skip
     if not spec.output_stage and (dims is not None or precision is not None):
         what = "dims" if dims is not None else "precision"
         got = f"/{dims if what == 'dims' else precision}"
@@ -605,6 +652,8 @@ def _output_segment(segment: str) -> tuple[str, Any] | None:
         return "dims", int(low)
     if low in PRECISIONS:
         return "precision", low
+    if (transform := parse_transform(low)) is not None:
+        return "transform", transform
     # The segments a level adds (/topK, /poolF, /muvera); other packages' levels are loaded
     # only for a segment none of the loaded ones knows.
     for plugins in (False, True):
@@ -700,6 +749,7 @@ _DENSE_LEVELS = (
         f"several with '+'; suffix {NO_SPECIAL} to drop special tokens)",
         names=tuple(SEQUENCE_STRATEGIES),  # so that no bare name of another level takes one
         output_stage=True,
+        fitted=True,
         model_normalize=True,
         width=_sequence_width,
     ),

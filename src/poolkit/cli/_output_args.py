@@ -46,6 +46,15 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         "input texts (--engine ray: --ranges or --calibrate)")  # fmt: skip
     add_range_sources(parser, "--quantize int8-static uses the first 300, and --precision "
                       "int8/uint8 takes the vectors' ranges from every text of it")  # fmt: skip
+    add_fit_source(parser)
+
+
+def add_fit_source(parser: argparse.ArgumentParser) -> None:
+    """--fit FILE [FILE ...]: the fits of the recipes with a fitted transform."""
+    parser.add_argument("--fit", nargs="+", default=None, metavar="FILE",
+                        help="the fit of each fitted recipe (mean/pca128, mean/whiten, "
+                        "mean/abtt3): the .safetensors file poolkit compare wrote for its row "
+                        "(or poolkit.fit(...).save); one per fitted recipe")  # fmt: skip
 
 
 def add_range_sources(parser: argparse.ArgumentParser, calibrate_use: str) -> None:
@@ -76,7 +85,9 @@ def wants_ranges(args: argparse.Namespace, wanted: dict[str, Any] | None) -> boo
 def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) -> None:
     """Refusals before any model loads: --ranges without int8/uint8, or beside
     --calibrate; on --engine ray, int8/uint8 without either (every worker must quantise
-    with the same ranges, computed once)."""
+    with the same ranges, computed once); --fit read (``args.fits``) and checked against
+    the fitted recipes (:func:`check_fit_flag`)."""
+    check_fit_flag(args, wanted)
     if args.ranges is not None and not wants_ranges(args, wanted):
         raise InputError(arg="--ranges", expected="given with --precision int8 or uint8 (or "
                          "such a --recipe)", got="no int8/uint8 recipe",
@@ -92,6 +103,32 @@ def check_output_flags(args: argparse.Namespace, wanted: dict[str, Any] | None) 
                          "your texts) or --ranges FILE.")  # fmt: skip
 
 
+def check_fit_flag(args: argparse.Namespace, wanted: dict[str, Any] | None) -> None:
+    """``args.fits``: the fits of ``--fit`` by recipe, read now; a fitted recipe without
+    one, or a fit no recipe takes, refused in one line (before the model loads)."""
+    from poolkit.fitted import load_fits
+
+    files = getattr(args, "fit", None)
+    from poolkit.cli._flags import flagged
+
+    try:
+        args.fits = load_fits(files)
+    except (TypeError, ValueError) as e:
+        raise flagged(e, {"fit": "--fit"}) from None
+    fitted = {str(r.fitted) for r in (wanted or {}).values() if r.fitted is not None}
+    missing = sorted(fitted - set(args.fits))
+    if missing:
+        raise InputError(arg="--fit", expected=f"the fit file of {missing[0]!r} (its "
+                         "transform is fitted on a corpus)", got=", ".join(files or []) or "none",
+                         fix="Pass the file poolkit compare wrote for its row (its JSON's "
+                         "fit.file), or fit one with poolkit.fit(...).save(FILE).")  # fmt: skip
+    unused = sorted(set(args.fits) - fitted)
+    if unused:
+        raise InputError(arg="--fit", expected="fits of the fitted recipes asked for "
+                         f"({', '.join(sorted(fitted)) or 'none'})", got=f"a fit of "
+                         f"{unused[0]!r}", fix="Drop it, or add its recipe.")  # fmt: skip
+
+
 def check_output_widths(args: argparse.Namespace, encoder: Any, recipes: dict[str, Any]) -> Any:
     """The plan's checks once the model is loaded, before any text (both engines): the
     prompt flags, the model's pipeline, each /DIMS (or --dims) against its vectors' width,
@@ -105,9 +142,12 @@ def check_output_widths(args: argparse.Namespace, encoder: Any, recipes: dict[st
 
     try:  # the prompt first (each family's own rule: a multi-vector folder's sides)
         plan = family_plan(encoder, recipes, prompt_name=args.prompt_name, prompt=args.prompt,
-                           pipeline="pooled" if args.pooled_only else "full")  # fmt: skip
+                           pipeline="pooled" if args.pooled_only else "full",
+                           fits=getattr(args, "fits", None))  # fmt: skip
     except (TypeError, ValueError) as e:
-        raise flagged(e, {"dims": "--dims" if args.dims is not None else "--recipe"}) from None
+        raise flagged(
+            e, {"dims": "--dims" if args.dims is not None else "--recipe", "fit": "--fit"}
+        ) from None
     if args.output != "-" and getattr(args, "engine", "local") != "ray":
         from poolkit.io.writers import check_output
 
@@ -239,13 +279,20 @@ def calibrate_file_texts(args: argparse.Namespace, part: int = 4096) -> Iterator
     """The non-blank texts of ``--calibrate FILE``, ``part`` at a time, read as INPUT is (a
     BEIR folder or ``corpus.jsonl``: title and text joined, as ``poolkit compare`` scores
     documents)."""
+    return file_texts(args.calibrate, args.text_column, part)
+
+
+def file_texts(path: str, text_column: str, part: int = 4096) -> Iterator[list[str]]:
+    """The non-blank texts of the file (or BEIR folder) ``path``, ``part`` at a time, read
+    as embed's INPUT is (``text_column`` for tables; a BEIR folder or ``corpus.jsonl``:
+    title and text joined, as ``poolkit compare`` scores documents)."""
     from poolkit.cli._rows import beir_input
     from poolkit.io.readers import input_format, read_rows
 
-    probe = argparse.Namespace(input=args.calibrate, text_column=args.text_column,
-                               input_format=None, id_column="_id")  # fmt: skip
+    probe = argparse.Namespace(input=path, text_column=text_column, input_format=None,
+                               id_column="_id")  # fmt: skip
     title = beir_input(probe)
-    column = None if input_format(probe.input, None) == "txt" else args.text_column
+    column = None if input_format(probe.input, None) == "txt" else text_column
     for rows in read_rows(probe.input, text_column=column, title_column=title, chunk_size=part):
         texts = [t for t in rows.texts if t.strip()]
         if texts:

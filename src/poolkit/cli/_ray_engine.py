@@ -174,11 +174,13 @@ def _widths(schema: Any) -> dict[str, int]:
     return dims
 
 
-def shard_rows(table: Any, wanted: Any, ranges: dict[str, Any], plan: Any) -> Any:
+def shard_rows(
+    table: Any, wanted: Any, ranges: dict[str, Any], plan: Any, fits: dict[str, Any] | None = None
+) -> Any:
     """A shard's ``table`` as one machine writes it: each row's own id in ``id``
     (:func:`~poolkit.cli._ray_rows.user_rows`), and the record written beside an output
     stage or chunks (:func:`~poolkit.cli._output_args.output_metadata`: ``--ranges`` reads
-    a shard as a local file)."""
+    a shard as a local file; ``fits``: the fitted transforms' fits, by recipe)."""
     import json
 
     from poolkit.cli._output_args import kept_dims
@@ -187,7 +189,9 @@ def shard_rows(table: Any, wanted: Any, ranges: dict[str, Any], plan: Any) -> An
     table = user_rows(table)
     record = None
     if any(r.has_output_stage for r in (wanted or {}).values()):
-        record = stage_record(wanted, kept_dims(_widths(table.schema), wanted), ranges)
+        by_name = {n: (fits or {})[str(r.fitted)] for n, r in wanted.items()
+                   if r.fitted is not None}  # fmt: skip
+        record = stage_record(wanted, kept_dims(_widths(table.schema), wanted), ranges, by_name)
     if plan is not None:
         record = plan.metadata(record)
     if record is None:
@@ -441,6 +445,8 @@ class _Job:
         }  # fmt: skip
         if self.ranges:
             options["calibration"] = self.ranges
+        if getattr(args, "fits", None):  # read once here, shipped to every worker
+            options["fits"] = args.fits
         if args.cache:  # each worker's own token states, in its machine's cache root
             options["cache"] = cache_settings(args)
         if self.plan is not None:  # one row per chunk: the local engine's PartChunker
@@ -489,6 +495,8 @@ class _Job:
             head["rows"] = rows
         if self.ranges:  # ... quantise with the same ranges
             head["output_ranges"] = {n: c.digest() for n, c in self.ranges.items()}
+        if getattr(args, "fits", None):  # ... transform with the same fits
+            head["fits"] = {n: f.digest() for n, f in args.fits.items()}
         if self.plan is not None:  # ... and cut the same chunks
             head["chunks"] = self.plan.settings()
         versions = installed_versions("torch", "transformers", "onnxruntime", "ray")
@@ -498,7 +506,8 @@ class _Job:
         """Ray's own Parquet writer straight into a remote OUTPUT_DIR (no checkpoint)."""
         ds = self.dataset(block).map_batches(
             shard_rows, batch_format="pyarrow", batch_size=None, num_cpus=0,
-            fn_kwargs={"wanted": self.wanted, "ranges": self.ranges, "plan": self.plan},
+            fn_kwargs={"wanted": self.wanted, "ranges": self.ranges, "plan": self.plan,
+                       "fits": getattr(self.args, "fits", None)},
         )  # fmt: skip
         try:
             # Zero CPUs: writing must not wait for CPUs that the embedding actors hold.
@@ -569,7 +578,8 @@ class _Job:
                     ):
                         for k, first, table in split_by_file(batch, corpus.offsets):
                             yield k, first, shard_rows(table, self.wanted, self.ranges,
-                                                       self.plan)  # fmt: skip
+                                                       self.plan, getattr(self.args, "fits",
+                                                                          None))  # fmt: skip
                 except Exception as e:
                     raise _user_error(e) from None
 

@@ -66,7 +66,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         choices=["sts", "classification", "ner", "relation", "retrieval", "clustering"],
         help="what DATA holds and how candidates are scored (see above)",
     )  # fmt: skip
-    p.add_argument("--train", metavar="FILE", help="train the probes on FILE, score on DATA")
+    p.add_argument("--train", metavar="FILE", help="train the probes on FILE, score on DATA "
+                   "(sts: fit the fitted rows on its sentences, its scores unread)")  # fmt: skip
+    p.add_argument("--fit", metavar="FILE", default=None,
+                   help="fitted rows (mean/pca128, mean/whiten, mean/abtt3): fit on the texts "
+                   "of FILE, read like embed's INPUT (default: retrieval, the documents; sts, "
+                   "the --train sentences); never DATA")  # fmt: skip
+    p.add_argument("--fits-dir", metavar="DIR", default=None,
+                   help="save each fit there, the file `poolkit embed --fit` reads (default: "
+                   "fits/ in poolkit's cache folder)")  # fmt: skip
     p.add_argument(
         "--recipes", nargs="+", action="extend", metavar="NAME",
         help="compare only these, named as embed --recipe takes them (e.g. mean cls+mean@last4 "
@@ -340,6 +348,7 @@ def run(args: argparse.Namespace) -> int:
                          f"vectors (it is scored only for --task "
                          f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
                          fix="Name the recipe without it.")  # fmt: skip
+    fit_texts, fit_dir = _fit_source(args, named)
     if named and args.quantize:
         raise InputError(arg="--recipes", expected="no output stage with --quantize (budget "
                          "rows or int8 model rows, one at a time)", got=str(named[0]),
@@ -356,6 +365,7 @@ def run(args: argparse.Namespace) -> int:
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
         document_prompt_name=args.document_prompt_name, budget=budget,
         chunk_tokens=tuple(args.chunk_tokens or ()), hybrids=tuple(hybrids),
+        fit_texts=fit_texts, fit_dir=fit_dir,
     )  # fmt: skip
     check_labels(data, train, settings)
     from poolkit.encoder import Encoder
@@ -635,7 +645,7 @@ def row_command(args: argparse.Namespace, result: Any) -> str:
         return hybrid_commands(args, result.recipe)
     if result.documents:
         return document_command(args, result.recipe, result.documents)
-    return embed_command(args, result.recipe, result.quantize, result.rescore)
+    return embed_command(args, result.recipe, result.quantize, result.rescore, result.fit_file)
 
 
 def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> str:
@@ -659,13 +669,46 @@ def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> s
     return " ".join(parts)
 
 
+def _fit_source(args: argparse.Namespace, named: list[Any]) -> tuple[Any, Any]:
+    """The fitted rows' texts (``--fit FILE``, read now; None: the task's default) and the
+    folder their fits are saved in; refused in one line where no text may be fitted on."""
+    from poolkit.compare.fits import FitTexts, check_fit_source, default_fit_dir
+
+    check_fit_source(args.task, named, args.fit, args.train, args.data)
+    fitted = any(r.transform is not None for r in named)
+    if args.fits_dir is not None and not fitted:
+        raise InputError(arg="--fits-dir", expected="given only with a fitted recipe among "
+                         "--recipes (e.g. mean/pca128)", got=args.fits_dir,
+                         fix="Add one, or drop --fits-dir.")  # fmt: skip
+    if not fitted:
+        return None, None
+    texts = None
+    if args.fit is not None:
+        from poolkit.cli._output_args import file_texts
+
+        found = [t for part in file_texts(args.fit, args.text_column) for t in part]
+        if not found:
+            raise InputError(arg="--fit", expected="a file with non-blank texts",
+                             got=f"{args.fit}, which has none", fix="Name a file with some "
+                             "of your texts.")  # fmt: skip
+        texts = FitTexts(found, f"{len(found)} texts of --fit {args.fit}")
+    return texts, Path(args.fits_dir) if args.fits_dir is not None else default_fit_dir()
+
+
 def embed_command(
-    args: argparse.Namespace, recipe: Any, quantize: str | None = None, rescore: bool = False
+    args: argparse.Namespace,
+    recipe: Any,
+    quantize: str | None = None,
+    rescore: bool = False,
+    fit_file: str | None = None,
 ) -> str:
     """The ``poolkit embed`` command (word and span rows: the library call) that writes the
-    vectors of ``recipe``'s row (``quantize``: a quantised row) for the texts of INPUT.
-    Retrieval on a BEIR folder: the documents' command, ``&&``, the queries' (a
-    ``+rescore`` row's queries without the precision: float queries)."""
+    vectors of ``recipe``'s row (``quantize``: a quantised row; ``fit_file``: a fitted
+    row's fit, else ``FIT.safetensors``) for the texts of INPUT. Retrieval on a BEIR folder:
+    the documents' command, ``&&``, the queries' (a ``+rescore`` row's queries without the
+    precision: float queries)."""
+    if recipe.transform is not None:
+        args = argparse.Namespace(**{**vars(args), "row_fit": fit_file or "FIT.safetensors"})
     if recipe.level == "lexical":  # BM25: an index of the documents, no vectors to write
         return (
             f"bm25s.BM25(k1={recipe.k1:g}, b={recipe.b:g}).index(bm25s.tokenize(documents, "
@@ -737,6 +780,8 @@ def _embed(
         parts += ["--long-text", args.long_text]
     if prompt_name is not None:
         parts += ["--prompt-name", shlex.quote(prompt_name)]
+    if recipe.transform is not None:
+        parts += ["--fit", shlex.quote(getattr(args, "row_fit", None) or "FIT.safetensors")]
     return " ".join(parts + _ranges(args, recipe))
 
 

@@ -283,6 +283,8 @@ def _run(args: argparse.Namespace, scope: contextlib.ExitStack) -> int:
             settings["calibration"] = texts_digest(calibration)
         if ranges:  # ... and quantise its vectors with the same ranges
             settings["output_ranges"] = {n: c.digest() for n, c in ranges.items()}
+        if args.fits:  # ... and transform them with the same fits
+            settings["fits"] = {n: f.digest() for n, f in args.fits.items()}
         if chunking is not None:
             settings["chunks"] = plan.settings()
         if first.ids is not None or keep:  # a resumed job must read the same ids

@@ -13,7 +13,7 @@ on float vectors and take no budget rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -23,7 +23,9 @@ import numpy as np
 from poolkit.compare.hamming import HammingIndex
 from poolkit.compare.timing import timed_depths, timed_search
 from poolkit.errors import InputError
-from poolkit.output import Calibration, needs_calibration, quantize, truncate, unpack_bits
+from poolkit.fitted import Fit, transform_width
+from poolkit.output import Calibration, needs_calibration, quantize, unpack_bits
+from poolkit.plan import stage_floats
 from poolkit.recipe import Recipe
 
 __all__ = [
@@ -71,6 +73,13 @@ class Stage:
     normalize: bool
     recipes: tuple[Recipe, ...]
 
+    def dims(self, recipe: Recipe) -> int:
+        """Width of ``recipe``'s stored vectors (after its fitted transform and /DIMS)."""
+        if recipe.dims is not None:
+            return recipe.dims
+        return self.width if recipe.transform is None else transform_width(recipe.transform,
+                                                                             self.width)  # fmt: skip
+
 
 def row_width(encoder: Any, recipe: Recipe) -> tuple[int, bool]:
     """Width of ``recipe``'s float32 vectors in ``compare`` (after the model's modules
@@ -96,11 +105,12 @@ def plan(encoder: Any, budget: Budget, bases: Sequence[Recipe]) -> dict[Recipe, 
         width, normalize = row_width(encoder, base)
         recipes: list[Recipe] = []
         for r in asked:
-            if r.dims is not None and r.dims > width:
+            room = width if r.transform is None else transform_width(r.transform, width)
+            if r.dims is not None and r.dims > room:
                 raise BudgetError(
-                    arg="dims", expected=f"at most {width}, the width of {base}'s vectors", got=r.dims, fix=f"Keep at most {width} dimensions, e.g. {min(256, width)}."
+                    arg="dims", expected=f"at most {room}, the width of {r.pooling if r.transform is None else r.fitted}'s vectors", got=r.dims, fix=f"Keep at most {room} dimensions, e.g. {min(256, room)}."
                 )  # fmt: skip
-            if r.precision is None and r.dims in (None, width):
+            if r.precision is None and r.transform is None and r.dims in (None, width):
                 continue
             if r not in recipes:
                 recipes.append(r)
@@ -110,16 +120,21 @@ def plan(encoder: Any, budget: Budget, bases: Sequence[Recipe]) -> dict[Recipe, 
 
 def base_of(recipe: Recipe) -> Recipe:
     """``recipe`` without its output stage: the float32 row a budget row is derived from."""
-    return recipe.replace(dims=None, precision=None)
+    return recipe.pooling
 
 
 def stored(
-    vectors: np.ndarray, recipe: Recipe, normalize: bool, calibration: Calibration | None = None
+    vectors: np.ndarray,
+    recipe: Recipe,
+    normalize: bool,
+    calibration: Calibration | None = None,
+    fit: Fit | None = None,
 ) -> tuple[np.ndarray, np.ndarray, Calibration | None]:
-    """``recipe``'s stored form of float32 ``vectors``: ``(stored, truncated floats,
-    calibration)``; int8/uint8 ranges from ``calibration`` or, when None, from these
+    """``recipe``'s stored form of float32 ``vectors``: ``(stored, transformed and
+    truncated floats, calibration)`` (:func:`poolkit.plan.stage_floats`, ``fit`` for a
+    fitted transform); int8/uint8 ranges from ``calibration`` or, when None, from these
     vectors (per dimension min and max, as ``quantize_embeddings`` calibrates)."""
-    floats = truncate(vectors, recipe.dims, normalize=normalize)
+    floats = stage_floats(vectors, recipe, normalize, fit)
     if needs_calibration(recipe.precision) and calibration is None:
         calibration = Calibration.from_vectors(floats, f"{len(floats)} vectors compared")
     return quantize(floats, recipe.precision, calibration), floats, calibration
@@ -163,20 +178,23 @@ def retrieval_rows(
     depth: int,
     ties: np.ndarray,
     deep: int = 0,
+    fits: Mapping[Recipe, Fit] | None = None,
 ) -> dict[tuple[Recipe, bool], tuple[np.ndarray, float, float, Calibration | None]]:
     """Every budget row of one base recipe: ``(recipe, rescored) -> (ranked document
     indices, search seconds to ``depth``, to ``max(depth, deep)``, calibration)`` from
     float32 ``queries`` and ``documents``. int8/uint8 ranges come from the documents;
     queries use them too. ``deep``: the stored rows are searched to ``max(depth, deep)`` (a
     hybrid fuses them); the ``+rescore`` rows still re-rank the Hamming top
-    ``RESCORE_FACTOR x depth``."""
+    ``RESCORE_FACTOR x depth``. ``fits``: the fit of each recipe with a fitted transform
+    (by :attr:`Recipe.fitted`)."""
     from poolkit.compare.search import top_k, top_k_by
 
     out: dict[tuple[Recipe, bool], tuple[np.ndarray, float, float, Calibration | None]] = {}
     n_q, n_d = len(queries), len(documents)
     for r in stage.recipes:
-        d_stored, _, cal = stored(documents, r, stage.normalize)
-        q_stored, q_floats, _ = stored(queries, r, stage.normalize, cal)
+        fit = None if r.fitted is None else (fits or {})[r.fitted]
+        d_stored, _, cal = stored(documents, r, stage.normalize, fit=fit)
+        q_stored, q_floats, _ = stored(queries, r, stage.normalize, cal, fit)
         dims = _dims(q_floats)
         if r.precision in _BITS:
             index = HammingIndex(d_stored, ties)  # faiss where installed, else NumPy

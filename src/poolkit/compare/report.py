@@ -95,6 +95,11 @@ class RowFacts:
     search_growth: str | None = None
     # The row's search to the deeper cut a hybrid fusing it needs (None: search_ms's).
     fused_search_ms: float | None = None
+    # A fitted row (:mod:`poolkit.compare.fits`): what it was fitted on, the fit's file
+    # (what `poolkit embed --fit` reads) and the seconds the fit took.
+    fit: str | None = None
+    fit_file: str | None = None
+    fit_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -641,6 +646,8 @@ def to_json(
             )  # fmt: skip
             if r.ranges is not None:  # what `poolkit embed --ranges THIS.json` reuses
                 row["ranges"] = r.ranges.to_json()
+            if r.fit is not None:  # what `poolkit embed --fit FILE` reads
+                row["fit"] = {"on": r.fit, "file": r.fit_file, "seconds": r.fit_seconds}
             if task == "retrieval":
                 row["search_ms_per_query"] = r.search_ms
         if sparse:

@@ -405,12 +405,16 @@ def _score_dense(
     # Budget rows (poolkit.compare.budget): the stored forms of each base row's vectors,
     # int8 ranges from the documents, each searched exactly and timed.
     from poolkit.compare.budget import retrieval_rows
+    from poolkit.compare.fits import own_fits
 
+    fitted = own_fits(encoder, settings, documents, f"{len(data.documents)} documents",
+                      texts=data.documents) if stages else {}  # fmt: skip
+    fits = {r: f.fit for r, f in fitted.items()}
     for base, stage in stages.items():
         # (--precision float32 alone leaves a base without budget rows: its own row)
         deep = max((keep_depth(settings, (r, "stored"), DEPTH) for r in stage.recipes),
                    default=DEPTH)  # fmt: skip
-        rows = retrieval_rows(queries[base], documents[base], stage, DEPTH, ties, deep)
+        rows = retrieval_rows(queries[base], documents[base], stage, DEPTH, ties, deep, fits)
         for (r, rescore), (ranked, seconds, fused, cal) in rows.items():
             key = (r, "rescore" if rescore else "stored")
             record(settings, key, ranked)

@@ -28,6 +28,7 @@ from poolkit.compare.datasets import (
 )
 from poolkit.compare.embedding import embed_sequences, progress
 from poolkit.compare.evaluation import LabelEval, PairEval, TagEval
+from poolkit.compare.fits import own_fits
 from poolkit.compare.grouping import groups
 from poolkit.compare.hybrid import HybridError, default_hybrids, row_keys, split_hybrids
 from poolkit.compare.hybrid import evaluations as hybrid_evaluations
@@ -99,6 +100,12 @@ class Settings:
     side_keys: dict[str, Any] = field(default_factory=dict)
     costs: dict[Any, Any] = field(default_factory=dict)
     int8_costs: dict[Any, Any] = field(default_factory=dict)  # the --quantize model's
+    # Fitted rows (:mod:`.fits`): texts to fit on (None: the task's default), where fits
+    # are saved (None: nowhere), the model digest they record; ``fits``: those made.
+    fit_texts: Any = None
+    fit_dir: Any = None
+    fit_model: str = ""
+    fits: dict[Any, Any] = field(default_factory=dict)
 
 
 def compare(
@@ -195,7 +202,7 @@ def planned_rows(
                 if (r, kind) not in evaluations:
                     continue
                 fact = facts.get((r, kind), {})
-                dims = r.dims or stage.width
+                dims = stage.dims(r)
                 rows.append(
                     Row((r, kind), r, (r,), backend=settings.backend, dims=dims,
                         bytes_per_vector=bytes_per_vector(dims, r.precision),
@@ -203,7 +210,8 @@ def planned_rows(
                         search_ms=fact.get("search_ms"),
                         fused_search_ms=fact.get("fused_search_ms"),
                         calibration=fact.get("calibration"),
-                        ranges=fact.get("ranges"))
+                        ranges=fact.get("ranges"),
+                        **(settings.fits[r.fitted].facts() if r.fitted else {}))
                 )  # fmt: skip
     if extra and settings.task != "retrieval":  # another family's dense rows
         for r, e in _score_planned(encoder, data, train, extra, settings).items():
@@ -413,10 +421,13 @@ def _score_sts(encoder, data: PairData, train, cands, settings: Settings) -> Sco
     out: dict[Any, bs.Evaluation] = {
         c: PairEval(metrics.cosine_rows(vectors[c][a], vectors[c][b]), data.scores) for c in cands
     }
-    # Budget rows: the stored form of each base row's vectors, int8 ranges from them all.
+    # Budget rows: the stored form of each base row's vectors, int8 ranges from them all;
+    # fitted rows: their fit made on texts other than the pairs scored.
+    fits = own_fits(encoder, settings, None, "", train)
     for base, stage in settings.stages.items():
         for r in stage.recipes:
-            stored, floats, cal = budgets.stored(vectors[base], r, stage.normalize)
+            fit = fits[r.fitted].fit if r.fitted else None
+            stored, floats, cal = budgets.stored(vectors[base], r, stage.normalize, fit=fit)
             sim = budgets.pair_similarity(stored[a], stored[b], r.precision, floats.shape[1])
             out[(r, "stored")] = PairEval(sim, data.scores)
             settings.budget_facts[(r, "stored")] = {

@@ -19,7 +19,7 @@ _ENCODER_OPTIONS = ("device", "dtype", "max_length", "max_batch_tokens", "backen
                     "calibrate")  # fmt: skip
 _RECIPE_OPTIONS = ("layers", "layer_how", "exclude_special")
 # The first is the run's; the others reach the plan (checked on the actor's start).
-_EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline", "calibration")
+_EMBED_OPTIONS = ("long_text", "prompt_name", "prompt", "pipeline", "calibration", "fits")
 # Embedder's own keywords, which embed_dataset passes on with the options.
 _EMBEDDER_KEYWORDS = ("recipe", "text_column", "normalize", "keep_text", "num_threads", "cache")
 
@@ -51,7 +51,9 @@ class Embedder:
             no cache.
         **options: recipe shorthands (``layers``, ``layer_how``, ``exclude_special``),
             ``long_text``, ``prompt_name``, ``prompt``, ``pipeline``, ``calibration`` (an
-            int8/uint8 recipe's ranges by column name, computed once for every actor), or
+            int8/uint8 recipe's ranges by column name, computed once for every actor),
+            ``fits`` (the :class:`~poolkit.fitted.Fit` of each recipe with a fitted
+            transform, by recipe: read once, the same for every actor), or
             :class:`~poolkit.Encoder` settings (``device``, ``dtype``, ``max_length``,
             ``max_batch_tokens``, ``backend``, ``quantize``, ``calibrate``).
 

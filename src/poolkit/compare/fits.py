@@ -1,0 +1,170 @@
+"""Fitted rows of `poolkit compare`: the fit of each recipe with a fitted transform.
+
+A recipe such as ``mean/pca128`` is a budget row of its base (``mean``, :mod:`.budget`): its
+vectors are the base row's, transformed. Its fit (:mod:`poolkit.fitted`) is made here, once
+per recipe, on texts that are never scored: a retrieval corpus' documents (what an index
+holds; never the queries or qrels), else the texts of ``--fit FILE`` or the sentences of
+``--train FILE`` (an STS train split: its scores are not read). Each fit is saved as a
+safetensors file that ``poolkit embed --fit FILE`` reads, so the printed command writes the
+vectors the row scored.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolkit.errors import InputError
+from poolkit.fitted import Fit, fit_transform
+from poolkit.recipe import Recipe
+
+__all__ = [
+    "FitTexts",
+    "Fitted",
+    "check_fit_source",
+    "default_fit_dir",
+    "fit_stages",
+    "fitted_recipes",
+    "own_fits",
+]
+
+
+@dataclass(frozen=True)
+class FitTexts:
+    """Texts to fit on instead of the task's default, and what they are (``"--fit
+    FILE (500 texts)"``)."""
+
+    texts: Sequence[str]
+    what: str
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """One recipe's fit in this run: the :class:`~poolkit.fitted.Fit`, the file it was
+    saved to (None: not saved), the seconds fitting took and what it was fitted on."""
+
+    fit: Fit
+    file: Path | None
+    seconds: float
+    what: str
+
+    def facts(self) -> dict[str, Any]:
+        """The row facts (:class:`~poolkit.compare.report.RowFacts`) of a fitted row."""
+        return {"fit": f"/{self.fit.transform} fitted on {self.what}",
+                "fit_file": None if self.file is None else str(self.file),
+                "fit_seconds": self.seconds}  # fmt: skip
+
+
+def default_fit_dir() -> Path:
+    """Where compare saves fits without ``--fits-dir``: ``fits/`` under poolkit's cache
+    root (never evicted with the token states)."""
+    from poolkit._cache import cache_root
+
+    return cache_root() / "fits"
+
+
+def fitted_recipes(stages: Mapping[Recipe, Any]) -> dict[Recipe, Recipe]:
+    """Each recipe a fit is made for (``mean/pca128``, :attr:`Recipe.fitted`) -> its base
+    row, over the budget ``stages`` (:func:`poolkit.compare.budget.plan`)."""
+    out: dict[Recipe, Recipe] = {}
+    for base, stage in stages.items():
+        for r in stage.recipes:
+            if r.fitted is not None:
+                out.setdefault(r.fitted, base)
+    return out
+
+
+def fit_stages(
+    stages: Mapping[Recipe, Any],
+    vectors: Mapping[Recipe, np.ndarray],
+    what: str,
+    texts_digest: str,
+    settings: Any,
+) -> dict[Recipe, Fitted]:
+    """The fit of every recipe with a fitted transform in ``stages``, on ``vectors`` (base
+    recipe -> the fit texts' float vectors, as the rows' own), each saved under
+    ``settings.fit_dir`` (None: not saved) as ``SLUG-DIGEST.safetensors``. ``what``:
+    the fit texts, for the report."""
+    out: dict[Recipe, Fitted] = {}
+    model = getattr(settings, "fit_model", "")
+    folder = getattr(settings, "fit_dir", None)
+    for fitted, base in fitted_recipes(stages).items():
+        start = time.perf_counter()
+        fit = fit_transform(vectors[base], str(fitted.transform), recipe=str(fitted),
+                            model=model, source=what, texts_digest=texts_digest)  # fmt: skip
+        seconds = time.perf_counter() - start
+        file = None
+        if folder is not None:
+            slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(fitted)).strip("-")
+            file = fit.save(Path(folder) / f"{slug}-{fit.short_digest}.safetensors")
+        out[fitted] = Fitted(fit, file, seconds, what)
+    return out
+
+
+def own_fits(
+    encoder: Any,
+    settings: Any,
+    vectors: Mapping[Recipe, np.ndarray] | None,
+    what: str,
+    train: Any = None,
+    texts: Sequence[str] = (),
+) -> dict[Recipe, Fitted]:
+    """The fits of the fitted budget rows, kept in ``settings.fits``: on
+    ``settings.fit_texts`` when given, else on the distinct sentences of ``train`` (an STS
+    train split; its scores unread), each embedded as the rows are; else on ``vectors``
+    (base recipe -> the task's own fit texts' vectors, described by ``what``: a corpus'
+    documents; ``texts``: those documents, for the fit's digest). None of these: refused."""
+    from poolkit.compare.embedding import SETTINGS_PROMPT, embed_sequences
+    from poolkit.io.integrity import texts_digest
+
+    wanted = fitted_recipes(settings.stages)
+    if not wanted:
+        return {}
+    digest = texts_digest(list(texts)) if texts else ""
+    source = settings.fit_texts
+    if source is None and train is not None and hasattr(train, "sentence1"):
+        distinct = list(dict.fromkeys(train.sentence1 + train.sentence2))
+        source = FitTexts(distinct, f"{len(distinct)} distinct sentences of "
+                          f"{getattr(train, 'source', 'the train split')}")  # fmt: skip
+    if source is not None:
+        fit_on = list(source.texts)
+        vectors, _ = embed_sequences(encoder, fit_on, list(dict.fromkeys(wanted.values())),
+                                     settings, "embedding the fit texts",
+                                     settings.document_prompt_name
+                                     if settings.task == "retrieval" else SETTINGS_PROMPT)  # fmt: skip
+        what, digest = source.what, texts_digest(fit_on)
+    elif vectors is None:
+        raise InputError(arg="fit", expected=f"texts to fit {next(iter(wanted))} on (never the "
+                        "texts scored)", got="none", fix="Pass the train split's sentences "
+                        "or other unlabelled texts (compare --fit FILE).")  # fmt: skip
+    settings.fits = fit_stages(settings.stages, vectors, what, digest, settings)
+    return settings.fits
+
+
+def check_fit_source(task: str, named: Sequence[Recipe], fit: str | None, train: str | None,
+                     data: str) -> None:  # fmt: skip
+    """Before the model loads: a fitted row on ``task`` has texts to fit on that are not
+    the texts scored (``fit``: ``--fit FILE``; ``train``: ``--train FILE``; ``data``: DATA),
+    refused in one line naming the fix."""
+    fitted = [r for r in named if r.transform is not None]
+    if fit is not None and not fitted:
+        raise InputError(arg="--fit", expected="given only with a fitted recipe among "
+                         "--recipes (e.g. mean/pca128)", got=fit,
+                         fix="Add one, or drop --fit.")  # fmt: skip
+    if not fitted:
+        return
+    if fit is not None and Path(fit).resolve() == Path(data).resolve():
+        raise InputError(arg="--fit", expected="texts other than those scored (a fit on DATA "
+                         "would see the test set)", got=fit,
+                         fix="Fit on a train split or an unlabelled sample of your corpus.")  # fmt: skip
+    if task == "sts" and fit is None and train is None:
+        raise InputError(arg="--recipes", expected=f"texts to fit {fitted[0]} on for --task "
+                         "sts (never the pairs scored)", got="neither --fit nor --train",
+                         fix="Add --train FILE (a train split: its sentences, not its "
+                         "scores) or --fit FILE (texts).")  # fmt: skip
