@@ -163,7 +163,7 @@ class Fit:
                            fix="Fit again on this model's vectors.")  # fmt: skip
         if model and self.model and model != self.model:
             raise FitError(arg="fit", expected=f"a fit made with this model (digest "
-                           f"{model[:12]})", got=f"one made with model {self.model[:12]}",
+                           f"{_short(model)})", got=f"one made with model {_short(self.model)}",
                            fix="Fit again with this model (compare writes one), or pass "
                            "the model it was made with.")  # fmt: skip
 
@@ -183,13 +183,9 @@ class Fit:
 
     def save(self, path: str | Path) -> Path:
         """Write the fit to ``path`` (safetensors; atomic: whole or not at all)."""
-        from safetensors.numpy import save
-
         from poolkit.io.atomic import atomic_write
 
-        tensors = {"mean": np.ascontiguousarray(self.mean, np.float32),
-                   "matrix": np.ascontiguousarray(self.matrix, np.float32)}  # fmt: skip
-        data = save(tensors, metadata=self.metadata())
+        data = _safetensors({"matrix": self.matrix, "mean": self.mean}, self.metadata())
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(out, lambda f: f.write(data), size=len(data))
@@ -216,7 +212,28 @@ class Fit:
     @property
     def short_digest(self) -> str:
         """The first 12 hex digits of :meth:`digest` (a file name's part)."""
-        return self.digest().rpartition(":")[2][:12]
+        return _short(self.digest())
+
+
+def _short(digest: str) -> str:
+    """The first 12 hex digits of a ``name:hex`` digest."""
+    return digest.rpartition(":")[2][:12]
+
+
+def _safetensors(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
+    """float32 ``tensors`` in the safetensors format, its JSON header's keys sorted (the
+    library's writer orders metadata at random: equal fits must give equal files)."""
+    header: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))}
+    blobs, offset = [], 0
+    for name in sorted(tensors):
+        blob = np.ascontiguousarray(tensors[name], "<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(np.shape(tensors[name])),
+                        "data_offsets": [offset, offset + len(blob)]}  # fmt: skip
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    return len(text).to_bytes(8, "little") + text + b"".join(blobs)
 
 
 def load_fit(path: str | Path) -> Fit:
@@ -309,7 +326,7 @@ def fit_transform(
     x64 = x.astype(np.float64)
     mean = x64.mean(axis=0)
     centred = x64 - mean
-    cov = centred.T @ centred / n
+    cov = centred.T @ centred / (n - 1)  # unbiased, as scikit-learn's PCA and Su et al.
     values, vecs = np.linalg.eigh(cov)
     order = np.argsort(values)[::-1]
     values, vecs = np.clip(values[order], 0.0, None), vecs[:, order]

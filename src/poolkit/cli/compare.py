@@ -707,7 +707,7 @@ def embed_command(
     row's fit, else ``FIT.safetensors``) for the texts of INPUT. Retrieval on a BEIR folder:
     the documents' command, ``&&``, the queries' (a ``+rescore`` row's queries without the
     precision: float queries)."""
-    if recipe.transform is not None:
+    if getattr(recipe, "transform", None) is not None:  # a fitted row: its fit file
         args = argparse.Namespace(**{**vars(args), "row_fit": fit_file or "FIT.safetensors"})
     if recipe.level == "lexical":  # BM25: an index of the documents, no vectors to write
         return (
