@@ -72,6 +72,24 @@ def test_a_warm_run_gives_the_cold_runs_bits(minilm_cached, recipe):
     assert cache.counts.texts_encoded == len(texts) and cache.counts.texts_read == len(texts)
 
 
+def test_a_text_in_two_batches_of_other_shapes_reads_each_as_encoded(minilm_cached):
+    # A text that is both a query and a document is padded into batches of other shapes,
+    # whose kernels may round its states differently: each batch reads its own (the bug
+    # compare's fitted rows found on the retrieval fixture, where 8 documents are queries).
+    encoder, cache = minilm_cached
+    long = [f"{t} {t} {t}" for t in TEXTS[:12]]
+    queries = [*TEXTS[:6]]
+    documents = [*long, TEXTS[2], TEXTS[4], *TEXTS[12:20]]
+    plain = [poolkit.embed(x, encoder, "mean") for x in (queries, documents)]
+    with using(encoder, cache):
+        cold = [poolkit.embed(x, encoder, "mean") for x in (queries, documents)]
+        warm = [poolkit.embed(x, encoder, "mean") for x in (queries, documents)]
+    for p, c, w in zip(plain, cold, warm, strict=True):
+        assert_same_bits(c, p, "cold")
+        assert_same_bits(w, p, "warm")
+    assert cache.counts.texts_read == len(queries) + len(documents)
+
+
 def test_words_spans_tokens_and_long_texts_read_back_exactly(minilm_cached):
     encoder, cache = minilm_cached
     long = [" ".join(TEXTS) * 2, *TEXTS[:4]]  # past 256 tokens: windows stitched

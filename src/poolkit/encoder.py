@@ -552,10 +552,8 @@ class Encoder:
         budget = check_batch_tokens(max_batch_tokens) or self.max_batch_tokens
         cache, window = self.state_cache, (long_text, stride)
         keys: list[str] = []
-        found: list[str | None] = []
         if cache is not None:
-            keys, found = cache.lookup(self, [self._fed_ids(tok, i, kept) for i in range(n)],
-                                       all_layers, window)  # fmt: skip
+            keys = cache.lookup([self._fed_ids(tok, i, kept) for i in range(n)])
         # The usual plan, cache or not: a batch is read where all its rows are stored, else
         # encoded whole, so every number is the uncached run's (poolkit.state_cache).
         plan = [
@@ -580,8 +578,8 @@ class Encoder:
             if cache is None:
                 out = run(rows, lay, all_layers)
             else:
-                out = cache.forward(self, lay, [keys[i] for i in rows], [found[i] for i in rows],
-                                    all_layers, window, lambda every, r=rows, t=lay: run(r, t, every))  # fmt: skip
+                out = cache.forward(self, lay, [keys[i] for i in rows], all_layers, window,
+                                    lambda every, r=rows, t=lay: run(r, t, every))  # fmt: skip
             layers = tuple(out) if all_layers else None
             yield EncodedBatch(
                 indices=rows.astype(np.int64),

@@ -162,48 +162,45 @@ class StateCache:
                 self._every.add(name)
         return self._names[key]
 
-    def lookup(
-        self, encoder: Any, ids: list[np.ndarray], all_layers: bool, window: tuple[str, int | None]
-    ) -> tuple[list[str], list[str | None]]:
-        """Each row's key (from ``ids``, the token ids fed to the model) and the namespace
-        holding it, or None: the last layer is read from a last-layer entry or an
-        every-layer one.
+    def lookup(self, ids: list[np.ndarray]) -> list[str]:
+        """Each row's key: XXH3-128 of ``ids``, the token ids fed to the model."""
+        return [row_key(x) for x in ids]
 
-        The k-th repeat of the same ids in ``ids`` has a key of its own (``<key>.k``), so a
-        run that repeats a text reads each repeat as it encoded it (the batches around
-        them differ, and so may the last bits); a repeat not stored reads the first.
+    def _scoped(
+        self, encoder: Any, keys: list[str], all_layers: bool, window: tuple[str, int | None]
+    ) -> tuple[list[str], list[str | None]]:
+        """The keys a batch of rows ``keys`` (in batch order) is stored under, and the
+        namespace holding each (None: not stored; the last layer is read from a last-layer
+        entry or an every-layer one).
+
+        A row's states are keyed by the batch it was encoded in (its rows' keys in order)
+        and its place there: the same ids padded into another batch may differ in the last
+        bits (the kernels' blocking follows the batch's shape), so only the same batch is
+        read back, and every number stays the uncached run's.
         """
+        from poolkit.io.integrity import fast_digest
+
+        batch = fast_digest("\n".join(keys).encode()).split(":")[1]
+        scoped = [f"{batch}.{j}" for j in range(len(keys))]
         spaces = [] if all_layers else [self.namespace(encoder, False, window)]
         spaces.append(self.namespace(encoder, True, window))
-        seen: dict[str, int] = {}
-        keys: list[str] = []
-        found: list[str | None] = []
-        for x in ids:
-            base = row_key(x)
-            k = seen[base] = seen.get(base, -1) + 1
-            key = f"{base}.{k}" if k else base
-            ns = next((ns for ns in spaces if self.store.has(ns, key)), None)
-            if ns is None and k:
-                ns = next((ns for ns in spaces if self.store.has(ns, base)), None)
-                key = base if ns is not None else key
-            keys.append(key)
-            found.append(ns)
-        return keys, found
+        found = [next((ns for ns in spaces if self.store.has(ns, k)), None) for k in scoped]
+        return scoped, found
 
     def forward(
         self,
         encoder: Any,
         lay: dict[str, np.ndarray],
         keys: list[str],
-        found: list[str | None],
         all_layers: bool,
         window: tuple[str, int | None],
         run: Callable[[bool], Any],
     ) -> Any:
-        """The forward pass of the laid-out batch ``lay`` whose rows have ``keys`` (found in
-        ``found``, :meth:`lookup`): read where every row is stored, else ``run(all_layers)``
-        and the rows not stored yet stored."""
+        """The forward pass of the laid-out batch ``lay`` whose rows have ``keys``
+        (:meth:`lookup`): read where every row of this batch is stored, else
+        ``run(all_layers)`` and the rows not stored yet stored."""
         start = time.perf_counter()
+        keys, found = self._scoped(encoder, keys, all_layers, window)
         mask = np.asarray(lay["attention_mask"]) != 0
         if all(ns is not None for ns in found):
             old = self._read(keys, found, all_layers)
@@ -260,14 +257,23 @@ class StateCache:
         # float16 states of --cache-dtype float16 go back to float32 (the exact mode keeps
         # whatever the model gave, a float16 model's float16 included).
         host = np.float32 if self.dtype == "float16" and first.dtype == np.float16 else first.dtype
-        out = np.zeros(shape, dtype=host)
-        for j, a in enumerate(states):
-            lo, hi = _real_span(mask[j])
-            out[..., j, lo:hi, :] = a
+        torch_out = None
         if _is_torch(encoder.backend):
             import torch
 
-            t = torch.from_numpy(out)
+            # torch's own allocation (64-byte aligned, as the model's outputs are): a reduction
+            # kernel's vectorised order depends on where the data starts, and NumPy aligns to
+            # 16 bytes only, so a read batch pooled from NumPy memory could differ in the last
+            # bit from the same batch encoded.
+            torch_out = torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, host)).dtype)
+            out = torch_out.numpy()
+        else:
+            out = np.zeros(shape, dtype=host)
+        for j, a in enumerate(states):
+            lo, hi = _real_span(mask[j])
+            out[..., j, lo:hi, :] = a
+        if torch_out is not None:
+            t = torch_out
             if dtype == "bfloat16":
                 t = t.view(torch.bfloat16)
             arr: Any = t.to(encoder.backend.device)

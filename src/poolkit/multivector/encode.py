@@ -100,7 +100,7 @@ def iter_token_vectors(
     fed = [np.asarray([*prefix, *tok.ids[i][: kept[i]].tolist(), *suffix], np.int64)
            for i in range(len(tok))]  # fmt: skip
     if cache is not None:
-        keys, found = cache.lookup(encoder, fed, False, ("truncate", None))
+        keys = cache.lookup(fed)
     start = 0
     while start < len(order):
         rows = order[start : start + max(1, budget // max(int(lengths[order[start]]), 1))]
@@ -132,7 +132,7 @@ def iter_token_vectors(
         else:
             hidden = to_float32_numpy(cache.forward(
                 encoder, {"input_ids": ids, "attention_mask": mask}, [keys[i] for i in rows],
-                [found[i] for i in rows], False, ("truncate", None),
+                False, ("truncate", None),
                 lambda every, ids=ids, mask=mask: encoder.backend.forward(
                     encoder.model_inputs(ids, mask), all_layers=every)))  # fmt: skip
         # the folder's projection, then L2 per token when normalize: (T, H) -> (T, D) float32
