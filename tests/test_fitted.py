@@ -133,8 +133,13 @@ def test_whitening_directions_with_no_variance_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["mean/pca128", "mean/whiten", "mean/whiten256/int8", "cls+mean@last4/l2/abtt3/64/binary",
-     "mean_no_special/raw/pca32/16/float16"],  # fmt: skip
+    [
+        "mean/pca128",
+        "mean/whiten",
+        "mean/whiten256/int8",
+        "cls+mean@last4/l2/abtt3/64/binary",
+        "mean_no_special/raw/pca32/16/float16",
+    ],
 )
 def test_fitted_names_round_trip(name) -> None:
     r = Recipe.parse(name)
@@ -237,8 +242,10 @@ def test_a_fit_for_something_else_is_refused_naming_both(minilm_dir, pca, sts_de
         ({"recipe": "mean/pca32"}, "a fit of 'mean/pca32'"),
         ({"recipe": "mean/pca16", "fit": pca}, "fits of mean/pca32"),
         ({"recipe": "mean", "fit": pca}, "without a fitted transform"),
-        ({"recipe": "mean/pca32", "fit": dataclasses.replace(pca, model="xxh3_128:0badc0de")},
-         "made with model 0badc0de"),  # fmt: skip
+        (
+            {"recipe": "mean/pca32", "fit": dataclasses.replace(pca, model="xxh3_128:0badc0de")},
+            "made with model 0badc0de",
+        ),
         ({"recipe": "mean/pca32", "fit": [pca, pca]}, "one fit per recipe"),
         ({"recipe": "mean/pca32", "fit": 3}, "a Fit, a fit file"),
     ]

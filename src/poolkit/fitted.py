@@ -323,7 +323,7 @@ def fit_transform(
                        f"({'directions' if kind != 'abtt' else 'top directions'} of "
                        f"{width}-wide vectors)", got=f"{n}",
                        fix="Fit on more texts (the corpus' documents, or --fit FILE).")  # fmt: skip
-    x64 = x.astype(np.float64)
+    x64 = np.ascontiguousarray(x, dtype=np.float64)  # one memory order: one summation order
     mean = x64.mean(axis=0)
     centred = x64 - mean
     cov = centred.T @ centred / (n - 1)  # unbiased, as scikit-learn's PCA and Su et al.

@@ -343,7 +343,7 @@ def run(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as e:
         raise flagged(e, COMPARE_RECIPES) from None
     if named and args.task not in BUDGET_TASKS:
-        raise InputError(arg="--recipes", expected="recipes without an output stage (/DIMS, "
+        raise InputError(arg="--recipes", expected="recipes without an output stage (/TRANSFORM, /DIMS, "
                          f"/PRECISION) for --task {args.task}, which trains on float "
                          f"vectors (it is scored only for --task "
                          f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),

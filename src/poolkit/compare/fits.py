@@ -56,7 +56,7 @@ class Fitted:
 
     def facts(self) -> dict[str, Any]:
         """The row facts (:class:`~poolkit.compare.report.RowFacts`) of a fitted row."""
-        return {"fit": f"/{self.fit.transform} fitted on {self.what}",
+        return {"fit": self.what,
                 "fit_file": None if self.file is None else str(self.file),
                 "fit_seconds": self.seconds}  # fmt: skip
 
@@ -126,6 +126,10 @@ def own_fits(
     wanted = fitted_recipes(settings.stages)
     if not wanted:
         return {}
+    if not settings.fit_model:  # the model the fits are made with, checked where applied
+        from poolkit.plan import fit_model
+
+        settings.fit_model = fit_model(encoder)
     digest = texts_digest(list(texts)) if texts else ""
     source = settings.fit_texts
     if source is None and train is not None and hasattr(train, "sentence1"):

@@ -452,6 +452,16 @@ def _budget_footer(task: str, ranked: Sequence[Result]) -> list[str]:
             "--json keeps them, and `poolkit embed --ranges THAT.json` reuses them "
             "(--calibrate FILE: ranges from every text of FILE)."
         )
+    fitted = [r for r in budget if r.fit is not None]
+    if fitted:
+        out.append(
+            "/TRANSFORM rows (fitted: /pcaK, /whiten[K], /abttD): the base row's float32 "
+            "vectors mapped by a transform fitted without labels, never on the texts scored "
+            "(queries, test pairs), then /DIMS and /PRECISION; `poolkit embed --fit FILE` "
+            "applies the same fit (docs/fitted.md)."
+        )
+        out.append(_Fact("fitted on: " + "; ".join(
+            f"{r.label} {r.fit} in {r.fit_seconds:.2f} s" for r in fitted) + "."))  # fmt: skip
     if any(r.rescore for r in budget):
         from poolkit.compare.budget import RESCORE_FACTOR
         from poolkit.compare.retrieval import DEPTH
@@ -647,7 +657,8 @@ def to_json(
             if r.ranges is not None:  # what `poolkit embed --ranges THIS.json` reuses
                 row["ranges"] = r.ranges.to_json()
             if r.fit is not None:  # what `poolkit embed --fit FILE` reads
-                row["fit"] = {"on": r.fit, "file": r.fit_file, "seconds": r.fit_seconds}
+                row["fit"] = {"transform": r.recipe.transform, "on": r.fit,
+                              "file": r.fit_file, "seconds": r.fit_seconds}  # fmt: skip
             if task == "retrieval":
                 row["search_ms_per_query"] = r.search_ms
         if sparse:

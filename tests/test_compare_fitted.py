@@ -1,0 +1,142 @@
+"""`poolkit compare` fitted rows (#53, docs/fitted.md): mean/pca128, mean/whiten128 and
+mean/abtt3 on the committed retrieval fixture against an independent reference
+(sentence-transformers' vectors, scikit-learn's PCA or the BERT-whitening paper's numpy
+recipe fitted on the same documents, ranked here and scored by pytrec_eval); the fit reads
+no query, no qrel and no test pair (changing them leaves the fit file byte-identical);
+what may be fitted on is refused in one line before the model loads."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from clitools import one_error_line, poolkit
+from test_compare_budget import RETRIEVAL, _retrieval_reference, _trec, by_recipe
+from testdata import fixture
+
+PCA = pytest.importorskip("sklearn.decomposition").PCA
+
+
+def _compare(tmp_path: Path, data: Path | str, *args: str) -> dict:
+    r = poolkit("compare", str(data), *args, "--json", "out.json", "--quiet", "--overwrite",
+                "--fits-dir", "fits", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()
+    return json.loads((tmp_path / "out.json").read_text())
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.mark.slow  # the real model's compare and sentence-transformers' vectors (~20 s)
+def test_fitted_retrieval_rows_equal_scikit_learn_on_the_documents(tmp_path, minilm_st):
+    pytest.importorskip("pytrec_eval")
+    doc = _compare(tmp_path, RETRIEVAL, "--task", "retrieval", "--recipes", "mean", "mean/128",
+                   "mean/pca128", "mean/whiten128", "mean/abtt3", "--bootstrap", "200")  # fmt: skip
+    rows = by_recipe(doc)
+    qids, dids, qrels, q, d = _retrieval_reference(minilm_st)  # unit vectors (Normalize)
+    q64, d64 = q.astype(np.float64), d.astype(np.float64)
+    pca = PCA(128, svd_solver="full").fit(d64)  # fitted on the documents only
+    u, s, _ = np.linalg.svd(np.cov(d64.T))  # Su et al. 2021, on the documents
+    white = u[:, :128] / np.sqrt(s[:128])
+    top = PCA(3, svd_solver="full").fit(d64).components_
+
+    def abtt(x):
+        c = x - d64.mean(axis=0)
+        return c - (c @ top.T) @ top
+
+    references = {
+        "mean/pca128": _unit(pca.transform(q64)) @ _unit(pca.transform(d64)).T,
+        "mean/whiten128": _unit((q64 - d64.mean(0)) @ white) @ _unit((d64 - d64.mean(0)) @ white).T,
+        "mean/abtt3": _unit(abtt(q64)) @ _unit(abtt(d64)).T,
+    }  # fmt: skip
+    for recipe, scores in references.items():
+        row = rows[(recipe, False)]
+        for metric, measure in (("ndcg_at_10", "ndcg_cut_10"), ("map_at_100", "map_cut_100")):
+            assert row[metric] == pytest.approx(_trec(qrels, qids, dids, scores, measure),
+                                                abs=1e-3), (recipe, metric)  # fmt: skip
+        fit = row["fit"]
+        assert fit["on"] == f"{len(dids)} documents" and fit["transform"] == recipe[5:]
+        assert Path(tmp_path / fit["file"]).is_file() and fit["seconds"] >= 0
+        assert f"--fit {fit['file']}" in row["embed_command"]
+        assert row["ci"] and row["difference"] is not None  # paired against mean, with a CI
+    # Beside truncation at the same bytes: both 128 dimensions, 512 bytes.
+    assert rows[("mean/pca128", False)]["bytes_per_vector"] == 512
+    assert rows[("mean/128", False)]["bytes_per_vector"] == 512
+    assert rows[("mean/abtt3", False)]["bytes_per_vector"] == 1536
+
+
+def _retrieval_copy(root: Path, name: str) -> Path:
+    out = root / name
+    shutil.copytree(RETRIEVAL, out)
+    return out
+
+
+@pytest.mark.slow  # four compares of the real model, the states cached (~25 s)
+def test_the_fit_reads_no_query_no_qrel_no_test_pair(tmp_path):
+    a = _retrieval_copy(tmp_path, "a")
+    b = _retrieval_copy(tmp_path, "b")
+    queries = [json.loads(x) for x in (b / "queries.jsonl").read_text().splitlines()]
+    (b / "queries.jsonl").write_text("".join(
+        json.dumps({**q, "text": " ".join(reversed(q["text"].split()))}) + "\n"
+        for q in queries))  # fmt: skip
+    qrels = (b / "qrels" / "test.tsv").read_text().splitlines()
+    (b / "qrels" / "test.tsv").write_text("\n".join(qrels[: len(qrels) // 2]) + "\n")
+    files = []
+    for folder in (a, b):
+        doc = _compare(tmp_path, folder, "--task", "retrieval", "--recipes", "mean",
+                       "mean/pca64", "--bootstrap", "0")  # fmt: skip
+        files.append(tmp_path / by_recipe(doc)[("mean/pca64", False)]["fit"]["file"])
+    assert files[0] == files[1]  # the same fit: the same digest, the same name
+    assert files[0].read_bytes() == files[1].read_bytes()
+    # STS: the fit is made on --train's sentences; its scores and the test pairs unread.
+    rows = list(csv.reader(fixture("stsb-dev-sample.csv").open(), delimiter="\t"))
+    train, test = rows[:100], rows[100:]
+    changed_scores = [[*r[:4], f"{5 - float(r[4]):.1f}", *r[5:]] for r in train]
+    other_test = [[*r[:5], r[6], r[5]] for r in test]
+    sts_files = []
+    for name, tr, te in (("one", train, test), ("two", changed_scores, other_test)):
+        work = tmp_path / name  # the same file names: the fit file records its source's
+        work.mkdir()
+        for part, body in (("train", tr), ("test", te)):
+            with (work / f"{part}.tsv").open("w", newline="") as f:
+                csv.writer(f, delimiter="\t").writerows(body)
+        doc = _compare(work, "test.tsv", "--task", "sts", "--train", "train.tsv", "--recipes",
+                       "mean", "mean/whiten32", "--bootstrap", "0")  # fmt: skip
+        row = by_recipe(doc)[("mean/whiten32", False)]
+        assert row["fit"]["on"].endswith("distinct sentences of train.tsv")
+        sts_files.append((work / row["fit"]["file"]).read_bytes())
+    assert sts_files[0] == sts_files[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--task", "sts", "--recipes", "mean", "mean/pca8"],
+         ["--recipes", "neither --fit nor --train"]),
+        (["--task", "sts", "--recipes", "mean", "mean/pca8", "--fit", "DATA"],
+         ["--fit", "texts other than those scored"]),
+        (["--task", "sts", "--recipes", "mean", "--fit", "fit.txt"],
+         ["--fit", "given only with a fitted recipe"]),
+        (["--task", "sts", "--recipes", "mean", "--fits-dir", "x"],
+         ["--fits-dir", "given only with a fitted recipe"]),
+        (["--task", "classification", "--recipes", "mean", "mean/pca8"],
+         ["--recipes", "without an output stage (/TRANSFORM"]),
+        (["--task", "sts", "--recipes", "mean", "mean/pca8", "--fit", "empty.txt"],
+         ["--fit", "non-blank texts"]),
+    ],
+)  # fmt: skip
+def test_what_may_be_fitted_on_is_checked_before_the_model(tmp_path, args, fragments):
+    data = tmp_path / "pairs.tsv"
+    shutil.copy(fixture("stsb-dev-sample.csv"), data)
+    (tmp_path / "fit.txt").write_text("a text\n")
+    (tmp_path / "empty.txt").write_text("\n\n")
+    if args[1] == "classification":
+        data = fixture("sentiment.txt")
+    argv = [str(data) if a == "DATA" else a for a in args]
+    r = poolkit("compare", str(data), *argv, "--model", "/nonexistent/model", cwd=tmp_path)
+    one_error_line(r, 2, *fragments)
