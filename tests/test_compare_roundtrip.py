@@ -17,7 +17,7 @@ pytrec_eval = pytest.importorskip("pytrec_eval")
 pq = pytest.importorskip("pyarrow.parquet")
 
 FIXTURE = Path(__file__).parent / "data" / "stsb-images-retrieval"
-ROWS = ("mean", "mean/256/int8", "mean/binary")
+ROWS = ("mean", "mean/256/int8", "mean/binary", "mean/pca128/int8")
 
 
 def titled_beir(folder: Path) -> Path:
@@ -58,7 +58,7 @@ def run_scores(recipe: str, q: np.ndarray, d: np.ndarray) -> np.ndarray:
     return qn.astype(np.float64) @ dn.astype(np.float64).T
 
 
-@pytest.mark.slow  # the real model: one compare and six embed commands (~50 s on 2 cores)
+@pytest.mark.slow  # the real model: one compare and eight embed commands (~60 s on 2 cores)
 def test_printed_embed_commands_reproduce_compare_ndcg(tmp_path, minilm_dir):
     beir = titled_beir(tmp_path / "beir")
     model = str(minilm_dir)
@@ -84,6 +84,8 @@ def test_printed_embed_commands_reproduce_compare_ndcg(tmp_path, minilm_dir):
             outputs.append(tmp_path / argv[argv.index("-o") + 1])
         if recipe.endswith("int8"):
             assert "--ranges scores.json" in command
+        if "/pca" in recipe:  # the fit compare made on the documents, applied to both sides
+            assert command.count(f"--fit {rows[recipe]['fit']['file']}") == 2
         doc_ids, d = read_vectors(outputs[0], recipe)
         query_ids, q = read_vectors(outputs[1], recipe)
         assert set(qrels) <= set(query_ids)
