@@ -356,6 +356,7 @@ RAY_TREATMENT = {
                     "test_state_cache_cli.py)",
     "--cache-layers": "the workers' open_state_cache (test_state_cache.py)",
     "--cache-dtype": "the workers' open_state_cache (test_state_cache.py)",
+    "--fit": "test_a_fitted_recipe_ships_its_fit_to_the_workers",
 }  # fmt: skip
 
 
@@ -808,6 +809,34 @@ def test_chunks_and_output_stage_give_the_local_rows(ray_cluster, tmp_path, mini
         _in_row_order(tmp_path / "again.parquet")[column]
         == _in_row_order(tmp_path / "naive.parquet")[column]
     )
+
+
+def test_a_fitted_recipe_ships_its_fit_to_the_workers(ray_cluster, tmp_path, minilm_dir):
+    """``--recipe mean/pca32 mean/pca32/int8 --fit FILE`` (#53): the driver reads the fit
+    once and ships it; the shards hold the local file's rows (floats to 1e-6, int8 bytes
+    equal) and its record, the fit's digest included; without --fit, one line before Ray."""
+    import poolkit
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    texts = sts_sentences()
+    fit = poolkit.fit(texts[:200], minilm_dir, recipe="mean/pca32")
+    fit.save(tmp_path / "pca.safetensors")
+    (tmp_path / "calib.txt").write_text("".join(t + "\n" for t in texts[200:260]))
+    flags = ["--recipe", "mean/pca32", "mean/pca32/int8", "--fit", str(tmp_path / "pca.safetensors"),
+             "--calibrate", str(tmp_path / "calib.txt"), "--model", str(minilm_dir), "--part-size", "42",
+             "--text-column", "sentence1", "-q"]  # fmt: skip
+    local, ray_out, _ = _ray_and_local(tmp_path, "fitted", address, *flags)
+    want = _in_row_order(local)
+    got = _in_row_order(ray_out)
+    x, y = (np.stack(t["mean/pca32"].to_numpy(zero_copy_only=False)) for t in (got, want))
+    assert x.shape[1] == 32 and np.abs(x - y).max() <= 1e-6
+    assert got["mean/pca32/int8"].to_pylist() == want["mean/pca32/int8"].to_pylist()
+    record = {k: v for k, v in _record(local)[0].items() if k != "provenance"}
+    assert all(r == record for r in _record(ray_out))
+    assert record["columns"]["mean/pca32"]["fit"]["digest"] == fit.digest()
+    refused = _in_process("embed", str(tmp_path / "pairs.tsv"), "-o", str(tmp_path / "no"),
+                          "--recipe", "mean/pca32", "--engine", "ray", "--address", address)  # fmt: skip
+    assert refused.returncode == 2 and "--fit" in refused.stderr, refused.stderr
 
 
 def test_chunk_and_width_checks_refuse_before_ray_starts(tmp_path, minilm_dir):
