@@ -212,7 +212,10 @@ def prepare(encoder: Any, recipes: Mapping[str, Any], **request: Any) -> Any:
     locally; the driver runs it before a local cluster starts, so a worker never fails to
     start on it."""
     from poolkit.families import family_plan
+    from poolkit.fitted import load_fits
 
+    if request.get("fits") is not None:  # Fits, their files, or a list of them
+        request = {**request, "fits": load_fits(request["fits"])}
     return family_plan(encoder, recipes, **request)
 
 
