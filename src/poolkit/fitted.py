@@ -9,7 +9,8 @@ transform     K      ``matrix``, from the eigenvectors ``U`` (by falling eigenva
                      ``s``) of the fit vectors' covariance
 ============  =====  ================================================================
 ``pcaK``      K      ``U[:, :K]``: principal component analysis
-``whiten``    D      ``U / sqrt(s)``: BERT-whitening (Su et al. 2021)
+``whiten``    D      ``U / sqrt(s)``: BERT-whitening (Su et al. 2021); a direction
+                     the fit texts do not vary in (``s`` ~ 0) is set to 0
 ``whitenK``   K      ``U[:, :K] / sqrt(s[:K])``: whitening, K directions kept
 ``abttD``     D      ``I - U[:, :D] U[:, :D]^T``: all-but-the-top (Mu & Viswanath 2018),
                      the mean and the top ``D`` directions removed
@@ -52,9 +53,9 @@ FIT_FORMAT = "poolkit-fit"
 FIT_VERSION = 1
 TRANSFORMS = ("pca", "whiten", "abtt")
 _SPELLING = re.compile(r"^(pca|whiten|abtt)(\d*)$")
-# Directions whose variance is below this share of the largest are not whitened (divided by
-# ~0 they would be noise blown up): whitening keeping them is refused.
-_RANK_TOLERANCE = 1e-9
+# Directions whose variance is below this share of the largest do not vary in the fit texts
+# (float32 vectors' rounding alone gives ~1e-14): whitening sets them to 0.
+_RANK_TOLERANCE = 1e-12
 
 
 class FitError(InputError):
@@ -336,12 +337,11 @@ def fit_transform(
         matrix = vecs[:, :out]
     elif kind == "whiten":
         kept = values[:out]
-        if kept[-1] <= values[0] * _RANK_TOLERANCE:
-            rank = int((values > values[0] * _RANK_TOLERANCE).sum())
-            raise FitError(arg="fit", expected=f"{out} directions with variance to whiten",
-                           got=f"{rank} (the fit texts span no more)",
-                           fix=f"Fit on more texts, or keep fewer: /whiten{rank}.")  # fmt: skip
-        matrix = vecs[:, :out] / np.sqrt(kept)
+        # A direction the fit texts do not vary in (all-MiniLM-L6-v2's mean vectors span 381
+        # of their 384) would be divided by ~0, blowing float noise up to unit variance: it
+        # is set to 0 instead, the width kept.
+        varies = kept > values[0] * _RANK_TOLERANCE
+        matrix = vecs[:, :out] * np.where(varies, 1 / np.sqrt(np.where(varies, kept, 1)), 0)
     else:
         top = vecs[:, :k]
         matrix = np.eye(width) - top @ top.T
