@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from poolkit.cli._common import add_common, add_model_or_positional, model_given
-from poolkit.cli._output_args import add_range_sources
+from poolkit.cli._output_args import add_fit_source, add_range_sources
 
 __all__ = ["add_parser", "run"]
 
@@ -50,14 +50,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--from-compare",
         default=None,
         metavar="JSON",
-        help="a poolkit compare --json file: export its top row and cite its "
-        "figure in the model card",
+        help="a poolkit compare --json file: export its top row (a fitted row with the fit "
+        "file it names, unless --fit) and cite its figure in the model card",
     )
     add_range_sources(parser, "an int8/uint8 recipe (--format onnx): the ranges the graph holds, "
                       "from every non-blank text, as poolkit embed --calibrate takes them")  # fmt: skip
     parser.add_argument("--text-column", default=None, metavar="C",
                         help="--calibrate FILE's field/column with the text (default: 'text', "
                         "or the only column)")  # fmt: skip
+    add_fit_source(parser)  # --fit FILE: a fitted recipe's transform, as embed takes it
     parser.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
     parser.add_argument("--quiet", "-q", action="store_true", help="no summary line")
     add_common(parser, model=False)  # --debug
@@ -71,12 +72,15 @@ def run(args: argparse.Namespace) -> int:
     from poolkit.cli._flags import EXPORT, flagged
     from poolkit.deploy import RECORD, export
     from poolkit.errors import PoolkitError
+    from poolkit.fitted import load_fits
 
     model = model_given(args)
     # A library message about `model` names the spelling given: MODEL as before, unless --model.
     flags = {**EXPORT, "model": "--model"} if args.model is not None else EXPORT
+    flags = {**flags, "fit": "--fit"}
     try:
         calibration = _calibration(args)
+        fits = load_fits(args.fit)  # None: --from-compare's fitted row names its file
         out = export(
             model,
             args.output,
@@ -86,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             from_compare=args.from_compare,
             calibration=calibration,
+            fit=fits or None,
         )
     except PoolkitError as e:
         raise flagged(e, flags) from None  # library messages name arguments

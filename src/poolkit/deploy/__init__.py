@@ -15,6 +15,10 @@ sentence-transformers ``SparseEncoder`` folder, or one ONNX graph with SPLADE po
 A multi-vector recipe (``multivector:tokens...``) goes to :mod:`poolkit.deploy.multivector`:
 a ``MultiVectorEncoder`` folder, or a token graph with the scoring mask inside.
 
+A recipe with a fitted transform (``mean/pca128``, :mod:`poolkit.fitted`) carries its fit:
+a sentence-transformers ``Dense`` module (``x @ W - mean @ W``) after the pipeline's own
+modules, or ``Sub`` and ``MatMul`` nodes in the graph's output stage.
+
 Every folder holds ``poolkit-export.json`` (recipe, source, where the choice came from,
 versions, output width, the agreement measured at export) and a README.md model card.
 The folder is built under a temporary name and renamed into place once it passed its
@@ -37,6 +41,7 @@ from poolkit._errors import value_error
 from poolkit._versions import installed_versions
 from poolkit.deploy.stage import check_stage_export, stage_ranges
 from poolkit.encoder_cache import get_encoder
+from poolkit.fitted import Fit, load_fits
 from poolkit.output import Calibration
 from poolkit.recipe import Recipe
 
@@ -110,13 +115,14 @@ _VERSIONS = {
 
 def new_record(
     encoder: Any, recipe: Recipe, format: str, choice: dict[str, Any], *, description: str,
-    normalize: bool, width: int, source: dict[str, str] | None = None,
+    normalize: bool, width: int, source: dict[str, str] | None = None, fit: Fit | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """What every folder's :data:`RECORD` starts with; ``source``: how the source model
-    pools (default: its ``ModelInfo``'s pooling and where that was read)."""
+    pools (default: its ``ModelInfo``'s pooling and where that was read); ``fit``: the
+    fitted transform the folder carries (recorded under ``fit``)."""
     info = encoder.info
     pooling = source or {"pooling": info.pooling, "pooling_source": info.pooling_source}
-    return {
+    record = {
         "poolkit_export": RECORD_VERSION,
         "format": format,
         "recipe": str(recipe),
@@ -128,6 +134,16 @@ def new_record(
         "source": {"model": info.reference, **pooling},
         "choice": choice,
     }
+    if fit is not None:  # only then: a record without a transform stays as it was
+        record["fit"] = _fit_record(fit)
+    return record
+
+
+def _fit_record(fit: Fit) -> dict[str, Any]:
+    """A record's ``fit`` entry: what the transform is, what it was fitted for and on."""
+    return {"recipe": fit.recipe, "transform": fit.transform, "in_dim": fit.in_dim,
+            "out_dim": fit.out_dim, "texts": fit.texts, "source": fit.source,
+            "texts_digest": fit.texts_digest, "model": fit.model, "digest": fit.digest()}  # fmt: skip
 
 
 def write_folder(
@@ -222,6 +238,7 @@ def export(
     overwrite: bool = False,
     from_compare: str | os.PathLike[str] | None = None,
     calibration: Any = None,
+    fit: Any = None,
 ) -> Path:
     """Write ``model`` pooled by ``recipe`` as a deployable folder ``out_dir``; returns it.
 
@@ -246,6 +263,10 @@ def export(
             A recipe with an output stage (``/DIMS``, ``/PRECISION``) makes an ONNX graph
             return the stored form (:mod:`poolkit.deploy.stage`); a sentence-transformers
             folder holds ``/DIMS`` only.
+        fit: the fit of a recipe with a fitted transform (``mean/pca128``), as
+            :func:`poolkit.embed` takes it: a :class:`~poolkit.fitted.Fit`, its file, or a
+            list of them; checked against the recipe, the model's width and its digest.
+            ``None`` with ``from_compare``: the file its fitted top row names.
 
     Raises:
         InputError: a bad argument, a recipe the format cannot express, a pipeline module
@@ -273,6 +294,9 @@ def export(
             "The compare file's top row is the recipe; pass one of the two.",
         )
     parsed = Recipe.parse(recipe) if recipe is not None else None
+    fits = load_fits(fit)
+    if parsed is not None:
+        _check_fit_recipe(parsed, fits)  # before the model loads
     if parsed is not None and parsed.level == "sequence":
         check_stage_export(parsed, format, calibration)  # before the model loads
     if parsed is not None and parsed.level in _LEVELS:
@@ -304,6 +328,8 @@ def export(
         from poolkit.deploy.card import read_compare
 
         parsed, choice = read_compare(from_compare, source)
+        if not fits and "fit" in choice:  # a fitted top row: the fit compare saved for it
+            fits = load_fits(_compare_fit_file(choice["fit"], Path(from_compare)))
     elif parsed is not None:
         choice = {"by": "recipe"}
     elif info.is_multivector_folder:  # its token pipeline, not a guessed sentence pooling
@@ -312,6 +338,7 @@ def export(
     else:
         parsed = info.intended_recipe()
         choice = {"by": "intended", "source": info.pooling_source}
+    _check_fit_recipe(parsed, fits)  # a compare row's or the intended recipe, too
     if (
         format == "sentence-transformers"
         and info.is_decoder
@@ -334,20 +361,25 @@ def export(
         )
     check_stage_export(parsed, format, calibration)  # a compare row's recipe, too
     normalize = parsed.resolved_normalize(info.normalize)
-    ranges = stage_ranges(encoder, parsed, calibration)
     from poolkit.plan import make_plan
 
-    # The width the exported model gives: after the model's own modules (a Dense) and dims.
-    (output,) = make_plan(encoder, {"r": parsed}, prompt="").outputs().values()
+    # The width the exported model gives: after the model's own modules (a Dense), the
+    # fitted transform and dims; the fit checked against that width and the model's digest
+    # before any calibration text runs (no fit, no transform: no digest to compute).
+    plan = make_plan(encoder, {"r": parsed}, prompt="",
+                     fits=fits if fits or parsed.transform is not None else None)  # fmt: skip
+    (output,) = plan.outputs().values()
+    fitted = plan.fits.get("r")
+    ranges = stage_ranges(encoder, parsed, calibration, fits)
     record = new_record(encoder, parsed, format, choice, description=_describe(parsed),
-                        normalize=normalize, width=output.dims)  # fmt: skip
+                        normalize=normalize, width=output.dims, fit=fitted)  # fmt: skip
 
     def write(work: Path) -> str:
         if format == "sentence-transformers":
-            _write_st(encoder, parsed, normalize, work, record)
+            _write_st(encoder, parsed, normalize, work, record, fitted)
             load = _ST_LOAD_OWN if parsed.user_poolings else _ST_LOAD
         else:
-            _write_onnx(encoder, parsed, normalize, quantize, work, record, ranges)
+            _write_onnx(encoder, parsed, normalize, quantize, work, record, ranges, fitted)
             load = ONNX_LOAD
         stage = record.get("onnx", {}).get("output_stage")
         dim = stage["width"] if stage else record["output_dim"]  # packed bits: bytes
@@ -355,6 +387,32 @@ def export(
                            names=", ".join(parsed.user_poolings))  # fmt: skip
 
     return write_folder(out, replace, record, write)
+
+
+def _check_fit_recipe(recipe: Recipe, fits: dict[str, Fit]) -> None:
+    """Refuse in one line a fitted ``recipe`` without its fit in ``fits``, or a fit that
+    ``recipe`` does not take (another recipe's; any, for a recipe without a transform):
+    what can be checked before the model loads (its width and digest: :func:`make_plan`)."""
+    from poolkit.plan import check_fits
+
+    fit = fits.get(str(recipe.fitted)) if recipe.fitted is not None else None
+    # The fit's own width stands in for the model's, not known yet: checked once loaded.
+    check_fits({"r": recipe}, {"r": fit.in_dim if fit is not None else 0}, fits)
+
+
+def _compare_fit_file(row_fit: Any, compare: Path) -> Path:
+    """The fit file of a compare JSON's fitted row (its ``fit`` entry): as written, else
+    beside the JSON file (a relative path written from another folder); refused in one line
+    where compare saved none."""
+    file = row_fit.get("file") if isinstance(row_fit, dict) else None
+    if not isinstance(file, str) or not file:
+        value_error("fit", f"the fit of the top row of {str(compare)!r}",
+                    "a row whose fit was not saved", "Pass fit= (--fit FILE), or run "
+                    "compare again with the fits saved (--fits-dir DIR).")  # fmt: skip
+    path = Path(file)
+    if not path.is_absolute() and not path.exists() and (compare.parent / path).exists():
+        return compare.parent / path
+    return path
 
 
 def _describe(recipe: Recipe) -> str:
@@ -369,7 +427,12 @@ def _describe(recipe: Recipe) -> str:
 
 
 def _write_st(
-    encoder: Any, recipe: Recipe, normalize: bool, work: Path, record: dict[str, Any]
+    encoder: Any,
+    recipe: Recipe,
+    normalize: bool,
+    work: Path,
+    record: dict[str, Any],
+    fit: Fit | None = None,
 ) -> None:
     from poolkit.backends.onnx import transformer_dir
     from poolkit.deploy.stfolder import copy_pipeline, source_heads, st_pooling_config
@@ -391,9 +454,10 @@ def _write_st(
     if recipe.dims is not None:
         from poolkit.plan import make_plan
 
-        width = make_plan(encoder, {"r": recipe.pooling}, prompt="").widths["r"]
+        # The width /DIMS keeps columns of: the fitted transform's output where there is one.
+        width = make_plan(encoder, {"r": recipe}, prompt="").stage_width("r")
     record["modules"] = copy_pipeline(source, transformer_dir(source), work, pooling, normalize,
-                                      encoder.max_length, recipe.dims, width)  # fmt: skip
+                                      encoder.max_length, recipe.dims, width, fit)  # fmt: skip
 
 
 def _write_onnx(
@@ -404,6 +468,7 @@ def _write_onnx(
     work: Path,
     record: dict[str, Any],
     ranges: Calibration | None = None,
+    fit: Fit | None = None,
 ) -> None:
     from poolkit.backends.onnx import quantize_int8, transformer_dir
     from poolkit.deploy.graph import build_graph
@@ -457,7 +522,8 @@ def _write_onnx(
             f"fp32 vectors (at least {INT8_MIN_COS} required)"
         )
     if staged.has_output_stage:
-        stage = _append_stage(work / "model.onnx", tokenizer, encoder, staged, normalize, ranges)
+        stage = _append_stage(work / "model.onnx", tokenizer, encoder, staged, normalize, ranges,
+                              fit)  # fmt: skip
         record["onnx"]["output_stage"] = stage
         record["agreement"]["stored"] = stage.pop("agreement")
         summary += "; " + record["agreement"]["stored"]["summary"]
@@ -472,17 +538,20 @@ def _append_stage(
     recipe: Recipe,
     normalize: bool,
     ranges: Calibration | None,
+    fit: Fit | None = None,
 ) -> dict[str, Any]:
-    """Append ``recipe``'s output stage to the graph at ``path`` and check it: on
-    :data:`CHECK_TEXTS` the graph must return, byte for byte, :mod:`poolkit.output`'s stored
-    form of its own float vectors; the share of values equal to ``poolkit.embed``'s stored
-    vectors is recorded (a value whose float sits on a bucket edge can differ by one)."""
+    """Append ``recipe``'s output stage (its fitted transform ``fit`` first) to the graph at
+    ``path`` and check it: on :data:`CHECK_TEXTS` the graph must return, byte for byte,
+    :mod:`poolkit.output`'s stored form of its own float vectors (:func:`_stage_agrees`);
+    the share of values equal to ``poolkit.embed``'s stored vectors is recorded (a value
+    whose float sits on a bucket edge can differ by one)."""
     import onnxruntime as ort
 
     from poolkit.backends.onnx import OnnxRunner
     from poolkit.deploy.stage import append_output_stage
     from poolkit.errors import ExportError
-    from poolkit.output import quantize, truncate
+    from poolkit.output import quantize
+    from poolkit.plan import stage_floats
 
     texts = list(CHECK_TEXTS)
     enc = tokenizer.encode_batch(texts)
@@ -490,16 +559,17 @@ def _append_stage(
     floats = runner(**encoded_feed(runner, enc))
     width = int(floats.shape[1])
     stage = append_output_stage(path, "sentence_embedding", width, recipe.dims, normalize,
-                                recipe.precision, ranges)  # fmt: skip
+                                recipe.precision, ranges, fit)  # fmt: skip
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (got,) = session.run(["sentence_embedding"], encoded_feed(runner, enc))
-    kept = truncate(floats, recipe.dims, normalize=normalize)
+    kept = stage_floats(floats, recipe, normalize, fit)  # transformed, truncated
     own = quantize(kept, recipe.precision, ranges)
-    ref = quiet_embed(texts, encoder, recipe, calibration=ranges)
+    ref = quiet_embed(texts, encoder, recipe, calibration=ranges, fit=fit)
+    tol = _stage_tolerance(floats, kept, fit)
     if (
         got.dtype != own.dtype
         or got.shape != own.shape
-        or not _stage_agrees(got, own, kept, recipe.precision, ranges)
+        or not _stage_agrees(got, own, kept, recipe.precision, ranges, tol)
     ):
         raise ExportError(
             expected=f"the graph's output stage {str(recipe)!r} to give poolkit.output's stored "
@@ -524,26 +594,43 @@ def _append_stage(
     return stage
 
 
+def _stage_tolerance(pooled: np.ndarray, kept: np.ndarray, fit: Fit | None) -> Any:
+    """How far the graph's stage floats may lie from NumPy's ``kept`` (of the graph's
+    ``pooled`` vectors): 1e-6; with a fitted transform, 1e-6 per unit of each row's largest
+    ``|x - mean| @ |W|`` (a float32 product rounds relative to its terms, which whitening's
+    small variances make large, not to its result), as the row's normalisations scale it."""
+    if fit is None:
+        return 1e-6
+    k = kept.shape[1]
+    terms = (np.abs(pooled - fit.mean) @ np.abs(fit.matrix))[:, :k]
+    plain = np.linalg.norm(fit.apply(pooled)[:, :k], axis=1)
+    scale = np.linalg.norm(kept, axis=1) / np.maximum(plain, 1e-12)  # 1 without normalising
+    return 1e-6 * np.maximum(1.0, terms.max(axis=1) * scale)[:, None]
+
+
 def _stage_agrees(
     got: np.ndarray, own: np.ndarray, floats: np.ndarray, precision: str | None,
-    ranges: Calibration | None,
+    ranges: Calibration | None, tol: Any = 1e-6,
 ) -> bool:  # fmt: skip
     """Whether the graph's stored ``got`` is ``own`` (poolkit.output's stored form of the
-    graph's truncated ``floats``): floats within 1e-6; codes equal, or one apart where the
-    float lies within 1e-6 of that bucket's edge (the graph's and NumPy's norms may differ in the last
-    bit); sign bits equal, or apart where the float is within 1e-6 of 0."""
+    graph's truncated ``floats``): floats within ``tol`` (a number, or one per row:
+    :func:`_stage_tolerance`); codes equal, or one apart where the float lies within ``tol``
+    of that bucket's edge (the graph's and NumPy's norms may differ in the last bit); sign
+    bits equal, or apart where the float is within ``tol`` of 0."""
+    tol = np.broadcast_to(np.asarray(tol, np.float64), floats.shape)
     if got.dtype.kind == "f":
-        return bool(np.abs(got.astype(np.float32) - own.astype(np.float32)).max() <= 1e-6)
+        return bool((np.abs(got.astype(np.float32) - own.astype(np.float32)) <= tol).all())
     if precision in ("binary", "ubinary"):
         dims = floats.shape[1]
         bits = [np.unpackbits(a.view(np.uint8), axis=1)[:, :dims] for a in (got, own)]
-        return bool((np.abs(floats[bits[0] != bits[1]]) <= 1e-6).all())
+        apart = bits[0] != bits[1]
+        return bool((np.abs(floats[apart]) <= tol[apart]).all())
     assert ranges is not None
     diff = got.astype(np.int16) - own.astype(np.int16)
     steps = np.where(ranges.steps > 0, ranges.steps, 1)
     place = (floats - ranges.starts) / steps
     edge = (np.abs(place - np.round(place)) * steps)[diff != 0]  # in value, not buckets
-    return bool(np.abs(diff).max() <= 1 and (edge <= 1e-6).all())
+    return bool(np.abs(diff).max() <= 1 and (edge <= tol[diff != 0]).all())
 
 
 def write_tokenizer(encoder: Any, path: Path) -> Any:

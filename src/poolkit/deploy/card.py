@@ -15,7 +15,7 @@ from poolkit.bm25 import parse_bm25
 from poolkit.errors import InputError
 from poolkit.recipe import Recipe
 
-__all__ = ["choice_text", "model_card", "read_compare"]
+__all__ = ["choice_text", "fit_text", "model_card", "read_compare"]
 
 
 def _bad(path: Path, *, which: str) -> InputError:
@@ -26,7 +26,8 @@ def _bad(path: Path, *, which: str) -> InputError:
 
 
 def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]]:
-    """The top row of the compare JSON at ``path`` as a recipe, and the record of the choice.
+    """The top row of the compare JSON at ``path`` as a recipe, and the record of the choice
+    (with a fitted row's ``fit`` entry: what it was fitted on, and its file).
 
     ``source``: the resolved folder of the model being exported; the file must have
     compared that model. Raises :class:`InputError` naming the file otherwise.
@@ -89,6 +90,8 @@ def read_compare(path: str | Path, source: Path) -> tuple[Recipe, dict[str, Any]
         "significant": top.get("significant"),
         "tied": top.get("tied"),
     }
+    if isinstance(top.get("fit"), dict):  # only then: other rows' choices stay as they were
+        choice["fit"] = top["fit"]
     return recipe, choice
 
 
@@ -129,6 +132,8 @@ def choice_text(choice: dict[str, Any]) -> str:
         )
         if choice.get("quantize"):
             text += f" (an {choice['quantize']} row)"
+        if isinstance(choice.get("fit"), dict) and choice["fit"].get("on"):
+            text += f" ({choice['fit']['on']})"
         if choice.get("tied"):
             text += ", tied with another row"
         if choice.get("intended_recipe") and choice["intended_recipe"] != choice["recipe"]:
@@ -150,6 +155,19 @@ def choice_text(choice: dict[str, Any]) -> str:
     return f"the model's intended pooling ({choice.get('source', 'as the model states it')})"
 
 
+def fit_text(fit: dict[str, Any]) -> str:
+    """One sentence: the fitted transform a folder carries (a record's ``fit`` entry)."""
+    texts, source = fit.get("texts"), fit.get("source") or ""
+    on = source if str(texts) in source else f"{texts} texts" + (f" ({source})" if source else "")
+    digest = f" (texts digest {fit['texts_digest']})" if fit.get("texts_digest") else ""
+    model = f"; model digest {fit['model']}" if fit.get("model") else ""
+    return (
+        f"`/{fit['transform']}` ({fit['in_dim']} -> {fit['out_dim']} dimensions, after the "
+        f"pooling and before any /DIMS), fitted for `{fit['recipe']}` on {on}{digest}{model}; "
+        f"transform digest {fit['digest']}"
+    )
+
+
 def model_card(record: dict[str, Any], load: str) -> str:
     """README.md of an exported folder: the pooling it carries, where it came from, how to
     load it. ``record``: the folder's poolkit-export.json; ``load``: a Python snippet."""
@@ -167,6 +185,9 @@ def model_card(record: dict[str, Any], load: str) -> str:
         f"- **Source model**: {src['model']} (its own pooling: {src['pooling']}, from "
         f"{src['pooling_source']}).",
     ]
+    fit = record.get("fit")
+    if fit:
+        lines.append(f"- **Fitted transform**: {fit_text(fit)}.")
     agreement = record.get("agreement")
     if agreement:
         lines.append(f"- **Checked at export**: {agreement['summary']}.")

@@ -1,13 +1,16 @@
-"""A recipe's output stage as ONNX nodes: the ``/DIMS/PRECISION`` of ``poolkit.output``
-appended to an exported graph, so that the graph returns the stored form.
+"""A recipe's output stage as ONNX nodes: the ``/TRANSFORM/DIMS/PRECISION`` of
+:func:`poolkit.plan.stage_floats` and ``poolkit.output`` appended to an exported graph, so
+that the graph returns the stored form.
 
 After the pooled (and, where the recipe normalises, L2-normalised) ``(batch, D)`` vectors:
-keep the first ``dims`` columns, L2-normalise them again where the recipe normalises, then
-store them at the precision: float16 a cast; int8/uint8 ``floor((v - start) / step)``
-clipped to 0..255 (minus 128 for int8) with the calibration's starts and steps as
-constants; binary/ubinary the sign bits packed 8 per byte, first dimension in the high bit
-(minus 128 for binary). Each step is the float32 arithmetic :func:`poolkit.output.truncate`
-and :func:`poolkit.output.quantize` do, in the same order, so the bytes are theirs.
+a fitted transform ``(x - mean) @ matrix`` (:class:`poolkit.fitted.Fit`, as ``Sub`` and
+``MatMul``; L2-normalised again where the recipe normalises), then keep the first ``dims``
+columns, L2-normalise them again where the recipe normalises, then store them at the
+precision: float16 a cast; int8/uint8 ``floor((v - start) / step)`` clipped to 0..255
+(minus 128 for int8) with the calibration's starts and steps as constants; binary/ubinary
+the sign bits packed 8 per byte, first dimension in the high bit (minus 128 for binary).
+Each step is the float32 arithmetic :func:`poolkit.output.truncate` and
+:func:`poolkit.output.quantize` do, in the same order, so the bytes are theirs.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from poolkit._errors import value_error
+from poolkit.fitted import Fit
 from poolkit.output import Calibration, needs_calibration, stored_dtype, stored_width
 from poolkit.recipe import Recipe
 
@@ -44,20 +48,24 @@ def check_stage_export(recipe: Recipe, format: str, calibration: Any) -> None:
                     "Drop `calibration`, or export an int8 or uint8 recipe.")  # fmt: skip
 
 
-def stage_ranges(encoder: Any, recipe: Recipe, calibration: Any) -> Calibration | None:
+def stage_ranges(
+    encoder: Any, recipe: Recipe, calibration: Any, fits: dict[str, Fit] | None = None
+) -> Calibration | None:
     """``recipe``'s ``dims`` checked against the model's width, and its int8/uint8 ranges
-    from ``calibration`` (as :func:`poolkit.embed` takes it; None without int8/uint8)."""
+    from ``calibration`` (as :func:`poolkit.embed` takes it; None without int8/uint8), of
+    the vectors its fit (in ``fits``, by recipe) transformed."""
     from poolkit.embedding import calibrate_recipes
     from poolkit.plan import make_plan
 
     if not recipe.has_output_stage:
         return None
     one = {str(recipe): recipe}
-    make_plan(encoder, one, prompt="")  # dims fit, before calibrating
+    fits = fits if recipe.transform is not None else None
+    make_plan(encoder, one, prompt="", fits=fits)  # dims fit, before calibrating
     if calibration is None:
         return None
-    return make_plan(encoder, one, prompt="",
-                     calibration=calibrate_recipes(encoder, one, calibration)).ranges[str(recipe)]  # fmt: skip
+    ranges = calibrate_recipes(encoder, one, calibration, fits=fits)
+    return make_plan(encoder, one, prompt="", calibration=ranges, fits=fits).ranges[str(recipe)]
 
 
 def append_output_stage(
@@ -68,11 +76,14 @@ def append_output_stage(
     normalize: bool,
     precision: str | None,
     calibration: Calibration | None,
+    fit: Fit | None = None,
 ) -> dict[str, Any]:
     """Rewrite the graph at ``path`` so ``output`` (float ``(batch, width)``) becomes the
-    stored form of ``(batch, dims)`` vectors at ``precision``; returns its dtype and width.
+    stored form of ``(batch, dims)`` vectors at ``precision``; returns its dtype and width
+    (and, with ``fit``, its transform).
 
-    ``calibration``: the int8/uint8 ranges (``dims`` of them; required for those).
+    ``calibration``: the int8/uint8 ranges (``dims`` of them; required for those);
+    ``fit``: the recipe's fitted transform (``width`` inputs), applied first.
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -98,19 +109,32 @@ def append_output_stage(
         nodes.append(helper.make_node(kind, inputs, [out], name=out, **attrs))
         return out
 
-    k = width if dims is None else dims
+    def l2(x: str, at: str) -> str:  # as l2_normalize: x / max(||x||, 1e-12)
+        sq = op("Mul", [x, x], f"{at}squares")
+        total = op("ReduceSum", [sq, const(f"{at}axis", np.array([1], np.int64))], f"{at}sum",
+                   keepdims=1)  # fmt: skip
+        norm = op("Max", [op("Sqrt", [total], f"{at}norm"),
+                          const(f"{at}eps", np.float32(_EPS))], f"{at}norm_floor")  # fmt: skip
+        return op("Div", [x, norm], f"{at}renormalised")
+
     x = pooled
+    if fit is not None:
+        assert fit.in_dim == width  # checked by the caller (Fit.check)
+        # As Fit.apply: centred first, then one product (not x @ W - mean @ W, whose two
+        # large terms would cancel), so the graph rounds as poolkit.embed does.
+        x = op("Sub", [x, const("fit_mean", np.asarray(fit.mean, np.float32))], "fit_centred")
+        x = op("MatMul", [x, const("fit_matrix", np.asarray(fit.matrix, np.float32))],
+               "fit_transformed")  # fmt: skip
+        if normalize:
+            x = l2(x, "fit_")
+        width = fit.out_dim
+    k = width if dims is None else dims
     if k != width:
         x = op("Slice", [x, const("begin", np.array([0], np.int64)),
                          const("end", np.array([k], np.int64)),
                          const("axes", np.array([1], np.int64))], "truncated")  # fmt: skip
-        if normalize:  # as l2_normalize: x / max(||x||, 1e-12)
-            sq = op("Mul", [x, x], "squares")
-            total = op("ReduceSum", [sq, const("axis", np.array([1], np.int64))], "sum",
-                       keepdims=1)  # fmt: skip
-            norm = op("Max", [op("Sqrt", [total], "norm"), const("eps", np.float32(_EPS))],
-                      "norm_floor")  # fmt: skip
-            x = op("Div", [x, norm], "renormalised")
+        if normalize:
+            x = l2(x, "")
     p = precision or "float32"
     elem = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16,
             "int8": TensorProto.INT8, "uint8": TensorProto.UINT8,
@@ -146,4 +170,7 @@ def append_output_stage(
     )
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
-    return {"dtype": stored_dtype(precision).name, "width": stored_width(k, precision), "dims": k}
+    stage = {"dtype": stored_dtype(precision).name, "width": stored_width(k, precision), "dims": k}
+    if fit is not None:
+        stage["transform"] = fit.transform
+    return stage

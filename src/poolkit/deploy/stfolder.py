@@ -2,8 +2,9 @@
 
 The folder is the source pipeline with its pooling set to the recipe: the transformer
 files copied byte for byte, ``modules.json``, ``1_Pooling/config.json``, the source's
-``Dense``/``LayerNorm`` module folders copied, a ``Normalize`` module when the recipe
-normalises, ``sentence_bert_config.json`` and the tokenizer files.
+``Dense``/``LayerNorm`` module folders copied, a recipe's fitted transform as a ``Dense``
+module, a ``Normalize`` module when the recipe normalises, ``sentence_bert_config.json``
+and the tokenizer files.
 
 Pooling is written with the ``pooling_mode_*`` keys every sentence-transformers version
 reads; with them ``Pooling`` concatenates in one fixed order (cls, max, mean,
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from poolkit._errors import value_error
+from poolkit.fitted import Fit
 from poolkit.recipe import Recipe
 
 __all__ = ["ST_ORDER", "copy_files", "copy_pipeline", "read_json", "st_pooling_config", "st_refusal",
@@ -149,13 +151,16 @@ def copy_pipeline(
     max_seq_length: int,
     dims: int | None = None,
     width: int | None = None,
+    fit: Fit | None = None,
 ) -> list[str]:
     """Write the sentence-transformers folder into ``dest`` (existing, empty).
 
     ``source``: the model folder (``modules.json`` there if any); ``hf_dir``: its
-    transformer folder. ``dims``: keep the first ``dims`` of the pipeline's ``width``
-    columns (a recipe's ``/DIMS``), recorded as ``truncate_dim``. Returns the module kinds
-    written, in pipeline order.
+    transformer folder. ``fit``: a recipe's fitted transform, a ``Dense`` module after the
+    source's modules (and a ``Normalize`` where ``normalize``: it was fitted on normalised
+    vectors). ``dims``: keep the first ``dims`` of the pipeline's ``width`` columns (after
+    the transform; a recipe's ``/DIMS``), recorded as ``truncate_dim``. Returns the module
+    kinds written, in pipeline order.
     """
     copy_files(hf_dir, dest, skip=frozenset())
     if hf_dir != source:
@@ -182,6 +187,10 @@ def copy_pipeline(
     write_json(dest / "1_Pooling" / "config.json", pooling)
     for entry in source_heads(source):
         shutil.copytree(source / str(entry.get("path") or ""), add(_kind(entry), entry["type"]))
+    if fit is not None:
+        if normalize:  # poolkit.embed transforms the normalised vectors the fit was made on
+            add("Normalize").mkdir()
+        _write_affine(add("Dense"), fit)
     if normalize and dims is not None and width is not None and dims < width:
         # sentence-transformers truncates after every module (Normalize included) and does
         # not normalise again; poolkit normalises the kept columns. A Dense module whose
@@ -200,6 +209,23 @@ def copy_pipeline(
         config["truncate_dim"] = dims
         write_json(path, config)
     return [_kind(m) for m in modules]
+
+
+def _write_affine(folder: Path, fit: Fit) -> None:
+    """A sentence-transformers ``Dense`` module giving ``fit.apply``'s ``(x - mean) @ W``
+    as ``x @ W + b`` with ``b = -(mean @ W)``."""
+    import numpy as np
+    import torch
+    from sentence_transformers.sentence_transformer.modules import Dense
+
+    matrix = np.asarray(fit.matrix, np.float64)
+    # mean @ W in float64, rounded once to float32: a float32 product would round again.
+    bias = -(np.asarray(fit.mean, np.float64) @ matrix)
+    dense = Dense(fit.in_dim, fit.out_dim, bias=True, activation_function=torch.nn.Identity(),
+                  init_weight=torch.tensor(matrix.T, dtype=torch.float32),
+                  init_bias=torch.tensor(bias, dtype=torch.float32))  # fmt: skip
+    folder.mkdir()
+    dense.save(str(folder))
 
 
 def _write_slice(folder: Path, width: int, dims: int) -> None:
