@@ -140,3 +140,63 @@ def test_what_may_be_fitted_on_is_checked_before_the_model(tmp_path, args, fragm
     argv = [str(data) if a == "DATA" else a for a in args]
     r = poolkit("compare", str(data), *argv, "--model", "/nonexistent/model", cwd=tmp_path)
     one_error_line(r, 2, *fragments)
+
+
+@pytest.mark.slow  # two compares of the real model on the committed STS sample (~15 s)
+def test_a_trained_projection_row_is_seeded_and_is_its_fit_applied(tmp_path, minilm_st):
+    from scipy.stats import spearmanr
+
+    from poolkit.fitted import load_fit
+
+    rows = list(csv.reader(fixture("stsb-dev-sample.csv").open(), delimiter="\t"))
+    for part, body in (("train", rows[:100]), ("test", rows[100:])):
+        with (tmp_path / f"{part}.tsv").open("w", newline="") as f:
+            csv.writer(f, delimiter="\t").writerows(body)
+    runs = []
+    for _ in range(2):
+        doc = _compare(tmp_path, "test.tsv", "--task", "sts", "--train", "train.tsv",
+                       "--recipes", "mean", "mean/proj32", "--bootstrap", "100", "--seed", "3")  # fmt: skip
+        runs.append(by_recipe(doc)[("mean/proj32", False)])
+    first, second = runs
+    assert first["spearman"] == second["spearman"] and first["ci"] == second["ci"]
+    assert first["fit"]["file"] == second["fit"]["file"]  # the same weights, the same digest
+    assert first["fit"]["on"].startswith("90 pairs (10 held out) of train.tsv")
+    fit = load_fit(tmp_path / first["fit"]["file"])
+    assert fit.transform == "proj32" and fit.extra["seed"] == "3" and fit.extra["loss"] == "cosent"
+    # The row is the fit applied to sentence-transformers' vectors of the test pairs.
+    test = rows[100:]
+    a = minilm_st.encode([r[5] for r in test], convert_to_numpy=True)
+    b = minilm_st.encode([r[6] for r in test], convert_to_numpy=True)
+    pa, pb = fit.apply(a).astype(np.float64), fit.apply(b).astype(np.float64)
+    cos = (pa * pb).sum(1) / np.linalg.norm(pa, axis=1) / np.linalg.norm(pb, axis=1)
+    gold = [float(r[4]) for r in test]
+    assert first["spearman"] == pytest.approx(spearmanr(cos, gold).statistic, abs=1e-6)
+    assert "--fit" in first["embed_command"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--task", "sts", "--recipes", "mean", "mean/proj8"], ["--train", "labelled pairs"]),
+        (["--task", "sts", "--recipes", "mean", "mean/proj8", "--train", "DATA", "--fit",
+          "fit.txt"], ["--fit", "without --fit"]),
+        (["--task", "retrieval", "--recipes", "mean", "mean/proj8"], ["--recipes", "--task sts"]),
+    ],
+)  # fmt: skip
+def test_trained_rows_need_labelled_pairs(tmp_path, args, fragments):
+    data = tmp_path / "pairs.tsv"
+    shutil.copy(fixture("stsb-dev-sample.csv"), data)
+    (tmp_path / "fit.txt").write_text("a text\n")
+    if args[1] == "retrieval":
+        data = RETRIEVAL
+    argv = [str(tmp_path / "pairs2.tsv") if a == "DATA" else a for a in args]
+    shutil.copy(fixture("stsb-dev-sample.csv"), tmp_path / "pairs2.tsv")
+    r = poolkit("compare", str(data), *argv, "--model", "/nonexistent/model", cwd=tmp_path)
+    one_error_line(r, 2, *fragments)
+
+
+def test_a_projection_is_trained_not_fitted():
+    from poolkit.fitted import FitError, fit_transform
+
+    with pytest.raises(FitError, match="trained on labels"):
+        fit_transform(np.zeros((50, 8), np.float32), "proj4", recipe="mean/proj4")

@@ -14,6 +14,7 @@ transform     K      ``matrix``, from the eigenvectors ``U`` (by falling eigenva
 ``whitenK``   K      ``U[:, :K] / sqrt(s[:K])``: whitening, K directions kept
 ``abttD``     D      ``I - U[:, :D] U[:, :D]^T``: all-but-the-top (Mu & Viswanath 2018),
                      the mean and the top ``D`` directions removed
+``projK``     K      trained on labelled pairs, not fitted (:mod:`poolkit.trained`)
 ============  =====  ================================================================
 
 Where the recipe normalises, the transformed vector is L2-normalised again; ``/DIMS`` and
@@ -51,8 +52,8 @@ __all__ = [
 
 FIT_FORMAT = "poolkit-fit"
 FIT_VERSION = 1
-TRANSFORMS = ("pca", "whiten", "abtt")
-_SPELLING = re.compile(r"^(pca|whiten|abtt)(\d*)$")
+TRANSFORMS = ("pca", "whiten", "abtt", "proj")
+_SPELLING = re.compile(r"^(pca|whiten|abtt|proj)(\d*)$")
 # Directions whose variance is below this share of the largest do not vary in the fit texts
 # (float32 vectors' rounding alone gives ~1e-14): whitening sets them to 0.
 _RANK_TOLERANCE = 1e-12
@@ -72,7 +73,8 @@ def parse_transform(text: str) -> str | None:
     kind, number = m.groups()
     if (kind != "whiten" and not number) or (number and int(number) < 1):
         form = {"pca": "/pcaK with K >= 1, e.g. /pca128", "abtt": "/abttD with D >= 1, e.g. "
-                "/abtt3", "whiten": "/whiten or /whitenK with K >= 1"}[kind]  # fmt: skip
+                "/abtt3", "whiten": "/whiten or /whitenK with K >= 1",
+                "proj": "/projK with K >= 1, e.g. /proj128"}[kind]  # fmt: skip
         raise RecipeError(arg="transform", expected=form, got=f"/{text}",
                           fix="Write the number of directions.")  # fmt: skip
     return f"{kind}{int(number)}" if number else kind
@@ -309,6 +311,11 @@ def fit_transform(
     texts, before the output stage); see the module docstring. In float64; eigenvectors
     signed so that each one's largest entry is positive (the same vectors, the same fit)."""
     kind, k = _split(transform)
+    if kind == "proj":
+        raise FitError(arg="transform", expected="a transform fitted without labels (pcaK, "
+                       "whiten[K], abttD)", got=f"/{transform}, which is trained on labels",
+                       fix="Train it on labelled pairs: compare --task sts --train FILE, or "
+                       "poolkit.trained.train_projection.")  # fmt: skip
     x = np.asarray(vectors)
     if x.ndim != 2 or x.dtype.kind != "f" or not len(x):
         value_error("vectors", "float vectors of shape (N, D), N >= 1",

@@ -86,25 +86,48 @@ def fit_stages(
     what: str,
     texts_digest: str,
     settings: Any,
+    pairs: tuple[np.ndarray, np.ndarray, np.ndarray, str] | None = None,
 ) -> dict[Recipe, Fitted]:
     """The fit of every recipe with a fitted transform in ``stages``, on ``vectors`` (base
     recipe -> the fit texts' float vectors, as the rows' own), each saved under
     ``settings.fit_dir`` (None: not saved) as ``SLUG-DIGEST.safetensors``. ``what``:
-    the fit texts, for the report."""
+    the fit texts, for the report. A trained transform (``/projK``, :mod:`poolkit.trained`)
+    trains on ``pairs``: the rows of ``vectors`` of each pair's sides, the gold scores and
+    what they are; seeded by ``settings.seed``."""
+    from poolkit.trained import train_projection
+
     out: dict[Recipe, Fitted] = {}
     model = getattr(settings, "fit_model", "")
     folder = getattr(settings, "fit_dir", None)
     for fitted, base in fitted_recipes(stages).items():
         start = time.perf_counter()
-        fit = fit_transform(vectors[base], str(fitted.transform), recipe=str(fitted),
-                            model=model, source=what, texts_digest=texts_digest)  # fmt: skip
+        about = what
+        if is_trained(fitted):
+            if pairs is None:
+                raise InputError(arg="--train", expected=f"labelled pairs to train {fitted} "
+                                 "on", got="none", fix="Add --train FILE (a train split "
+                                 "with scores).")  # fmt: skip
+            a, b, gold, about = pairs
+            fit = train_projection(vectors[base][a], vectors[base][b], gold,
+                                   str(fitted.transform), recipe=str(fitted), model=model,
+                                   source=about, texts_digest=texts_digest,
+                                   seed=getattr(settings, "seed", 0))  # fmt: skip
+            about = f"{fit.extra['trained_on']} of {about.split(' of ', 1)[-1]}"
+        else:
+            fit = fit_transform(vectors[base], str(fitted.transform), recipe=str(fitted),
+                                model=model, source=what, texts_digest=texts_digest)  # fmt: skip
         seconds = time.perf_counter() - start
         file = None
         if folder is not None:
             slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(fitted)).strip("-")
             file = fit.save(Path(folder) / f"{slug}-{fit.short_digest}.safetensors")
-        out[fitted] = Fitted(fit, file, seconds, what)
+        out[fitted] = Fitted(fit, file, seconds, about)
     return out
+
+
+def is_trained(recipe: Recipe) -> bool:
+    """Whether ``recipe``'s transform is trained on labels (``/projK``), not fitted."""
+    return str(recipe.transform or "").startswith("proj")
 
 
 def own_fits(
@@ -132,10 +155,15 @@ def own_fits(
         settings.fit_model = fit_model(encoder)
     digest = texts_digest(list(texts)) if texts else ""
     source = settings.fit_texts
+    pairs = None
     if source is None and train is not None and hasattr(train, "sentence1"):
         distinct = list(dict.fromkeys(train.sentence1 + train.sentence2))
-        source = FitTexts(distinct, f"{len(distinct)} distinct sentences of "
-                          f"{getattr(train, 'source', 'the train split')}")  # fmt: skip
+        name = getattr(train, "source", "the train split")
+        source = FitTexts(distinct, f"{len(distinct)} distinct sentences of {name}")
+        where = {t: i for i, t in enumerate(distinct)}
+        pairs = (np.array([where[t] for t in train.sentence1], np.int64),
+                 np.array([where[t] for t in train.sentence2], np.int64),
+                 np.asarray(train.scores, np.float64), f"{len(train)} pairs of {name}")  # fmt: skip
     if source is not None:
         fit_on = list(source.texts)
         vectors, _ = embed_sequences(encoder, fit_on, list(dict.fromkeys(wanted.values())),
@@ -147,7 +175,7 @@ def own_fits(
         raise InputError(arg="fit", expected=f"texts to fit {next(iter(wanted))} on (never the "
                         "texts scored)", got="none", fix="Pass the train split's sentences "
                         "or other unlabelled texts (compare --fit FILE).")  # fmt: skip
-    settings.fits = fit_stages(settings.stages, vectors, what, digest, settings)
+    settings.fits = fit_stages(settings.stages, vectors, what, digest, settings, pairs)
     return settings.fits
 
 
@@ -167,6 +195,16 @@ def check_fit_source(task: str, named: Sequence[Recipe], fit: str | None, train:
         raise InputError(arg="--fit", expected="texts other than those scored (a fit on DATA "
                          "would see the test set)", got=fit,
                          fix="Fit on a train split or an unlabelled sample of your corpus.")  # fmt: skip
+    trained = [r for r in fitted if is_trained(r)]
+    if trained and task != "sts":
+        raise InputError(arg="--recipes", expected="trained rows (/projK) with --task sts (they "
+                         "train on --train's labelled pairs)", got=f"{trained[0]} with --task "
+                         f"{task}", fix="Use a fitted row (/pcaK, /whiten[K], /abttD) here.")  # fmt: skip
+    if trained and (fit is not None or train is None):
+        raise InputError(arg="--train" if train is None else "--fit", expected=f"{trained[0]} "
+                         "trained on --train FILE's labelled pairs, without --fit",
+                         got="--fit FILE" if fit is not None else "no --train",
+                         fix="Pass --train FILE (a train split with scores) and drop --fit.")  # fmt: skip
     if task == "sts" and fit is None and train is None:
         raise InputError(arg="--recipes", expected=f"texts to fit {fitted[0]} on for --task "
                          "sts (never the pairs scored)", got="neither --fit nor --train",

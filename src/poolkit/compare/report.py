@@ -460,8 +460,14 @@ def _budget_footer(task: str, ranked: Sequence[Result]) -> list[str]:
             "(queries, test pairs), then /DIMS and /PRECISION; `poolkit embed --fit FILE` "
             "applies the same fit (docs/fitted.md)."
         )
-        out.append(_Fact("fitted on: " + "; ".join(
+        out.append(_Fact("fitted or trained on: " + "; ".join(
             f"{r.label} {r.fit} in {r.fit_seconds:.2f} s" for r in fitted) + "."))  # fmt: skip
+        if any(str(r.recipe.transform).startswith("proj") for r in fitted):
+            out.append(
+                "/projK rows (trained): a linear projection to K dimensions trained on the "
+                "--train pairs' gold scores (CoSENT loss, the encoder frozen, started from "
+                "PCA, the epoch that ranks a held-out tenth best kept; seeded by --seed)."
+            )
     if any(r.rescore for r in budget):
         from poolkit.compare.budget import RESCORE_FACTOR
         from poolkit.compare.retrieval import DEPTH
