@@ -30,7 +30,8 @@ sys.path.insert(0, str(HERE))
 from _data import data_dir  # noqa: E402
 from bench_cache import build, compare, cpu  # noqa: E402
 
-STS = ["mean", "mean/64", "mean/pca64", "mean/128", "mean/pca128", "mean/256", "mean/pca256",
+STS = ["mean", "mean/64", "mean/pca64", "mean/128", "mean/pca128", "mean/proj128", "mean/256",
+       "mean/pca256", "mean/proj256",
        "mean/whiten", "mean/whiten128", "mean/whiten256", "mean/abtt1", "mean/abtt3"]  # fmt: skip
 RETRIEVAL = ["mean", "mean/64", "mean/pca64", "mean/128", "mean/pca128", "mean/whiten128",
              "mean/abtt3", "mean/128/int8", "mean/pca128/int8"]  # fmt: skip

@@ -14,7 +14,7 @@ PUBLIC = [
     "ModelNotFoundError", "OutputExistsError", "PRECISIONS", "PipelineError", "PoolkitError", "Recipe",
     "RecipeError", "RunError", "SEQUENCE_STRATEGIES", "SPAN_STRATEGIES",
     "TokenVectors", "TruncationWarning", "WORD_STRATEGIES", "bucket_widths", "diagnose", "embed",
-    "embed_chunks", "embed_spans", "embed_tokens", "embed_words", "export", "flat_token_embeddings", "layer_mix",
+    "embed_chunks", "embed_spans", "embed_tokens", "embed_words", "export", "fit", "flat_token_embeddings", "layer_mix",
     "maxsim", "model_info", "parse_sequence_strategy", "parse_span_strategy", "register_pooling",
     "sequence_embedding", "span_embeddings", "span_output_dim", "token_embeddings",
     "unregister_pooling", "word_embeddings", "word_spans",
