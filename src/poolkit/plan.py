@@ -162,6 +162,10 @@ class Plan:
         :func:`poolkit.driver.drive`; ``rows(batch)`` gives the rows to pool instead of
         the batch's and their places among ``num_rows`` outputs (late chunks); ``tap``
         sees every batch first. No warning is raised here."""
+        unfitted = [str(r) for n, r in self.recipes.items() if r.transform and n not in self.fits]
+        if unfitted:  # before the forward pass, not after it
+            value_error("fit", f"the fit of {unfitted[0]!r}", "none",
+                        "Pass fit= (a Fit, or its file: compare writes one).")  # fmt: skip
         n = len(texts) if num_rows is None else num_rows
         pooling = {name: r.pooling for name, r in self.recipes.items()}  # float vectors first
         out = {name: np.empty((n, self.widths[name]), np.float32) for name in pooling}
@@ -193,9 +197,6 @@ class Plan:
         applied, truncated, re-normalised where the recipe normalises, quantised with the
         ranges (:func:`stage_floats`, then :func:`poolkit.output.quantize`)."""
         r = self.recipes[name]
-        if r.transform is not None and name not in self.fits:
-            value_error("fit", f"the fit of {str(r.fitted)!r}", "none",
-                        "Pass fit= (a Fit, or its file: compare writes one).")  # fmt: skip
         floats = stage_floats(vectors, r, r.resolved_normalize(self.model_normalize),
                               self.fits.get(name))  # fmt: skip
         return quantize(floats, r.precision, self.ranges.get(name))
