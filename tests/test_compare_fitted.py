@@ -200,3 +200,68 @@ def test_a_projection_is_trained_not_fitted():
 
     with pytest.raises(FitError, match="trained on labels"):
         fit_transform(np.zeros((50, 8), np.float32), "proj4", recipe="mean/proj4")
+
+
+def _split_beir(root: Path) -> Path:
+    """The retrieval fixture with its judged queries split in two: the first half's
+    judgements as qrels/train.tsv, the rest as qrels/test.tsv."""
+    beir = _retrieval_copy(root, "split")
+    head, *body = (beir / "qrels" / "test.tsv").read_text().splitlines()
+    queries = sorted({line.split("\t")[0] for line in body})
+    train = set(queries[: len(queries) // 2])
+    for name, keep in (("train", True), ("test", False)):
+        lines = [x for x in body if (x.split("\t")[0] in train) == keep]
+        (beir / "qrels" / f"{name}.tsv").write_text("\n".join([head, *lines]) + "\n")
+    return beir
+
+
+@pytest.mark.slow  # the real model's compare and sentence-transformers' vectors (~20 s)
+def test_a_retrieval_projection_trains_on_the_train_split(tmp_path, minilm_st):
+    pytest.importorskip("pytrec_eval")
+    from poolkit.fitted import load_fit
+
+    beir = _split_beir(tmp_path)
+    doc = _compare(tmp_path, beir, "--task", "retrieval", "--train", "train", "--recipes",
+                   "mean", "mean/proj64", "--bootstrap", "0", "--seed", "2")  # fmt: skip
+    row = by_recipe(doc)[("mean/proj64", False)]
+    assert "train queries" in row["fit"]["on"] and "held out" in row["fit"]["on"]
+    fit = load_fit(tmp_path / row["fit"]["file"])
+    assert fit.extra["loss"] == "infonce" and fit.extra["seed"] == "2"
+    # The row is the fit applied to sentence-transformers' vectors of the test queries.
+    corpus = [json.loads(x) for x in (beir / "corpus.jsonl").read_text().splitlines()]
+    queries = {(q := json.loads(x))["_id"]: q["text"]
+               for x in (beir / "queries.jsonl").read_text().splitlines()}  # fmt: skip
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (beir / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        qid, did, score = line.split("\t")
+        qrels.setdefault(qid, {})[did] = int(score)
+    qids = [q for q in queries if q in qrels]
+    dids = [d["_id"] for d in corpus]
+    q = fit.apply(minilm_st.encode([queries[x] for x in qids])).astype(np.float64)
+    d = fit.apply(minilm_st.encode([(x["title"] + " " + x["text"]).strip() for x in corpus]))
+    scores = _unit(q) @ _unit(d.astype(np.float64)).T
+    assert row["ndcg_at_10"] == pytest.approx(_trec(qrels, qids, dids, scores, "ndcg_cut_10"),
+                                              abs=1e-3)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("data", "args", "fragments"),
+    [
+        ("split", ["--train", "test", "--recipes", "mean", "mean/proj8"],
+         ["--train", "none of which is scored"]),
+        ("split", ["--train", "train", "--recipes", "mean"],
+         ["--train", "only for a trained row"]),
+        ("table", ["--train", "train", "--recipes", "mean", "mean/proj8"],
+         ["--train", "a qrels split of a BEIR folder"]),
+        ("split", ["--train", "nope", "--recipes", "mean", "mean/proj8"], ["split", "train"]),
+    ],
+)  # fmt: skip
+def test_a_retrieval_train_split_is_checked_before_the_model(tmp_path, data, args, fragments):
+    if data == "split":
+        source = _split_beir(tmp_path)
+    else:
+        source = tmp_path / "pairs.jsonl"
+        source.write_text(json.dumps({"query": "a", "document": "b"}) + "\n")
+    r = poolkit("compare", str(source), "--task", "retrieval", *args, "--model",
+                "/nonexistent/model", cwd=tmp_path)  # fmt: skip
+    one_error_line(r, 2, *fragments)

@@ -21,7 +21,7 @@ import numpy as np
 
 from poolkit.fitted import Fit, FitError, fit_transform, parse_transform
 
-__all__ = ["train_projection"]
+__all__ = ["train_projection", "train_retrieval_projection"]
 
 _SCALE = 20.0  # CoSENT's temperature (the paper's and sentence-transformers' default)
 
@@ -104,4 +104,98 @@ def train_projection(
              "seed": str(seed), "epochs": str(epochs), "best_epoch": str(best_epoch),
              "held_out_spearman": f"{best:.6f}"}  # fmt: skip
     return Fit(kind, start.mean, best_w.numpy().astype(np.float32), recipe, model, len(x),
+               source, texts_digest, extra)  # fmt: skip
+
+
+def train_retrieval_projection(
+    queries: Any,
+    documents: Any,
+    positives: Any,
+    hard: Any,
+    transform: str,
+    *,
+    recipe: str,
+    model: str = "",
+    source: str = "",
+    texts_digest: str = "",
+    seed: int = 0,
+    epochs: int = 10,
+    batch: int = 64,
+    lr: float = 1e-4,
+    temperature: float = 0.05,
+) -> Fit:
+    """Train ``transform`` (``projK``) for retrieval: float ``(Q, D)`` train ``queries``,
+    the corpus' ``(N, D)`` ``documents``, ``positives`` int ``(P, 2)`` rows ``(query,
+    document)`` judged relevant, and ``hard`` ``(Q,)`` one hard negative per query (the
+    base row's best-ranked document not judged relevant; -1: none). The loss is InfoNCE
+    (cross-entropy of each pair's cosine at ``temperature`` against the batch's other
+    positives and every hard negative in the batch); ``W`` starts as the documents' PCA to
+    ``K``; a tenth of the train queries is held out and the epoch with the best mean
+    reciprocal rank of their positives (over the whole corpus) kept. Seeded."""
+    import torch
+
+    kind = parse_transform(transform)
+    if kind is None or not kind.startswith("proj"):
+        raise FitError(arg="transform", expected="projK, e.g. proj128", got=repr(transform),
+                       fix="Train a /projK recipe.")  # fmt: skip
+    q = np.asarray(queries, np.float32)
+    d = np.asarray(documents, np.float32)
+    pos = np.asarray(positives, np.int64).reshape(-1, 2)
+    neg = np.asarray(hard, np.int64)
+    owners = np.unique(pos[:, 0])
+    if len(owners) < 20:
+        raise FitError(arg="pairs", expected="at least 20 train queries with a relevant "
+                       "document", got=f"{len(owners)}", fix="Train on a larger qrels split.")  # fmt: skip
+    k = int(kind[4:])
+    start = fit_transform(d, f"pca{k}", recipe=recipe)
+    rng = np.random.default_rng(seed)
+    held_q = rng.permutation(owners)[: max(len(owners) // 10, 5)]
+    in_held = np.isin(pos[:, 0], held_q)
+    train_pos, held_pos = pos[~in_held], pos[in_held]
+    torch.manual_seed(seed)
+    dtype = torch.float64
+    mean = torch.as_tensor(start.mean, dtype=dtype)
+    w = torch.nn.Parameter(torch.as_tensor(start.matrix, dtype=dtype).clone())
+    tq, td = torch.as_tensor(q, dtype=dtype) - mean, torch.as_tensor(d, dtype=dtype) - mean
+    opt = torch.optim.Adam([w], lr=lr)
+    shuffle = torch.Generator().manual_seed(seed)
+
+    def unit(x: Any) -> Any:
+        return torch.nn.functional.normalize(x @ w, dim=1)
+
+    def held_mrr() -> float:
+        with torch.no_grad():
+            scores = unit(tq[held_pos[:, 0]]) @ unit(td).T
+            own = scores[torch.arange(len(held_pos)), held_pos[:, 1]]
+            ranks = (scores > own[:, None]).sum(dim=1) + 1
+            return float((1.0 / ranks).mean())
+
+    best, best_w, best_epoch = held_mrr(), w.detach().clone(), 0
+    rows = torch.as_tensor(train_pos)
+    for epoch in range(1, epochs + 1):
+        perm = rows[torch.randperm(len(rows), generator=shuffle)]
+        for lo in range(0, len(perm), batch):
+            part = perm[lo : lo + batch]
+            negs = torch.as_tensor(neg)[part[:, 0]]
+            negs = negs[negs >= 0]
+            cand = torch.cat([part[:, 1], negs])  # the batch's positives, then hard negatives
+            logits = unit(tq[part[:, 0]]) @ unit(td[cand]).T / temperature
+            # another positive of the same query is no negative: masked out
+            same = (part[:, 0][:, None] == part[:, 0][None, :]) & ~torch.eye(
+                len(part), dtype=torch.bool
+            )
+            mask = torch.cat([same, torch.zeros(len(part), len(negs), dtype=torch.bool)], dim=1)
+            logits = logits.masked_fill(mask, float("-inf"))
+            loss = torch.nn.functional.cross_entropy(logits, torch.arange(len(part)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        score = held_mrr()
+        if score > best:
+            best, best_w, best_epoch = score, w.detach().clone(), epoch
+    extra = {"trained_on": f"{len(train_pos)} judged pairs of {len(owners) - len(held_q)} "
+             f"queries ({len(held_q)} held out)", "loss": "infonce", "seed": str(seed),
+             "epochs": str(epochs), "best_epoch": str(best_epoch),
+             "held_out_mrr": f"{best:.6f}", "temperature": f"{temperature:g}"}  # fmt: skip
+    return Fit(kind, start.mean, best_w.numpy().astype(np.float32), recipe, model, len(q),
                source, texts_digest, extra)  # fmt: skip

@@ -67,7 +67,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="what DATA holds and how candidates are scored (see above)",
     )  # fmt: skip
     p.add_argument("--train", metavar="FILE", help="train the probes on FILE, score on DATA "
-                   "(sts: fit the fitted rows on its sentences, its scores unread)")  # fmt: skip
+                   "(sts: fit the fitted rows on its sentences, train /projK rows on its "
+                   "scores; retrieval: a qrels split of the BEIR folder, e.g. train, that "
+                   "/projK rows train on)")  # fmt: skip
     p.add_argument("--fit", metavar="FILE", default=None,
                    help="fitted rows (mean/pca128, mean/whiten, mean/abtt3): fit on the texts "
                    "of FILE, read like embed's INPUT (default: retrieval, the documents; sts, "
@@ -196,7 +198,7 @@ def _check_options(args: argparse.Namespace) -> None:
         raise InputError(arg="--folds", expected="at least 2", got=args.folds)
     if args.bootstrap < 0 or args.bootstrap == 1:
         raise InputError(arg="--bootstrap", expected="0 (off) or at least 2", got=args.bootstrap)
-    if args.task in ("retrieval", "clustering") and args.train:
+    if args.task == "clustering" and args.train:
         raise InputError(arg="--train", expected=f"unset: --task {args.task} has no training step",
                          got=args.train, fix="Drop --train.")  # fmt: skip
     if args.task in ("ner", "relation") and args.prompt_name is not None:
@@ -304,7 +306,12 @@ def run(args: argparse.Namespace) -> int:
         # Clustering reads the classification formats: texts with a label.
         kind = "classification" if args.task == "clustering" else args.task
         data = read_task(kind, args.data, columns)
-    train = read_task(args.task, args.train, columns) if args.train else None
+    retrieval_train = None  # retrieval: a train split of the BEIR folder (/projK rows)
+    if args.task == "retrieval" and args.train:
+        retrieval_train = _retrieval_train(args, data)
+        train = None
+    else:
+        train = read_task(args.task, args.train, columns) if args.train else None
     if args.task == "ner" and train is None:
         raise InputError(arg="--train", expected="a CoNLL FILE with --task ner (it trains the "
                          "tagging probe)", got="none")  # fmt: skip
@@ -365,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
         int8_rows=args.int8_rows or "intended", prompt_name=args.prompt_name,
         document_prompt_name=args.document_prompt_name, budget=budget,
         chunk_tokens=tuple(args.chunk_tokens or ()), hybrids=tuple(hybrids),
-        fit_texts=fit_texts, fit_dir=fit_dir,
+        fit_texts=fit_texts, fit_dir=fit_dir, fit_train=retrieval_train,
     )  # fmt: skip
     check_labels(data, train, settings)
     from poolkit.encoder import Encoder
@@ -667,6 +674,32 @@ def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> s
     if args.document_prompt_name is not None:
         parts += ["--prompt-name", shlex.quote(args.document_prompt_name)]
     return " ".join(parts)
+
+
+def _retrieval_train(args: argparse.Namespace, scored: Any) -> Any:
+    """``--train`` with ``--task retrieval``: a qrels split of the BEIR folder DATA (its name,
+    ``train``, or its file, ``DATA/qrels/train.tsv``) read with the same corpus; refused in
+    one line where it is the split scored or shares a query with it."""
+    from poolkit.compare.retrieval import read_retrieval
+
+    given = Path(args.train)
+    split = given.stem if given.suffix == ".tsv" else args.train
+    if not Path(args.data).is_dir():
+        raise InputError(arg="--train", expected="a qrels split of a BEIR folder DATA (its "
+                         "train queries and judgements)", got=f"{args.data}, a table",
+                         fix="Pass a BEIR folder with qrels/train.tsv.")  # fmt: skip
+    if given.suffix == ".tsv" and given.resolve().parent != (Path(args.data) / "qrels").resolve():
+        raise InputError(arg="--train", expected=f"a qrels file of {args.data}/qrels (its "
+                         "queries and corpus)", got=args.train, fix="Name its split, e.g. "
+                         "--train train.")  # fmt: skip
+    train = read_retrieval(args.data, split, args.query_column, args.document_column,
+                           args.text_column)  # fmt: skip
+    shared = set(train.query_ids) & set(scored.query_ids)
+    if shared:
+        raise InputError(arg="--train", expected="train queries none of which is scored",
+                         got=f"{len(shared)} shared with the split scored (e.g. "
+                         f"{sorted(shared)[0]!r})", fix="Train on another split than --split.")  # fmt: skip
+    return train
 
 
 def _fit_source(args: argparse.Namespace, named: list[Any]) -> tuple[Any, Any]:

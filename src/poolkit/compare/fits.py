@@ -45,6 +45,19 @@ class FitTexts:
 
 
 @dataclass(frozen=True)
+class RetrievalPairs:
+    """What a retrieval ``/projK`` row trains on: the train queries' vectors by base
+    recipe, their judged ``(query, document)`` pairs ``(P, 2)``, one hard negative per
+    query by base recipe (the base row's best-ranked unjudged document; -1: none), and what
+    they are (``"qrels/train.tsv (809 queries)"``)."""
+
+    queries: Mapping[Recipe, np.ndarray]
+    positives: np.ndarray
+    hard: Mapping[Recipe, np.ndarray]
+    what: str
+
+
+@dataclass(frozen=True)
 class Fitted:
     """One recipe's fit in this run: the :class:`~poolkit.fitted.Fit`, the file it was
     saved to (None: not saved), the seconds fitting took and what it was fitted on."""
@@ -86,15 +99,16 @@ def fit_stages(
     what: str,
     texts_digest: str,
     settings: Any,
-    pairs: tuple[np.ndarray, np.ndarray, np.ndarray, str] | None = None,
+    pairs: Any = None,
 ) -> dict[Recipe, Fitted]:
     """The fit of every recipe with a fitted transform in ``stages``, on ``vectors`` (base
     recipe -> the fit texts' float vectors, as the rows' own), each saved under
     ``settings.fit_dir`` (None: not saved) as ``SLUG-DIGEST.safetensors``. ``what``:
     the fit texts, for the report. A trained transform (``/projK``, :mod:`poolkit.trained`)
-    trains on ``pairs``: the rows of ``vectors`` of each pair's sides, the gold scores and
-    what they are; seeded by ``settings.seed``."""
-    from poolkit.trained import train_projection
+    trains on ``pairs``: STS, ``(a, b, gold, what)`` (the rows of ``vectors`` of each pair's
+    sides, the gold scores); retrieval, a :class:`RetrievalPairs`. Seeded by
+    ``settings.seed``."""
+    from poolkit.trained import train_projection, train_retrieval_projection
 
     out: dict[Recipe, Fitted] = {}
     model = getattr(settings, "fit_model", "")
@@ -107,12 +121,18 @@ def fit_stages(
                 raise InputError(arg="--train", expected=f"labelled pairs to train {fitted} "
                                  "on", got="none", fix="Add --train FILE (a train split "
                                  "with scores).")  # fmt: skip
-            a, b, gold, about = pairs
-            fit = train_projection(vectors[base][a], vectors[base][b], gold,
-                                   str(fitted.transform), recipe=str(fitted), model=model,
-                                   source=about, texts_digest=texts_digest,
-                                   seed=getattr(settings, "seed", 0))  # fmt: skip
-            about = f"{fit.extra['trained_on']} of {about.split(' of ', 1)[-1]}"
+            how = {"recipe": str(fitted), "model": model, "texts_digest": texts_digest,
+                   "seed": getattr(settings, "seed", 0)}  # fmt: skip
+            if isinstance(pairs, RetrievalPairs):
+                fit = train_retrieval_projection(
+                    pairs.queries[base], vectors[base], pairs.positives, pairs.hard[base],
+                    str(fitted.transform), source=pairs.what, **how)  # fmt: skip
+                about = f"{fit.extra['trained_on']} of {pairs.what}"
+            else:
+                a, b, gold, about = pairs
+                fit = train_projection(vectors[base][a], vectors[base][b], gold,
+                                       str(fitted.transform), source=about, **how)  # fmt: skip
+                about = f"{fit.extra['trained_on']} of {about.split(' of ', 1)[-1]}"
         else:
             fit = fit_transform(vectors[base], str(fitted.transform), recipe=str(fitted),
                                 model=model, source=what, texts_digest=texts_digest)  # fmt: skip
@@ -175,8 +195,40 @@ def own_fits(
         raise InputError(arg="fit", expected=f"texts to fit {next(iter(wanted))} on (never the "
                         "texts scored)", got="none", fix="Pass the train split's sentences "
                         "or other unlabelled texts (compare --fit FILE).")  # fmt: skip
+    if train is not None and hasattr(train, "qrels") and any(map(is_trained, wanted)):
+        pairs = retrieval_pairs(encoder, settings, train, vectors, wanted)
     settings.fits = fit_stages(settings.stages, vectors, what, digest, settings, pairs)
     return settings.fits
+
+
+def retrieval_pairs(
+    encoder: Any,
+    settings: Any,
+    train: Any,
+    documents: Mapping[Recipe, np.ndarray],
+    wanted: Mapping[Recipe, Recipe],
+) -> RetrievalPairs:
+    """What the retrieval ``/projK`` rows train on: ``train`` (the BEIR folder read at its
+    train split, the corpus the same) queries embedded as the scored queries are, their
+    relevant pairs, and per base recipe each query's hard negative among ``documents``."""
+    from poolkit.compare.embedding import embed_sequences
+
+    bases = list(dict.fromkeys(b for r, b in wanted.items() if is_trained(r)))
+    queries, _ = embed_sequences(encoder, train.queries, bases, settings,
+                                 "embedding the train queries", settings.prompt_name)  # fmt: skip
+    judged = train.qrels
+    positives = judged[judged[:, 2] > 0][:, :2]
+    hard: dict[Recipe, np.ndarray] = {}
+    for base in bases:
+        q = queries[base] / np.maximum(np.linalg.norm(queries[base], axis=1, keepdims=True), 1e-12)
+        d = documents[base] / np.maximum(np.linalg.norm(documents[base], axis=1, keepdims=True),
+                                         1e-12)  # fmt: skip
+        scores = q @ d.T
+        scores[judged[:, 0], judged[:, 1]] = -np.inf  # a judged document is no negative
+        best = scores.argmax(axis=1)
+        hard[base] = np.where(np.isfinite(scores.max(axis=1)), best, -1)
+    what = f"{train.source} ({len(train.queries)} train queries)"
+    return RetrievalPairs(queries, positives, hard, what)
 
 
 def check_fit_source(task: str, named: Sequence[Recipe], fit: str | None, train: str | None,
@@ -185,6 +237,11 @@ def check_fit_source(task: str, named: Sequence[Recipe], fit: str | None, train:
     the texts scored (``fit``: ``--fit FILE``; ``train``: ``--train FILE``; ``data``: DATA),
     refused in one line naming the fix."""
     fitted = [r for r in named if r.transform is not None]
+    trained = [r for r in fitted if is_trained(r)]
+    if task == "retrieval" and train is not None and not trained:
+        raise InputError(arg="--train", expected="given with --task retrieval only for a "
+                         "trained row (/projK) among --recipes", got=train,
+                         fix="Add one (e.g. mean/proj128), or drop --train.")  # fmt: skip
     if fit is not None and not fitted:
         raise InputError(arg="--fit", expected="given only with a fitted recipe among "
                          "--recipes (e.g. mean/pca128)", got=fit,
@@ -195,11 +252,11 @@ def check_fit_source(task: str, named: Sequence[Recipe], fit: str | None, train:
         raise InputError(arg="--fit", expected="texts other than those scored (a fit on DATA "
                          "would see the test set)", got=fit,
                          fix="Fit on a train split or an unlabelled sample of your corpus.")  # fmt: skip
-    trained = [r for r in fitted if is_trained(r)]
-    if trained and task != "sts":
-        raise InputError(arg="--recipes", expected="trained rows (/projK) with --task sts (they "
-                         "train on --train's labelled pairs)", got=f"{trained[0]} with --task "
-                         f"{task}", fix="Use a fitted row (/pcaK, /whiten[K], /abttD) here.")  # fmt: skip
+    if trained and task not in ("sts", "retrieval"):
+        raise InputError(arg="--recipes", expected="trained rows (/projK) with --task sts or "
+                         "retrieval (they train on --train's labelled pairs)",
+                         got=f"{trained[0]} with --task {task}",
+                         fix="Use a fitted row (/pcaK, /whiten[K], /abttD) here.")  # fmt: skip
     if trained and (fit is not None or train is None):
         raise InputError(arg="--train" if train is None else "--fit", expected=f"{trained[0]} "
                          "trained on --train FILE's labelled pairs, without --fit",

@@ -408,7 +408,7 @@ def _score_dense(
     from poolkit.compare.fits import own_fits
 
     fitted = own_fits(encoder, settings, documents, f"{len(data.documents)} documents",
-                      texts=data.documents) if stages else {}  # fmt: skip
+                      getattr(settings, "fit_train", None), data.documents) if stages else {}  # fmt: skip
     fits = {r: f.fit for r, f in fitted.items()}
     for base, stage in stages.items():
         # (--precision float32 alone leaves a base without budget rows: its own row)

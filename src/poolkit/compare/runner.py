@@ -103,6 +103,7 @@ class Settings:
     # Fitted rows (:mod:`.fits`): texts to fit on (None: the task's default), where fits
     # are saved (None: nowhere), the model digest they record; ``fits``: those made.
     fit_texts: Any = None
+    fit_train: Any = None  # retrieval: the BEIR folder at its train split (/projK rows)
     fit_dir: Any = None
     fit_model: str = ""
     fits: dict[Any, Any] = field(default_factory=dict)
