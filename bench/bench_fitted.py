@@ -7,6 +7,8 @@
 2. A retrieval set shaped like SciFact, built from STS-B as ``bench_cache.py`` builds it
    (no SciFact on disk): the fits made on the documents only; the same truncation/PCA pairs
    and int8 at 128 dimensions.
+3. The same with twice the queries, half of them a train split (``--train train``):
+   ``/proj128`` and ``/proj384`` trained on its judgements, beside ``/128`` and ``/pca128``.
 
 Each `compare` is a process of its own, all-MiniLM-L6-v2 on the CPU, its token-state cache
 in a temporary folder. Prints one JSON object: the CPU, load, and every row's main metric
@@ -33,6 +35,7 @@ from bench_cache import build, compare, cpu  # noqa: E402
 STS = ["mean", "mean/64", "mean/pca64", "mean/128", "mean/pca128", "mean/proj128", "mean/256",
        "mean/pca256", "mean/proj256",
        "mean/whiten", "mean/whiten128", "mean/whiten256", "mean/abtt1", "mean/abtt3"]  # fmt: skip
+TRAINED = ["mean", "mean/128", "mean/pca128", "mean/proj128", "mean/proj384"]
 RETRIEVAL = ["mean", "mean/64", "mean/pca64", "mean/128", "mean/pca128", "mean/whiten128",
              "mean/abtt3", "mean/128/int8", "mean/pca128/int8"]  # fmt: skip
 
@@ -66,6 +69,22 @@ def main() -> int:
                                "--fits-dir", str(work / "fits"))  # fmt: skip
         out["retrieval"] = {"documents": n_docs, "queries": n_queries,
                             "seconds": round(seconds, 1), "rows": rows(doc, "ndcg_at_10")}  # fmt: skip
+        # Trained rows: twice the queries, judged ones split in two, the first half's
+        # judgements the train split the /projK rows train on, the rest scored.
+        n_docs, n_queries = build(work / "beir2", args.documents, 2 * args.queries)
+        qrels = work / "beir2" / "qrels"
+        head, *body = (qrels / "test.tsv").read_text().splitlines()
+        ids = sorted({line.split("\t")[0] for line in body}, key=lambda q: int(q[1:]))
+        train = set(ids[: len(ids) // 2])
+        for name, keep in (("train", True), ("test", False)):
+            lines = [x for x in body if (x.split("\t")[0] in train) == keep]
+            (qrels / f"{name}.tsv").write_text("\n".join([head, *lines]) + "\n")
+        seconds, doc = compare(work / "beir2", work / "r2.json", "--train", "train",
+                               "--recipes", *TRAINED, "--fits-dir", str(work / "fits"))  # fmt: skip
+        out["retrieval_trained"] = {"documents": n_docs, "train_queries": len(train),
+                                    "scored_queries": n_queries - len(train),
+                                    "seconds": round(seconds, 1),
+                                    "rows": rows(doc, "ndcg_at_10")}  # fmt: skip
     print(json.dumps(out, indent=1))
     return 0
 

@@ -15,6 +15,8 @@ transform is (``embed --fit``, Ray, ``export`` as a ``Dense`` module).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,63 @@ from poolkit.fitted import Fit, FitError, fit_transform, parse_transform
 __all__ = ["train_projection", "train_retrieval_projection"]
 
 _SCALE = 20.0  # CoSENT's temperature (the paper's and sentence-transformers' default)
+
+
+@dataclass
+class _Run:
+    """One training run's shared parts: ``W`` (float64, from the PCA ``start``), its
+    optimiser, the seeded batch order, and the best epoch so far by a held-out score."""
+
+    start: Fit
+    seed: int
+    lr: float
+
+    def __post_init__(self) -> None:
+        import torch
+
+        torch.manual_seed(self.seed)
+        # float64: small matrices, and the same bits from run to run on one machine
+        self.mean = torch.as_tensor(self.start.mean, dtype=torch.float64)
+        self.w = torch.nn.Parameter(torch.as_tensor(self.start.matrix, dtype=torch.float64).clone())
+        self.opt = torch.optim.Adam([self.w], lr=self.lr)
+        self.order = torch.Generator().manual_seed(self.seed)
+
+    def centred(self, x: np.ndarray) -> Any:
+        import torch
+
+        return torch.as_tensor(x, dtype=torch.float64) - self.mean
+
+    def fit(self, rows: Any, epochs: int, batch: int, loss: Callable[[Any], Any],
+            held_out: Callable[[], float]) -> tuple[np.ndarray, float, int]:  # fmt: skip
+        """``epochs`` over ``rows`` (a tensor) in seeded batches of ``batch``, each step
+        minimising ``loss(batch rows)``; returns the ``W`` of the epoch (0: the start) with the
+        best ``held_out()`` score, the score and the epoch."""
+        import torch
+
+        with torch.no_grad():
+            best, best_epoch = held_out(), 0
+        best_w = self.w.detach().clone()
+        for epoch in range(1, epochs + 1):
+            perm = rows[torch.randperm(len(rows), generator=self.order)]
+            for lo in range(0, len(perm), batch):
+                value = loss(perm[lo : lo + batch])
+                self.opt.zero_grad()
+                value.backward()
+                self.opt.step()
+            with torch.no_grad():
+                score = held_out()
+            if score > best:
+                best, best_w, best_epoch = score, self.w.detach().clone(), epoch
+        return best_w.numpy().astype(np.float32), best, best_epoch
+
+
+def _projection(transform: str) -> tuple[str, int]:
+    """``(canonical transform, K)`` of a ``projK`` transform, else refused."""
+    kind = parse_transform(transform)
+    if kind is None or not kind.startswith("proj"):
+        raise FitError(arg="transform", expected="projK, e.g. proj128", got=repr(transform),
+                       fix="Train a /projK recipe.")  # fmt: skip
+    return kind, int(kind[4:])
 
 
 def train_projection(
@@ -48,10 +107,7 @@ def train_projection(
     import torch
     from scipy.stats import spearmanr
 
-    kind = parse_transform(transform)
-    if kind is None or not kind.startswith("proj"):
-        raise FitError(arg="transform", expected="projK, e.g. proj128", got=repr(transform),
-                       fix="Train a /projK recipe.")  # fmt: skip
+    kind, k = _projection(transform)
     x, y = np.asarray(a, np.float32), np.asarray(b, np.float32)
     g = np.asarray(gold, np.float64)
     if x.shape != y.shape or x.ndim != 2 or g.shape != (len(x),):
@@ -61,50 +117,30 @@ def train_projection(
         raise FitError(arg="pairs", expected="at least 20 pairs with two distinct gold scores "
                        "to train on", got=f"{len(x)} pairs, {len(np.unique(g))} distinct scores",
                        fix="Train on a labelled train split (compare --train FILE).")  # fmt: skip
-    k = int(kind[4:])
-    start = fit_transform(np.concatenate([x, y]), f"pca{k}", recipe=recipe)  # PCA: the start
+    run = _Run(fit_transform(np.concatenate([x, y]), f"pca{k}", recipe=recipe), seed, lr)
     order = np.random.default_rng(seed).permutation(len(x))
     held = order[: max(len(x) // 10, 10)]
     train = order[len(held) :]
-    torch.manual_seed(seed)
-    dtype = torch.float64  # small matrices: float64 keeps the run deterministic and exact enough
-    mean = torch.as_tensor(start.mean, dtype=dtype)
-    w = torch.nn.Parameter(torch.as_tensor(start.matrix, dtype=dtype).clone())
-    xa, xb = (torch.as_tensor(v, dtype=dtype) - mean for v in (x, y))
-    gt = torch.as_tensor(g, dtype=dtype)
-    opt = torch.optim.Adam([w], lr=lr)
-    shuffle = torch.Generator().manual_seed(seed)
+    xa, xb, gt = run.centred(x), run.centred(y), torch.as_tensor(g, dtype=torch.float64)
 
     def cosine(rows: Any) -> Any:
-        pa, pb = xa[rows] @ w, xb[rows] @ w
-        return torch.nn.functional.cosine_similarity(pa, pb, dim=1)
+        return torch.nn.functional.cosine_similarity(xa[rows] @ run.w, xb[rows] @ run.w, dim=1)
+
+    def cosent(rows: Any) -> Any:
+        cos = cosine(rows) * _SCALE
+        # every two pairs (i, j) with gold_i > gold_j: cos_j - cos_i should be low
+        diff = cos[None, :] - cos[:, None]
+        ordered = gt[rows][:, None] > gt[rows][None, :]
+        return torch.logsumexp(torch.cat([torch.zeros(1, dtype=cos.dtype), diff[ordered]]), 0)
 
     def held_spearman() -> float:
-        with torch.no_grad():
-            return float(spearmanr(cosine(torch.as_tensor(held)).numpy(), g[held]).statistic)
+        return float(spearmanr(cosine(torch.as_tensor(held)).numpy(), g[held]).statistic)
 
-    best, best_w, best_epoch = held_spearman(), w.detach().clone(), 0
-    idx = torch.as_tensor(train)
-    for epoch in range(1, epochs + 1):
-        perm = idx[torch.randperm(len(idx), generator=shuffle)]
-        for lo in range(0, len(perm), batch):
-            rows = perm[lo : lo + batch]
-            cos = cosine(rows) * _SCALE
-            # every two pairs (i, j) with gold_i > gold_j: cos_j - cos_i should be low
-            diff = cos[None, :] - cos[:, None]
-            ordered = gt[rows][:, None] > gt[rows][None, :]
-            loss = torch.logsumexp(torch.cat([torch.zeros(1, dtype=dtype), diff[ordered]]), 0)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        score = held_spearman()
-        if score > best:
-            best, best_w, best_epoch = score, w.detach().clone(), epoch
+    w, best, epoch = run.fit(torch.as_tensor(train), epochs, batch, cosent, held_spearman)
     extra = {"trained_on": f"{len(train)} pairs ({len(held)} held out)", "loss": "cosent",
-             "seed": str(seed), "epochs": str(epochs), "best_epoch": str(best_epoch),
+             "seed": str(seed), "epochs": str(epochs), "best_epoch": str(epoch),
              "held_out_spearman": f"{best:.6f}"}  # fmt: skip
-    return Fit(kind, start.mean, best_w.numpy().astype(np.float32), recipe, model, len(x),
-               source, texts_digest, extra)  # fmt: skip
+    return Fit(kind, run.start.mean, w, recipe, model, len(x), source, texts_digest, extra)
 
 
 def train_retrieval_projection(
@@ -134,68 +170,44 @@ def train_retrieval_projection(
     reciprocal rank of their positives (over the whole corpus) kept. Seeded."""
     import torch
 
-    kind = parse_transform(transform)
-    if kind is None or not kind.startswith("proj"):
-        raise FitError(arg="transform", expected="projK, e.g. proj128", got=repr(transform),
-                       fix="Train a /projK recipe.")  # fmt: skip
+    kind, k = _projection(transform)
     q = np.asarray(queries, np.float32)
     d = np.asarray(documents, np.float32)
     pos = np.asarray(positives, np.int64).reshape(-1, 2)
-    neg = np.asarray(hard, np.int64)
+    neg = torch.as_tensor(np.asarray(hard, np.int64))
     owners = np.unique(pos[:, 0])
     if len(owners) < 20:
         raise FitError(arg="pairs", expected="at least 20 train queries with a relevant "
                        "document", got=f"{len(owners)}", fix="Train on a larger qrels split.")  # fmt: skip
-    k = int(kind[4:])
-    start = fit_transform(d, f"pca{k}", recipe=recipe)
-    rng = np.random.default_rng(seed)
-    held_q = rng.permutation(owners)[: max(len(owners) // 10, 5)]
+    run = _Run(fit_transform(d, f"pca{k}", recipe=recipe), seed, lr)
+    held_q = np.random.default_rng(seed).permutation(owners)[: max(len(owners) // 10, 5)]
     in_held = np.isin(pos[:, 0], held_q)
     train_pos, held_pos = pos[~in_held], pos[in_held]
-    torch.manual_seed(seed)
-    dtype = torch.float64
-    mean = torch.as_tensor(start.mean, dtype=dtype)
-    w = torch.nn.Parameter(torch.as_tensor(start.matrix, dtype=dtype).clone())
-    tq, td = torch.as_tensor(q, dtype=dtype) - mean, torch.as_tensor(d, dtype=dtype) - mean
-    opt = torch.optim.Adam([w], lr=lr)
-    shuffle = torch.Generator().manual_seed(seed)
+    tq, td = run.centred(q), run.centred(d)
 
     def unit(x: Any) -> Any:
-        return torch.nn.functional.normalize(x @ w, dim=1)
+        return torch.nn.functional.normalize(x @ run.w, dim=1)
+
+    def infonce(part: Any) -> Any:
+        negs = neg[part[:, 0]]
+        negs = negs[negs >= 0]
+        cand = torch.cat([part[:, 1], negs])  # the batch's positives, then hard negatives
+        logits = unit(tq[part[:, 0]]) @ unit(td[cand]).T / temperature
+        # another positive of the same query is no negative: masked out
+        same = part[:, 0][:, None] == part[:, 0][None, :]
+        same &= ~torch.eye(len(part), dtype=torch.bool)
+        mask = torch.cat([same, torch.zeros(len(part), len(negs), dtype=torch.bool)], dim=1)
+        logits = logits.masked_fill(mask, float("-inf"))
+        return torch.nn.functional.cross_entropy(logits, torch.arange(len(part)))
 
     def held_mrr() -> float:
-        with torch.no_grad():
-            scores = unit(tq[held_pos[:, 0]]) @ unit(td).T
-            own = scores[torch.arange(len(held_pos)), held_pos[:, 1]]
-            ranks = (scores > own[:, None]).sum(dim=1) + 1
-            return float((1.0 / ranks).mean())
+        scores = unit(tq[held_pos[:, 0]]) @ unit(td).T
+        own = scores[torch.arange(len(held_pos)), held_pos[:, 1]]
+        return float((1.0 / ((scores > own[:, None]).sum(dim=1) + 1)).mean())
 
-    best, best_w, best_epoch = held_mrr(), w.detach().clone(), 0
-    rows = torch.as_tensor(train_pos)
-    for epoch in range(1, epochs + 1):
-        perm = rows[torch.randperm(len(rows), generator=shuffle)]
-        for lo in range(0, len(perm), batch):
-            part = perm[lo : lo + batch]
-            negs = torch.as_tensor(neg)[part[:, 0]]
-            negs = negs[negs >= 0]
-            cand = torch.cat([part[:, 1], negs])  # the batch's positives, then hard negatives
-            logits = unit(tq[part[:, 0]]) @ unit(td[cand]).T / temperature
-            # another positive of the same query is no negative: masked out
-            same = (part[:, 0][:, None] == part[:, 0][None, :]) & ~torch.eye(
-                len(part), dtype=torch.bool
-            )
-            mask = torch.cat([same, torch.zeros(len(part), len(negs), dtype=torch.bool)], dim=1)
-            logits = logits.masked_fill(mask, float("-inf"))
-            loss = torch.nn.functional.cross_entropy(logits, torch.arange(len(part)))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        score = held_mrr()
-        if score > best:
-            best, best_w, best_epoch = score, w.detach().clone(), epoch
+    w, best, epoch = run.fit(torch.as_tensor(train_pos), epochs, batch, infonce, held_mrr)
     extra = {"trained_on": f"{len(train_pos)} judged pairs of {len(owners) - len(held_q)} "
              f"queries ({len(held_q)} held out)", "loss": "infonce", "seed": str(seed),
-             "epochs": str(epochs), "best_epoch": str(best_epoch),
-             "held_out_mrr": f"{best:.6f}", "temperature": f"{temperature:g}"}  # fmt: skip
-    return Fit(kind, start.mean, best_w.numpy().astype(np.float32), recipe, model, len(q),
-               source, texts_digest, extra)  # fmt: skip
+             "epochs": str(epochs), "best_epoch": str(epoch), "held_out_mrr": f"{best:.6f}",
+             "temperature": f"{temperature:g}"}  # fmt: skip
+    return Fit(kind, run.start.mean, w, recipe, model, len(q), source, texts_digest, extra)
