@@ -62,7 +62,8 @@ def test_defaults_are_shown():
     assert hidden == []
 
 
-NO_MODEL = {"cache"}  # `poolkit cache` manages files on disk and loads no model
+# `poolkit cache` manages files on disk and loads no model; `search`, the index's own
+NO_MODEL = {"cache", "search"}
 
 
 def test_the_default_model_is_named_one_way():

@@ -25,7 +25,18 @@ from poolkit.cli._warnings import one_line_warnings
 
 __all__ = ["COMMANDS", "build_parser", "main", "process_main"]
 
-COMMANDS = ("embed", "inspect_model", "tokens", "spans", "compare", "export", "diagnose", "cache")
+COMMANDS = (
+    "embed",
+    "inspect_model",
+    "tokens",
+    "spans",
+    "compare",
+    "export",
+    "diagnose",
+    "cache",
+    "index",
+    "search",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
