@@ -83,7 +83,7 @@ class IndexRecord:
                              got=f"{other.model} (digest "
                              f"{other.model_digest.rpartition(':')[2][:12]})",
                              fix="Index into a new folder, or use the index's model.")  # fmt: skip
-        for what in ("vectors", "fits", "prompt_name", "max_length"):
+        for what in ("vectors", "fits", "prompt_name", "query_prompt_name", "max_length"):
             if getattr(other, what) != getattr(self, what):
                 raise InputError(where=where, expected=f"the {what} it was built with "
                                  f"({getattr(self, what)})", got=str(getattr(other, what)),
@@ -182,7 +182,6 @@ def index_texts(
     old = IndexRecord.read(folder)
     if old is not None:
         old.same_as(record, folder)
-        record.query_prompt_name = old.query_prompt_name
     elif folder.exists() and any(folder.iterdir()):
         raise InputError(where=folder, expected="a new folder or a poolkit index",
                          got="a folder with other files", fix="Choose another --to.")  # fmt: skip
