@@ -112,6 +112,8 @@ def test_the_library_keeps_the_users_ids_and_fields(tmp_path, minilm_dir):
         (["--recipe", "mean/int8"], ["--recipe", "float32 vectors", "mean"]),
         (["--recipe", "mean/pca8"], ["--fit", "mean/pca8"]),
         (["--recipe", "mean", "--part-size", "0"], ["--part-size"]),
+        (["--recipe", "mean", "--query-prompt-name", "query"], ["--query-prompt-name"]),
+        (["--recipe", "mean", "--to", "http://localhost:6333"], ["--to", "not supported yet"]),
     ],
 )
 def test_index_refusals(tmp_path, minilm_dir, argv, fragments):

@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         kept += [{n: part.kept[n][k] for n in keep} for k in range(len(part.texts))]
     flags = {"target": "--to", "recipe": "--recipe", "fit": "--fit", "ids": "--id-column",
              "model": "--model",
-             "prompt_name": "--prompt-name", "max_length": "--max-length"}  # fmt: skip
+             "prompt_name": "--prompt-name", "query_prompt_name": "--query-prompt-name",
+             "max_length": "--max-length"}  # fmt: skip
     try:
         record = index_texts(args.to, texts, ids, model=args.model, recipe=args.recipe,
                              fit=args.fit, prompt_name=args.prompt_name,

@@ -157,6 +157,7 @@ def index_texts(
     from poolkit.fitted import load_fits
     from poolkit.index.edge import open_shard, upsert
     from poolkit.plan import fit_model
+    from poolkit.prompts import resolve_prompt
 
     items = check_inputs(list(texts))
     own_ids = list(range(len(items))) if ids is None else list(ids)
@@ -169,6 +170,10 @@ def index_texts(
         wanted = {encoder.info.pooling: encoder.info.intended_recipe()}
     fits = load_fits(fit)
     folder = _folder(target)
+    try:  # the queries' prompt is recorded now and used by search: checked now
+        resolve_prompt(encoder.info, query_prompt_name, None)
+    except InputError as e:
+        raise e.but(arg="query_prompt_name") from None
     plan = _plan(encoder, wanted, fits, prompt_name)
     widths = {n: o.dims for n, o in plan.outputs().items()}
     record = IndexRecord(
