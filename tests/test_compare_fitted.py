@@ -180,7 +180,9 @@ def test_a_trained_projection_row_is_seeded_and_is_its_fit_applied(tmp_path, min
         (["--task", "sts", "--recipes", "mean", "mean/proj8"], ["--train", "labelled pairs"]),
         (["--task", "sts", "--recipes", "mean", "mean/proj8", "--train", "DATA", "--fit",
           "fit.txt"], ["--fit", "without --fit"]),
-        (["--task", "retrieval", "--recipes", "mean", "mean/proj8"], ["--recipes", "--task sts"]),
+        (["--task", "retrieval", "--recipes", "mean", "mean/proj8"], ["--train", "no --train"]),
+        (["--task", "classification", "--recipes", "mean", "mean/proj8"],
+         ["--recipes", "without an output stage"]),
     ],
 )  # fmt: skip
 def test_trained_rows_need_labelled_pairs(tmp_path, args, fragments):
@@ -189,6 +191,8 @@ def test_trained_rows_need_labelled_pairs(tmp_path, args, fragments):
     (tmp_path / "fit.txt").write_text("a text\n")
     if args[1] == "retrieval":
         data = RETRIEVAL
+    if args[1] == "classification":
+        data = fixture("sentiment.txt")
     argv = [str(tmp_path / "pairs2.tsv") if a == "DATA" else a for a in args]
     shutil.copy(fixture("stsb-dev-sample.csv"), tmp_path / "pairs2.tsv")
     r = poolkit("compare", str(data), *argv, "--model", "/nonexistent/model", cwd=tmp_path)

@@ -6,6 +6,7 @@ reruns add no duplicate, and what the index cannot hold is refused in one line."
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -42,51 +43,53 @@ def _run(path: Path) -> dict[str, dict[str, float]]:
 
 
 @pytest.mark.slow  # compare, two index builds and two searches of the real model (~40 s)
-def test_the_index_returns_what_compare_scored(tmp_path):
+def test_the_commands_compare_prints_index_what_it_scored(tmp_path):
     pytrec_eval = pytest.importorskip("pytrec_eval")
     r = poolkit("compare", str(RETRIEVAL), "--task", "retrieval", "--recipes", "mean",
-                "mean/pca64", "--bootstrap", "0", "--json", "c.json", "--fits-dir", "fits",
-                "--quiet", cwd=tmp_path)  # fmt: skip
+                "mean/pca64", "mean/128/int8", "--bootstrap", "0", "--json", "c.json",
+                "--fits-dir", "fits", "--quiet", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr.decode()
     rows = {x["recipe"]: x for x in json.loads((tmp_path / "c.json").read_text())["results"]}
-    fit = rows["mean/pca64"]["fit"]["file"]
-    r = poolkit("index", str(RETRIEVAL), "--to", "idx", "--recipe", "mean", "mean/pca64",
-                "--fit", fit, "--part-size", "200", "-q", cwd=tmp_path)  # fmt: skip
-    assert r.returncode == 0, r.stderr.decode()
+    assert "index_command" not in rows["mean/128/int8"]  # stored int8: not indexed yet
     ids, texts, queries, qrels = _beir()
-    for using in ("mean", "mean/pca64"):
-        out = tmp_path / f"{using.replace('/', '-')}.tsv"
-        r = poolkit("search", "idx", "--queries", str(RETRIEVAL / "queries.jsonl"), "--using",
-                    using, "-k", "100", "-o", out.name, cwd=tmp_path)  # fmt: skip
-        assert r.returncode == 0, r.stderr.decode()
+    for recipe in ("mean", "mean/pca64"):
+        command = rows[recipe]["index_command"]
+        for one in command.split(" && "):  # the index, then the search of its queries
+            argv = shlex.split(one)
+            assert argv[0] == "poolkit" and argv[1] in ("index", "search"), one
+            ran = poolkit(*argv[1:], cwd=tmp_path)
+            assert ran.returncode == 0, (one, ran.stderr.decode())
+        out = tmp_path / shlex.split(command)[-1]
         run = _run(out)
         assert set(run) == set(queries)
         judged = {q: run[q] for q in qrels}
         got = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(judged)
         ndcg = float(np.mean([m["ndcg_cut_10"] for m in got.values()]))
         # Exact search: compare's ranking, but for ties within float32 rounding.
-        assert ndcg == pytest.approx(rows[using]["ndcg_at_10"], abs=1e-3), using
+        assert ndcg == pytest.approx(rows[recipe]["ndcg_at_10"], abs=1e-3), recipe
+    fit = rows["mean/pca64"]["fit"]["file"]
+    assert f"--fit {fit}" in rows["mean/pca64"]["index_command"]
     # The scores are the cosine of poolkit.embed's vectors (the fit compare saved applied).
     qids = list(queries)[:5]
     q = pk.embed([queries[x] for x in qids], recipe="mean/pca64", fit=tmp_path / fit)
     d = pk.embed(texts, recipe="mean/pca64", fit=tmp_path / fit)
     cos = q @ d.T  # unit vectors
-    run = _run(tmp_path / "mean-pca64.tsv")
+    run = _run(tmp_path / "run-mean-pca64.tsv")
     for i, qid in enumerate(qids):
         for did, score in run[qid].items():
             assert score == pytest.approx(float(cos[i, ids.index(did)]), abs=1e-5)
-    # Built again into the same folder (a rerun of a killed job): the same points, no more.
-    r = poolkit("index", str(RETRIEVAL), "--to", "idx", "--recipe", "mean", "mean/pca64",
-                "--fit", fit, "-q", cwd=tmp_path)  # fmt: skip
-    assert r.returncode == 0, r.stderr.decode()
+    # Indexed again into the same folder (a rerun of a killed job): the same points, no more.
+    again = shlex.split(rows["mean/pca64"]["index_command"].split(" && ")[0])
+    assert poolkit(*again[1:], cwd=tmp_path).returncode == 0
     from qdrant_edge import CountRequest, EdgeShard
 
-    shard = EdgeShard.load(str(tmp_path / "idx" / "shard"))
+    folder = tmp_path / again[again.index("--to") + 1]
+    shard = EdgeShard.load(str(folder / "shard"))
     assert shard.count(CountRequest()) == len(ids)
     shard.close()
-    record = json.loads((tmp_path / "idx" / "poolkit-index.json").read_text())
+    record = json.loads((folder / "poolkit-index.json").read_text())
     assert record["vectors"]["mean/pca64"] == {"recipe": "mean/pca64", "dims": 64}
-    assert (tmp_path / "idx" / record["fits"]["mean/pca64"]["file"]).is_file()
+    assert (folder / record["fits"]["mean/pca64"]["file"]).is_file()
 
 
 def test_the_library_keeps_the_users_ids_and_fields(tmp_path, minilm_dir):

@@ -438,6 +438,10 @@ def run(args: argparse.Namespace) -> int:
         return row_command(_for_row(args, r), r)
 
     doc = report.to_json(args.task, model, results, boot, command)
+    for row, r in zip(doc["results"], report.rank(results, report.MAIN_METRIC[args.task]),
+                      strict=True):  # fmt: skip
+        if (line := index_command(_for_row(args, r), r)) is not None:
+            row["index_command"] = line
     doc["cache"] = cache_record(cache)
     ranked = report.rank(results, report.MAIN_METRIC[args.task])
     doc = {**dict(list(doc.items())[:3]), "recommended": answer_json(args.task, ranked, command),
@@ -653,6 +657,30 @@ def row_command(args: argparse.Namespace, result: Any) -> str:
     if result.documents:
         return document_command(args, result.recipe, result.documents)
     return embed_command(args, result.recipe, result.quantize, result.rescore, result.fit_file)
+
+
+def index_command(args: argparse.Namespace, result: Any) -> str | None:
+    """The ``poolkit index`` and ``poolkit search`` commands that put a retrieval row's
+    documents into a Qdrant index and search it with its queries as the row was scored
+    (docs/search-index.md); None for a row the index does not hold (not a BEIR folder, not
+    a float sequence row, a document, hybrid, rescored or quantised-model row)."""
+    recipe = result.recipe
+    if (not _beir(args) or getattr(recipe, "level", None) != "sequence" or recipe.precision
+            or result.documents or result.rescore or result.quantize or args.backend != "torch"):  # fmt: skip
+        return None
+    to = f"index-{_slug(recipe)}"
+    parts = ["poolkit", "index", shlex.quote(args.data), "--to", to, "--recipe",
+             shlex.quote(str(recipe))]  # fmt: skip
+    for flag, value in (("--model", args.model), ("--max-length", args.max_length),
+                        ("--fit", result.fit_file if recipe.transform else None),
+                        ("--prompt-name", args.document_prompt_name),
+                        ("--query-prompt-name", args.prompt_name)):  # fmt: skip
+        if value is not None:
+            parts += [flag, shlex.quote(str(value))]
+    parts += _text_field(args)
+    queries = shlex.quote(str(Path(args.data) / "queries.jsonl"))
+    return " ".join([*parts, "&&", "poolkit", "search", to, "--queries", queries, "-k", "100",
+                     "-o", f"run-{_slug(recipe)}.tsv"])  # fmt: skip
 
 
 def document_command(args: argparse.Namespace, recipe: Any, documents: str) -> str:
