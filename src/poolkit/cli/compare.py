@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import sys
 import time
@@ -848,7 +847,9 @@ def _embed(
 
 def _slug(recipe: Any) -> str:
     """``recipe``'s name as a file name's part."""
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(recipe)).strip("-")
+    from poolkit._names import file_slug
+
+    return file_slug(recipe)
 
 
 def _model_flags(args: argparse.Namespace, quantize: str | None) -> list[str]:

@@ -11,7 +11,6 @@ vectors the row scored.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from poolkit._names import file_slug
 from poolkit.errors import InputError
 from poolkit.fitted import Fit, fit_transform
 from poolkit.recipe import Recipe
@@ -139,8 +139,7 @@ def fit_stages(
         seconds = time.perf_counter() - start
         file = None
         if folder is not None:
-            slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(fitted)).strip("-")
-            file = fit.save(Path(folder) / f"{slug}-{fit.short_digest}.safetensors")
+            file = fit.save(Path(folder) / f"{file_slug(fitted)}-{fit.short_digest}.safetensors")
         out[fitted] = Fitted(fit, file, seconds, about)
     return out
 

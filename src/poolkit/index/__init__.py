@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poolkit._names import file_slug
 from poolkit.errors import InputError
 from poolkit.index.edge import ID_NAMESPACE, point_id
 
@@ -179,7 +180,7 @@ def index_texts(
     record = IndexRecord(
         model=str(encoder.info.reference), model_digest=fit_model(encoder),
         vectors={n: {"recipe": str(r), "dims": widths[n]} for n, r in wanted.items()},
-        fits={n: {"digest": f.digest(), "file": f"fits/{_slug(n)}.safetensors"}
+        fits={n: {"digest": f.digest(), "file": f"fits/{file_slug(n)}.safetensors"}
               for n, f in plan.fits.items()},
         prompt_name=prompt_name, query_prompt_name=query_prompt_name,
         max_length=max_length, poolkit=_version(),
@@ -255,12 +256,6 @@ def search(
         return nearest(shard, name, vectors[name], k, exact)
     finally:
         shard.close()
-
-
-def _slug(name: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", name).strip("-")
 
 
 def _version() -> str:
