@@ -162,3 +162,22 @@ def test_search_refusals(tmp_path, minilm_dir):
     assert out.returncode == 0, out.stderr.decode()
     first = json.loads((tmp_path / "r.jsonl").read_text().splitlines()[0])
     assert first["query_id"] == "1" and first["id"] == 0 and first["rank"] == 1
+
+
+def test_cli_keeps_the_users_ids_and_fields(tmp_path, minilm_dir):
+    from qdrant_edge import EdgeShard
+
+    from poolkit.index import point_id
+
+    rows = [{"key": f"k{i}", "body": t, "url": f"https://x/{i}"}
+            for i, t in enumerate(["a cat sat on the mat", "stocks fell", "a kitten on a rug"])]  # fmt: skip
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = poolkit("index", "docs.jsonl", "--to", "idx", "-m", str(minilm_dir), "--text-column",
+                "body", "--id-column", "key", "--keep-columns", "url", "-q", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0 and not r.stderr, r.stderr.decode()
+    shard = EdgeShard.load(str(tmp_path / "idx" / "shard"))
+    (got,) = shard.retrieve([point_id("k2")], with_payload=True, with_vector=False)
+    shard.close()
+    assert got.payload == {"id": "k2", "keep": {"url": "https://x/2"}}
+    out = poolkit("search", "idx", "--query", "a cat on a mat", "-k", "1", cwd=tmp_path)
+    assert out.stdout.decode().split()[:4] == ["1", "Q0", "k0", "1"]

@@ -55,7 +55,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from poolkit.cli._common import positive
     from poolkit.cli._flags import flagged
-    from poolkit.cli._rows import beir_input
+    from poolkit.cli._rows import beir_input, keep_list
     from poolkit.errors import PoolkitError
     from poolkit.index import index_texts
     from poolkit.io.readers import read_rows
@@ -63,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
     positive(args.part_size, "--part-size")
     positive(args.max_length, "--max-length")
     start = time.perf_counter()
-    args.output = args.to  # --keep-columns' check reads it (a folder: fields are kept)
+    args.output = args.to  # keep_list's check reads it (a folder: every field can be kept)
     title = beir_input(args)
-    keep = _keep(args)
+    keep = keep_list(args)
     texts: list[str] = []
     ids: list[Any] = []
     kept: list[dict[str, Any]] = []
@@ -92,16 +92,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"poolkit: indexed {len(texts)} texts into {args.to} ({', '.join(record.vectors)}; "
               f"{record.model}) in {time.perf_counter() - start:.1f} s", file=sys.stderr)  # fmt: skip
     return 0
-
-
-def _keep(args: argparse.Namespace) -> tuple[str, ...]:
-    """--keep-columns as names (payload fields; ``id`` is the payload's own)."""
-    from poolkit.errors import InputError
-
-    if not args.keep_columns:
-        return ()
-    names = tuple(n.strip() for n in args.keep_columns.split(",") if n.strip())
-    if not names:
-        raise InputError(arg="--keep-columns", expected="field names joined with commas, e.g. "
-                         "--keep-columns title,url", got=repr(args.keep_columns))  # fmt: skip
-    return names
