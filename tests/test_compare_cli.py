@@ -336,7 +336,7 @@ def test_relation_semeval_matches_independent_computation(tmp_path, hf):
         (["b", "--task", "retrieval"], {"b/corpus.jsonl": '{"_id": "d1", "text": "x"}\n', "b/queries.jsonl": '{"_id": "q1", "text": "y"}\n', "b/qrels/test.tsv": "q1\td2\t1\n"}, ["b/qrels/test.tsv:1: Expected a corpus-id of corpus.jsonl, but got 'd2'"]),
         (["b", "--task", "retrieval"], {"b/corpus.jsonl": "", "b/queries.jsonl": "", "b/qrels/test.tsv": ""}, ["b/corpus.jsonl: Expected documents, but the corpus is empty"]),
         (["p.csv", "--task", "retrieval", "--split", "dev"], {"p.csv": "query,document\na,b\n"}, ["Expected --split to be given only for a BEIR folder, but got 'dev'"]),
-        (["p.csv", "--task", "retrieval", "--train", "p.csv"], {"p.csv": "query,document\na,b\n"}, ["Expected --train to be a qrels split of a BEIR folder DATA"]),
+        (["p.csv", "--task", "retrieval", "--train", "p.csv"], {"p.csv": "query,document\na,b\n"}, ["Expected --train to be given with --task retrieval only for a trained row"]),
         (["c.txt", "--task", "clustering", "--query-column", "q"], {"c.txt": "1 a\n0 b\n"}, ["Expected --query-column to be given only for --task retrieval, but got --task clustering"]),
         (["c.txt", "--task", "clustering"], {"c.txt": "1 a\n1 b\n"}, ["Expected at least two labels for clustering, but there is one"]),
         (["c.txt", "--task", "sts", "--quantize", "int8"], {"c.txt": "1 a\n0 b\n"}, ["Expected --backend to be onnx with --quantize int8, but got torch. Add --backend onnx."]),

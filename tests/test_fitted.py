@@ -357,6 +357,15 @@ def test_a_projection_needs_labelled_pairs() -> None:
     x = np.zeros((10, 8), np.float32)
     with pytest.raises(FitError, match="at least 20 pairs"):
         train_projection(x, x, np.arange(10.0), "proj4", recipe="x/proj4")
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(30, 8)).astype(np.float32), rng.normal(size=(30, 8)).astype(np.float32)
+    with pytest.raises(FitError, match="at least 65 pair sides"):
+        train_projection(a, b, np.arange(30.0), "proj64", recipe="x/proj64")
+    # The held-out tenth (the seeded draw's first 10 pairs) sees one gold value only.
+    order = np.random.default_rng(0).permutation(30)
+    one_value = np.where(np.isin(np.arange(30), order[:10]), 0.0, np.arange(30.0))
+    with pytest.raises(FitError, match="held-out pairs with two distinct gold scores"):
+        train_projection(a, b, one_value, "proj4", recipe="x/proj4")
     with pytest.raises(FitError, match="projK"):
         train_projection(x, x, np.arange(10.0), "pca4", recipe="x/pca4")
 

@@ -134,6 +134,10 @@ def test_another_model_or_recipe_is_refused_naming_both(tmp_path, minilm_dir, ti
     r = poolkit("index", "docs.txt", "--to", "idx", "-m", str(minilm_dir), "--recipe", "cls",
                 cwd=tmp_path)  # fmt: skip
     one_error_line(r, 2, "vectors it was built with", "mean", "cls")
+    # More texts without ids: their row numbers would replace the points already there.
+    r = poolkit("index", "docs.txt", "--to", "idx", "-m", str(minilm_dir), "--recipe", "mean",
+                cwd=tmp_path)  # fmt: skip
+    one_error_line(r, 2, "--id-column", "would replace its points")
     other = str(next(iter(tiny_dirs.values())))
     r = poolkit("index", "docs.txt", "--to", "idx", "-m", other, "--recipe", "mean", cwd=tmp_path)
     one_error_line(r, 2, "the model it was built with")

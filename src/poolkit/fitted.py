@@ -136,10 +136,15 @@ class Fit:
         return int(self.matrix.shape[1])
 
     def apply(self, vectors: Any) -> Any:
-        """``(N, D)`` float vectors transformed: float32 NumPy ``(N, K)``; a torch tensor
-        stays one (its device and graph). Each row is computed alone (no matrix-product
-        blocking across rows), so a vector never depends on the others in its batch."""
+        """``(N, D)`` float vectors transformed: float32 NumPy ``(N, K)``, each row computed
+        alone (no matrix-product blocking across rows), so a vector never depends on the
+        others in its batch; a torch tensor stays one (its device and graph; a matrix
+        product, as a model module computes it)."""
         if hasattr(vectors, "detach"):
+            if vectors.ndim != 2 or vectors.shape[1] != self.in_dim:
+                raise FitError(arg="vectors", expected=f"(N, {self.in_dim}) vectors for the "
+                               f"fit of {self.recipe!r}", got=f"shape {tuple(vectors.shape)}",
+                               fix="Use the fit made for this recipe and model.")  # fmt: skip
             import torch
 
             mean = torch.as_tensor(self.mean, device=vectors.device, dtype=vectors.dtype)
@@ -270,8 +275,12 @@ def load_fit(path: str | Path) -> Fit:
                        got=f"{p} with {sorted(tensors)}", fix="Fit again.")  # fmt: skip
     known = {"format", "version", "transform", "recipe", "model", "texts", "source",
              "texts_digest"}  # fmt: skip
+    texts = str(meta.get("texts", "0") or "0")
+    if not texts.isdigit():
+        raise FitError(arg="fit", expected="a count of texts in its metadata",
+                       got=f"{p} (texts {texts!r})", fix="Fit again.")  # fmt: skip
     return Fit(meta.get("transform", ""), mean, matrix, meta.get("recipe", ""),
-               meta.get("model", ""), int(meta.get("texts", "0") or 0), meta.get("source", ""),
+               meta.get("model", ""), int(texts), meta.get("source", ""),
                meta.get("texts_digest", ""), {k: v for k, v in meta.items() if k not in known})  # fmt: skip
 
 

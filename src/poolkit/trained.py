@@ -40,7 +40,6 @@ class _Run:
     def __post_init__(self) -> None:
         import torch
 
-        torch.manual_seed(self.seed)
         # float64: small matrices, and the same bits from run to run on one machine
         self.mean = torch.as_tensor(self.start.mean, dtype=torch.float64)
         self.w = torch.nn.Parameter(torch.as_tensor(self.start.matrix, dtype=torch.float64).clone())
@@ -60,7 +59,7 @@ class _Run:
         import torch
 
         with torch.no_grad():
-            best, best_epoch = held_out(), 0
+            best, best_epoch = _score(held_out()), 0
         best_w = self.w.detach().clone()
         for epoch in range(1, epochs + 1):
             perm = rows[torch.randperm(len(rows), generator=self.order)]
@@ -71,9 +70,22 @@ class _Run:
                 self.opt.step()
             with torch.no_grad():
                 score = held_out()
-            if score > best:
+            if _score(score) > best:
                 best, best_w, best_epoch = score, self.w.detach().clone(), epoch
         return best_w.numpy().astype(np.float32), best, best_epoch
+
+
+def _score(value: float) -> float:
+    """A held-out score to compare, NaN (an undefined correlation) counting as the worst."""
+    return float("-inf") if np.isnan(value) else value
+
+
+def _enough(rows: int, k: int, what: str) -> None:
+    """Refuse a ``/projK`` whose PCA start needs more than ``rows`` vectors."""
+    if rows < k + 1:
+        raise FitError(arg="pairs", expected=f"at least {k + 1} {what} to train /proj{k} (its "
+                       f"start is their PCA to {k})", got=f"{rows}",
+                       fix="Train on more labelled data, or a smaller K.")  # fmt: skip
 
 
 def _projection(transform: str) -> tuple[str, int]:
@@ -117,10 +129,15 @@ def train_projection(
         raise FitError(arg="pairs", expected="at least 20 pairs with two distinct gold scores "
                        "to train on", got=f"{len(x)} pairs, {len(np.unique(g))} distinct scores",
                        fix="Train on a labelled train split (compare --train FILE).")  # fmt: skip
+    _enough(2 * len(x), k, "pair sides")
     run = _Run(fit_transform(np.concatenate([x, y]), f"pca{k}", recipe=recipe), seed, lr)
     order = np.random.default_rng(seed).permutation(len(x))
     held = order[: max(len(x) // 10, 10)]
     train = order[len(held) :]
+    if len(np.unique(g[held])) < 2:  # a Spearman of one value is undefined: no epoch chosen
+        raise FitError(arg="pairs", expected="held-out pairs with two distinct gold scores",
+                       got=f"{len(held)} held-out pairs, all {g[held][0]:g}",
+                       fix="Train on more pairs, or pairs with more varied scores.")  # fmt: skip
     xa, xb, gt = run.centred(x), run.centred(y), torch.as_tensor(g, dtype=torch.float64)
 
     def cosine(rows: Any) -> Any:
@@ -179,6 +196,7 @@ def train_retrieval_projection(
     if len(owners) < 20:
         raise FitError(arg="pairs", expected="at least 20 train queries with a relevant "
                        "document", got=f"{len(owners)}", fix="Train on a larger qrels split.")  # fmt: skip
+    _enough(len(d), k, "documents")
     run = _Run(fit_transform(d, f"pca{k}", recipe=recipe), seed, lr)
     held_q = np.random.default_rng(seed).permutation(owners)[: max(len(owners) // 10, 5)]
     in_held = np.isin(pos[:, 0], held_q)

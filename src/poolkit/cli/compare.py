@@ -305,12 +305,9 @@ def run(args: argparse.Namespace) -> int:
         # Clustering reads the classification formats: texts with a label.
         kind = "classification" if args.task == "clustering" else args.task
         data = read_task(kind, args.data, columns)
-    retrieval_train = None  # retrieval: a train split of the BEIR folder (/projK rows)
-    if args.task == "retrieval" and args.train:
-        retrieval_train = _retrieval_train(args, data)
-        train = None
-    else:
-        train = read_task(args.task, args.train, columns) if args.train else None
+    # retrieval: --train is a qrels split of the BEIR folder, read once its rows are known
+    retrieval = args.task == "retrieval"
+    train = read_task(args.task, args.train, columns) if args.train and not retrieval else None
     if args.task == "ner" and train is None:
         raise InputError(arg="--train", expected="a CoNLL FILE with --task ner (it trains the "
                          "tagging probe)", got="none")  # fmt: skip
@@ -355,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
                          f"{' and '.join(BUDGET_TASKS)})", got=str(named[0]),
                          fix="Name the recipe without it.")  # fmt: skip
     fit_texts, fit_dir = _fit_source(args, named)
+    retrieval_train = _retrieval_train(args, data) if retrieval and args.train else None
     if named and args.quantize:
         raise InputError(arg="--recipes", expected="no output stage with --quantize (budget "
                          "rows or int8 model rows, one at a time)", got=str(named[0]),
@@ -665,8 +663,9 @@ def index_command(args: argparse.Namespace, result: Any) -> str | None:
     a float sequence row, a document, hybrid, rescored or quantised-model row)."""
     recipe = result.recipe
     if (not _beir(args) or getattr(recipe, "level", None) != "sequence" or recipe.precision
-            or result.documents or result.rescore or result.quantize or args.backend != "torch"):  # fmt: skip
-        return None
+            or result.documents or result.rescore or result.quantize or args.backend != "torch"
+            or args.dtype is not None or args.long_text != "truncate"):  # fmt: skip
+        return None  # (index embeds float32, truncated: no --dtype, no --long-text yet)
     to = f"index-{_slug(recipe)}"
     parts = ["poolkit", "index", shlex.quote(args.data), "--to", to, "--recipe",
              shlex.quote(str(recipe))]  # fmt: skip
@@ -719,8 +718,15 @@ def _retrieval_train(args: argparse.Namespace, scored: Any) -> Any:
         raise InputError(arg="--train", expected=f"a qrels file of {args.data}/qrels (its "
                          "queries and corpus)", got=args.train, fix="Name its split, e.g. "
                          "--train train.")  # fmt: skip
-    train = read_retrieval(args.data, split, args.query_column, args.document_column,
-                           args.text_column)  # fmt: skip
+    from poolkit.compare.datasets import DataError
+
+    try:
+        train = read_retrieval(args.data, split, args.query_column, args.document_column,
+                               args.text_column)  # fmt: skip
+    except DataError as e:
+        if e.arg != "split":
+            raise
+        raise e.but(arg="--train") from None
     shared = set(train.query_ids) & set(scored.query_ids)
     if shared:
         raise InputError(arg="--train", expected="train queries none of which is scored",

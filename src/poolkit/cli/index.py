@@ -22,7 +22,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "Qdrant Edge index at --to (created, or added to where it holds the same model and "
         "recipes): one named vector per recipe, the user's ids kept (poolkit search finds "
         "them). Dense recipes, float32 (with /DIMS and fitted transforms, --fit); "
-        "docs/index.md.",
+        "docs/search-index.md.",
     )
     parser.add_argument("input", metavar="INPUT",
                         help=".txt, .jsonl, .csv, .tsv, .parquet, or a BEIR folder (its "
@@ -69,19 +69,22 @@ def run(args: argparse.Namespace) -> int:
     texts: list[str] = []
     ids: list[Any] = []
     kept: list[dict[str, Any]] = []
+    own = False  # the input has ids (else row numbers: refused when adding to an index)
     for part in read_rows(args.input, text_column=args.text_column, fmt=args.input_format,
                           id_column=args.id_column or "auto", keep_columns=keep,
                           title_column=title):  # fmt: skip
         first = len(texts)
         texts += part.texts
         ids += part.ids if part.ids is not None else range(first, first + len(part.texts))
+        own = own or part.ids is not None
         kept += [{n: part.kept[n][k] for n in keep} for k in range(len(part.texts))]
     flags = {"target": "--to", "recipe": "--recipe", "fit": "--fit", "ids": "--id-column",
              "model": "--model",
              "prompt_name": "--prompt-name", "query_prompt_name": "--query-prompt-name",
              "max_length": "--max-length"}  # fmt: skip
     try:
-        record = index_texts(args.to, texts, ids, model=args.model, recipe=args.recipe,
+        record = index_texts(args.to, texts, ids if own else None, model=args.model,
+                             recipe=args.recipe,
                              fit=args.fit, prompt_name=args.prompt_name,
                              query_prompt_name=args.query_prompt_name,
                              payloads=kept if keep else None, part_size=args.part_size,

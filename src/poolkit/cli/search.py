@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         found = search(args.index, texts, using=args.using, k=args.k, exact=not args.approximate)
     except PoolkitError as e:
-        raise flagged(e, {"using": "--using", "k": "-k", "target": "DIR"}) from None
+        raise flagged(e, {"using": "--using", "k": "-k", "target": "DIR", "fit": "DIR"}) from None
     jsonl = out is not None and out.suffix.lower() == ".jsonl"
     lines = []
     for qid, hits in zip(ids, found, strict=True):

@@ -453,20 +453,22 @@ def _budget_footer(task: str, ranked: Sequence[Result]) -> list[str]:
             "(--calibrate FILE: ranges from every text of FILE)."
         )
     fitted = [r for r in budget if r.fit is not None]
-    if fitted:
+    if any(not str(r.recipe.transform).startswith("proj") for r in fitted):
         out.append(
             "/TRANSFORM rows (fitted: /pcaK, /whiten[K], /abttD): the base row's float32 "
             "vectors mapped by a transform fitted without labels, never on the texts scored "
             "(queries, test pairs), then /DIMS and /PRECISION; `poolkit embed --fit FILE` "
             "applies the same fit (docs/fitted.md)."
         )
+    if fitted:
         out.append(_Fact("fitted or trained on: " + "; ".join(
             f"{r.label} {r.fit} in {r.fit_seconds:.2f} s" for r in fitted) + "."))  # fmt: skip
         if any(str(r.recipe.transform).startswith("proj") for r in fitted):
             out.append(
-                "/projK rows (trained): a linear projection to K dimensions trained on the "
-                "--train pairs' gold scores (CoSENT loss, the encoder frozen, started from "
-                "PCA, the epoch that ranks a held-out tenth best kept; seeded by --seed)."
+                "/projK rows (trained): a linear projection to K dimensions trained with the "
+                "encoder frozen, started from PCA, the epoch that ranks a held-out tenth best "
+                "kept, seeded by --seed: sts, CoSENT on --train's gold scores; retrieval, "
+                "InfoNCE on the --train split's judged pairs (docs/fitted.md)."
             )
     if any(r.rescore for r in budget):
         from poolkit.compare.budget import RESCORE_FACTOR

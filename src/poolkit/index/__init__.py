@@ -161,6 +161,12 @@ def index_texts(
     from poolkit.prompts import resolve_prompt
 
     items = check_inputs(list(texts))
+    if not isinstance(part_size, int) or isinstance(part_size, bool) or part_size < 1:
+        raise InputError(arg="part_size", expected="a positive number of texts",
+                         got=repr(part_size))  # fmt: skip
+    if payloads is not None and len(payloads) != len(items):
+        raise InputError(arg="payloads", expected=f"{len(items)} payloads, one per text",
+                         got=f"{len(payloads)}")  # fmt: skip
     own_ids = list(range(len(items))) if ids is None else list(ids)
     if len(own_ids) != len(items) or len(set(map(str, own_ids))) != len(own_ids):
         raise InputError(arg="ids", expected=f"{len(items)} distinct ids, one per text",
@@ -188,6 +194,11 @@ def index_texts(
     old = IndexRecord.read(folder)
     if old is not None:
         old.same_as(record, folder)
+        if ids is None:  # row numbers 0, 1, ... would replace the points already there
+            raise InputError(arg="ids", expected="the texts' own ids to add them to an "
+                             f"existing index ({folder})", got="none (row numbers, which "
+                             "would replace its points)", fix="Pass ids (--id-column), or "
+                             "index into a new folder.")  # fmt: skip
     elif folder.exists() and any(folder.iterdir()):
         raise InputError(where=folder, expected="a new folder or a poolkit index",
                          got="a folder with other files", fix="Choose another --to.")  # fmt: skip
@@ -248,7 +259,13 @@ def search(
                          f"digest {record.model_digest.rpartition(':')[2][:12]})",
                          got="the files at that path differ now",
                          fix="Search with the model the index was built with.")  # fmt: skip
-    fits = {name: load_fit(folder / record.fits[name]["file"])} if name in record.fits else {}
+    fits = {}
+    if name in record.fits:  # the fit the index was built with, not another one put there
+        fits = {name: load_fit(folder / record.fits[name]["file"])}
+        if fits[name].digest() != record.fits[name]["digest"]:
+            raise InputError(where=folder / record.fits[name]["file"], expected="the fit the "
+                             "index was built with", got="another file",
+                             fix="Restore the index's fits/ folder, or index again.")  # fmt: skip
     plan = _plan(encoder, {name: recipe}, fits, record.query_prompt_name)
     vectors, _ = plan.run(encoder, check_inputs(list(queries)))
     shard = load_shard(folder / "shard")
