@@ -36,6 +36,7 @@ import numpy as np
 
 from poolkit._errors import value_error
 from poolkit.errors import InputError
+from poolkit.io.integrity import short_digest
 from poolkit.levels import RecipeError
 
 __all__ = [
@@ -171,7 +172,8 @@ class Fit:
                            fix="Fit again on this model's vectors.")  # fmt: skip
         if model and self.model and model != self.model:
             raise FitError(arg="fit", expected=f"a fit made with this model (digest "
-                           f"{_short(model)})", got=f"one made with model {_short(self.model)}",
+                           f"{short_digest(model)})",
+                           got=f"one made with model {short_digest(self.model)}",
                            fix="Fit again with this model (compare writes one), or pass "
                            "the model it was made with.")  # fmt: skip
 
@@ -220,12 +222,7 @@ class Fit:
     @property
     def short_digest(self) -> str:
         """The first 12 hex digits of :meth:`digest` (a file name's part)."""
-        return _short(self.digest())
-
-
-def _short(digest: str) -> str:
-    """The first 12 hex digits of a ``name:hex`` digest."""
-    return digest.rpartition(":")[2][:12]
+        return short_digest(self.digest())
 
 
 def _safetensors(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:

@@ -22,6 +22,7 @@ import numpy as np
 from poolkit._names import file_slug
 from poolkit.errors import InputError
 from poolkit.fitted import Fit, fit_transform
+from poolkit.output import l2_normalize
 from poolkit.recipe import Recipe
 
 __all__ = [
@@ -219,10 +220,7 @@ def retrieval_pairs(
     positives = judged[judged[:, 2] > 0][:, :2]
     hard: dict[Recipe, np.ndarray] = {}
     for base in bases:
-        q = queries[base] / np.maximum(np.linalg.norm(queries[base], axis=1, keepdims=True), 1e-12)
-        d = documents[base] / np.maximum(np.linalg.norm(documents[base], axis=1, keepdims=True),
-                                         1e-12)  # fmt: skip
-        scores = q @ d.T
+        scores = l2_normalize(queries[base]) @ l2_normalize(documents[base]).T
         scores[judged[:, 0], judged[:, 1]] = -np.inf  # a judged document is no negative
         best = scores.argmax(axis=1)
         hard[base] = np.where(np.isfinite(scores.max(axis=1)), best, -1)

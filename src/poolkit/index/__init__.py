@@ -28,6 +28,7 @@ from typing import Any
 from poolkit._names import file_slug
 from poolkit.errors import InputError
 from poolkit.index.edge import ID_NAMESPACE, point_id
+from poolkit.io.integrity import short_digest
 
 __all__ = ["ID_NAMESPACE", "RECORD", "IndexRecord", "index_texts", "point_id", "search"]
 
@@ -80,9 +81,8 @@ class IndexRecord:
         """Refuse, in one line naming both, a write of another model, recipe or fit."""
         if other.model_digest != self.model_digest:
             raise InputError(where=where, expected=f"the model it was built with "
-                             f"({self.model}, digest {self.model_digest.rpartition(':')[2][:12]})",
-                             got=f"{other.model} (digest "
-                             f"{other.model_digest.rpartition(':')[2][:12]})",
+                             f"({self.model}, digest {short_digest(self.model_digest)})",
+                             got=f"{other.model} (digest {short_digest(other.model_digest)})",
                              fix="Index into a new folder, or use the index's model.")  # fmt: skip
         for what in ("vectors", "fits", "prompt_name", "query_prompt_name", "max_length"):
             if getattr(other, what) != getattr(self, what):
@@ -103,7 +103,7 @@ def _folder(target: Any) -> Path:
 
 def _plan(encoder: Any, recipes: Mapping[str, Any], fits: Mapping[str, Any], prompt_name: Any):
     """The dense plan of ``recipes`` (refusing what the index cannot hold yet)."""
-    from poolkit.plan import fit_model, make_plan
+    from poolkit.plan import make_plan
 
     for name, r in recipes.items():
         if r.level != "sequence":
@@ -116,10 +116,10 @@ def _plan(encoder: Any, recipes: Mapping[str, Any], fits: Mapping[str, Any], pro
                              "them by cosine, as compare does)", got=str(r),
                              fix=f"Index {r.replace(precision=None)}; int8 and binary as "
                              "Qdrant quantization are not built yet.")  # fmt: skip
-    plan = make_plan(encoder, dict(recipes), prompt_name=prompt_name)
-    if any(r.transform for r in recipes.values()) or fits:
-        plan = plan.with_fits(fits, fit_model(encoder))
-    return plan
+    # Fits checked (against the recipes, their width, the model) wherever one is fitted.
+    fitted = fits or any(r.transform for r in recipes.values())
+    return make_plan(encoder, dict(recipes), prompt_name=prompt_name,
+                     fits=fits if fitted else None)  # fmt: skip
 
 
 def index_texts(
@@ -256,7 +256,7 @@ def search(
     encoder = get_encoder(record.model, max_length=record.max_length)
     if fit_model(encoder) != record.model_digest:
         raise InputError(where=folder, expected=f"the model it was built with ({record.model}, "
-                         f"digest {record.model_digest.rpartition(':')[2][:12]})",
+                         f"digest {short_digest(record.model_digest)})",
                          got="the files at that path differ now",
                          fix="Search with the model the index was built with.")  # fmt: skip
     fits = {}

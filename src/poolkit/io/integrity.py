@@ -44,6 +44,12 @@ def fast_digest(data: bytes | bytearray | memoryview) -> str:
     return "xxh3_128:" + xxhash.xxh3_128(data).hexdigest()
 
 
+def short_digest(digest: str) -> str:
+    """The first 12 hex digits of a ``name:hex`` digest (:func:`fast_digest`), for messages
+    and file names."""
+    return digest.rpartition(":")[2][:12]
+
+
 def fast_file_digest(path: str | os.PathLike[str]) -> str:
     """:func:`fast_digest` of the file at ``path``, hashed through a memory map (no copy)."""
     import mmap
