@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from clitools import one_error_line, poolkit
 from scipy.stats import spearmanr
-from testdata import fixture, read_sts_pairs
+from testdata import fixture, read_beir, read_sts_pairs
 
 RETRIEVAL = Path(__file__).parent / "data" / "stsb-images-retrieval"
 
@@ -109,18 +109,8 @@ def test_sts_budget_rows_match_sentence_transformers(tmp_path, minilm_st):
 
 def _retrieval_reference(minilm_st):
     """Texts, ids and sentence-transformers vectors of the retrieval fixture, read here."""
-    corpus = [json.loads(x) for x in (RETRIEVAL / "corpus.jsonl").read_text().splitlines()]
-    queries = {
-        (q := json.loads(x))["_id"]: q["text"]
-        for x in (RETRIEVAL / "queries.jsonl").read_text().splitlines()
-    }
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (RETRIEVAL / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        qid, did, score = line.split("\t")
-        qrels.setdefault(qid, {})[did] = int(score)
+    dids, docs, queries, qrels = read_beir(RETRIEVAL)
     qids = [q for q in queries if q in qrels]
-    dids = [d["_id"] for d in corpus]
-    docs = [(d["title"] + " " + d["text"]).strip() for d in corpus]
     q_vec = minilm_st.encode([queries[q] for q in qids], convert_to_numpy=True)
     d_vec = minilm_st.encode(docs, convert_to_numpy=True)
     return qids, dids, qrels, q_vec, d_vec

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from clitools import one_error_line, poolkit
 from test_compare_budget import RETRIEVAL, _retrieval_reference, _trec, by_recipe
-from testdata import fixture
+from testdata import fixture, read_beir
 
 PCA = pytest.importorskip("sklearn.decomposition").PCA
 
@@ -232,17 +232,10 @@ def test_a_retrieval_projection_trains_on_the_train_split(tmp_path, minilm_st):
     fit = load_fit(tmp_path / row["fit"]["file"])
     assert fit.extra["loss"] == "infonce" and fit.extra["seed"] == "2"
     # The row is the fit applied to sentence-transformers' vectors of the test queries.
-    corpus = [json.loads(x) for x in (beir / "corpus.jsonl").read_text().splitlines()]
-    queries = {(q := json.loads(x))["_id"]: q["text"]
-               for x in (beir / "queries.jsonl").read_text().splitlines()}  # fmt: skip
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (beir / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        qid, did, score = line.split("\t")
-        qrels.setdefault(qid, {})[did] = int(score)
+    dids, texts, queries, qrels = read_beir(beir)
     qids = [q for q in queries if q in qrels]
-    dids = [d["_id"] for d in corpus]
     q = fit.apply(minilm_st.encode([queries[x] for x in qids])).astype(np.float64)
-    d = fit.apply(minilm_st.encode([(x["title"] + " " + x["text"]).strip() for x in corpus]))
+    d = fit.apply(minilm_st.encode(texts))
     scores = _unit(q) @ _unit(d.astype(np.float64)).T
     assert row["ndcg_at_10"] == pytest.approx(_trec(qrels, qids, dids, scores, "ndcg_cut_10"),
                                               abs=1e-3)  # fmt: skip

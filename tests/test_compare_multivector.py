@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clitools import poolkit
+from testdata import read_beir
 
 RETRIEVAL = Path(__file__).parent / "data" / "stsb-images-retrieval"
 pytestmark = pytest.mark.slow
@@ -41,16 +42,8 @@ def test_maxsim_row_matches_pytrec_eval(tmp_path, minilm_st):
     assert result.returncode == 0, result.stderr.decode()
     doc = json.loads((tmp_path / "out.json").read_text())
     rows = {(r["recipe"], r.get("rescore", False)): r for r in doc["results"]}
-    corpus = [json.loads(x) for x in (RETRIEVAL / "corpus.jsonl").read_text().splitlines()]
-    queries = {(q := json.loads(x))["_id"]: q["text"]
-               for x in (RETRIEVAL / "queries.jsonl").read_text().splitlines()}  # fmt: skip
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (RETRIEVAL / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        qid, did, score = line.split("\t")
-        qrels.setdefault(qid, {})[did] = int(score)
+    dids, texts, queries, qrels = read_beir(RETRIEVAL)
     qids = [q for q in queries if q in qrels]
-    dids = [d["_id"] for d in corpus]
-    texts = [(d["title"] + " " + d["text"]).strip() for d in corpus]
 
     def tokens(items: list[str]) -> list[np.ndarray]:
         out = minilm_st.encode(items, output_value="token_embeddings", convert_to_numpy=True)

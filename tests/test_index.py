@@ -13,24 +13,11 @@ import numpy as np
 import pytest
 from clitools import one_error_line, poolkit
 from test_compare_budget import RETRIEVAL
+from testdata import read_beir
 
 import poolkit as pk
 
 pytest.importorskip("qdrant_edge")
-
-
-def _beir() -> tuple[list[str], list[str], dict[str, str], dict[str, dict[str, int]]]:
-    """The fixture's document ids, texts (title + text), queries and qrels, read here."""
-    corpus = [json.loads(x) for x in (RETRIEVAL / "corpus.jsonl").read_text().splitlines()]
-    queries = {(q := json.loads(x))["_id"]: q["text"]
-               for x in (RETRIEVAL / "queries.jsonl").read_text().splitlines()}  # fmt: skip
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (RETRIEVAL / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        qid, did, score = line.split("\t")
-        qrels.setdefault(qid, {})[did] = int(score)
-    ids = [d["_id"] for d in corpus]
-    texts = [(d.get("title", "") + " " + d["text"]).strip() for d in corpus]
-    return ids, texts, queries, qrels
 
 
 def _run(path: Path) -> dict[str, dict[str, float]]:
@@ -51,7 +38,7 @@ def test_the_commands_compare_prints_index_what_it_scored(tmp_path):
     assert r.returncode == 0, r.stderr.decode()
     rows = {x["recipe"]: x for x in json.loads((tmp_path / "c.json").read_text())["results"]}
     assert "index_command" not in rows["mean/128/int8"]  # stored int8: not indexed yet
-    ids, texts, queries, qrels = _beir()
+    ids, texts, queries, qrels = read_beir(RETRIEVAL)
     for recipe in ("mean", "mean/pca64"):
         command = rows[recipe]["index_command"]
         for one in command.split(" && "):  # the index, then the search of its queries

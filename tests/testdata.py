@@ -109,3 +109,23 @@ def sts_pairs_table(path: Path) -> Path:
         out.writerow(["sentence1", "sentence2", "score"])
         out.writerows((a, b, s) for s, a, b in read_sts_pairs(fixture("stsb-dev-sample.csv")))
     return path
+
+
+def read_beir(
+    folder: Path, split: str = "test"
+) -> tuple[list[str], list[str], dict[str, str], dict[str, dict[str, int]]]:
+    """A BEIR folder read here, independently of poolkit: the document ids, their texts
+    (title and text joined by a space, as MTEB does), the queries by id and the qrels of
+    ``split`` (``{query id: {document id: score}}``)."""
+    import json
+
+    corpus = [json.loads(x) for x in (folder / "corpus.jsonl").read_text().splitlines()]
+    queries = {(q := json.loads(x))["_id"]: q["text"]
+               for x in (folder / "queries.jsonl").read_text().splitlines()}  # fmt: skip
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (folder / "qrels" / f"{split}.tsv").read_text().splitlines()[1:]:
+        qid, did, score = line.split("\t")
+        qrels.setdefault(qid, {})[did] = int(score)
+    ids = [d["_id"] for d in corpus]
+    texts = [(d.get("title", "") + " " + d["text"]).strip() for d in corpus]
+    return ids, texts, queries, qrels
